@@ -1,0 +1,79 @@
+"""The bus: how channels hand work to the core, and the durable queues behind it.
+
+A leaf module (stdlib, pydantic models from ``events``). The bus declares the inbox and
+outbox interfaces; ``echo_bot.store`` implements them. Publishing commits the inbound to
+the inbox *before* it returns, so a channel may acknowledge its peer (Telegram offset,
+HTTP 202) as soon as ``publish`` returns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from .events import InboundMessage, OutboundMessage, Receipt
+
+
+@dataclass(frozen=True, slots=True)
+class Published:
+    inbound_id: str
+    duplicate: bool
+
+
+class Inbox(Protocol):
+    async def add(self, message: InboundMessage) -> Published:
+        """Commit ``message``; a repeat of (channel, external_id) is a duplicate."""
+        ...
+
+
+class Outbox(Protocol):
+    async def enqueue(self, message: OutboundMessage) -> None:
+        """Commit ``message`` for delivery (per-chat FIFO, retried until delivered)."""
+        ...
+
+
+InboundListener = Callable[[Published], Awaitable[None] | None]
+
+
+class Bus:
+    """Publish inbound (committed first) and queue outbound; listeners are woken after."""
+
+    def __init__(self, inbox: Inbox, outbox: Outbox) -> None:
+        self._inbox = inbox
+        self._outbox = outbox
+        self._inbound_listeners: list[Callable[[Published], object]] = []
+        self._outbound_listeners: list[Callable[[OutboundMessage], object]] = []
+
+    async def publish(self, message: InboundMessage) -> Published:
+        published = await self._inbox.add(message)
+        if not published.duplicate:
+            for listener in self._inbound_listeners:
+                listener(published)
+        return published
+
+    async def send(self, message: OutboundMessage) -> None:
+        await self._outbox.enqueue(message)
+        for listener in self._outbound_listeners:
+            listener(message)
+
+    def on_inbound(self, listener: Callable[[Published], object]) -> None:
+        self._inbound_listeners.append(listener)
+
+    def on_outbound(self, listener: Callable[[OutboundMessage], object]) -> None:
+        self._outbound_listeners.append(listener)
+
+
+@runtime_checkable
+class Channel(Protocol):
+    """A channel adapter. New channel = a module in ``channels/`` + one registry line."""
+
+    name: str
+
+    async def start(self, bus: Bus) -> None: ...
+
+    async def send(self, message: OutboundMessage) -> Receipt: ...
+
+    async def stop(self) -> None: ...
+
+    def health(self) -> dict[str, object]: ...

@@ -1,0 +1,52 @@
+"""One error tree for echo-bot. Catch broadly only at task boundaries."""
+
+from __future__ import annotations
+
+
+class EchoBotError(Exception):
+    """Root of every error echo-bot raises on purpose."""
+
+    exit_code = 1
+
+
+class ConfigError(EchoBotError):
+    """The configuration is invalid. The message names the file, the key and the reason."""
+
+    exit_code = 2
+
+
+class StateLockedError(EchoBotError):
+    """Another daemon holds the state directory."""
+
+    exit_code = 2
+
+    def __init__(self, state_dir: str, pid: int | None) -> None:
+        holder = f"pid {pid}" if pid else "another process"
+        super().__init__(
+            f"state dir {state_dir} is in use by {holder}; "
+            "stop it first or pass another --state-dir"
+        )
+        self.pid = pid
+
+
+class StoreError(EchoBotError):
+    """The store could not be opened or written."""
+
+    exit_code = 2
+
+
+class ChannelError(EchoBotError):
+    """A channel failed to deliver. ``retryable`` says whether trying again may help."""
+
+    def __init__(self, message: str, *, retryable: bool = True, retry_after: float | None = None):
+        super().__init__(message)
+        self.retryable = retryable
+        self.retry_after = retry_after
+
+
+class DecisionRefused(EchoBotError):
+    """An approval decision was refused: unknown id, already decided, expired, not allowed."""
+
+    def __init__(self, reason: str, *, code: str) -> None:
+        super().__init__(reason)
+        self.code = code

@@ -1,0 +1,158 @@
+"""The messages that cross the bus. A leaf module: stdlib and pydantic only."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+def new_id() -> str:
+    """An opaque, unguessable id (also safe inside Telegram callback data)."""
+    return uuid.uuid4().hex
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Address(_Model):
+    """Where a message comes from or goes to: ``channel:chat_id[:thread_id]``."""
+
+    channel: str
+    chat_id: str
+    thread_id: str | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> Address:
+        channel, sep, rest = text.partition(":")
+        if not sep or not channel or not rest:
+            raise ValueError(f"address {text!r} is not of the form channel:chat_id")
+        chat_id, _, thread = rest.partition(":")
+        return cls(channel=channel, chat_id=chat_id, thread_id=thread or None)
+
+    def __str__(self) -> str:
+        base = f"{self.channel}:{self.chat_id}"
+        return f"{base}:{self.thread_id}" if self.thread_id else base
+
+    @property
+    def session_key(self) -> str:
+        return str(self)
+
+
+class Sender(_Model):
+    id: str
+    name: str = ""
+
+
+class InboundKind(StrEnum):
+    MESSAGE = "message"
+    TOOL_CALL = "tool_call"
+    APPROVAL_DECISION = "approval_decision"
+
+
+class InboundStatus(StrEnum):
+    ACCEPTED = "accepted"
+    RUNNING = "running"
+    WAITING_APPROVAL = "waiting_approval"
+    DONE = "done"
+    FAILED = "failed"
+    DENIED = "denied"
+    EXPIRED = "expired"
+
+    @property
+    def terminal(self) -> bool:
+        return self in _TERMINAL
+
+
+_TERMINAL = {InboundStatus.DONE, InboundStatus.FAILED, InboundStatus.DENIED, InboundStatus.EXPIRED}
+
+
+class DecisionVerb(StrEnum):
+    APPROVE_ONCE = "approve_once"
+    ALLOW_FOR = "allow_for"
+    DENY = "deny"
+
+
+class ApprovalDecision(_Model):
+    request_id: str
+    verb: DecisionVerb
+    decided_by: Address
+    sender_id: str
+    via: str
+    allow_for_seconds: int | None = None
+    decided_at: datetime = Field(default_factory=utcnow)
+
+    @property
+    def allow_for(self) -> timedelta | None:
+        return timedelta(seconds=self.allow_for_seconds) if self.allow_for_seconds else None
+
+
+class ToolCallRequest(_Model):
+    tool: str
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
+class InboundMessage(_Model):
+    id: str = Field(default_factory=new_id)
+    kind: InboundKind = InboundKind.MESSAGE
+    address: Address
+    sender: Sender
+    text: str | None = None
+    tool_call: ToolCallRequest | None = None
+    decision: ApprovalDecision | None = None
+    received_at: datetime = Field(default_factory=utcnow)
+    external_id: str | None = None
+    reply_to: Address | None = None
+    reply_to_message: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    trace_id: str = Field(default_factory=new_id)
+
+    @property
+    def session_key(self) -> str:
+        return self.address.session_key
+
+    @property
+    def respond_to(self) -> Address:
+        """Where results of this inbound go (webhook and cron send them elsewhere)."""
+        return self.reply_to or self.address
+
+
+class Button(_Model):
+    label: str
+    action: str
+
+
+class OutboundKind(StrEnum):
+    REPLY = "reply"
+    REMINDER = "reminder"
+    APPROVAL = "approval"
+    NOTICE = "notice"
+
+
+class OutboundMessage(_Model):
+    id: str = Field(default_factory=new_id)
+    to: Address
+    text: str
+    buttons: list[list[Button]] = Field(default_factory=list)
+    kind: OutboundKind = OutboundKind.REPLY
+    reply_to_message: str | None = None
+    edit_of: str | None = None
+    # Filled by the delivery worker from the receipt of ``edit_of``: the channel's own id
+    # of the message to edit. Channels never look receipts up themselves.
+    edit_message_id: str | None = None
+    trace_id: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class Receipt(_Model):
+    """What a channel returns for a delivered outbound: its own id of the message."""
+
+    channel_message_id: str | None = None
