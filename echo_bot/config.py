@@ -52,7 +52,9 @@ def _timezone(value: str) -> str:
     try:
         ZoneInfo(value)
     except (ZoneInfoNotFoundError, ValueError):
-        raise ValueError(f"unknown timezone {value!r} (use an IANA name like 'Europe/Berlin')")
+        raise ValueError(
+            f"unknown timezone {value!r} (use an IANA name like 'Europe/Berlin')"
+        ) from None
     return value
 
 
@@ -350,10 +352,7 @@ def check_environment(loaded: LoadedConfig, environ: Mapping[str, str] | None = 
                 config.telegram.webhook_secret_env,
                 "the webhook secret token",
             )
-    if (
-        config.brain.kind == "openai"
-        and config.openai.base_url == DEFAULT_OPENAI_BASE_URL
-    ):
+    if config.brain.kind == "openai" and config.openai.base_url == DEFAULT_OPENAI_BASE_URL:
         need("openai.api_key_env", config.openai.api_key_env, "the API key")
     if config.webhook.enabled:
         for index, route in enumerate(config.webhook.routes):

@@ -156,3 +156,32 @@ class Receipt(_Model):
     """What a channel returns for a delivered outbound: its own id of the message."""
 
     channel_message_id: str | None = None
+
+
+def approval_action(verb: DecisionVerb, request_id: str, seconds: int | None = None) -> str:
+    """A button action for an approval: opaque id + verb, short enough for any channel."""
+    return f"{verb.value}:{request_id}" + (f":{seconds}" if seconds else "")
+
+
+def parse_approval_action(action: str) -> tuple[DecisionVerb, str, int | None] | None:
+    """The inverse of ``approval_action``; None for anything malformed."""
+    parts = action.split(":")
+    if len(parts) not in (2, 3) or len(action) > 64:
+        return None
+    try:
+        verb = DecisionVerb(parts[0])
+    except ValueError:
+        return None
+    request_id = parts[1]
+    if not (len(request_id) == 32 and all(c in "0123456789abcdef" for c in request_id)):
+        return None
+    seconds = None
+    if len(parts) == 3:
+        if verb is not DecisionVerb.ALLOW_FOR or not parts[2].isdigit():
+            return None
+        seconds = int(parts[2])
+        if not 0 < seconds <= 7 * 86400:
+            return None
+    elif verb is DecisionVerb.ALLOW_FOR:
+        return None
+    return verb, request_id, seconds

@@ -38,7 +38,7 @@ class ToolRegistry:
         try:
             Draft202012Validator.check_schema(tool.parameters)
         except SchemaError as exc:
-            raise ValueError(f"tool {name!r} has an invalid parameter schema: {exc.message}")
+            raise ValueError(f"tool {name!r}: invalid parameter schema: {exc.message}") from None
         if tool.parameters.get("type") != "object":
             raise ValueError(f"tool {name!r}: parameters must be a JSON-Schema object")
         if tool.retries and not tool.idempotent:
@@ -141,7 +141,9 @@ class ToolRegistry:
             + f"\n[… {cut} more characters truncated; the full output is kept as call {call_id}]"
         )
 
-    def exposed(self, profile: str, allow: Iterable[str] = (), deny: Iterable[str] = ()) -> list[Tool]:
+    def exposed(
+        self, profile: str, allow: Iterable[str] = (), deny: Iterable[str] = ()
+    ) -> list[Tool]:
         """The tools a profile exposes, plus ``allow``, minus ``deny``."""
         groups = PROFILES.get(profile)
         allowed, denied = set(allow), set(deny)

@@ -1,0 +1,308 @@
+"""Approval requests: created durably with their prompt, decided once (compare-and-set),
+expired when their time is up. No coroutine ever waits on a request."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlite_utils import Database as SqlDb
+
+from ..events import (
+    Address,
+    ApprovalDecision,
+    Button,
+    DecisionVerb,
+    OutboundKind,
+    OutboundMessage,
+    Sender,
+    approval_action,
+    new_id,
+)
+from ..secrets import Masker
+from ..store import approvals as store
+from ..store.audit import AuditWriter
+from ..store.outbox import enqueue_outbound
+from ..tools.base import Risk
+from .routing import ApproverDirectory
+
+PROMPT_ARGS_LIMIT = 1500
+ALLOW_FOR_SECONDS = 3600
+
+
+def render_call(tool: str, args: dict[str, Any]) -> str:
+    inner = ", ".join(
+        f"{k}={json.dumps(v, ensure_ascii=False, separators=(',', ':'))}" for k, v in args.items()
+    )
+    return f"{tool}({inner})"
+
+
+def _clock_text(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%H:%M UTC")
+
+
+@dataclass(slots=True)
+class DecisionOutcome:
+    ok: bool
+    message: str
+    code: str = "ok"
+    approval: store.ApprovalRow | None = None
+    resume_turns: list[str] = field(default_factory=list)
+
+
+class ApprovalGate:
+    def __init__(
+        self,
+        directory: ApproverDirectory,
+        audit: AuditWriter,
+        masker: Masker,
+        timeout: timedelta,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.directory = directory
+        self.audit = audit
+        self.masker = masker
+        self.timeout = timeout
+        self.clock = clock
+
+    # -- creating a request ------------------------------------------------------------
+    def request(
+        self,
+        db: SqlDb,
+        *,
+        turn_id: str,
+        session_key: str,
+        trace_id: str,
+        tool: str,
+        args: dict[str, Any],
+        args_hash: str,
+        risk: Risk,
+        reason: str,
+        requester: Sender,
+        origin: Address,
+        prompt_to: Address,
+    ) -> str:
+        """Store a request and queue its prompt (in the caller's transaction)."""
+        approval_id = new_id()
+        expires_at = self.clock() + self.timeout.total_seconds()
+        prompt = self._prompt(
+            approval_id, tool, args, risk, reason, requester, origin, prompt_to, expires_at
+        )
+        enqueue_outbound(db, prompt)
+        store.insert_approval(
+            db,
+            approval_id=approval_id,
+            turn_id=turn_id,
+            session_key=session_key,
+            trace_id=trace_id,
+            tool=tool,
+            args=args,
+            args_hash=args_hash,
+            risk=risk.value,
+            requested_by={"id": requester.id, "name": requester.name, "address": str(origin)},
+            origin=str(origin),
+            prompt_to=str(prompt_to),
+            prompt_outbound_id=prompt.id,
+            expires_at=expires_at,
+        )
+        self.audit.write(
+            db,
+            "approval.requested",
+            trace_id=trace_id,
+            session_key=session_key,
+            approval_id=approval_id,
+            tool=tool,
+            args=args,
+            risk=risk.value,
+            reason=reason,
+            prompt_to=str(prompt_to),
+        )
+        if prompt_to != origin:
+            enqueue_outbound(
+                db,
+                OutboundMessage(
+                    to=origin,
+                    text=f"⏳ {tool} needs approval; the request went to the approvers "
+                    f"(id {approval_id}).",
+                    kind=OutboundKind.NOTICE,
+                    trace_id=trace_id,
+                ),
+            )
+        return approval_id
+
+    def _prompt(
+        self,
+        approval_id: str,
+        tool: str,
+        args: dict[str, Any],
+        risk: Risk,
+        reason: str,
+        requester: Sender,
+        origin: Address,
+        prompt_to: Address,
+        expires_at: float,
+    ) -> OutboundMessage:
+        shown = self.masker.mask_data(args)
+        call = render_call(tool, shown)
+        too_long = len(call) > PROMPT_ARGS_LIMIT
+        lines = [f"🔐 Approval needed — {tool} ({risk.value}: {reason})"]
+        if too_long and risk == Risk.DANGEROUS:
+            lines.append(
+                f"The arguments are too long to show here in full ({len(call)} characters). "
+                f"Read them with: echo-bot approvals show {approval_id}"
+            )
+            buttons = [
+                [Button(label="Deny", action=approval_action(DecisionVerb.DENY, approval_id))]
+            ]
+        else:
+            if too_long:
+                call = call[:PROMPT_ARGS_LIMIT] + "…"
+            lines.append(call)
+            row = [
+                Button(
+                    label="Approve once",
+                    action=approval_action(DecisionVerb.APPROVE_ONCE, approval_id),
+                )
+            ]
+            if risk == Risk.WRITE:
+                row.append(
+                    Button(
+                        label="Allow here for 1 h",
+                        action=approval_action(
+                            DecisionVerb.ALLOW_FOR, approval_id, ALLOW_FOR_SECONDS
+                        ),
+                    )
+                )
+            row.append(Button(label="Deny", action=approval_action(DecisionVerb.DENY, approval_id)))
+            buttons = [row]
+        who = requester.name or requester.id
+        lines.append(f"Asked by {who} in {origin} · expires {_clock_text(expires_at)}")
+        lines.append(f"Request {approval_id}")
+        return OutboundMessage(
+            to=prompt_to,
+            text="\n".join(lines),
+            buttons=buttons,
+            kind=OutboundKind.APPROVAL,
+            metadata={
+                "approval_id": approval_id,
+                "call": call,
+                "risk": risk.value,
+                "expires_at": expires_at,
+            },
+        )
+
+    # -- deciding ----------------------------------------------------------------------
+    def decide(self, db: SqlDb, decision: ApprovalDecision) -> DecisionOutcome:
+        """Apply one decision (in the caller's transaction). Refusals change nothing."""
+        row = store.get_approval(db, decision.request_id)
+        if row is None:
+            return DecisionOutcome(False, "Unknown or expired request.", "unknown")
+        who = {
+            "address": str(decision.decided_by),
+            "sender_id": decision.sender_id,
+            "via": decision.via,
+        }
+        if row.status != store.PENDING:
+            return DecisionOutcome(False, f"Already decided: {row.status}.", "decided", row)
+        if not self._may_decide(row, decision):
+            self.audit.write(
+                db,
+                "approval.refused",
+                trace_id=row.trace_id,
+                session_key=row.session_key,
+                approval_id=row.id,
+                decided_by=who,
+                reason="not an approver here",
+            )
+            return DecisionOutcome(
+                False, "You are not allowed to decide this request.", "forbidden", row
+            )
+        if row.expired_at(self.clock()):
+            outcome = self._expire(db, row)
+            outcome.ok, outcome.code = False, "expired"
+            outcome.message = "This request has expired."
+            return outcome
+        verb = decision.verb
+        if verb is DecisionVerb.ALLOW_FOR and row.risk != Risk.WRITE:
+            return DecisionOutcome(
+                False, "Allow-for-a-time is offered only for write tools.", "verb", row
+            )
+        status = store.DENIED if verb is DecisionVerb.DENY else store.APPROVED
+        if not store.decide(db, row.id, status, verb=verb.value, decided_by=who):
+            return DecisionOutcome(False, "Already decided.", "decided", row)
+        if verb is DecisionVerb.ALLOW_FOR:
+            seconds = decision.allow_for_seconds or ALLOW_FOR_SECONDS
+            store.add_grant(db, row.session_key, row.tool, self.clock() + seconds, row.id)
+        self.audit.write(
+            db,
+            "approval.decided",
+            trace_id=row.trace_id,
+            session_key=row.session_key,
+            approval_id=row.id,
+            status=status,
+            verb=verb.value,
+            decided_by=who,
+        )
+        name = decision.decided_by.channel if decision.via == "admin" else (decision.sender_id)
+        label = {store.APPROVED: "✅ Approved", store.DENIED: "❌ Denied"}[status]
+        text = f"{label} by {name} at {_clock_text(self.clock())}"
+        self._edit_prompt(db, row, text)
+        return DecisionOutcome(
+            True,
+            f"{label.split(' ', 1)[1]}.",
+            status,
+            row,
+            resume_turns=[row.turn_id],
+        )
+
+    def _may_decide(self, row: store.ApprovalRow, decision: ApprovalDecision) -> bool:
+        if decision.via == "admin":  # the owner at the server, through `echo-bot approvals`
+            return True
+        if str(decision.decided_by) != row.prompt_to:
+            return False
+        return self.directory.is_approver(decision.decided_by, decision.sender_id)
+
+    def _edit_prompt(self, db: SqlDb, row: store.ApprovalRow, outcome: str) -> None:
+        if not row.prompt_outbound_id:
+            return
+        call = render_call(row.tool, self.masker.mask_data(row.args))
+        if len(call) > PROMPT_ARGS_LIMIT:
+            call = call[:PROMPT_ARGS_LIMIT] + "…"
+        enqueue_outbound(
+            db,
+            OutboundMessage(
+                to=Address.parse(row.prompt_to),
+                text=f"{outcome}\n{call}\nRequest {row.id}",
+                kind=OutboundKind.APPROVAL,
+                edit_of=row.prompt_outbound_id,
+                trace_id=row.trace_id,
+                metadata={"approval_id": row.id, "outcome": outcome},
+            ),
+        )
+
+    # -- expiry ------------------------------------------------------------------------
+    def _expire(self, db: SqlDb, row: store.ApprovalRow) -> DecisionOutcome:
+        if not store.decide(db, row.id, store.EXPIRED, verb=None, decided_by=None):
+            return DecisionOutcome(False, "Already decided.", "decided", row)
+        self.audit.write(
+            db,
+            "approval.expired",
+            trace_id=row.trace_id,
+            session_key=row.session_key,
+            approval_id=row.id,
+        )
+        self._edit_prompt(db, row, "⌛ Expired")
+        return DecisionOutcome(True, "Expired.", store.EXPIRED, row, resume_turns=[row.turn_id])
+
+    def expire_due(self, db: SqlDb) -> list[str]:
+        """Expire every pending request whose time is up; return the turns to resume."""
+        turns: list[str] = []
+        for approval_id in store.due_for_expiry(db, self.clock()):
+            row = store.get_approval(db, approval_id)
+            if row is not None:
+                turns += self._expire(db, row).resume_turns
+        return turns

@@ -1,0 +1,155 @@
+"""Durable approval requests and time-boxed grants. Decisions are compare-and-set."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from sqlite_utils import Database as SqlDb
+
+PENDING, APPROVED, DENIED, EXPIRED = "pending", "approved", "denied", "expired"
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRow:
+    id: str
+    turn_id: str
+    session_key: str
+    trace_id: str
+    tool: str
+    args: dict[str, Any]
+    args_hash: str
+    risk: str
+    requested_by: dict[str, Any]
+    origin: str
+    prompt_to: str
+    prompt_outbound_id: str | None
+    status: str
+    verb: str | None
+    decided_by: dict[str, Any] | None
+    decided_at: float | None
+    created_at: float
+    expires_at: float
+
+    def expired_at(self, now: float) -> bool:
+        return now >= self.expires_at
+
+
+_COLUMNS = (
+    "id, turn_id, session_key, trace_id, tool, args, args_hash, risk, requested_by, origin,"
+    " prompt_to, prompt_outbound_id, status, verb, decided_by, decided_at, created_at, expires_at"
+)
+
+
+def _row(raw: tuple) -> ApprovalRow:  # type: ignore[type-arg]
+    values = list(raw)
+    values[5] = json.loads(values[5])
+    values[8] = json.loads(values[8])
+    values[14] = json.loads(values[14]) if values[14] else None
+    return ApprovalRow(*values)
+
+
+def insert_approval(
+    db: SqlDb,
+    *,
+    approval_id: str,
+    turn_id: str,
+    session_key: str,
+    trace_id: str,
+    tool: str,
+    args: dict[str, Any],
+    args_hash: str,
+    risk: str,
+    requested_by: dict[str, Any],
+    origin: str,
+    prompt_to: str,
+    prompt_outbound_id: str | None,
+    expires_at: float,
+) -> None:
+    db.execute(
+        f"INSERT INTO approvals ({_COLUMNS}) VALUES"
+        " (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', NULL, NULL, NULL, ?, ?)",
+        [
+            approval_id,
+            turn_id,
+            session_key,
+            trace_id,
+            tool,
+            json.dumps(args, sort_keys=True),
+            args_hash,
+            risk,
+            json.dumps(requested_by),
+            origin,
+            prompt_to,
+            prompt_outbound_id,
+            time.time(),
+            expires_at,
+        ],
+    )
+
+
+def get_approval(db: SqlDb, approval_id: str) -> ApprovalRow | None:
+    raw = db.execute(f"SELECT {_COLUMNS} FROM approvals WHERE id = ?", [approval_id]).fetchone()
+    return _row(tuple(raw)) if raw else None
+
+
+def list_approvals(db: SqlDb, status: str | None = PENDING, limit: int = 100) -> list[ApprovalRow]:
+    if status is None:
+        rows = db.execute(
+            f"SELECT {_COLUMNS} FROM approvals ORDER BY created_at DESC LIMIT ?", [limit]
+        ).fetchall()
+    else:
+        rows = db.execute(
+            f"SELECT {_COLUMNS} FROM approvals WHERE status = ? ORDER BY created_at LIMIT ?",
+            [status, limit],
+        ).fetchall()
+    return [_row(tuple(r)) for r in rows]
+
+
+def decide(
+    db: SqlDb,
+    approval_id: str,
+    status: str,
+    *,
+    verb: str | None,
+    decided_by: dict[str, Any] | None,
+) -> bool:
+    """Compare-and-set from pending; False when someone (or expiry) got there first."""
+    cursor = db.execute(
+        "UPDATE approvals SET status = ?, verb = ?, decided_by = ?, decided_at = ?"
+        " WHERE id = ? AND status = 'pending'",
+        [status, verb, json.dumps(decided_by) if decided_by else None, time.time(), approval_id],
+    )
+    return cursor.rowcount == 1
+
+
+def due_for_expiry(db: SqlDb, now: float) -> list[str]:
+    rows = db.execute(
+        "SELECT id FROM approvals WHERE status = 'pending' AND expires_at <= ?", [now]
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+def next_expiry(db: SqlDb) -> float | None:
+    return db.execute("SELECT MIN(expires_at) FROM approvals WHERE status = 'pending'").fetchone()[
+        0
+    ]
+
+
+def add_grant(db: SqlDb, session_key: str, tool: str, until: float, approval_id: str) -> None:
+    db.execute(
+        "INSERT INTO grants (session_key, tool, until, approval_id) VALUES (?, ?, ?, ?)"
+        " ON CONFLICT(session_key, tool) DO UPDATE SET until = excluded.until,"
+        " approval_id = excluded.approval_id",
+        [session_key, tool, until, approval_id],
+    )
+
+
+def has_grant(db: SqlDb, session_key: str, tool: str, now: float) -> bool:
+    row = db.execute(
+        "SELECT 1 FROM grants WHERE session_key = ? AND tool = ? AND until > ?",
+        [session_key, tool, now],
+    ).fetchone()
+    return row is not None

@@ -1,0 +1,114 @@
+"""The SQLite file: one connection on one dedicated thread, WAL, forward migrations.
+
+Every query runs on that thread (``await db.run(fn)``), so the event loop never blocks
+on disk and there is exactly one writer per process. Other processes (the management
+commands) open their own connection; SQLite's locking and ``busy_timeout`` serialise
+them with the daemon.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TypeVar
+
+from sqlite_utils import Database as SqliteUtilsDatabase
+
+from ..errors import StoreError
+from .schema import migrate
+
+T = TypeVar("T")
+
+DB_FILENAME = "echo-bot.sqlite3"
+
+
+class Database:
+    def __init__(self, path: Path, *, durability: str = "normal") -> None:
+        self.path = path
+        self._durability = durability
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="echo-bot-sqlite")
+        self._conn: sqlite3.Connection | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle -------------------------------------------------------------------
+    async def open(self) -> None:
+        await self._submit(self._open)
+
+    def open_sync(self) -> None:
+        """For short-lived management commands that have no event loop."""
+        self._executor.submit(self._open).result()
+
+    def _open(self) -> None:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(
+                self.path, isolation_level=None, check_same_thread=False, timeout=10
+            )
+            conn.row_factory = sqlite3.Row
+            conn.execute("PRAGMA busy_timeout = 10000")
+            conn.execute("PRAGMA journal_mode = WAL")
+            sync = "FULL" if self._durability == "full" else "NORMAL"
+            conn.execute(f"PRAGMA synchronous = {sync}")
+            conn.execute("PRAGMA foreign_keys = ON")
+            self._conn = conn
+            self._thread = threading.current_thread()
+            with self.transaction() as db:
+                migrate(db)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open the store {self.path}: {exc}") from exc
+
+    async def close(self) -> None:
+        await self._submit(self._close)
+        self._executor.shutdown(wait=True)
+
+    def close_sync(self) -> None:
+        self._executor.submit(self._close).result()
+        self._executor.shutdown(wait=True)
+
+    def _close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    # -- running work on the store thread ---------------------------------------------
+    async def _submit(self, fn: Callable[[], T]) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, fn)
+
+    async def run(self, fn: Callable[[SqliteUtilsDatabase], T]) -> T:
+        """Run ``fn(db)`` inside one transaction on the store thread."""
+
+        def job() -> T:
+            with self.transaction() as db:
+                return fn(db)
+
+        return await self._submit(job)
+
+    def run_sync(self, fn: Callable[[SqliteUtilsDatabase], T]) -> T:
+        def job() -> T:
+            with self.transaction() as db:
+                return fn(db)
+
+        return self._executor.submit(job).result()
+
+    @contextmanager
+    def transaction(self) -> Iterator[SqliteUtilsDatabase]:
+        """BEGIN IMMEDIATE … COMMIT on the store thread (rolls back on error)."""
+        conn = self._conn
+        if conn is None:
+            raise StoreError("the store is not open")
+        if threading.current_thread() is not self._thread:
+            raise StoreError("store used outside its thread")
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield SqliteUtilsDatabase(conn)
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        else:
+            conn.execute("COMMIT")

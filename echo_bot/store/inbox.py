@@ -1,0 +1,111 @@
+"""The inbox: every inbound committed (deduplicated) before anyone acknowledges it."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from sqlite_utils import Database as SqlDb
+
+from ..bus import Published
+from ..events import InboundMessage, InboundStatus
+from .db import Database
+
+
+@dataclass(frozen=True, slots=True)
+class InboxRow:
+    seq: int
+    message: InboundMessage
+    status: InboundStatus
+    error: str | None
+
+
+def _row(raw: dict) -> InboxRow:  # type: ignore[type-arg]
+    return InboxRow(
+        seq=raw["seq"],
+        message=InboundMessage.model_validate_json(raw["payload"]),
+        status=InboundStatus(raw["status"]),
+        error=raw["error"],
+    )
+
+
+class SqliteInbox:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def add(self, message: InboundMessage) -> Published:
+        return await self._db.run(lambda db: add_inbound(db, message))
+
+    async def after(self, seq: int, limit: int = 500) -> list[InboxRow]:
+        """Rows committed after ``seq`` (also by other processes), oldest first."""
+        return await self._db.run(lambda db: rows_after(db, seq, limit))
+
+    async def unfinished(self) -> list[InboxRow]:
+        def query(db: SqlDb) -> list[InboxRow]:
+            cursor = db.execute(
+                "SELECT * FROM inbox WHERE status IN (?, ?, ?) ORDER BY seq",
+                [InboundStatus.ACCEPTED, InboundStatus.RUNNING, InboundStatus.WAITING_APPROVAL],
+            )
+            return [_row(dict(r)) for r in cursor.fetchall()]
+
+        return await self._db.run(query)
+
+    async def get(self, inbound_id: str) -> InboxRow | None:
+        return await self._db.run(lambda db: get_inbound(db, inbound_id))
+
+    async def set_status(
+        self, inbound_id: str, status: InboundStatus, error: str | None = None
+    ) -> None:
+        await self._db.run(lambda db: set_inbound_status(db, inbound_id, status, error))
+
+    async def last_seq(self) -> int:
+        def query(db: SqlDb) -> int:
+            return db.execute("SELECT COALESCE(MAX(seq), 0) FROM inbox").fetchone()[0]
+
+        return await self._db.run(query)
+
+
+def add_inbound(db: SqlDb, message: InboundMessage) -> Published:
+    now = time.time()
+    cursor = db.execute(
+        "INSERT INTO inbox (id, kind, channel, session_key, external_id, payload, status,"
+        " received_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        " ON CONFLICT DO NOTHING",
+        [
+            message.id,
+            message.kind,
+            message.address.channel,
+            message.session_key,
+            message.external_id,
+            message.model_dump_json(),
+            InboundStatus.ACCEPTED,
+            message.received_at.timestamp(),
+            now,
+        ],
+    )
+    if cursor.rowcount == 1:
+        return Published(inbound_id=message.id, duplicate=False)
+    existing = db.execute(
+        "SELECT id FROM inbox WHERE (channel = ? AND external_id = ?) OR id = ?",
+        [message.address.channel, message.external_id, message.id],
+    ).fetchone()
+    return Published(inbound_id=existing[0] if existing else message.id, duplicate=True)
+
+
+def rows_after(db: SqlDb, seq: int, limit: int) -> list[InboxRow]:
+    cursor = db.execute("SELECT * FROM inbox WHERE seq > ? ORDER BY seq LIMIT ?", [seq, limit])
+    return [_row(dict(r)) for r in cursor.fetchall()]
+
+
+def get_inbound(db: SqlDb, inbound_id: str) -> InboxRow | None:
+    raw = db.execute("SELECT * FROM inbox WHERE id = ?", [inbound_id]).fetchone()
+    return _row(dict(raw)) if raw else None
+
+
+def set_inbound_status(
+    db: SqlDb, inbound_id: str, status: InboundStatus, error: str | None = None
+) -> None:
+    db.execute(
+        "UPDATE inbox SET status = ?, error = ?, updated_at = ? WHERE id = ?",
+        [status, error, time.time(), inbound_id],
+    )

@@ -1,0 +1,131 @@
+"""The outbox: outbound committed first, delivered per chat in order, retried."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from sqlite_utils import Database as SqlDb
+
+from ..events import OutboundMessage, Receipt
+from .db import Database
+
+QUEUED, SENT, FAILED = "queued", "sent", "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxRow:
+    seq: int
+    message: OutboundMessage
+    attempts: int
+
+
+class SqliteOutbox:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def enqueue(self, message: OutboundMessage) -> None:
+        await self._db.run(lambda db: enqueue_outbound(db, message))
+
+    async def due(self, channels: Iterable[str], now: float, limit: int = 100) -> list[OutboxRow]:
+        """The head of each chat's queue, when its next attempt is due."""
+        names = sorted(set(channels))
+        if not names:
+            return []
+        marks = ",".join("?" for _ in names)
+
+        def query(db: SqlDb) -> list[OutboxRow]:
+            cursor = db.execute(
+                f"""
+                SELECT o.seq, o.payload, o.attempts FROM outbox o
+                JOIN (SELECT chat_key, MIN(seq) AS head FROM outbox
+                      WHERE status = 'queued' AND channel IN ({marks}) GROUP BY chat_key) h
+                  ON o.seq = h.head
+                WHERE o.next_attempt_at <= ? ORDER BY o.seq LIMIT ?
+                """,
+                [*names, now, limit],
+            )
+            return [
+                OutboxRow(r[0], OutboundMessage.model_validate_json(r[1]), r[2])
+                for r in cursor.fetchall()
+            ]
+
+        return await self._db.run(query)
+
+    async def next_due_at(self, channels: Iterable[str]) -> float | None:
+        names = sorted(set(channels))
+        if not names:
+            return None
+        marks = ",".join("?" for _ in names)
+
+        def query(db: SqlDb) -> float | None:
+            return db.execute(
+                f"SELECT MIN(next_attempt_at) FROM outbox WHERE status = 'queued'"
+                f" AND channel IN ({marks})",
+                names,
+            ).fetchone()[0]
+
+        return await self._db.run(query)
+
+    async def receipt_of(self, outbound_id: str) -> str | None:
+        def query(db: SqlDb) -> str | None:
+            row = db.execute(
+                "SELECT channel_message_id FROM receipts WHERE outbound_id = ?", [outbound_id]
+            ).fetchone()
+            return row[0] if row else None
+
+        return await self._db.run(query)
+
+    async def mark_sent(self, message: OutboundMessage, receipt: Receipt) -> None:
+        def write(db: SqlDb) -> None:
+            now = time.time()
+            db.execute(
+                "UPDATE outbox SET status = 'sent', attempts = attempts + 1, finished_at = ?"
+                " WHERE id = ?",
+                [now, message.id],
+            )
+            db.execute(
+                "INSERT OR REPLACE INTO receipts VALUES (?, ?, ?, ?)",
+                [message.id, message.to.channel, receipt.channel_message_id, now],
+            )
+
+        await self._db.run(write)
+
+    async def mark_retry(self, outbound_id: str, error: str, next_attempt_at: float) -> None:
+        await self._db.run(
+            lambda db: db.execute(
+                "UPDATE outbox SET attempts = attempts + 1, last_error = ?, next_attempt_at = ?"
+                " WHERE id = ?",
+                [error, next_attempt_at, outbound_id],
+            )
+        )
+
+    async def mark_failed(self, outbound_id: str, error: str) -> None:
+        await self._db.run(
+            lambda db: db.execute(
+                "UPDATE outbox SET status = 'failed', attempts = attempts + 1, last_error = ?,"
+                " finished_at = ? WHERE id = ?",
+                [error, time.time(), outbound_id],
+            )
+        )
+
+    async def pending_count(self, chat_key: str | None = None) -> int:
+        def query(db: SqlDb) -> int:
+            if chat_key is None:
+                sql, args = "SELECT COUNT(*) FROM outbox WHERE status = 'queued'", []
+            else:
+                sql = "SELECT COUNT(*) FROM outbox WHERE status = 'queued' AND chat_key = ?"
+                args = [chat_key]
+            return db.execute(sql, args).fetchone()[0]
+
+        return await self._db.run(query)
+
+
+def enqueue_outbound(db: SqlDb, message: OutboundMessage) -> None:
+    now = time.time()
+    db.execute(
+        "INSERT INTO outbox (id, channel, chat_key, payload, status, next_attempt_at,"
+        " created_at) VALUES (?, ?, ?, ?, 'queued', ?, ?) ON CONFLICT(id) DO NOTHING",
+        [message.id, message.to.channel, str(message.to), message.model_dump_json(), now, now],
+    )

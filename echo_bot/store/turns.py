@@ -1,0 +1,185 @@
+"""Turn checkpoints: history messages, turns, and the tool calls of each step.
+
+A step (the brain's reply with its tool calls) is committed before any call runs, and a
+side-effecting call is marked "started" before it runs and "done" after, so recovery
+after a crash knows exactly which calls may have happened.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from sqlite_utils import Database as SqlDb
+
+from ..conversation import ChatMessage, ToolCall
+
+# tool call statuses
+PLANNED, WAITING, APPROVED, STARTED, DONE = "planned", "waiting", "approved", "started", "done"
+
+
+@dataclass(frozen=True, slots=True)
+class TurnRow:
+    id: str
+    session_key: str
+    trace_id: str
+    step: int
+    status: str
+
+
+@dataclass(frozen=True, slots=True)
+class CallRow:
+    id: str
+    turn_id: str
+    step: int
+    idx: int
+    name: str
+    args: dict[str, Any]
+    args_hash: str
+    status: str
+    approval_id: str | None
+    result: dict[str, Any] | None
+
+
+def get_turn(db: SqlDb, turn_id: str) -> TurnRow | None:
+    raw = db.execute(
+        "SELECT id, session_key, trace_id, step, status FROM turns WHERE id = ?", [turn_id]
+    ).fetchone()
+    return TurnRow(*raw) if raw else None
+
+
+def create_turn(db: SqlDb, turn_id: str, session_key: str, trace_id: str) -> TurnRow:
+    now = time.time()
+    db.execute(
+        "INSERT INTO turns (id, session_key, trace_id, step, status, created_at, updated_at)"
+        " VALUES (?, ?, ?, 0, 'running', ?, ?) ON CONFLICT(id) DO NOTHING",
+        [turn_id, session_key, trace_id, now, now],
+    )
+    row = get_turn(db, turn_id)
+    assert row is not None
+    return row
+
+
+def set_turn(
+    db: SqlDb, turn_id: str, *, step: int | None = None, status: str | None = None
+) -> None:
+    sets, args = ["updated_at = ?"], [time.time()]
+    if step is not None:
+        sets.append("step = ?")
+        args.append(step)
+    if status is not None:
+        sets.append("status = ?")
+        args.append(status)
+    db.execute(f"UPDATE turns SET {', '.join(sets)} WHERE id = ?", [*args, turn_id])
+
+
+def append_message(db: SqlDb, session_key: str, turn_id: str, message: ChatMessage) -> None:
+    db.execute(
+        "INSERT INTO messages (session_key, turn_id, role, content, tool_calls, tool_call_id,"
+        " name, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        [
+            session_key,
+            turn_id,
+            message.role,
+            message.content,
+            json.dumps([c.to_json() for c in message.tool_calls]) if message.tool_calls else None,
+            message.tool_call_id,
+            message.name,
+            time.time(),
+        ],
+    )
+
+
+def history(db: SqlDb, session_key: str, limit: int = 200) -> list[ChatMessage]:
+    rows = db.execute(
+        "SELECT role, content, tool_calls, tool_call_id, name, turn_id FROM messages"
+        " WHERE session_key = ? ORDER BY seq DESC LIMIT ?",
+        [session_key, limit],
+    ).fetchall()
+    messages = []
+    for role, content, calls, call_id, name, turn_id in reversed(rows):
+        tool_calls = tuple(ToolCall.from_json(c) for c in json.loads(calls)) if calls else ()
+        messages.append(
+            ChatMessage(
+                role=role,
+                content=content,
+                tool_calls=tool_calls,
+                tool_call_id=call_id,
+                name=name,
+                turn_id=turn_id,
+            )
+        )
+    return messages
+
+
+def add_calls(db: SqlDb, turn_id: str, step: int, calls: list[tuple[ToolCall, str]]) -> None:
+    db["tool_calls"].insert_all(
+        [
+            {
+                "id": call.id,
+                "turn_id": turn_id,
+                "step": step,
+                "idx": idx,
+                "name": call.name,
+                "args": json.dumps(call.args, sort_keys=True),
+                "args_hash": args_hash,
+                "status": PLANNED,
+            }
+            for idx, (call, args_hash) in enumerate(calls)
+        ]
+    )
+
+
+def calls_of_step(db: SqlDb, turn_id: str, step: int) -> list[CallRow]:
+    rows = db.execute(
+        "SELECT id, turn_id, step, idx, name, args, args_hash, status, approval_id, result"
+        " FROM tool_calls WHERE turn_id = ? AND step = ? ORDER BY idx",
+        [turn_id, step],
+    ).fetchall()
+    return [
+        CallRow(
+            id=r[0],
+            turn_id=r[1],
+            step=r[2],
+            idx=r[3],
+            name=r[4],
+            args=json.loads(r[5]),
+            args_hash=r[6],
+            status=r[7],
+            approval_id=r[8],
+            result=json.loads(r[9]) if r[9] else None,
+        )
+        for r in rows
+    ]
+
+
+def set_call(
+    db: SqlDb,
+    call_id: str,
+    status: str,
+    *,
+    result: dict[str, Any] | None = None,
+    approval_id: str | None = None,
+) -> None:
+    now = time.time()
+    sets = ["status = ?"]
+    args: list[Any] = [status]
+    if status == STARTED:
+        sets.append("started_at = ?")
+        args.append(now)
+    if result is not None:
+        sets += ["result = ?", "finished_at = ?"]
+        args += [json.dumps(result), now]
+    if approval_id is not None:
+        sets.append("approval_id = ?")
+        args.append(approval_id)
+    db.execute(f"UPDATE tool_calls SET {', '.join(sets)} WHERE id = ?", [*args, call_id])
+
+
+def turns_waiting_on(db: SqlDb, approval_id: str) -> list[str]:
+    rows = db.execute(
+        "SELECT DISTINCT turn_id FROM tool_calls WHERE approval_id = ?", [approval_id]
+    ).fetchall()
+    return [r[0] for r in rows]
