@@ -8,9 +8,9 @@ HTTP 202) as soon as ``publish`` returns.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
 
 from .events import InboundMessage, OutboundMessage, Receipt
 
@@ -31,9 +31,6 @@ class Outbox(Protocol):
     async def enqueue(self, message: OutboundMessage) -> None:
         """Commit ``message`` for delivery (per-chat FIFO, retried until delivered)."""
         ...
-
-
-InboundListener = Callable[[Published], Awaitable[None] | None]
 
 
 class Bus:
@@ -64,11 +61,24 @@ class Bus:
         self._outbound_listeners.append(listener)
 
 
+@dataclass(frozen=True, slots=True)
+class ChannelSetup:
+    """What ``app`` hands a channel at construction: its own config section and hooks."""
+
+    section: Any
+    request_stop: Callable[[], None]
+    environ: Mapping[str, str]
+    commands: Sequence[tuple[str, str]] = ()
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
 @runtime_checkable
 class Channel(Protocol):
     """A channel adapter. New channel = a module in ``channels/`` + one registry line."""
 
     name: str
+
+    def __init__(self, setup: ChannelSetup) -> None: ...
 
     async def start(self, bus: Bus) -> None: ...
 

@@ -92,6 +92,9 @@ class ApprovalGate:
         prompt = self._prompt(
             approval_id, tool, args, risk, reason, requester, origin, prompt_to, expires_at
         )
+        prompt = prompt.model_copy(
+            update={"trace_id": trace_id, "metadata": {**prompt.metadata, "inbound_id": turn_id}}
+        )
         enqueue_outbound(db, prompt)
         store.insert_approval(
             db,
@@ -130,6 +133,7 @@ class ApprovalGate:
                     f"(id {approval_id}).",
                     kind=OutboundKind.NOTICE,
                     trace_id=trace_id,
+                    metadata={"inbound_id": turn_id},
                 ),
             )
         return approval_id

@@ -31,7 +31,7 @@ class AuditWriter:
     def write(
         self,
         db: SqlDb,
-        kind: str,
+        event: str,
         *,
         trace_id: str | None,
         session_key: str | None,
@@ -40,7 +40,7 @@ class AuditWriter:
         masked = self.masker.mask_data(data)
         db.execute(
             "INSERT INTO audit (ts, trace_id, session_key, kind, data) VALUES (?, ?, ?, ?, ?)",
-            [time.time(), trace_id, session_key, kind, json.dumps(masked, default=str)],
+            [time.time(), trace_id, session_key, event, json.dumps(masked, default=str)],
         )
 
 

@@ -1,0 +1,177 @@
+"""Management commands that work beside a running daemon: they read the store, and
+submit decisions as inbox events that the daemon picks up (within a second or two)."""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TypeVar
+
+from sqlite_utils import Database as SqlDb
+
+from .approvals.gate import render_call
+from .config import LoadedConfig, llm_enabled, secret_env_names, telegram_enabled
+from .durations import format_duration
+from .events import Address, ApprovalDecision, DecisionVerb, InboundKind, InboundMessage, Sender
+from .statedir import daemon_pid
+from .store import DB_FILENAME, Database
+from .store import approvals as approval_store
+from .store.audit import read_audit
+from .store.inbox import add_inbound, get_inbound
+
+T = TypeVar("T")
+
+ADMIN_ADDRESS = Address(channel="cli", chat_id="admin")
+
+
+def _clock(ts: float | None) -> str:
+    if ts is None:
+        return "-"
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _with_store(state_dir: Path, fn: Callable[[SqlDb], T]) -> T:
+    path = state_dir / DB_FILENAME
+    if not path.exists():
+        raise SystemExit(f"echo-bot: no store at {path} (has the daemon ever run here?)")
+    db = Database(path)
+    db.open_sync()
+    try:
+        return db.run_sync(fn)
+    finally:
+        db.close_sync()
+
+
+# -- check-config -------------------------------------------------------------------------
+def check_config(loaded: LoadedConfig, state_dir: Path) -> int:
+    from .app import build_core
+
+    core = build_core(loaded, state_dir, os.environ)
+    config = loaded.config
+    env = os.environ
+    lines = [
+        f"config: {loaded.path or 'embedded defaults'} — valid",
+        f"state dir: {state_dir}",
+        f"brain: {'llm (' + config.openai.model + ')' if llm_enabled(loaded, env) else 'rules'}",
+        f"telegram: {'on' if telegram_enabled(loaded, env) else 'off'}",
+        f"webhook: {'on' if config.webhook.enabled else 'off'} "
+        f"({len(config.webhook.routes)} route(s))",
+        f"cron jobs: {len(config.cron)}",
+        f"tools (profile {config.tools.profile}): "
+        + (", ".join(t.name for t in core.exposed) or "none"),
+        f"shell_exec: {'on' if config.tools.shell.enabled else 'off'}",
+        f"approvals: timeout {format_duration(config.approvals.timeout)}, "
+        f"default chat {config.approvals.default_chat or 'none'}",
+    ]
+    secrets = [
+        f"{name} {'set' if env.get(name) else 'not set'}" for name in secret_env_names(config)
+    ]
+    lines.append("secrets (environment): " + ", ".join(secrets))
+    print("\n".join(lines))
+    return 0
+
+
+# -- approvals ----------------------------------------------------------------------------
+def approvals_command(state_dir: Path, action: str, approval_id: str | None, wait: float) -> int:
+    if action == "list":
+        rows = _with_store(state_dir, lambda db: approval_store.list_approvals(db))
+        if not rows:
+            print("No approvals are pending.")
+            return 0
+        for row in rows:
+            print(
+                f"{row.id}  {row.tool} ({row.risk})  asked by {row.requested_by.get('name')} "
+                f"in {row.origin}  expires {_clock(row.expires_at)}"
+            )
+        return 0
+    if not approval_id:
+        print(f"echo-bot: approvals {action} needs a request id")
+        return 2
+    row = _with_store(state_dir, lambda db: approval_store.get_approval(db, approval_id))
+    if row is None:
+        print(f"echo-bot: unknown approval request {approval_id}")
+        return 1
+    if action == "show":
+        _show(row)
+        return 0
+    if row.status != approval_store.PENDING:
+        who = (row.decided_by or {}).get("sender_id", "")
+        print(
+            f"echo-bot: request {row.id} is already {row.status}"
+            + (f" (by {who} at {_clock(row.decided_at)})" if who else "")
+            + "; nothing changed"
+        )
+        return 1
+    if time.time() >= row.expires_at:
+        print(f"echo-bot: request {row.id} has expired; nothing changed")
+        return 1
+    return _submit_decision(state_dir, row.id, action, wait)
+
+
+def _show(row: approval_store.ApprovalRow) -> None:
+    print(f"request:   {row.id}")
+    print(f"status:    {row.status}")
+    print(f"tool:      {row.tool} ({row.risk})")
+    print(f"call:      {render_call(row.tool, row.args)}")
+    print("arguments (in full):")
+    print(json.dumps(row.args, indent=2, ensure_ascii=False))
+    print(f"asked by:  {row.requested_by.get('name')} in {row.origin}")
+    print(f"prompt in: {row.prompt_to}")
+    print(f"created:   {_clock(row.created_at)}")
+    print(f"expires:   {_clock(row.expires_at)}")
+    if row.decided_at:
+        print(f"decided:   {row.verb} by {row.decided_by} at {_clock(row.decided_at)}")
+
+
+def _submit_decision(state_dir: Path, approval_id: str, action: str, wait: float) -> int:
+    user = getpass.getuser()
+    verb = DecisionVerb.APPROVE_ONCE if action == "approve" else DecisionVerb.DENY
+    message = InboundMessage(
+        kind=InboundKind.APPROVAL_DECISION,
+        address=ADMIN_ADDRESS,
+        sender=Sender(id=user, name=user),
+        decision=ApprovalDecision(
+            request_id=approval_id,
+            verb=verb,
+            decided_by=ADMIN_ADDRESS,
+            sender_id=user,
+            via="admin",
+        ),
+        external_id=f"admin-{os.getpid()}-{time.time_ns()}",
+    )
+    _with_store(state_dir, lambda db: add_inbound(db, message))
+    pid = daemon_pid(state_dir)
+    if pid is None:
+        print(f"Decision recorded ({action}); no daemon is running — it applies when one starts.")
+        return 0
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        row = _with_store(state_dir, lambda db: get_inbound(db, message.id))
+        if row is not None and row.status.terminal:
+            if row.status == "done":
+                done = "Approved" if verb is DecisionVerb.APPROVE_ONCE else "Denied"
+                print(f"{done}: {approval_id}")
+                return 0
+            print(f"echo-bot: refused: {row.error}")
+            return 1
+        time.sleep(0.2)
+    print(f"Decision submitted; the daemon (pid {pid}) has not applied it yet.")
+    return 0
+
+
+# -- audit --------------------------------------------------------------------------------
+def audit_command(state_dir: Path, tail: int, trace: str | None) -> int:
+    rows = _with_store(state_dir, lambda db: read_audit(db, tail=tail, trace_id=trace))
+    for row in rows:
+        data = " ".join(
+            f"{k}={json.dumps(v, ensure_ascii=False) if not isinstance(v, str) else v!r}"
+            for k, v in row.data.items()
+            if v not in (None, "", [], {})
+        )
+        print(f"{_clock(row.ts)} {(row.trace_id or '-')[:12]} {row.kind:<18} {data}")
+    return 0

@@ -1,0 +1,252 @@
+"""Tool calls of one step: checked, gated, run at most once, recorded.
+
+A call moves planned → (waiting → approved | done) → started → done. Side-effecting
+calls are marked "started" in their own commit before they run; a call found
+"started" later was interrupted by a crash and is reported OUTCOME_UNKNOWN, never
+re-run. Read-only calls are simply run again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlite_utils import Database as SqlDb
+
+from ..approvals import ApprovalGate, ApprovalPolicy, ApproverDirectory
+from ..events import InboundMessage
+from ..store import approvals as approval_store
+from ..store import turns as turn_store
+from ..store.audit import AuditWriter
+from ..store.db import Database
+from ..store.turns import CallRow, TurnRow
+from ..tools.base import ErrorCode, Risk, Tool, ToolContext, ToolResult
+from ..tools.registry import ToolRegistry
+
+log = logging.getLogger(__name__)
+
+
+def args_hash(name: str, args: dict[str, Any]) -> str:
+    canonical = json.dumps([name, args], sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class StepOutcome:
+    waiting: bool
+    calls: list[CallRow]
+
+
+class CallExecutor:
+    def __init__(
+        self,
+        *,
+        db: Database,
+        registry: ToolRegistry,
+        policy: ApprovalPolicy,
+        gate: ApprovalGate,
+        directory: ApproverDirectory,
+        audit: AuditWriter,
+    ) -> None:
+        self.db = db
+        self.registry = registry
+        self.policy = policy
+        self.gate = gate
+        self.directory = directory
+        self.audit = audit
+
+    def context(self, inbound: InboundMessage, call: CallRow) -> ToolContext:
+        return ToolContext(
+            trace_id=inbound.trace_id,
+            session_key=inbound.session_key,
+            origin=inbound.address,
+            user=inbound.sender,
+            idempotency_key=call.id,
+            approval_id=call.approval_id,
+        )
+
+    async def run_step(
+        self, inbound: InboundMessage, turn: TurnRow, exposed: Sequence[Tool]
+    ) -> StepOutcome:
+        """Advance every call of the turn's current step as far as it can go now."""
+        available = {tool.name: tool for tool in exposed}
+
+        def settle(db: SqlDb) -> list[CallRow]:
+            calls = turn_store.calls_of_step(db, turn.id, turn.step)
+            for call in calls:
+                self._settle(db, inbound, turn, call, available, calls)
+            return turn_store.calls_of_step(db, turn.id, turn.step)
+
+        calls = await self.db.run(settle)
+        runnable = [c for c in calls if c.status == turn_store.APPROVED]
+        tools = [available[c.name] for c in runnable]
+        if runnable and all(
+            t.risk_for(c.args) == Risk.READ for t, c in zip(tools, runnable, strict=True)
+        ):
+            await asyncio.gather(
+                *(self._run(inbound, t, c) for t, c in zip(tools, runnable, strict=True))
+            )
+        else:
+            for tool, call in zip(tools, runnable, strict=True):
+                await self._run(inbound, tool, call)
+        calls = await self.db.run(lambda db: turn_store.calls_of_step(db, turn.id, turn.step))
+        return StepOutcome(waiting=any(c.status == turn_store.WAITING for c in calls), calls=calls)
+
+    # -- deciding what a call may do (inside one transaction) ---------------------------
+    def _settle(
+        self,
+        db: SqlDb,
+        inbound: InboundMessage,
+        turn: TurnRow,
+        call: CallRow,
+        available: dict[str, Tool],
+        siblings: list[CallRow],
+    ) -> None:
+        if call.status == turn_store.PLANNED:
+            self._plan(db, inbound, turn, call, available, siblings)
+        elif call.status == turn_store.WAITING:
+            self._check_approval(db, inbound, call)
+        elif call.status == turn_store.STARTED:
+            tool = available.get(call.name) or self.registry.get(call.name)
+            if tool is not None and tool.risk_for(call.args) == Risk.READ:
+                turn_store.set_call(db, call.id, turn_store.APPROVED)
+            else:
+                result = ToolResult.failure(
+                    ErrorCode.OUTCOME_UNKNOWN,
+                    f"{call.name} was running when echo-bot stopped; it may or may not have "
+                    "taken effect, so it was not run again. Check before retrying.",
+                )
+                self._finish(db, inbound, call, result)
+
+    def _plan(
+        self,
+        db: SqlDb,
+        inbound: InboundMessage,
+        turn: TurnRow,
+        call: CallRow,
+        available: dict[str, Tool],
+        siblings: list[CallRow],
+    ) -> None:
+        tool = available.get(call.name)
+        if tool is None:
+            self._finish(db, inbound, call, self._unavailable(call.name, available))
+            return
+        invalid = self.registry.validate(call.name, call.args)
+        if invalid is not None:
+            self._finish(db, inbound, call, invalid)
+            return
+        ctx = self.context(inbound, call)
+        granted = approval_store.has_grant(db, inbound.session_key, tool.name, self.gate.clock())
+        needed, reason = self.policy.needs_approval(tool, call.args, ctx, granted=granted)
+        if not needed:
+            turn_store.set_call(db, call.id, turn_store.APPROVED)
+            return
+        # One prompt for identical calls in the same step.
+        twin = next(
+            (
+                s
+                for s in siblings
+                if s.args_hash == call.args_hash and s.approval_id and s.id != call.id
+            ),
+            None,
+        )
+        if twin is not None:
+            turn_store.set_call(db, call.id, turn_store.WAITING, approval_id=twin.approval_id)
+            return
+        prompt_to = self.directory.route(inbound.address, inbound.sender.id, inbound.reply_to)
+        if prompt_to is None:
+            result = ToolResult.failure(
+                ErrorCode.APPROVAL_UNAVAILABLE,
+                f"{tool.name} needs approval, but no approver can be reached "
+                "(set [approvals] default_chat or the route's deliver_to).",
+            )
+            self._finish(db, inbound, call, result)
+            return
+        approval_id = self.gate.request(
+            db,
+            turn_id=turn.id,
+            session_key=inbound.session_key,
+            trace_id=inbound.trace_id,
+            tool=tool.name,
+            args=call.args,
+            args_hash=call.args_hash,
+            risk=tool.risk_for(call.args),
+            reason=reason,
+            requester=inbound.sender,
+            origin=inbound.address,
+            prompt_to=prompt_to,
+        )
+        turn_store.set_call(db, call.id, turn_store.WAITING, approval_id=approval_id)
+        # Later identical siblings in this step reuse it (they see the new approval_id).
+        siblings[siblings.index(call)] = CallRow(
+            **{**_as_dict(call), "approval_id": approval_id, "status": turn_store.WAITING}
+        )
+
+    def _unavailable(self, name: str, available: dict[str, Tool]) -> ToolResult:
+        known = self.registry.get(name)
+        if known is None:
+            return self.registry.not_found(name, available)
+        if not known.available():
+            why = "it is switched off in the config"
+            if name == "shell_exec":
+                why += " ([tools.shell] enabled = true switches it on)"
+        else:
+            why = "the tools profile does not include it (add it to [tools] allow)"
+        return ToolResult.failure(ErrorCode.PERMISSION_DENIED, f"{name} is not available: {why}.")
+
+    def _check_approval(self, db: SqlDb, inbound: InboundMessage, call: CallRow) -> None:
+        row = approval_store.get_approval(db, call.approval_id or "")
+        if row is None or row.status == approval_store.PENDING:
+            return
+        if row.args_hash != call.args_hash:  # a decision binds to the exact call
+            result = ToolResult.failure(ErrorCode.APPROVAL_DENIED, "approval does not match call")
+            self._finish(db, inbound, call, result)
+        elif row.status == approval_store.APPROVED:
+            turn_store.set_call(db, call.id, turn_store.APPROVED)
+        elif row.status == approval_store.DENIED:
+            result = ToolResult.failure(
+                ErrorCode.APPROVAL_DENIED, f"{call.name} was denied by the approver."
+            )
+            self._finish(db, inbound, call, result)
+        else:
+            result = ToolResult.failure(
+                ErrorCode.APPROVAL_EXPIRED,
+                f"The approval request for {call.name} expired before anyone decided.",
+            )
+            self._finish(db, inbound, call, result)
+
+    def _finish(
+        self, db: SqlDb, inbound: InboundMessage, call: CallRow, result: ToolResult
+    ) -> None:
+        turn_store.set_call(db, call.id, turn_store.DONE, result=result.to_json())
+        self.audit.write(
+            db,
+            "tool.result",
+            trace_id=inbound.trace_id,
+            session_key=inbound.session_key,
+            call_id=call.id,
+            tool=call.name,
+            args=call.args,
+            ok=result.ok,
+            error_code=result.error_code,
+            output=result.output[:4000],
+            latency_ms=round(result.latency_ms, 3),
+        )
+
+    # -- running ---------------------------------------------------------------------
+    async def _run(self, inbound: InboundMessage, tool: Tool, call: CallRow) -> None:
+        side_effect = tool.risk_for(call.args) != Risk.READ
+        if side_effect:
+            await self.db.run(lambda db: turn_store.set_call(db, call.id, turn_store.STARTED))
+        result = await self.registry.execute(tool.name, call.args, self.context(inbound, call))
+        result.output = self.audit.masker.mask(result.output)
+        await self.db.run(lambda db: self._finish(db, inbound, call, result))
+
+
+def _as_dict(call: CallRow) -> dict[str, Any]:
+    return {name: getattr(call, name) for name in CallRow.__slots__}

@@ -1,0 +1,216 @@
+"""Who runs what, when: reads the inbox (also rows other processes committed), runs one
+turn at a time per session in arrival order, sessions concurrently up to a bound, applies
+approval decisions and expiry, and resumes suspended turns."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+
+from sqlite_utils import Database as SqlDb
+
+from ..approvals import ApprovalGate, DecisionOutcome
+from ..events import InboundKind, InboundMessage, InboundStatus, OutboundKind, OutboundMessage
+from ..store.db import Database
+from ..store.inbox import SqliteInbox, get_inbound, set_inbound_status
+from ..store.outbox import enqueue_outbound
+from .runner import TurnRunner
+
+log = logging.getLogger(__name__)
+
+# Management commands in other processes commit to the inbox; we look every so often.
+POLL_INTERVAL = 0.5
+EXPIRY_INTERVAL = 1.0
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        *,
+        db: Database,
+        inbox: SqliteInbox,
+        runner: TurnRunner,
+        gate: ApprovalGate,
+        max_concurrent: int,
+        on_outbound: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.db = db
+        self.inbox = inbox
+        self.runner = runner
+        self.gate = gate
+        self._limit = asyncio.Semaphore(max_concurrent)
+        self._on_outbound = on_outbound
+        self._wake = asyncio.Event()
+        self._queues: dict[str, asyncio.Queue[str]] = {}
+        self._workers: dict[str, asyncio.Task[None]] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._last_seq = 0
+        self._stopping = False
+
+    # -- lifecycle ------------------------------------------------------------------------
+    async def start(self) -> None:
+        self._last_seq = await self.inbox.last_seq()
+        for row in await self.inbox.unfinished():
+            self._dispatch(row.message)
+        self._tasks = [
+            asyncio.create_task(self._poll_loop(), name="inbox-poll"),
+            asyncio.create_task(self._expiry_loop(), name="approval-expiry"),
+        ]
+
+    async def stop(self, grace: float = 10.0) -> None:
+        """Stop taking new work; let running turns reach their next checkpoint."""
+        self._stopping = True
+        for task in self._tasks:
+            task.cancel()
+        workers = list(self._workers.values())
+        if workers:
+            _done, pending = await asyncio.wait(workers, timeout=grace)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def wake(self, *_: object) -> None:
+        self._wake.set()
+
+    def busy(self) -> bool:
+        return any(not t.done() for t in self._workers.values())
+
+    # -- reading the inbox ----------------------------------------------------------------
+    async def _poll_loop(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), POLL_INTERVAL)
+            self._wake.clear()
+            try:
+                rows = await self.inbox.after(self._last_seq)
+            except Exception:
+                log.exception("reading the inbox failed; retrying")
+                await asyncio.sleep(1)
+                continue
+            for row in rows:
+                self._last_seq = max(self._last_seq, row.seq)
+                if row.status == InboundStatus.ACCEPTED:
+                    self._dispatch(row.message)
+
+    def _dispatch(self, message: InboundMessage) -> None:
+        if message.kind == InboundKind.APPROVAL_DECISION:
+            task = asyncio.create_task(self._decide(message), name=f"decision-{message.id}")
+            self._tasks.append(task)
+            task.add_done_callback(self._forget)
+        else:
+            self.schedule(message.session_key, message.id)
+
+    def _forget(self, task: asyncio.Task[None]) -> None:
+        with contextlib.suppress(ValueError):
+            self._tasks.remove(task)
+
+    # -- sessions -------------------------------------------------------------------------
+    def schedule(self, session_key: str, inbound_id: str) -> None:
+        if self._stopping:
+            return
+        queue = self._queues.setdefault(session_key, asyncio.Queue())
+        queue.put_nowait(inbound_id)
+        worker = self._workers.get(session_key)
+        if worker is None or worker.done():
+            self._workers[session_key] = asyncio.create_task(
+                self._session_worker(session_key, queue), name=f"session-{session_key}"
+            )
+
+    async def _session_worker(self, session_key: str, queue: asyncio.Queue[str]) -> None:
+        while not queue.empty():
+            inbound_id = queue.get_nowait()
+            async with self._limit:
+                await self._advance(inbound_id)
+        self._queues.pop(session_key, None)
+        self._workers.pop(session_key, None)
+
+    async def _advance(self, inbound_id: str) -> None:
+        try:
+            row = await self.inbox.get(inbound_id)
+            if row is None or row.status.terminal:
+                return
+            await self.runner.advance(row.message)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # task boundary: record, tell the user, go on
+            log.exception("turn %s failed", inbound_id)
+            await self._fail(inbound_id, exc)
+        finally:
+            self._on_outbound()
+
+    async def _fail(self, inbound_id: str, exc: Exception) -> None:
+        def write(db: SqlDb) -> None:
+            row = get_inbound(db, inbound_id)
+            if row is None:
+                return
+            set_inbound_status(db, inbound_id, InboundStatus.FAILED, f"{type(exc).__name__}: {exc}")
+            enqueue_outbound(
+                db,
+                OutboundMessage(
+                    to=row.message.respond_to,
+                    text="Sorry, something went wrong on my side; the error is in the log.",
+                    kind=OutboundKind.REPLY,
+                    trace_id=row.message.trace_id,
+                    metadata={"inbound_id": inbound_id},
+                ),
+            )
+
+        with contextlib.suppress(Exception):
+            await self.db.run(write)
+
+    # -- approvals ------------------------------------------------------------------------
+    async def _decide(self, message: InboundMessage) -> None:
+        decision = message.decision
+        if decision is None:
+            await self.inbox.set_status(message.id, InboundStatus.FAILED, "no decision given")
+            return
+
+        def apply(db: SqlDb) -> DecisionOutcome:
+            outcome = self.gate.decide(db, decision)
+            status = InboundStatus.DONE if outcome.ok else InboundStatus.FAILED
+            set_inbound_status(db, message.id, status, None if outcome.ok else outcome.message)
+            if not outcome.ok and decision.via != "admin":
+                enqueue_outbound(
+                    db,
+                    OutboundMessage(
+                        to=message.address,
+                        text=f"⚠️ {outcome.message}",
+                        kind=OutboundKind.NOTICE,
+                        metadata={"inbound_id": message.id, "decision": outcome.code},
+                    ),
+                )
+            return outcome
+
+        try:
+            outcome = await self.db.run(apply)
+        except Exception:
+            log.exception("applying decision %s failed", message.id)
+            return
+        self._resume(outcome.resume_turns)
+        self._on_outbound()
+
+    def _resume(self, turn_ids: list[str]) -> None:
+        for turn_id in turn_ids:
+            task = asyncio.create_task(self._resume_one(turn_id))
+            self._tasks.append(task)
+            task.add_done_callback(self._forget)
+
+    async def _resume_one(self, turn_id: str) -> None:
+        row = await self.inbox.get(turn_id)
+        if row is not None and not row.status.terminal:
+            self.schedule(row.message.session_key, turn_id)
+
+    async def _expiry_loop(self) -> None:
+        while True:
+            await asyncio.sleep(EXPIRY_INTERVAL)
+            try:
+                turns = await self.db.run(self.gate.expire_due)
+            except Exception:
+                log.exception("expiring approvals failed; retrying")
+                continue
+            if turns:
+                self._resume(turns)
+                self._on_outbound()

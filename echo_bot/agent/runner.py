@@ -1,0 +1,265 @@
+"""One turn, driven as a durable state machine.
+
+``advance`` is idempotent: it reads the turn's checkpoint and moves it as far as it can
+go now — asking the brain, running calls, suspending on approvals, finishing with a
+reply. Recovery after a crash is just ``advance`` again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Sequence
+from functools import partial
+
+from sqlite_utils import Database as SqlDb
+
+from ..brains.base import Brain, BrainContext, BrainReply
+from ..config import BrainConfig
+from ..conversation import ChatMessage, ToolCall
+from ..events import InboundKind, InboundMessage, InboundStatus, OutboundMessage
+from ..store import turns as turn_store
+from ..store.audit import AuditWriter
+from ..store.db import Database
+from ..store.inbox import set_inbound_status
+from ..store.outbox import enqueue_outbound
+from ..store.turns import CallRow, TurnRow
+from ..tools.base import ErrorCode, Tool, ToolResult
+from ..tools.registry import ToolRegistry
+from .calls import CallExecutor, args_hash
+
+log = logging.getLogger(__name__)
+
+HISTORY_LIMIT = 200
+
+
+class TurnRunner:
+    def __init__(
+        self,
+        *,
+        db: Database,
+        brain: Brain,
+        registry: ToolRegistry,
+        exposed: Callable[[], Sequence[Tool]],
+        executor: CallExecutor,
+        audit: AuditWriter,
+        config: BrainConfig,
+    ) -> None:
+        self.db = db
+        self.brain = brain
+        self.registry = registry
+        self.exposed = exposed
+        self.executor = executor
+        self.audit = audit
+        self.config = config
+
+    async def advance(self, inbound: InboundMessage) -> None:
+        turn = await self.db.run(lambda db: self._begin(db, inbound))
+        if turn is None:
+            return
+        direct = inbound.kind == InboundKind.TOOL_CALL
+        # Direct tool calls (webhook, cron) may name any available tool; brains see the
+        # profile's selection.
+        tools = [t for t in self.registry if t.available()] if direct else list(self.exposed())
+        while True:
+            outcome = await self.executor.run_step(inbound, turn, tools)
+            if outcome.calls:
+                if outcome.waiting:
+                    await self.db.run(partial(self._suspend, inbound=inbound, turn=turn))
+                    return
+                turn = await self.db.run(
+                    partial(self._close_step, inbound=inbound, turn=turn, calls=outcome.calls)
+                )
+                if direct:
+                    await self._finish_direct(inbound, outcome.calls)
+                    return
+                continue
+            if direct:
+                await self.db.run(partial(self._plan_direct, inbound=inbound, turn=turn))
+                continue
+            if turn.step >= self.config.max_steps:
+                text = (
+                    f"I stopped after {turn.step} steps without finishing. "
+                    "Ask again with a narrower request."
+                )
+                await self._finish(inbound, turn, text, InboundStatus.DONE, "max_steps reached")
+                return
+            reply = await self._ask_brain(inbound, turn, tools)
+            if reply is None:
+                return
+            if reply.tool_calls:
+                await self.db.run(
+                    partial(self._persist_step, inbound=inbound, turn=turn, reply=reply)
+                )
+                continue
+            await self._finish(inbound, turn, reply.text or "(no reply)", InboundStatus.DONE, None)
+            return
+
+    # -- checkpoints ----------------------------------------------------------------------
+    def _begin(self, db: SqlDb, inbound: InboundMessage) -> TurnRow | None:
+        turn = turn_store.get_turn(db, inbound.id)
+        if turn is None:
+            turn = turn_store.create_turn(db, inbound.id, inbound.session_key, inbound.trace_id)
+            if inbound.kind == InboundKind.MESSAGE:
+                turn_store.append_message(
+                    db,
+                    inbound.session_key,
+                    inbound.id,
+                    ChatMessage(role="user", content=inbound.text or ""),
+                )
+            self.audit.write(
+                db,
+                "turn.started",
+                trace_id=inbound.trace_id,
+                session_key=inbound.session_key,
+                inbound_id=inbound.id,
+                kind=inbound.kind,
+                address=str(inbound.address),
+                sender=inbound.sender.id,
+                text=inbound.text,
+            )
+        elif turn.status in ("done", "failed"):
+            return None
+        set_inbound_status(db, inbound.id, InboundStatus.RUNNING)
+        turn_store.set_turn(db, turn.id, status="running")
+        return turn
+
+    def _suspend(self, db: SqlDb, inbound: InboundMessage, turn: TurnRow) -> None:
+        set_inbound_status(db, inbound.id, InboundStatus.WAITING_APPROVAL)
+        turn_store.set_turn(db, turn.id, status="waiting")
+
+    def _persist_step(
+        self, db: SqlDb, inbound: InboundMessage, turn: TurnRow, reply: BrainReply
+    ) -> None:
+        turn_store.append_message(
+            db,
+            inbound.session_key,
+            turn.id,
+            ChatMessage(role="assistant", content=reply.text, tool_calls=tuple(reply.tool_calls)),
+        )
+        turn_store.add_calls(
+            db, turn.id, turn.step, [(c, args_hash(c.name, c.args)) for c in reply.tool_calls]
+        )
+
+    def _plan_direct(self, db: SqlDb, inbound: InboundMessage, turn: TurnRow) -> None:
+        request = inbound.tool_call
+        if request is None:
+            raise ValueError("a tool_call inbound without its tool call")
+        call = ToolCall(id=f"{inbound.id}-0", name=request.tool, args=request.args)
+        turn_store.add_calls(db, turn.id, turn.step, [(call, args_hash(call.name, call.args))])
+
+    def _close_step(
+        self, db: SqlDb, inbound: InboundMessage, turn: TurnRow, calls: list[CallRow]
+    ) -> TurnRow:
+        """Append the step's results to history and move to the next step, atomically."""
+        if inbound.kind == InboundKind.MESSAGE:
+            for call in calls:
+                result = ToolResult.from_json(call.result or {"ok": False, "output": "no result"})
+                turn_store.append_message(
+                    db,
+                    inbound.session_key,
+                    turn.id,
+                    ChatMessage(
+                        role="tool",
+                        content=self.result_text(result, call.id),
+                        tool_call_id=call.id,
+                        name=call.name,
+                    ),
+                )
+        turn_store.set_turn(db, turn.id, step=turn.step + 1)
+        return TurnRow(turn.id, turn.session_key, turn.trace_id, turn.step + 1, turn.status)
+
+    def result_text(self, result: ToolResult, call_id: str) -> str:
+        text = self.registry.for_model(result, call_id)
+        if result.ok:
+            return text
+        return f"⚠️ {result.error_code or 'ERROR'}: {text}"
+
+    # -- the brain ------------------------------------------------------------------------
+    async def _ask_brain(
+        self, inbound: InboundMessage, turn: TurnRow, tools: Sequence[Tool]
+    ) -> BrainReply | None:
+        conversation = await self.db.run(
+            lambda db: turn_store.history(db, inbound.session_key, HISTORY_LIMIT)
+        )
+        context = BrainContext(
+            trace_id=inbound.trace_id,
+            session_key=inbound.session_key,
+            origin=inbound.address,
+            sender=inbound.sender,
+            step=turn.step,
+        )
+        try:
+            reply = await self.brain.step(conversation, tools, context)
+        except Exception as exc:  # a task boundary: the turn fails, the daemon goes on
+            log.exception("brain %s failed on turn %s", self.brain.name, turn.id)
+            text = f"Sorry, I could not think this through: {type(exc).__name__}."
+            await self._finish(inbound, turn, text, InboundStatus.FAILED, f"brain error: {exc}")
+            return None
+        await self.db.run(
+            lambda db: self.audit.write(
+                db,
+                "brain.decision",
+                trace_id=inbound.trace_id,
+                session_key=inbound.session_key,
+                brain=self.brain.name,
+                step=turn.step,
+                route_reason=reply.route_reason,
+                text=reply.text,
+                tool_calls=[c.to_json() for c in reply.tool_calls],
+                details=reply.details,
+            )
+        )
+        return reply
+
+    # -- finishing ------------------------------------------------------------------------
+    async def _finish(
+        self,
+        inbound: InboundMessage,
+        turn: TurnRow,
+        text: str,
+        status: InboundStatus,
+        error: str | None,
+    ) -> None:
+        def write(db: SqlDb) -> None:
+            if inbound.kind == InboundKind.MESSAGE:
+                turn_store.append_message(
+                    db, inbound.session_key, turn.id, ChatMessage(role="assistant", content=text)
+                )
+            enqueue_outbound(db, self._reply(inbound, text))
+            set_inbound_status(db, inbound.id, status, error)
+            turn_store.set_turn(db, turn.id, status="failed" if status == "failed" else "done")
+            self.audit.write(
+                db,
+                "turn.finished",
+                trace_id=inbound.trace_id,
+                session_key=inbound.session_key,
+                status=status,
+                reply=text,
+                error=error,
+            )
+
+        await self.db.run(write)
+
+    async def _finish_direct(self, inbound: InboundMessage, calls: list[CallRow]) -> None:
+        call = calls[0]
+        result = ToolResult.from_json(call.result or {"ok": False, "output": "no result"})
+        status = {
+            ErrorCode.APPROVAL_DENIED: InboundStatus.DENIED,
+            ErrorCode.APPROVAL_EXPIRED: InboundStatus.EXPIRED,
+        }.get(result.error_code or ErrorCode.TOOL_ERROR, InboundStatus.FAILED)
+        if result.ok:
+            status = InboundStatus.DONE
+        text = f"{call.name}: " + self.result_text(result, call.id)
+        turn = TurnRow(inbound.id, inbound.session_key, inbound.trace_id, 1, "running")
+        error = None if result.ok else json.dumps({"error_code": result.error_code})
+        await self._finish(inbound, turn, text, status, error)
+
+    def _reply(self, inbound: InboundMessage, text: str) -> OutboundMessage:
+        return OutboundMessage(
+            to=inbound.respond_to,
+            text=self.audit.masker.mask(text),
+            reply_to_message=inbound.metadata.get("message_id") or inbound.external_id,
+            trace_id=inbound.trace_id,
+            metadata={"inbound_id": inbound.id},
+        )

@@ -1,0 +1,249 @@
+"""The composition root: builds every part from the config, starts them in order and
+stops them in reverse. The only module that knows the channel registry."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import logging
+import os
+import signal
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import __version__
+from .agent import Dispatcher, TurnRunner
+from .agent.calls import CallExecutor
+from .approvals import ApprovalGate, ApprovalPolicy, ApproverDirectory
+from .brains.base import Brain
+from .brains.core_commands import register_core_commands
+from .brains.rules import RulesBrain
+from .bus import Bus, Channel, ChannelSetup
+from .commands import CommandRegistry
+from .config import LoadedConfig, check_environment, llm_enabled, secret_env_names, telegram_enabled
+from .delivery import DeliveryWorker
+from .errors import ConfigError
+from .secrets import Masker
+from .statedir import StateLock
+from .store import DB_FILENAME, Database, SqliteInbox, SqliteOutbox
+from .store.approvals import list_approvals
+from .store.audit import AuditWriter
+from .tools.base import Tool
+from .tools.builtin import builtin_tools
+from .tools.registry import ToolRegistry
+
+log = logging.getLogger(__name__)
+
+# name → "module:Class", imported only when the channel is enabled.
+CHANNELS: dict[str, str] = {
+    "cli": "channels.cli:CliChannel",
+}
+
+
+def load_channel_class(name: str) -> type[Channel]:
+    target = CHANNELS.get(name)
+    if target is None:
+        raise ConfigError(f"the {name} channel is not available in echo-bot {__version__}")
+    module_name, _, class_name = target.partition(":")
+    module = importlib.import_module(module_name)
+    return getattr(module, class_name)  # type: ignore[no-any-return]
+
+
+@dataclass
+class Core:
+    """Every core part, built from the config; nothing started yet."""
+
+    loaded: LoadedConfig
+    state_dir: Path
+    masker: Masker
+    registry: ToolRegistry
+    exposed: list[Tool]
+    policy: ApprovalPolicy
+    directory: ApproverDirectory
+    commands: CommandRegistry
+    db: Database
+    brain_name: str = "rules"
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+def build_core(loaded: LoadedConfig, state_dir: Path, environ: Mapping[str, str]) -> Core:
+    """Validate everything that can be validated without starting anything."""
+    config = loaded.config
+    source = str(loaded.path) if loaded.path else "<defaults>"
+    check_environment(loaded, environ)
+    if config.brain.kind == "openai":
+        raise ConfigError(
+            f"{source}: brain.kind: the LLM brain is not available in echo-bot {__version__}; "
+            "use 'auto' or 'rules'"
+        )
+    if llm_enabled(loaded, environ):
+        log.warning("an LLM is configured, but this version has only the rules brain")
+    if telegram_enabled(loaded, environ) and "telegram" not in CHANNELS:
+        if loaded.from_file:
+            raise ConfigError(
+                f"{source}: telegram.enabled: the Telegram channel is not available in "
+                f"echo-bot {__version__}"
+            )
+        log.warning(
+            "%s is set, but this version has no Telegram channel", config.telegram.token_env
+        )
+    masker = Masker.from_environment(secret_env_names(config), environ)
+    workspace = (config.tools.workspace or state_dir / "workspace").expanduser().resolve()
+    registry = ToolRegistry(output_limit=config.tools.output_limit)
+    for tool in builtin_tools(config.tools, workspace=workspace, timezone=config.bot.timezone):
+        registry.register(tool)
+    registry.check_names(config.tools.allow, "tools.allow", source)
+    registry.check_names(config.tools.deny, "tools.deny", source)
+    policy = ApprovalPolicy(config.approvals, registry, source)
+    exposed = registry.exposed(config.tools.profile, config.tools.allow, config.tools.deny)
+    db = Database(state_dir / DB_FILENAME, durability=config.bot.durability)
+    commands = CommandRegistry()
+
+    async def pending() -> list[Any]:
+        return await db.run(lambda conn: list_approvals(conn))
+
+    register_core_commands(commands, pending)
+    return Core(
+        loaded=loaded,
+        state_dir=state_dir,
+        masker=masker,
+        registry=registry,
+        exposed=exposed,
+        policy=policy,
+        directory=ApproverDirectory(config),
+        commands=commands,
+        db=db,
+    )
+
+
+class Daemon:
+    """``echo-bot run`` and ``echo-bot chat``: one process that holds the state dir."""
+
+    def __init__(
+        self,
+        core: Core,
+        *,
+        channel_names: list[str],
+        channel_options: Mapping[str, Mapping[str, Any]] | None = None,
+        environ: Mapping[str, str] | None = None,
+        banner: bool = True,
+    ) -> None:
+        self.core = core
+        self.channel_names = channel_names
+        self.channel_options = channel_options or {}
+        self.environ = os.environ if environ is None else environ
+        self.banner = banner
+        self.channels: list[Channel] = []
+        self._stop = asyncio.Event()
+        self._signals = 0
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    def _on_signal(self) -> None:
+        self._signals += 1
+        if self._signals > 1:
+            # A second signal: leave now. SQLite's WAL keeps the store consistent.
+            os._exit(130)
+        self.request_stop()
+
+    def _build_brain(self, commands: CommandRegistry) -> Brain:
+        return RulesBrain(commands)
+
+    async def run(self) -> int:
+        core = self.core
+        config = core.loaded.config
+        lock = StateLock(core.state_dir)
+        lock.acquire()
+        try:
+            return await self._run_locked(config)
+        finally:
+            lock.release()
+
+    async def _run_locked(self, config: Any) -> int:
+        core = self.core
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self._on_signal)
+        await core.db.open()
+        inbox, outbox = SqliteInbox(core.db), SqliteOutbox(core.db)
+        bus = Bus(inbox, outbox)
+        audit = AuditWriter(core.masker)
+        gate = ApprovalGate(core.directory, audit, core.masker, config.approvals.timeout)
+        executor = CallExecutor(
+            db=core.db,
+            registry=core.registry,
+            policy=core.policy,
+            gate=gate,
+            directory=core.directory,
+            audit=audit,
+        )
+        brain = self._build_brain(core.commands)
+        runner = TurnRunner(
+            db=core.db,
+            brain=brain,
+            registry=core.registry,
+            exposed=lambda: core.exposed,
+            executor=executor,
+            audit=audit,
+            config=config.brain,
+        )
+        delivery = DeliveryWorker(outbox)
+        dispatcher = Dispatcher(
+            db=core.db,
+            inbox=inbox,
+            runner=runner,
+            gate=gate,
+            max_concurrent=config.bot.max_concurrent_turns,
+            on_outbound=delivery.wake,
+        )
+        bus.on_inbound(dispatcher.wake)
+        bus.on_outbound(delivery.wake)
+        commands = [(c.name, c.help) for c in core.commands.all()]
+        try:
+            await dispatcher.start()
+            await delivery.start()
+            for name in self.channel_names:
+                cls = load_channel_class(name)
+                setup = ChannelSetup(
+                    section=getattr(config, name, None),
+                    request_stop=self.request_stop,
+                    environ=self.environ,
+                    commands=commands,
+                    options=self.channel_options.get(name, {}),
+                )
+                channel = cls(setup)
+                await channel.start(bus)
+                self.channels.append(channel)
+                delivery.add_channel(channel)
+            if self.banner:
+                self._print_banner(brain.name)
+            log.info("echo-bot %s started (state dir %s)", __version__, core.state_dir)
+            await self._stop.wait()
+        finally:
+            log.info("stopping")
+            for channel in reversed(self.channels):
+                with contextlib.suppress(Exception):
+                    await channel.stop()
+            await dispatcher.stop(config.bot.shutdown_timeout.total_seconds())
+            await delivery.stop()
+            await core.db.close()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
+        return 0
+
+    def _print_banner(self, brain: str) -> None:
+        core = self.core
+        channels = ", ".join(self.channel_names) or "none (no terminal attached)"
+        source = core.loaded.path or "embedded defaults"
+        print(
+            f"echo-bot {__version__} — config: {source}; brain: {brain}; channels: {channels}\n"
+            f"state: {core.state_dir / DB_FILENAME}\n"
+            f"stop with Ctrl+C or `kill {os.getpid()}`; /help lists commands",
+            file=sys.stderr,
+            flush=True,
+        )

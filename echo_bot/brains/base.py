@@ -1,0 +1,37 @@
+"""The Brain protocol: ``step(conversation, tools, context) -> BrainReply``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from ..conversation import ChatMessage, ToolCall
+from ..events import Address, Sender
+from ..tools.base import Tool
+
+
+@dataclass(frozen=True, slots=True)
+class BrainContext:
+    trace_id: str
+    session_key: str
+    origin: Address
+    sender: Sender
+    step: int
+
+
+@dataclass(frozen=True, slots=True)
+class BrainReply:
+    text: str | None = None
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    route_reason: str = ""
+    # Facts for the audit log (model name, token usage, latency…).
+    details: dict[str, object] = field(default_factory=dict)
+
+
+class Brain(Protocol):
+    name: str
+
+    async def step(
+        self, conversation: Sequence[ChatMessage], tools: Sequence[Tool], context: BrainContext
+    ) -> BrainReply: ...

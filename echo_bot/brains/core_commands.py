@@ -1,0 +1,72 @@
+"""The core's commands: /help, /tools, /approvals, /tool, /run."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+
+from ..commands import Command, CommandContext, CommandRegistry
+from ..conversation import ToolCall
+from ..events import new_id
+from ..store.approvals import ApprovalRow
+from .base import BrainReply
+
+PendingApprovals = Callable[[], Awaitable[list[ApprovalRow]]]
+
+
+def register_core_commands(commands: CommandRegistry, pending: PendingApprovals) -> None:
+    async def help_(rest: str, ctx: CommandContext) -> BrainReply:
+        return BrainReply(
+            text=commands.help_text()
+            + '\n\nOr just ask, e.g. "what time is it?". Risky actions wait for your approval.'
+        )
+
+    async def tools(rest: str, ctx: CommandContext) -> BrainReply:
+        if not ctx.tools:
+            return BrainReply(text="No tools are enabled.")
+        lines = ["Tools:"]
+        for tool in sorted(ctx.tools, key=lambda t: t.name):
+            lines.append(f"• {tool.name} ({tool.risk.value}) — {tool.description}")
+        return BrainReply(text="\n".join(lines))
+
+    async def approvals(rest: str, ctx: CommandContext) -> BrainReply:
+        rows = await pending()
+        if not rows:
+            return BrainReply(text="No approvals are pending.")
+        lines = [f"{len(rows)} pending approval(s):"]
+        for row in rows:
+            expires = datetime.fromtimestamp(row.expires_at, UTC).strftime("%H:%M UTC")
+            lines.append(f"• {row.id} — {row.tool} ({row.risk}), expires {expires}")
+        lines.append("Decide with: echo-bot approvals approve|deny ID")
+        return BrainReply(text="\n".join(lines))
+
+    async def tool(rest: str, ctx: CommandContext) -> BrainReply:
+        name, _, raw_args = rest.partition(" ")
+        if not name:
+            return BrainReply(text="Usage: /tool NAME {json arguments}")
+        raw_args = raw_args.strip() or "{}"
+        try:
+            args = json.loads(raw_args)
+        except json.JSONDecodeError as exc:
+            return BrainReply(text=f"The arguments are not valid JSON: {exc.msg} (at {exc.pos}).")
+        if not isinstance(args, dict):
+            return BrainReply(text='The arguments must be a JSON object, like {"path": "x"}.')
+        return BrainReply(
+            tool_calls=[ToolCall(id=new_id(), name=name, args=args)],
+            route_reason=f"rules: command /tool {name}",
+        )
+
+    async def run(rest: str, ctx: CommandContext) -> BrainReply:
+        if not rest:
+            return BrainReply(text="Usage: /run COMMAND (runs without a shell; risky ones ask)")
+        return BrainReply(
+            tool_calls=[ToolCall(id=new_id(), name="shell_exec", args={"command": rest})],
+            route_reason="rules: command /run",
+        )
+
+    commands.register(Command("help", "show this help", help_))
+    commands.register(Command("tools", "list the tools I can use", tools))
+    commands.register(Command("approvals", "list pending approvals", approvals))
+    commands.register(Command("tool", "run a tool explicitly", tool, usage="NAME {json}"))
+    commands.register(Command("run", "run a shell command (no shell syntax)", run, usage="COMMAND"))

@@ -1,0 +1,103 @@
+"""The offline rules brain: slash commands, then tool-card triggers, else help.
+
+Stateless over the conversation: after tool results it turns them into the reply;
+otherwise it reads the newest user message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..commands import CommandContext, CommandRegistry
+from ..conversation import ChatMessage, ToolCall
+from ..events import new_id
+from ..tools.base import Tool, words
+from .base import BrainContext, BrainReply
+
+NO_MATCH_HINT = "I did not understand that. Send /help to see what I can do."
+
+
+def _phrase_score(text_words: list[str], text: str, phrase: str) -> float:
+    """How well ``phrase`` matches: whole phrase > all its words > nothing."""
+    phrase_words = words(phrase)
+    if not phrase_words:
+        return 0.0
+    joined = " ".join(text_words)
+    if f" {' '.join(phrase_words)} " in f" {joined} ":
+        return float(len(phrase_words)) + 0.5
+    if all(w in text_words for w in phrase_words) and len(phrase_words) > 1:
+        return float(len(phrase_words)) * 0.8
+    return 0.0
+
+
+def match_tool(text: str, tools: Sequence[Tool]) -> tuple[Tool, float] | None:
+    """The best positive trigger match among tools without a negative match."""
+    text_words = words(text)
+    best: tuple[Tool, float] | None = None
+    for tool in tools:
+        if any(_phrase_score(text_words, text, n) for n in tool.negative_triggers):
+            continue
+        score = max((_phrase_score(text_words, text, p) for p in tool.triggers), default=0.0)
+        if score > 0 and (best is None or score > best[1]):
+            best = (tool, score)
+    return best
+
+
+def summarise_results(results: Sequence[ChatMessage]) -> str:
+    parts = []
+    for message in results:
+        content = (message.content or "").strip() or "(no output)"
+        parts.append(content if len(results) == 1 else f"{message.name}: {content}")
+    return "\n\n".join(parts)
+
+
+class RulesBrain:
+    name = "rules"
+
+    def __init__(self, commands: CommandRegistry) -> None:
+        self.commands = commands
+
+    async def step(
+        self, conversation: Sequence[ChatMessage], tools: Sequence[Tool], context: BrainContext
+    ) -> BrainReply:
+        if not conversation:
+            return BrainReply(text=NO_MATCH_HINT, route_reason="rules: empty conversation")
+        trailing: list[ChatMessage] = []
+        for message in reversed(conversation):
+            if message.role != "tool":
+                break
+            trailing.append(message)
+        if trailing:
+            return BrainReply(
+                text=summarise_results(list(reversed(trailing))),
+                route_reason="rules: reported tool results",
+            )
+        last = conversation[-1]
+        text = (last.content or "").strip()
+        parsed = self.commands.parse(text)
+        if parsed is not None:
+            name, rest = parsed
+            command = self.commands.get(name)
+            if command is None:
+                return BrainReply(
+                    text=f"Unknown command /{name}. Send /help for the list.",
+                    route_reason=f"rules: unknown command /{name}",
+                )
+            reply = await command.handler(rest, CommandContext(brain=context, tools=tools))
+            reason = reply.route_reason or f"rules: command /{name}"
+            return BrainReply(text=reply.text, tool_calls=reply.tool_calls, route_reason=reason)
+        match = match_tool(text, tools)
+        if match is None:
+            return BrainReply(text=NO_MATCH_HINT, route_reason="rules: no trigger matched")
+        tool, score = match
+        args = tool.extract_args(text)
+        if args is None:
+            return BrainReply(
+                text=f"That sounds like a job for {tool.name}, but I could not read its "
+                f"details from your message. Try: /tool {tool.name} {{json arguments}}",
+                route_reason=f"rules: trigger for {tool.name}, arguments not extracted",
+            )
+        return BrainReply(
+            tool_calls=[ToolCall(id=new_id(), name=tool.name, args=args)],
+            route_reason=f"rules: trigger matched {tool.name} (score {score:.1f})",
+        )

@@ -1,0 +1,124 @@
+"""The ``echo-bot`` command."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+from . import __version__
+from .errors import EchoBotError
+
+log = logging.getLogger("echo_bot")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="echo-bot",
+        description="A self-hosted bot host whose risky actions wait for your approval.",
+    )
+    parser.add_argument("--version", action="version", version=f"echo-bot {__version__}")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--config",
+        type=Path,
+        default=os.environ.get("ECHO_BOT_CONFIG") or None,
+        help="TOML config file (default: $ECHO_BOT_CONFIG, else embedded defaults)",
+    )
+    common.add_argument("--state-dir", type=Path, default=None, help="where state lives")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub.add_parser("run", parents=[common], help="run the daemon")
+    sub.add_parser("chat", parents=[common], help="talk to the bot in this terminal")
+    sub.add_parser("check-config", parents=[common], help="validate the config and summarise it")
+    approvals = sub.add_parser("approvals", parents=[common], help="list and decide approvals")
+    approvals.add_argument("action", choices=["list", "show", "approve", "deny"])
+    approvals.add_argument("id", nargs="?", help="the request id (show, approve, deny)")
+    approvals.add_argument(
+        "--wait", type=float, default=10.0, help="seconds to wait for the daemon (default 10)"
+    )
+    audit = sub.add_parser("audit", parents=[common], help="print the audit log")
+    audit.add_argument("--tail", type=int, default=50, help="the last N entries (default 50)")
+    audit.add_argument("--trace", help="every entry of one trace id")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return _dispatch(args)
+    except EchoBotError as exc:
+        print(f"echo-bot: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    from .config import load_config
+    from .logs import setup_logging
+    from .secrets import Masker
+    from .statedir import resolve_state_dir
+
+    loaded = load_config(args.config)
+    config = loaded.config
+    state_dir = resolve_state_dir(args.state_dir, config.bot.state_dir, os.environ)
+    if args.command in ("run", "chat"):
+        from .config import secret_env_names
+
+        masker = Masker.from_environment(secret_env_names(config), os.environ)
+        setup_logging(config.bot.log_level, config.bot.log_format, masker)
+        return _run_daemon(args.command, loaded, state_dir)
+    setup_logging("WARNING", "text", Masker())
+    if args.command == "check-config":
+        from .admin import check_config
+
+        return check_config(loaded, state_dir)
+    if args.command == "approvals":
+        from .admin import approvals_command
+
+        return approvals_command(state_dir, args.action, args.id, args.wait)
+    if args.command == "audit":
+        from .admin import audit_command
+
+        return audit_command(state_dir, args.tail, args.trace)
+    raise AssertionError(args.command)
+
+
+def _run_daemon(command: str, loaded, state_dir: Path) -> int:  # type: ignore[no-untyped-def]
+    from .app import Daemon, build_core
+    from .config import telegram_enabled
+
+    core = build_core(loaded, state_dir, os.environ)
+    tty = sys.stdin is not None and sys.stdin.isatty()
+    channels: list[str] = []
+    options: dict[str, dict[str, object]] = {}
+    if command == "chat":
+        channels.append("cli")
+        options["cli"] = {"interactive": tty, "exit_on_eof": True}
+    else:
+        if tty:
+            channels.append("cli")
+            options["cli"] = {"interactive": True, "exit_on_eof": False}
+        if telegram_enabled(loaded, os.environ) and "telegram" in _available_channels():
+            channels.append("telegram")
+    daemon = Daemon(core, channel_names=channels, channel_options=options, banner=True)
+    return asyncio.run(daemon.run())
+
+
+def _available_channels() -> set[str]:
+    from .app import CHANNELS
+
+    return set(CHANNELS)
+
+
+def format_ts(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def dumps(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))

@@ -1,0 +1,67 @@
+"""The command registry every chat channel shares (``/help``, ``/tools``, …).
+
+Telegram's ``setMyCommands`` and ``/help`` are generated from it; later features add
+their commands here rather than in a channel.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+from .brains.base import BrainContext, BrainReply
+from .tools.base import Tool
+
+
+@dataclass(frozen=True, slots=True)
+class CommandContext:
+    brain: BrainContext
+    tools: Sequence[Tool]
+
+
+CommandHandler = Callable[[str, CommandContext], Awaitable[BrainReply]]
+
+_NAME = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
+_COMMAND = re.compile(r"^/([A-Za-z0-9_]{1,32})(?:@[A-Za-z0-9_]+)?(?:\s+(.*))?$", re.S)
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    name: str
+    help: str
+    handler: CommandHandler
+    usage: str = ""
+
+
+class CommandRegistry:
+    def __init__(self) -> None:
+        self._commands: dict[str, Command] = {}
+
+    def register(self, command: Command) -> None:
+        if not _NAME.match(command.name):
+            raise ValueError(f"bad command name {command.name!r}")
+        if command.name in self._commands:
+            raise ValueError(f"command /{command.name} is registered twice")
+        self._commands[command.name] = command
+
+    def get(self, name: str) -> Command | None:
+        return self._commands.get(name.lower())
+
+    def all(self) -> list[Command]:
+        return list(self._commands.values())
+
+    @staticmethod
+    def parse(text: str) -> tuple[str, str] | None:
+        """``("name", "rest")`` for a slash command (``/cmd@bot args`` too), else None."""
+        match = _COMMAND.match(text.strip())
+        if not match:
+            return None
+        return match.group(1).lower(), (match.group(2) or "").strip()
+
+    def help_text(self) -> str:
+        lines = ["Commands:"]
+        for command in self._commands.values():
+            usage = f" {command.usage}" if command.usage else ""
+            lines.append(f"/{command.name}{usage} — {command.help}")
+        return "\n".join(lines)

@@ -1,0 +1,146 @@
+"""The outbox worker: delivers each chat's messages in order, retries with backoff,
+and never drops one silently (after the last attempt it is marked failed and logged).
+
+Messages for channels that are not running (say, the terminal while the daemon runs
+under systemd) stay queued until that channel starts."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+
+from .bus import Channel
+from .errors import ChannelError
+from .store.outbox import OutboxRow, SqliteOutbox
+
+log = logging.getLogger(__name__)
+
+MAX_ATTEMPTS = 8
+SEND_TIMEOUT = 60.0
+IDLE_WAIT = 1.0
+
+
+def backoff(attempts: int) -> float:
+    return float(min(300, 2 ** max(0, attempts)))
+
+
+class DeliveryWorker:
+    def __init__(
+        self,
+        outbox: SqliteOutbox,
+        *,
+        clock: Callable[[], float] = time.time,
+        max_attempts: int = MAX_ATTEMPTS,
+    ) -> None:
+        self.outbox = outbox
+        self.clock = clock
+        self.max_attempts = max_attempts
+        self.channels: dict[str, Channel] = {}
+        self._wake = asyncio.Event()
+        self._in_flight: dict[str, asyncio.Task[None]] = {}
+        self._task: asyncio.Task[None] | None = None
+        self.delivered = 0
+
+    def add_channel(self, channel: Channel) -> None:
+        self.channels[channel.name] = channel
+        self.wake()
+
+    def wake(self, *_: object) -> None:
+        self._wake.set()
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._loop(), name="delivery")
+
+    async def stop(self, grace: float = 5.0) -> None:
+        """Let sends in flight finish (bounded), then stop."""
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        pending = list(self._in_flight.values())
+        if pending:
+            _done, late = await asyncio.wait(pending, timeout=grace)
+            for task in late:
+                task.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
+
+    async def idle(self, chat_key: str) -> bool:
+        """True when nothing is queued or in flight for ``chat_key``."""
+        return chat_key not in self._in_flight and await self.outbox.pending_count(chat_key) == 0
+
+    async def _loop(self) -> None:
+        while True:
+            self._wake.clear()
+            try:
+                rows = await self.outbox.due(self.channels, self.clock())
+            except Exception:
+                log.exception("reading the outbox failed; retrying")
+                rows = []
+            for row in rows:
+                key = str(row.message.to)
+                if key not in self._in_flight:
+                    task = asyncio.create_task(self._deliver(row), name=f"deliver-{key}")
+                    self._in_flight[key] = task
+            next_at = await self._next_due()
+            wait = (
+                IDLE_WAIT if next_at is None else max(0.0, min(IDLE_WAIT, next_at - self.clock()))
+            )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), wait)
+
+    async def _next_due(self) -> float | None:
+        try:
+            return await self.outbox.next_due_at(self.channels)
+        except Exception:
+            return None
+
+    async def _deliver(self, row: OutboxRow) -> None:
+        message = row.message
+        key = str(message.to)
+        try:
+            channel = self.channels[message.to.channel]
+            if message.edit_of:
+                target = await self.outbox.receipt_of(message.edit_of)
+                message = message.model_copy(update={"edit_message_id": target})
+            try:
+                receipt = await asyncio.wait_for(channel.send(message), SEND_TIMEOUT)
+            except ChannelError as exc:
+                await self._failed_attempt(row, str(exc), exc.retryable, exc.retry_after)
+            except TimeoutError:
+                await self._failed_attempt(row, "send timed out", True, None)
+            except Exception as exc:
+                log.exception("channel %s raised while sending %s", channel.name, message.id)
+                await self._failed_attempt(row, f"{type(exc).__name__}: {exc}", True, None)
+            else:
+                await self.outbox.mark_sent(message, receipt)
+                self.delivered += 1
+        finally:
+            self._in_flight.pop(key, None)
+            self.wake()
+
+    async def _failed_attempt(
+        self, row: OutboxRow, error: str, retryable: bool, retry_after: float | None
+    ) -> None:
+        attempts = row.attempts + 1
+        if not retryable or attempts >= self.max_attempts:
+            await self.outbox.mark_failed(row.message.id, error)
+            log.error(
+                "outbound %s to %s failed after %d attempt(s): %s",
+                row.message.id,
+                row.message.to,
+                attempts,
+                error,
+            )
+            return
+        delay = retry_after if retry_after is not None else backoff(attempts)
+        await self.outbox.mark_retry(row.message.id, error, self.clock() + delay)
+        log.warning(
+            "outbound %s to %s: attempt %d failed (%s); retrying in %.0f s",
+            row.message.id,
+            row.message.to,
+            attempts,
+            error,
+            delay,
+        )

@@ -1,0 +1,226 @@
+"""shell_exec: run one program in the workspace, never through a shell.
+
+The child gets a scrubbed environment (no tokens or keys from ours), its own process
+group (so a timeout kills everything it started) and bounded output capture.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shlex
+import signal
+from contextlib import suppress
+from pathlib import Path
+from typing import Any, ClassVar
+
+from ...config import ShellToolConfig
+from ..base import ErrorCode, Risk, Tool, ToolContext, ToolGroup, ToolResult
+
+log = logging.getLogger(__name__)
+
+SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
+# Extra arguments of a "prefix *" allowlist entry must not contain any of these. The
+# program never sees a shell, but an auto-approved line should not even look like one.
+SHELL_METACHARACTERS = frozenset(";&|`$<>()\n\r")
+_CHUNK = 64 * 1024
+
+
+def argv_of(args: dict[str, Any]) -> list[str]:
+    """The argument vector of a call: ``argv`` as given, or ``command`` split like a shell.
+
+    Raises ValueError for a malformed command line (e.g. an unclosed quote) or an empty one.
+    """
+    if "argv" in args:
+        argv = [str(part) for part in args["argv"]]
+    else:
+        argv = shlex.split(str(args.get("command", "")))
+    if not argv or not argv[0]:
+        raise ValueError("the command is empty")
+    if any("\0" in part for part in argv):
+        raise ValueError("the command contains a NUL character")
+    return argv
+
+
+class _Capture:
+    """At most ``limit`` bytes of one stream; the rest is read and dropped."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.data = bytearray()
+        self.truncated = False
+
+    async def drain(self, stream: asyncio.StreamReader | None) -> None:
+        if stream is None:
+            return
+        while chunk := await stream.read(_CHUNK):
+            room = self.limit - len(self.data)
+            if room > 0:
+                self.data += chunk[:room]
+            if len(chunk) > room:
+                self.truncated = True
+
+    def text(self) -> str:
+        text = self.data.decode("utf-8", errors="replace").rstrip("\n")
+        return text + "\n[output truncated]" if self.truncated else text
+
+
+def _render(out: _Capture, err: _Capture, returncode: int | None) -> str:
+    parts = []
+    if out.data or out.truncated:
+        parts.append(out.text())
+    if err.data or err.truncated:
+        parts.append("stderr:\n" + err.text())
+    if returncode is not None:
+        parts.append(_exit_text(returncode))
+    return "\n".join(parts)
+
+
+def _exit_text(returncode: int) -> str:
+    if returncode >= 0:
+        return f"exit code {returncode}"
+    try:
+        name = signal.Signals(-returncode).name
+    except ValueError:
+        name = f"signal {-returncode}"
+    return f"exit code {returncode} (killed by {name})"
+
+
+def _kill_group(pid: int) -> None:
+    with suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+class ShellExecTool(Tool):
+    name: ClassVar[str] = "shell_exec"
+    description: ClassVar[str] = (
+        "Run one program in the bot's workspace directory and return its output and exit "
+        "code. There is no shell: pipes, redirects, globs and $variables are not "
+        "interpreted. Give either argv (a list of strings) or command (a command line "
+        "split like a shell would)."
+    )
+    parameters: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {
+            "argv": {
+                "type": "array",
+                "items": {"type": "string", "maxLength": 8192},
+                "minItems": 1,
+                "maxItems": 256,
+                "description": "Program and arguments, e.g. ['git', 'status'].",
+            },
+            "command": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": 8192,
+                "description": "A command line such as 'git status --short'.",
+            },
+        },
+        "oneOf": [{"required": ["argv"]}, {"required": ["command"]}],
+        "additionalProperties": False,
+    }
+    risk: ClassVar[Risk] = Risk.DANGEROUS
+    group: ClassVar[ToolGroup] = "coding"
+    idempotent: ClassVar[bool] = False
+
+    def __init__(self, config: ShellToolConfig, workspace: Path) -> None:
+        self.config = config
+        self.workspace = workspace
+        # The registry's own deadline stays behind ours, so our kill runs first.
+        self.timeout = config.timeout.total_seconds() + 5  # type: ignore[misc]
+        self._exact: list[list[str]] = []
+        self._prefixes: list[list[str]] = []
+        for entry in config.allow_commands:
+            wildcard = entry.endswith(" *")
+            try:
+                parsed = shlex.split(entry[:-2] if wildcard else entry)
+            except ValueError:
+                log.warning("tools.shell.allow_commands: cannot parse %r; ignored", entry)
+                continue
+            if parsed:
+                (self._prefixes if wildcard else self._exact).append(parsed)
+
+    def available(self) -> bool:
+        return self.config.enabled
+
+    def allowed(self, argv: list[str]) -> bool:
+        """Whether ``argv`` is on the owner's allowlist (exactly, or by a "prefix *" entry)."""
+        if argv in self._exact:
+            return True
+        for prefix in self._prefixes:
+            extra = argv[len(prefix) :]
+            if argv[: len(prefix)] == prefix and not any(
+                SHELL_METACHARACTERS.intersection(part) for part in extra
+            ):
+                return True
+        return False
+
+    def approval_override(self, args: dict[str, Any], ctx: ToolContext) -> bool | None:
+        try:
+            argv = argv_of(args)
+        except ValueError:
+            return None
+        return False if self.allowed(argv) else None
+
+    def environment(self) -> dict[str, str]:
+        return {"PATH": SAFE_PATH, "HOME": str(self.workspace), "LANG": "C.UTF-8"}
+
+    async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        try:
+            argv = argv_of(args)
+        except ValueError as exc:
+            return ToolResult.failure(ErrorCode.INVALID_PARAMETER, f"cannot run that: {exc}")
+        await asyncio.to_thread(self.workspace.mkdir, parents=True, exist_ok=True)
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                cwd=self.workspace,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env=self.environment(),
+                start_new_session=True,
+            )
+        except FileNotFoundError:
+            return ToolResult.failure(
+                ErrorCode.NOT_FOUND, f"program not found: {argv[0]} (PATH is {SAFE_PATH})"
+            )
+        except PermissionError:
+            return ToolResult.failure(ErrorCode.TOOL_ERROR, f"cannot execute {argv[0]}")
+        except OSError as exc:
+            return ToolResult.failure(ErrorCode.TOOL_ERROR, f"cannot start {argv[0]}: {exc}")
+
+        limit = self.config.max_output
+        out, err = _Capture(limit), _Capture(limit)
+        seconds = self.config.timeout.total_seconds()
+        finished = False
+        try:
+            async with asyncio.timeout(seconds):
+                await asyncio.gather(out.drain(proc.stdout), err.drain(proc.stderr))
+                await proc.wait()
+            finished = True
+        except TimeoutError:
+            pass
+        finally:
+            if not finished:  # timed out or cancelled: take the whole group down
+                _kill_group(proc.pid)
+                await proc.wait()
+        if not finished:
+            partial = _render(out, err, None)
+            return ToolResult.failure(
+                ErrorCode.TIMEOUT,
+                f"{argv[0]} did not finish within {seconds:g} s and was killed"
+                + (f"; output so far:\n{partial}" if partial else ""),
+                argv=argv,
+            )
+        returncode = proc.returncode if proc.returncode is not None else -1
+        return ToolResult(
+            ok=returncode == 0,
+            output=_render(out, err, returncode),
+            data={
+                "exit_code": returncode,
+                "argv": argv,
+                "truncated": out.truncated or err.truncated,
+            },
+        )

@@ -1,0 +1,227 @@
+"""http_request: one HTTP(S) request to an allowlisted host.
+
+aiohttp is imported inside ``run`` only: the daemon must not load it unless a request
+is actually made. The host is checked before anything touches the network, twice: with
+the stdlib parser (cheap, no import) and with yarl, whose reading of the URL is the one
+aiohttp connects to.
+"""
+
+from __future__ import annotations
+
+import codecs
+import ipaddress
+import re
+from collections.abc import Iterable
+from contextlib import suppress
+from typing import Any, ClassVar
+from urllib.parse import urlsplit
+
+from ...config import HttpToolConfig
+from ..base import ErrorCode, Risk, Tool, ToolContext, ToolGroup, ToolResult
+
+METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+READ_METHODS = frozenset({"GET", "HEAD"})
+SHOWN_HEADERS = ("Content-Type", "Content-Length", "Location", "Last-Modified", "ETag")
+_CHUNK = 64 * 1024
+_HEADER_NAME = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+_BAD_URL_CHARS = re.compile(r"[\x00-\x20\x7f\\]")
+
+
+def _normal_host(host: str) -> str:
+    host = host.strip().strip("[]").rstrip(".").lower()
+    try:
+        return host.encode("idna").decode("ascii")
+    except UnicodeError:
+        return host
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def host_allowed(host: str | None, allow_domains: Iterable[str]) -> bool:
+    """``host`` equals an allowlisted domain or is a subdomain of one (not for IPs)."""
+    if not host:
+        return False
+    host = _normal_host(host)
+    for entry in allow_domains:
+        domain = _normal_host(entry.strip().removeprefix("*."))
+        if not domain:
+            continue
+        if host == domain or (not _is_ip(domain) and host.endswith("." + domain)):
+            return True
+    return False
+
+
+class HttpRequestTool(Tool):
+    name: ClassVar[str] = "http_request"
+    description: ClassVar[str] = (
+        "Make one HTTP or HTTPS request to an allowlisted host and return the status and "
+        "body. Redirects are reported, not followed."
+    )
+    parameters: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {
+            "url": {"type": "string", "minLength": 1, "maxLength": 8192},
+            "method": {"type": "string", "enum": list(METHODS), "default": "GET"},
+            "headers": {
+                "type": "object",
+                "additionalProperties": {"type": "string", "maxLength": 8192},
+                "maxProperties": 20,
+            },
+            "body": {"type": "string", "maxLength": 100_000},
+        },
+        "required": ["url"],
+        "additionalProperties": False,
+    }
+    risk: ClassVar[Risk] = Risk.WRITE
+    group: ClassVar[ToolGroup] = "coding"
+
+    def __init__(self, config: HttpToolConfig) -> None:
+        self.config = config
+        self.timeout = config.timeout.total_seconds() + 5  # type: ignore[misc]
+
+    def available(self) -> bool:
+        # With no allowed domain every request would be refused.
+        return bool(self.config.allow_domains)
+
+    def risk_for(self, args: dict[str, Any]) -> Risk:
+        method = str(args.get("method") or "GET").upper()
+        return Risk.READ if method in READ_METHODS else Risk.WRITE
+
+    def check_url(self, url: str) -> ToolResult | None:
+        """None when ``url`` may be requested, else the refusal (no network involved)."""
+        if _BAD_URL_CHARS.search(url):
+            return ToolResult.failure(
+                ErrorCode.INVALID_PARAMETER, "the URL contains spaces, control characters or '\\'"
+            )
+        try:
+            parts = urlsplit(url)
+            parts.port  # noqa: B018 - raises ValueError for a bad port
+        except ValueError as exc:
+            return ToolResult.failure(ErrorCode.INVALID_PARAMETER, f"invalid URL: {exc}")
+        if parts.scheme.lower() not in ("http", "https"):
+            return ToolResult.failure(
+                ErrorCode.INVALID_PARAMETER, "only http:// and https:// URLs are supported"
+            )
+        if parts.username is not None or parts.password is not None:
+            return ToolResult.failure(
+                ErrorCode.INVALID_PARAMETER,
+                "credentials in the URL are not allowed; send an Authorization header",
+            )
+        return self._check_host(parts.hostname)
+
+    def _check_host(self, host: str | None) -> ToolResult | None:
+        if not host:
+            return ToolResult.failure(ErrorCode.INVALID_PARAMETER, "the URL has no host")
+        if host_allowed(host, self.config.allow_domains):
+            return None
+        allowed = ", ".join(self.config.allow_domains) or "none"
+        return ToolResult.failure(
+            ErrorCode.PERMISSION_DENIED,
+            f"the host {host} is not in tools.http.allow_domains (allowed: {allowed})",
+            host=host,
+        )
+
+    async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        url = str(args["url"])
+        method = str(args.get("method") or "GET").upper()
+        headers = dict(args.get("headers") or {})
+        body = args.get("body")
+        refused = self.check_url(url)
+        if refused is not None:
+            return refused
+        for name, value in headers.items():
+            if not _HEADER_NAME.match(name) or any(c in value for c in "\r\n\0"):
+                return ToolResult.failure(
+                    ErrorCode.INVALID_PARAMETER, f"invalid header {name!r}"
+                )
+
+        import aiohttp  # lazily: see the module docstring
+        from yarl import URL
+
+        try:
+            target = URL(url)
+        except (ValueError, TypeError) as exc:
+            return ToolResult.failure(ErrorCode.INVALID_PARAMETER, f"invalid URL: {exc}")
+        if target.scheme not in ("http", "https"):
+            return ToolResult.failure(
+                ErrorCode.INVALID_PARAMETER, "only http:// and https:// URLs are supported"
+            )
+        refused = self._check_host(target.host)
+        if refused is not None:
+            return refused
+
+        seconds = self.config.timeout.total_seconds()
+        limit = self.config.max_bytes
+        try:
+            async with (
+                aiohttp.ClientSession(
+                    timeout=aiohttp.ClientTimeout(total=seconds),
+                    trust_env=False,
+                    cookie_jar=aiohttp.DummyCookieJar(),
+                ) as session,
+                session.request(
+                    method, target, headers=headers, data=body, allow_redirects=False
+                ) as response,
+            ):
+                content = b""
+                truncated = False
+                if method != "HEAD":
+                    content, truncated = await _read_limited(response, limit)
+                status, reason = response.status, response.reason or ""
+                shown = {k: response.headers[k] for k in SHOWN_HEADERS if k in response.headers}
+                text = _body_text(content, response.charset, response.content_type)
+        except TimeoutError:
+            return ToolResult.failure(
+                ErrorCode.TIMEOUT, f"{method} {target.host}: no answer within {seconds:g} s"
+            )
+        except aiohttp.InvalidURL as exc:
+            return ToolResult.failure(ErrorCode.INVALID_PARAMETER, f"invalid URL: {exc}")
+        except aiohttp.ClientError as exc:
+            return ToolResult.failure(
+                ErrorCode.UPSTREAM_ERROR,
+                f"{method} {target.host} failed: {type(exc).__name__}: {exc}",
+            )
+        except ValueError as exc:  # e.g. a header aiohttp will not send
+            return ToolResult.failure(ErrorCode.INVALID_PARAMETER, f"cannot send that: {exc}")
+
+        lines = [f"HTTP {status} {reason}".rstrip()]
+        if "Location" in shown:
+            lines.append(f"Location: {shown['Location']} (redirects are not followed)")
+        if text:
+            lines.append(text)
+        if truncated:
+            lines.append(f"[body truncated after {limit} bytes]")
+        output = "\n".join(lines)
+        data = {"status": status, "headers": shown, "truncated": truncated}
+        if status >= 500:
+            return ToolResult.failure(ErrorCode.UPSTREAM_ERROR, output, **data)
+        return ToolResult(ok=status < 400, output=output, data=data)
+
+
+async def _read_limited(response: Any, limit: int) -> tuple[bytes, bool]:
+    """At most ``limit`` bytes of the body; reading stops as soon as there is more."""
+    buffer = bytearray()
+    while len(buffer) <= limit:
+        chunk = await response.content.read(min(_CHUNK, limit + 1 - len(buffer)))
+        if not chunk:
+            break
+        buffer += chunk
+    return bytes(buffer[:limit]), len(buffer) > limit
+
+
+def _body_text(content: bytes, charset: str | None, content_type: str) -> str:
+    if not content:
+        return ""
+    if b"\0" in content:
+        return f"[{len(content)} bytes of binary content ({content_type})]"
+    encoding = "utf-8"
+    if charset:
+        with suppress(LookupError):
+            encoding = codecs.lookup(charset).name
+    return content.decode(encoding, errors="replace")
