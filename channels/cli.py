@@ -74,6 +74,10 @@ class CliChannel:
         inbound_id = message.metadata.get("inbound_id")
         if message.kind == OutboundKind.APPROVAL and message.edit_of is None:
             self._show_prompt(message)
+        elif message.edit_of is not None and message.metadata.get("outcome"):
+            self._print(
+                f"{message.metadata['outcome']} (request {message.metadata.get('approval_id')})"
+            )
         else:
             self._print(message.text)
         if inbound_id and message.kind == OutboundKind.REPLY:

@@ -169,9 +169,12 @@ def audit_command(state_dir: Path, tail: int, trace: str | None) -> int:
     rows = _with_store(state_dir, lambda db: read_audit(db, tail=tail, trace_id=trace))
     for row in rows:
         data = " ".join(
-            f"{k}={json.dumps(v, ensure_ascii=False) if not isinstance(v, str) else v!r}"
-            for k, v in row.data.items()
-            if v not in (None, "", [], {})
+            f"{k}={_audit_value(v)}" for k, v in row.data.items() if v not in (None, "", [], {})
         )
         print(f"{_clock(row.ts)} {(row.trace_id or '-')[:12]} {row.kind:<18} {data}")
     return 0
+
+
+def _audit_value(value: object) -> str:
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= 300 else text[:300] + "…"

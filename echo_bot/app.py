@@ -10,7 +10,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -131,6 +131,8 @@ class Daemon:
         channel_options: Mapping[str, Mapping[str, Any]] | None = None,
         environ: Mapping[str, str] | None = None,
         banner: bool = True,
+        extra_channels: Sequence[Channel] = (),
+        brain: Brain | None = None,
     ) -> None:
         self.core = core
         self.channel_names = channel_names
@@ -138,8 +140,17 @@ class Daemon:
         self.environ = os.environ if environ is None else environ
         self.banner = banner
         self.channels: list[Channel] = []
+        self.extra_channels = list(extra_channels)
+        self._brain = brain
+        self.bus: Bus | None = None
+        self._started = asyncio.Event()
         self._stop = asyncio.Event()
         self._signals = 0
+
+    async def wait_started(self) -> Bus:
+        await self._started.wait()
+        assert self.bus is not None
+        return self.bus
 
     def request_stop(self) -> None:
         self._stop.set()
@@ -152,7 +163,7 @@ class Daemon:
         self.request_stop()
 
     def _build_brain(self, commands: CommandRegistry) -> Brain:
-        return RulesBrain(commands)
+        return self._brain or RulesBrain(commands)
 
     async def run(self) -> int:
         core = self.core
@@ -207,6 +218,7 @@ class Daemon:
         try:
             await dispatcher.start()
             await delivery.start()
+            to_start: list[Channel] = []
             for name in self.channel_names:
                 cls = load_channel_class(name)
                 setup = ChannelSetup(
@@ -216,10 +228,13 @@ class Daemon:
                     commands=commands,
                     options=self.channel_options.get(name, {}),
                 )
-                channel = cls(setup)
+                to_start.append(cls(setup))
+            for channel in to_start + self.extra_channels:
                 await channel.start(bus)
                 self.channels.append(channel)
                 delivery.add_channel(channel)
+            self.bus = bus
+            self._started.set()
             if self.banner:
                 self._print_banner(brain.name)
             log.info("echo-bot %s started (state dir %s)", __version__, core.state_dir)

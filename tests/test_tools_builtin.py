@@ -195,7 +195,9 @@ def test_shell_allowlist_refuses_hostile_lines(args: dict[str, Any], ctx: ToolCo
     assert allowlisted("uptime").approval_override(args, ctx) is None
 
 
-@pytest.mark.parametrize("args", [{"command": "uptime"}, {"argv": ["uptime"]}, {"command": " uptime "}])
+@pytest.mark.parametrize(
+    "args", [{"command": "uptime"}, {"argv": ["uptime"]}, {"command": " uptime "}]
+)
 def test_shell_allowlist_allows_exact_match(args: dict[str, Any], ctx: ToolContext) -> None:
     assert allowlisted("uptime").approval_override(args, ctx) is False
 
@@ -282,9 +284,7 @@ async def test_shell_environment_is_scrubbed(
     }
 
 
-async def test_shell_reports_exit_code_and_stderr(
-    registry: ToolRegistry, ctx: ToolContext
-) -> None:
+async def test_shell_reports_exit_code_and_stderr(registry: ToolRegistry, ctx: ToolContext) -> None:
     result = await call(
         registry, ctx, "shell_exec", argv=["sh", "-c", "echo out; echo err >&2; exit 3"]
     )
@@ -306,12 +306,12 @@ def _process_gone(pid: int) -> bool:
 
 
 async def test_shell_timeout_kills_the_process_group(workspace: Path, ctx: ToolContext) -> None:
-    registry = make_registry(workspace, shell=ShellToolConfig(enabled=True, timeout=timedelta(seconds=1)))
+    registry = make_registry(
+        workspace, shell=ShellToolConfig(enabled=True, timeout=timedelta(seconds=1))
+    )
     assert registry.get("shell_exec").timeout == 6.0  # type: ignore[union-attr]
     # sh starts a grandchild and waits for it; the timeout must take down both.
-    result = await call(
-        registry, ctx, "shell_exec", argv=["sh", "-c", "sleep 30 & echo $!; wait"]
-    )
+    result = await call(registry, ctx, "shell_exec", argv=["sh", "-c", "sleep 30 & echo $!; wait"])
     assert result.error_code is ErrorCode.TIMEOUT
     assert "did not finish within 1 s" in result.output
     grandchild = int(result.output.splitlines()[-1])
@@ -325,7 +325,10 @@ async def test_shell_timeout_kills_the_process_group(workspace: Path, ctx: ToolC
 async def test_shell_output_is_capped(workspace: Path, ctx: ToolContext) -> None:
     registry = make_registry(workspace, shell=ShellToolConfig(enabled=True, max_output=1024))
     result = await call(
-        registry, ctx, "shell_exec", argv=["sh", "-c", "yes | head -c 2000000; yes e >&2 | head -c 50000 >&2"]
+        registry,
+        ctx,
+        "shell_exec",
+        argv=["sh", "-c", "yes | head -c 2000000; yes e >&2 | head -c 50000 >&2"],
     )
     assert result.ok  # the child was drained to the end, not blocked on a full pipe
     assert result.data["truncated"] is True
@@ -650,7 +653,9 @@ async def test_http_refuses_other_hosts_before_any_network_access(
         "not a url",
     ],
 )
-async def test_http_rejects_odd_urls(http_registry: ToolRegistry, ctx: ToolContext, url: str) -> None:
+async def test_http_rejects_odd_urls(
+    http_registry: ToolRegistry, ctx: ToolContext, url: str
+) -> None:
     result = await call(http_registry, ctx, "http_request", url=url)
     assert not result.ok
     assert result.error_code in (ErrorCode.INVALID_PARAMETER, ErrorCode.PERMISSION_DENIED)

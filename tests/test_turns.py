@@ -1,0 +1,38 @@
+"""Turns through the real core: brain, tools, approvals, replies."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from echo_bot.events import DecisionVerb, approval_action
+from tests.conftest import running_bot
+
+SHELL = """
+[tools]
+profile = "coding"
+[tools.shell]
+enabled = true
+allow_commands = ["true"]
+"""
+
+
+async def test_current_time_by_trigger(state_dir: Path) -> None:
+    async with running_bot(state_dir) as bot:
+        inbound = await bot.channel.say("what time is it?")
+        reply = await bot.channel.reply_to(inbound)
+        assert reply.text.startswith("It is ")
+
+
+async def test_approved_call_runs_once_and_prompt_is_edited(state_dir: Path) -> None:
+    async with running_bot(state_dir, SHELL) as bot:
+        inbound = await bot.channel.say("/run touch approved.txt")
+        prompt = await bot.channel.prompt_for(inbound)
+        request_id = prompt.metadata["approval_id"]
+        assert [b.label for b in prompt.buttons[0]] == ["Approve once", "Deny"]
+        assert not (state_dir / "workspace" / "approved.txt").exists()
+        await bot.channel.press(approval_action(DecisionVerb.APPROVE_ONCE, request_id))
+        reply = await bot.channel.reply_to(inbound)
+        assert "exit code 0" in reply.text
+        assert (state_dir / "workspace" / "approved.txt").exists()
+        edit = await bot.channel.wait_for(lambda m: m.edit_of == prompt.id)
+        assert edit.text.startswith("✅ Approved") and not edit.buttons
