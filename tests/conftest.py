@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from echo_bot.app import Daemon, build_core
-from echo_bot.config import LoadedConfig, parse_config
 from echo_bot.brains.base import Brain
+from echo_bot.config import LoadedConfig, parse_config
 from echo_bot.store import Database
 from echo_bot.tools.base import Tool
 from tests.fakes.channel import RecordingChannel
