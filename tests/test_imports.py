@@ -1,0 +1,167 @@
+"""The import directions of DESIGN.md, and what a plain run must never import."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import ROOT, echo_bot_env
+
+CORE = ROOT / "echo_bot"
+CHANNELS = ROOT / "channels"
+
+# Modules of the core that are leaves: stdlib and pydantic, nothing else of ours but
+# other leaves.
+LEAVES = {"echo_bot.events", "echo_bot.errors", "echo_bot.conversation", "echo_bot.durations"}
+LEAF_ALLOWED_THIRD_PARTY = {"pydantic"}
+# What a channel may import from the core: its public API.
+CHANNEL_API = {"echo_bot.events", "echo_bot.bus", "echo_bot.config", "echo_bot.errors"}
+# Libraries the core must import lazily (inside functions), never at module level.
+LAZY_ONLY = {"aiogram", "openai", "aiohttp", "apscheduler"}
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imports_of(path: Path, *, top_level_only: bool = False) -> set[str]:
+    tree = ast.parse(path.read_text(), str(path))
+    package = (
+        module_name(path) if path.name == "__init__.py" else module_name(path).rpartition(".")[0]
+    )
+    nodes = tree.body if top_level_only else list(ast.walk(tree))
+    found: set[str] = set()
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join([*base, node.module] if node.module else base)
+            else:
+                target = node.module or ""
+            found.add(target)
+            for alias in node.names:  # `from . import x` may name a module
+                found.add(f"{target}.{alias.name}")
+    return found
+
+
+def python_files(folder: Path) -> list[Path]:
+    return sorted(folder.rglob("*.py"))
+
+
+def ours(name: str) -> bool:
+    return name.split(".")[0] in {"echo_bot", "channels"}
+
+
+def test_core_never_imports_channels() -> None:
+    offenders = [
+        (module_name(p), name)
+        for p in python_files(CORE)
+        for name in imports_of(p)
+        if name == "channels" or name.startswith("channels.")
+    ]
+    assert offenders == []
+
+
+def test_channels_use_only_the_public_core_api() -> None:
+    offenders = []
+    for path in python_files(CHANNELS):
+        for name in imports_of(path):
+            if name.startswith("echo_bot") and not any(
+                name == api or name.startswith(api + ".") for api in CHANNEL_API
+            ):
+                offenders.append((module_name(path), name))
+    assert offenders == []
+
+
+def test_leaves_import_only_leaves_and_pydantic() -> None:
+    stdlib = set(sys.stdlib_module_names) | {"__future__"}
+    offenders = []
+    for leaf in LEAVES | {"echo_bot.bus"}:
+        path = ROOT / (leaf.replace(".", "/") + ".py")
+        for name in imports_of(path):
+            top = name.split(".")[0]
+            if top in stdlib or top in LEAF_ALLOWED_THIRD_PARTY:
+                continue
+            module = name if name in LEAVES else name.rpartition(".")[0]
+            if ours(name) and (name in LEAVES or module in LEAVES):
+                continue
+            offenders.append((leaf, name))
+    assert offenders == []
+
+
+def test_store_does_not_depend_on_agent_or_app() -> None:
+    upper = (
+        "echo_bot.agent",
+        "echo_bot.app",
+        "echo_bot.brains",
+        "echo_bot.approvals",
+        "echo_bot.cli",
+    )
+    offenders = [
+        (module_name(p), name)
+        for p in python_files(CORE / "store")
+        for name in imports_of(p)
+        if name.startswith(upper)
+    ]
+    assert offenders == []
+
+
+def test_only_app_knows_the_channel_registry() -> None:
+    offenders = [
+        module_name(p)
+        for p in python_files(CORE)
+        if '"channels.' in p.read_text() and module_name(p) != "echo_bot.app"
+    ]
+    assert offenders == []
+
+
+def test_heavy_sdks_are_never_imported_at_module_level_by_the_core() -> None:
+    offenders = [
+        (module_name(p), name)
+        for p in python_files(CORE)
+        for name in imports_of(p, top_level_only=True)
+        if name.split(".")[0] in LAZY_ONLY
+    ]
+    assert offenders == []
+
+
+def test_a_run_without_telegram_or_llm_never_imports_aiogram_or_openai(tmp_path: Path) -> None:
+    """Start the real daemon on embedded defaults, then look at sys.modules."""
+    script = f"""
+import asyncio, os, sys
+from pathlib import Path
+from echo_bot.app import Daemon, build_core
+from echo_bot.config import load_config
+
+async def main():
+    core = build_core(load_config(None), Path({str(tmp_path / "st")!r}), os.environ)
+    daemon = Daemon(core, channel_names=[], banner=False)
+    task = asyncio.create_task(daemon.run())
+    await daemon.wait_started()
+    daemon.request_stop()
+    await task
+
+asyncio.run(main())
+lazy = {{"aiogram", "openai", "aiohttp", "apscheduler"}}
+heavy = sorted(m for m in sys.modules if m.split(".")[0] in lazy)
+print("HEAVY:", ",".join(heavy))
+"""
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=echo_bot_env(),
+        cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "HEAVY: \n" in result.stdout or result.stdout.strip() == "HEAVY:", result.stdout
