@@ -324,16 +324,23 @@ async def test_shell_timeout_kills_the_process_group(workspace: Path, ctx: ToolC
 
 async def test_shell_output_is_capped(workspace: Path, ctx: ToolContext) -> None:
     registry = make_registry(workspace, shell=ShellToolConfig(enabled=True, max_output=1024))
-    result = await call(
-        registry,
-        ctx,
-        "shell_exec",
-        argv=["sh", "-c", "yes | head -c 2000000; yes e >&2 | head -c 50000 >&2"],
-    )
+    script = "yes | head -c 2000000; yes e | head -c 50000 >&2"
+    result = await call(registry, ctx, "shell_exec", argv=["sh", "-c", script])
     assert result.ok  # the child was drained to the end, not blocked on a full pipe
     assert result.data["truncated"] is True
     assert result.output.count("[output truncated]") == 2
     assert len(result.output) < 2 * 1024 + 200
+
+
+async def test_shell_timeout_with_endless_output(workspace: Path, ctx: ToolContext) -> None:
+    # The reader stops at the cap while the child keeps writing; the kill must still reap it
+    # (in Python 3.11 Process.wait() also waits for the pipes to close).
+    shell = ShellToolConfig(enabled=True, timeout=timedelta(seconds=1), max_output=1024)
+    registry = make_registry(workspace, shell=shell)
+    result = await call(registry, ctx, "shell_exec", argv=["sh", "-c", "yes out & yes err >&2"])
+    assert result.error_code is ErrorCode.TIMEOUT
+    assert "did not finish within 1 s and was killed" in result.output  # ours, not the registry's
+    assert "[output truncated]" in result.output
 
 
 async def test_shell_missing_program(registry: ToolRegistry, ctx: ToolContext) -> None:
@@ -410,13 +417,19 @@ async def test_file_write_replaces_atomically(
 
 @pytest.mark.parametrize("path", ["../x", "a/../../x", "..", "/etc/passwd"])
 async def test_file_paths_outside_are_refused(
-    registry: ToolRegistry, ctx: ToolContext, workspace: Path, path: str
+    registry: ToolRegistry, ctx: ToolContext, workspace: Path, tmp_path: Path, path: str
 ) -> None:
     workspace.mkdir()
+    (tmp_path / "x").write_text("outside")
     read = await call(registry, ctx, "file_read", path=path)
     assert read.error_code is ErrorCode.PERMISSION_DENIED
-    write = await call(registry, ctx, "file_write", path=path + "-new", content="x")
+    for target in (path, path + "/new"):
+        write = await call(registry, ctx, "file_write", path=target, content="x")
+        assert write.error_code in (ErrorCode.PERMISSION_DENIED, ErrorCode.INVALID_PARAMETER)
+    write = await call(registry, ctx, "file_write", path=path + "/new", content="x")
     assert write.error_code is ErrorCode.PERMISSION_DENIED
+    assert (tmp_path / "x").read_text() == "outside"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["workspace", "x"]
 
 
 async def test_file_write_absolute_path_is_refused(
@@ -443,7 +456,7 @@ async def test_file_symlink_escapes_are_refused(
     for path in ("link.txt", "linkdir/f.txt", "linkdir/../secret.txt"):
         result = await call(registry, ctx, "file_read", path=path)
         assert result.error_code is ErrorCode.PERMISSION_DENIED, path
-        assert "secret" not in result.output
+        assert "top secret" not in result.output
 
     for path, append in (("link.txt", False), ("link.txt", True), ("linkdir/new.txt", False)):
         result = await call(registry, ctx, "file_write", path=path, content="pwned", append=append)

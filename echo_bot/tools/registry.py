@@ -39,7 +39,7 @@ class ToolRegistry:
             Draft202012Validator.check_schema(tool.parameters)
         except SchemaError as exc:
             raise ValueError(f"tool {name!r}: invalid parameter schema: {exc.message}") from None
-        if tool.parameters.get("type") != "object":
+        if not isinstance(tool.parameters, dict) or tool.parameters.get("type") != "object":
             raise ValueError(f"tool {name!r}: parameters must be a JSON-Schema object")
         if tool.retries and not tool.idempotent:
             raise ValueError(f"tool {name!r}: retries are only allowed for idempotent tools")

@@ -25,6 +25,7 @@ SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
 # program never sees a shell, but an auto-approved line should not even look like one.
 SHELL_METACHARACTERS = frozenset(";&|`$<>()\n\r")
 _CHUNK = 64 * 1024
+_SETTLE_SECONDS = 2.0  # well inside the registry's extra 5 s
 
 
 def argv_of(args: dict[str, Any]) -> list[str]:
@@ -90,6 +91,22 @@ def _exit_text(returncode: int) -> str:
 def _kill_group(pid: int) -> None:
     with suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
+
+
+async def _settle(proc: asyncio.subprocess.Process, out: _Capture, err: _Capture) -> None:
+    """Reap a killed child. wait() also waits for the pipes to close, so read them to EOF
+    (every writer in the group is dead); a process that left the group may keep them open,
+    hence the grace period."""
+    try:
+        async with asyncio.timeout(_SETTLE_SECONDS):
+            await asyncio.gather(out.drain(proc.stdout), err.drain(proc.stderr))
+            await proc.wait()
+    except TimeoutError:
+        log.warning("shell_exec: pid %d left its output pipes open after the kill", proc.pid)
+        # Process has no public close(); without this the pipes stay open until GC.
+        transport = getattr(proc, "_transport", None)
+        if transport is not None:
+            transport.close()
 
 
 class ShellExecTool(Tool):
@@ -205,7 +222,7 @@ class ShellExecTool(Tool):
         finally:
             if not finished:  # timed out or cancelled: take the whole group down
                 _kill_group(proc.pid)
-                await proc.wait()
+                await _settle(proc, out, err)
         if not finished:
             partial = _render(out, err, None)
             return ToolResult.failure(

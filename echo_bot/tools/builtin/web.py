@@ -137,9 +137,7 @@ class HttpRequestTool(Tool):
             return refused
         for name, value in headers.items():
             if not _HEADER_NAME.match(name) or any(c in value for c in "\r\n\0"):
-                return ToolResult.failure(
-                    ErrorCode.INVALID_PARAMETER, f"invalid header {name!r}"
-                )
+                return ToolResult.failure(ErrorCode.INVALID_PARAMETER, f"invalid header {name!r}")
 
         import aiohttp  # lazily: see the module docstring
         from yarl import URL
