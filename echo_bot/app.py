@@ -33,7 +33,7 @@ from .store import DB_FILENAME, Database, SqliteInbox, SqliteOutbox
 from .store.approvals import list_approvals
 from .store.audit import AuditWriter
 from .tools.base import Tool
-from .tools.builtin import builtin_tools
+from .tools.builtin import SendMessageTool, builtin_tools
 from .tools.registry import ToolRegistry
 
 log = logging.getLogger(__name__)
@@ -233,6 +233,10 @@ class Daemon:
                 await channel.start(bus)
                 self.channels.append(channel)
                 delivery.add_channel(channel)
+            running = frozenset(c.name for c in self.channels)
+            for tool in core.registry:
+                if isinstance(tool, SendMessageTool):
+                    tool.bind(bus.send, running)
             self.bus = bus
             self._started.set()
             if self.banner:

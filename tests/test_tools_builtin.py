@@ -80,6 +80,7 @@ def test_builtin_tools_register_and_declare(workspace: Path) -> None:
         "file_read",
         "file_write",
         "http_request",
+        "send_message",
         "shell_exec",
     ]
     shell = registry.get("shell_exec")
@@ -94,7 +95,14 @@ def test_builtin_tools_register_and_declare(workspace: Path) -> None:
 
 def test_switched_off_tools_report_unavailable(workspace: Path) -> None:
     tools = {t.name: t for t in builtin_tools(ToolsConfig(), workspace=workspace, timezone="UTC")}
-    assert set(tools) == {"current_time", "shell_exec", "file_read", "file_write", "http_request"}
+    assert set(tools) == {
+        "current_time",
+        "send_message",
+        "shell_exec",
+        "file_read",
+        "file_write",
+        "http_request",
+    }
     assert not tools["shell_exec"].available()  # shell.enabled defaults to false
     assert not tools["http_request"].available()  # no allowed domain at all
     assert tools["current_time"].available() and tools["file_read"].available()

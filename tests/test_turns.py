@@ -36,3 +36,35 @@ async def test_approved_call_runs_once_and_prompt_is_edited(state_dir: Path) -> 
         assert (state_dir / "workspace" / "approved.txt").exists()
         edit = await bot.channel.wait_for(lambda m: m.edit_of == prompt.id)
         assert edit.text.startswith("✅ Approved") and not edit.buttons
+
+
+async def test_send_message_to_own_chat_needs_no_approval(state_dir: Path) -> None:
+    async with running_bot(state_dir) as bot:
+        inbound = await bot.channel.say('/tool send_message {"text": "hello there"}')
+        note = await bot.channel.wait_for(lambda m: m.text == "hello there")
+        assert note.to == bot.channel.address()
+        reply = await bot.channel.reply_to(inbound)
+        assert reply.text == "Sent to cli:local."
+
+
+async def test_send_message_to_another_chat_asks_first(state_dir: Path) -> None:
+    async with running_bot(state_dir) as bot:
+        inbound = await bot.channel.say('/tool send_message {"text": "psst", "to": "cli:other"}')
+        prompt = await bot.channel.prompt_for(inbound)
+        assert not any(m.text == "psst" for m in bot.channel.sent)
+        await bot.channel.press(
+            approval_action(DecisionVerb.APPROVE_ONCE, prompt.metadata["approval_id"])
+        )
+        note = await bot.channel.wait_for(lambda m: m.text == "psst")
+        assert str(note.to) == "cli:other"
+
+
+async def test_send_message_to_a_channel_that_is_not_running(state_dir: Path) -> None:
+    async with running_bot(state_dir) as bot:
+        inbound = await bot.channel.say('/tool send_message {"text": "x", "to": "nowhere:1"}')
+        prompt = await bot.channel.prompt_for(inbound)
+        await bot.channel.press(
+            approval_action(DecisionVerb.APPROVE_ONCE, prompt.metadata["approval_id"])
+        )
+        reply = await bot.channel.reply_to(inbound)
+        assert "INVALID_PARAMETER" in reply.text and "nowhere" in reply.text

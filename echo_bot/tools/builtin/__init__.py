@@ -8,6 +8,7 @@ from ...config import ToolsConfig
 from ..base import Tool
 from .clock import CurrentTimeTool
 from .files import FileReadTool, FileWriteTool
+from .messaging import SendMessageTool
 from .shell import ShellExecTool, argv_of
 from .web import HttpRequestTool
 
@@ -16,6 +17,7 @@ __all__ = [
     "FileReadTool",
     "FileWriteTool",
     "HttpRequestTool",
+    "SendMessageTool",
     "ShellExecTool",
     "argv_of",
     "builtin_tools",
@@ -26,6 +28,7 @@ def builtin_tools(config: ToolsConfig, *, workspace: Path, timezone: str) -> lis
     """Every built-in tool; switched-off ones say so through ``available()``."""
     return [
         CurrentTimeTool(timezone),
+        SendMessageTool(),
         ShellExecTool(config.shell, workspace),
         FileReadTool(workspace),
         FileWriteTool(workspace),

@@ -204,7 +204,9 @@ class ShellExecTool(Tool):
                 ErrorCode.NOT_FOUND, f"program not found: {argv[0]} (PATH is {SAFE_PATH})"
             )
         except PermissionError:
-            return ToolResult.failure(ErrorCode.TOOL_ERROR, f"cannot execute {argv[0]}")
+            return ToolResult.failure(
+                ErrorCode.TOOL_ERROR, f"cannot execute {argv[0]}: permission denied"
+            )
         except OSError as exc:
             return ToolResult.failure(ErrorCode.TOOL_ERROR, f"cannot start {argv[0]}: {exc}")
 

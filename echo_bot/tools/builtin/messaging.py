@@ -1,0 +1,84 @@
+"""send_message: post a message to a chat through the outbox.
+
+Its effect stays in the requester's own chat by default, so it does not ask there; a
+message to any other chat asks for approval.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable
+from typing import Any, ClassVar
+
+from ...events import Address, OutboundKind, OutboundMessage
+from ..base import ErrorCode, Risk, Tool, ToolContext, ToolGroup, ToolResult
+
+OutboundSink = Callable[[OutboundMessage], Awaitable[None]]
+
+_SAYING = re.compile(r"(?:saying|that says|:)\s*(.+)$", re.IGNORECASE | re.DOTALL)
+
+
+class SendMessageTool(Tool):
+    name: ClassVar[str] = "send_message"
+    description: ClassVar[str] = (
+        "Send a text message to a chat (the current one unless `to` names another, "
+        "as channel:chat_id)."
+    )
+    parameters: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {
+            "text": {"type": "string", "minLength": 1, "maxLength": 16000},
+            "to": {"type": "string", "minLength": 3, "maxLength": 200},
+        },
+        "required": ["text"],
+        "additionalProperties": False,
+    }
+    risk: ClassVar[Risk] = Risk.WRITE
+    group: ClassVar[ToolGroup] = "messaging"
+    default_approval: ClassVar[str] = "origin_chat"  # type: ignore[assignment]
+    timeout: ClassVar[float] = 10.0
+    triggers: ClassVar[tuple[str, ...]] = ("send a message", "send message", "post a message")
+    negative_triggers: ClassVar[tuple[str, ...]] = ("remind me",)
+
+    def __init__(self) -> None:
+        self._sink: OutboundSink | None = None
+        self._channels: frozenset[str] = frozenset()
+
+    def bind(self, sink: OutboundSink, channels: frozenset[str]) -> None:
+        """Connect to the bus once the daemon has one (and knows its channels)."""
+        self._sink = sink
+        self._channels = channels
+
+    def approval_override(self, args: dict[str, Any], ctx: ToolContext) -> bool | None:
+        target = args.get("to")
+        if target and target != str(ctx.origin):
+            return True  # another chat: always ask
+        return None
+
+    def extract_args(self, text: str) -> dict[str, Any] | None:
+        match = _SAYING.search(text)
+        return {"text": match.group(1).strip()} if match and match.group(1).strip() else None
+
+    async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        if self._sink is None:
+            return ToolResult.failure(ErrorCode.UPSTREAM_ERROR, "messaging is not connected")
+        try:
+            target = Address.parse(args["to"]) if args.get("to") else ctx.origin
+        except ValueError as exc:
+            return ToolResult.failure(ErrorCode.INVALID_PARAMETER, str(exc))
+        if target.channel not in self._channels:
+            known = ", ".join(sorted(self._channels)) or "none"
+            return ToolResult.failure(
+                ErrorCode.INVALID_PARAMETER,
+                f"no channel named {target.channel!r} is running (running: {known})",
+            )
+        await self._sink(
+            OutboundMessage(
+                to=target,
+                text=args["text"],
+                kind=OutboundKind.NOTICE,
+                trace_id=ctx.trace_id,
+                metadata={"sent_by_tool": ctx.idempotency_key},
+            )
+        )
+        return ToolResult.success(f"Sent to {target}.", to=str(target))
