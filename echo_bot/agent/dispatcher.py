@@ -51,8 +51,8 @@ class Dispatcher:
 
     # -- lifecycle ------------------------------------------------------------------------
     async def start(self) -> None:
-        self._last_seq = await self.inbox.last_seq()
-        for row in await self.inbox.unfinished():
+        rows, self._last_seq = await self.inbox.unfinished()
+        for row in rows:
             self._dispatch(row.message)
         self._tasks = [
             asyncio.create_task(self._poll_loop(), name="inbox-poll"),
@@ -168,7 +168,10 @@ class Dispatcher:
             await self.inbox.set_status(message.id, InboundStatus.FAILED, "no decision given")
             return
 
-        def apply(db: SqlDb) -> DecisionOutcome:
+        def apply(db: SqlDb) -> DecisionOutcome | None:
+            current = get_inbound(db, message.id)
+            if current is None or current.status != InboundStatus.ACCEPTED:
+                return None  # applied already
             outcome = self.gate.decide(db, decision)
             status = InboundStatus.DONE if outcome.ok else InboundStatus.FAILED
             set_inbound_status(db, message.id, status, None if outcome.ok else outcome.message)
@@ -188,6 +191,8 @@ class Dispatcher:
             outcome = await self.db.run(apply)
         except Exception:
             log.exception("applying decision %s failed", message.id)
+            return
+        if outcome is None:
             return
         self._resume(outcome.resume_turns)
         self._on_outbound()

@@ -280,7 +280,6 @@ class ApprovalGate:
 
     def _unshown(self, row: store.ApprovalRow) -> bool:
         """A dangerous call whose prompt offered only Deny (DESIGN: never approve unseen)."""
-        return False
         if row.risk != Risk.DANGEROUS:
             return False
         return len(render_call(row.tool, self.masker.mask_data(row.args))) > PROMPT_ARGS_LIMIT

@@ -40,13 +40,18 @@ class SqliteInbox:
         """Rows committed after ``seq`` (also by other processes), oldest first."""
         return await self._db.run(lambda db: rows_after(db, seq, limit))
 
-    async def unfinished(self) -> list[InboxRow]:
-        def query(db: SqlDb) -> list[InboxRow]:
+    async def unfinished(self) -> tuple[list[InboxRow], int]:
+        """Every row not yet finished, and the newest seq — from one snapshot, so a row
+        committed meanwhile is either in the list or after the seq, never both."""
+
+        def query(db: SqlDb) -> tuple[list[InboxRow], int]:
             cursor = db.execute(
                 "SELECT * FROM inbox WHERE status IN (?, ?, ?) ORDER BY seq",
                 [InboundStatus.ACCEPTED, InboundStatus.RUNNING, InboundStatus.WAITING_APPROVAL],
             )
-            return [_row(dict(r)) for r in cursor.fetchall()]
+            rows = [_row(dict(r)) for r in cursor.fetchall()]
+            last = db.execute("SELECT COALESCE(MAX(seq), 0) FROM inbox").fetchone()[0]
+            return rows, last
 
         return await self._db.run(query)
 
@@ -58,11 +63,6 @@ class SqliteInbox:
     ) -> None:
         await self._db.run(lambda db: set_inbound_status(db, inbound_id, status, error))
 
-    async def last_seq(self) -> int:
-        def query(db: SqlDb) -> int:
-            return db.execute("SELECT COALESCE(MAX(seq), 0) FROM inbox").fetchone()[0]
-
-        return await self._db.run(query)
 
 
 def add_inbound(db: SqlDb, message: InboundMessage) -> Published:
