@@ -52,7 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _dispatch(args)
     except EchoBotError as exc:
-        print(f"echo-bot: {exc}", file=sys.stderr)
+        for line in str(exc).splitlines() or [type(exc).__name__]:
+            print(f"echo-bot: {line}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         return 130

@@ -23,6 +23,7 @@ from pydantic import (
     Field,
     PlainSerializer,
     ValidationError,
+    field_validator,
     model_validator,
 )
 
@@ -192,11 +193,23 @@ class WebhookRoute(Section):
         return self
 
 
+def _unique(names: list[str]) -> None:
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise ValueError(f"duplicate name(s): {', '.join(repeated)}")
+
+
 class WebhookConfig(Section):
     enabled: bool = False
     max_body: int = Field(1024 * 1024, ge=1024)
     admin_token_env: EnvName | None = None
     routes: list[WebhookRoute] = Field(default_factory=list)
+
+    @field_validator("routes")
+    @classmethod
+    def _unique_routes(cls, routes: list[WebhookRoute]) -> list[WebhookRoute]:
+        _unique([r.name for r in routes])
+        return routes
 
 
 _CRON_FIELDS = 5
@@ -235,16 +248,11 @@ class Config(Section):
     webhook: WebhookConfig = Field(default_factory=WebhookConfig)
     cron: list[CronJob] = Field(default_factory=list)
 
-    @model_validator(mode="after")
-    def _unique_names(self) -> Config:
-        for label, names in (
-            ("webhook.routes", [r.name for r in self.webhook.routes]),
-            ("cron", [j.name for j in self.cron]),
-        ):
-            seen = {n for n in names if names.count(n) > 1}
-            if seen:
-                raise ValueError(f"{label}: duplicate name(s) {sorted(seen)}")
-        return self
+    @field_validator("cron")
+    @classmethod
+    def _unique_jobs(cls, jobs: list[CronJob]) -> list[CronJob]:
+        _unique([j.name for j in jobs])
+        return jobs
 
 
 class LoadedConfig(BaseModel):

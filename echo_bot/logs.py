@@ -16,13 +16,18 @@ class MaskingFilter(logging.Filter):
         self.masker = masker
 
     def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
+        try:
+            message = record.getMessage()
+        except (TypeError, ValueError):  # a bad format call must not break the caller
+            message = f"{record.msg!r} (unformattable arguments {record.args!r})"
         if record.exc_info and not record.exc_text:
             record.exc_text = logging.Formatter().formatException(record.exc_info)
         record.msg = self.masker.mask(message)
         record.args = None
         if record.exc_text:
             record.exc_text = self.masker.mask(record.exc_text)
+        if record.stack_info:
+            record.stack_info = self.masker.mask(record.stack_info)
         return True
 
 

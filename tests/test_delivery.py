@@ -1,0 +1,333 @@
+"""The outbox worker on a real SQLite store: per-chat order, retries, failures, edits."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from echo_bot.delivery import DeliveryWorker
+from echo_bot.errors import ChannelError
+from echo_bot.events import Address, OutboundMessage, Receipt
+from echo_bot.store import Database, SqliteOutbox
+from tests.fakes.channel import RecordingChannel
+
+WAIT = 10.0  # an upper bound for "eventually", never a speed requirement
+
+
+class Clock:
+    """Real time plus a jump a test can add (so a backoff of seconds passes at once)."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def __call__(self) -> float:
+        return time.time() + self.offset
+
+
+@dataclass
+class Harness:
+    db: Database
+    outbox: SqliteOutbox
+    worker: DeliveryWorker
+    clock: Clock
+
+    async def send(self, to: Address, text: str, **fields: object) -> OutboundMessage:
+        message = OutboundMessage(to=to, text=text, **fields)  # type: ignore[arg-type]
+        await self.outbox.enqueue(message)
+        self.worker.wake()
+        return message
+
+    async def row(self, outbound_id: str) -> tuple[str, str | None, int]:
+        def query(db):  # type: ignore[no-untyped-def]
+            return tuple(
+                db.execute(
+                    "SELECT status, last_error, attempts FROM outbox WHERE id = ?", [outbound_id]
+                ).fetchone()
+            )
+
+        return await self.db.run(query)  # type: ignore[return-value]
+
+    async def wait_attempts(self, outbound_id: str, n: int) -> tuple[str, str | None, int]:
+        async with asyncio.timeout(WAIT):
+            while True:
+                row = await self.row(outbound_id)
+                if row[2] >= n:
+                    return row
+                await asyncio.sleep(0.01)
+
+    async def wait_status(self, outbound_id: str, status: str) -> tuple[str, str | None, int]:
+        async with asyncio.timeout(WAIT):
+            while True:
+                row = await self.row(outbound_id)
+                if row[0] == status:
+                    return row
+                await asyncio.sleep(0.01)
+
+
+@pytest.fixture
+async def harness(tmp_path: Path) -> AsyncIterator[Harness]:
+    db = Database(tmp_path / "x.sqlite3")
+    await db.open()
+    outbox = SqliteOutbox(db)
+    clock = Clock()
+    worker = DeliveryWorker(outbox, clock=clock, max_attempts=3)
+    await worker.start()
+    try:
+        yield Harness(db=db, outbox=outbox, worker=worker, clock=clock)
+    finally:
+        await worker.stop()
+        await db.close()
+
+
+async def wait_sent(channel: RecordingChannel, count: int) -> list[OutboundMessage]:
+    async with asyncio.timeout(WAIT):
+        while len(channel.sent) < count:
+            await asyncio.sleep(0.01)
+    return channel.sent
+
+
+def fail_first(
+    n: int, make: Callable[[], Exception], only: str | None = None
+) -> Callable[[OutboundMessage], Exception | None]:
+    """A failure hook: the first ``n`` attempts (of message text ``only``) raise."""
+    seen = {"n": 0}
+
+    def hook(message: OutboundMessage) -> Exception | None:
+        if only is not None and message.text != only:
+            return None
+        seen["n"] += 1
+        return make() if seen["n"] <= n else None
+
+    return hook
+
+
+# --------------------------------------------------------------------------- ordering
+
+
+async def test_one_chat_is_delivered_in_order(harness: Harness) -> None:
+    channel = RecordingChannel("cli")
+    harness.worker.add_channel(channel)
+    to = channel.address("a")
+    for i in range(20):
+        await harness.send(to, f"msg {i}")
+    sent = await wait_sent(channel, 20)
+    assert [m.text for m in sent] == [f"msg {i}" for i in range(20)]
+    assert len(channel.attempts) == 20  # each exactly once
+
+
+async def test_three_chats_all_arrive_each_in_order(harness: Harness) -> None:
+    channel = RecordingChannel("cli")
+    harness.worker.add_channel(channel)
+    for i in range(10):
+        for chat in ("a", "b", "c"):
+            await harness.send(channel.address(chat), f"{chat}{i}")
+    sent = await wait_sent(channel, 30)
+    for chat in ("a", "b", "c"):
+        assert [m.text for m in sent if m.to.chat_id == chat] == [f"{chat}{i}" for i in range(10)]
+    assert len(sent) == 30
+
+
+async def test_sent_rows_are_marked_with_a_receipt(harness: Harness) -> None:
+    channel = RecordingChannel("cli")
+    harness.worker.add_channel(channel)
+    message = await harness.send(channel.address(), "hello")
+    _, error, attempts = await harness.wait_status(message.id, "sent")
+    assert (error, attempts) == (None, 1)
+    assert await harness.outbox.receipt_of(message.id) == "m1"
+    assert await harness.worker.idle(str(channel.address()))
+
+
+# --------------------------------------------------------------------------- retries
+
+
+async def test_retryable_error_keeps_order_and_does_not_block_other_chats(
+    harness: Harness,
+) -> None:
+    channel = RecordingChannel("cli")
+    channel.failure = fail_first(2, lambda: ChannelError("flood", retry_after=0.05), only="a0")
+    harness.worker.add_channel(channel)
+    first = await harness.send(channel.address("a"), "a0")
+    await harness.send(channel.address("a"), "a1")
+    await harness.send(channel.address("a"), "a2")
+    await harness.send(channel.address("b"), "b0")
+    sent = await wait_sent(channel, 4)
+    texts = [m.text for m in sent]
+    assert [t for t in texts if t.startswith("a")] == ["a0", "a1", "a2"]
+    assert "b0" in texts
+    assert texts.count("a0") == 1  # delivered once, after two failed attempts
+    assert [m.text for m in channel.attempts].count("a0") == 3
+    _, error, attempts = await harness.wait_status(first.id, "sent")
+    assert attempts == 3 and error == "flood"
+
+
+async def test_other_chat_is_delivered_while_one_chat_waits_for_its_retry(
+    harness: Harness,
+) -> None:
+    channel = RecordingChannel("cli")
+    # chat a fails with a long retry_after; chat b must still get through meanwhile
+    channel.failure = fail_first(1, lambda: ChannelError("busy", retry_after=3600), only="a0")
+    harness.worker.add_channel(channel)
+    a0 = await harness.send(channel.address("a"), "a0")
+    await harness.send(channel.address("a"), "a1")
+    await harness.send(channel.address("b"), "b0")
+    await channel.wait_for(lambda m: m.text == "b0", WAIT)
+    assert [m.text for m in channel.sent] == ["b0"]  # a1 waits behind a0
+    assert (await harness.row(a0.id))[0] == "queued"
+    harness.clock.offset += 7200  # the hour passes
+    harness.worker.wake()
+    await wait_sent(channel, 3)
+    assert [m.text for m in channel.sent] == ["b0", "a0", "a1"]
+
+
+async def test_non_retryable_error_fails_the_message_and_moves_on(
+    harness: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    channel = RecordingChannel("cli")
+    channel.failure = fail_first(
+        99, lambda: ChannelError("chat not found", retryable=False), only="doomed"
+    )
+    harness.worker.add_channel(channel)
+    with caplog.at_level(logging.WARNING, logger="echo_bot.delivery"):
+        doomed = await harness.send(channel.address("a"), "doomed")
+        await harness.send(channel.address("a"), "next")
+        await channel.wait_for(lambda m: m.text == "next", WAIT)
+    _, error, attempts = await harness.wait_status(doomed.id, "failed")
+    assert error == "chat not found" and attempts == 1
+    assert [m.text for m in channel.attempts].count("doomed") == 1  # not retried
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert any(doomed.id in r.getMessage() for r in errors), caplog.text
+    assert await harness.outbox.pending_count() == 0
+
+
+async def test_max_attempts_marks_failed_not_dropped(
+    harness: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    channel = RecordingChannel("cli")
+    channel.failure = fail_first(
+        99, lambda: ChannelError("still down", retry_after=0.01), only="never"
+    )
+    harness.worker.add_channel(channel)  # the harness worker has max_attempts=3
+    with caplog.at_level(logging.WARNING, logger="echo_bot.delivery"):
+        never = await harness.send(channel.address("a"), "never")
+        await harness.send(channel.address("a"), "after")
+        _, error, attempts = await harness.wait_status(never.id, "failed")
+        await channel.wait_for(lambda m: m.text == "after", WAIT)
+    assert (error, attempts) == ("still down", 3)
+    assert [m.text for m in channel.attempts].count("never") == 3
+    assert "never" not in [m.text for m in channel.sent]
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert any(never.id in m and "3 attempt" in m for m in errors), caplog.text
+
+
+async def test_plain_exception_in_send_is_retried(harness: Harness) -> None:
+    channel = RecordingChannel("cli")
+    channel.failure = fail_first(1, lambda: RuntimeError("socket closed"))  # type: ignore[arg-type,return-value]
+    harness.worker.add_channel(channel)
+    message = await harness.send(channel.address("a"), "hello")
+    # The first attempt fails with a backoff of seconds; let that time pass at once.
+    status, error, _ = await harness.wait_attempts(message.id, 1)
+    assert status == "queued" and error == "RuntimeError: socket closed"
+    assert channel.sent == []
+    harness.clock.offset += 3600
+    harness.worker.wake()
+    await channel.wait_for(lambda m: m.text == "hello", WAIT)
+    assert (await harness.wait_status(message.id, "sent"))[2] == 2
+    # the worker survived: later messages still flow
+    await harness.send(channel.address("b"), "still alive")
+    await channel.wait_for(lambda m: m.text == "still alive", WAIT)
+
+
+async def test_a_broken_channel_does_not_block_other_channels(harness: Harness) -> None:
+    class Broken(RecordingChannel):
+        async def send(self, message: OutboundMessage) -> Receipt:
+            self.attempts.append(message)
+            raise ValueError("bad payload")
+
+    broken = Broken("broken")
+    good = RecordingChannel("cli")
+    harness.worker.add_channel(broken)
+    harness.worker.add_channel(good)
+    bad = await harness.send(broken.address(), "x")
+    await harness.send(good.address(), "y")
+    await good.wait_for(lambda m: m.text == "y", WAIT)
+    assert await harness.wait_attempts(bad.id, 1) == ("queued", "ValueError: bad payload", 1)
+
+
+# --------------------------------------------------------------------------- edits
+
+
+async def test_edit_carries_the_channel_message_id_of_the_original(harness: Harness) -> None:
+    channel = RecordingChannel("cli")
+    harness.worker.add_channel(channel)
+    await harness.send(channel.address(), "first")
+    original = await harness.send(channel.address(), "Approve?")
+    await wait_sent(channel, 2)
+    receipt = await harness.outbox.receipt_of(original.id)
+    assert receipt == "m2"
+    edit = await harness.send(channel.address(), "✅ Approved", edit_of=original.id)
+    delivered = await channel.wait_for(lambda m: m.id == edit.id, WAIT)
+    assert delivered.edit_of == original.id
+    assert delivered.edit_message_id == receipt
+
+
+async def test_edit_enqueued_with_its_original_waits_for_the_receipt(harness: Harness) -> None:
+    channel = RecordingChannel("cli")
+    original = await harness.send(channel.address(), "Approve?")
+    edit = await harness.send(channel.address(), "❌ Denied", edit_of=original.id)
+    harness.worker.add_channel(channel)  # both are queued before the channel starts
+    delivered = await channel.wait_for(lambda m: m.id == edit.id, WAIT)
+    assert delivered.edit_message_id == "m1"
+
+
+# --------------------------------------------------------------------------- channels
+
+
+async def test_unregistered_channel_stays_queued_until_it_is_added(harness: Harness) -> None:
+    cli = RecordingChannel("cli")
+    harness.worker.add_channel(cli)
+    telegram = RecordingChannel("telegram")
+    waiting = await harness.send(telegram.address("42"), "for later")
+    await harness.send(cli.address(), "now")
+    await cli.wait_for(lambda m: m.text == "now", WAIT)
+    await asyncio.sleep(0)  # let the worker loop turn once more
+    assert await harness.row(waiting.id) == ("queued", None, 0)
+    assert await harness.outbox.pending_count(str(telegram.address("42"))) == 1
+    harness.worker.add_channel(telegram)
+    await telegram.wait_for(lambda m: m.text == "for later", WAIT)
+    await harness.wait_status(waiting.id, "sent")
+    assert [m.text for m in cli.sent] == ["now"]
+
+
+async def test_stop_lets_the_send_in_flight_finish(tmp_path: Path) -> None:
+    db = Database(tmp_path / "x.sqlite3")
+    await db.open()
+    outbox = SqliteOutbox(db)
+    started, release = asyncio.Event(), asyncio.Event()
+
+    class Slow(RecordingChannel):
+        async def send(self, message: OutboundMessage) -> Receipt:
+            started.set()
+            await release.wait()
+            return await super().send(message)
+
+    channel = Slow("cli")
+    worker = DeliveryWorker(outbox)
+    worker.add_channel(channel)
+    await worker.start()
+    message = OutboundMessage(to=channel.address(), text="in flight")
+    await outbox.enqueue(message)
+    worker.wake()
+    await asyncio.wait_for(started.wait(), WAIT)
+    stopping = asyncio.create_task(worker.stop(grace=WAIT))
+    await asyncio.sleep(0)
+    release.set()
+    await stopping
+    assert [m.text for m in channel.sent] == ["in flight"]
+    assert await outbox.pending_count() == 0
+    await db.close()
