@@ -21,6 +21,7 @@ from .events import Address, ApprovalDecision, DecisionVerb, InboundKind, Inboun
 from .statedir import daemon_pid
 from .store import DB_FILENAME, Database
 from .store import approvals as approval_store
+from .store.access import new_pairing_code
 from .store.audit import read_audit
 from .store.inbox import add_inbound, get_inbound
 
@@ -161,6 +162,20 @@ def _submit_decision(state_dir: Path, approval_id: str, action: str, wait: float
             return 1
         time.sleep(0.2)
     print(f"Decision submitted; the daemon (pid {pid}) has not applied it yet.")
+    return 0
+
+
+# -- pairing ------------------------------------------------------------------------------
+def pair_command(state_dir: Path) -> int:
+    db = Database(state_dir / DB_FILENAME)  # creates the store on first use
+    db.open_sync()
+    try:
+        code = db.run_sync(new_pairing_code)
+    finally:
+        db.close_sync()
+    print(f"Pairing code: {code}")
+    print("Valid for 10 minutes, once. Send it to the bot on Telegram as:")
+    print(f"  /pair {code}")
     return 0
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
+from .access import StoreAccess
 from .agent import Dispatcher, TurnRunner
 from .agent.calls import CallExecutor
 from .approvals import ApprovalGate, ApprovalPolicy, ApproverDirectory
@@ -24,7 +25,7 @@ from .brains.core_commands import register_core_commands
 from .brains.rules import RulesBrain
 from .bus import Bus, Channel, ChannelSetup
 from .commands import CommandRegistry
-from .config import LoadedConfig, check_environment, llm_enabled, secret_env_names, telegram_enabled
+from .config import LoadedConfig, check_environment, llm_enabled, secret_env_names
 from .delivery import DeliveryWorker
 from .errors import ConfigError
 from .secrets import Masker
@@ -41,7 +42,10 @@ log = logging.getLogger(__name__)
 # name → "module:Class", imported only when the channel is enabled.
 CHANNELS: dict[str, str] = {
     "cli": "channels.cli:CliChannel",
+    "telegram": "channels.telegram:TelegramChannel",
 }
+# Channels that need the HTTP server (webhook routes, /healthz).
+SERVER_CHANNELS = frozenset({"telegram", "webhook"})
 
 
 def load_channel_class(name: str) -> type[Channel]:
@@ -82,15 +86,6 @@ def build_core(loaded: LoadedConfig, state_dir: Path, environ: Mapping[str, str]
         )
     if llm_enabled(loaded, environ):
         log.warning("an LLM is configured, but this version has only the rules brain")
-    if telegram_enabled(loaded, environ) and "telegram" not in CHANNELS:
-        if loaded.from_file:
-            raise ConfigError(
-                f"{source}: telegram.enabled: the Telegram channel is not available in "
-                f"echo-bot {__version__}"
-            )
-        log.warning(
-            "%s is set, but this version has no Telegram channel", config.telegram.token_env
-        )
     masker = Masker.from_environment(secret_env_names(config), environ)
     workspace = (config.tools.workspace or state_dir / "workspace").expanduser().resolve()
     registry = ToolRegistry(output_limit=config.tools.output_limit)
@@ -143,6 +138,7 @@ class Daemon:
         self.extra_channels = list(extra_channels)
         self._brain = brain
         self.bus: Bus | None = None
+        self.http: Any = None
         self._started = asyncio.Event()
         self._stop = asyncio.Event()
         self._signals = 0
@@ -215,6 +211,13 @@ class Daemon:
         bus.on_inbound(dispatcher.wake)
         bus.on_outbound(delivery.wake)
         commands = [(c.name, c.help) for c in core.commands.all()]
+        http = None
+        if SERVER_CHANNELS & set(self.channel_names):
+            from .http import HttpServer
+
+            http = HttpServer(config.http, client_max_size=config.webhook.max_body)
+            http.add_health("store", lambda: {"status": "ok"})
+        access = StoreAccess(core.db, config)
         try:
             await dispatcher.start()
             await delivery.start()
@@ -227,12 +230,17 @@ class Daemon:
                     environ=self.environ,
                     commands=commands,
                     options=self.channel_options.get(name, {}),
+                    access=access,
+                    http=http,
                 )
                 to_start.append(cls(setup))
             for channel in to_start + self.extra_channels:
                 await channel.start(bus)
                 self.channels.append(channel)
                 delivery.add_channel(channel)
+            if http is not None:
+                await http.start()
+                self.http = http
             running = frozenset(c.name for c in self.channels)
             for tool in core.registry:
                 if isinstance(tool, SendMessageTool):
@@ -248,6 +256,8 @@ class Daemon:
             for channel in reversed(self.channels):
                 with contextlib.suppress(Exception):
                     await channel.stop()
+            if http is not None:
+                await http.stop()
             await dispatcher.stop(config.bot.shutdown_timeout.total_seconds())
             await delivery.stop()
             await core.db.close()

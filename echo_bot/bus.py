@@ -8,11 +8,12 @@ HTTP 202) as soon as ``publish`` returns.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from .events import InboundMessage, OutboundMessage, Receipt
+from .events import InboundMessage, InboundStatus, OutboundMessage, Receipt
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +25,10 @@ class Published:
 class Inbox(Protocol):
     async def add(self, message: InboundMessage) -> Published:
         """Commit ``message``; a repeat of (channel, external_id) is a duplicate."""
+        ...
+
+    async def status_of(self, inbound_id: str) -> tuple[InboundStatus, str | None] | None:
+        """The inbound's status and error, None when unknown."""
         ...
 
 
@@ -49,6 +54,25 @@ class Bus:
                 listener(published)
         return published
 
+    async def status(self, inbound_id: str) -> tuple[InboundStatus, str | None] | None:
+        return await self._inbox.status_of(inbound_id)
+
+    async def settled(
+        self, inbound_id: str, timeout: float, poll: float = 0.05
+    ) -> tuple[InboundStatus, str | None] | None:
+        """Wait (briefly) until the inbound reaches a final or waiting status."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            state = await self.status(inbound_id)
+            if state is not None and (
+                state[0].terminal or state[0] == InboundStatus.WAITING_APPROVAL
+            ):
+                return state
+            if loop.time() >= deadline:
+                return state
+            await asyncio.sleep(poll)
+
     async def send(self, message: OutboundMessage) -> None:
         await self._outbox.enqueue(message)
         for listener in self._outbound_listeners:
@@ -61,6 +85,24 @@ class Bus:
         self._outbound_listeners.append(listener)
 
 
+class AccessControl(Protocol):
+    """Who may talk to a chat channel: configured users plus those added by pairing."""
+
+    async def is_allowed(self, channel: str, user_id: str) -> bool: ...
+
+    async def pair(self, channel: str, user_id: str, code: str) -> str:
+        """ "paired", "already", "wrong" or "locked"."""
+        ...
+
+
+class Routes(Protocol):
+    """The core's HTTP server, as channels see it."""
+
+    def add_route(self, method: str, path: str, handler: Callable[[Any], Any]) -> None: ...
+
+    def add_health(self, name: str, check: Callable[[], dict[str, Any]]) -> None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class ChannelSetup:
     """What ``app`` hands a channel at construction: its own config section and hooks."""
@@ -70,6 +112,8 @@ class ChannelSetup:
     environ: Mapping[str, str]
     commands: Sequence[tuple[str, str]] = ()
     options: Mapping[str, Any] = field(default_factory=dict)
+    access: AccessControl | None = None
+    http: Routes | None = None
 
 
 @runtime_checkable

@@ -41,6 +41,9 @@ def _parser() -> argparse.ArgumentParser:
     approvals.add_argument(
         "--wait", type=float, default=10.0, help="seconds to wait for the daemon (default 10)"
     )
+    sub.add_parser(
+        "pair", parents=[common], help="print a one-time code that lets a Telegram user in"
+    )
     audit = sub.add_parser("audit", parents=[common], help="print the audit log")
     audit.add_argument("--tail", type=int, default=50, help="the last N entries (default 50)")
     audit.add_argument("--trace", help="every entry of one trace id")
@@ -83,6 +86,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         from .admin import approvals_command
 
         return approvals_command(state_dir, args.action, args.id, args.wait)
+    if args.command == "pair":
+        from .admin import pair_command
+
+        return pair_command(state_dir)
     if args.command == "audit":
         from .admin import audit_command
 
@@ -105,16 +112,10 @@ def _run_daemon(command: str, loaded, state_dir: Path) -> int:  # type: ignore[n
         if tty:
             channels.append("cli")
             options["cli"] = {"interactive": True, "exit_on_eof": False}
-        if telegram_enabled(loaded, os.environ) and "telegram" in _available_channels():
+        if telegram_enabled(loaded, os.environ):
             channels.append("telegram")
     daemon = Daemon(core, channel_names=channels, channel_options=options, banner=True)
     return asyncio.run(daemon.run())
-
-
-def _available_channels() -> set[str]:
-    from .app import CHANNELS
-
-    return set(CHANNELS)
 
 
 def format_ts(ts: float) -> str:

@@ -87,8 +87,11 @@ class DeliveryWorker:
             wait = (
                 IDLE_WAIT if next_at is None else max(0.0, min(IDLE_WAIT, next_at - self.clock()))
             )
+            # Not wait_for(): on Python 3.11 it can swallow a cancel that lands while
+            # the wake-up completes, and stop() would wait for this loop forever.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), wait)
+                async with asyncio.timeout(wait):
+                    await self._wake.wait()
 
     async def _next_due(self) -> float | None:
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
@@ -163,6 +164,10 @@ def approval_action(verb: DecisionVerb, request_id: str, seconds: int | None = N
     return f"{verb.value}:{request_id}" + (f":{seconds}" if seconds else "")
 
 
+_SECONDS = re.compile(r"[0-9]{1,7}")
+_REQUEST_ID = re.compile(r"[0-9a-f]{32}")
+
+
 def parse_approval_action(action: str) -> tuple[DecisionVerb, str, int | None] | None:
     """The inverse of ``approval_action``; None for anything malformed."""
     parts = action.split(":")
@@ -173,11 +178,11 @@ def parse_approval_action(action: str) -> tuple[DecisionVerb, str, int | None] |
     except ValueError:
         return None
     request_id = parts[1]
-    if not (len(request_id) == 32 and all(c in "0123456789abcdef" for c in request_id)):
+    if not _REQUEST_ID.fullmatch(request_id):
         return None
     seconds = None
     if len(parts) == 3:
-        if verb is not DecisionVerb.ALLOW_FOR or not parts[2].isdigit():
+        if verb is not DecisionVerb.ALLOW_FOR or not _SECONDS.fullmatch(parts[2]):
             return None
         seconds = int(parts[2])
         if not 0 < seconds <= 7 * 86400:

@@ -158,7 +158,7 @@ class CallExecutor:
         if twin is not None:
             turn_store.set_call(db, call.id, turn_store.WAITING, approval_id=twin.approval_id)
             return
-        prompt_to = self.directory.route(inbound.address, inbound.sender.id, inbound.reply_to)
+        prompt_to = self.directory.route(db, inbound.address, inbound.sender.id, inbound.reply_to)
         if prompt_to is None:
             result = ToolResult.failure(
                 ErrorCode.APPROVAL_UNAVAILABLE,

@@ -81,8 +81,11 @@ class Dispatcher:
     # -- reading the inbox ----------------------------------------------------------------
     async def _poll_loop(self) -> None:
         while True:
+            # Not wait_for(): on Python 3.11 it swallows a cancel that lands while the
+            # wake-up completes, and stop() would then wait for this loop forever.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), POLL_INTERVAL)
+                async with asyncio.timeout(POLL_INTERVAL):
+                    await self._wake.wait()
             self._wake.clear()
             try:
                 rows = await self.inbox.after(self._last_seq)
@@ -175,7 +178,8 @@ class Dispatcher:
             outcome = self.gate.decide(db, decision)
             status = InboundStatus.DONE if outcome.ok else InboundStatus.FAILED
             set_inbound_status(db, message.id, status, None if outcome.ok else outcome.message)
-            if not outcome.ok and decision.via != "admin":
+            answered = decision.via == "admin" or message.metadata.get("answered_inline")
+            if not outcome.ok and not answered:
                 enqueue_outbound(
                     db,
                     OutboundMessage(

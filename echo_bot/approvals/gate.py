@@ -212,7 +212,7 @@ class ApprovalGate:
         }
         if row.status != store.PENDING:
             return DecisionOutcome(False, f"Already decided: {row.status}.", "decided", row)
-        if not self._may_decide(row, decision):
+        if not self._may_decide(db, row, decision):
             self.audit.write(
                 db,
                 "approval.refused",
@@ -271,12 +271,12 @@ class ApprovalGate:
             resume_turns=[row.turn_id],
         )
 
-    def _may_decide(self, row: store.ApprovalRow, decision: ApprovalDecision) -> bool:
+    def _may_decide(self, db: SqlDb, row: store.ApprovalRow, decision: ApprovalDecision) -> bool:
         if decision.via == "admin":  # the owner at the server, through `echo-bot approvals`
             return True
         if str(decision.decided_by) != row.prompt_to:
             return False
-        return self.directory.is_approver(decision.decided_by, decision.sender_id)
+        return self.directory.is_approver(db, decision.decided_by, decision.sender_id)
 
     def _unshown(self, row: store.ApprovalRow) -> bool:
         """A dangerous call whose prompt offered only Deny (DESIGN: never approve unseen)."""

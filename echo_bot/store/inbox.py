@@ -58,11 +58,19 @@ class SqliteInbox:
     async def get(self, inbound_id: str) -> InboxRow | None:
         return await self._db.run(lambda db: get_inbound(db, inbound_id))
 
+    async def status_of(self, inbound_id: str) -> tuple[InboundStatus, str | None] | None:
+        def query(db: SqlDb) -> tuple[InboundStatus, str | None] | None:
+            row = db.execute(
+                "SELECT status, error FROM inbox WHERE id = ?", [inbound_id]
+            ).fetchone()
+            return (InboundStatus(row[0]), row[1]) if row else None
+
+        return await self._db.run(query)
+
     async def set_status(
         self, inbound_id: str, status: InboundStatus, error: str | None = None
     ) -> None:
         await self._db.run(lambda db: set_inbound_status(db, inbound_id, status, error))
-
 
 
 def add_inbound(db: SqlDb, message: InboundMessage) -> Published:

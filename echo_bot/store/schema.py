@@ -140,7 +140,36 @@ def _v1(db: Database) -> None:
     )
 
 
-MIGRATIONS: list[Callable[[Database], None]] = [_v1]
+def _v2(db: Database) -> None:
+    """Users allowed at run time (pairing), one-time pairing codes, failed tries."""
+    _run_script(
+        db,
+        """
+        CREATE TABLE allowed_users (
+            channel TEXT NOT NULL,
+            user_id TEXT NOT NULL,
+            added_at REAL NOT NULL,
+            via TEXT NOT NULL,
+            PRIMARY KEY (channel, user_id)
+        );
+        CREATE TABLE pairing_codes (
+            code_hash TEXT PRIMARY KEY,
+            created_at REAL NOT NULL,
+            expires_at REAL NOT NULL,
+            used_by TEXT,
+            used_at REAL
+        );
+        CREATE TABLE pair_attempts (
+            channel TEXT NOT NULL,
+            user_id TEXT NOT NULL,
+            ts REAL NOT NULL
+        );
+        CREATE INDEX pair_attempts_user ON pair_attempts(channel, user_id, ts);
+        """,
+    )
+
+
+MIGRATIONS: list[Callable[[Database], None]] = [_v1, _v2]
 
 
 def migrate(db: Database) -> int:

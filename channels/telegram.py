@@ -1,0 +1,543 @@
+"""The Telegram channel on aiogram 3: chat with the agent, approve from a phone.
+
+Safety over aiogram's defaults: updates are fed one at a time and the polling offset
+moves past an update only after it is committed to the inbox; in webhook mode the HTTP
+answer is sent only after the commit. Replies go through the core's durable outbox.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import logging
+import time
+from typing import Any
+from urllib.parse import urlsplit
+
+from aiogram import Bot, Dispatcher, Router
+from aiogram.client.session.aiohttp import AiohttpSession
+from aiogram.client.telegram import TelegramAPIServer
+from aiogram.exceptions import (
+    TelegramAPIError,
+    TelegramBadRequest,
+    TelegramForbiddenError,
+    TelegramNetworkError,
+    TelegramRetryAfter,
+    TelegramServerError,
+    TelegramUnauthorizedError,
+)
+from aiogram.methods import GetUpdates
+from aiogram.types import (
+    BotCommand,
+    CallbackQuery,
+    InlineKeyboardButton,
+    InlineKeyboardMarkup,
+    Message,
+    ReplyParameters,
+    Update,
+)
+from aiogram.utils.token import TokenValidationError
+
+from echo_bot.bus import Bus, ChannelSetup
+from echo_bot.config import TelegramConfig
+from echo_bot.errors import ChannelError, ConfigError
+from echo_bot.events import (
+    Address,
+    ApprovalDecision,
+    InboundKind,
+    InboundMessage,
+    InboundStatus,
+    OutboundKind,
+    OutboundMessage,
+    Receipt,
+    Sender,
+    parse_approval_action,
+)
+
+from .telegram_render import Pacer, keyboard_rows, split_text
+
+log = logging.getLogger(__name__)
+
+ALLOWED_UPDATES = ["message", "edited_message", "callback_query"]
+REFUSAL_INTERVAL = 600.0  # one refusal per unknown user per 10 minutes
+TYPING_EVERY = 4.0
+TYPING_MAX = 120.0
+STARTUP_TIMEOUT = 15.0
+
+
+class CommitFailed(Exception):
+    """The inbox did not take an update: it must not be acknowledged."""
+
+
+class TelegramChannel:
+    name = "telegram"
+
+    def __init__(self, setup: ChannelSetup) -> None:
+        config: TelegramConfig = setup.section
+        self.config = config
+        token = setup.environ.get(config.token_env, "")
+        try:
+            session = AiohttpSession(api=TelegramAPIServer.from_base(config.api_base.rstrip("/")))
+            self.bot = Bot(token, session=session)
+        except TokenValidationError:
+            raise ConfigError(
+                f"telegram.token_env: ${config.token_env} does not look like a bot token "
+                "(expected 123456:ABC…, as @BotFather gives it)"
+            ) from None
+        self.commands = list(setup.commands)
+        self.access = setup.access
+        self.http = setup.http
+        self.poll_timeout = int(setup.options.get("poll_timeout", 25))
+        self.secret = setup.environ.get(config.webhook_secret_env, "")
+        self.dp = Dispatcher()
+        self.dp.include_router(self._router())
+        self.bus: Bus | None = None
+        self.pacer = Pacer()
+        self.bot_id: int | None = None
+        self.username: str | None = None
+        self._status = "starting"
+        self._last_error: str | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._typing: dict[str, asyncio.Task[None]] = {}
+        self._refused_at: dict[int, float] = {}
+        self._parts_sent: dict[str, list[int]] = {}
+        if config.mode == "webhook" and self.http is not None:
+            path = urlsplit(config.webhook_url or "").path or "/telegram"
+            self.http.add_route("POST", path, self._webhook)
+        if self.http is not None:
+            self.http.add_health("telegram", self.health)
+
+    # -- lifecycle ------------------------------------------------------------------------
+    async def start(self, bus: Bus) -> None:
+        self.bus = bus
+        try:
+            async with asyncio.timeout(STARTUP_TIMEOUT):
+                me = await self.bot.get_me()
+        except TelegramUnauthorizedError:
+            await self.bot.session.close()
+            raise ConfigError(
+                f"telegram.token_env: the Bot API at {self.config.api_base} rejected the token "
+                f"in ${self.config.token_env} (401 Unauthorized)"
+            ) from None
+        except (TelegramAPIError, TimeoutError, OSError) as exc:
+            self._degrade(f"cannot reach the Bot API: {exc}")
+            self._spawn(self._connect_later())
+            return
+        await self._connected(me.id, me.username)
+
+    async def _connect_later(self) -> None:
+        delay = 1.0
+        while True:
+            await asyncio.sleep(delay)
+            try:
+                me = await self.bot.get_me()
+            except TelegramUnauthorizedError:
+                self._status = "down"
+                self._last_error = "the Bot API rejected the token (401)"
+                log.error("telegram: the Bot API rejected the token (401); fix it and restart")
+                return
+            except (TelegramAPIError, TimeoutError, OSError) as exc:
+                self._degrade(f"cannot reach the Bot API: {exc}")
+                delay = min(delay * 2, 60.0)
+                continue
+            await self._connected(me.id, me.username)
+            return
+
+    async def _connected(self, bot_id: int, username: str | None) -> None:
+        self.bot_id, self.username = bot_id, username
+        log.info("telegram: connected as @%s", username)
+        with contextlib.suppress(TelegramAPIError, OSError, TimeoutError):
+            await self.bot.set_my_commands(
+                [BotCommand(command=name, description=text[:256]) for name, text in self._menu()]
+            )
+        if self.config.mode == "webhook":
+            await self.bot.set_webhook(
+                url=self.config.webhook_url or "",
+                secret_token=self.secret or None,
+                allowed_updates=ALLOWED_UPDATES,
+                drop_pending_updates=False,
+            )
+        else:
+            await self.bot.delete_webhook(drop_pending_updates=False)
+            self._spawn(self._poll_loop())
+        self._status = "ok"
+        self._last_error = None
+
+    async def stop(self) -> None:
+        for task in list(self._tasks) + list(self._typing.values()):
+            task.cancel()
+        await asyncio.gather(*self._tasks, *self._typing.values(), return_exceptions=True)
+        await self.bot.session.close()
+
+    def health(self) -> dict[str, object]:
+        state: dict[str, object] = {"status": self._status, "mode": self.config.mode}
+        if self.username:
+            state["bot"] = f"@{self.username}"
+        if self._last_error:
+            state["error"] = self._last_error
+        return state
+
+    def _degrade(self, error: str) -> None:
+        if self._status != "degraded" or self._last_error != error:
+            log.warning("telegram: %s (retrying)", error)
+        self._status, self._last_error = "degraded", error
+
+    def _spawn(self, coro: Any) -> asyncio.Task[Any]:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def _menu(self) -> list[tuple[str, str]]:
+        own = [("start", "say hello"), ("whoami", "show your Telegram user id"),
+               ("pair", "pair with the code from `echo-bot pair`")]  # fmt: skip
+        names = {n for n, _ in own}
+        return own + [(n, h) for n, h in self.commands if n not in names]
+
+    # -- receiving ------------------------------------------------------------------------
+    async def _poll_loop(self) -> None:
+        offset: int | None = None
+        delay = 1.0
+        while True:
+            try:
+                updates = await self.bot(
+                    GetUpdates(
+                        offset=offset, timeout=self.poll_timeout, allowed_updates=ALLOWED_UPDATES
+                    ),
+                    request_timeout=self.poll_timeout + 15,
+                )
+            except TelegramRetryAfter as exc:
+                await asyncio.sleep(exc.retry_after)
+                continue
+            except TelegramUnauthorizedError:
+                self._status, self._last_error = "down", "the Bot API rejected the token (401)"
+                log.error("telegram: getUpdates answered 401; retrying in 60 s")
+                await asyncio.sleep(60)
+                continue
+            except (TelegramAPIError, TimeoutError, OSError) as exc:
+                self._degrade(f"getUpdates failed: {exc}")
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 60.0)
+                continue
+            if self._status != "ok":
+                log.info("telegram: connection restored")
+            self._status, self._last_error, delay = "ok", None, 1.0
+            for update in updates:
+                try:
+                    await self.dp.feed_update(self.bot, update)
+                except CommitFailed:
+                    log.error(
+                        "telegram: update %s not stored; will fetch it again", update.update_id
+                    )
+                    await asyncio.sleep(1)
+                    break
+                except Exception:  # a bad update must not stall the queue forever
+                    log.exception("telegram: update %s could not be handled", update.update_id)
+                offset = update.update_id + 1
+
+    async def _webhook(self, request: Any) -> Any:
+        from aiohttp import web
+        from pydantic import ValidationError
+
+        given = request.headers.get("X-Telegram-Bot-Api-Secret-Token", "")
+        if not self.secret or not hmac.compare_digest(given.encode(), self.secret.encode()):
+            return web.json_response({"error": "bad or missing secret token"}, status=401)
+        try:
+            data = await request.json()
+            update = Update.model_validate(data, context={"bot": self.bot})
+        except (ValueError, ValidationError):
+            return web.json_response({"error": "not a Telegram update"}, status=400)
+        try:
+            await self.dp.feed_update(self.bot, update)
+        except CommitFailed:
+            return web.json_response({"error": "not stored; retry"}, status=503)
+        except Exception:
+            log.exception("telegram: update %s could not be handled", update.update_id)
+        return web.json_response({"ok": True})
+
+    def _router(self) -> Router:
+        router = Router(name="echo-bot")
+        router.message.register(self._on_message)
+        router.edited_message.register(self._on_edited)
+        router.callback_query.register(self._on_callback)
+        return router
+
+    async def _publish(self, message: InboundMessage) -> str:
+        assert self.bus is not None
+        try:
+            published = await self.bus.publish(message)
+        except Exception as exc:
+            raise CommitFailed(str(exc)) from exc
+        return published.inbound_id
+
+    async def _notice(self, chat: Address, text: str, reply_to: int | None = None) -> None:
+        assert self.bus is not None
+        await self.bus.send(
+            OutboundMessage(
+                to=chat,
+                text=text,
+                kind=OutboundKind.NOTICE,
+                reply_to_message=str(reply_to) if reply_to else None,
+            )
+        )
+
+    @staticmethod
+    def _address(message: Message) -> Address:
+        thread = message.message_thread_id if message.is_topic_message else None
+        return Address(
+            channel="telegram",
+            chat_id=str(message.chat.id),
+            thread_id=str(thread) if thread else None,
+        )
+
+    async def _on_message(self, message: Message, event_update: Update) -> None:
+        user = message.from_user
+        if user is None or user.is_bot:
+            return
+        chat = self._address(message)
+        text = message.text
+        group = message.chat.type != "private"
+        if group and not self._addressed_to_me(message):
+            return
+        if text is not None and group and self.username:
+            text = text.replace(f"@{self.username}", "").strip()
+        command = (text or "").split(maxsplit=1)[0].split("@", 1)[0].lower() if text else ""
+        if command == "/whoami":
+            await self._notice(chat, f"Your Telegram user id is {user.id}.", message.message_id)
+            return
+        if command == "/pair":
+            await self._pair(message, chat, text or "")
+            return
+        assert self.access is not None
+        if not await self.access.is_allowed("telegram", str(user.id)):
+            await self._refuse(user.id, chat, message.message_id)
+            return
+        if command == "/start":
+            await self._notice(chat, "Hello! Ask me anything, or send /help to see what I can do.")
+            return
+        if text is None:
+            await self._notice(
+                chat, "Sorry, I only understand text messages for now.", message.message_id
+            )
+            return
+        inbound = InboundMessage(
+            kind=InboundKind.MESSAGE,
+            address=chat,
+            sender=Sender(id=str(user.id), name=user.username or user.full_name),
+            text=text,
+            external_id=str(event_update.update_id),
+            metadata={"message_id": str(message.message_id)},
+        )
+        inbound_id = await self._publish(inbound)
+        self._start_typing(inbound_id, chat)
+
+    def _addressed_to_me(self, message: Message) -> bool:
+        text = message.text or ""
+        if text.startswith("/"):
+            return True
+        if self.username and f"@{self.username}".lower() in text.lower():
+            return True
+        replied = message.reply_to_message
+        return bool(replied and replied.from_user and replied.from_user.id == self.bot_id)
+
+    async def _on_edited(self, edited_message: Message) -> None:
+        return None  # edits of earlier messages are not re-run
+
+    async def _refuse(self, user_id: int, chat: Address, message_id: int) -> None:
+        now = time.monotonic()
+        last = self._refused_at.get(user_id)
+        if last is not None and now - last < REFUSAL_INTERVAL:
+            return
+        if len(self._refused_at) > 10_000:
+            self._refused_at.clear()
+        self._refused_at[user_id] = now
+        await self._notice(
+            chat,
+            f"Sorry, I only talk to people my owner has allowed. Your Telegram user id is "
+            f"{user_id}: the owner can add it to [telegram] allowed_users, or give you a "
+            "code from `echo-bot pair` to send as /pair CODE.",
+            message_id,
+        )
+
+    async def _pair(self, message: Message, chat: Address, text: str) -> None:
+        assert self.access is not None and message.from_user is not None
+        parts = text.split(maxsplit=1)
+        if len(parts) < 2 or len(parts[1]) > 32:
+            await self._notice(chat, "Send /pair followed by the code from `echo-bot pair`.")
+            return
+        result = await self.access.pair("telegram", str(message.from_user.id), parts[1])
+        answers = {
+            "paired": "Paired. Welcome! Send /help to see what I can do.",
+            "already": "You are already allowed to talk to me.",
+            "wrong": "That code is not valid (codes expire after 10 minutes).",
+            "locked": "Too many wrong codes. Try again in an hour.",
+        }
+        await self._notice(chat, answers.get(result, "Pairing failed."), message.message_id)
+
+    async def _on_callback(self, callback_query: CallbackQuery, event_update: Update) -> None:
+        query = callback_query
+        parsed = parse_approval_action(query.data or "")
+        message = query.message
+        if parsed is None:
+            self._spawn(self._answer(query.id, "Unknown or expired request."))
+            return
+        if message is None:
+            self._spawn(self._answer(query.id, "This button is no longer attached to a message."))
+            return
+        verb, request_id, seconds = parsed
+        chat = Address(channel="telegram", chat_id=str(message.chat.id))
+        if getattr(message, "message_thread_id", None) and getattr(
+            message, "is_topic_message", False
+        ):
+            chat = Address(
+                channel="telegram", chat_id=chat.chat_id, thread_id=str(message.message_thread_id)
+            )
+        presser = query.from_user
+        decision = ApprovalDecision(
+            request_id=request_id,
+            verb=verb,
+            decided_by=chat,
+            sender_id=str(presser.id),
+            via="telegram",
+            allow_for_seconds=seconds,
+        )
+        inbound_id = await self._publish(
+            InboundMessage(
+                kind=InboundKind.APPROVAL_DECISION,
+                address=chat,
+                sender=Sender(id=str(presser.id), name=presser.username or presser.full_name),
+                decision=decision,
+                external_id=str(event_update.update_id),
+                metadata={"callback_query_id": query.id, "answered_inline": True},
+            )
+        )
+        self._spawn(self._answer_outcome(query.id, inbound_id))
+
+    async def _answer_outcome(self, query_id: str, inbound_id: str) -> None:
+        assert self.bus is not None
+        state = await self.bus.settled(inbound_id, timeout=2.5)
+        if state is None or not state[0].terminal:
+            text = "Received."
+        elif state[0] == InboundStatus.DONE:
+            text = "Done."
+        else:
+            text = f"⚠️ {state[1] or 'Refused.'}"
+        await self._answer(query_id, text)
+
+    async def _answer(self, query_id: str, text: str) -> None:
+        try:
+            await self.bot.answer_callback_query(query_id, text=text[:200])
+        except (TelegramAPIError, OSError, TimeoutError) as exc:
+            log.info("telegram: could not answer a button press: %s", exc)
+
+    # -- typing -----------------------------------------------------------------------------
+    def _start_typing(self, inbound_id: str, chat: Address) -> None:
+        if len(self._typing) > 1000:
+            return
+        task = asyncio.create_task(self._keep_typing(chat))
+        self._typing[inbound_id] = task
+        task.add_done_callback(lambda _t: self._typing.pop(inbound_id, None))
+
+    async def _keep_typing(self, chat: Address) -> None:
+        deadline = time.monotonic() + TYPING_MAX
+        while time.monotonic() < deadline:
+            try:
+                await self.bot.send_chat_action(
+                    chat_id=int(chat.chat_id),
+                    action="typing",
+                    message_thread_id=int(chat.thread_id) if chat.thread_id else None,
+                )
+            except (TelegramAPIError, OSError, TimeoutError):
+                return
+            await asyncio.sleep(TYPING_EVERY)
+
+    def _stop_typing(self, message: OutboundMessage) -> None:
+        task = self._typing.pop(str(message.metadata.get("inbound_id", "")), None)
+        if task is not None:
+            task.cancel()
+
+    # -- sending ----------------------------------------------------------------------------
+    async def send(self, message: OutboundMessage) -> Receipt:
+        self._stop_typing(message)
+        try:
+            chat_id = int(message.to.chat_id)
+        except ValueError:
+            raise ChannelError(
+                f"bad Telegram chat id {message.to.chat_id!r}", retryable=False
+            ) from None
+        thread = int(message.to.thread_id) if message.to.thread_id else None
+        markup = self._markup(message)
+        if message.edit_of is not None and message.edit_message_id:
+            return await self._edit(chat_id, int(message.edit_message_id), message.text, markup)
+        parts = split_text(message.text)
+        sent = self._parts_sent.setdefault(message.id, [])
+        reply_to = message.reply_to_message
+        for index in range(len(sent), len(parts)):
+            await self.pacer.wait(str(chat_id))
+            last = index == len(parts) - 1
+            result = await self._call(
+                self.bot.send_message(
+                    chat_id=chat_id,
+                    text=parts[index],
+                    message_thread_id=thread,
+                    reply_markup=markup if last else None,
+                    reply_parameters=(
+                        ReplyParameters(message_id=int(reply_to), allow_sending_without_reply=True)
+                        if reply_to and reply_to.isdigit() and index == 0
+                        else None
+                    ),
+                )
+            )
+            sent.append(result.message_id)
+        self._parts_sent.pop(message.id, None)
+        return Receipt(channel_message_id=str(sent[-1]))
+
+    @staticmethod
+    def _markup(message: OutboundMessage) -> InlineKeyboardMarkup | None:
+        rows = keyboard_rows(message.buttons)
+        if not rows:
+            return None
+        return InlineKeyboardMarkup(
+            inline_keyboard=[
+                [InlineKeyboardButton(text=label, callback_data=data) for label, data in row]
+                for row in rows
+            ]
+        )
+
+    async def _edit(
+        self, chat_id: int, message_id: int, text: str, markup: InlineKeyboardMarkup | None
+    ) -> Receipt:
+        await self.pacer.wait(str(chat_id))
+        try:
+            await self._call(
+                self.bot.edit_message_text(
+                    text=split_text(text)[0],
+                    chat_id=chat_id,
+                    message_id=message_id,
+                    reply_markup=markup,
+                )
+            )
+        except ChannelError as exc:
+            if exc.retryable:
+                raise
+            # Too old, not modified, deleted: the decision stands; the edit is cosmetic.
+            log.info("telegram: edit of message %s in %s refused: %s", message_id, chat_id, exc)
+        return Receipt(channel_message_id=str(message_id))
+
+    async def _call(self, request: Any) -> Any:
+        """Await a Bot API call, mapping its errors onto the delivery worker's."""
+        try:
+            return await request
+        except TelegramRetryAfter as exc:
+            raise ChannelError("rate limited (429)", retry_after=float(exc.retry_after)) from None
+        except TelegramForbiddenError as exc:
+            raise ChannelError(f"forbidden: {exc.message}", retryable=False) from None
+        except TelegramBadRequest as exc:
+            raise ChannelError(f"bad request: {exc.message}", retryable=False) from None
+        except (TelegramServerError, TelegramNetworkError, TimeoutError, OSError) as exc:
+            raise ChannelError(f"network or server error: {exc}") from None
+        except TelegramUnauthorizedError:
+            raise ChannelError("the Bot API rejected the token (401)") from None
+        except TelegramAPIError as exc:
+            raise ChannelError(f"Bot API error: {exc}") from None
