@@ -83,6 +83,10 @@ class CallExecutor:
             return turn_store.calls_of_step(db, turn.id, turn.step)
 
         calls = await self.db.run(settle)
+        if any(c.status == turn_store.WAITING for c in calls):
+            # DESIGN.md: the step resumes when every pending request is decided; nothing
+            # of it runs before, so an approved call never runs ahead of a denied one.
+            return StepOutcome(waiting=True, calls=calls)
         runnable = [c for c in calls if c.status == turn_store.APPROVED]
         tools = [available[c.name] for c in runnable]
         if runnable and all(

@@ -1,0 +1,440 @@
+"""The agent through the real core: the inbox, per-session order, tools failing in every
+way a tool can, several approvals in one step, step limits, brain failures, the audit."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+from echo_bot.brains.base import BrainContext, BrainReply
+from echo_bot.conversation import ChatMessage, ToolCall
+from echo_bot.events import InboundStatus, OutboundMessage, new_id
+from echo_bot.store.audit import read_audit
+from echo_bot.store.inbox import get_inbound
+from echo_bot.tools.base import Risk, Tool, ToolContext, ToolGroup, ToolResult
+from tests.conftest import Bot, running_bot
+from tests.fakes.channel import RecordingChannel
+
+CODING = """
+[tools]
+profile = "coding"
+"""
+
+
+# -- helpers ------------------------------------------------------------------------------
+async def inbox_status(bot: Bot, inbound_id: str) -> InboundStatus:
+    row = await bot.db.run(lambda db: get_inbound(db, inbound_id))
+    assert row is not None
+    return row.status
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 10.0) -> None:
+    """Wait until ``check()`` holds (polling the store), or fail after ``timeout``."""
+    async with asyncio.timeout(timeout):
+        while not await check():
+            await asyncio.sleep(0.05)
+
+
+def replies_to(channel: RecordingChannel, inbound_id: str) -> list[OutboundMessage]:
+    return [
+        m for m in channel.sent if m.kind == "reply" and m.metadata.get("inbound_id") == inbound_id
+    ]
+
+
+def prompts_for(channel: RecordingChannel, inbound_id: str) -> list[OutboundMessage]:
+    return [
+        m
+        for m in channel.sent
+        if m.kind == "approval" and m.edit_of is None and m.metadata.get("inbound_id") == inbound_id
+    ]
+
+
+def action_of(message: OutboundMessage, label: str) -> str:
+    return next(b.action for row in message.buttons for b in row if b.label == label)
+
+
+def tool_schema(**properties: Any) -> dict[str, Any]:
+    return {"type": "object", "properties": properties, "additionalProperties": False}
+
+
+# -- the inbox ----------------------------------------------------------------------------
+async def test_the_same_external_id_twice_is_answered_once(state_dir: Path) -> None:
+    async with running_bot(state_dir) as bot:
+        first = await bot.channel.say("what time is it?", external_id="update-1")
+        again = await bot.channel.say("what time is it?", external_id="update-1")
+        assert again == first
+        await bot.channel.reply_to(first)
+        # A later message in the same chat is answered after anything queued before it,
+        # so once it is answered a duplicate turn would have answered too.
+        later = await bot.channel.say("/help", external_id="update-2")
+        await bot.channel.reply_to(later)
+        assert len(replies_to(bot.channel, first)) == 1
+
+        def count(db: Any) -> int:
+            return db.execute(
+                "SELECT COUNT(*) FROM inbox WHERE external_id = 'update-1'"
+            ).fetchone()[0]
+
+        assert await bot.db.run(count) == 1
+
+
+class SleepTool(Tool):
+    """A read tool that takes the given time: later messages finish sooner."""
+
+    name: ClassVar[str] = "nap"
+    description: ClassVar[str] = "Sleep a little, then say so."
+    parameters: ClassVar[dict[str, Any]] = tool_schema(
+        seconds={"type": "number", "minimum": 0, "maximum": 5}, tag={"type": "string"}
+    )
+    risk: ClassVar[Risk] = Risk.READ
+    group: ClassVar[ToolGroup] = "basic"
+
+    async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        await asyncio.sleep(args.get("seconds", 0))
+        return ToolResult.success(f"napped {args.get('tag', '')}")
+
+
+async def test_turns_in_one_session_are_answered_in_arrival_order(state_dir: Path) -> None:
+    async with running_bot(state_dir, tools=[SleepTool()]) as bot:
+        ids = []
+        for n in range(5):
+            seconds = (4 - n) * 0.05  # if turns overlapped, the last would answer first
+            ids.append(await bot.channel.say(f'/tool nap {{"seconds": {seconds}, "tag": "{n}"}}'))
+        for inbound in ids:
+            await bot.channel.reply_to(inbound)
+        order = [
+            m.metadata["inbound_id"]
+            for m in bot.channel.sent
+            if m.kind == "reply" and m.metadata.get("inbound_id") in ids
+        ]
+        assert order == ids
+        for n, inbound in enumerate(ids):
+            assert replies_to(bot.channel, inbound)[0].text == f"napped {n}"
+
+
+class GateTool(Tool):
+    """A read tool that waits until the test opens the gate."""
+
+    name: ClassVar[str] = "wait_gate"
+    description: ClassVar[str] = "Wait until released."
+    parameters: ClassVar[dict[str, Any]] = tool_schema()
+    risk: ClassVar[Risk] = Risk.READ
+    group: ClassVar[ToolGroup] = "basic"
+    timeout: ClassVar[float] = 30.0
+
+    def __init__(self) -> None:
+        self.entered = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        self.entered.set()
+        await self.release.wait()
+        return ToolResult.success("released")
+
+
+async def test_a_slow_session_does_not_block_another(state_dir: Path) -> None:
+    gate = GateTool()
+    async with running_bot(state_dir, tools=[gate]) as bot:
+        slow = await bot.channel.say("/tool wait_gate {}", chat="a")
+        await asyncio.wait_for(gate.entered.wait(), 10)
+
+        quick = await bot.channel.say("what time is it?", chat="b")
+        reply = await bot.channel.reply_to(quick)
+        assert reply.text.startswith("It is ")
+        assert replies_to(bot.channel, slow) == []
+        assert await inbox_status(bot, slow) == InboundStatus.RUNNING
+
+        gate.release.set()
+        assert (await bot.channel.reply_to(slow)).text == "released"
+
+
+# -- tools failing in every way -----------------------------------------------------------
+async def test_arguments_failing_the_schema_get_invalid_parameter(state_dir: Path) -> None:
+    async with running_bot(state_dir, CODING) as bot:
+        wrong_type = await bot.channel.say('/tool file_read {"path": 5}')
+        reply = await bot.channel.reply_to(wrong_type)
+        assert "INVALID_PARAMETER" in reply.text and "path" in reply.text
+
+        missing = await bot.channel.say('/tool file_read {"max_bytes": 10}')
+        reply = await bot.channel.reply_to(missing)
+        assert "INVALID_PARAMETER" in reply.text and "'path' is a required property" in reply.text
+
+        extra = await bot.channel.say('/tool file_read {"path": "a", "mode": "rw"}')
+        assert "INVALID_PARAMETER" in (await bot.channel.reply_to(extra)).text
+
+
+async def test_unknown_tool_suggests_a_close_name(state_dir: Path) -> None:
+    async with running_bot(state_dir, CODING) as bot:
+        inbound = await bot.channel.say('/tool file_raed {"path": "a.txt"}')
+        reply = await bot.channel.reply_to(inbound)
+        assert "TOOL_NOT_FOUND" in reply.text
+        assert "Did you mean" in reply.text and "file_read" in reply.text
+
+
+async def test_invalid_json_arguments_get_a_clear_answer(state_dir: Path) -> None:
+    async with running_bot(state_dir, CODING) as bot:
+        broken = await bot.channel.say('/tool file_read {"path": }')
+        assert "not valid JSON" in (await bot.channel.reply_to(broken)).text
+        not_object = await bot.channel.say("/tool file_read [1, 2]")
+        assert "must be a JSON object" in (await bot.channel.reply_to(not_object)).text
+
+
+class RaisingTool(Tool):
+    name: ClassVar[str] = "explode"
+    description: ClassVar[str] = "Always raises."
+    parameters: ClassVar[dict[str, Any]] = tool_schema()
+    risk: ClassVar[Risk] = Risk.READ
+
+    async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        raise RuntimeError("the flux capacitor melted")
+
+
+class SlowTool(Tool):
+    name: ClassVar[str] = "dawdle"
+    description: ClassVar[str] = "Takes longer than it may."
+    parameters: ClassVar[dict[str, Any]] = tool_schema()
+    risk: ClassVar[Risk] = Risk.READ
+    timeout: ClassVar[float] = 0.2
+
+    async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        await asyncio.sleep(60)
+        return ToolResult.success("finally")
+
+
+class ChattyTool(Tool):
+    name: ClassVar[str] = "chatter"
+    description: ClassVar[str] = "Returns a lot of text."
+    parameters: ClassVar[dict[str, Any]] = tool_schema()
+    risk: ClassVar[Risk] = Risk.READ
+
+    async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        return ToolResult.success("".join(f"{i % 10}" for i in range(100_000)))
+
+
+async def test_a_raising_tool_is_a_tool_error_and_the_daemon_goes_on(state_dir: Path) -> None:
+    async with running_bot(state_dir, tools=[RaisingTool()]) as bot:
+        inbound = await bot.channel.say("/tool explode {}")
+        reply = await bot.channel.reply_to(inbound)
+        assert "TOOL_ERROR" in reply.text and "the flux capacitor melted" in reply.text
+        assert await inbox_status(bot, inbound) == InboundStatus.DONE
+
+        after = await bot.channel.say("what time is it?")
+        assert (await bot.channel.reply_to(after)).text.startswith("It is ")
+
+
+async def test_a_tool_over_its_timeout_answers_timeout(state_dir: Path) -> None:
+    async with running_bot(state_dir, tools=[SlowTool()]) as bot:
+        inbound = await bot.channel.say("/tool dawdle {}")
+        reply = await bot.channel.reply_to(inbound)
+        assert "TIMEOUT" in reply.text and "0.2 s" in reply.text
+        assert "finally" not in reply.text
+
+
+async def test_huge_output_is_truncated_for_the_model_and_kept_in_full(state_dir: Path) -> None:
+    async with running_bot(state_dir, tools=[ChattyTool()]) as bot:
+        inbound = await bot.channel.say("/tool chatter {}")
+        reply = await bot.channel.reply_to(inbound)
+        assert "truncated" in reply.text
+        assert len(reply.text) < 20_000
+
+        def stored(db: Any) -> list[str]:
+            rows = db.execute(
+                "SELECT result FROM tool_calls WHERE turn_id = ? AND name = 'chatter'", [inbound]
+            ).fetchall()
+            return [json.loads(r[0])["output"] for r in rows]
+
+        [output] = await bot.db.run(stored)
+        assert len(output) == 100_000
+        assert output == "".join(f"{i % 10}" for i in range(100_000))
+
+
+# -- brains that ask for several things, loop, or fail -------------------------------------
+def trailing_tool_results(conversation: Sequence[ChatMessage]) -> list[ChatMessage]:
+    results: list[ChatMessage] = []
+    for message in reversed(conversation):
+        if message.role != "tool":
+            break
+        results.append(message)
+    return list(reversed(results))
+
+
+class ThreeWritesBrain:
+    """Asks for two identical file_write calls and a different one, then reports."""
+
+    name = "three-writes"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def step(
+        self, conversation: Sequence[ChatMessage], tools: Sequence[Tool], context: BrainContext
+    ) -> BrainReply:
+        self.calls += 1
+        results = trailing_tool_results(conversation)
+        if results:
+            return BrainReply(
+                text="results: " + " | ".join(m.content or "" for m in results),
+                route_reason="test: reported results",
+            )
+        same = {"path": "same.txt", "content": "same"}
+        other = {"path": "other.txt", "content": "o"}
+        return BrainReply(
+            tool_calls=[
+                ToolCall(id=new_id(), name="file_write", args=dict(same)),
+                ToolCall(id=new_id(), name="file_write", args=other),
+                ToolCall(id=new_id(), name="file_write", args=dict(same)),
+            ],
+            route_reason="test: three writes",
+        )
+
+
+async def test_identical_calls_share_one_prompt_and_the_turn_waits_for_all(
+    state_dir: Path,
+) -> None:
+    brain = ThreeWritesBrain()
+    workspace = state_dir / "workspace"
+    async with running_bot(state_dir, CODING, brain=brain) as bot:
+        inbound = await bot.channel.say("write the files")
+
+        async def two_prompts() -> bool:
+            return len(prompts_for(bot.channel, inbound)) >= 2
+
+        await eventually(two_prompts)
+        prompts = prompts_for(bot.channel, inbound)
+        assert len(prompts) == 2
+        same = next(p for p in prompts if "same.txt" in p.text)
+        other = next(p for p in prompts if "other.txt" in p.text)
+        assert await inbox_status(bot, inbound) == InboundStatus.WAITING_APPROVAL
+
+        await bot.channel.press(action_of(same, "Approve once"))
+
+        def calls(db: Any) -> list[tuple[str, str]]:
+            return db.execute(
+                "SELECT args, status FROM tool_calls WHERE turn_id = ? ORDER BY idx", [inbound]
+            ).fetchall()
+
+        async def resumed_and_suspended_again() -> bool:
+            # The approved twins leave "waiting" only when the turn resumes; the inbox row
+            # is "running" from then until the turn suspends again on the other request.
+            rows = await bot.db.run(calls)
+            twins = [s for a, s in rows if json.loads(a)["path"] == "same.txt"]
+            resumed = all(s in ("approved", "done") for s in twins)
+            suspended = await inbox_status(bot, inbound) == InboundStatus.WAITING_APPROVAL
+            return resumed and suspended
+
+        await eventually(resumed_and_suspended_again)
+        assert replies_to(bot.channel, inbound) == []
+        assert not (workspace / "other.txt").exists()
+        assert brain.calls == 1  # not asked again while a call of the step still waits
+
+        await bot.channel.press(action_of(other, "Deny"))
+        reply = await bot.channel.reply_to(inbound)
+        assert reply.text.startswith("results: ")
+        assert reply.text.count("Wrote 4 bytes to same.txt") == 2
+        assert "APPROVAL_DENIED" in reply.text
+        assert (workspace / "same.txt").read_text() == "same"
+        assert not (workspace / "other.txt").exists()
+        assert len(prompts_for(bot.channel, inbound)) == 2
+        assert brain.calls == 2
+        assert await inbox_status(bot, inbound) == InboundStatus.DONE
+
+
+class LoopingBrain:
+    name = "looping"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def step(
+        self, conversation: Sequence[ChatMessage], tools: Sequence[Tool], context: BrainContext
+    ) -> BrainReply:
+        self.calls += 1
+        return BrainReply(
+            tool_calls=[ToolCall(id=new_id(), name="current_time", args={})],
+            route_reason="test: again",
+        )
+
+
+async def test_max_steps_stops_a_brain_that_never_finishes(state_dir: Path) -> None:
+    brain = LoopingBrain()
+    async with running_bot(state_dir, "[brain]\nmax_steps = 2\n", brain=brain) as bot:
+        inbound = await bot.channel.say("what time is it, forever?")
+        reply = await bot.channel.reply_to(inbound)
+        assert "stopped after 2 steps" in reply.text
+        assert brain.calls == 2
+        assert await inbox_status(bot, inbound) == InboundStatus.DONE
+
+
+class FragileBrain:
+    name = "fragile"
+
+    async def step(
+        self, conversation: Sequence[ChatMessage], tools: Sequence[Tool], context: BrainContext
+    ) -> BrainReply:
+        text = conversation[-1].content or ""
+        if "boom" in text:
+            raise RuntimeError("model exploded")
+        return BrainReply(text=f"heard: {text}", route_reason="test: echo")
+
+
+async def test_a_failing_brain_fails_the_turn_and_the_next_is_answered(state_dir: Path) -> None:
+    async with running_bot(state_dir, brain=FragileBrain()) as bot:
+        inbound = await bot.channel.say("boom")
+        reply = await bot.channel.reply_to(inbound)
+        assert reply.text.startswith("Sorry")
+        assert await inbox_status(bot, inbound) == InboundStatus.FAILED
+
+        after = await bot.channel.say("hello")
+        assert (await bot.channel.reply_to(after)).text == "heard: hello"
+        assert await inbox_status(bot, after) == InboundStatus.DONE
+
+
+# -- the audit log and secrets ------------------------------------------------------------
+async def test_one_turn_is_audited_under_one_trace_id(state_dir: Path) -> None:
+    async with running_bot(state_dir) as bot:
+        inbound = await bot.channel.say("/tool current_time {}")
+        reply = await bot.channel.reply_to(inbound)
+        trace_id = reply.trace_id
+        assert trace_id
+
+        rows = await bot.db.run(lambda db: read_audit(db, trace_id=trace_id))
+        kinds = [r.kind for r in rows]
+        for kind in ("turn.started", "brain.decision", "tool.result", "turn.finished"):
+            assert kind in kinds, kinds
+        assert kinds[0] == "turn.started" and kinds[-1] == "turn.finished"
+        assert all(r.trace_id == trace_id for r in rows)
+        assert rows[0].data["inbound_id"] == inbound
+        decisions = [r for r in rows if r.kind == "brain.decision"]
+        assert decisions[0].data["route_reason"] == "rules: command /tool current_time"
+        [result] = [r for r in rows if r.kind == "tool.result"]
+        assert result.data["tool"] == "current_time" and result.data["ok"] is True
+        assert rows[-1].data["reply"] == reply.text
+
+
+async def test_secret_values_are_masked_in_replies_and_audit(state_dir: Path) -> None:
+    secret = "tg-secret-value-123"
+    environ = {"TELEGRAM_BOT_TOKEN": secret}
+    workspace = state_dir / "workspace"
+    workspace.mkdir()
+    (workspace / "notes.txt").write_text(f"the token is {secret} (do not share)\n")
+    async with running_bot(state_dir, CODING, environ=environ) as bot:
+        inbound = await bot.channel.say('/tool file_read {"path": "notes.txt"}')
+        reply = await bot.channel.reply_to(inbound)
+        assert "the token is *** (do not share)" in reply.text
+        assert secret not in reply.text
+
+        rows = await bot.db.run(lambda db: read_audit(db, tail=10_000))
+        assert any(r.kind == "tool.result" for r in rows)
+        for row in rows:
+            assert secret not in json.dumps(row.data), row.kind
+
+        def stored(db: Any) -> list[str]:
+            texts = [r[0] or "" for r in db.execute("SELECT result FROM tool_calls")]
+            texts += [r[0] or "" for r in db.execute("SELECT content FROM messages")]
+            texts += [r[0] for r in db.execute("SELECT payload FROM outbox")]
+            return texts
+
+        assert not [t for t in await bot.db.run(stored) if secret in t]
