@@ -70,6 +70,8 @@ class Core:
     directory: ApproverDirectory
     commands: CommandRegistry
     db: Database
+    audit: AuditWriter
+    gate: ApprovalGate
     brain_name: str = "rules"
     extras: dict[str, Any] = field(default_factory=dict)
 
@@ -101,7 +103,10 @@ def build_core(loaded: LoadedConfig, state_dir: Path, environ: Mapping[str, str]
     async def pending() -> list[Any]:
         return await db.run(lambda conn: list_approvals(conn))
 
-    register_core_commands(commands, pending)
+    directory = ApproverDirectory(config)
+    audit = AuditWriter(masker)
+    gate = ApprovalGate(directory, audit, masker, config.approvals.timeout)
+    register_core_commands(commands, pending, gate.reprompt)
     return Core(
         loaded=loaded,
         state_dir=state_dir,
@@ -109,9 +114,11 @@ def build_core(loaded: LoadedConfig, state_dir: Path, environ: Mapping[str, str]
         registry=registry,
         exposed=exposed,
         policy=policy,
-        directory=ApproverDirectory(config),
+        directory=directory,
         commands=commands,
         db=db,
+        audit=audit,
+        gate=gate,
     )
 
 
@@ -179,8 +186,7 @@ class Daemon:
         await core.db.open()
         inbox, outbox = SqliteInbox(core.db), SqliteOutbox(core.db)
         bus = Bus(inbox, outbox)
-        audit = AuditWriter(core.masker)
-        gate = ApprovalGate(core.directory, audit, core.masker, config.approvals.timeout)
+        audit, gate = core.audit, core.gate
         executor = CallExecutor(
             db=core.db,
             registry=core.registry,

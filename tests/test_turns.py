@@ -68,3 +68,21 @@ async def test_send_message_to_a_channel_that_is_not_running(state_dir: Path) ->
         )
         reply = await bot.channel.reply_to(inbound)
         assert "INVALID_PARAMETER" in reply.text and "nowhere" in reply.text
+
+
+async def test_approvals_command_shows_pending_prompts_again_with_buttons(state_dir: Path) -> None:
+    async with running_bot(state_dir, SHELL) as bot:
+        first = await bot.channel.say("/run touch later.txt")
+        prompt = await bot.channel.prompt_for(first)
+        asked = await bot.channel.say("/approvals")
+        listing = await bot.channel.reply_to(asked)
+        request_id = prompt.metadata["approval_id"]
+        assert request_id in listing.text
+        again = await bot.channel.wait_for(
+            lambda m: m.kind == "approval" and m.id != prompt.id and m.edit_of is None
+        )
+        assert again.metadata["approval_id"] == request_id
+        assert [b.action for b in again.buttons[0]] == [b.action for b in prompt.buttons[0]]
+        await bot.channel.press(again.buttons[0][0].action)
+        reply = await bot.channel.reply_to(first)
+        assert "exit code 0" in reply.text

@@ -92,7 +92,14 @@ class TurnRunner:
                     partial(self._persist_step, inbound=inbound, turn=turn, reply=reply)
                 )
                 continue
-            await self._finish(inbound, turn, reply.text or "(no reply)", InboundStatus.DONE, None)
+            await self._finish(
+                inbound,
+                turn,
+                reply.text or "(no reply)",
+                InboundStatus.DONE,
+                None,
+                reply.attachments,
+            )
             return
 
     # -- checkpoints ----------------------------------------------------------------------
@@ -220,6 +227,7 @@ class TurnRunner:
         text: str,
         status: InboundStatus,
         error: str | None,
+        attachments: Sequence[OutboundMessage] = (),
     ) -> None:
         def write(db: SqlDb) -> None:
             if inbound.kind == InboundKind.MESSAGE:
@@ -227,6 +235,8 @@ class TurnRunner:
                     db, inbound.session_key, turn.id, ChatMessage(role="assistant", content=text)
                 )
             enqueue_outbound(db, self._reply(inbound, text))
+            for extra in attachments:
+                enqueue_outbound(db, extra)
             set_inbound_status(db, inbound.id, status, error)
             turn_store.set_turn(db, turn.id, status="failed" if status == "failed" else "done")
             self.audit.write(

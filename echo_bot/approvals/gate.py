@@ -138,6 +138,22 @@ class ApprovalGate:
             )
         return approval_id
 
+    def reprompt(self, row: store.ApprovalRow) -> OutboundMessage:
+        """The prompt of a pending request again, with its buttons (``/approvals``)."""
+        requested = row.requested_by
+        prompt = self._prompt(
+            row.id,
+            row.tool,
+            row.args,
+            Risk(row.risk),
+            "still pending",
+            Sender(id=str(requested.get("id", "")), name=str(requested.get("name", ""))),
+            Address.parse(row.origin),
+            Address.parse(row.prompt_to),
+            row.expires_at,
+        )
+        return prompt.model_copy(update={"trace_id": row.trace_id})
+
     def _prompt(
         self,
         approval_id: str,

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from ..conversation import ChatMessage, ToolCall
-from ..events import Address, Sender
+from ..events import Address, OutboundMessage, Sender
 from ..tools.base import Tool
 
 
@@ -27,6 +27,8 @@ class BrainReply:
     route_reason: str = ""
     # Facts for the audit log (model name, token usage, latency…).
     details: dict[str, object] = field(default_factory=dict)
+    # Messages sent right after the final reply (e.g. approval prompts shown again).
+    attachments: list[OutboundMessage] = field(default_factory=list)
 
 
 class Brain(Protocol):

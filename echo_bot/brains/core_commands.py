@@ -8,14 +8,17 @@ from datetime import UTC, datetime
 
 from ..commands import Command, CommandContext, CommandRegistry
 from ..conversation import ToolCall
-from ..events import new_id
+from ..events import OutboundMessage, new_id
 from ..store.approvals import ApprovalRow
 from .base import BrainReply
 
 PendingApprovals = Callable[[], Awaitable[list[ApprovalRow]]]
+Reprompt = Callable[[ApprovalRow], OutboundMessage]
 
 
-def register_core_commands(commands: CommandRegistry, pending: PendingApprovals) -> None:
+def register_core_commands(
+    commands: CommandRegistry, pending: PendingApprovals, reprompt: Reprompt | None = None
+) -> None:
     async def help_(rest: str, ctx: CommandContext) -> BrainReply:
         return BrainReply(
             text=commands.help_text()
@@ -38,8 +41,14 @@ def register_core_commands(commands: CommandRegistry, pending: PendingApprovals)
         for row in rows:
             expires = datetime.fromtimestamp(row.expires_at, UTC).strftime("%H:%M UTC")
             lines.append(f"• {row.id} — {row.tool} ({row.risk}), expires {expires}")
-        lines.append("Decide with: echo-bot approvals approve|deny ID")
-        return BrainReply(text="\n".join(lines))
+        here = str(ctx.brain.origin)
+        again = [reprompt(row) for row in rows if reprompt and row.prompt_to == here]
+        if again:
+            lines.append(
+                f"The {len(again)} waiting for a decision here follow, with their buttons."
+            )
+        lines.append("Or decide with: echo-bot approvals approve|deny ID")
+        return BrainReply(text="\n".join(lines), attachments=again)
 
     async def tool(rest: str, ctx: CommandContext) -> BrainReply:
         name, _, raw_args = rest.partition(" ")

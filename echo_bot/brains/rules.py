@@ -85,7 +85,12 @@ class RulesBrain:
                 )
             reply = await command.handler(rest, CommandContext(brain=context, tools=tools))
             reason = reply.route_reason or f"rules: command /{name}"
-            return BrainReply(text=reply.text, tool_calls=reply.tool_calls, route_reason=reason)
+            return BrainReply(
+                text=reply.text,
+                tool_calls=reply.tool_calls,
+                route_reason=reason,
+                attachments=reply.attachments,
+            )
         match = match_tool(text, tools)
         if match is None:
             return BrainReply(text=NO_MATCH_HINT, route_reason="rules: no trigger matched")
