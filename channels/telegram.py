@@ -19,6 +19,7 @@ from aiogram import Bot, Dispatcher, Router
 from aiogram.client.session.aiohttp import AiohttpSession
 from aiogram.client.telegram import TelegramAPIServer
 from aiogram.exceptions import (
+    AiogramError,
     TelegramAPIError,
     TelegramBadRequest,
     TelegramForbiddenError,
@@ -120,7 +121,7 @@ class TelegramChannel:
                 f"telegram.token_env: the Bot API at {self.config.api_base} rejected the token "
                 f"in ${self.config.token_env} (401 Unauthorized)"
             ) from None
-        except (TelegramAPIError, TimeoutError, OSError) as exc:
+        except (AiogramError, TimeoutError, OSError) as exc:
             self._degrade(f"cannot reach the Bot API: {exc}")
             self._spawn(self._connect_later())
             return
@@ -137,7 +138,7 @@ class TelegramChannel:
                 self._last_error = "the Bot API rejected the token (401)"
                 log.error("telegram: the Bot API rejected the token (401); fix it and restart")
                 return
-            except (TelegramAPIError, TimeoutError, OSError) as exc:
+            except (AiogramError, TimeoutError, OSError) as exc:
                 self._degrade(f"cannot reach the Bot API: {exc}")
                 delay = min(delay * 2, 60.0)
                 continue
@@ -215,7 +216,7 @@ class TelegramChannel:
                 log.error("telegram: getUpdates answered 401; retrying in 60 s")
                 await asyncio.sleep(60)
                 continue
-            except (TelegramAPIError, TimeoutError, OSError) as exc:
+            except (AiogramError, TimeoutError, OSError) as exc:
                 self._degrade(f"getUpdates failed: {exc}")
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 60.0)
@@ -539,5 +540,5 @@ class TelegramChannel:
             raise ChannelError(f"network or server error: {exc}") from None
         except TelegramUnauthorizedError:
             raise ChannelError("the Bot API rejected the token (401)") from None
-        except TelegramAPIError as exc:
+        except AiogramError as exc:  # e.g. an unreadable answer (ClientDecodeError)
             raise ChannelError(f"Bot API error: {exc}") from None

@@ -136,7 +136,7 @@ class ApprovalsConfig(Section):
 
 class HttpConfig(Section):
     host: str = "127.0.0.1"
-    port: int = Field(8080, ge=1, le=65535)
+    port: int = Field(8080, ge=0, le=65535)  # 0: any free port
 
 
 class TelegramConfig(Section):

@@ -42,6 +42,8 @@ async def running_bot(
     environ: dict[str, str] | None = None,
     tools: Sequence[Tool] = (),
     brain: Brain | None = None,
+    channels: Sequence[str] = (),
+    channel_options: dict[str, dict[str, object]] | None = None,
 ) -> AsyncIterator[Bot]:
     """The real core on a temp state dir, with a recording channel in place of a chat."""
     config = parse_config(tomllib.loads(config_text), "test.toml")
@@ -53,7 +55,13 @@ async def running_bot(
         core.exposed.append(tool)
     channel = channel or RecordingChannel("cli")
     daemon = Daemon(
-        core, channel_names=[], environ=env, banner=False, extra_channels=[channel], brain=brain
+        core,
+        channel_names=list(channels),
+        channel_options=channel_options,
+        environ=env,
+        banner=False,
+        extra_channels=[channel],
+        brain=brain,
     )
     task = asyncio.create_task(daemon.run())
     try:

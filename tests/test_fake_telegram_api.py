@@ -244,9 +244,9 @@ async def test_enforce_limits_burst_gets_429() -> None:
                 delivered += 1
             except TelegramRetryAfter as exc:
                 retry_afters.append(exc.retry_after)
-        assert delivered == 3  # the burst allowance
-        assert len(retry_afters) == 7 and all(r >= 1 for r in retry_afters)
-        assert api.rate_limited == 7
+        assert delivered in (3, 4)  # the burst allowance (+1 if the loop took over a second)
+        assert len(retry_afters) == 10 - delivered and all(r >= 1 for r in retry_afters)
+        assert api.rate_limited == len(retry_afters)
         await bot.send_message(USER + 1, "another chat has its own budget")
 
 

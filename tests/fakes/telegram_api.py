@@ -89,87 +89,32 @@ _DEFAULT_DESCRIPTIONS = {
 }
 
 # Form fields that are strings in the Bot API: never JSON-decode them ("123" stays "123").
-_STRING_FIELDS = frozenset(
-    {
-        "text",
-        "caption",
-        "parse_mode",
-        "callback_query_id",
-        "inline_query_id",
-        "inline_message_id",
-        "url",
-        "secret_token",
-        "ip_address",
-        "action",
-        "language_code",
-        "business_connection_id",
-        "message_effect_id",
-        "emoji",
-        "name",
-        "title",
-        "description",
-        "short_description",
-        "query",
-        "next_offset",
-        "payload",
-        "currency",
-        "provider_token",
-        "start_parameter",
-        "custom_title",
-        "invite_link",
-        "question",
-        "address",
-        "phone_number",
-        "first_name",
-        "last_name",
-        "vcard",
-        "file_id",
-        "photo",
-        "document",
-        "audio",
-        "video",
-        "voice",
-        "animation",
-        "video_note",
-        "sticker",
-        "thumbnail",
-        "cover",
-        "error_message",
-        "shipping_query_id",
-        "pre_checkout_query_id",
-    }
-)
+# fmt: off
+_STRING_FIELDS = frozenset({
+    "text", "caption", "parse_mode", "callback_query_id", "inline_query_id", "inline_message_id",
+    "url", "secret_token", "ip_address", "action", "language_code", "business_connection_id",
+    "message_effect_id", "emoji", "name", "title", "description", "short_description", "query",
+    "next_offset", "payload", "currency", "provider_token", "start_parameter", "custom_title",
+    "invite_link", "question", "address", "phone_number", "first_name", "last_name", "vcard",
+    "file_id", "photo", "document", "audio", "video", "voice", "animation", "video_note",
+    "sticker", "thumbnail", "cover", "error_message", "shipping_query_id", "pre_checkout_query_id",
+})
+# fmt: on
 
-_CHAT_ACTIONS = frozenset(
-    {
-        "typing",
-        "upload_photo",
-        "record_video",
-        "upload_video",
-        "record_voice",
-        "upload_voice",
-        "upload_document",
-        "choose_sticker",
-        "find_location",
-        "record_video_note",
-        "upload_video_note",
-    }
-)
+# fmt: off
+_CHAT_ACTIONS = frozenset({
+    "typing", "upload_photo", "record_video", "upload_video", "record_voice", "upload_voice",
+    "upload_document", "choose_sticker", "find_location", "record_video_note", "upload_video_note",
+})
+# fmt: on
 
-_INLINE_BUTTON_ACTIONS = frozenset(
-    {
-        "url",
-        "callback_data",
-        "web_app",
-        "login_url",
-        "switch_inline_query",
-        "switch_inline_query_current_chat",
-        "switch_inline_query_chosen_chat",
-        "copy_text",
-        "callback_game",
-        "pay",
-    }
-)
+# fmt: off
+_INLINE_BUTTON_ACTIONS = frozenset({
+    "url", "callback_data", "web_app", "login_url", "switch_inline_query",
+    "switch_inline_query_current_chat", "switch_inline_query_chosen_chat", "copy_text",
+    "callback_game", "pay",
+})
+# fmt: on
 
 
 # ---------------------------------------------------------------------------------------------
