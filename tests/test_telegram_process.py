@@ -1,0 +1,118 @@
+"""`echo-bot run` as a real process with Telegram pointed at the fake Bot API server:
+a pending approval survives SIGKILL, and the press after the restart runs it once."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import signal
+import sqlite3
+import sys
+from pathlib import Path
+
+from tests.conftest import ROOT, echo_bot_env
+from tests.fakes.telegram_api import FakeTelegramAPI
+
+TOKEN = "123456:PROCESS-test-token"
+OWNER = 42
+COUNT = '/tool shell_exec {"argv": ["sh", "-c", "echo ran >> count.txt"]}'
+
+
+def write_config(path: Path, api: FakeTelegramAPI) -> None:
+    path.write_text(
+        f"""
+[telegram]
+enabled = true
+api_base = "{api.base_url}"
+allowed_users = [{OWNER}]
+[http]
+port = 0
+[tools]
+profile = "coding"
+[tools.shell]
+enabled = true
+"""
+    )
+
+
+async def start_daemon(config: Path, state: Path) -> asyncio.subprocess.Process:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "echo_bot", "run", "--config", str(config), "--state-dir", str(state),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+        env=echo_bot_env(TELEGRAM_BOT_TOKEN=TOKEN),
+        cwd=ROOT,
+    )  # fmt: skip
+    assert proc.stderr is not None
+    async with asyncio.timeout(20):
+        while True:
+            line = (await proc.stderr.readline()).decode()
+            assert line, "the daemon exited before it was ready"
+            if line.startswith("stop with"):
+                break
+    return proc
+
+
+async def delivered(state: Path, kind: str) -> None:
+    """Wait until the daemon has recorded the delivery of an outbound of ``kind``."""
+    query = (
+        "SELECT COUNT(*) FROM outbox o JOIN receipts r ON r.outbound_id = o.id"
+        " WHERE json_extract(o.payload, '$.kind') = ?"
+    )
+    async with asyncio.timeout(20):
+        while True:
+            with contextlib.closing(sqlite3.connect(state / "echo-bot.sqlite3")) as conn:
+                if conn.execute(query, [kind]).fetchone()[0]:
+                    return
+            await asyncio.sleep(0.05)
+
+
+def count_runs(state: Path) -> int:
+    path = state / "workspace" / "count.txt"
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+async def test_pending_approval_survives_sigkill_and_runs_once(tmp_path: Path) -> None:
+    state, config = tmp_path / "st", tmp_path / "config.toml"
+    async with FakeTelegramAPI(token=TOKEN) as api:
+        write_config(config, api)
+        first = await start_daemon(config, state)
+        try:
+            api.push_message(COUNT, user_id=OWNER)
+            prompt_call = await api.wait_for_call(
+                "sendMessage", lambda c: "reply_markup" in c.params, timeout=20
+            )
+            markup = prompt_call.params["reply_markup"]
+            markup = json.loads(markup) if isinstance(markup, str) else markup
+            approve = markup["inline_keyboard"][0][0]["callback_data"]
+            assert approve.startswith("approve_once:")
+            prompt_id = prompt_call.response["result"]["message_id"]  # type: ignore[index]
+            await delivered(state, "approval")  # kill once the prompt counts as delivered
+        finally:
+            first.send_signal(signal.SIGKILL)
+            await first.wait()
+        assert count_runs(state) == 0
+
+        seen = len(api.calls)
+        second = await start_daemon(config, state)
+        try:
+            api.push_callback(approve, user_id=OWNER, message_id=prompt_id, chat_id=OWNER)
+            await api.wait_for_call(
+                "sendMessage", lambda c: "exit code 0" in c.params.get("text", ""), timeout=20,
+                after=seen,
+            )  # fmt: skip
+            edit = await api.wait_for_call("editMessageText", timeout=20, after=seen)
+            assert edit.params["text"].startswith("✅ Approved")
+            assert int(edit.params["message_id"]) == prompt_id
+            await api.wait_for_call("answerCallbackQuery", timeout=20, after=seen)
+            await asyncio.sleep(1.0)  # room for any duplicate to show up
+        finally:
+            second.send_signal(signal.SIGTERM)
+            assert await asyncio.wait_for(second.wait(), 20) == 0
+    assert count_runs(state) == 1
+    replies = [c for c in api.calls_of("sendMessage") if "exit code 0" in c.params.get("text", "")]
+    assert len(replies) == 1
+    prompts = [c for c in api.calls_of("sendMessage") if "reply_markup" in c.params]
+    assert len(prompts) == 1, "the prompt was sent before the kill and must not be re-sent"
