@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -438,3 +439,21 @@ async def test_secret_values_are_masked_in_replies_and_audit(state_dir: Path) ->
             return texts
 
         assert not [t for t in await bot.db.run(stored) if secret in t]
+
+
+async def test_an_external_id_older_than_the_dedup_window_is_new_again(state_dir: Path) -> None:
+    """Telegram may reuse an update_id after a week of silence: it must be answered."""
+    from echo_bot.store.inbox import DEDUP_WINDOW
+
+    async with running_bot(state_dir) as bot:
+        first = await bot.channel.say("what time is it?", external_id="update-7")
+        await bot.channel.reply_to(first)
+        again = await bot.channel.say("what time is it?", external_id="update-7")
+        assert again == first  # within the window: a duplicate
+        old = time.time() - DEDUP_WINDOW - 60
+        await bot.db.run(
+            lambda db: db.execute("UPDATE inbox SET received_at = ? WHERE id = ?", [old, first])
+        )
+        later = await bot.channel.say("what time is it?", external_id="update-7")
+        assert later != first
+        await bot.channel.reply_to(later)

@@ -73,8 +73,20 @@ class SqliteInbox:
         await self._db.run(lambda db: set_inbound_status(db, inbound_id, status, error))
 
 
+# How long (channel, external_id) stays a duplicate. At least 48 h, and less than a week:
+# Telegram may hand out an update_id again after a week of silence.
+DEDUP_WINDOW = 72 * 3600.0
+
+
 def add_inbound(db: SqlDb, message: InboundMessage) -> Published:
     now = time.time()
+    if message.external_id is not None:
+        # An old row with the same key is history, not a duplicate: retire its key.
+        db.execute(
+            "UPDATE inbox SET external_id = external_id || '#' || seq"
+            " WHERE channel = ? AND external_id = ? AND received_at < ?",
+            [message.address.channel, message.external_id, now - DEDUP_WINDOW],
+        )
     cursor = db.execute(
         "INSERT INTO inbox (id, kind, channel, session_key, external_id, payload, status,"
         " received_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
