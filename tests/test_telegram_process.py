@@ -116,3 +116,61 @@ async def test_pending_approval_survives_sigkill_and_runs_once(tmp_path: Path) -
     assert len(replies) == 1
     prompts = [c for c in api.calls_of("sendMessage") if "reply_markup" in c.params]
     assert len(prompts) == 1, "the prompt was sent before the kill and must not be re-sent"
+
+
+async def test_a_rejected_token_is_one_clear_line_and_exit_code_2(tmp_path: Path) -> None:
+    config = tmp_path / "config.toml"
+    async with FakeTelegramAPI(token=TOKEN) as api:
+        write_config(config, api)
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "echo_bot", "run", "--config", str(config),
+            "--state-dir", str(tmp_path / "st"),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=echo_bot_env(TELEGRAM_BOT_TOKEN="123456:not-the-right-token"),
+            cwd=ROOT,
+        )  # fmt: skip
+        _out, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 2
+    errors = [line for line in err.decode().splitlines() if line.startswith("echo-bot: ")]
+    assert len(errors) == 1 and "401" in errors[0], err.decode()
+    assert "Traceback" not in err.decode()
+    assert "not-the-right-token" not in err.decode()
+
+
+async def test_an_unreachable_bot_api_leaves_the_daemon_running_and_degraded(
+    tmp_path: Path,
+) -> None:
+    import socket
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        closed_port = probe.getsockname()[1]
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        http_port = probe.getsockname()[1]
+    config = tmp_path / "config.toml"
+    config.write_text(
+        f"""
+[telegram]
+enabled = true
+api_base = "http://127.0.0.1:{closed_port}"
+allowed_users = [{OWNER}]
+[http]
+port = {http_port}
+"""
+    )
+    proc = await start_daemon(config, tmp_path / "st")
+    try:
+        from aiohttp import ClientSession
+
+        url = f"http://127.0.0.1:{http_port}/healthz"
+        async with ClientSession() as session, session.get(url) as response:
+            body = await response.json()
+        assert response.status == 503
+        assert body["components"]["telegram"]["status"] == "degraded"
+        assert proc.returncode is None
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(proc.wait(), 20) == 0
