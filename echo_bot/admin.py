@@ -22,7 +22,7 @@ from .statedir import daemon_pid
 from .store import DB_FILENAME, Database
 from .store import approvals as approval_store
 from .store.access import new_pairing_code
-from .store.audit import read_audit
+from .store.audit import read_audit, usage_by_day
 from .store.inbox import add_inbound, get_inbound
 
 T = TypeVar("T")
@@ -180,13 +180,30 @@ def pair_command(state_dir: Path) -> int:
 
 
 # -- audit --------------------------------------------------------------------------------
-def audit_command(state_dir: Path, tail: int, trace: str | None) -> int:
+def audit_command(state_dir: Path, tail: int, trace: str | None, *, usage: bool = False) -> int:
+    if usage:
+        return _usage(state_dir)
     rows = _with_store(state_dir, lambda db: read_audit(db, tail=tail, trace_id=trace))
     for row in rows:
         data = " ".join(
             f"{k}={_audit_value(v)}" for k, v in row.data.items() if v not in (None, "", [], {})
         )
         print(f"{_clock(row.ts)} {(row.trace_id or '-')[:12]} {row.kind:<18} {data}")
+    return 0
+
+
+def _usage(state_dir: Path) -> int:
+    rows = _with_store(state_dir, usage_by_day)
+    if not rows:
+        print("No LLM calls recorded.")
+        return 0
+    print(f"{'day':<10}  {'session':<24} {'model':<16} {'calls':>5} {'prompt':>8} "
+          f"{'completion':>10} {'avg ms':>7}")  # fmt: skip
+    for r in rows:
+        print(
+            f"{r.day:<10}  {r.session_key[:24]:<24} {r.model[:16]:<16} {r.calls:>5} "
+            f"{r.prompt_tokens:>8} {r.completion_tokens:>10} {r.avg_latency_ms:>7.0f}"
+        )
     return 0
 
 

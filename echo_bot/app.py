@@ -10,7 +10,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,7 +20,7 @@ from .access import StoreAccess
 from .agent import Dispatcher, TurnRunner
 from .agent.calls import CallExecutor
 from .approvals import ApprovalGate, ApprovalPolicy, ApproverDirectory
-from .brains.base import Brain
+from .brains.base import Brain, BrainContext
 from .brains.core_commands import register_core_commands
 from .brains.rules import RulesBrain
 from .bus import Bus, Channel, ChannelSetup
@@ -28,11 +28,13 @@ from .commands import CommandRegistry
 from .config import LoadedConfig, check_environment, llm_enabled, secret_env_names
 from .delivery import DeliveryWorker
 from .errors import ConfigError
+from .events import OutboundKind, OutboundMessage
 from .secrets import Masker
 from .statedir import StateLock
 from .store import DB_FILENAME, Database, SqliteInbox, SqliteOutbox
 from .store.approvals import list_approvals
-from .store.audit import AuditWriter
+from .store.audit import AuditWriter, tokens_since
+from .store.turns import reset_session
 from .tools.base import Tool
 from .tools.builtin import SendMessageTool, builtin_tools
 from .tools.registry import ToolRegistry
@@ -81,13 +83,6 @@ def build_core(loaded: LoadedConfig, state_dir: Path, environ: Mapping[str, str]
     config = loaded.config
     source = str(loaded.path) if loaded.path else "<defaults>"
     check_environment(loaded, environ)
-    if config.brain.kind == "openai":
-        raise ConfigError(
-            f"{source}: brain.kind: the LLM brain is not available in echo-bot {__version__}; "
-            "use 'auto' or 'rules'"
-        )
-    if llm_enabled(loaded, environ):
-        log.warning("an LLM is configured, but this version has only the rules brain")
     masker = Masker.from_environment(secret_env_names(config), environ)
     workspace = (config.tools.workspace or state_dir / "workspace").expanduser().resolve()
     registry = ToolRegistry(output_limit=config.tools.output_limit)
@@ -106,7 +101,11 @@ def build_core(loaded: LoadedConfig, state_dir: Path, environ: Mapping[str, str]
     directory = ApproverDirectory(config)
     audit = AuditWriter(masker)
     gate = ApprovalGate(directory, audit, masker, config.approvals.timeout)
-    register_core_commands(commands, pending, gate.reprompt)
+
+    async def reset(session_key: str) -> None:
+        await db.run(lambda conn: reset_session(conn, session_key))
+
+    register_core_commands(commands, pending, gate.reprompt, reset)
     return Core(
         loaded=loaded,
         state_dir=state_dir,
@@ -144,6 +143,7 @@ class Daemon:
         self.channels: list[Channel] = []
         self.extra_channels = list(extra_channels)
         self._brain = brain
+        self._closers: list[Callable[[], Awaitable[None]]] = []
         self.bus: Bus | None = None
         self.http: Any = None
         self._started = asyncio.Event()
@@ -165,8 +165,36 @@ class Daemon:
             os._exit(130)
         self.request_stop()
 
-    def _build_brain(self, commands: CommandRegistry) -> Brain:
-        return self._brain or RulesBrain(commands)
+    def _build_brain(self, commands: CommandRegistry, bus: Bus) -> Brain:
+        if self._brain is not None:
+            return self._brain
+        rules = RulesBrain(commands)
+        core, config = self.core, self.core.loaded.config
+        if not llm_enabled(core.loaded, self.environ):
+            return rules
+        from .brains.openai_brain import OpenAIBrain
+        from .brains.routed import RoutedBrain
+
+        llm = OpenAIBrain(config.openai, config.brain, self.environ.get(config.openai.api_key_env))
+        self._closers.append(llm.close)
+
+        async def usage_since(ts: float) -> int:
+            return await core.db.run(lambda db: tokens_since(db, ts))
+
+        async def notify(text: str, context: BrainContext) -> None:
+            to = core.directory.default_chat or context.origin
+            await bus.send(OutboundMessage(to=to, text=text, kind=OutboundKind.NOTICE))
+
+        return RoutedBrain(
+            llm,
+            rules,
+            fallback_after=config.brain.fallback_after,
+            probe_interval=config.brain.probe_interval.total_seconds(),
+            daily_token_budget=config.openai.daily_token_budget,
+            usage_since=usage_since,
+            notify=notify,
+            timezone=config.bot.timezone,
+        )
 
     async def run(self) -> int:
         core = self.core
@@ -195,7 +223,7 @@ class Daemon:
             directory=core.directory,
             audit=audit,
         )
-        brain = self._build_brain(core.commands)
+        brain = self._build_brain(core.commands, bus)
         runner = TurnRunner(
             db=core.db,
             brain=brain,
@@ -266,6 +294,9 @@ class Daemon:
                 await http.stop()
             await dispatcher.stop(config.bot.shutdown_timeout.total_seconds())
             await delivery.stop()
+            for close in self._closers:
+                with contextlib.suppress(Exception):
+                    await close()
             await core.db.close()
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)

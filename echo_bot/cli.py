@@ -47,6 +47,9 @@ def _parser() -> argparse.ArgumentParser:
     audit = sub.add_parser("audit", parents=[common], help="print the audit log")
     audit.add_argument("--tail", type=int, default=50, help="the last N entries (default 50)")
     audit.add_argument("--trace", help="every entry of one trace id")
+    audit.add_argument(
+        "--usage", action="store_true", help="LLM tokens and latency per day and session"
+    )
     return parser
 
 
@@ -93,7 +96,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "audit":
         from .admin import audit_command
 
-        return audit_command(state_dir, args.tail, args.trace)
+        return audit_command(state_dir, args.tail, args.trace, usage=args.usage)
     raise AssertionError(args.command)
 
 

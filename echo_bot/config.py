@@ -89,6 +89,8 @@ class BrainConfig(Section):
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
     max_steps: int = Field(8, ge=1, le=100)
     context_chars: int = Field(24_000, ge=1_000)
+    fallback_after: int = Field(2, ge=1, le=100)
+    probe_interval: Duration = timedelta(seconds=60)
 
 
 DEFAULT_OPENAI_BASE_URL = "https://api.openai.com/v1"
@@ -102,6 +104,7 @@ class OpenAIConfig(Section):
     max_retries: int = Field(1, ge=0, le=10)
     temperature: float | None = Field(None, ge=0, le=2)
     max_tokens: int | None = Field(None, ge=1)
+    daily_token_budget: int | None = Field(None, ge=1)
 
 
 class ShellToolConfig(Section):

@@ -13,13 +13,27 @@ class ToolCall:
     id: str
     name: str
     args: dict[str, Any]
+    # Set when the model's arguments could not be read: the call is answered with
+    # INVALID_PARAMETER (this text) so the model can correct itself.
+    error: str | None = None
+    raw_arguments: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "name": self.name, "args": self.args}
+        data: dict[str, Any] = {"id": self.id, "name": self.name, "args": self.args}
+        if self.error is not None:
+            data["error"] = self.error
+            data["raw_arguments"] = self.raw_arguments
+        return data
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> ToolCall:
-        return cls(id=raw["id"], name=raw["name"], args=dict(raw.get("args") or {}))
+        return cls(
+            id=raw["id"],
+            name=raw["name"],
+            args=dict(raw.get("args") or {}),
+            error=raw.get("error"),
+            raw_arguments=raw.get("raw_arguments"),
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -136,6 +136,10 @@ class CallExecutor:
         available: dict[str, Tool],
         siblings: list[CallRow],
     ) -> None:
+        if call.error is not None:
+            result = ToolResult.failure(ErrorCode.INVALID_PARAMETER, call.error)
+            self._finish(db, inbound, call, result)
+            return
         tool = available.get(call.name)
         if tool is None:
             self._finish(db, inbound, call, self._unavailable(call.name, available))

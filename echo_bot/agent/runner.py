@@ -31,6 +31,9 @@ from .calls import CallExecutor, args_hash
 log = logging.getLogger(__name__)
 
 HISTORY_LIMIT = 200
+# A model asking for the very same call (name and arguments) this often in one turn is
+# looping; the turn ends with an honest message.
+MAX_IDENTICAL_CALLS = 2
 
 
 class TurnRunner:
@@ -88,6 +91,18 @@ class TurnRunner:
             if reply is None:
                 return
             if reply.tool_calls:
+                hashes = [args_hash(c.name, c.args) for c in reply.tool_calls]
+                seen = await self.db.run(
+                    partial(turn_store.repeats, turn_id=turn.id, hashes=hashes)
+                )
+                if seen >= MAX_IDENTICAL_CALLS:
+                    name = reply.tool_calls[0].name
+                    text = (
+                        f"I stopped: the same {name} call kept repeating without progress. "
+                        "Ask again, perhaps more specifically."
+                    )
+                    await self._finish(inbound, turn, text, InboundStatus.DONE, "repeated call")
+                    return
                 await self.db.run(
                     partial(self._persist_step, inbound=inbound, turn=turn, reply=reply)
                 )

@@ -14,10 +14,14 @@ from .base import BrainReply
 
 PendingApprovals = Callable[[], Awaitable[list[ApprovalRow]]]
 Reprompt = Callable[[ApprovalRow], OutboundMessage]
+ResetSession = Callable[[str], Awaitable[None]]
 
 
 def register_core_commands(
-    commands: CommandRegistry, pending: PendingApprovals, reprompt: Reprompt | None = None
+    commands: CommandRegistry,
+    pending: PendingApprovals,
+    reprompt: Reprompt | None = None,
+    reset: ResetSession | None = None,
 ) -> None:
     async def help_(rest: str, ctx: CommandContext) -> BrainReply:
         return BrainReply(
@@ -74,8 +78,15 @@ def register_core_commands(
             route_reason="rules: command /run",
         )
 
+    async def reset_(rest: str, ctx: CommandContext) -> BrainReply:
+        if reset is None:
+            return BrainReply(text="Resetting is not available here.")
+        await reset(ctx.brain.session_key)
+        return BrainReply(text="Started a fresh conversation: earlier messages are forgotten.")
+
     commands.register(Command("help", "show this help", help_))
     commands.register(Command("tools", "list the tools I can use", tools))
     commands.register(Command("approvals", "list pending approvals", approvals))
     commands.register(Command("tool", "run a tool explicitly", tool, usage="NAME {json}"))
     commands.register(Command("run", "run a shell command (no shell syntax)", run, usage="COMMAND"))
+    commands.register(Command("reset", "start a fresh conversation in this chat", reset_))

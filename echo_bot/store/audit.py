@@ -44,6 +44,46 @@ class AuditWriter:
         )
 
 
+_TOKENS = (
+    "COALESCE(json_extract(data, '$.details.prompt_tokens'), 0)"
+    " + COALESCE(json_extract(data, '$.details.completion_tokens'), 0)"
+)
+
+
+def tokens_since(db: SqlDb, ts: float) -> int:
+    """LLM tokens (prompt + completion) recorded since ``ts``."""
+    row = db.execute(
+        f"SELECT COALESCE(SUM({_TOKENS}), 0) FROM audit WHERE kind = 'brain.decision' AND ts >= ?",
+        [ts],
+    ).fetchone()
+    return int(row[0])
+
+
+@dataclass(frozen=True, slots=True)
+class UsageRow:
+    day: str
+    session_key: str
+    model: str
+    calls: int
+    prompt_tokens: int
+    completion_tokens: int
+    avg_latency_ms: float
+
+
+def usage_by_day(db: SqlDb) -> list[UsageRow]:
+    rows = db.execute(
+        "SELECT date(ts, 'unixepoch') AS day, COALESCE(session_key, '-'),"
+        " COALESCE(json_extract(data, '$.details.model'), '-'), COUNT(*),"
+        " COALESCE(SUM(json_extract(data, '$.details.prompt_tokens')), 0),"
+        " COALESCE(SUM(json_extract(data, '$.details.completion_tokens')), 0),"
+        " COALESCE(AVG(json_extract(data, '$.details.latency_ms')), 0)"
+        " FROM audit WHERE kind = 'brain.decision'"
+        " AND json_extract(data, '$.details.model') IS NOT NULL"
+        " GROUP BY day, session_key, 3 ORDER BY day, session_key"
+    ).fetchall()
+    return [UsageRow(r[0], r[1], r[2], r[3], r[4], r[5], float(r[6])) for r in rows]
+
+
 def read_audit(db: SqlDb, *, tail: int = 50, trace_id: str | None = None) -> list[AuditRow]:
     if trace_id:
         rows = db.execute(

@@ -169,7 +169,12 @@ def _v2(db: Database) -> None:
     )
 
 
-MIGRATIONS: list[Callable[[Database], None]] = [_v1, _v2]
+def _v3(db: Database) -> None:
+    """Why a model's tool call could not be read (answered INVALID_PARAMETER)."""
+    db.execute("ALTER TABLE tool_calls ADD COLUMN error TEXT")
+
+
+MIGRATIONS: list[Callable[[Database], None]] = [_v1, _v2, _v3]
 
 
 def migrate(db: Database) -> int:

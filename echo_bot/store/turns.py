@@ -41,6 +41,7 @@ class CallRow:
     status: str
     approval_id: str | None
     result: dict[str, Any] | None
+    error: str | None = None
 
 
 def get_turn(db: SqlDb, turn_id: str) -> TurnRow | None:
@@ -92,11 +93,23 @@ def append_message(db: SqlDb, session_key: str, turn_id: str, message: ChatMessa
     )
 
 
+RESET = "reset"  # a marker row: history starts after the newest one
+
+
+def reset_session(db: SqlDb, session_key: str) -> None:
+    db.execute(
+        "INSERT INTO messages (session_key, turn_id, role, created_at) VALUES (?, '', ?, ?)",
+        [session_key, RESET, time.time()],
+    )
+
+
 def history(db: SqlDb, session_key: str, limit: int = 200) -> list[ChatMessage]:
+    """The session's newest messages since its last reset, oldest first."""
     rows = db.execute(
         "SELECT role, content, tool_calls, tool_call_id, name, turn_id FROM messages"
-        " WHERE session_key = ? ORDER BY seq DESC LIMIT ?",
-        [session_key, limit],
+        " WHERE session_key = ? AND seq > COALESCE((SELECT MAX(seq) FROM messages"
+        " WHERE session_key = ? AND role = ?), 0) ORDER BY seq DESC LIMIT ?",
+        [session_key, session_key, RESET, limit],
     ).fetchall()
     messages = []
     for role, content, calls, call_id, name, turn_id in reversed(rows):
@@ -126,6 +139,7 @@ def add_calls(db: SqlDb, turn_id: str, step: int, calls: list[tuple[ToolCall, st
                 "args": json.dumps(call.args, sort_keys=True),
                 "args_hash": args_hash,
                 "status": PLANNED,
+                "error": call.error,
             }
             for idx, (call, args_hash) in enumerate(calls)
         ]
@@ -134,8 +148,8 @@ def add_calls(db: SqlDb, turn_id: str, step: int, calls: list[tuple[ToolCall, st
 
 def calls_of_step(db: SqlDb, turn_id: str, step: int) -> list[CallRow]:
     rows = db.execute(
-        "SELECT id, turn_id, step, idx, name, args, args_hash, status, approval_id, result"
-        " FROM tool_calls WHERE turn_id = ? AND step = ? ORDER BY idx",
+        "SELECT id, turn_id, step, idx, name, args, args_hash, status, approval_id, result,"
+        " error FROM tool_calls WHERE turn_id = ? AND step = ? ORDER BY idx",
         [turn_id, step],
     ).fetchall()
     return [
@@ -150,6 +164,7 @@ def calls_of_step(db: SqlDb, turn_id: str, step: int) -> list[CallRow]:
             status=r[7],
             approval_id=r[8],
             result=json.loads(r[9]) if r[9] else None,
+            error=r[10],
         )
         for r in rows
     ]
@@ -176,6 +191,19 @@ def set_call(
         sets.append("approval_id = ?")
         args.append(approval_id)
     db.execute(f"UPDATE tool_calls SET {', '.join(sets)} WHERE id = ?", [*args, call_id])
+
+
+def repeats(db: SqlDb, turn_id: str, hashes: list[str]) -> int:
+    """How often the most repeated of ``hashes`` was already called in this turn."""
+    if not hashes:
+        return 0
+    marks = ",".join("?" for _ in hashes)
+    row = db.execute(
+        f"SELECT MAX(n) FROM (SELECT COUNT(*) AS n FROM tool_calls WHERE turn_id = ?"
+        f" AND args_hash IN ({marks}) GROUP BY args_hash)",
+        [turn_id, *hashes],
+    ).fetchone()
+    return int(row[0] or 0)
 
 
 def turns_waiting_on(db: SqlDb, approval_id: str) -> list[str]:

@@ -1,0 +1,135 @@
+"""The LLM brain: any OpenAI-compatible chat-completions endpoint via the ``openai`` SDK.
+
+The SDK is imported when this brain is built, never by a run without an LLM. Every
+failure of the endpoint (timeout, connection, 429/5xx after the SDK's retries, 4xx,
+a malformed answer) becomes ``LLMUnavailable``; the routed brain then answers offline.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from ..config import BrainConfig, OpenAIConfig
+from ..conversation import ChatMessage, ToolCall
+from ..events import new_id
+from ..tools.base import Tool
+from .base import BrainContext, BrainReply
+from .llm_prompt import build_messages
+
+# A key is required by the SDK even for keyless local servers.
+PLACEHOLDER_KEY = "sk-no-key-configured"
+MAX_ARGUMENT_CHARS = 100_000
+
+
+class LLMUnavailable(Exception):
+    """The endpoint could not give a usable answer this time."""
+
+
+class OpenAIBrain:
+    name = "openai"
+
+    def __init__(self, config: OpenAIConfig, brain: BrainConfig, api_key: str | None) -> None:
+        import openai
+
+        self._errors = openai.OpenAIError
+        self.config = config
+        self.brain = brain
+        self.client = openai.AsyncOpenAI(
+            base_url=config.base_url,
+            api_key=api_key or PLACEHOLDER_KEY,
+            timeout=config.timeout.total_seconds(),
+            max_retries=config.max_retries,
+        )
+
+    async def close(self) -> None:
+        await self.client.close()
+
+    async def step(
+        self, conversation: Sequence[ChatMessage], tools: Sequence[Tool], context: BrainContext
+    ) -> BrainReply:
+        messages = build_messages(self.brain.system_prompt, conversation, self.brain.context_chars)
+        request: dict[str, Any] = {"model": self.config.model, "messages": messages}
+        if tools:
+            request["tools"] = [{"type": "function", "function": t.spec()} for t in tools]
+            request["tool_choice"] = "auto"
+        if self.config.temperature is not None:
+            request["temperature"] = self.config.temperature
+        if self.config.max_tokens is not None:
+            request["max_tokens"] = self.config.max_tokens
+        started = time.perf_counter()
+        try:
+            response = await self.client.chat.completions.create(**request)
+        except self._errors as exc:
+            raise LLMUnavailable(_describe(exc)) from exc
+        latency_ms = (time.perf_counter() - started) * 1000
+        details: dict[str, object] = {
+            "model": self.config.model,
+            "latency_ms": round(latency_ms, 1),
+        }
+        usage = getattr(response, "usage", None)
+        if usage is not None:
+            details["prompt_tokens"] = getattr(usage, "prompt_tokens", None) or 0
+            details["completion_tokens"] = getattr(usage, "completion_tokens", None) or 0
+        choices = getattr(response, "choices", None) or []
+        if not choices or getattr(choices[0], "message", None) is None:
+            raise LLMUnavailable("the model's answer had no choices")
+        message = choices[0].message
+        calls = [_tool_call(raw) for raw in (message.tool_calls or [])]
+        if calls:
+            return BrainReply(
+                text=message.content or None,
+                tool_calls=calls,
+                route_reason=f"llm: {len(calls)} tool call(s)",
+                details=details,
+            )
+        text = (message.content or "").strip()
+        if not text:
+            raise LLMUnavailable("the model's answer was empty")
+        return BrainReply(text=text, route_reason="llm: answered", details=details)
+
+
+def _tool_call(raw: Any) -> ToolCall:
+    function = getattr(raw, "function", None)
+    name = str(getattr(function, "name", "") or "")
+    arguments = getattr(function, "arguments", None)
+    call_id = str(getattr(raw, "id", "") or f"call_{new_id()}")
+    text = arguments if isinstance(arguments, str) else json.dumps(arguments)
+    if len(text) > MAX_ARGUMENT_CHARS:
+        return ToolCall(
+            id=call_id,
+            name=name,
+            args={},
+            error=f"the arguments are too long ({len(text)} characters; at most "
+            f"{MAX_ARGUMENT_CHARS})",
+            raw_arguments=text[:1000],
+        )
+    try:
+        args = json.loads(text) if text.strip() else {}
+    except json.JSONDecodeError as exc:
+        return ToolCall(
+            id=call_id,
+            name=name,
+            args={},
+            error=f"the arguments are not valid JSON ({exc.msg} at {exc.pos}); send a JSON object",
+            raw_arguments=text,
+        )
+    if not isinstance(args, dict):
+        return ToolCall(
+            id=call_id,
+            name=name,
+            args={},
+            error="the arguments must be a JSON object",
+            raw_arguments=text,
+        )
+    return ToolCall(id=call_id, name=name, args=args)
+
+
+def _describe(exc: Exception) -> str:
+    status = getattr(exc, "status_code", None)
+    kind = type(exc).__name__
+    if status:
+        return f"{kind} (HTTP {status})"
+    return kind
