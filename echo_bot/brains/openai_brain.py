@@ -64,6 +64,8 @@ class OpenAIBrain:
             response = await self.client.chat.completions.create(**request)
         except self._errors as exc:
             raise LLMUnavailable(_describe(exc)) from exc
+        except ValueError as exc:  # a 200 whose body is not JSON (a proxy's error page)
+            raise LLMUnavailable(f"unreadable answer ({type(exc).__name__})") from exc
         latency_ms = (time.perf_counter() - started) * 1000
         details: dict[str, object] = {
             "model": self.config.model,
