@@ -22,13 +22,16 @@ from .agent.calls import CallExecutor
 from .approvals import ApprovalGate, ApprovalPolicy, ApproverDirectory
 from .brains.base import Brain, BrainContext
 from .brains.core_commands import register_core_commands
+from .brains.reminder_commands import register_reminder_commands
 from .brains.rules import RulesBrain
 from .bus import Bus, Channel, ChannelSetup
 from .commands import CommandRegistry
-from .config import LoadedConfig, check_environment, llm_enabled, secret_env_names
+from .config import Config, LoadedConfig, check_environment, llm_enabled, secret_env_names
 from .delivery import DeliveryWorker
 from .errors import ConfigError
 from .events import OutboundKind, OutboundMessage
+from .reminders import ReminderService
+from .scheduler import Scheduler
 from .secrets import Masker
 from .statedir import StateLock
 from .store import DB_FILENAME, Database, SqliteInbox, SqliteOutbox
@@ -74,6 +77,7 @@ class Core:
     db: Database
     audit: AuditWriter
     gate: ApprovalGate
+    reminders: ReminderService
     brain_name: str = "rules"
     extras: dict[str, Any] = field(default_factory=dict)
 
@@ -85,14 +89,22 @@ def build_core(loaded: LoadedConfig, state_dir: Path, environ: Mapping[str, str]
     check_environment(loaded, environ)
     masker = Masker.from_environment(secret_env_names(config), environ)
     workspace = (config.tools.workspace or state_dir / "workspace").expanduser().resolve()
+    db = Database(state_dir / DB_FILENAME, durability=config.bot.durability)
+    reminders = ReminderService(
+        db,
+        timezone=config.bot.timezone,
+        languages=config.scheduler.languages,
+        max_active=config.scheduler.max_active_per_chat,
+    )
     registry = ToolRegistry(output_limit=config.tools.output_limit)
-    for tool in builtin_tools(config.tools, workspace=workspace, timezone=config.bot.timezone):
+    for tool in builtin_tools(
+        config.tools, workspace=workspace, timezone=config.bot.timezone, reminders=reminders
+    ):
         registry.register(tool)
     registry.check_names(config.tools.allow, "tools.allow", source)
     registry.check_names(config.tools.deny, "tools.deny", source)
     policy = ApprovalPolicy(config.approvals, registry, source)
     exposed = registry.exposed(config.tools.profile, config.tools.allow, config.tools.deny)
-    db = Database(state_dir / DB_FILENAME, durability=config.bot.durability)
     commands = CommandRegistry()
 
     async def pending() -> list[Any]:
@@ -106,6 +118,8 @@ def build_core(loaded: LoadedConfig, state_dir: Path, environ: Mapping[str, str]
         await db.run(lambda conn: reset_session(conn, session_key))
 
     register_core_commands(commands, pending, gate.reprompt, reset)
+    register_reminder_commands(commands, reminders)
+    _check_cron_jobs(config, registry, source)
     return Core(
         loaded=loaded,
         state_dir=state_dir,
@@ -118,7 +132,23 @@ def build_core(loaded: LoadedConfig, state_dir: Path, environ: Mapping[str, str]
         db=db,
         audit=audit,
         gate=gate,
+        reminders=reminders,
     )
+
+
+def _check_cron_jobs(config: Config, registry: ToolRegistry, source: str) -> None:
+    from zoneinfo import ZoneInfo
+
+    from .crontab import cron_trigger
+
+    for index, job in enumerate(config.cron):
+        where = f"{source}: cron[{index}] ({job.name})"
+        try:
+            cron_trigger(job.schedule, ZoneInfo(job.timezone or config.bot.timezone))
+        except ValueError as exc:
+            raise ConfigError(f"{where}: schedule: {exc}") from None
+        if job.tool is not None and registry.get(job.tool) is None:
+            raise ConfigError(f"{where}: tool: unknown tool {job.tool!r}")
 
 
 class Daemon:
@@ -146,6 +176,7 @@ class Daemon:
         self._closers: list[Callable[[], Awaitable[None]]] = []
         self.bus: Bus | None = None
         self.http: Any = None
+        self.scheduler: Scheduler | None = None
         self._started = asyncio.Event()
         self._stop = asyncio.Event()
         self._signals = 0
@@ -255,6 +286,19 @@ class Daemon:
         try:
             await dispatcher.start()
             await delivery.start()
+            scheduler = Scheduler(
+                core.db,
+                bus,
+                core.reminders,
+                cron_jobs=config.cron,
+                timezone=config.bot.timezone,
+                grace=config.scheduler.grace,
+                on_outbound=delivery.wake,
+            )
+            await scheduler.start()
+            self.scheduler = scheduler
+            if http is not None:
+                http.add_health("scheduler", scheduler.health)
             to_start: list[Channel] = []
             for name in self.channel_names:
                 cls = load_channel_class(name)
@@ -292,6 +336,8 @@ class Daemon:
                     await channel.stop()
             if http is not None:
                 await http.stop()
+            if self.scheduler is not None:
+                await self.scheduler.stop()
             await dispatcher.stop(config.bot.shutdown_timeout.total_seconds())
             await delivery.stop()
             for close in self._closers:

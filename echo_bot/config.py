@@ -215,6 +215,12 @@ class WebhookConfig(Section):
         return routes
 
 
+class SchedulerConfig(Section):
+    grace: Duration = timedelta(hours=24)
+    max_active_per_chat: int = Field(100, ge=1, le=100_000)
+    languages: list[str] = Field(default_factory=lambda: ["en"], min_length=1)
+
+
 _CRON_FIELDS = 5
 
 
@@ -249,6 +255,7 @@ class Config(Section):
     http: HttpConfig = Field(default_factory=HttpConfig)
     telegram: TelegramConfig = Field(default_factory=TelegramConfig)
     webhook: WebhookConfig = Field(default_factory=WebhookConfig)
+    scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
     cron: list[CronJob] = Field(default_factory=list)
 
     @field_validator("cron")

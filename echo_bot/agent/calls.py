@@ -68,6 +68,7 @@ class CallExecutor:
             user=inbound.sender,
             idempotency_key=call.id,
             approval_id=call.approval_id,
+            respond_to=inbound.respond_to,
         )
 
     async def run_step(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from functools import partial
 
 from sqlite_utils import Database as SqlDb
@@ -17,7 +18,7 @@ from sqlite_utils import Database as SqlDb
 from ..brains.base import Brain, BrainContext, BrainReply
 from ..config import BrainConfig
 from ..conversation import ChatMessage, ToolCall
-from ..events import InboundKind, InboundMessage, InboundStatus, OutboundMessage
+from ..events import InboundKind, InboundMessage, InboundStatus, OutboundMessage, new_id
 from ..store import turns as turn_store
 from ..store.audit import AuditWriter
 from ..store.db import Database
@@ -153,15 +154,23 @@ class TurnRunner:
     def _persist_step(
         self, db: SqlDb, inbound: InboundMessage, turn: TurnRow, reply: BrainReply
     ) -> None:
+        # Call ids come from the model, and some servers reuse them ("call_0" in every
+        # response, or twice in one); the store needs each id once, so a reused one is
+        # replaced (in the history too, so the model still sees matching ids).
+        taken = turn_store.taken_call_ids(db, [c.id for c in reply.tool_calls])
+        calls: list[ToolCall] = []
+        for call in reply.tool_calls:
+            if call.id in taken:
+                call = replace(call, id=f"call_{new_id()}")
+            taken.add(call.id)
+            calls.append(call)
         turn_store.append_message(
             db,
             inbound.session_key,
             turn.id,
-            ChatMessage(role="assistant", content=reply.text, tool_calls=tuple(reply.tool_calls)),
+            ChatMessage(role="assistant", content=reply.text, tool_calls=tuple(calls)),
         )
-        turn_store.add_calls(
-            db, turn.id, turn.step, [(c, args_hash(c.name, c.args)) for c in reply.tool_calls]
-        )
+        turn_store.add_calls(db, turn.id, turn.step, [(c, args_hash(c.name, c.args)) for c in calls])
 
     def _plan_direct(self, db: SqlDb, inbound: InboundMessage, turn: TurnRow) -> None:
         request = inbound.tool_call

@@ -14,6 +14,7 @@ from ..conversation import ChatMessage
 
 DATA_OPEN = "<<<tool-output"
 DATA_CLOSE = "tool-output>>>"
+NO_RESULT_YET = "(no result yet: the call is waiting for approval or was interrupted)"
 
 
 def wrap_tool_output(name: str | None, content: str) -> str:
@@ -53,15 +54,30 @@ def to_openai(message: ChatMessage) -> dict[str, Any]:
 
 
 def _units(history: Sequence[ChatMessage]) -> list[list[ChatMessage]]:
-    """Messages grouped so that a tool-call message and its results stay together."""
+    """Messages grouped so that a tool-call message and its results stay together.
+
+    A result is placed right after its call even when other messages came in between (a
+    chat goes on while a call waits for approval); a call without a result yet gets a
+    stand-in, since the API rejects unanswered tool calls. Results whose call is not in
+    the history any more (trimmed away long ago) are dropped.
+    """
+    results: dict[str, ChatMessage] = {}
+    for message in history:
+        if message.role == "tool" and message.tool_call_id:
+            results.setdefault(message.tool_call_id, message)
     units: list[list[ChatMessage]] = []
     for message in history:
-        if message.role == "tool" and units and units[-1][0].tool_calls:
-            units[-1].append(message)
-        elif message.role == "tool":
-            continue  # an orphaned result (its call was trimmed away long ago)
-        else:
-            units.append([message])
+        if message.role == "tool":
+            continue
+        unit = [message]
+        for call in message.tool_calls if message.role == "assistant" else ():
+            unit.append(
+                results.get(call.id)
+                or ChatMessage(
+                    role="tool", content=NO_RESULT_YET, tool_call_id=call.id, name=call.name
+                )
+            )
+        units.append(unit)
     return units
 
 

@@ -22,6 +22,7 @@ from .llm_prompt import build_messages
 # A key is required by the SDK even for keyless local servers.
 PLACEHOLDER_KEY = "sk-no-key-configured"
 MAX_ARGUMENT_CHARS = 100_000
+MISSING_NAME = "missing_tool_name"  # stands in for a tool call without a function name
 
 
 class LLMUnavailable(Exception):
@@ -99,6 +100,15 @@ def _tool_call(raw: Any) -> ToolCall:
     arguments = getattr(function, "arguments", None)
     call_id = str(getattr(raw, "id", "") or f"call_{new_id()}")
     text = arguments if isinstance(arguments, str) else json.dumps(arguments)
+    if not name:
+        # Kept in the history and sent back, where an empty name is rejected by the API.
+        return ToolCall(
+            id=call_id,
+            name=MISSING_NAME,
+            args={},
+            error="the tool call had no function name; call one of the listed tools by name",
+            raw_arguments=text[:1000],
+        )
     if len(text) > MAX_ARGUMENT_CHARS:
         return ToolCall(
             id=call_id,

@@ -119,7 +119,15 @@ class RoutedBrain:
 
 
 def _is_command_turn(conversation: Sequence[ChatMessage]) -> bool:
-    for message in reversed(conversation):
-        if message.role == "user":
-            return (message.content or "").lstrip().startswith("/")
-    return False
+    """Whether the current turn's user message is a slash command.
+
+    The current turn is the newest message's: a turn resumed after an approval may have
+    newer user messages of other turns before its tool results.
+    """
+    if not conversation:
+        return False
+    current = conversation[-1].turn_id
+    users = [m for m in reversed(conversation) if m.role == "user"]
+    own = next((m for m in users if current is not None and m.turn_id == current), None)
+    message = own or (users[0] if users else None)
+    return message is not None and (message.content or "").lstrip().startswith("/")

@@ -38,6 +38,16 @@ class AuditWriter:
         **data: Any,
     ) -> None:
         masked = self.masker.mask_data(data)
+        details = data.get("details")
+        if isinstance(details, dict):
+            # Numbers in the brain's details (prompt_tokens, completion_tokens) are counts,
+            # not secrets, though their key names match the secret-key pattern ("token").
+            masked["details"] = {
+                k: v if isinstance(v, int | float) and not isinstance(v, bool) else masked_v
+                for (k, v), masked_v in zip(
+                    details.items(), masked["details"].values(), strict=True
+                )
+            }
         db.execute(
             "INSERT INTO audit (ts, trace_id, session_key, kind, data) VALUES (?, ?, ?, ?, ?)",
             [time.time(), trace_id, session_key, event, json.dumps(masked, default=str)],

@@ -174,7 +174,49 @@ def _v3(db: Database) -> None:
     db.execute("ALTER TABLE tool_calls ADD COLUMN error TEXT")
 
 
-MIGRATIONS: list[Callable[[Database], None]] = [_v1, _v2, _v3]
+def _v4(db: Database) -> None:
+    """Reminders (the store is the source of truth; the scheduler is only the timer),
+    at-most-once fire markers, per-chat timezones, and cron bookkeeping."""
+    _run_script(
+        db,
+        """
+        CREATE TABLE reminders (
+            id TEXT PRIMARY KEY,
+            chat TEXT NOT NULL,
+            owner TEXT NOT NULL,
+            text TEXT NOT NULL,
+            timezone TEXT NOT NULL,
+            recurrence TEXT,
+            next_at REAL NOT NULL,
+            status TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            fired_count INTEGER NOT NULL DEFAULT 0,
+            last_fired_at REAL,
+            trace_id TEXT
+        );
+        CREATE INDEX reminders_due ON reminders(status, next_at);
+        CREATE INDEX reminders_chat ON reminders(chat, status);
+        CREATE TABLE reminder_fires (
+            reminder_id TEXT NOT NULL,
+            occurrence REAL NOT NULL,
+            fired_at REAL NOT NULL,
+            late_by REAL NOT NULL,
+            outcome TEXT NOT NULL,
+            PRIMARY KEY (reminder_id, occurrence)
+        );
+        CREATE TABLE chat_settings (
+            session_key TEXT PRIMARY KEY,
+            timezone TEXT
+        );
+        CREATE TABLE cron_state (
+            job TEXT PRIMARY KEY,
+            last_occurrence REAL NOT NULL
+        );
+        """,
+    )
+
+
+MIGRATIONS: list[Callable[[Database], None]] = [_v1, _v2, _v3, _v4]
 
 
 def migrate(db: Database) -> int:

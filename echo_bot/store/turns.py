@@ -97,19 +97,28 @@ RESET = "reset"  # a marker row: history starts after the newest one
 
 
 def reset_session(db: SqlDb, session_key: str) -> None:
+    # The marker carries the turn that asked for the reset (the one whose user message is
+    # the newest): that turn's own reply is not part of the fresh conversation.
     db.execute(
-        "INSERT INTO messages (session_key, turn_id, role, created_at) VALUES (?, '', ?, ?)",
-        [session_key, RESET, time.time()],
+        "INSERT INTO messages (session_key, turn_id, role, created_at) VALUES (?, COALESCE("
+        "(SELECT turn_id FROM messages WHERE session_key = ? ORDER BY seq DESC LIMIT 1), ''),"
+        " ?, ?)",
+        [session_key, session_key, RESET, time.time()],
     )
 
 
 def history(db: SqlDb, session_key: str, limit: int = 200) -> list[ChatMessage]:
     """The session's newest messages since its last reset, oldest first."""
+    mark = db.execute(
+        "SELECT seq, turn_id FROM messages WHERE session_key = ? AND role = ?"
+        " ORDER BY seq DESC LIMIT 1",
+        [session_key, RESET],
+    ).fetchone()
+    since, reset_turn = (mark[0], mark[1] or "") if mark else (0, "")
     rows = db.execute(
         "SELECT role, content, tool_calls, tool_call_id, name, turn_id FROM messages"
-        " WHERE session_key = ? AND seq > COALESCE((SELECT MAX(seq) FROM messages"
-        " WHERE session_key = ? AND role = ?), 0) ORDER BY seq DESC LIMIT ?",
-        [session_key, session_key, RESET, limit],
+        " WHERE session_key = ? AND seq > ? AND turn_id != ? ORDER BY seq DESC LIMIT ?",
+        [session_key, since, reset_turn, limit],
     ).fetchall()
     messages = []
     for role, content, calls, call_id, name, turn_id in reversed(rows):
@@ -191,6 +200,15 @@ def set_call(
         sets.append("approval_id = ?")
         args.append(approval_id)
     db.execute(f"UPDATE tool_calls SET {', '.join(sets)} WHERE id = ?", [*args, call_id])
+
+
+def taken_call_ids(db: SqlDb, ids: list[str]) -> set[str]:
+    """Which of ``ids`` are already used by a stored tool call."""
+    if not ids:
+        return set()
+    marks = ",".join("?" for _ in ids)
+    rows = db.execute(f"SELECT id FROM tool_calls WHERE id IN ({marks})", ids).fetchall()
+    return {r[0] for r in rows}
 
 
 def repeats(db: SqlDb, turn_id: str, hashes: list[str]) -> int:

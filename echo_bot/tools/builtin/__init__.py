@@ -5,10 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from ...config import ToolsConfig
+from ...reminders import ReminderService
 from ..base import Tool
 from .clock import CurrentTimeTool
 from .files import FileReadTool, FileWriteTool
 from .messaging import SendMessageTool
+from .reminders import ReminderCancelTool, ReminderCreateTool, ReminderListTool
 from .shell import ShellExecTool, argv_of
 from .web import HttpRequestTool
 
@@ -24,9 +26,23 @@ __all__ = [
 ]
 
 
-def builtin_tools(config: ToolsConfig, *, workspace: Path, timezone: str) -> list[Tool]:
+def builtin_tools(
+    config: ToolsConfig,
+    *,
+    workspace: Path,
+    timezone: str,
+    reminders: ReminderService | None = None,
+) -> list[Tool]:
     """Every built-in tool; switched-off ones say so through ``available()``."""
+    extra: list[Tool] = []
+    if reminders is not None:
+        extra = [
+            ReminderCreateTool(reminders),
+            ReminderListTool(reminders),
+            ReminderCancelTool(reminders),
+        ]
     return [
+        *extra,
         CurrentTimeTool(timezone),
         SendMessageTool(),
         ShellExecTool(config.shell, workspace),

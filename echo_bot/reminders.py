@@ -1,0 +1,183 @@
+"""Creating, listing and cancelling reminders: validation and the words users see.
+
+The store is the source of truth; ``on_change`` tells the scheduler (when one runs in
+this process) to set or clear its timer.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from .crontab import next_after
+from .events import Address
+from .store import Database
+from .store import reminders as store
+from .timeparse import MAX_AHEAD, Recurrence, Unclear, When, describe, parse_recurrence, parse_when
+
+MAX_TEXT = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    ok: bool
+    message: str
+    reminder: store.ReminderRow | None = None
+
+
+def zone_of(name: str) -> ZoneInfo | None:
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        return None
+
+
+class ReminderService:
+    def __init__(
+        self,
+        db: Database,
+        *,
+        timezone: str,
+        languages: list[str],
+        max_active: int,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.db = db
+        self.default_timezone = timezone
+        self.languages = languages
+        self.max_active = max_active
+        self.clock = clock
+        self.on_change: Callable[[str], None] | None = None
+
+    async def timezone_for(self, chat: Address) -> str:
+        chosen = await self.db.run(lambda db: store.chat_timezone(db, str(chat)))
+        return chosen or self.default_timezone
+
+    async def set_timezone(self, chat: Address, name: str) -> Outcome:
+        zone = zone_of(name.strip())
+        if zone is None or not name.strip():
+            return Outcome(
+                False, f"Unknown timezone “{name}”. Use an IANA name like Europe/Berlin."
+            )
+        await self.db.run(lambda db: store.set_chat_timezone(db, str(chat), zone.key))
+        return Outcome(True, f"This chat now uses {zone.key} for times.")
+
+    async def create(
+        self,
+        chat: Address,
+        owner: str,
+        text: str,
+        *,
+        when: str | None = None,
+        recurrence: str | None = None,
+        timezone: str | None = None,
+        trace_id: str | None = None,
+    ) -> Outcome:
+        text = " ".join(text.split())
+        if not text:
+            return Outcome(False, "What should I remind you of? The text is empty.")
+        if len(text) > MAX_TEXT:
+            return Outcome(False, f"That reminder text is too long (at most {MAX_TEXT}).")
+        zone_name = timezone or await self.timezone_for(chat)
+        zone = zone_of(zone_name)
+        if zone is None:
+            return Outcome(False, f"Unknown timezone “{zone_name}”. Use e.g. Europe/Berlin.")
+        now = datetime.fromtimestamp(self.clock(), UTC)
+        cron: str | None = None
+        described: str
+        if recurrence:
+            rule = parse_recurrence(recurrence)
+            if isinstance(rule, Unclear):
+                return Outcome(False, rule.question)
+            assert isinstance(rule, Recurrence)
+            try:
+                first = next_after(rule.cron, zone, now.astimezone(zone))
+            except ValueError as exc:
+                return Outcome(False, f"That schedule is not valid: {exc}.")
+            if first is None:
+                return Outcome(False, "That schedule never fires.")
+            cron, due = rule.cron, first
+            described = f"{rule.description} ({zone.key}); first on {describe(first)}"
+        elif when:
+            parsed = parse_when(when, zone, now, self.languages)
+            if isinstance(parsed, Unclear):
+                return Outcome(False, parsed.question)
+            assert isinstance(parsed, When)
+            due = parsed.at
+            described = describe(due)
+        else:
+            return Outcome(False, "When should I remind you? Give a time or a repetition.")
+        if due - now > MAX_AHEAD:
+            return Outcome(False, "That is more than 5 years away.")
+        row = store.ReminderRow(
+            id=secrets.token_hex(4),
+            chat=str(chat),
+            owner=owner,
+            text=text,
+            timezone=zone.key,
+            recurrence=cron,
+            next_at=due.timestamp(),
+            status=store.ACTIVE,
+            created_at=self.clock(),
+            fired_count=0,
+            last_fired_at=None,
+            trace_id=trace_id,
+        )
+
+        def write(db):  # type: ignore[no-untyped-def]
+            if store.count_active(db, row.chat) >= self.max_active:
+                return False
+            store.insert_reminder(db, row)
+            return True
+
+        if not await self.db.run(write):
+            return Outcome(
+                False,
+                f"This chat already has {self.max_active} active reminders, the most I keep. "
+                "Cancel some with /cancel ID first.",
+            )
+        if self.on_change:
+            self.on_change(row.id)
+        return Outcome(True, f"OK, I will remind you {described}: “{text}” (id {row.id}).", row)
+
+    async def list(self, chat: Address | None) -> list[store.ReminderRow]:
+        key = str(chat) if chat is not None else None
+        return await self.db.run(lambda db: store.active_reminders(db, key))
+
+    async def cancel(self, chat: Address | None, reminder_id: str) -> Outcome:
+        """Cancel ``reminder_id``; from a chat, only that chat's own reminders."""
+        reminder_id = reminder_id.strip().lower()
+
+        def write(db):  # type: ignore[no-untyped-def]
+            row = store.get_reminder(db, reminder_id)
+            if row is None or (chat is not None and row.chat != str(chat)):
+                return None  # someone else's reminders are not even acknowledged
+            if row.status != store.ACTIVE:
+                return row
+            store.set_status(db, reminder_id, store.CANCELLED)
+            return row
+
+        row = await self.db.run(write)
+        if row is None:
+            return Outcome(False, f"There is no reminder {reminder_id} in this chat.")
+        if row.status != store.ACTIVE:
+            return Outcome(False, f"Reminder {reminder_id} is already {row.status}.")
+        if self.on_change:
+            self.on_change(reminder_id)
+        return Outcome(True, f"Cancelled reminder {reminder_id}: “{row.text}”.", row)
+
+
+def render_list(rows: list[store.ReminderRow]) -> str:
+    if not rows:
+        return "No reminders are set here."
+    lines = [f"{len(rows)} reminder(s):"]
+    for row in rows:
+        zone = zone_of(row.timezone) or UTC
+        due = datetime.fromtimestamp(row.next_at, zone)
+        repeat = f", repeats ({row.recurrence})" if row.recurrence else ""
+        lines.append(f"• {row.id} — {due:%a %d %b %Y %H:%M} {row.timezone}{repeat}: {row.text}")
+    return "\n".join(lines)

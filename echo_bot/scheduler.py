@@ -1,0 +1,260 @@
+"""Reminders and cron jobs on time — also after downtime, and never twice.
+
+The store is the source of truth; APScheduler (AsyncIOScheduler, memory job store) is
+only the timer, rebuilt from the store at start. Its own misfire handling would drop
+late one-shots silently, so jobs run with ``misfire_grace_time=None`` and lateness,
+grace and coalescing are decided here, from the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from sqlite_utils import Database as SqlDb
+
+from .bus import Bus
+from .config import CronJob
+from .crontab import cron_trigger, next_after
+from .events import (
+    Address,
+    InboundKind,
+    InboundMessage,
+    OutboundKind,
+    OutboundMessage,
+    Sender,
+    ToolCallRequest,
+)
+from .reminders import ReminderService, zone_of
+from .store import Database
+from .store import reminders as store
+from .store.outbox import enqueue_outbound
+from .timeparse import describe_lateness
+
+log = logging.getLogger(__name__)
+
+LATE_NOTE_AFTER = 60.0  # seconds late before a reminder says so
+
+
+class Scheduler:
+    def __init__(
+        self,
+        db: Database,
+        bus: Bus,
+        service: ReminderService,
+        *,
+        cron_jobs: list[CronJob],
+        timezone: str,
+        grace: timedelta,
+        clock: Callable[[], float] = time.time,
+        on_outbound: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.db = db
+        self.bus = bus
+        self.service = service
+        self.cron_jobs = {job.name: job for job in cron_jobs}
+        self.timezone = timezone
+        self.grace = grace.total_seconds()
+        self.clock = clock
+        self.on_outbound = on_outbound
+        self._aps: Any = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self.healthy = True
+
+    # -- lifecycle ------------------------------------------------------------------------
+    async def start(self) -> None:
+        from apscheduler.schedulers.asyncio import AsyncIOScheduler
+
+        self._aps = AsyncIOScheduler(timezone=UTC)
+        self._aps.start()
+        self.service.on_change = self.reschedule
+        for row in await self.db.run(lambda db: store.active_reminders(db)):
+            await self._arm(row)
+        for job in self.cron_jobs.values():
+            await self._start_cron(job)
+
+    async def stop(self) -> None:
+        self.service.on_change = None
+        if self._aps is not None:
+            self._aps.shutdown(wait=False)
+            self._aps = None
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def health(self) -> dict[str, object]:
+        jobs = len(self._aps.get_jobs()) if self._aps is not None else 0
+        return {"status": "ok" if self.healthy else "degraded", "timers": jobs}
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # -- reminders ------------------------------------------------------------------------
+    def reschedule(self, reminder_id: str) -> None:
+        """The store changed for ``reminder_id``: set or clear its timer."""
+
+        async def load() -> None:
+            row = await self.db.run(lambda db: store.get_reminder(db, reminder_id))
+            if row is None or row.status != store.ACTIVE:
+                self._remove(f"reminder:{reminder_id}")
+            else:
+                await self._arm(row)
+
+        self._spawn(load())
+
+    def _remove(self, job_id: str) -> None:
+        if self._aps is not None:
+            with contextlib.suppress(Exception):
+                self._aps.remove_job(job_id)
+
+    async def _arm(self, row: store.ReminderRow) -> None:
+        if row.next_at <= self.clock():
+            await self.fire_reminder(row.id, row.next_at)  # due (or overdue) now
+            return
+        from apscheduler.triggers.date import DateTrigger
+
+        self._aps.add_job(
+            self.fire_reminder,
+            trigger=DateTrigger(run_date=datetime.fromtimestamp(row.next_at, UTC)),
+            args=[row.id, row.next_at],
+            id=f"reminder:{row.id}",
+            replace_existing=True,
+            misfire_grace_time=None,
+        )
+
+    async def fire_reminder(self, reminder_id: str, occurrence: float) -> None:
+        """Deliver one occurrence (at most once), late-marked or as missed past grace."""
+        try:
+            following = await self.db.run(lambda db: self._fire(db, reminder_id, occurrence))
+        except Exception:
+            log.exception("reminder %s could not fire; retrying in 5 s", reminder_id)
+            self.healthy = False
+            await asyncio.sleep(5)
+            self.reschedule(reminder_id)
+            return
+        self.healthy = True
+        self.on_outbound()
+        if following is not None:
+            self.reschedule(reminder_id)
+
+    def _fire(self, db: SqlDb, reminder_id: str, occurrence: float) -> float | None:
+        row = store.get_reminder(db, reminder_id)
+        if row is None or row.status != store.ACTIVE or row.next_at != occurrence:
+            return None
+        now = self.clock()
+        late = now - occurrence
+        missed = late > self.grace
+        if not store.mark_fired(
+            db, row, occurrence, late_by=late, outcome="missed" if missed else "sent"
+        ):
+            return None
+        zone = zone_of(row.timezone) or ZoneInfo("UTC")
+        due = datetime.fromtimestamp(occurrence, zone)
+        if missed:
+            text = (
+                f"⏰ Missed reminder (it was due {due:%a %d %b %H:%M} {row.timezone}; I was "
+                f"offline for too long to deliver it on time): {row.text}"
+            )
+        elif late > LATE_NOTE_AFTER:
+            text = f"⏰ {row.text} (late by {describe_lateness(late)} — I was offline)"
+        else:
+            text = f"⏰ {row.text}"
+        enqueue_outbound(
+            db,
+            OutboundMessage(
+                to=Address.parse(row.chat),
+                text=text,
+                kind=OutboundKind.REMINDER,
+                trace_id=row.trace_id,
+                metadata={"reminder_id": row.id, "occurrence": occurrence, "late_by": late},
+            ),
+        )
+        if row.recurrence is None:
+            store.set_status(db, row.id, store.MISSED if missed else store.DONE)
+            return None
+        # Coalesce: however many runs were missed, the next one is computed from now.
+        nxt = next_after(row.recurrence, zone, datetime.fromtimestamp(max(now, occurrence), zone))
+        if nxt is None:
+            store.set_status(db, row.id, store.DONE)
+            return None
+        store.advance(db, row.id, nxt.timestamp())
+        return nxt.timestamp()
+
+    # -- cron jobs ------------------------------------------------------------------------
+    def _zone(self, job: CronJob) -> ZoneInfo:
+        return ZoneInfo(job.timezone or self.timezone)
+
+    async def _start_cron(self, job: CronJob) -> None:
+        zone = self._zone(job)
+        now = datetime.fromtimestamp(self.clock(), zone)
+        last = await self.db.run(lambda db: store.cron_last(db, job.name))
+        if last is None:
+            await self.db.run(lambda db: store.set_cron_last(db, job.name, now.timestamp()))
+        else:
+            # Only runs within the grace matter; several missed ones run once (coalesced).
+            window = max(last, now.timestamp() - self.grace)
+            missed = self._latest_between(job, zone, window, now)
+            if missed is not None:
+                log.info("cron %s: running a missed occurrence (coalesced)", job.name)
+                await self.run_cron(job.name, missed)
+        self._aps.add_job(
+            self._cron_tick,
+            trigger=cron_trigger(job.schedule, zone),
+            args=[job.name],
+            id=f"cron:{job.name}",
+            replace_existing=True,
+            misfire_grace_time=None,
+            coalesce=True,
+        )
+
+    def _latest_between(
+        self, job: CronJob, zone: ZoneInfo, after: float, now: datetime
+    ) -> float | None:
+        latest = None
+        moment = datetime.fromtimestamp(after, zone)
+        for _ in range(10_000):  # bounded: at most this many missed runs are looked at
+            nxt = next_after(job.schedule, zone, moment)
+            if nxt is None or nxt > now:
+                break
+            latest, moment = nxt.timestamp(), nxt
+        return latest
+
+    async def _cron_tick(self, name: str) -> None:
+        # Cron has minute resolution: the occurrence is this minute.
+        now = datetime.fromtimestamp(self.clock(), self._zone(self.cron_jobs[name]))
+        await self.run_cron(name, now.replace(second=0, microsecond=0).timestamp())
+
+    async def run_cron(self, name: str, occurrence: float) -> None:
+        """Publish one occurrence of a job; the inbox's dedup makes it at most once."""
+        job = self.cron_jobs[name]
+        deliver_to = Address.parse(job.deliver_to)
+        common: dict[str, Any] = {
+            "address": Address(channel="cron", chat_id=job.name),
+            "sender": Sender(id=f"cron:{job.name}", name=f"cron job {job.name}"),
+            "external_id": f"{job.name}@{int(occurrence)}",
+            "reply_to": deliver_to,
+            "metadata": {"cron_job": job.name, "occurrence": occurrence},
+        }
+        if job.prompt is not None:
+            message = InboundMessage(kind=InboundKind.MESSAGE, text=job.prompt, **common)
+        else:
+            assert job.tool is not None
+            message = InboundMessage(
+                kind=InboundKind.TOOL_CALL,
+                tool_call=ToolCallRequest(tool=job.tool, args=job.args),
+                **common,
+            )
+        try:
+            await self.bus.publish(message)
+            await self.db.run(lambda db: store.set_cron_last(db, job.name, occurrence))
+        except Exception:
+            log.exception("cron %s: could not queue its run", job.name)
+            self.healthy = False

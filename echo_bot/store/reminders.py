@@ -1,0 +1,124 @@
+"""Reminders in SQLite. Firing an occurrence is compare-and-set on a fire marker."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from sqlite_utils import Database as SqlDb
+
+ACTIVE, DONE, MISSED, CANCELLED = "active", "done", "missed", "cancelled"
+
+_COLUMNS = (
+    "id, chat, owner, text, timezone, recurrence, next_at, status, created_at, fired_count,"
+    " last_fired_at, trace_id"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ReminderRow:
+    id: str
+    chat: str
+    owner: str
+    text: str
+    timezone: str
+    recurrence: str | None
+    next_at: float
+    status: str
+    created_at: float
+    fired_count: int
+    last_fired_at: float | None
+    trace_id: str | None
+
+
+def insert_reminder(db: SqlDb, row: ReminderRow) -> None:
+    db.execute(
+        f"INSERT INTO reminders ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [
+            row.id, row.chat, row.owner, row.text, row.timezone, row.recurrence, row.next_at,
+            row.status, row.created_at, row.fired_count, row.last_fired_at, row.trace_id,
+        ],
+    )  # fmt: skip
+
+
+def get_reminder(db: SqlDb, reminder_id: str) -> ReminderRow | None:
+    raw = db.execute(f"SELECT {_COLUMNS} FROM reminders WHERE id = ?", [reminder_id]).fetchone()
+    return ReminderRow(*raw) if raw else None
+
+
+def active_reminders(db: SqlDb, chat: str | None = None) -> list[ReminderRow]:
+    if chat is None:
+        rows = db.execute(
+            f"SELECT {_COLUMNS} FROM reminders WHERE status = ? ORDER BY next_at", [ACTIVE]
+        ).fetchall()
+    else:
+        rows = db.execute(
+            f"SELECT {_COLUMNS} FROM reminders WHERE status = ? AND chat = ? ORDER BY next_at",
+            [ACTIVE, chat],
+        ).fetchall()
+    return [ReminderRow(*r) for r in rows]
+
+
+def count_active(db: SqlDb, chat: str) -> int:
+    return db.execute(
+        "SELECT COUNT(*) FROM reminders WHERE status = ? AND chat = ?", [ACTIVE, chat]
+    ).fetchone()[0]
+
+
+def set_status(db: SqlDb, reminder_id: str, status: str, *, only_if: str = ACTIVE) -> bool:
+    cursor = db.execute(
+        "UPDATE reminders SET status = ? WHERE id = ? AND status = ?",
+        [status, reminder_id, only_if],
+    )
+    return cursor.rowcount == 1
+
+
+def mark_fired(
+    db: SqlDb, row: ReminderRow, occurrence: float, *, late_by: float, outcome: str
+) -> bool:
+    """Record that ``occurrence`` fired; False when it already had (never fire twice)."""
+    cursor = db.execute(
+        "INSERT INTO reminder_fires (reminder_id, occurrence, fired_at, late_by, outcome)"
+        " VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+        [row.id, occurrence, time.time(), late_by, outcome],
+    )
+    if cursor.rowcount != 1:
+        return False
+    db.execute(
+        "UPDATE reminders SET fired_count = fired_count + 1, last_fired_at = ? WHERE id = ?",
+        [time.time(), row.id],
+    )
+    return True
+
+
+def advance(db: SqlDb, reminder_id: str, next_at: float) -> None:
+    db.execute("UPDATE reminders SET next_at = ? WHERE id = ?", [next_at, reminder_id])
+
+
+def chat_timezone(db: SqlDb, session_key: str) -> str | None:
+    row = db.execute(
+        "SELECT timezone FROM chat_settings WHERE session_key = ?", [session_key]
+    ).fetchone()
+    return row[0] if row else None
+
+
+def set_chat_timezone(db: SqlDb, session_key: str, timezone: str) -> None:
+    db.execute(
+        "INSERT INTO chat_settings (session_key, timezone) VALUES (?, ?)"
+        " ON CONFLICT(session_key) DO UPDATE SET timezone = excluded.timezone",
+        [session_key, timezone],
+    )
+
+
+def cron_last(db: SqlDb, job: str) -> float | None:
+    row = db.execute("SELECT last_occurrence FROM cron_state WHERE job = ?", [job]).fetchone()
+    return row[0] if row else None
+
+
+def set_cron_last(db: SqlDb, job: str, occurrence: float) -> None:
+    db.execute(
+        "INSERT INTO cron_state (job, last_occurrence) VALUES (?, ?)"
+        " ON CONFLICT(job) DO UPDATE SET"
+        " last_occurrence = MAX(last_occurrence, excluded.last_occurrence)",
+        [job, occurrence],
+    )
