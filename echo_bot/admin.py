@@ -165,6 +165,40 @@ def _submit_decision(state_dir: Path, approval_id: str, action: str, wait: float
     return 0
 
 
+# -- reminders ----------------------------------------------------------------------------
+def reminders_command(state_dir: Path, action: str, reminder_id: str | None) -> int:
+    from .reminders import render_list
+    from .store import reminders as reminder_store
+
+    if action == "list":
+        rows = _with_store(state_dir, lambda db: reminder_store.active_reminders(db))
+        if not rows:
+            print("No active reminders.")
+            return 0
+        for line, row in zip(render_list(rows).splitlines()[1:], rows, strict=True):
+            print(f"{line.removeprefix('• ')}  [{row.chat}]")
+        return 0
+    if not reminder_id:
+        print("echo-bot: reminders cancel needs a reminder id")
+        return 2
+    wanted = reminder_id.strip().lower()
+
+    def cancel(db: SqlDb) -> str:
+        row = reminder_store.get_reminder(db, wanted)
+        if row is None:
+            return f"echo-bot: no reminder {wanted}"
+        if not reminder_store.set_status(db, wanted, reminder_store.CANCELLED):
+            return f"echo-bot: reminder {wanted} is already {row.status}"
+        return ""
+
+    problem = _with_store(state_dir, cancel)
+    if problem:
+        print(problem)
+        return 1
+    print(f"Cancelled reminder {wanted}. A running daemon skips it when its time comes.")
+    return 0
+
+
 # -- pairing ------------------------------------------------------------------------------
 def pair_command(state_dir: Path) -> int:
     db = Database(state_dir / DB_FILENAME)  # creates the store on first use

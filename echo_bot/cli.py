@@ -44,6 +44,9 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser(
         "pair", parents=[common], help="print a one-time code that lets a Telegram user in"
     )
+    reminders = sub.add_parser("reminders", parents=[common], help="list or cancel reminders")
+    reminders.add_argument("action", choices=["list", "cancel"])
+    reminders.add_argument("id", nargs="?", help="the reminder id (cancel)")
     audit = sub.add_parser("audit", parents=[common], help="print the audit log")
     audit.add_argument("--tail", type=int, default=50, help="the last N entries (default 50)")
     audit.add_argument("--trace", help="every entry of one trace id")
@@ -89,6 +92,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         from .admin import approvals_command
 
         return approvals_command(state_dir, args.action, args.id, args.wait)
+    if args.command == "reminders":
+        from .admin import reminders_command
+
+        return reminders_command(state_dir, args.action, args.id)
     if args.command == "pair":
         from .admin import pair_command
 

@@ -170,7 +170,9 @@ class TurnRunner:
             turn.id,
             ChatMessage(role="assistant", content=reply.text, tool_calls=tuple(calls)),
         )
-        turn_store.add_calls(db, turn.id, turn.step, [(c, args_hash(c.name, c.args)) for c in calls])
+        turn_store.add_calls(
+            db, turn.id, turn.step, [(c, args_hash(c.name, c.args)) for c in calls]
+        )
 
     def _plan_direct(self, db: SqlDb, inbound: InboundMessage, turn: TurnRow) -> None:
         request = inbound.tool_call
