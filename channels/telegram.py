@@ -71,6 +71,12 @@ class CommitFailed(Exception):
     """The inbox did not take an update: it must not be acknowledged."""
 
 
+def _clean(text: str) -> str:
+    """Valid Unicode only. JSON may carry a lone surrogate ("\\ud800"), which no store
+    can encode: such an update would fail to commit on every try and stall the queue."""
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
 class TelegramChannel:
     name = "telegram"
 
@@ -297,7 +303,7 @@ class TelegramChannel:
         if user is None or user.is_bot:
             return
         chat = self._address(message)
-        text = message.text
+        text = _clean(message.text) if message.text is not None else None
         group = message.chat.type != "private"
         if group and not self._addressed_to_me(message):
             return
@@ -325,7 +331,7 @@ class TelegramChannel:
         inbound = InboundMessage(
             kind=InboundKind.MESSAGE,
             address=chat,
-            sender=Sender(id=str(user.id), name=user.username or user.full_name),
+            sender=Sender(id=str(user.id), name=_clean(user.username or user.full_name)),
             text=text,
             external_id=str(event_update.update_id),
             metadata={"message_id": str(message.message_id)},
@@ -407,7 +413,9 @@ class TelegramChannel:
             InboundMessage(
                 kind=InboundKind.APPROVAL_DECISION,
                 address=chat,
-                sender=Sender(id=str(presser.id), name=presser.username or presser.full_name),
+                sender=Sender(
+                    id=str(presser.id), name=_clean(presser.username or presser.full_name)
+                ),
                 decision=decision,
                 external_id=str(event_update.update_id),
                 metadata={"callback_query_id": query.id, "answered_inline": True},

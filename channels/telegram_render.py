@@ -8,29 +8,42 @@ from collections.abc import Callable
 
 from echo_bot.events import Button
 
-MAX_TEXT = 4096
+MAX_TEXT = 4096  # Telegram counts UTF-16 code units, not characters
+
+
+def _fitting(text: str, limit: int) -> int:
+    """How many leading characters of ``text`` fit in ``limit`` UTF-16 code units."""
+    units = 0
+    for index, ch in enumerate(text):
+        units += 2 if ord(ch) > 0xFFFF else 1
+        if units > limit:
+            return index
+    return len(text)
 
 
 def split_text(text: str, limit: int = MAX_TEXT) -> list[str]:
-    """Split on paragraph, then line, then word boundaries; never lose a character."""
+    """Split on paragraph, then line, then word boundaries; never lose a character
+    (whitespace at a cut aside). Each part is at most ``limit`` UTF-16 code units, as
+    Telegram measures, and none is blank (Telegram refuses an empty text)."""
     text = text if text.strip() else "(empty reply)"
     parts: list[str] = []
     rest = text
-    while len(rest) > limit:
-        window = rest[:limit]
+    while (size := _fitting(rest, limit)) < len(rest):
+        size = max(1, size)
+        window = rest[:size]
         cut = -1
         for separator in ("\n\n", "\n", " "):
             cut = window.rfind(separator)
-            if cut > limit // 4:
+            if cut > size // 4:
                 cut += len(separator)
                 break
-        if cut <= limit // 4:
-            cut = limit
+        if cut <= size // 4:
+            cut = size
         parts.append(rest[:cut].rstrip("\n") or rest[:cut])
         rest = rest[cut:]
     if rest:
         parts.append(rest)
-    return parts
+    return [part for part in parts if part.strip()]
 
 
 def keyboard_rows(buttons: list[list[Button]]) -> list[list[tuple[str, str]]]:

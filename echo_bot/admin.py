@@ -199,6 +199,73 @@ def reminders_command(state_dir: Path, action: str, reminder_id: str | None) -> 
     return 0
 
 
+# -- webhooks -----------------------------------------------------------------------------
+def webhook_deliveries(state_dir: Path, route: str | None, delivery: str | None, limit: int) -> int:
+    from .store.inbox import describe_inbound
+
+    if delivery:
+        info = _with_store(state_dir, lambda db: describe_inbound(db, delivery))
+        if info is None or info.get("channel") != "webhook":
+            print(f"echo-bot: no webhook delivery {delivery}")
+            return 1
+        print(json.dumps(info, indent=2, ensure_ascii=False))
+        return 0
+    session = f"webhook:{route}" if route else None
+
+    def query(db: SqlDb) -> list[tuple]:  # type: ignore[type-arg]
+        sql = (
+            "SELECT id, session_key, status, received_at, COALESCE(error, result, '')"
+            " FROM inbox WHERE channel = 'webhook'"
+        )
+        args: list[object] = []
+        if session:
+            sql += " AND session_key = ?"
+            args.append(session)
+        sql += " ORDER BY seq DESC LIMIT ?"
+        return list(db.execute(sql, [*args, limit]).fetchall())
+
+    rows = _with_store(state_dir, query)
+    if not rows:
+        print("No webhook deliveries.")
+        return 0
+    for inbound_id, session_key, status, received, summary in rows:
+        text = " ".join(str(summary).split())[:80]
+        print(f"{_clock(received)}  {inbound_id}  {session_key.split(':', 1)[1]:<12} "
+              f"{status:<16} {text}")  # fmt: skip
+    return 0
+
+
+def webhook_send(loaded: LoadedConfig, route_name: str, data: Path, event: str | None) -> int:
+    """Sign ``data`` with the route's secret and POST it to the running daemon."""
+    import asyncio
+
+    from .webhook_client import post_signed
+
+    config = loaded.config
+    route = next((r for r in config.webhook.routes if r.name == route_name), None)
+    if route is None:
+        print(f"echo-bot: no webhook route {route_name!r} in {loaded.path or 'the config'}")
+        return 2
+    secret = os.environ.get(route.secret_env or "", "")
+    if route.auth != "none" and not secret:
+        print(f"echo-bot: ${route.secret_env} is not set; cannot sign for {route_name}")
+        return 2
+    try:
+        body = data.read_bytes()
+    except OSError as exc:
+        print(f"echo-bot: cannot read {data}: {exc.strerror}")
+        return 2
+    host = config.http.host if config.http.host not in ("0.0.0.0", "::") else "127.0.0.1"
+    url = f"http://{host}:{config.http.port}{route.url_path}"
+    try:
+        status, answer = asyncio.run(post_signed(url, route.auth, secret, body, event))
+    except OSError as exc:
+        print(f"echo-bot: cannot reach the daemon at {url}: {exc}")
+        return 1
+    print(f"HTTP {status} {answer}")
+    return 0 if status < 400 else 1
+
+
 # -- pairing ------------------------------------------------------------------------------
 def pair_command(state_dir: Path) -> int:
     db = Database(state_dir / DB_FILENAME)  # creates the store on first use

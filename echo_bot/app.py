@@ -48,6 +48,7 @@ log = logging.getLogger(__name__)
 CHANNELS: dict[str, str] = {
     "cli": "channels.cli:CliChannel",
     "telegram": "channels.telegram:TelegramChannel",
+    "webhook": "channels.webhook:WebhookChannel",
 }
 # Channels that need the HTTP server (webhook routes, /healthz).
 SERVER_CHANNELS = frozenset({"telegram", "webhook"})
@@ -283,6 +284,12 @@ class Daemon:
             http = HttpServer(config.http, client_max_size=config.webhook.max_body)
             http.add_health("store", lambda: {"status": "ok"})
         access = StoreAccess(core.db, config)
+
+        async def channel_audit(event: str, **data: Any) -> None:
+            await core.db.run(
+                lambda db: audit.write(db, event, trace_id=None, session_key=None, **data)
+            )
+
         try:
             await dispatcher.start()
             await delivery.start()
@@ -310,6 +317,7 @@ class Daemon:
                     options=self.channel_options.get(name, {}),
                     access=access,
                     http=http,
+                    audit=channel_audit,
                 )
                 to_start.append(cls(setup))
             for channel in to_start + self.extra_channels:

@@ -9,7 +9,7 @@ HTTP 202) as soon as ``publish`` returns.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -29,6 +29,10 @@ class Inbox(Protocol):
 
     async def status_of(self, inbound_id: str) -> tuple[InboundStatus, str | None] | None:
         """The inbound's status and error, None when unknown."""
+        ...
+
+    async def describe(self, inbound_id: str) -> dict[str, object] | None:
+        """Status, error, result summary and times of an inbound, None when unknown."""
         ...
 
 
@@ -56,6 +60,9 @@ class Bus:
 
     async def status(self, inbound_id: str) -> tuple[InboundStatus, str | None] | None:
         return await self._inbox.status_of(inbound_id)
+
+    async def describe(self, inbound_id: str) -> dict[str, object] | None:
+        return await self._inbox.describe(inbound_id)
 
     async def settled(
         self, inbound_id: str, timeout: float, poll: float = 0.05
@@ -114,6 +121,8 @@ class ChannelSetup:
     options: Mapping[str, Any] = field(default_factory=dict)
     access: AccessControl | None = None
     http: Routes | None = None
+    # Records an event in the audit log (masked), e.g. a refused webhook delivery.
+    audit: Callable[..., Awaitable[None]] | None = None
 
 
 @runtime_checkable

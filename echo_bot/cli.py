@@ -44,6 +44,20 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser(
         "pair", parents=[common], help="print a one-time code that lets a Telegram user in"
     )
+    webhook = sub.add_parser("webhook", help="webhook deliveries; test a route")
+    webhook_sub = webhook.add_subparsers(dest="webhook_command", required=True, metavar="ACTION")
+    deliveries = webhook_sub.add_parser(
+        "deliveries", parents=[common], help="deliveries and their state"
+    )
+    deliveries.add_argument("route", nargs="?", help="only this route")
+    deliveries.add_argument("--id", help="one delivery, in full")
+    deliveries.add_argument("--limit", type=int, default=20)
+    send = webhook_sub.add_parser(
+        "send", parents=[common], help="sign a payload and post it to the daemon"
+    )
+    send.add_argument("route")
+    send.add_argument("--data", type=Path, required=True, help="a JSON file")
+    send.add_argument("--event", default=None, help="X-GitHub-Event for github routes")
     reminders = sub.add_parser("reminders", parents=[common], help="list or cancel reminders")
     reminders.add_argument("action", choices=["list", "cancel"])
     reminders.add_argument("id", nargs="?", help="the reminder id (cancel)")
@@ -92,6 +106,12 @@ def _dispatch(args: argparse.Namespace) -> int:
         from .admin import approvals_command
 
         return approvals_command(state_dir, args.action, args.id, args.wait)
+    if args.command == "webhook":
+        from .admin import webhook_deliveries, webhook_send
+
+        if args.webhook_command == "deliveries":
+            return webhook_deliveries(state_dir, args.route, args.id, args.limit)
+        return webhook_send(loaded, args.route, args.data, args.event)
     if args.command == "reminders":
         from .admin import reminders_command
 
@@ -124,6 +144,8 @@ def _run_daemon(command: str, loaded, state_dir: Path) -> int:  # type: ignore[n
             options["cli"] = {"interactive": True, "exit_on_eof": False}
         if telegram_enabled(loaded, os.environ):
             channels.append("telegram")
+        if loaded.config.webhook.enabled:
+            channels.append("webhook")
     daemon = Daemon(core, channel_names=channels, channel_options=options, banner=True)
     return asyncio.run(daemon.run())
 

@@ -172,9 +172,46 @@ def _route_name(value: str) -> str:
     return value
 
 
+# Template placeholders: {payload[a][b]}, {headers[X-Name]}, {route[name]}. Only item
+# access by literal keys: no attributes, no conversions, no format specs. {{ and }} are
+# literal braces.
+TEMPLATE_FIELD = re.compile(r"\{(payload|headers|route)((?:\[[^\[\]{}]+\])*)\}")
+_TEMPLATE_TOKEN = re.compile(r"\{\{|\}\}|\{[^{}]*\}|[{}]")
+
+
+def check_template(text: str) -> str:
+    for token in _TEMPLATE_TOKEN.findall(text):
+        if token in ("{{", "}}"):
+            continue
+        if not TEMPLATE_FIELD.fullmatch(token):
+            raise ValueError(
+                f"bad placeholder {token!r}: use {{payload[key]}}, {{headers[Name]}} or "
+                "{route[name]} (write {{ and }} for literal braces)"
+            )
+    return text
+
+
+def _check_templates(value: Any) -> None:
+    if isinstance(value, str):
+        check_template(value)
+    elif isinstance(value, dict):
+        for item in value.values():
+            _check_templates(item)
+    elif isinstance(value, list):
+        for item in value:
+            _check_templates(item)
+
+
+def _route_path(value: str | None) -> str | None:
+    if value is not None and not re.fullmatch(r"/[A-Za-z0-9_\-/.]{1,200}", value):
+        raise ValueError("a path starts with / and uses letters, digits, - _ . / only")
+    return value
+
+
 class WebhookRoute(Section):
     name: Annotated[str, AfterValidator(_route_name)]
-    path: str | None = None
+    path: Annotated[str | None, AfterValidator(_route_path)] = None
+    rate_limit: int = Field(60, ge=1, le=100_000)
     auth: Literal["github", "standard", "bearer", "none"]
     secret_env: EnvName | None = None
     allow_unauthenticated: bool = False
@@ -193,7 +230,14 @@ class WebhookRoute(Section):
             raise ValueError("auth = 'none' needs allow_unauthenticated = true")
         if self.auth != "none" and not self.secret_env:
             raise ValueError(f"auth = '{self.auth}' needs secret_env")
+        if self.prompt is not None:
+            check_template(self.prompt)
+        _check_templates(self.args)
         return self
+
+    @property
+    def url_path(self) -> str:
+        return self.path or f"/hooks/{self.name}"
 
 
 def _unique(names: list[str]) -> None:

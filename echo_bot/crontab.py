@@ -1,8 +1,9 @@
 """Standard 5-field cron expressions on APScheduler 3's CronTrigger.
 
 APScheduler 3 numbers weekdays from Monday = 0; crontab numbers them from Sunday = 0
-(and 7). Weekday numbers are translated to names so "1-5" means Monday to Friday, as
-everyone who writes crontab lines expects. APScheduler is imported on first use.
+(and 7). The weekday field is expanded to a list of day names so "1-5" means Monday to
+Friday, "0-6" every day and "*/2" Sunday, Tuesday, Thursday, Saturday, as everyone who
+writes crontab lines expects. APScheduler is imported on first use.
 """
 
 from __future__ import annotations
@@ -11,29 +12,51 @@ from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
-_NAMES = ["sun", "mon", "tue", "wed", "thu", "fri", "sat", "sun"]
+_NAMES = ["sun", "mon", "tue", "wed", "thu", "fri", "sat"]
 
 
-def _weekday(token: str) -> str:
+def _weekday(token: str, *, range_end: bool = False) -> int:
+    """A crontab weekday: 0-7 (0 and 7 are Sunday) or a name; Sunday = 0 (7 as a range end)."""
+    token = token.strip().lower()
     if token.isdigit():
         number = int(token)
         if not 0 <= number <= 7:
             raise ValueError(f"weekday {number} is out of range (0-7, 0 and 7 are Sunday)")
-        return _NAMES[number]
-    return token
+        return number
+    if token in _NAMES:
+        number = _NAMES.index(token)
+        return 7 if range_end and number == 0 else number
+    raise ValueError(f"weekday {token!r} is not a number 0-7 or a name like mon")
 
 
 def _weekdays(field: str) -> str:
-    items = []
+    """The crontab weekday field as APScheduler day names, expanded ("0-6", "*/2" and
+    "1-5" keep their crontab meaning; APScheduler's own ranges and steps count from
+    Monday, so they are never passed through)."""
+    days: set[int] = set()
     for item in field.split(","):
-        base, slash, step = item.partition("/")
-        if "-" in base:
-            first, _, last = base.partition("-")
-            base = f"{_weekday(first)}-{_weekday(last)}"
+        base, slash, step_text = item.partition("/")
+        step = 1
+        if slash:
+            if not step_text.isdigit() or int(step_text) < 1:
+                raise ValueError(f"weekday step {step_text!r} is not a positive number")
+            step = int(step_text)
+        if base == "*":
+            first, last = 0, 6
+        elif "-" in base:
+            first_text, _, last_text = base.partition("-")
+            first, last = _weekday(first_text), _weekday(last_text, range_end=True)
+            if first > last:
+                raise ValueError(f"weekday range {base!r} runs backwards")
         else:
-            base = _weekday(base)
-        items.append(base + (f"/{step}" if slash else ""))
-    return ",".join(items)
+            first = _weekday(base)
+            last = 6 if slash else first
+        days.update(day % 7 for day in range(first, last + 1, step))
+    if not days:
+        raise ValueError(f"weekday field {field!r} names no day")
+    if len(days) == 7:
+        return "*"
+    return ",".join(_NAMES[day] for day in sorted(days))
 
 
 def cron_trigger(expression: str, timezone: ZoneInfo) -> Any:

@@ -150,14 +150,18 @@ class Scheduler:
         if row is None or row.status != store.ACTIVE or row.next_at != occurrence:
             return None
         now = self.clock()
-        late = now - occurrence
+        zone = zone_of(row.timezone) or ZoneInfo("UTC")
+        due_at = occurrence
+        if row.recurrence is not None:
+            # Several missed runs fire once (coalesced), judged by the latest of them.
+            due_at = self._latest_due(row.recurrence, zone, occurrence, now)
+        late = now - due_at
         missed = late > self.grace
         if not store.mark_fired(
             db, row, occurrence, late_by=late, outcome="missed" if missed else "sent"
         ):
             return None
-        zone = zone_of(row.timezone) or ZoneInfo("UTC")
-        due = datetime.fromtimestamp(occurrence, zone)
+        due = datetime.fromtimestamp(due_at, zone)
         if missed:
             text = (
                 f"⏰ Missed reminder (it was due {due:%a %d %b %H:%M} {row.timezone}; I was "
@@ -187,6 +191,21 @@ class Scheduler:
             return None
         store.advance(db, row.id, nxt.timestamp())
         return nxt.timestamp()
+
+    def _latest_due(self, expression: str, zone: ZoneInfo, occurrence: float, now: float) -> float:
+        """The latest run of ``expression`` from ``occurrence`` up to ``now``; only runs
+        within the grace are looked at (bounded, as for cron jobs)."""
+        latest = occurrence
+        start = max(occurrence, now - self.grace)
+        moment = datetime.fromtimestamp(start, zone)
+        if start > occurrence:
+            moment -= timedelta(microseconds=1)  # a run exactly at the grace edge counts
+        for _ in range(10_000):
+            nxt = next_after(expression, zone, moment)
+            if nxt is None or nxt.timestamp() > now:
+                break
+            latest, moment = nxt.timestamp(), nxt
+        return latest
 
     # -- cron jobs ------------------------------------------------------------------------
     def _zone(self, job: CronJob) -> ZoneInfo:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -24,6 +24,7 @@ _RELATIVE = re.compile(
     r"(sec|second|min|minute|hour|day|week|month|year)s?\b",
     re.IGNORECASE,
 )
+_ELAPSED = {"sec", "second", "min", "minute", "hour"}
 _BARE_AT_HOUR = re.compile(r"\bat\s+(\d{1,2})\b(?!\s*(:|am|pm|\.|h\b))", re.IGNORECASE)
 _ONLY_TIME = re.compile(
     r"^\s*(at\s+)?(\d{1,2}(:\d{2})?\s*(am|pm)?|noon|midnight)\s*$", re.IGNORECASE
@@ -83,17 +84,30 @@ def _dateparser(
 ) -> datetime | None:
     import dateparser
 
+    base = now.astimezone(zone).replace(tzinfo=None)
+    # No TO_TIMEZONE and no RETURN_AS_TIMEZONE_AWARE: a phrase without a zone comes back
+    # as naive local wall-clock time, localised below. dateparser's own conversion keeps
+    # the UTC offset of `now`, so "tomorrow at 9am" on the eve of a DST change would come
+    # back as 10:00 or 08:00 local.
     settings: dict[str, Any] = {
         "PREFER_DATES_FROM": "future",
         "TIMEZONE": str(zone.key),
-        "TO_TIMEZONE": str(zone.key),
-        "RETURN_AS_TIMEZONE_AWARE": True,
-        "RELATIVE_BASE": now.astimezone(zone).replace(tzinfo=None),
+        "RELATIVE_BASE": base,
     }
     try:
-        return dateparser.parse(phrase, languages=languages, settings=settings)
+        moment = dateparser.parse(phrase, languages=languages, settings=settings)
     except (ValueError, OverflowError, TypeError):
         return None
+    if moment is None:
+        return None
+    if moment.tzinfo is not None:  # the phrase named its own zone ("9am CET")
+        return moment.astimezone(zone)
+    relative = _RELATIVE.search(phrase)
+    if relative and relative.group(2).lower() in _ELAPSED and not _TIME_OF_DAY.search(phrase):
+        # "in 10 minutes" is elapsed time, also across a DST change.
+        return (now.astimezone(UTC) + (moment - base)).astimezone(zone)
+    # Wall-clock time; a time skipped by a DST change moves forward by the gap.
+    return moment.replace(tzinfo=zone).astimezone(UTC).astimezone(zone)
 
 
 def parse_when(
@@ -129,7 +143,7 @@ def parse_when(
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=zone)
     moment = moment.astimezone(zone)
-    if moment <= local_now:
+    if moment.timestamp() <= now.timestamp():  # local-time `<=` would ignore DST fold
         return Unclear(
             f"{moment:%A %d %B %Y %H:%M} is in the past. When should it be? Try {_EXAMPLES}."
         )

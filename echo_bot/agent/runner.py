@@ -263,7 +263,7 @@ class TurnRunner:
             enqueue_outbound(db, self._reply(inbound, text))
             for extra in attachments:
                 enqueue_outbound(db, extra)
-            set_inbound_status(db, inbound.id, status, error)
+            set_inbound_status(db, inbound.id, status, error, result=text)
             turn_store.set_turn(db, turn.id, status="failed" if status == "failed" else "done")
             self.audit.write(
                 db,

@@ -67,15 +67,20 @@ class SqliteInbox:
 
         return await self._db.run(query)
 
+    async def describe(self, inbound_id: str) -> dict[str, object] | None:
+        return await self._db.run(lambda db: describe_inbound(db, inbound_id))
+
     async def set_status(
         self, inbound_id: str, status: InboundStatus, error: str | None = None
     ) -> None:
         await self._db.run(lambda db: set_inbound_status(db, inbound_id, status, error))
 
 
-# How long (channel, external_id) stays a duplicate. At least 48 h, and less than a week:
-# Telegram may hand out an update_id again after a week of silence.
-DEDUP_WINDOW = 72 * 3600.0
+# How long (channel, external_id) stays a duplicate: 7 days (webhook senders retry for
+# days); Telegram's at least 48 h but under a week, as it may hand out an update_id
+# again after a week of silence.
+DEDUP_WINDOW = 7 * 86400.0
+DEDUP_WINDOWS = {"telegram": 72 * 3600.0}
 
 
 def add_inbound(db: SqlDb, message: InboundMessage) -> Published:
@@ -85,7 +90,11 @@ def add_inbound(db: SqlDb, message: InboundMessage) -> Published:
         db.execute(
             "UPDATE inbox SET external_id = external_id || '#' || seq"
             " WHERE channel = ? AND external_id = ? AND received_at < ?",
-            [message.address.channel, message.external_id, now - DEDUP_WINDOW],
+            [
+                message.address.channel,
+                message.external_id,
+                now - DEDUP_WINDOWS.get(message.address.channel, DEDUP_WINDOW),
+            ],
         )
     cursor = db.execute(
         "INSERT INTO inbox (id, kind, channel, session_key, external_id, payload, status,"
@@ -123,9 +132,27 @@ def get_inbound(db: SqlDb, inbound_id: str) -> InboxRow | None:
 
 
 def set_inbound_status(
-    db: SqlDb, inbound_id: str, status: InboundStatus, error: str | None = None
+    db: SqlDb,
+    inbound_id: str,
+    status: InboundStatus,
+    error: str | None = None,
+    result: str | None = None,
 ) -> None:
     db.execute(
-        "UPDATE inbox SET status = ?, error = ?, updated_at = ? WHERE id = ?",
-        [status, error, time.time(), inbound_id],
+        "UPDATE inbox SET status = ?, error = ?, result = COALESCE(?, result), updated_at = ?"
+        " WHERE id = ?",
+        [status, error, result[:2000] if result else None, time.time(), inbound_id],
     )
+
+
+def describe_inbound(db: SqlDb, inbound_id: str) -> dict[str, object] | None:
+    row = db.execute(
+        "SELECT id, kind, channel, session_key, status, error, result, received_at, updated_at"
+        " FROM inbox WHERE id = ?",
+        [inbound_id],
+    ).fetchone()
+    if row is None:
+        return None
+    keys = ("id", "kind", "channel", "session", "status", "error", "result", "received_at",
+            "updated_at")  # fmt: skip
+    return dict(zip(keys, row, strict=True))

@@ -216,7 +216,12 @@ def _v4(db: Database) -> None:
     )
 
 
-MIGRATIONS: list[Callable[[Database], None]] = [_v1, _v2, _v3, _v4]
+def _v5(db: Database) -> None:
+    """A short summary of each inbound's outcome (the reply), for delivery status."""
+    db.execute("ALTER TABLE inbox ADD COLUMN result TEXT")
+
+
+MIGRATIONS: list[Callable[[Database], None]] = [_v1, _v2, _v3, _v4, _v5]
 
 
 def migrate(db: Database) -> int:
