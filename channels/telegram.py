@@ -42,7 +42,7 @@ from aiogram.utils.token import TokenValidationError
 
 from echo_bot.bus import Bus, ChannelSetup
 from echo_bot.config import TelegramConfig
-from echo_bot.errors import ChannelError, ConfigError
+from echo_bot.errors import ChannelError, ConfigError, StoreError
 from echo_bot.events import (
     Address,
     ApprovalDecision,
@@ -274,8 +274,9 @@ class TelegramChannel:
         assert self.bus is not None
         try:
             published = await self.bus.publish(message)
-        except Exception as exc:
+        except StoreError as exc:  # the store could not take it now: fetch it again later
             raise CommitFailed(str(exc)) from exc
+        # Anything else is a bad update: it propagates, is logged and skipped.
         return published.inbound_id
 
     async def _notice(self, chat: Address, text: str, reply_to: int | None = None) -> None:

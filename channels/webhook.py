@@ -19,7 +19,7 @@ from aiohttp import web
 
 from echo_bot.bus import Bus, ChannelSetup
 from echo_bot.config import WebhookConfig, WebhookRoute
-from echo_bot.errors import ConfigError
+from echo_bot.errors import ConfigError, StoreError
 from echo_bot.events import (
     Address,
     InboundKind,
@@ -143,9 +143,12 @@ class WebhookChannel:
             )
         try:
             response = await self._deliver(route, request)
+        except StoreError:
+            log.exception("webhook %s: the store did not take the delivery", route.name)
+            response = _error(503, "could not store the delivery; retry later")
         except Exception:  # a task boundary: never a traceback to the sender
             log.exception("webhook %s: delivery failed", route.name)
-            response = _error(503, "could not store the delivery; retry later")
+            response = _error(500, "internal error; the delivery was not accepted")
         if response.status >= 400:
             self.counts["rejected"] += 1
         return response

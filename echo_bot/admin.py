@@ -266,6 +266,50 @@ def webhook_send(loaded: LoadedConfig, route_name: str, data: Path, event: str |
     return 0 if status < 400 else 1
 
 
+# -- status and backup --------------------------------------------------------------------
+def status_command(state_dir: Path) -> int:
+    from .store.meta import daemon_info, queue_counts
+    from .store.reminders import active_reminders
+
+    pid = daemon_pid(state_dir)
+    info, counts, upcoming = _with_store(
+        state_dir, lambda db: (daemon_info(db), queue_counts(db), active_reminders(db)[:5])
+    )
+    if pid is not None:
+        uptime = int(time.time() - float(info.get("started_at", time.time())))
+        print(f"daemon: running, pid {pid}, up {uptime // 3600} h {uptime % 3600 // 60} min")
+    else:
+        print("daemon: not running")
+    if info:
+        print(f"version: {info.get('version')}; brain: {info.get('brain')}; "
+              f"channels: {', '.join(info.get('channels') or []) or 'none'}")  # fmt: skip
+    print(f"state: {state_dir / DB_FILENAME}")
+    print(
+        f"inbox: {counts['inbox_pending']} pending, {counts['waiting_approval']} waiting for "
+        f"approval; outbox: {counts['outbox_queued']} queued, {counts['outbox_failed']} failed"
+    )
+    print(f"approvals pending: {counts['approvals_pending']}; "
+          f"reminders active: {counts['reminders_active']}")  # fmt: skip
+    for row in upcoming:
+        print(f"  next: {_clock(row.next_at)}  {row.id}  {row.text[:60]}")
+    return 0
+
+
+def backup_command(state_dir: Path, target: Path) -> int:
+    from .store.db import backup_to
+
+    source = state_dir / DB_FILENAME
+    if not source.exists():
+        print(f"echo-bot: no store at {source}")
+        return 1
+    if target.resolve() == source.resolve():
+        print("echo-bot: the backup must not overwrite the store itself")
+        return 2
+    pages = backup_to(source, target)
+    print(f"Backed up {source} to {target} ({pages} pages), consistent as of now.")
+    return 0
+
+
 # -- pairing ------------------------------------------------------------------------------
 def pair_command(state_dir: Path) -> int:
     db = Database(state_dir / DB_FILENAME)  # creates the store on first use

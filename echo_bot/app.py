@@ -10,6 +10,7 @@ import logging
 import os
 import signal
 import sys
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,11 +33,13 @@ from .errors import ConfigError
 from .events import OutboundKind, OutboundMessage
 from .reminders import ReminderService
 from .scheduler import Scheduler
+from .sdnotify import Notifier
 from .secrets import Masker
 from .statedir import StateLock
 from .store import DB_FILENAME, Database, SqliteInbox, SqliteOutbox
 from .store.approvals import list_approvals
 from .store.audit import AuditWriter, tokens_since
+from .store.meta import set_daemon_info
 from .store.turns import reset_session
 from .tools.base import Tool
 from .tools.builtin import SendMessageTool, builtin_tools
@@ -178,6 +181,7 @@ class Daemon:
         self.bus: Bus | None = None
         self.http: Any = None
         self.scheduler: Scheduler | None = None
+        self.notifier = Notifier(self.environ)
         self._started = asyncio.Event()
         self._stop = asyncio.Event()
         self._signals = 0
@@ -243,6 +247,7 @@ class Daemon:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self._on_signal)
+        self.notifier.status("opening the store")
         await core.db.open()
         inbox, outbox = SqliteInbox(core.db), SqliteOutbox(core.db)
         bus = Bus(inbox, outbox)
@@ -306,6 +311,7 @@ class Daemon:
             self.scheduler = scheduler
             if http is not None:
                 http.add_health("scheduler", scheduler.health)
+            self.notifier.status("starting channels")
             to_start: list[Channel] = []
             for name in self.channel_names:
                 cls = load_channel_class(name)
@@ -333,12 +339,25 @@ class Daemon:
                     tool.bind(bus.send, running)
             self.bus = bus
             self._started.set()
+            info = {
+                "pid": os.getpid(),
+                "started_at": time.time(),
+                "version": __version__,
+                "channels": [c.name for c in self.channels],
+                "brain": brain.name,
+            }
+            await core.db.run(lambda db: set_daemon_info(db, info))
+            self.notifier.ready(
+                f"running: brain {brain.name}; channels {', '.join(self.channel_names) or 'none'}"
+            )
+            self.notifier.start_watchdog()
             if self.banner:
                 self._print_banner(brain.name)
             log.info("echo-bot %s started (state dir %s)", __version__, core.state_dir)
             await self._stop.wait()
         finally:
             log.info("stopping")
+            self.notifier.stopping()
             for channel in reversed(self.channels):
                 with contextlib.suppress(Exception):
                     await channel.stop()
@@ -352,6 +371,7 @@ class Daemon:
                 with contextlib.suppress(Exception):
                     await close()
             await core.db.close()
+            await self.notifier.close()
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
         return 0

@@ -44,6 +44,9 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser(
         "pair", parents=[common], help="print a one-time code that lets a Telegram user in"
     )
+    sub.add_parser("status", parents=[common], help="what the daemon is doing (or was)")
+    backup = sub.add_parser("backup", parents=[common], help="a consistent copy of the store")
+    backup.add_argument("path", type=Path, help="where to write the copy")
     webhook = sub.add_parser("webhook", help="webhook deliveries; test a route")
     webhook_sub = webhook.add_subparsers(dest="webhook_command", required=True, metavar="ACTION")
     deliveries = webhook_sub.add_parser(
@@ -106,6 +109,14 @@ def _dispatch(args: argparse.Namespace) -> int:
         from .admin import approvals_command
 
         return approvals_command(state_dir, args.action, args.id, args.wait)
+    if args.command == "status":
+        from .admin import status_command
+
+        return status_command(state_dir)
+    if args.command == "backup":
+        from .admin import backup_command
+
+        return backup_command(state_dir, args.path)
     if args.command == "webhook":
         from .admin import webhook_deliveries, webhook_send
 

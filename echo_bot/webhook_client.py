@@ -20,8 +20,8 @@ def sign_headers(auth: str, secret: str, body: bytes, event: str | None = None) 
     elif auth == "standard":
         msg_id, stamp = f"msg_{secrets.token_hex(12)}", str(int(time.time()))
         raw = secret.removeprefix("whsec_")
-        try:
-            key = base64.b64decode(raw, validate=True)
+        try:  # padding is optional, as in the reference library
+            key = base64.b64decode(raw + "=" * (-len(raw) % 4), validate=True)
         except ValueError:
             key = secret.encode()
         signed = f"{msg_id}.{stamp}.".encode() + body

@@ -81,11 +81,18 @@ class Database:
         return await loop.run_in_executor(self._executor, fn)
 
     async def run(self, fn: Callable[[SqliteUtilsDatabase], T]) -> T:
-        """Run ``fn(db)`` inside one transaction on the store thread."""
+        """Run ``fn(db)`` inside one transaction on the store thread.
+
+        SQLite failures (disk full, locked, corrupt) surface as StoreError, so callers can
+        tell "the store could not take it" from a bug in what they asked.
+        """
 
         def job() -> T:
-            with self.transaction() as db:
-                return fn(db)
+            try:
+                with self.transaction() as db:
+                    return fn(db)
+            except sqlite3.Error as exc:
+                raise StoreError(f"store error: {exc}") from exc
 
         return await self._submit(job)
 
@@ -112,3 +119,26 @@ class Database:
             raise
         else:
             conn.execute("COMMIT")
+
+
+def backup_to(source: Path, target: Path) -> int:
+    """A consistent copy of the live store with SQLite's online backup API (WAL-safe).
+
+    Returns the number of pages copied. Runs in the calling thread (management command).
+    """
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(target.name + ".partial")
+    partial.unlink(missing_ok=True)
+    src = sqlite3.connect(f"file:{source}?mode=ro", uri=True, timeout=30)
+    try:
+        dst = sqlite3.connect(partial)
+        try:
+            src.backup(dst, pages=1024)
+            pages = dst.execute("PRAGMA page_count").fetchone()[0]
+            dst.execute("PRAGMA integrity_check").fetchone()
+        finally:
+            dst.close()
+    finally:
+        src.close()
+    partial.replace(target)
+    return int(pages)

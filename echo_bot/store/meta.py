@@ -1,0 +1,35 @@
+"""Small facts about the running daemon, for `echo-bot status`."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from sqlite_utils import Database as SqlDb
+
+
+def set_daemon_info(db: SqlDb, info: dict[str, Any]) -> None:
+    db.execute(
+        "INSERT INTO meta (key, value) VALUES ('daemon', ?)"
+        " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+        [json.dumps(info)],
+    )
+
+
+def daemon_info(db: SqlDb) -> dict[str, Any]:
+    row = db.execute("SELECT value FROM meta WHERE key = 'daemon'").fetchone()
+    return json.loads(row[0]) if row else {}
+
+
+def queue_counts(db: SqlDb) -> dict[str, int]:
+    def one(sql: str) -> int:
+        return int(db.execute(sql).fetchone()[0])
+
+    return {
+        "inbox_pending": one("SELECT COUNT(*) FROM inbox WHERE status IN ('accepted', 'running')"),
+        "waiting_approval": one("SELECT COUNT(*) FROM inbox WHERE status = 'waiting_approval'"),
+        "outbox_queued": one("SELECT COUNT(*) FROM outbox WHERE status = 'queued'"),
+        "outbox_failed": one("SELECT COUNT(*) FROM outbox WHERE status = 'failed'"),
+        "approvals_pending": one("SELECT COUNT(*) FROM approvals WHERE status = 'pending'"),
+        "reminders_active": one("SELECT COUNT(*) FROM reminders WHERE status = 'active'"),
+    }
