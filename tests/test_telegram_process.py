@@ -96,9 +96,10 @@ async def test_pending_approval_survives_sigkill_and_runs_once(tmp_path: Path) -
         assert count_runs(state) == 0
 
         seen = len(api.calls)
+        # The press waits at Telegram while the daemon is down; it is judged at start.
+        api.push_callback(approve, user_id=OWNER, message_id=prompt_id, chat_id=OWNER)
         second = await start_daemon(config, state)
         try:
-            api.push_callback(approve, user_id=OWNER, message_id=prompt_id, chat_id=OWNER)
             await api.wait_for_call(
                 "sendMessage", lambda c: "exit code 0" in c.params.get("text", ""), timeout=20,
                 after=seen,

@@ -255,6 +255,8 @@ class TurnRunner:
         error: str | None,
         attachments: Sequence[OutboundMessage] = (),
     ) -> None:
+        text = self.audit.masker.mask(text)  # history keeps no secret either
+
         def write(db: SqlDb) -> None:
             if inbound.kind == InboundKind.MESSAGE:
                 turn_store.append_message(
