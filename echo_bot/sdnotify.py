@@ -55,6 +55,8 @@ class Notifier:
         self.send(f"STATUS={status}")
 
     def stopping(self) -> None:
+        if self._task is not None:
+            self._task.cancel()  # no ping may follow STOPPING=1
         self.send("STOPPING=1", "STATUS=stopping")
 
     def start_watchdog(self) -> None:

@@ -1,0 +1,145 @@
+"""The systemd unit and the notify protocol the daemon speaks."""
+
+from __future__ import annotations
+
+import asyncio
+import configparser
+import itertools
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from echo_bot.sdnotify import Notifier
+from tests.conftest import ROOT, echo_bot_env
+from tests.proc import EchoBotProcess
+
+UNIT = ROOT / "systemd" / "echo-bot.service"
+
+
+def unit() -> configparser.ConfigParser:
+    parser = configparser.ConfigParser(strict=False, interpolation=None)
+    parser.optionxform = str  # type: ignore[assignment,method-assign]
+    parser.read_string(UNIT.read_text())
+    return parser
+
+
+def test_unit_declares_what_an_admin_relies_on() -> None:
+    service = unit()["Service"]
+    assert service["Type"] == "notify"
+    assert service["ExecStart"].endswith("echo-bot run --config /etc/echo-bot/config.toml")
+    assert service["Restart"] == "on-failure"
+    assert service["RestartPreventExitStatus"] == "2"
+    assert service["WatchdogSec"]
+    assert service["StateDirectory"] == "echo-bot"
+    assert service["EnvironmentFile"] == "-/etc/echo-bot/env"
+    assert service["User"] == "echo-bot"
+    for key, value in {
+        "NoNewPrivileges": "yes",
+        "ProtectSystem": "strict",
+        "ProtectHome": "yes",
+        "PrivateTmp": "yes",
+    }.items():
+        assert service[key] == value, key
+    assert "AF_INET" in service["RestrictAddressFamilies"]
+    assert "@system-service" in service["SystemCallFilter"]
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze missing")
+def test_systemd_analyze_verify_accepts_the_unit(tmp_path: Path) -> None:
+    # verify checks that ExecStart exists: point it at this environment's echo-bot.
+    echo_bot = shutil.which("echo-bot") or str(
+        Path(__import__("sys").executable).parent / "echo-bot"
+    )
+    copy = tmp_path / "echo-bot.service"
+    copy.write_text(UNIT.read_text().replace("/opt/echo-bot/.venv/bin/echo-bot", echo_bot))
+    result = subprocess.run(
+        ["systemd-analyze", "verify", str(copy)], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+
+
+class NotifySocket:
+    """A fake ``$NOTIFY_SOCKET``: a thread receives and timestamps each datagram."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(str(path))
+        self.sock.settimeout(0.1)
+        self.received: list[tuple[float, str]] = []
+        self._running = True
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        while self._running:
+            try:
+                data = self.sock.recv(4096)
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            now = time.monotonic()
+            self.received.extend((now, line) for line in data.decode().splitlines())
+
+    def wait_for(self, line: str, timeout: float = 15) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if line in self.lines():
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"{line} not received; got {self.lines()}")
+
+    def lines(self) -> list[str]:
+        return [text for _t, text in list(self.received)]
+
+    def close(self) -> None:
+        self._running = False
+        self._thread.join(2)
+        self.sock.close()
+
+
+def test_ready_watchdog_and_stopping_arrive_in_order(tmp_path: Path) -> None:
+    notify = NotifySocket(tmp_path / "notify.sock")
+    env = echo_bot_env(NOTIFY_SOCKET=str(notify.path), WATCHDOG_USEC="400000")
+    bot = EchoBotProcess("run", "--state-dir", str(tmp_path / "st"), env=env,
+                         stdin=subprocess.DEVNULL)  # fmt: skip
+    try:
+        notify.wait_for("READY=1")
+        time.sleep(1.0)
+        assert bot.terminate() == 0
+        notify.wait_for("STOPPING=1")
+    finally:
+        bot.cleanup()
+        notify.close()
+    lines = notify.lines()
+    ready, stopping = lines.index("READY=1"), lines.index("STOPPING=1")
+    pings = [i for i, line in enumerate(lines) if line == "WATCHDOG=1"]
+    assert len(pings) >= 3  # every 0.2 s for about a second
+    assert ready < pings[0] and pings[-1] < stopping
+    assert any(line.startswith("STATUS=") for line in lines[:ready])
+
+
+async def test_a_blocked_event_loop_stops_the_watchdog_pings(tmp_path: Path) -> None:
+    notify = NotifySocket(tmp_path / "notify.sock")
+    notifier = Notifier({"NOTIFY_SOCKET": str(notify.path), "WATCHDOG_USEC": "100000"})
+    notifier.start_watchdog()
+    try:
+        await asyncio.sleep(0.3)
+        time.sleep(1.0)  # the loop is blocked: no ping may be sent meanwhile
+        blocked_until = time.monotonic()
+        await asyncio.sleep(0.3)
+    finally:
+        await notifier.close()
+    time.sleep(0.2)
+    notify.close()
+    times = [t for t, line in notify.received if line == "WATCHDOG=1"]
+    assert len(times) >= 4
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    assert max(gaps) >= 0.9, "pings went on while the loop was blocked"
+    assert times[-1] >= blocked_until - 0.05  # and they resumed after it
