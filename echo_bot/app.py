@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,7 @@ from .store import DB_FILENAME, Database, SqliteInbox, SqliteOutbox
 from .store.approvals import list_approvals
 from .store.audit import AuditWriter, tokens_since
 from .store.meta import set_daemon_info
+from .store.retention import prune
 from .store.turns import reset_session
 from .tools.base import Tool
 from .tools.builtin import SendMessageTool, builtin_tools
@@ -182,6 +184,7 @@ class Daemon:
         self.http: Any = None
         self.scheduler: Scheduler | None = None
         self.notifier = Notifier(self.environ)
+        self._housekeeping: asyncio.Task[None] | None = None
         self._started = asyncio.Event()
         self._stop = asyncio.Event()
         self._signals = 0
@@ -309,6 +312,9 @@ class Daemon:
             )
             await scheduler.start()
             self.scheduler = scheduler
+            self._housekeeping = asyncio.create_task(
+                self._prune_daily(config.storage.retention.total_seconds())
+            )
             if http is not None:
                 http.add_health("scheduler", scheduler.health)
             self.notifier.status("starting channels")
@@ -363,6 +369,9 @@ class Daemon:
                     await channel.stop()
             if http is not None:
                 await http.stop()
+            if self._housekeeping is not None:
+                self._housekeeping.cancel()
+                await asyncio.gather(self._housekeeping, return_exceptions=True)
             if self.scheduler is not None:
                 await self.scheduler.stop()
             await dispatcher.stop(config.bot.shutdown_timeout.total_seconds())
@@ -375,6 +384,18 @@ class Daemon:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
         return 0
+
+    async def _prune_daily(self, retention: float) -> None:
+        """Prune finished work older than the retention, at start and then daily."""
+        while True:
+            before = time.time() - retention
+            try:
+                counts = await self.core.db.run(partial(prune, before=before))
+                if any(counts.values()):
+                    log.info("pruned finished work older than the retention: %s", counts)
+            except Exception:  # housekeeping must never stop the daemon
+                log.exception("pruning failed; trying again tomorrow")
+            await asyncio.sleep(86400)
 
     def _print_banner(self, brain: str) -> None:
         core = self.core

@@ -290,6 +290,19 @@ class CronJob(Section):
         return self
 
 
+class StorageConfig(Section):
+    # Finished work older than this is pruned daily; never less than 7 days (webhook
+    # and Telegram deduplication keys live in the same rows).
+    retention: Duration = timedelta(days=30)
+
+    @field_validator("retention")
+    @classmethod
+    def _long_enough(cls, value: timedelta) -> timedelta:
+        if value < timedelta(days=7):
+            raise ValueError("must be at least 7d (deduplication keys are kept 7 days)")
+        return value
+
+
 class Config(Section):
     bot: BotConfig = Field(default_factory=BotConfig)
     brain: BrainConfig = Field(default_factory=BrainConfig)
@@ -300,6 +313,7 @@ class Config(Section):
     telegram: TelegramConfig = Field(default_factory=TelegramConfig)
     webhook: WebhookConfig = Field(default_factory=WebhookConfig)
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
+    storage: StorageConfig = Field(default_factory=StorageConfig)
     cron: list[CronJob] = Field(default_factory=list)
 
     @field_validator("cron")

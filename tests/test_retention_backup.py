@@ -1,0 +1,80 @@
+"""Retention prunes finished work only; backups are consistent and restorable."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from pathlib import Path
+
+from echo_bot.store.retention import prune
+from tests.conftest import ROOT, run_echo_bot, running_bot
+from tests.proc import EchoBotProcess
+
+SHELL = """
+[tools]
+profile = "coding"
+[tools.shell]
+enabled = true
+"""
+
+
+async def test_prune_removes_old_finished_work_and_keeps_pending_work(state_dir: Path) -> None:
+    async with running_bot(state_dir, SHELL) as bot:
+        done = await bot.channel.say("what time is it?")
+        await bot.channel.reply_to(done)
+        waiting = await bot.channel.say("/run touch x")
+        await bot.channel.prompt_for(waiting)
+        future = time.time() + 3600  # everything is "old" relative to this cut-off
+        counts = await bot.db.run(lambda db: prune(db, future))
+        assert counts["inbox"] >= 1 and counts["audit"] >= 1
+        rows = await bot.db.run(lambda db: db.execute("SELECT id, status FROM inbox").fetchall())
+        assert (waiting, "waiting_approval") in [tuple(r) for r in rows]
+        assert done not in [r[0] for r in rows]
+        pending = await bot.db.run(
+            lambda db: db.execute(
+                "SELECT COUNT(*) FROM approvals WHERE status='pending'"
+            ).fetchone()[0]
+        )
+        assert pending == 1
+        # The pending request still works after pruning: approve it.
+        prompt = await bot.channel.prompt_for(waiting)
+        await bot.channel.press(prompt.buttons[0][0].action)
+        reply = await bot.channel.reply_to(waiting)
+        assert "exit code 0" in reply.text
+
+
+def test_retention_below_seven_days_is_a_config_error(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text('[storage]\nretention = "2d"\n')
+    result = run_echo_bot("check-config", "--config", str(config))
+    assert result.returncode == 2
+    assert "storage.retention" in result.stderr
+
+
+def test_backup_while_the_daemon_runs_is_consistent_and_restores(tmp_path: Path) -> None:
+    state = tmp_path / "st"
+    bot = EchoBotProcess("chat", "--state-dir", str(state))
+    try:
+        bot.expect_stderr(r"^state: ")
+        for n in range(20):
+            bot.send(f"/remind in {n + 2} hours item {n}")
+            bot.expect_stdout(rf"item {n}")
+        backup = tmp_path / "backup.sqlite3"
+        result = run_echo_bot("backup", str(backup), "--state-dir", str(state))
+        assert result.returncode == 0, result.stderr
+        assert "consistent" in result.stdout
+        bot.close_stdin()
+        assert bot.wait() == 0
+    finally:
+        bot.cleanup()
+    with sqlite3.connect(backup) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        assert conn.execute("SELECT COUNT(*) FROM reminders").fetchone()[0] == 20
+    # Restore: the copy replaces the store (and its WAL files) of a fresh state dir.
+    restored = tmp_path / "restored"
+    restored.mkdir()
+    (restored / "echo-bot.sqlite3").write_bytes(backup.read_bytes())
+    listed = run_echo_bot("reminders", "list", "--state-dir", str(restored))
+    assert listed.returncode == 0
+    assert sum("item" in line for line in listed.stdout.splitlines()) == 20
+    assert ROOT.exists()
