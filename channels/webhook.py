@@ -81,6 +81,19 @@ class WebhookChannel:
             raise ConfigError("webhook: the HTTP server is not available")
         admin_env = config.admin_token_env
         self.admin_token = self.environ.get(admin_env, "") if admin_env else ""
+        self._install(config)
+        self._served_paths = set(self.routes)
+        for path in self._served_paths:
+            if not path.startswith("/hooks/"):  # /hooks/… is served by the catch-all
+                setup.http.add_route("*", path, self._handle)
+                setup.http.add_route("GET", path + "/deliveries/{id}", self._status)
+        setup.http.add_route("*", "/hooks/{tail:.*}", self._dispatch)
+        setup.http.add_health("webhook", self.health)
+
+    def _install(self, config: WebhookConfig) -> None:
+        """Take ``config``'s routes (at start and on reload); missing secrets refuse."""
+        routes: dict[str, WebhookRoute] = {}
+        secrets: dict[str, str] = {}
         for route in config.routes:
             secret = self.environ.get(route.secret_env or "", "")
             if route.auth != "none" and not secret:
@@ -95,13 +108,23 @@ class WebhookChannel:
                     route.name,
                     route.url_path,
                 )
-            self.secrets[route.name] = secret
-            self.routes[route.url_path] = route
-            self.limits[route.name] = RateLimit(route.rate_limit)
-            setup.http.add_route("*", route.url_path, self._handle)
-            setup.http.add_route("GET", route.url_path + "/deliveries/{id}", self._status)
-        setup.http.add_route("*", "/hooks/{tail:.*}", self._unknown)
-        setup.http.add_health("webhook", self.health)
+            secrets[route.name] = secret
+            routes[route.url_path] = route
+            if (
+                route.name not in self.limits
+                or self.limits[route.name].per_minute != route.rate_limit
+            ):
+                self.limits[route.name] = RateLimit(route.rate_limit)
+        self.config, self.routes, self.secrets = config, routes, secrets
+
+    def reload(self, section: WebhookConfig) -> list[str]:
+        """Apply new routes live; return what needs a restart to take effect."""
+        self._install(section)
+        return [
+            f"webhook route path {path} (new path outside /hooks/)"
+            for path in self.routes
+            if not path.startswith("/hooks/") and path not in self._served_paths
+        ]
 
     async def start(self, bus: Bus) -> None:
         self.bus = bus
@@ -117,18 +140,26 @@ class WebhookChannel:
         return Receipt(channel_message_id=None)
 
     # -- HTTP -------------------------------------------------------------------------------
-    async def _unknown(self, request: web.Request) -> web.Response:
+    async def _dispatch(self, request: web.Request) -> web.Response:
+        """Everything under /hooks/: a route, a delivery's status, or 404."""
+        if request.path in self.routes:
+            return await self._handle(request)
+        base, found, delivery = request.path.rpartition("/deliveries/")
+        if found and base in self.routes and request.method == "GET" and delivery:
+            return await self._status(request, delivery)
         return _error(404, "unknown route")
 
-    async def _status(self, request: web.Request) -> web.Response:
+    async def _status(self, request: web.Request, delivery: str | None = None) -> web.Response:
         if not self.admin_token:
             return _error(404, "delivery status needs [webhook] admin_token_env")
         given = request.headers.get("Authorization", "").partition(" ")[2].strip()
-        if not hmac.compare_digest(given.encode(), self.admin_token.encode()):
+        if not hmac.compare_digest(
+            given.encode("utf-8", "surrogateescape"), self.admin_token.encode()
+        ):
             return _error(401, "missing or bad admin token")
         route = self.routes.get(request.path.rsplit("/deliveries/", 1)[0])
         assert self.bus is not None
-        info = await self.bus.describe(request.match_info["id"])
+        info = await self.bus.describe(delivery or request.match_info["id"])
         if route is None or info is None or info.get("session") != f"webhook:{route.name}":
             return _error(404, "unknown delivery")
         return web.json_response(info)
@@ -183,13 +214,18 @@ class WebhookChannel:
             return _error(429, f"more than {route.rate_limit} deliveries a minute")
         try:
             payload = json.loads(body)
+            # Lone surrogates ("\ud800", or its raw bytes) parse, but can never be stored.
+            json.dumps(payload, ensure_ascii=False).encode()
         except (ValueError, RecursionError):
             return _error(400, "the body is not valid JSON (or nests too deeply)")
         event = request.headers.get("X-GitHub-Event")
         if event == "ping" or not self._wanted(route, event, payload):
             self.counts["ignored"] += 1
             return web.json_response({"status": "ignored"}, status=200)
-        headers = {k: v for k, v in request.headers.items() if len(v) <= 1000}
+        # Only header values that are text (undecodable bytes arrive as lone surrogates).
+        headers = {
+            k: v for k, v in request.headers.items() if len(v) <= 1000 and v.isprintable()
+        }
         sources = {"payload": payload, "headers": headers, "route": {"name": route.name}}
         try:
             message = self._inbound(route, sources, self._dedup_key(route, request, body))

@@ -18,6 +18,11 @@ STANDARD_TOLERANCE = 300  # seconds, as the Standard Webhooks spec says
 Failure = tuple[int, str]
 
 
+def _raw(text: str) -> bytes:
+    """A header value's bytes (aiohttp keeps undecodable bytes as lone surrogates)."""
+    return text.encode("utf-8", "surrogateescape")
+
+
 def github_signature(secret: str, body: bytes) -> str:
     digest = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
     return f"sha256={digest}"
@@ -28,7 +33,7 @@ def verify_github(secret: str, headers: Mapping[str, str], body: bytes) -> Failu
     if not given:
         return 401, "missing X-Hub-Signature-256"
     expected = github_signature(secret, body)
-    if not hmac.compare_digest(given.strip().encode(), expected.encode()):
+    if not hmac.compare_digest(_raw(given.strip()), expected.encode()):
         return 401, "bad signature"
     return None
 
@@ -38,7 +43,7 @@ def verify_bearer(secret: str, headers: Mapping[str, str], body: bytes) -> Failu
     scheme, _, token = given.partition(" ")
     if scheme.lower() != "bearer" or not token:
         return 401, "missing bearer token"
-    if not hmac.compare_digest(token.strip().encode(), secret.encode()):
+    if not hmac.compare_digest(_raw(token.strip()), secret.encode()):
         return 401, "bad bearer token"
     return None
 
@@ -69,13 +74,13 @@ def verify_standard(
     signatures = headers.get("webhook-signature", "")
     if not msg_id or not stamp or not signatures:
         return 401, "missing webhook-id, webhook-timestamp or webhook-signature"
-    if len(msg_id) > 256 or not stamp.isascii() or not stamp.isdigit() or len(stamp) > 12:
+    if len(msg_id) > 256 or not msg_id.isprintable() or not stamp.isascii() or not stamp.isdigit() or len(stamp) > 12:
         return 400, "malformed webhook-id or webhook-timestamp"
     if abs(clock() - int(stamp)) > STANDARD_TOLERANCE:
         return 400, "webhook-timestamp is outside the 5-minute tolerance"
     expected = standard_signature(secret, msg_id, stamp, body).encode()
     for candidate in signatures.split()[:10]:
-        if candidate.startswith("v1,") and hmac.compare_digest(candidate.encode(), expected):
+        if candidate.startswith("v1,") and hmac.compare_digest(_raw(candidate), expected):
             return None
     return 401, "bad signature"
 

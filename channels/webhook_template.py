@@ -62,7 +62,10 @@ def fill(template: str, sources: Mapping[str, Any], wrap: bool = False) -> str:
         if token == "}}":
             return "}"
         value = _text(lookup(sources, match.group(1), match.group(2)))
-        return f"«{value}»" if wrap else value
+        if not wrap:
+            return value
+        # A value must not close its own marker (or open a fake one).
+        return "«" + value.replace("«", "‹").replace("»", "›") + "»"
 
     return _PIECES.sub(replace, template)
 

@@ -10,6 +10,10 @@ from .store.access import is_paired, try_pair
 class StoreAccess:
     def __init__(self, db: Database, config: Config) -> None:
         self._db = db
+        self.configure(config)
+
+    def configure(self, config: Config) -> None:
+        """Take the configured allowlists (at start and on reload)."""
         self._configured = {"telegram": {str(u) for u in config.telegram.allowed_users}}
 
     async def is_allowed(self, channel: str, user_id: str) -> bool:

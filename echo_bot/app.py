@@ -28,7 +28,15 @@ from .brains.reminder_commands import register_reminder_commands
 from .brains.rules import RulesBrain
 from .bus import Bus, Channel, ChannelSetup
 from .commands import CommandRegistry
-from .config import Config, LoadedConfig, check_environment, llm_enabled, secret_env_names
+from .config import (
+    Config,
+    LoadedConfig,
+    TelegramConfig,
+    check_environment,
+    llm_enabled,
+    load_config,
+    secret_env_names,
+)
 from .delivery import DeliveryWorker
 from .errors import ConfigError
 from .events import OutboundKind, OutboundMessage
@@ -185,6 +193,8 @@ class Daemon:
         self.scheduler: Scheduler | None = None
         self.notifier = Notifier(self.environ)
         self._housekeeping: asyncio.Task[None] | None = None
+        self._reloads: set[asyncio.Task[list[str]]] = set()
+        self._live: dict[str, Any] = {}
         self._started = asyncio.Event()
         self._stop = asyncio.Event()
         self._signals = 0
@@ -250,6 +260,7 @@ class Daemon:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self._on_signal)
+        loop.add_signal_handler(signal.SIGHUP, self._on_hup)
         self.notifier.status("opening the store")
         await core.db.open()
         inbox, outbox = SqliteInbox(core.db), SqliteOutbox(core.db)
@@ -292,6 +303,7 @@ class Daemon:
             http = HttpServer(config.http, client_max_size=config.webhook.max_body)
             http.add_health("store", lambda: {"status": "ok"})
         access = StoreAccess(core.db, config)
+        self._live = {"executor": executor, "gate": gate, "access": access}
 
         async def channel_audit(event: str, **data: Any) -> None:
             await core.db.run(
@@ -381,9 +393,73 @@ class Daemon:
                     await close()
             await core.db.close()
             await self.notifier.close()
-            for sig in (signal.SIGINT, signal.SIGTERM):
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
                 loop.remove_signal_handler(sig)
         return 0
+
+    def _on_hup(self) -> None:
+        task = asyncio.create_task(self.reload())
+        self._reloads.add(task)
+        task.add_done_callback(self._reloads.discard)
+
+    async def reload(self) -> list[str]:
+        """SIGHUP: re-read the config file. Routes, cron jobs, allowlists, approvers and
+        the approval policy change live; anything else is reported as needing a restart.
+        A bad file changes nothing."""
+        core = self.core
+        if core.loaded.path is None:
+            log.info("SIGHUP: running on embedded defaults; there is no file to reload")
+            return []
+        try:
+            loaded = load_config(core.loaded.path)
+            trial = build_core(loaded, core.state_dir, self.environ)
+        except ConfigError as exc:
+            log.error("SIGHUP: the config was not reloaded, the running one stays:\n%s", exc)
+            self.notifier.status("config reload failed; running on the previous config")
+            return []
+        old, new = core.loaded.config, loaded.config
+        live_telegram = {"allowed_users", "approvers"}
+        restart = [
+            name
+            for name in Config.model_fields
+            if name not in {"approvals", "webhook", "cron", "telegram", "tools"}
+            and getattr(old, name) != getattr(new, name)
+        ]
+        restart += [
+            f"telegram.{key}"
+            for key in TelegramConfig.model_fields
+            if key not in live_telegram and getattr(old.telegram, key) != getattr(new.telegram, key)
+        ]
+        if old.tools.model_copy(update={"shell": new.tools.shell}) != new.tools or (
+            old.tools.shell.enabled != new.tools.shell.enabled
+        ):
+            restart.append("tools")
+        shell = core.registry.get("shell_exec")
+        if shell is not None and hasattr(shell, "configure"):
+            shell.configure(new.tools.shell)  # allow_commands, timeout, output cap: live
+        executor, gate = self._live["executor"], self._live["gate"]
+        executor.policy = trial.policy
+        executor.directory = gate.directory = core.directory = trial.directory
+        gate.timeout = new.approvals.timeout
+        self._live["access"].configure(new)
+        for channel in self.channels:
+            reload_channel = getattr(channel, "reload", None)
+            if reload_channel is not None and channel.name == "webhook":
+                try:
+                    restart += reload_channel(new.webhook)
+                except ConfigError as exc:
+                    log.error("SIGHUP: webhook routes not reloaded: %s", exc)
+        if self.scheduler is not None and old.cron != new.cron:
+            self.scheduler.reload_cron(new.cron)
+        core.loaded = loaded
+        log.info(
+            "SIGHUP: config reloaded (routes, cron jobs, allowlists, approvers, approval policy)%s",
+            f"; needs restart to apply: {', '.join(restart)}" if restart else "",
+        )
+        self.notifier.status(
+            "config reloaded" + (" (some changes need a restart)" if restart else "")
+        )
+        return restart
 
     async def _prune_daily(self, retention: float) -> None:
         """Prune finished work older than the retention, at start and then daily."""

@@ -234,6 +234,22 @@ class Scheduler:
             coalesce=True,
         )
 
+    def reload_cron(self, jobs: list[CronJob]) -> None:
+        """Replace the cron jobs live (from a reloaded config); no catch-up for new ones."""
+        for name in set(self.cron_jobs) - {job.name for job in jobs}:
+            self._remove(f"cron:{name}")
+        self.cron_jobs = {job.name: job for job in jobs}
+        for job in jobs:
+            self._aps.add_job(
+                self._cron_tick,
+                trigger=cron_trigger(job.schedule, self._zone(job)),
+                args=[job.name],
+                id=f"cron:{job.name}",
+                replace_existing=True,
+                misfire_grace_time=None,
+                coalesce=True,
+            )
+
     def _latest_between(
         self, job: CronJob, zone: ZoneInfo, after: float, now: datetime
     ) -> float | None:

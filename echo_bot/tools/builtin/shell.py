@@ -142,8 +142,12 @@ class ShellExecTool(Tool):
     idempotent: ClassVar[bool] = False
 
     def __init__(self, config: ShellToolConfig, workspace: Path) -> None:
-        self.config = config
         self.workspace = workspace
+        self.configure(config)
+
+    def configure(self, config: ShellToolConfig) -> None:
+        """Take ``config`` (at start, and live when the config is reloaded)."""
+        self.config = config
         # The registry's own deadline stays behind ours, so our kill runs first.
         self.timeout = config.timeout.total_seconds() + 5  # type: ignore[misc]
         self._exact: list[list[str]] = []
