@@ -12,48 +12,35 @@ import signal
 import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 from . import __version__
 from .access import StoreAccess
 from .agent import Dispatcher, TurnRunner
 from .agent.calls import CallExecutor
-from .approvals import ApprovalGate, ApprovalPolicy, ApproverDirectory
 from .brains.base import Brain, BrainContext
-from .brains.core_commands import register_core_commands
-from .brains.reminder_commands import register_reminder_commands
 from .brains.rules import RulesBrain
 from .bus import Bus, Channel, ChannelSetup
 from .commands import CommandRegistry
 from .config import (
     Config,
-    LoadedConfig,
     TelegramConfig,
-    check_environment,
     llm_enabled,
     load_config,
-    secret_env_names,
 )
+from .core import Core, build_core
 from .delivery import DeliveryWorker
 from .errors import ConfigError
 from .events import OutboundKind, OutboundMessage
-from .reminders import ReminderService
 from .scheduler import Scheduler
 from .sdnotify import Notifier
-from .secrets import Masker
 from .statedir import StateLock
-from .store import DB_FILENAME, Database, SqliteInbox, SqliteOutbox
-from .store.approvals import list_approvals
-from .store.audit import AuditWriter, tokens_since
+from .store import DB_FILENAME, SqliteInbox, SqliteOutbox
+from .store.audit import tokens_since
 from .store.meta import set_daemon_info
 from .store.retention import prune
-from .store.turns import reset_session
-from .tools.base import Tool
-from .tools.builtin import SendMessageTool, builtin_tools
-from .tools.registry import ToolRegistry
+from .tools.builtin import SendMessageTool
 
 log = logging.getLogger(__name__)
 
@@ -74,95 +61,6 @@ def load_channel_class(name: str) -> type[Channel]:
     module_name, _, class_name = target.partition(":")
     module = importlib.import_module(module_name)
     return getattr(module, class_name)  # type: ignore[no-any-return]
-
-
-@dataclass
-class Core:
-    """Every core part, built from the config; nothing started yet."""
-
-    loaded: LoadedConfig
-    state_dir: Path
-    masker: Masker
-    registry: ToolRegistry
-    exposed: list[Tool]
-    policy: ApprovalPolicy
-    directory: ApproverDirectory
-    commands: CommandRegistry
-    db: Database
-    audit: AuditWriter
-    gate: ApprovalGate
-    reminders: ReminderService
-    brain_name: str = "rules"
-    extras: dict[str, Any] = field(default_factory=dict)
-
-
-def build_core(loaded: LoadedConfig, state_dir: Path, environ: Mapping[str, str]) -> Core:
-    """Validate everything that can be validated without starting anything."""
-    config = loaded.config
-    source = str(loaded.path) if loaded.path else "<defaults>"
-    check_environment(loaded, environ)
-    masker = Masker.from_environment(secret_env_names(config), environ)
-    workspace = (config.tools.workspace or state_dir / "workspace").expanduser().resolve()
-    db = Database(state_dir / DB_FILENAME, durability=config.bot.durability)
-    reminders = ReminderService(
-        db,
-        timezone=config.bot.timezone,
-        languages=config.scheduler.languages,
-        max_active=config.scheduler.max_active_per_chat,
-    )
-    registry = ToolRegistry(output_limit=config.tools.output_limit)
-    for tool in builtin_tools(
-        config.tools, workspace=workspace, timezone=config.bot.timezone, reminders=reminders
-    ):
-        registry.register(tool)
-    registry.check_names(config.tools.allow, "tools.allow", source)
-    registry.check_names(config.tools.deny, "tools.deny", source)
-    policy = ApprovalPolicy(config.approvals, registry, source)
-    exposed = registry.exposed(config.tools.profile, config.tools.allow, config.tools.deny)
-    commands = CommandRegistry()
-
-    async def pending() -> list[Any]:
-        return await db.run(lambda conn: list_approvals(conn))
-
-    directory = ApproverDirectory(config)
-    audit = AuditWriter(masker)
-    gate = ApprovalGate(directory, audit, masker, config.approvals.timeout)
-
-    async def reset(session_key: str) -> None:
-        await db.run(lambda conn: reset_session(conn, session_key))
-
-    register_core_commands(commands, pending, gate.reprompt, reset)
-    register_reminder_commands(commands, reminders)
-    _check_cron_jobs(config, registry, source)
-    return Core(
-        loaded=loaded,
-        state_dir=state_dir,
-        masker=masker,
-        registry=registry,
-        exposed=exposed,
-        policy=policy,
-        directory=directory,
-        commands=commands,
-        db=db,
-        audit=audit,
-        gate=gate,
-        reminders=reminders,
-    )
-
-
-def _check_cron_jobs(config: Config, registry: ToolRegistry, source: str) -> None:
-    from zoneinfo import ZoneInfo
-
-    from .crontab import cron_trigger
-
-    for index, job in enumerate(config.cron):
-        where = f"{source}: cron[{index}] ({job.name})"
-        try:
-            cron_trigger(job.schedule, ZoneInfo(job.timezone or config.bot.timezone))
-        except ValueError as exc:
-            raise ConfigError(f"{where}: schedule: {exc}") from None
-        if job.tool is not None and registry.get(job.tool) is None:
-            raise ConfigError(f"{where}: tool: unknown tool {job.tool!r}")
 
 
 class Daemon:
