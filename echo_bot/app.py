@@ -38,7 +38,7 @@ from .sdnotify import Notifier
 from .statedir import StateLock
 from .store import DB_FILENAME, SqliteInbox, SqliteOutbox
 from .store.audit import tokens_since
-from .store.meta import set_daemon_info
+from .store.meta import queue_counts, set_daemon_info
 from .store.retention import prune
 from .tools.builtin import SendMessageTool
 
@@ -200,6 +200,7 @@ class Daemon:
 
             http = HttpServer(config.http, client_max_size=config.webhook.max_body)
             http.add_health("store", lambda: {"status": "ok"})
+            http.add_route("GET", "/metrics", self._metrics)
         access = StoreAccess(core.db, config)
         self._live = {"executor": executor, "gate": gate, "access": access}
 
@@ -294,6 +295,15 @@ class Daemon:
             for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
                 loop.remove_signal_handler(sig)
         return 0
+
+    async def _metrics(self, request: Any) -> Any:
+        from aiohttp import web
+
+        from . import metrics
+
+        queues = await self.core.db.run(queue_counts)
+        body = metrics.render(queues)
+        return web.Response(body=body, headers={"Content-Type": metrics.CONTENT_TYPE})
 
     def _on_hup(self) -> None:
         task = asyncio.create_task(self.reload())

@@ -12,6 +12,7 @@ import logging
 import time
 from collections.abc import Callable
 
+from . import metrics
 from .bus import Channel
 from .errors import ChannelError
 from .store.outbox import OutboxRow, SqliteOutbox
@@ -119,6 +120,7 @@ class DeliveryWorker:
             else:
                 await self.outbox.mark_sent(message, receipt)
                 self.delivered += 1
+                metrics.OUTBOUND.labels(message.to.channel, "sent").inc()
         finally:
             self._in_flight.pop(key, None)
             self.wake()
@@ -128,6 +130,7 @@ class DeliveryWorker:
     ) -> None:
         attempts = row.attempts + 1
         if not retryable or attempts >= self.max_attempts:
+            metrics.OUTBOUND.labels(row.message.to.channel, "failed").inc()
             await self.outbox.mark_failed(row.message.id, error)
             log.error(
                 "outbound %s to %s failed after %d attempt(s): %s",
@@ -137,6 +140,7 @@ class DeliveryWorker:
                 error,
             )
             return
+        metrics.OUTBOUND.labels(row.message.to.channel, "retry").inc()
         delay = retry_after if retry_after is not None else backoff(attempts)
         await self.outbox.mark_retry(row.message.id, error, self.clock() + delay)
         log.warning(

@@ -19,6 +19,7 @@ from zoneinfo import ZoneInfo
 
 from sqlite_utils import Database as SqlDb
 
+from . import metrics
 from .bus import Bus
 from .config import CronJob
 from .crontab import cron_trigger, next_after
@@ -161,6 +162,7 @@ class Scheduler:
             db, row, occurrence, late_by=late, outcome="missed" if missed else "sent"
         ):
             return None
+        metrics.REMINDER_LAG.observe(max(0.0, late))
         due = datetime.fromtimestamp(due_at, zone)
         if missed:
             text = (

@@ -18,6 +18,7 @@ from typing import Any
 
 from sqlite_utils import Database as SqlDb
 
+from .. import metrics
 from ..approvals import ApprovalGate, ApprovalPolicy, ApproverDirectory
 from ..events import InboundMessage
 from ..store import approvals as approval_store
@@ -233,6 +234,8 @@ class CallExecutor:
         self, db: SqlDb, inbound: InboundMessage, call: CallRow, result: ToolResult
     ) -> None:
         turn_store.set_call(db, call.id, turn_store.DONE, result=result.to_json())
+        outcome = "ok" if result.ok else str(result.error_code or "failed")
+        metrics.TOOL_CALLS.labels(call.name, outcome).inc()
         self.audit.write(
             db,
             "tool.result",

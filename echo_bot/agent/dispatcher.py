@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from sqlite_utils import Database as SqlDb
 
+from .. import metrics
 from ..approvals import ApprovalGate, DecisionOutcome
 from ..events import InboundKind, InboundMessage, InboundStatus, OutboundKind, OutboundMessage
 from ..store.db import Database
@@ -96,6 +97,7 @@ class Dispatcher:
             for row in rows:
                 self._last_seq = max(self._last_seq, row.seq)
                 if row.status == InboundStatus.ACCEPTED:
+                    metrics.INBOUND.labels(row.message.address.channel, row.message.kind).inc()
                     self._dispatch(row.message)
 
     def _dispatch(self, message: InboundMessage) -> None:

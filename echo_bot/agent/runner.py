@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from functools import partial
 
 from sqlite_utils import Database as SqlDb
 
+from .. import metrics
 from ..brains.base import Brain, BrainContext, BrainReply
 from ..config import BrainConfig
 from ..conversation import ChatMessage, ToolCall
@@ -229,6 +231,13 @@ class TurnRunner:
             text = f"Sorry, I could not think this through: {type(exc).__name__}."
             await self._finish(inbound, turn, text, InboundStatus.FAILED, f"brain error: {exc}")
             return None
+        model = reply.details.get("model")
+        if model:
+            latency = float(reply.details.get("latency_ms", 0) or 0) / 1000  # type: ignore[arg-type]
+            metrics.LLM_SECONDS.labels(str(model)).observe(latency)
+            for kind in ("prompt", "completion"):
+                tokens = int(reply.details.get(f"{kind}_tokens", 0) or 0)  # type: ignore[call-overload]
+                metrics.LLM_TOKENS.labels(str(model), kind).inc(tokens)
         await self.db.run(
             lambda db: self.audit.write(
                 db,
@@ -278,6 +287,7 @@ class TurnRunner:
             )
 
         await self.db.run(write)
+        metrics.TURN_SECONDS.observe(max(0.0, time.time() - inbound.received_at.timestamp()))
 
     async def _finish_direct(self, inbound: InboundMessage, calls: list[CallRow]) -> None:
         call = calls[0]

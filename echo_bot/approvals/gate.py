@@ -12,6 +12,7 @@ from typing import Any
 
 from sqlite_utils import Database as SqlDb
 
+from .. import metrics
 from ..events import (
     Address,
     ApprovalDecision,
@@ -112,6 +113,7 @@ class ApprovalGate:
             prompt_outbound_id=prompt.id,
             expires_at=expires_at,
         )
+        metrics.APPROVALS.labels("requested").inc()
         self.audit.write(
             db,
             "approval.requested",
@@ -262,6 +264,7 @@ class ApprovalGate:
         status = store.DENIED if verb is DecisionVerb.DENY else store.APPROVED
         if not store.decide(db, row.id, status, verb=verb.value, decided_by=who):
             return DecisionOutcome(False, "Already decided.", "decided", row)
+        metrics.APPROVALS.labels(status).inc()
         if verb is DecisionVerb.ALLOW_FOR:
             seconds = decision.allow_for_seconds or ALLOW_FOR_SECONDS
             store.add_grant(db, row.session_key, row.tool, self.clock() + seconds, row.id)
@@ -322,6 +325,7 @@ class ApprovalGate:
     def _expire(self, db: SqlDb, row: store.ApprovalRow) -> DecisionOutcome:
         if not store.decide(db, row.id, store.EXPIRED, verb=None, decided_by=None):
             return DecisionOutcome(False, "Already decided.", "decided", row)
+        metrics.APPROVALS.labels("expired").inc()
         self.audit.write(
             db,
             "approval.expired",
