@@ -45,6 +45,7 @@ def _parser() -> argparse.ArgumentParser:
         "pair", parents=[common], help="print a one-time code that lets a Telegram user in"
     )
     sub.add_parser("status", parents=[common], help="what the daemon is doing (or was)")
+    sub.add_parser("doctor", parents=[common], help="check config, secrets, state dir, peers")
     backup = sub.add_parser("backup", parents=[common], help="a consistent copy of the store")
     backup.add_argument("path", type=Path, help="where to write the copy")
     webhook = sub.add_parser("webhook", help="webhook deliveries; test a route")
@@ -91,6 +92,8 @@ def _dispatch(args: argparse.Namespace) -> int:
     from .secrets import Masker
     from .statedir import resolve_state_dir
 
+    if args.command == "doctor":
+        return _doctor(args)
     loaded = load_config(args.config)
     config = loaded.config
     state_dir = resolve_state_dir(args.state_dir, config.bot.state_dir, os.environ)
@@ -136,6 +139,24 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         return audit_command(state_dir, args.tail, args.trace, usage=args.usage)
     raise AssertionError(args.command)
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    from .config import load_config
+    from .doctor import run_doctor
+    from .logs import setup_logging
+    from .secrets import Masker
+    from .statedir import resolve_state_dir
+
+    setup_logging("ERROR", "text", Masker())
+    try:
+        loaded: object = load_config(args.config)
+        config_dir = loaded.config.bot.state_dir  # type: ignore[attr-defined]
+    except EchoBotError as exc:
+        loaded, config_dir = exc, None
+    state_dir = resolve_state_dir(args.state_dir, config_dir, os.environ)
+    source = str(args.config) if args.config else "embedded defaults"
+    return run_doctor(loaded, source, state_dir, os.environ)  # type: ignore[arg-type]
 
 
 def _run_daemon(command: str, loaded, state_dir: Path) -> int:  # type: ignore[no-untyped-def]

@@ -68,12 +68,26 @@ def cron_trigger(expression: str, timezone: ZoneInfo) -> Any:
         raise ValueError("a cron schedule has 5 fields: minute hour day month weekday")
     minute, hour, day, month, weekday = fields
     try:
+        days = _weekdays(weekday)
+        if not day.startswith("*") and not weekday.startswith("*"):
+            # crontab runs when *either* the day of month or the weekday matches;
+            # APScheduler's CronTrigger would need both.
+            from apscheduler.triggers.combining import OrTrigger
+
+            return OrTrigger(
+                [
+                    CronTrigger(minute=minute, hour=hour, day=day, month=month, timezone=timezone),
+                    CronTrigger(
+                        minute=minute, hour=hour, month=month, day_of_week=days, timezone=timezone
+                    ),
+                ]
+            )
         return CronTrigger(
             minute=minute,
             hour=hour,
             day=day,
             month=month,
-            day_of_week=_weekdays(weekday),
+            day_of_week=days,
             timezone=timezone,
         )
     except ValueError as exc:

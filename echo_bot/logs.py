@@ -6,8 +6,13 @@ import json
 import logging
 import sys
 import time
+from contextvars import ContextVar
 
 from .secrets import Masker
+
+# The turn being worked on, for log lines written while it runs (JSON format).
+current_trace: ContextVar[str | None] = ContextVar("current_trace", default=None)
+current_session: ContextVar[str | None] = ContextVar("current_session", default=None)
 
 
 class MaskingFilter(logging.Filter):
@@ -40,10 +45,12 @@ class JsonFormatter(logging.Formatter):
             "component": record.name,
             "message": record.getMessage(),
         }
-        for key in ("trace_id", "session"):
-            value = getattr(record, key, None)
-            if value:
-                payload[key] = value
+        trace = getattr(record, "trace_id", None) or current_trace.get()
+        session = getattr(record, "session", None) or current_session.get()
+        if trace:
+            payload["trace_id"] = trace
+        if session:
+            payload["session"] = session
         if record.exc_text:
             payload["exc"] = record.exc_text
         return json.dumps(payload, ensure_ascii=False)

@@ -21,6 +21,7 @@ from ..brains.base import Brain, BrainContext, BrainReply
 from ..config import BrainConfig
 from ..conversation import ChatMessage, ToolCall
 from ..events import InboundKind, InboundMessage, InboundStatus, OutboundMessage, new_id
+from ..logs import current_session, current_trace
 from ..store import turns as turn_store
 from ..store.audit import AuditWriter
 from ..store.db import Database
@@ -60,6 +61,8 @@ class TurnRunner:
         self.config = config
 
     async def advance(self, inbound: InboundMessage) -> None:
+        current_trace.set(inbound.trace_id)
+        current_session.set(inbound.session_key)
         turn = await self.db.run(lambda db: self._begin(db, inbound))
         if turn is None:
             return
