@@ -223,9 +223,7 @@ class WebhookChannel:
             self.counts["ignored"] += 1
             return web.json_response({"status": "ignored"}, status=200)
         # Only header values that are text (undecodable bytes arrive as lone surrogates).
-        headers = {
-            k: v for k, v in request.headers.items() if len(v) <= 1000 and v.isprintable()
-        }
+        headers = {k: v for k, v in request.headers.items() if len(v) <= 1000 and v.isprintable()}
         sources = {"payload": payload, "headers": headers, "route": {"name": route.name}}
         try:
             message = self._inbound(route, sources, self._dedup_key(route, request, body))

@@ -74,7 +74,13 @@ def verify_standard(
     signatures = headers.get("webhook-signature", "")
     if not msg_id or not stamp or not signatures:
         return 401, "missing webhook-id, webhook-timestamp or webhook-signature"
-    if len(msg_id) > 256 or not msg_id.isprintable() or not stamp.isascii() or not stamp.isdigit() or len(stamp) > 12:
+    if (
+        len(msg_id) > 256
+        or not msg_id.isprintable()
+        or not stamp.isascii()
+        or not stamp.isdigit()
+        or len(stamp) > 12
+    ):
         return 400, "malformed webhook-id or webhook-timestamp"
     if abs(clock() - int(stamp)) > STANDARD_TOLERANCE:
         return 400, "webhook-timestamp is outside the 5-minute tolerance"
