@@ -251,6 +251,7 @@ class Daemon:
                 await http.start()
                 self.http = http
             running = frozenset(c.name for c in self.channels)
+            self._warn_unreachable(config, running)
             for tool in core.registry:
                 if isinstance(tool, SendMessageTool):
                     tool.bind(bus.send, running)
@@ -295,6 +296,23 @@ class Daemon:
             for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
                 loop.remove_signal_handler(sig)
         return 0
+
+    @staticmethod
+    def _warn_unreachable(config: Config, running: frozenset[str]) -> None:
+        """Results for a channel that is not running wait in the outbox: say so."""
+        targets = [(f"webhook route {r.name}", r.deliver_to) for r in config.webhook.routes]
+        targets += [(f"cron job {j.name}", j.deliver_to) for j in config.cron]
+        targets.append(("[approvals] default_chat", config.approvals.default_chat))
+        for what, address in targets:
+            channel = address.split(":", 1)[0] if address else None
+            if channel and channel not in running:
+                log.warning(
+                    "%s delivers to %s, but the %s channel is not running here; its"
+                    " messages wait in the outbox until it does",
+                    what,
+                    address,
+                    channel,
+                )
 
     async def _metrics(self, request: Any) -> Any:
         from aiohttp import web

@@ -36,6 +36,23 @@ class MaskingFilter(logging.Filter):
         return True
 
 
+class MalformedRequestFilter(logging.Filter):
+    """aiohttp logs every request its HTTP parser refuses as an ERROR with a traceback;
+    any stranger could fill the log that way. Keep one short warning line instead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name == "aiohttp.server" and record.exc_info and record.exc_info[1]:
+            error = record.exc_info[1]
+            if type(error).__module__.startswith("aiohttp.http_exceptions"):
+                record.levelno, record.levelname = logging.WARNING, "WARNING"
+                record.msg, record.args = (
+                    "refused a malformed HTTP request: %s",
+                    (type(error).__name__,),
+                )
+                record.exc_info = record.exc_text = None
+        return True
+
+
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         payload = {
@@ -58,6 +75,7 @@ class JsonFormatter(logging.Formatter):
 
 def setup_logging(level: str, fmt: str, masker: Masker) -> None:
     handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(MalformedRequestFilter())
     handler.addFilter(MaskingFilter(masker))
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
