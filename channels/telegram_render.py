@@ -76,12 +76,24 @@ class TokenBucket:
 
 
 class Pacer:
-    """About 1 message/s per chat (small bursts) and 30/s overall, Telegram's limits."""
+    """About 1 message/s per chat (small bursts) and 30/s overall, Telegram's limits.
 
-    def __init__(self, per_chat: float = 1.0, chat_burst: float = 3, overall: float = 30) -> None:
-        self._per_chat = per_chat
+    Telegram counts when a message arrives, not when it left: a send that leaves on
+    time can still arrive early next to the one before it (a slower first request, a
+    busy loop), and be refused with a 429 and a retry a second later. So the pacer keeps
+    ``slack`` (5 %) under each rate; the buckets at Telegram's end then fill a little
+    faster than they are drained, which absorbs such jitter."""
+
+    def __init__(
+        self,
+        per_chat: float = 1.0,
+        chat_burst: float = 3,
+        overall: float = 30,
+        slack: float = 0.05,
+    ) -> None:
+        self._per_chat = per_chat / (1 + slack)
         self._chat_burst = chat_burst
-        self._overall = TokenBucket(overall, overall)
+        self._overall = TokenBucket(overall / (1 + slack), overall)
         self._chats: dict[str, TokenBucket] = {}
 
     async def wait(self, chat: str) -> None:

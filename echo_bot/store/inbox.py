@@ -1,13 +1,25 @@
-"""The inbox: every inbound committed (deduplicated) before anyone acknowledges it."""
+"""The inbox: every inbound committed (deduplicated) before anyone acknowledges it.
+
+Group commit: ``SqliteInbox.add`` queues the message with a future; one writer task
+takes everything queued at that moment (at least one message, never a sleep window) and
+commits it in one transaction, then resolves each future with that message's own
+outcome. Under load many deliveries share one commit; alone, a message is committed at
+once. No future is resolved before the commit, and a failed batch fails every future in
+it (a channel then answers "retry later", never "accepted").
+"""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sqlite_utils import Database as SqlDb
 
 from ..bus import Published
+from ..errors import StoreError
 from ..events import InboundMessage, InboundStatus
 from .db import Database
 
@@ -29,12 +41,63 @@ def _row(raw: dict) -> InboxRow:  # type: ignore[type-arg]
     )
 
 
+# At most this many inbound in one group commit (keeps each transaction short).
+MAX_BATCH = 256
+
+
 class SqliteInbox:
     def __init__(self, db: Database) -> None:
         self._db = db
+        self._queued: list[tuple[InboundMessage, asyncio.Future[Published]]] = []
+        self._writer: asyncio.Task[None] | None = None
 
     async def add(self, message: InboundMessage) -> Published:
-        return await self._db.run(lambda db: add_inbound(db, message))
+        """Commit ``message`` (with whatever else is queued); its own outcome."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Published] = loop.create_future()
+        self._queued.append((message, future))
+        if self._writer is None or self._writer.done():
+            self._writer = loop.create_task(self._write_queued(), name="inbox-writer")
+        return await future
+
+    async def _write_queued(self) -> None:
+        """Commit what is queued, batch after batch, until the queue is empty."""
+        while self._queued:
+            batch, self._queued = self._queued[:MAX_BATCH], self._queued[MAX_BATCH:]
+            try:
+                await self._commit(batch)
+            except BaseException:  # cancelled: what is still queued fails too
+                for _message, future in self._queued:
+                    if not future.done():
+                        future.cancel()
+                self._queued = []
+                raise
+
+    async def _commit(self, batch: list[tuple[InboundMessage, asyncio.Future[Published]]]) -> None:
+        messages = [message for message, _future in batch]
+        try:
+            results = await self._db.run(lambda db: add_inbound_batch(db, messages))
+        except BaseException as exc:
+            # Nothing of the batch is committed: the transaction rolled back.
+            if isinstance(exc, Exception) and not isinstance(exc, StoreError) and len(batch) > 1:
+                # Not the store: one message could not be stored (a bug, say). Commit
+                # the others one by one rather than fail them with it.
+                for item in batch:
+                    await self._commit([item])
+                return
+            for _message, future in batch:
+                if future.done():
+                    continue
+                if isinstance(exc, Exception):
+                    future.set_exception(exc)
+                else:
+                    future.cancel()
+            if not isinstance(exc, Exception):
+                raise
+            return
+        for (_message, future), published in zip(batch, results, strict=True):
+            if not future.done():  # the caller may have given up (cancelled)
+                future.set_result(published)
 
     async def after(self, seq: int, limit: int = 500) -> list[InboxRow]:
         """Rows committed after ``seq`` (also by other processes), oldest first."""
@@ -119,6 +182,69 @@ def add_inbound(db: SqlDb, message: InboundMessage) -> Published:
         [message.address.channel, message.external_id, message.id],
     ).fetchone()
     return Published(inbound_id=existing[0] if existing else message.id, duplicate=True)
+
+
+_INSERT = (
+    "INSERT INTO inbox (id, kind, channel, session_key, external_id, payload, status,"
+    " received_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+
+def add_inbound_batch(db: SqlDb, messages: Sequence[InboundMessage]) -> list[Published]:
+    """``add_inbound`` for each message in order, in the caller's transaction.
+
+    The common case — no message's id or (channel, external_id) is in the store or
+    repeated in the batch — is one look-up and one ``executemany`` insert. Anything else
+    (a retried delivery, a key to retire after its dedup window, two equal keys in one
+    batch) takes the one-by-one path, so the outcome is exactly the sequential one."""
+    if not messages:
+        return []
+    ids = [m.id for m in messages]
+    keys = [(m.address.channel, m.external_id) for m in messages if m.external_id is not None]
+    if len(set(ids)) < len(ids) or len(set(keys)) < len(keys) or _any_stored(db, ids, keys):
+        return [add_inbound(db, message) for message in messages]
+    now = time.time()
+    db.conn.executemany(
+        _INSERT,
+        [
+            (
+                m.id,
+                m.kind,
+                m.address.channel,
+                m.session_key,
+                m.external_id,
+                m.model_dump_json(),
+                InboundStatus.ACCEPTED,
+                m.received_at.timestamp(),
+                now,
+            )
+            for m in messages
+        ],
+    )
+    return [Published(inbound_id=m.id, duplicate=False) for m in messages]
+
+
+def _any_stored(db: SqlDb, ids: list[str], keys: list[tuple[str, str | None]]) -> bool:
+    """Whether any of these ids or (channel, external_id) keys is in the inbox (old
+    rows included: those past their window are retired on the one-by-one path)."""
+    found = db.execute(
+        "SELECT 1 FROM inbox WHERE id IN (SELECT value FROM json_each(?)) LIMIT 1",
+        [json.dumps(ids)],
+    ).fetchone()
+    if found:
+        return True
+    by_channel: dict[str, list[str | None]] = {}
+    for channel, external_id in keys:
+        by_channel.setdefault(channel, []).append(external_id)
+    for channel, external_ids in by_channel.items():
+        found = db.execute(
+            "SELECT 1 FROM inbox WHERE channel = ?"
+            " AND external_id IN (SELECT value FROM json_each(?)) LIMIT 1",
+            [channel, json.dumps(external_ids)],
+        ).fetchone()
+        if found:
+            return True
+    return False
 
 
 def rows_after(db: SqlDb, seq: int, limit: int) -> list[InboxRow]:

@@ -1,0 +1,331 @@
+"""Turns through the whole core, beside a bare asyncio.Queue round trip.
+
+In one process (pinned to one CPU by default), the real core runs as ``echo-bot run``
+builds it — bus → inbox (SQLite) → dispatcher → agent with the rules brain → the tool
+``current_time`` → outbox → delivery worker — with a no-op channel in place of a chat.
+N sessions each send "what time is it?" and wait for the reply before sending the next
+(a closed loop); one case with 1 session (latency), one with 16 (throughput). Beside
+each, the floor: N senders doing a round trip through a bare ``asyncio.Queue`` and one
+worker task, measured in the same run.
+
+Prints turns/s and per-turn latency (publish → the reply reaching the channel) p50/p99
+for both, and the overhead of a turn over the floor.
+
+    python bench/turns.py               # 1 and 16 sessions, 10 s each after 2 s of warm-up
+    python bench/turns.py --quick       # about 3 s
+    python bench/turns.py --profile     # also print where the time goes (cProfile)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import cProfile
+import io
+import os
+import pstats
+import shutil
+import sqlite3
+import sys
+import tempfile
+import time
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from echo_bot.app import Daemon, build_core  # noqa: E402
+from echo_bot.config import LoadedConfig, parse_config  # noqa: E402
+from echo_bot.events import (  # noqa: E402
+    Address,
+    InboundMessage,
+    OutboundMessage,
+    Receipt,
+    Sender,
+    new_id,
+)
+
+CHANNEL = "bench"
+TEXT = "what time is it?"
+TURN_TIMEOUT = 30.0  # one turn, at most
+
+
+def config_text(sessions: int) -> str:
+    return f"""
+[bot]
+max_concurrent_turns = {max(8, min(sessions, 1000))}
+shutdown_timeout = "2s"
+
+[brain]
+kind = "rules"
+"""
+
+
+class NoopChannel:
+    """Takes every reply at once; wakes the session waiting for it."""
+
+    name = CHANNEL
+
+    def __init__(self) -> None:
+        self.waiting: dict[str, asyncio.Future[OutboundMessage]] = {}
+        self.sent = 0
+
+    async def start(self, bus: object) -> None:
+        pass
+
+    async def stop(self) -> None:
+        pass
+
+    def health(self) -> dict[str, object]:
+        return {"status": "ok"}
+
+    async def send(self, message: OutboundMessage) -> Receipt:
+        self.sent += 1
+        future = self.waiting.pop(str(message.metadata.get("inbound_id", "")), None)
+        if future is not None and not future.done():
+            future.set_result(message)
+        return Receipt(channel_message_id=str(self.sent))
+
+
+@dataclass
+class Result:
+    turns: int = 0
+    seconds: float = 0.0
+    latencies: list[float] = field(default_factory=list)
+    wrong: int = 0  # replies that are not the time
+    timeouts: int = 0
+
+    @property
+    def rate(self) -> float:
+        return self.turns / self.seconds if self.seconds else 0.0
+
+    def pct(self, p: float) -> float:
+        data = sorted(self.latencies)
+        return data[min(len(data) - 1, int(p * len(data)))] * 1000 if data else 0.0
+
+
+async def closed_loop(
+    sessions: int,
+    warmup: float,
+    seconds: float,
+    one_turn: object,
+) -> Result:
+    """``sessions`` senders, each doing turn after turn; only turns that start after the
+    warm-up and end before the deadline count."""
+    result = Result()
+    loop = asyncio.get_running_loop()
+    start = loop.time() + warmup
+    deadline = start + seconds
+
+    async def sender(number: int) -> None:
+        while loop.time() < deadline:
+            began = time.perf_counter()
+            began_loop = loop.time()
+            try:
+                ok = await one_turn(number)  # type: ignore[operator]
+            except TimeoutError:
+                result.timeouts += 1
+                return
+            ended = loop.time()
+            if began_loop >= start and ended <= deadline:
+                result.turns += 1
+                result.latencies.append(time.perf_counter() - began)
+                result.wrong += 0 if ok else 1
+
+    await asyncio.gather(*(sender(n) for n in range(sessions)))
+    result.seconds = seconds
+    return result
+
+
+async def queue_floor(sessions: int, warmup: float, seconds: float) -> Result:
+    """The floor: a round trip through a bare asyncio.Queue and one worker task."""
+    requests: asyncio.Queue[tuple[asyncio.Queue[str], str]] = asyncio.Queue()
+
+    async def worker() -> None:
+        while True:
+            reply_to, text = await requests.get()
+            reply_to.put_nowait(text)
+
+    replies = [asyncio.Queue[str]() for _ in range(sessions)]
+
+    async def one_turn(number: int) -> bool:
+        requests.put_nowait((replies[number], TEXT))
+        return await replies[number].get() == TEXT
+
+    task = asyncio.create_task(worker())
+    try:
+        return await closed_loop(sessions, warmup, seconds, one_turn)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def core_case(
+    sessions: int, warmup: float, seconds: float, state_dir: Path, profile: cProfile.Profile | None
+) -> tuple[Result, dict[str, int]]:
+    config = parse_config(tomllib.loads(config_text(sessions)), "bench/turns.py")
+    core = build_core(LoadedConfig(config=config, path=None), state_dir, {})
+    channel = NoopChannel()
+    daemon = Daemon(core, channel_names=[], environ={}, banner=False, extra_channels=[channel])
+    run = asyncio.create_task(daemon.run())
+    try:
+        async with asyncio.timeout(30):
+            bus = await daemon.wait_started()
+        loop = asyncio.get_running_loop()
+
+        async def one_turn(number: int) -> bool:
+            inbound = InboundMessage(
+                address=Address(channel=CHANNEL, chat_id=f"s{number}"),
+                sender=Sender(id=f"user{number}", name=f"user {number}"),
+                text=TEXT,
+                external_id=new_id(),
+            )
+            future: asyncio.Future[OutboundMessage] = loop.create_future()
+            channel.waiting[inbound.id] = future
+            await bus.publish(inbound)
+            async with asyncio.timeout(TURN_TIMEOUT):
+                reply = await future
+            return reply.text.startswith("It is")
+
+        if profile is not None:
+            profile.enable()
+        try:
+            result = await closed_loop(sessions, warmup, seconds, one_turn)
+        finally:
+            if profile is not None:
+                profile.disable()
+    finally:
+        daemon.request_stop()
+        await asyncio.wait_for(run, 30)
+    return result, store_counts(state_dir)
+
+
+def store_counts(state_dir: Path) -> dict[str, int]:
+    conn = sqlite3.connect(state_dir / "echo-bot.sqlite3")
+    try:
+        one = lambda sql: conn.execute(sql).fetchone()[0]  # noqa: E731
+        return {
+            "inbox": one("SELECT COUNT(*) FROM inbox"),
+            "done": one("SELECT COUNT(*) FROM inbox WHERE status = 'done'"),
+            "tool_calls": one("SELECT COUNT(*) FROM tool_calls WHERE name = 'current_time'"),
+            "outbox_sent": one("SELECT COUNT(*) FROM outbox WHERE status = 'sent'"),
+        }
+    finally:
+        conn.close()
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def pin_to_one_cpu() -> str:
+    """Run this process (and the store thread it starts) on one CPU."""
+    if not hasattr(os, "sched_setaffinity"):
+        return "not pinned (no sched_setaffinity)"
+    cpus = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {cpus[-1]})
+    return f"pinned to CPU {cpus[-1]} of {len(cpus)}"
+
+
+async def amain(args: argparse.Namespace) -> int:
+    workdir = Path(tempfile.mkdtemp(prefix="echo-bot-turns-"))
+    profile = cProfile.Profile() if args.profile else None
+    measured: list[tuple[int, Result, Result, dict[str, int]]] = []
+    try:
+        for n, sessions in enumerate(args.sessions):
+            floor = await queue_floor(sessions, args.warmup, args.duration)
+            state = workdir / f"state-{n}"
+            state.mkdir()
+            # cProfile the largest case only (it is the throughput one).
+            prof = profile if sessions == max(args.sessions) else None
+            core, counts = await core_case(sessions, args.warmup, args.duration, state, prof)
+            measured.append((sessions, floor, core, counts))
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+    rows = []
+    for sessions, floor, core, _counts in measured:
+        for label, r in (
+            ("bare asyncio.Queue round trip (floor)", floor),
+            ("echo-bot turn (bus → inbox → rules brain → current_time → outbox → channel)", core),
+        ):
+            rows.append(
+                [
+                    str(sessions),
+                    label,
+                    f"{r.turns:,}",
+                    f"{r.rate:,.0f}",
+                    f"{r.pct(0.50):.3f}",
+                    f"{r.pct(0.99):.3f}",
+                ]
+            )
+        overhead = core.pct(0.50) - floor.pct(0.50)
+        rows.append([str(sessions), "**echo-bot − floor**", "", "", f"**{overhead:.3f}**", ""])
+    print(
+        f"turns: {', '.join(str(s) for s in args.sessions)} concurrent session(s), "
+        f"{args.duration:g} s measured after {args.warmup:g} s warm-up per case, {args.cpu}\n"
+    )
+    print(table(["sessions", "case", "turns", "turns/s", "p50 ms", "p99 ms"], rows))
+    print()
+    best = max(measured, key=lambda m: m[2].rate)
+    single = min(measured, key=lambda m: m[0])
+    overhead = single[2].pct(0.50) - single[1].pct(0.50)
+    rate_ok = best[2].rate >= 1000
+    overhead_ok = overhead < 2.0
+    print(
+        f"Targets: ≥ 1,000 turns/s on one core — {'met' if rate_ok else 'MISSED'} "
+        f"({best[2].rate:,.0f} with {best[0]} sessions); p50 overhead < 2 ms — "
+        f"{'met' if overhead_ok else 'MISSED'} ({overhead:.2f} ms with {single[0]} session(s);"
+        " with more sessions the latency is mostly waiting in line: sessions ÷ turns/s)."
+    )
+    for sessions, _floor, core, counts in measured:
+        per_turn = 1000 / core.rate if core.rate else 0.0
+        print(
+            f"- {sessions} session(s): the store after the run (warm-up included) holds "
+            f"{counts['inbox']} inbound, {counts['done']} done, {counts['tool_calls']} "
+            f"current_time calls, {counts['outbox_sent']} replies sent; replies that were not "
+            f"the time: {core.wrong}; turns over {TURN_TIMEOUT:g} s: {core.timeouts}; "
+            f"{per_turn:.2f} ms of the core per turn"
+        )
+    if profile is not None:
+        print("\nWhere the time goes (cProfile of the largest case's measured window):\n")
+        out = io.StringIO()
+        stats = pstats.Stats(profile, stream=out)
+        stats.sort_stats("tottime").print_stats(args.profile_lines)
+        stats.sort_stats("cumulative").print_stats(args.profile_lines)
+        print("```\n" + out.getvalue().strip() + "\n```")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="about 3 s in all")
+    parser.add_argument("--duration", type=float, help="measured seconds per case (10)")
+    parser.add_argument("--warmup", type=float, help="warm-up seconds per case (2)")
+    parser.add_argument(
+        "--sessions", default="1,16", help="concurrent sessions, a case each (1,16)"
+    )
+    parser.add_argument("--no-pin", action="store_true", help="do not pin to one CPU")
+    parser.add_argument("--profile", action="store_true", help="cProfile the largest case")
+    parser.add_argument("--profile-lines", type=int, default=25)
+    args = parser.parse_args(argv)
+    if args.duration is None:
+        args.duration = 1.0 if args.quick else 10.0
+    if args.warmup is None:
+        args.warmup = 0.3 if args.quick else 2.0
+    args.duration = max(0.5, min(args.duration, 300.0))
+    args.sessions = sorted({max(1, min(int(n), 1000)) for n in args.sessions.split(",")})
+    args.cpu = "not pinned" if args.no_pin else pin_to_one_cpu()
+    with contextlib.suppress(KeyboardInterrupt):
+        return asyncio.run(amain(args))
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""The benchmark scripts still run: each one with --quick, as a subprocess.
+
+No timing is asserted here (the machines are shared and noisy; the figures live in
+bench/RESULTS.md): only that a script exits 0 and prints its Markdown table.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT, echo_bot_env
+
+
+def run_quick(script: str, *extra: str, timeout: float = 240) -> str:
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / script), "--quick", *extra],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=echo_bot_env(),
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+    )
+    assert result.returncode == 0, f"{script} exited {result.returncode}:\n{result.stderr[-4000:]}"
+    return result.stdout
+
+
+def assert_markdown_table(output: str, first_column: str) -> None:
+    lines = output.splitlines()
+    header = [i for i, line in enumerate(lines) if line.startswith(f"| {first_column} |")]
+    assert header, f"no table headed {first_column!r} in:\n{output}"
+    at = header[0]
+    assert lines[at + 1].startswith("| --- |"), lines[at + 1]
+    rows = [line for line in lines[at + 2 :] if line.startswith("| ")]
+    assert rows, output
+    columns = lines[at].count("|")
+    assert all(row.count("|") == columns for row in rows), output
+
+
+@pytest.mark.timeout(300)
+def test_webhook_ingest_quick() -> None:
+    output = run_quick("webhook_ingest.py")
+    assert_markdown_table(output, "case")
+    assert "b/a" in output
+
+
+@pytest.mark.timeout(300)
+def test_turns_quick() -> None:
+    output = run_quick("turns.py")
+    assert_markdown_table(output, "sessions")
+    assert "asyncio.Queue" in output
+
+
+@pytest.mark.timeout(300)
+def test_telegram_burst_quick() -> None:
+    output = run_quick("telegram_burst.py")
+    assert_markdown_table(output, "case")
+    rows = [line.split("|") for line in output.splitlines() if line.startswith("| one chat")]
+    assert rows, output
+
+
+@pytest.mark.timeout(300)
+def test_footprint_quick() -> None:
+    output = run_quick("footprint.py")
+    assert_markdown_table(output, "configuration")
+    assert "(a) imports aiogram" in output

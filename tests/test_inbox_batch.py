@@ -1,0 +1,180 @@
+"""The inbox's group commit: many adds share one transaction, each keeps its own outcome."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from sqlite_utils import Database as SqlDb
+
+from echo_bot.bus import Published
+from echo_bot.errors import StoreError
+from echo_bot.events import Address, InboundMessage, Sender
+from echo_bot.store import Database, SqliteInbox
+from echo_bot.store.inbox import DEDUP_WINDOW, DEDUP_WINDOWS, add_inbound, add_inbound_batch
+
+
+def message(external_id: str | None, channel: str = "webhook", **extra: object) -> InboundMessage:
+    return InboundMessage(
+        address=Address(channel=channel, chat_id="route"),
+        sender=Sender(id="s"),
+        text="hello",
+        external_id=external_id,
+        **extra,  # type: ignore[arg-type]
+    )
+
+
+@pytest.fixture
+async def db(tmp_path: Path):  # type: ignore[no-untyped-def]
+    database = Database(tmp_path / "inbox.sqlite3")
+    await database.open()
+    yield database
+    await database.close()
+
+
+def count(db: SqlDb) -> int:
+    return db.execute("SELECT COUNT(*) FROM inbox").fetchone()[0]
+
+
+async def test_concurrent_adds_share_a_commit_and_each_gets_its_own_outcome(db: Database) -> None:
+    inbox = SqliteInbox(db)
+    batches: list[int] = []
+    real = db.run
+
+    async def counting_run(fn):  # type: ignore[no-untyped-def]
+        batches.append(1)
+        return await real(fn)
+
+    db.run = counting_run  # type: ignore[method-assign]
+    messages = [message(f"k{i}") for i in range(50)]
+    results = await asyncio.gather(*(inbox.add(m) for m in messages))
+    assert results == [Published(m.id, False) for m in messages]
+    assert len(batches) < 50  # shared commits, not one per message
+    assert await real(count) == 50
+
+
+async def test_two_equal_keys_in_one_batch_the_second_is_a_duplicate(db: Database) -> None:
+    inbox = SqliteInbox(db)
+    first, second, other = message("same"), message("same"), message("other")
+    results = await asyncio.gather(inbox.add(first), inbox.add(second), inbox.add(other))
+    assert results == [
+        Published(first.id, False),
+        Published(first.id, True),
+        Published(other.id, False),
+    ]
+    # The same key on another channel is another delivery.
+    elsewhere = message("same", channel="telegram")
+    assert await inbox.add(elsewhere) == Published(elsewhere.id, False)
+    assert await db.run(count) == 3
+
+
+async def test_a_key_already_stored_is_a_duplicate_in_a_batch(db: Database) -> None:
+    inbox = SqliteInbox(db)
+    stored = message("seen")
+    await inbox.add(stored)
+    again, new = message("seen"), message("new")
+    results = await asyncio.gather(inbox.add(new), inbox.add(again))
+    assert results == [Published(new.id, False), Published(stored.id, True)]
+    # The same message (same id, no key) added twice is one row.
+    keyless = message(None)
+    assert await asyncio.gather(inbox.add(keyless), inbox.add(keyless)) == [
+        Published(keyless.id, False),
+        Published(keyless.id, True),
+    ]
+
+
+async def test_the_dedup_window_holds_in_a_batch(db: Database) -> None:
+    """A key older than its channel's window is new again; inside it, a duplicate."""
+    inbox = SqliteInbox(db)
+    old_webhook = message("w")
+    old_telegram = message("t", channel="telegram")
+    await inbox.add(old_webhook)
+    await inbox.add(old_telegram)
+    # 4 days ago: beyond Telegram's window, within the webhook one.
+    past = time.time() - 4 * 86400
+    assert DEDUP_WINDOWS["telegram"] < 4 * 86400 < DEDUP_WINDOW
+    await db.run(lambda d: d.execute("UPDATE inbox SET received_at = ?", [past]))
+    webhook_again, telegram_again = message("w"), message("t", channel="telegram")
+    telegram_twice = message("t", channel="telegram")
+    results = await asyncio.gather(
+        inbox.add(webhook_again), inbox.add(telegram_again), inbox.add(telegram_twice)
+    )
+    assert results == [
+        Published(old_webhook.id, True),
+        Published(telegram_again.id, False),
+        Published(telegram_again.id, True),
+    ]
+
+
+def test_batch_and_one_by_one_agree() -> None:
+    """add_inbound_batch gives exactly what add_inbound gives, message after message."""
+    import sqlite3
+
+    from echo_bot.store.schema import migrate
+
+    def fresh() -> SqlDb:
+        db = SqlDb(sqlite3.connect(":memory:"))
+        migrate(db)
+        return db
+
+    old = datetime.now(UTC) - timedelta(seconds=DEDUP_WINDOW + 60)
+    seed = [message("a"), message("b", received_at=old), message("c", channel="telegram")]
+    batch = [
+        message("a"),
+        message("b"),
+        message("b"),
+        message("d"),
+        message("d"),
+        message(None),
+        seed[2],
+        message("c"),
+    ]
+    one, many = fresh(), fresh()
+    for m in seed:
+        add_inbound(one, m)
+        add_inbound(many, m)
+    expected = [add_inbound(one, m) for m in batch]
+    assert add_inbound_batch(many, batch) == expected
+    rows = "SELECT id, channel, external_id, received_at FROM inbox ORDER BY seq"
+    assert many.execute(rows).fetchall() == one.execute(rows).fetchall()
+    # The fast path (nothing stored, nothing repeated) stores the same rows too.
+    fast = [message(f"n{i}") for i in range(5)] + [message(None)]
+    assert add_inbound_batch(many, fast) == [Published(m.id, False) for m in fast]
+    new = sum(not p.duplicate for p in expected)
+    assert new == 4  # b (its old row retired), d, the keyless one, c on another channel
+    assert many.execute("SELECT COUNT(*) FROM inbox").fetchone()[0] == len(seed) + new + 6
+
+
+async def test_a_failing_commit_fails_every_add_of_the_batch(db: Database) -> None:
+    inbox = SqliteInbox(db)
+    real = db.run
+
+    async def broken(fn):  # type: ignore[no-untyped-def]
+        raise StoreError("disk full")
+
+    db.run = broken  # type: ignore[method-assign]
+    results = await asyncio.gather(
+        *(inbox.add(message(f"x{i}")) for i in range(5)), return_exceptions=True
+    )
+    assert all(isinstance(r, StoreError) for r in results)
+    db.run = real  # type: ignore[method-assign]
+    assert await db.run(count) == 0
+    # The store is back: the same deliveries, retried, are new (nothing half-stored).
+    retried = message("x0")
+    assert await inbox.add(retried) == Published(retried.id, False)
+
+
+async def test_a_message_that_cannot_be_stored_fails_alone(db: Database) -> None:
+    inbox = SqliteInbox(db)
+    good = [message(f"g{i}") for i in range(3)]
+    bad = message("\ud800")  # a lone surrogate: SQLite cannot encode it
+    results = await asyncio.gather(
+        inbox.add(good[0]), inbox.add(bad), inbox.add(good[1]), inbox.add(good[2]),
+        return_exceptions=True,
+    )  # fmt: skip
+    assert isinstance(results[1], Exception)
+    assert [results[0], results[2], results[3]] == [Published(m.id, False) for m in good]
+    assert await db.run(count) == 3
