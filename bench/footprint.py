@@ -47,6 +47,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from tests.fakes.notify import NotifySocket  # noqa: E402
+
 TOKEN = "123456:BENCH-footprint-token"
 HOOK_SECRET_ENV = "BENCH_HOOK_SECRET"
 START_TIMEOUT = 60.0
@@ -56,49 +58,6 @@ WATCHED = ("aiogram", "openai")
 # ---------------------------------------------------------------------------------------
 # Helpers
 # ---------------------------------------------------------------------------------------
-
-
-class NotifySocket:
-    """A fake ``$NOTIFY_SOCKET``: a thread receives and timestamps each datagram."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self.sock.bind(str(path))
-        self.sock.settimeout(0.05)
-        self.received: list[tuple[float, str]] = []
-        self._running = True
-        self._thread = threading.Thread(target=self._read, daemon=True)
-        self._thread.start()
-
-    def _read(self) -> None:
-        while self._running:
-            try:
-                data = self.sock.recv(4096)
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            now = time.monotonic()
-            self.received.extend((now, line) for line in data.decode().splitlines())
-
-    def wait_for(self, line: str, proc: subprocess.Popen[bytes], timeout: float) -> float:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for at, text in list(self.received):
-                if text == line:
-                    return at
-            if proc.poll() is not None:
-                raise RuntimeError(f"the daemon exited with {proc.returncode} before {line}")
-            time.sleep(0.002)
-        raise RuntimeError(f"no {line} within {timeout} s")
-
-    def close(self) -> None:
-        self._running = False
-        self._thread.join(2)
-        self.sock.close()
-        with contextlib.suppress(OSError):
-            self.path.unlink()
 
 
 def rss_mb(pid: int) -> float:
@@ -263,14 +222,14 @@ def run_daemon(
             env={**clean_env(NOTIFY_SOCKET=str(notify.path)), **env}, cwd=ROOT,
         )  # fmt: skip
         try:
-            ready = notify.wait_for("READY=1", proc, START_TIMEOUT)
+            ready = notify.wait_for("READY=1", START_TIMEOUT, proc)
             rss = None
             if idle is not None:
                 time.sleep(idle)
                 rss = rss_mb(proc.pid)
             elif importtime:
                 time.sleep(1.0)  # anything imported just after READY shows up too
-        except RuntimeError as exc:
+        except AssertionError as exc:  # READY never came: show the daemon's log
             stop(proc)
             raise RuntimeError(f"{exc}\n{log.read_text(errors='replace')[-3000:]}") from None
         finally:

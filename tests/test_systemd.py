@@ -6,9 +6,7 @@ import asyncio
 import configparser
 import itertools
 import shutil
-import socket
 import subprocess
-import threading
 import time
 from pathlib import Path
 
@@ -16,6 +14,7 @@ import pytest
 
 from echo_bot.sdnotify import Notifier
 from tests.conftest import ROOT, echo_bot_env
+from tests.fakes.notify import NotifySocket
 from tests.proc import EchoBotProcess
 
 UNIT = ROOT / "systemd" / "echo-bot.service"
@@ -61,47 +60,6 @@ def test_systemd_analyze_verify_accepts_the_unit(tmp_path: Path) -> None:
         ["systemd-analyze", "verify", str(copy)], capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0, result.stderr
-
-
-class NotifySocket:
-    """A fake ``$NOTIFY_SOCKET``: a thread receives and timestamps each datagram."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self.sock.bind(str(path))
-        self.sock.settimeout(0.1)
-        self.received: list[tuple[float, str]] = []
-        self._running = True
-        self._thread = threading.Thread(target=self._read, daemon=True)
-        self._thread.start()
-
-    def _read(self) -> None:
-        while self._running:
-            try:
-                data = self.sock.recv(4096)
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            now = time.monotonic()
-            self.received.extend((now, line) for line in data.decode().splitlines())
-
-    def wait_for(self, line: str, timeout: float = 15) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if line in self.lines():
-                return
-            time.sleep(0.05)
-        raise AssertionError(f"{line} not received; got {self.lines()}")
-
-    def lines(self) -> list[str]:
-        return [text for _t, text in list(self.received)]
-
-    def close(self) -> None:
-        self._running = False
-        self._thread.join(2)
-        self.sock.close()
 
 
 def test_ready_watchdog_and_stopping_arrive_in_order(tmp_path: Path) -> None:
