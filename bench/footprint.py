@@ -31,8 +31,6 @@ import contextlib
 import importlib.util
 import os
 import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -47,6 +45,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench.common import free_port, stop  # noqa: E402
 from tests.fakes.notify import NotifySocket  # noqa: E402
 
 TOKEN = "123456:BENCH-footprint-token"
@@ -65,18 +64,6 @@ def rss_mb(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return 0.0
-
-
-def stop(proc: subprocess.Popen[bytes], timeout: float = 20.0) -> int | None:
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
-    return proc.returncode
 
 
 def clean_env(**extra: str) -> dict[str, str]:
@@ -135,12 +122,6 @@ class FakePeers:
 # ---------------------------------------------------------------------------------------
 # Configurations
 # ---------------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 COMMON = """

@@ -31,7 +31,6 @@ import json
 import os
 import random
 import signal
-import socket
 import sqlite3
 import sys
 import time
@@ -44,6 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench.common import free_port  # noqa: E402
 from echo_bot.scheduler import LATE_NOTE_AFTER  # noqa: E402
 from echo_bot.webhook_client import sign_headers  # noqa: E402
 from tests.fakes.telegram_api import Call, FakeTelegramAPI  # noqa: E402
@@ -216,12 +216,6 @@ class DaemonProcess:
         if self._log is not None:
             self._log.close()
             self._log = None
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def write_config(path: Path, api_base: str, users: list[int], port: int) -> None:

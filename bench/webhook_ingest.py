@@ -24,13 +24,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import hashlib
 import json
 import os
 import shutil
-import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -42,6 +39,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.common import free_port, stop  # noqa: E402
+
 SECRET = "bench-webhook-secret"
 SECRET_ENV = "BENCH_WEBHOOK_SECRET"
 ROUTE = "bench"
@@ -88,12 +90,6 @@ end
 # ---------------------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process (all its threads), from /proc."""
     try:
@@ -119,19 +115,6 @@ def wait_http(url: str, proc: subprocess.Popen[bytes], timeout: float) -> None:
             pass
         time.sleep(0.05)
     raise RuntimeError(f"{url} did not answer within {timeout} s")
-
-
-def stop(proc: subprocess.Popen[bytes], timeout: float = 15.0) -> int | None:
-    """SIGTERM, then SIGKILL if it does not exit in time."""
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
-    return proc.returncode
 
 
 def table(header: list[str], rows: list[list[str]]) -> str:
