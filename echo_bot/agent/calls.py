@@ -13,7 +13,7 @@ import hashlib
 import json
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlite_utils import Database as SqlDb
@@ -90,18 +90,20 @@ class CallExecutor:
             # of it runs before, so an approved call never runs ahead of a denied one.
             return StepOutcome(waiting=True, calls=calls)
         runnable = [c for c in calls if c.status == turn_store.APPROVED]
+        if not runnable:
+            return StepOutcome(waiting=False, calls=calls)
         tools = [available[c.name] for c in runnable]
-        if runnable and all(
-            t.risk_for(c.args) == Risk.READ for t, c in zip(tools, runnable, strict=True)
-        ):
-            await asyncio.gather(
+        if all(t.risk_for(c.args) == Risk.READ for t, c in zip(tools, runnable, strict=True)):
+            finished = await asyncio.gather(
                 *(self._run(inbound, t, c) for t, c in zip(tools, runnable, strict=True))
             )
         else:
-            for tool, call in zip(tools, runnable, strict=True):
-                await self._run(inbound, tool, call)
-        calls = await self.db.run(lambda db: turn_store.calls_of_step(db, turn.id, turn.step))
-        return StepOutcome(waiting=any(c.status == turn_store.WAITING for c in calls), calls=calls)
+            finished = [
+                await self._run(inbound, t, c) for t, c in zip(tools, runnable, strict=True)
+            ]
+        # Only this turn's worker moves its calls, so what was just committed is current.
+        done = {c.id: c for c in finished}
+        return StepOutcome(waiting=False, calls=[done.get(c.id, c) for c in calls])
 
     # -- deciding what a call may do (inside one transaction) ---------------------------
     def _settle(
@@ -232,8 +234,9 @@ class CallExecutor:
 
     def _finish(
         self, db: SqlDb, inbound: InboundMessage, call: CallRow, result: ToolResult
-    ) -> None:
-        turn_store.set_call(db, call.id, turn_store.DONE, result=result.to_json())
+    ) -> dict[str, Any]:
+        stored = result.to_json()
+        turn_store.set_call(db, call.id, turn_store.DONE, result=stored)
         outcome = "ok" if result.ok else str(result.error_code or "failed")
         metrics.TOOL_CALLS.labels(call.name, outcome).inc()
         self.audit.write(
@@ -249,15 +252,18 @@ class CallExecutor:
             output=result.output[:4000],
             latency_ms=round(result.latency_ms, 3),
         )
+        return stored
 
     # -- running ---------------------------------------------------------------------
-    async def _run(self, inbound: InboundMessage, tool: Tool, call: CallRow) -> None:
+    async def _run(self, inbound: InboundMessage, tool: Tool, call: CallRow) -> CallRow:
+        """Run one approved call; returns it as committed (done, with its result)."""
         side_effect = tool.risk_for(call.args) != Risk.READ
         if side_effect:
             await self.db.run(lambda db: turn_store.set_call(db, call.id, turn_store.STARTED))
         result = await self.registry.execute(tool.name, call.args, self.context(inbound, call))
         result.output = self.audit.masker.mask(result.output)
-        await self.db.run(lambda db: self._finish(db, inbound, call, result))
+        stored = await self.db.run(lambda db: self._finish(db, inbound, call, result))
+        return replace(call, status=turn_store.DONE, result=stored)
 
 
 def _as_dict(call: CallRow) -> dict[str, Any]:

@@ -134,10 +134,7 @@ class Dispatcher:
 
     async def _advance(self, inbound_id: str) -> None:
         try:
-            row = await self.inbox.get(inbound_id)
-            if row is None or row.status.terminal:
-                return
-            await self.runner.advance(row.message)
+            await self.runner.advance(inbound_id)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # task boundary: record, tell the user, go on

@@ -25,12 +25,13 @@ from ..logs import current_session, current_trace
 from ..store import turns as turn_store
 from ..store.audit import AuditWriter
 from ..store.db import Database
-from ..store.inbox import set_inbound_status
+from ..store.inbox import get_inbound, set_inbound_status
 from ..store.outbox import enqueue_outbound
 from ..store.turns import CallRow, TurnRow
 from ..tools.base import ErrorCode, Tool, ToolResult
 from ..tools.registry import ToolRegistry
 from .calls import CallExecutor, args_hash
+from .history import HistoryCache
 
 log = logging.getLogger(__name__)
 
@@ -59,32 +60,56 @@ class TurnRunner:
         self.executor = executor
         self.audit = audit
         self.config = config
+        self.history = HistoryCache(HISTORY_LIMIT)
 
-    async def advance(self, inbound: InboundMessage) -> None:
+    async def advance(self, inbound_id: str) -> None:
+        """Move the turn of inbox row ``inbound_id`` as far as it can go now."""
+        try:
+            begun = await self.db.run(lambda db: self._begin(db, inbound_id))
+        except BaseException:
+            # The history it read may have been rolled back; whose is not known here.
+            self.history.clear()
+            raise
+        if begun is None:
+            return
+        inbound, turn, conversation = begun
         current_trace.set(inbound.trace_id)
         current_session.set(inbound.session_key)
-        turn = await self.db.run(lambda db: self._begin(db, inbound))
-        if turn is None:
-            return
+        try:
+            await self._drive(inbound, turn, conversation)
+        except BaseException:
+            # What the cache read may have been rolled back with a failed transaction.
+            self.history.forget(inbound.session_key)
+            raise
+
+    async def _drive(
+        self, inbound: InboundMessage, turn: TurnRow, conversation: list[ChatMessage] | None
+    ) -> None:
         direct = inbound.kind == InboundKind.TOOL_CALL
         # Direct tool calls (webhook, cron) may name any available tool; brains see the
         # profile's selection.
         tools = [t for t in self.registry if t.available()] if direct else list(self.exposed())
+        # A step this process has just opened (a new turn, or the one after a closed
+        # step) has no calls yet: no need to look for them in the store.
+        empty_step = turn.step == 0 and conversation is not None
         while True:
-            outcome = await self.executor.run_step(inbound, turn, tools)
-            if outcome.calls:
-                if outcome.waiting:
-                    await self.db.run(partial(self._suspend, inbound=inbound, turn=turn))
-                    return
-                turn = await self.db.run(
-                    partial(self._close_step, inbound=inbound, turn=turn, calls=outcome.calls)
-                )
-                if direct:
-                    await self._finish_direct(inbound, outcome.calls)
-                    return
-                continue
+            if not empty_step:
+                outcome = await self.executor.run_step(inbound, turn, tools)
+                if outcome.calls:
+                    if outcome.waiting:
+                        await self.db.run(partial(self._suspend, inbound=inbound, turn=turn))
+                        return
+                    turn, conversation = await self.db.run(
+                        partial(self._close_step, inbound=inbound, turn=turn, calls=outcome.calls)
+                    )
+                    if direct:
+                        await self._finish_direct(inbound, outcome.calls)
+                        return
+                    empty_step = True
+                    continue
             if direct:
                 await self.db.run(partial(self._plan_direct, inbound=inbound, turn=turn))
+                empty_step = False
                 continue
             if turn.step >= self.config.max_steps:
                 text = (
@@ -93,15 +118,14 @@ class TurnRunner:
                 )
                 await self._finish(inbound, turn, text, InboundStatus.DONE, "max_steps reached")
                 return
-            reply = await self._ask_brain(inbound, turn, tools)
+            reply = await self._ask_brain(inbound, turn, tools, conversation)
+            conversation = None
             if reply is None:
                 return
             if reply.tool_calls:
-                hashes = [args_hash(c.name, c.args) for c in reply.tool_calls]
-                seen = await self.db.run(
-                    partial(turn_store.repeats, turn_id=turn.id, hashes=hashes)
-                )
-                if seen >= MAX_IDENTICAL_CALLS:
+                if not await self.db.run(
+                    partial(self._persist_step, inbound=inbound, turn=turn, reply=reply)
+                ):
                     name = reply.tool_calls[0].name
                     text = (
                         f"I stopped: the same {name} call kept repeating without progress. "
@@ -109,9 +133,7 @@ class TurnRunner:
                     )
                     await self._finish(inbound, turn, text, InboundStatus.DONE, "repeated call")
                     return
-                await self.db.run(
-                    partial(self._persist_step, inbound=inbound, turn=turn, reply=reply)
-                )
+                empty_step = False
                 continue
             await self._finish(
                 inbound,
@@ -120,11 +142,20 @@ class TurnRunner:
                 InboundStatus.DONE,
                 None,
                 reply.attachments,
+                decision=reply,
             )
             return
 
     # -- checkpoints ----------------------------------------------------------------------
-    def _begin(self, db: SqlDb, inbound: InboundMessage) -> TurnRow | None:
+    def _begin(
+        self, db: SqlDb, inbound_id: str
+    ) -> tuple[InboundMessage, TurnRow, list[ChatMessage] | None] | None:
+        """Start or resume the turn; a new message turn comes with the history to think on."""
+        row = get_inbound(db, inbound_id)
+        if row is None or row.status.terminal:
+            return None
+        inbound = row.message
+        conversation: list[ChatMessage] | None = None
         turn = turn_store.get_turn(db, inbound.id)
         if turn is None:
             turn = turn_store.create_turn(db, inbound.id, inbound.session_key, inbound.trace_id)
@@ -135,6 +166,9 @@ class TurnRunner:
                     inbound.id,
                     ChatMessage(role="user", content=inbound.text or ""),
                 )
+                conversation = self.history.load(db, inbound.session_key)
+            else:
+                conversation = []  # direct calls have no conversation, but a fresh step
             self.audit.write(
                 db,
                 "turn.started",
@@ -150,7 +184,7 @@ class TurnRunner:
             return None
         set_inbound_status(db, inbound.id, InboundStatus.RUNNING)
         turn_store.set_turn(db, turn.id, status="running")
-        return turn
+        return inbound, turn, conversation
 
     def _suspend(self, db: SqlDb, inbound: InboundMessage, turn: TurnRow) -> None:
         set_inbound_status(db, inbound.id, InboundStatus.WAITING_APPROVAL)
@@ -158,7 +192,12 @@ class TurnRunner:
 
     def _persist_step(
         self, db: SqlDb, inbound: InboundMessage, turn: TurnRow, reply: BrainReply
-    ) -> None:
+    ) -> bool:
+        """Record the brain's decision and commit its step; False if the model is looping."""
+        self._audit_decision(db, inbound, turn, reply)
+        hashes = [args_hash(c.name, c.args) for c in reply.tool_calls]
+        if turn_store.repeats(db, turn.id, hashes) >= MAX_IDENTICAL_CALLS:
+            return False
         # Call ids come from the model, and some servers reuse them ("call_0" in every
         # response, or twice in one); the store needs each id once, so a reused one is
         # replaced (in the history too, so the model still sees matching ids).
@@ -178,6 +217,7 @@ class TurnRunner:
         turn_store.add_calls(
             db, turn.id, turn.step, [(c, args_hash(c.name, c.args)) for c in calls]
         )
+        return True
 
     def _plan_direct(self, db: SqlDb, inbound: InboundMessage, turn: TurnRow) -> None:
         request = inbound.tool_call
@@ -188,8 +228,10 @@ class TurnRunner:
 
     def _close_step(
         self, db: SqlDb, inbound: InboundMessage, turn: TurnRow, calls: list[CallRow]
-    ) -> TurnRow:
-        """Append the step's results to history and move to the next step, atomically."""
+    ) -> tuple[TurnRow, list[ChatMessage] | None]:
+        """Append the step's results to history and move to the next step, atomically;
+        a message turn gets the history for its next brain step in the same go."""
+        conversation = None
         if inbound.kind == InboundKind.MESSAGE:
             for call in calls:
                 result = ToolResult.from_json(call.result or {"ok": False, "output": "no result"})
@@ -204,8 +246,10 @@ class TurnRunner:
                         name=call.name,
                     ),
                 )
+            conversation = self.history.load(db, inbound.session_key)
         turn_store.set_turn(db, turn.id, step=turn.step + 1)
-        return TurnRow(turn.id, turn.session_key, turn.trace_id, turn.step + 1, turn.status)
+        following = TurnRow(turn.id, turn.session_key, turn.trace_id, turn.step + 1, turn.status)
+        return following, conversation
 
     def result_text(self, result: ToolResult, call_id: str) -> str:
         text = self.registry.for_model(result, call_id)
@@ -215,11 +259,16 @@ class TurnRunner:
 
     # -- the brain ------------------------------------------------------------------------
     async def _ask_brain(
-        self, inbound: InboundMessage, turn: TurnRow, tools: Sequence[Tool]
+        self,
+        inbound: InboundMessage,
+        turn: TurnRow,
+        tools: Sequence[Tool],
+        conversation: list[ChatMessage] | None,
     ) -> BrainReply | None:
-        conversation = await self.db.run(
-            lambda db: turn_store.history(db, inbound.session_key, HISTORY_LIMIT)
-        )
+        """The brain's next move; its audit record is written with the commit that acts on
+        it (the step, or the turn's end)."""
+        if conversation is None:
+            conversation = await self.db.run(lambda db: self.history.load(db, inbound.session_key))
         context = BrainContext(
             trace_id=inbound.trace_id,
             session_key=inbound.session_key,
@@ -241,21 +290,23 @@ class TurnRunner:
             for kind in ("prompt", "completion"):
                 tokens = int(reply.details.get(f"{kind}_tokens", 0) or 0)  # type: ignore[call-overload]
                 metrics.LLM_TOKENS.labels(str(model), kind).inc(tokens)
-        await self.db.run(
-            lambda db: self.audit.write(
-                db,
-                "brain.decision",
-                trace_id=inbound.trace_id,
-                session_key=inbound.session_key,
-                brain=self.brain.name,
-                step=turn.step,
-                route_reason=reply.route_reason,
-                text=reply.text,
-                tool_calls=[c.to_json() for c in reply.tool_calls],
-                details=reply.details,
-            )
-        )
         return reply
+
+    def _audit_decision(
+        self, db: SqlDb, inbound: InboundMessage, turn: TurnRow, reply: BrainReply
+    ) -> None:
+        self.audit.write(
+            db,
+            "brain.decision",
+            trace_id=inbound.trace_id,
+            session_key=inbound.session_key,
+            brain=self.brain.name,
+            step=turn.step,
+            route_reason=reply.route_reason,
+            text=reply.text,
+            tool_calls=[c.to_json() for c in reply.tool_calls],
+            details=reply.details,
+        )
 
     # -- finishing ------------------------------------------------------------------------
     async def _finish(
@@ -266,10 +317,14 @@ class TurnRunner:
         status: InboundStatus,
         error: str | None,
         attachments: Sequence[OutboundMessage] = (),
+        *,
+        decision: BrainReply | None = None,
     ) -> None:
         text = self.audit.masker.mask(text)  # history keeps no secret either
 
         def write(db: SqlDb) -> None:
+            if decision is not None:
+                self._audit_decision(db, inbound, turn, decision)
             if inbound.kind == InboundKind.MESSAGE:
                 turn_store.append_message(
                     db, inbound.session_key, turn.id, ChatMessage(role="assistant", content=text)

@@ -5,6 +5,14 @@ on disk and there is exactly one writer per process. Other processes (the manage
 commands) open their own connection; SQLite's locking and ``busy_timeout`` serialise
 them with the daemon.
 
+Group commit: the store thread takes every job queued when it wakes (up to
+``MAX_BATCH``) and runs them in one transaction, each in a savepoint of its own, then
+commits once and only then hands each caller its result. A job that raises is rolled
+back alone (its savepoint) and gets its error; if SQLite abandons the whole transaction
+(disk full, I/O error) or the COMMIT fails, every job of the batch gets the StoreError —
+none of it was committed. Under load this turns many small commits (each writing the
+same table and index pages to the WAL again) and as many thread hand-offs into one.
+
 Checkpoints (copying the WAL back into the database file, with an fsync) run on a
 second connection in a thread of their own, every ``CHECKPOINT_INTERVAL`` seconds, not
 inside a commit: SQLite's automatic checkpoint would stall whichever commit crosses
@@ -15,15 +23,16 @@ takes (tens to hundreds of milliseconds on a busy disk).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import logging
+import queue
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from sqlite_utils import Database as SqliteUtilsDatabase
 
@@ -34,6 +43,34 @@ T = TypeVar("T")
 
 DB_FILENAME = "echo-bot.sqlite3"
 CHECKPOINT_INTERVAL = 1.0  # seconds between WAL checkpoints (PASSIVE, off the commit path)
+MAX_BATCH = 128  # jobs committed together at most
+
+_SAVEPOINT = "echo_bot_job"
+
+
+class _Job:
+    """One piece of work for the store thread and where its outcome goes."""
+
+    __slots__ = ("fn", "future", "in_transaction", "loop", "wrap_errors")
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        *,
+        in_transaction: bool,
+        wrap_errors: bool,
+        loop: asyncio.AbstractEventLoop | None,
+    ) -> None:
+        self.fn = fn
+        self.in_transaction = in_transaction
+        self.wrap_errors = wrap_errors
+        self.loop = loop
+        self.future: asyncio.Future[Any] | concurrent.futures.Future[Any] = (
+            loop.create_future() if loop is not None else concurrent.futures.Future()
+        )
+
+
+_STOP = object()
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +79,10 @@ class Database:
     def __init__(self, path: Path, *, durability: str = "normal") -> None:
         self.path = path
         self._durability = durability
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="echo-bot-sqlite")
+        self._jobs: queue.SimpleQueue[_Job | object] = queue.SimpleQueue()
+        self._worker: threading.Thread | None = None
+        self._worker_lock = threading.Lock()
+        self._closed = False
         self._conn: sqlite3.Connection | None = None
         # sqlite-utils' wrapper of the connection, made once: making one runs a PRAGMA
         # and the plugin hooks, too much to do again for every transaction.
@@ -53,11 +93,11 @@ class Database:
 
     # -- lifecycle -------------------------------------------------------------------
     async def open(self) -> None:
-        await self._submit(self._open)
+        await self._submit(self._open, in_transaction=False)
 
     def open_sync(self) -> None:
         """For short-lived management commands that have no event loop."""
-        self._executor.submit(self._open).result()
+        self._submit_sync(self._open, in_transaction=False)
 
     def _open(self) -> None:
         try:
@@ -108,12 +148,30 @@ class Database:
             conn.close()
 
     async def close(self) -> None:
-        await self._submit(self._close)
-        self._executor.shutdown(wait=True)
+        if self._worker is None:
+            return
+        try:
+            await self._submit(self._close, in_transaction=False)
+        finally:
+            self._stop_worker()
+        worker = self._worker
+        if worker is not None:
+            await asyncio.to_thread(worker.join)
 
     def close_sync(self) -> None:
-        self._executor.submit(self._close).result()
-        self._executor.shutdown(wait=True)
+        if self._worker is None:
+            return
+        try:
+            self._submit_sync(self._close, in_transaction=False)
+        finally:
+            self._stop_worker()
+        if self._worker is not None:
+            self._worker.join()
+
+    def _stop_worker(self) -> None:
+        with self._worker_lock:
+            self._closed = True
+            self._jobs.put(_STOP)
 
     def _close(self) -> None:
         self._stop_checkpoints.set()
@@ -129,32 +187,112 @@ class Database:
             self._wrapped = None
 
     # -- running work on the store thread ---------------------------------------------
-    async def _submit(self, fn: Callable[[], T]) -> T:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, fn)
-
     async def run(self, fn: Callable[[SqliteUtilsDatabase], T]) -> T:
-        """Run ``fn(db)`` inside one transaction on the store thread.
+        """Run ``fn(db)`` inside a transaction on the store thread (see the module doc:
+        it may share the transaction with other jobs, each in its own savepoint).
 
-        SQLite failures (disk full, locked, corrupt) surface as StoreError, so callers can
-        tell "the store could not take it" from a bug in what they asked.
+        The result comes back only after the COMMIT. SQLite failures (disk full, locked,
+        corrupt) surface as StoreError, so callers can tell "the store could not take it"
+        from a bug in what they asked.
         """
-
-        def job() -> T:
-            try:
-                with self.transaction() as db:
-                    return fn(db)
-            except sqlite3.Error as exc:
-                raise StoreError(f"store error: {exc}") from exc
-
-        return await self._submit(job)
+        return await self._submit(fn, in_transaction=True)
 
     def run_sync(self, fn: Callable[[SqliteUtilsDatabase], T]) -> T:
-        def job() -> T:
-            with self.transaction() as db:
-                return fn(db)
+        """``run`` for management commands without an event loop (SQLite errors as is)."""
+        return self._submit_sync(fn, in_transaction=True, wrap_errors=False)
 
-        return self._executor.submit(job).result()
+    async def _submit(self, fn: Callable[..., T], *, in_transaction: bool) -> T:
+        job = _Job(
+            fn,
+            in_transaction=in_transaction,
+            wrap_errors=True,
+            loop=asyncio.get_running_loop(),
+        )
+        self._enqueue(job)
+        return await job.future  # type: ignore[no-any-return]
+
+    def _submit_sync(
+        self, fn: Callable[..., T], *, in_transaction: bool, wrap_errors: bool = True
+    ) -> T:
+        job = _Job(fn, in_transaction=in_transaction, wrap_errors=wrap_errors, loop=None)
+        self._enqueue(job)
+        return job.future.result()  # type: ignore[union-attr,no-any-return]
+
+    def _enqueue(self, job: _Job) -> None:
+        with self._worker_lock:
+            if self._closed:
+                raise StoreError("the store is closed")
+            if self._worker is None:
+                self._worker = threading.Thread(
+                    target=self._serve, name="echo-bot-sqlite", daemon=True
+                )
+                self._worker.start()
+            self._jobs.put(job)
+
+    def _serve(self) -> None:
+        held: _Job | object | None = None
+        while True:
+            job = held if held is not None else self._jobs.get()
+            held = None
+            if job is _STOP:
+                return
+            assert isinstance(job, _Job)
+            if not job.in_transaction:
+                _deliver([(job, *_call(job.fn))])
+                continue
+            batch = [job]
+            while len(batch) < MAX_BATCH:
+                try:
+                    following = self._jobs.get_nowait()
+                except queue.Empty:
+                    break
+                if following is _STOP or not following.in_transaction:  # type: ignore[union-attr]
+                    held = following
+                    break
+                batch.append(following)  # type: ignore[arg-type]
+            try:
+                outcomes = self._run_batch(batch)
+            except BaseException as exc:  # nothing may leave a caller waiting forever
+                outcomes = [(j, False, exc) for j in batch]
+            _deliver(outcomes)
+
+    def _run_batch(self, batch: list[_Job]) -> list[tuple[_Job, bool, Any]]:
+        """Run the jobs in one transaction; (job, ok, result or error) for each."""
+        conn, wrapped = self._conn, self._wrapped
+        if conn is None or wrapped is None:
+            return [(job, False, StoreError("the store is not open")) for job in batch]
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            return [(job, False, _store_error(job, exc)) for job in batch]
+        alone = len(batch) == 1
+        outcomes: list[tuple[_Job, bool, Any]] = []
+        try:
+            for job in batch:
+                if not alone:
+                    conn.execute(f"SAVEPOINT {_SAVEPOINT}")
+                try:
+                    value = job.fn(wrapped)
+                except Exception as exc:
+                    if not conn.in_transaction:  # SQLite rolled all of it back
+                        raise
+                    conn.execute("ROLLBACK" if alone else f"ROLLBACK TO {_SAVEPOINT}")
+                    if not alone:
+                        conn.execute(f"RELEASE {_SAVEPOINT}")
+                    outcomes.append((job, False, _store_error(job, exc)))
+                else:
+                    if not alone:
+                        conn.execute(f"RELEASE {_SAVEPOINT}")
+                    outcomes.append((job, True, value))
+            if conn.in_transaction:
+                conn.execute("COMMIT")
+        except Exception as exc:
+            # The transaction is lost (or would not commit): nothing of the batch is stored.
+            if conn.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+            return [(job, False, _store_error(job, exc)) for job in batch]
+        return outcomes
 
     @contextmanager
     def transaction(self) -> Iterator[SqliteUtilsDatabase]:
@@ -172,6 +310,51 @@ class Database:
             raise
         else:
             conn.execute("COMMIT")
+
+
+def _call(fn: Callable[[], Any]) -> tuple[bool, Any]:
+    try:
+        return True, fn()
+    except BaseException as exc:
+        return False, exc
+
+
+def _store_error(job: _Job, exc: BaseException) -> BaseException:
+    if job.wrap_errors and isinstance(exc, sqlite3.Error):
+        error = StoreError(f"store error: {exc}")
+        error.__cause__ = exc
+        return error
+    return exc
+
+
+def _deliver(outcomes: list[tuple[_Job, bool, Any]]) -> None:
+    """Hand each job its outcome: one wake-up per event loop for the whole batch."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[_Job, bool, Any]]] = {}
+    for outcome in outcomes:
+        job = outcome[0]
+        if job.loop is None:
+            _settle(outcome)
+        else:
+            by_loop.setdefault(job.loop, []).append(outcome)
+    for loop, some in by_loop.items():
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is waiting
+            loop.call_soon_threadsafe(_settle_all, some)
+
+
+def _settle_all(outcomes: list[tuple[_Job, bool, Any]]) -> None:
+    for outcome in outcomes:
+        _settle(outcome)
+
+
+def _settle(outcome: tuple[_Job, bool, Any]) -> None:
+    job, ok, value = outcome
+    future = job.future
+    if future.cancelled():
+        return
+    if ok:
+        future.set_result(value)
+    else:
+        future.set_exception(value)
 
 
 def backup_to(source: Path, target: Path) -> int:

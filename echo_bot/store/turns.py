@@ -53,14 +53,17 @@ def get_turn(db: SqlDb, turn_id: str) -> TurnRow | None:
 
 def create_turn(db: SqlDb, turn_id: str, session_key: str, trace_id: str) -> TurnRow:
     now = time.time()
+    changes = db.conn.total_changes
     db.execute(
         "INSERT INTO turns (id, session_key, trace_id, step, status, created_at, updated_at)"
         " VALUES (?, ?, ?, 0, 'running', ?, ?) ON CONFLICT(id) DO NOTHING",
         [turn_id, session_key, trace_id, now, now],
     )
-    row = get_turn(db, turn_id)
-    assert row is not None
-    return row
+    if db.conn.total_changes == changes:  # it existed already
+        row = get_turn(db, turn_id)
+        assert row is not None
+        return row
+    return TurnRow(turn_id, session_key, trace_id, 0, "running")
 
 
 def set_turn(
@@ -109,6 +112,11 @@ def reset_session(db: SqlDb, session_key: str) -> None:
 
 def history(db: SqlDb, session_key: str, limit: int = 200) -> list[ChatMessage]:
     """The session's newest messages since its last reset, oldest first."""
+    return [message for _seq, message in history_rows(db, session_key, limit)]
+
+
+def history_rows(db: SqlDb, session_key: str, limit: int) -> list[tuple[int, ChatMessage]]:
+    """``history`` with each message's seq (what a cache reads on from)."""
     mark = db.execute(
         "SELECT seq, turn_id FROM messages WHERE session_key = ? AND role = ?"
         " ORDER BY seq DESC LIMIT 1",
@@ -116,42 +124,54 @@ def history(db: SqlDb, session_key: str, limit: int = 200) -> list[ChatMessage]:
     ).fetchone()
     since, reset_turn = (mark[0], mark[1] or "") if mark else (0, "")
     rows = db.execute(
-        "SELECT role, content, tool_calls, tool_call_id, name, turn_id FROM messages"
+        "SELECT seq, role, content, tool_calls, tool_call_id, name, turn_id FROM messages"
         " WHERE session_key = ? AND seq > ? AND turn_id != ? ORDER BY seq DESC LIMIT ?",
         [session_key, since, reset_turn, limit],
     ).fetchall()
-    messages = []
-    for role, content, calls, call_id, name, turn_id in reversed(rows):
-        tool_calls = tuple(ToolCall.from_json(c) for c in json.loads(calls)) if calls else ()
-        messages.append(
-            ChatMessage(
-                role=role,
-                content=content,
-                tool_calls=tool_calls,
-                tool_call_id=call_id,
-                name=name,
-                turn_id=turn_id,
-            )
-        )
-    return messages
+    return [(row[0], _message(row)) for row in reversed(rows)]
+
+
+def messages_after(db: SqlDb, session_key: str, seq: int) -> list[tuple[int, ChatMessage]]:
+    """Every row of the session after ``seq``, reset markers included, oldest first."""
+    rows = db.execute(
+        "SELECT seq, role, content, tool_calls, tool_call_id, name, turn_id FROM messages"
+        " WHERE session_key = ? AND seq > ? ORDER BY seq",
+        [session_key, seq],
+    ).fetchall()
+    return [(row[0], _message(row)) for row in rows]
+
+
+def _message(row: Any) -> ChatMessage:
+    _seq, role, content, calls, call_id, name, turn_id = row
+    tool_calls = tuple(ToolCall.from_json(c) for c in json.loads(calls)) if calls else ()
+    return ChatMessage(
+        role=role,
+        content=content,
+        tool_calls=tool_calls,
+        tool_call_id=call_id,
+        name=name,
+        turn_id=turn_id,
+    )
 
 
 def add_calls(db: SqlDb, turn_id: str, step: int, calls: list[tuple[ToolCall, str]]) -> None:
-    db["tool_calls"].insert_all(
+    db.conn.executemany(
+        "INSERT INTO tool_calls (id, turn_id, step, idx, name, args, args_hash, status, error)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
         [
-            {
-                "id": call.id,
-                "turn_id": turn_id,
-                "step": step,
-                "idx": idx,
-                "name": call.name,
-                "args": json.dumps(call.args, sort_keys=True),
-                "args_hash": args_hash,
-                "status": PLANNED,
-                "error": call.error,
-            }
+            (
+                call.id,
+                turn_id,
+                step,
+                idx,
+                call.name,
+                json.dumps(call.args, sort_keys=True),
+                args_hash,
+                PLANNED,
+                call.error,
+            )
             for idx, (call, args_hash) in enumerate(calls)
-        ]
+        ],
     )
 
 

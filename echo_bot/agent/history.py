@@ -1,0 +1,130 @@
+"""The recent history of active sessions, parsed once and kept between brain steps.
+
+Reading a session's history back from the store (up to ``limit`` messages, each rebuilt
+into ``ChatMessage``) for every brain step was most of the store's work in a turn. The
+``messages`` table only ever grows by appends with an increasing ``seq`` (messages and
+reset markers alike; nothing updates or deletes a row), so a cached copy stays exact by
+reading just the rows after the newest ``seq`` it has seen, in the same transaction
+that would have read the whole history.
+
+``load`` runs on the store thread inside a transaction. If that transaction (or the
+batch it was committed with) fails, the caller must ``forget`` the session: the rows
+it read may never have been committed.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict, deque
+from dataclasses import dataclass
+
+from sqlite_utils import Database as SqlDb
+
+from ..conversation import ChatMessage
+from ..store import turns as turn_store
+
+# Bounds on what the cache holds; a session that falls out is read in full next time.
+MAX_SESSIONS = 256
+MAX_CHARS = 16_000_000
+
+
+@dataclass
+class _Entry:
+    seq: int  # the newest row read, reset markers included
+    reset_turn: str  # rows of the turn that asked for the last reset are not history
+    messages: deque[ChatMessage]
+    chars: int
+
+
+class HistoryCache:
+    def __init__(
+        self, limit: int, *, max_sessions: int = MAX_SESSIONS, max_chars: int = MAX_CHARS
+    ) -> None:
+        self.limit = limit
+        self.max_sessions = max_sessions
+        self.max_chars = max_chars
+        self._entries: OrderedDict[str, _Entry] = OrderedDict()
+        self._chars = 0
+        self._lock = threading.Lock()
+
+    def load(self, db: SqlDb, session_key: str) -> list[ChatMessage]:
+        """The session's newest ``limit`` messages since its last reset, oldest first."""
+        with self._lock:
+            entry = self._entries.pop(session_key, None)
+            if entry is not None:
+                self._chars -= entry.chars
+        if entry is None:
+            entry = self._read_all(db, session_key)
+        else:
+            self._read_new(db, session_key, entry)
+        messages = list(entry.messages)
+        with self._lock:
+            if session_key in self._entries:  # loaded twice at once; keep the newer
+                self._chars -= self._entries.pop(session_key).chars
+            self._entries[session_key] = entry
+            self._chars += entry.chars
+            self._evict()
+        return messages
+
+    def forget(self, session_key: str) -> None:
+        with self._lock:
+            entry = self._entries.pop(session_key, None)
+            if entry is not None:
+                self._chars -= entry.chars
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._chars = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    # -- inside the transaction -----------------------------------------------------------
+    def _read_all(self, db: SqlDb, session_key: str) -> _Entry:
+        rows = turn_store.history_rows(db, session_key, self.limit)
+        newest = db.execute(
+            "SELECT seq, turn_id, role FROM messages WHERE session_key = ?"
+            " ORDER BY seq DESC LIMIT 1",
+            [session_key],
+        ).fetchone()
+        mark = db.execute(
+            "SELECT turn_id FROM messages WHERE session_key = ? AND role = ?"
+            " ORDER BY seq DESC LIMIT 1",
+            [session_key, turn_store.RESET],
+        ).fetchone()
+        messages = deque((m for _seq, m in rows), maxlen=self.limit)
+        return _Entry(
+            seq=newest[0] if newest else 0,
+            reset_turn=(mark[0] or "") if mark else "",
+            messages=messages,
+            chars=sum(_size(m) for m in messages),
+        )
+
+    def _read_new(self, db: SqlDb, session_key: str, entry: _Entry) -> None:
+        for seq, message in turn_store.messages_after(db, session_key, entry.seq):
+            entry.seq = seq
+            if message.role == turn_store.RESET:
+                entry.messages.clear()
+                entry.chars = 0
+                entry.reset_turn = message.turn_id or ""
+                continue
+            if message.turn_id == entry.reset_turn:
+                continue
+            if len(entry.messages) == entry.messages.maxlen:
+                entry.chars -= _size(entry.messages[0])
+            entry.messages.append(message)
+            entry.chars += _size(message)
+
+    def _evict(self) -> None:
+        while self._entries and (
+            len(self._entries) > self.max_sessions or self._chars > self.max_chars
+        ):
+            _key, old = self._entries.popitem(last=False)
+            self._chars -= old.chars
+
+
+def _size(message: ChatMessage) -> int:
+    return len(message.content or "") + sum(
+        len(str(call.args)) + len(call.name) for call in message.tool_calls
+    )
