@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -11,6 +12,7 @@ _SECRET_KEY = re.compile(r"(token|secret|password|passwd|api[_-]?key|authorizati
 _MIN_SECRET_LEN = 4
 
 
+@functools.lru_cache(maxsize=1024)
 def is_secret_key(key: str) -> bool:
     return bool(_SECRET_KEY.search(key))
 
@@ -39,8 +41,10 @@ class Masker:
     def mask_data(self, data: Any) -> Any:
         """Mask strings inside JSON-like data, and every value under a secret-named key."""
         if isinstance(data, str):
-            return self.mask(data)
-        if isinstance(data, Mapping):
+            return self.mask(data) if self._values else data
+        if data is None or isinstance(data, int | float):  # bool is an int
+            return data
+        if isinstance(data, dict | Mapping):
             return {
                 k: (MASK if isinstance(k, str) and is_secret_key(k) and v else self.mask_data(v))
                 for k, v in data.items()

@@ -6,6 +6,7 @@ otherwise it reads the newest user message.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 from ..commands import CommandContext, CommandRegistry
@@ -17,15 +18,21 @@ from .base import BrainContext, BrainReply
 NO_MATCH_HINT = "I did not understand that. Send /help to see what I can do."
 
 
-def _phrase_score(text_words: list[str], text: str, phrase: str) -> float:
+@functools.lru_cache(maxsize=4096)
+def _phrase(phrase: str) -> tuple[tuple[str, ...], str]:
+    """A trigger phrase's words, and the words joined and padded for a substring test."""
+    phrase_words = tuple(words(phrase))
+    return phrase_words, f" {' '.join(phrase_words)} "
+
+
+def _phrase_score(text_words: set[str], padded_text: str, phrase: str) -> float:
     """How well ``phrase`` matches: whole phrase > all its words > nothing."""
-    phrase_words = words(phrase)
+    phrase_words, padded_phrase = _phrase(phrase)
     if not phrase_words:
         return 0.0
-    joined = " ".join(text_words)
-    if f" {' '.join(phrase_words)} " in f" {joined} ":
+    if padded_phrase in padded_text:
         return float(len(phrase_words)) + 0.5
-    if all(w in text_words for w in phrase_words) and len(phrase_words) > 1:
+    if len(phrase_words) > 1 and all(w in text_words for w in phrase_words):
         return float(len(phrase_words)) * 0.8
     return 0.0
 
@@ -33,11 +40,13 @@ def _phrase_score(text_words: list[str], text: str, phrase: str) -> float:
 def match_tool(text: str, tools: Sequence[Tool]) -> tuple[Tool, float] | None:
     """The best positive trigger match among tools without a negative match."""
     text_words = words(text)
+    padded_text = f" {' '.join(text_words)} "
+    word_set = set(text_words)
     best: tuple[Tool, float] | None = None
     for tool in tools:
-        if any(_phrase_score(text_words, text, n) for n in tool.negative_triggers):
+        if any(_phrase_score(word_set, padded_text, n) for n in tool.negative_triggers):
             continue
-        score = max((_phrase_score(text_words, text, p) for p in tool.triggers), default=0.0)
+        score = max((_phrase_score(word_set, padded_text, p) for p in tool.triggers), default=0.0)
         if score > 0 and (best is None or score > best[1]):
             best = (tool, score)
     return best
