@@ -48,7 +48,12 @@ def _text(value: Any) -> str:
     elif value is None or isinstance(value, bool | int | float):
         text = json.dumps(value)
     else:
-        text = json.dumps(value, ensure_ascii=False, sort_keys=True)
+        try:
+            text = json.dumps(value, ensure_ascii=False, sort_keys=True)
+        except RecursionError:
+            # Parsed within the interpreter's limit, but encoding it again from deeper in
+            # the stack is not: say so instead of failing the delivery.
+            text = "(a value nested too deeply to show)"
     return text[:MAX_VALUE_CHARS]
 
 
