@@ -75,16 +75,15 @@ class DeliveryWorker:
         while True:
             self._wake.clear()
             try:
-                rows = await self.outbox.due(self.channels, self.clock())
+                rows, next_at = await self.outbox.due(self.channels, self.clock())
             except Exception:
                 log.exception("reading the outbox failed; retrying")
-                rows = []
+                rows, next_at = [], None
             for row in rows:
                 key = str(row.message.to)
                 if key not in self._in_flight:
                     task = asyncio.create_task(self._deliver(row), name=f"deliver-{key}")
                     self._in_flight[key] = task
-            next_at = await self._next_due()
             wait = (
                 IDLE_WAIT if next_at is None else max(0.0, min(IDLE_WAIT, next_at - self.clock()))
             )
@@ -94,15 +93,12 @@ class DeliveryWorker:
                 async with asyncio.timeout(wait):
                     await self._wake.wait()
 
-    async def _next_due(self) -> float | None:
-        try:
-            return await self.outbox.next_due_at(self.channels)
-        except Exception:
-            return None
-
     async def _deliver(self, row: OutboxRow) -> None:
         message = row.message
         key = str(message.to)
+        # The loop looks again when this chat may have more to send (the next message
+        # waited behind this one) or this one is still queued (a retry).
+        look_again = True
         try:
             channel = self.channels[message.to.channel]
             if message.edit_of:
@@ -118,12 +114,13 @@ class DeliveryWorker:
                 log.exception("channel %s raised while sending %s", channel.name, message.id)
                 await self._failed_attempt(row, f"{type(exc).__name__}: {exc}", True, None)
             else:
-                await self.outbox.mark_sent(message, receipt)
+                look_again = await self.outbox.mark_sent(message, receipt)
                 self.delivered += 1
                 metrics.OUTBOUND.labels(message.to.channel, "sent").inc()
         finally:
             self._in_flight.pop(key, None)
-            self.wake()
+            if look_again:
+                self.wake()
 
     async def _failed_attempt(
         self, row: OutboxRow, error: str, retryable: bool, retry_after: float | None

@@ -28,14 +28,17 @@ class SqliteOutbox:
     async def enqueue(self, message: OutboundMessage) -> None:
         await self._db.run(lambda db: enqueue_outbound(db, message))
 
-    async def due(self, channels: Iterable[str], now: float, limit: int = 100) -> list[OutboxRow]:
-        """The head of each chat's queue, when its next attempt is due."""
+    async def due(
+        self, channels: Iterable[str], now: float, limit: int = 100
+    ) -> tuple[list[OutboxRow], float | None]:
+        """The head of each chat's queue whose next attempt is due, and when the next
+        queued message (due or not) is — both from one read."""
         names = sorted(set(channels))
         if not names:
-            return []
+            return [], None
         marks = ",".join("?" for _ in names)
 
-        def query(db: SqlDb) -> list[OutboxRow]:
+        def query(db: SqlDb) -> tuple[list[OutboxRow], float | None]:
             cursor = db.execute(
                 f"""
                 SELECT o.seq, o.payload, o.attempts FROM outbox o
@@ -46,25 +49,16 @@ class SqliteOutbox:
                 """,
                 [*names, now, limit],
             )
-            return [
+            rows = [
                 OutboxRow(r[0], OutboundMessage.model_validate_json(r[1]), r[2])
                 for r in cursor.fetchall()
             ]
-
-        return await self._db.run(query)
-
-    async def next_due_at(self, channels: Iterable[str]) -> float | None:
-        names = sorted(set(channels))
-        if not names:
-            return None
-        marks = ",".join("?" for _ in names)
-
-        def query(db: SqlDb) -> float | None:
-            return db.execute(
+            next_at = db.execute(
                 f"SELECT MIN(next_attempt_at) FROM outbox WHERE status = 'queued'"
                 f" AND channel IN ({marks})",
                 names,
             ).fetchone()[0]
+            return rows, next_at
 
         return await self._db.run(query)
 
@@ -77,8 +71,10 @@ class SqliteOutbox:
 
         return await self._db.run(query)
 
-    async def mark_sent(self, message: OutboundMessage, receipt: Receipt) -> None:
-        def write(db: SqlDb) -> None:
+    async def mark_sent(self, message: OutboundMessage, receipt: Receipt) -> bool:
+        """Record the delivery; True when more messages wait for the same chat."""
+
+        def write(db: SqlDb) -> bool:
             now = time.time()
             db.execute(
                 "UPDATE outbox SET status = 'sent', attempts = attempts + 1, finished_at = ?"
@@ -89,8 +85,14 @@ class SqliteOutbox:
                 "INSERT OR REPLACE INTO receipts VALUES (?, ?, ?, ?)",
                 [message.id, message.to.channel, receipt.channel_message_id, now],
             )
+            more = db.execute(
+                "SELECT 1 FROM outbox WHERE status = 'queued' AND channel = ? AND chat_key = ?"
+                " LIMIT 1",
+                [message.to.channel, str(message.to)],
+            ).fetchone()
+            return more is not None
 
-        await self._db.run(write)
+        return await self._db.run(write)
 
     async def mark_retry(self, outbound_id: str, error: str, next_attempt_at: float) -> None:
         await self._db.run(
