@@ -1,9 +1,10 @@
 """Tool calls of one step: checked, gated, run at most once, recorded.
 
 A call moves planned → (waiting → approved | done) → started → done. Side-effecting
-calls are marked "started" in their own commit before they run; a call found
-"started" later was interrupted by a crash and is reported OUTCOME_UNKNOWN, never
-re-run. Read-only calls are simply run again.
+calls are marked "started" in their own commit before they run, and "done" with their
+result in the next one; a call found "started" later was interrupted by a crash and is
+reported OUTCOME_UNKNOWN, never re-run. Read-only calls are simply run again, so their
+results may wait for the commit that closes the step (``StepOutcome.unrecorded``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import hashlib
 import json
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sqlite_utils import Database as SqlDb
@@ -41,6 +42,9 @@ def args_hash(name: str, args: dict[str, Any]) -> str:
 class StepOutcome:
     waiting: bool
     calls: list[CallRow]
+    # Results of read-only calls, not yet stored: ``record`` them in the transaction that
+    # closes the step (a crash before it just runs them again).
+    unrecorded: list[tuple[CallRow, ToolResult]] = field(default_factory=list)
 
 
 class CallExecutor:
@@ -72,19 +76,33 @@ class CallExecutor:
             respond_to=inbound.respond_to,
         )
 
-    async def run_step(
-        self, inbound: InboundMessage, turn: TurnRow, exposed: Sequence[Tool]
-    ) -> StepOutcome:
-        """Advance every call of the turn's current step as far as it can go now."""
+    def settle_step(
+        self, db: SqlDb, inbound: InboundMessage, turn: TurnRow, exposed: Sequence[Tool]
+    ) -> list[CallRow]:
+        """Decide what each call of the step may do (inside the caller's transaction):
+        checked, approved, waiting for an approval, or finished with an error."""
         available = {tool.name: tool for tool in exposed}
+        calls = turn_store.calls_of_step(db, turn.id, turn.step)
+        for call in calls:
+            self._settle(db, inbound, turn, call, available, calls)
+        return turn_store.calls_of_step(db, turn.id, turn.step)
 
-        def settle(db: SqlDb) -> list[CallRow]:
-            calls = turn_store.calls_of_step(db, turn.id, turn.step)
-            for call in calls:
-                self._settle(db, inbound, turn, call, available, calls)
-            return turn_store.calls_of_step(db, turn.id, turn.step)
+    async def run_step(
+        self,
+        inbound: InboundMessage,
+        turn: TurnRow,
+        exposed: Sequence[Tool],
+        settled: list[CallRow] | None = None,
+    ) -> StepOutcome:
+        """Advance every call of the turn's current step as far as it can go now.
 
-        calls = await self.db.run(settle)
+        ``settled``: the step's calls as ``settle_step`` left them in a transaction that
+        has committed (the one that stored the step); otherwise they are settled here."""
+        available = {tool.name: tool for tool in exposed}
+        if settled is None:
+            calls = await self.db.run(lambda db: self.settle_step(db, inbound, turn, exposed))
+        else:
+            calls = settled
         if any(c.status == turn_store.WAITING for c in calls):
             # DESIGN.md: the step resumes when every pending request is decided; nothing
             # of it runs before, so an approved call never runs ahead of a denied one.
@@ -101,9 +119,20 @@ class CallExecutor:
             finished = [
                 await self._run(inbound, t, c) for t, c in zip(tools, runnable, strict=True)
             ]
-        # Only this turn's worker moves its calls, so what was just committed is current.
-        done = {c.id: c for c in finished}
-        return StepOutcome(waiting=False, calls=[done.get(c.id, c) for c in calls])
+        # Only this turn's worker moves its calls, so these are their current states.
+        done = {call.id: call for call, _result, _recorded in finished}
+        return StepOutcome(
+            waiting=False,
+            calls=[done.get(c.id, c) for c in calls],
+            unrecorded=[(call, result) for call, result, recorded in finished if not recorded],
+        )
+
+    def record(
+        self, db: SqlDb, inbound: InboundMessage, results: list[tuple[CallRow, ToolResult]]
+    ) -> None:
+        """Store results ``run_step`` left unrecorded (inside the caller's transaction)."""
+        for call, result in results:
+            self._finish(db, inbound, call, result)
 
     # -- deciding what a call may do (inside one transaction) ---------------------------
     def _settle(
@@ -255,15 +284,20 @@ class CallExecutor:
         return stored
 
     # -- running ---------------------------------------------------------------------
-    async def _run(self, inbound: InboundMessage, tool: Tool, call: CallRow) -> CallRow:
-        """Run one approved call; returns it as committed (done, with its result)."""
+    async def _run(
+        self, inbound: InboundMessage, tool: Tool, call: CallRow
+    ) -> tuple[CallRow, ToolResult, bool]:
+        """Run one approved call: the call as done, its result, and whether that is
+        committed yet (always for side effects; read-only results wait, see the doc)."""
         side_effect = tool.risk_for(call.args) != Risk.READ
         if side_effect:
             await self.db.run(lambda db: turn_store.set_call(db, call.id, turn_store.STARTED))
         result = await self.registry.execute(tool.name, call.args, self.context(inbound, call))
         result.output = self.audit.masker.mask(result.output)
-        stored = await self.db.run(lambda db: self._finish(db, inbound, call, result))
-        return replace(call, status=turn_store.DONE, result=stored)
+        if side_effect:
+            await self.db.run(lambda db: self._finish(db, inbound, call, result))
+        done = replace(call, status=turn_store.DONE, result=result.to_json())
+        return done, result, side_effect
 
 
 def _as_dict(call: CallRow) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from ..store.outbox import enqueue_outbound
 from ..store.turns import CallRow, TurnRow
 from ..tools.base import ErrorCode, Tool, ToolResult
 from ..tools.registry import ToolRegistry
-from .calls import CallExecutor, args_hash
+from .calls import CallExecutor, StepOutcome, args_hash
 from .history import HistoryCache
 
 log = logging.getLogger(__name__)
@@ -92,15 +92,17 @@ class TurnRunner:
         # A step this process has just opened (a new turn, or the one after a closed
         # step) has no calls yet: no need to look for them in the store.
         empty_step = turn.step == 0 and conversation is not None
+        settled: list[CallRow] | None = None  # the step's calls, settled when it was stored
         while True:
             if not empty_step:
-                outcome = await self.executor.run_step(inbound, turn, tools)
+                outcome = await self.executor.run_step(inbound, turn, tools, settled)
+                settled = None
                 if outcome.calls:
                     if outcome.waiting:
                         await self.db.run(partial(self._suspend, inbound=inbound, turn=turn))
                         return
                     turn, conversation = await self.db.run(
-                        partial(self._close_step, inbound=inbound, turn=turn, calls=outcome.calls)
+                        partial(self._close_step, inbound=inbound, turn=turn, outcome=outcome)
                     )
                     if direct:
                         await self._finish_direct(inbound, outcome.calls)
@@ -108,7 +110,9 @@ class TurnRunner:
                     empty_step = True
                     continue
             if direct:
-                await self.db.run(partial(self._plan_direct, inbound=inbound, turn=turn))
+                settled = await self.db.run(
+                    partial(self._plan_direct, inbound=inbound, turn=turn, tools=tools)
+                )
                 empty_step = False
                 continue
             if turn.step >= self.config.max_steps:
@@ -123,9 +127,12 @@ class TurnRunner:
             if reply is None:
                 return
             if reply.tool_calls:
-                if not await self.db.run(
-                    partial(self._persist_step, inbound=inbound, turn=turn, reply=reply)
-                ):
+                settled = await self.db.run(
+                    partial(
+                        self._persist_step, inbound=inbound, turn=turn, reply=reply, tools=tools
+                    )
+                )
+                if settled is None:
                     name = reply.tool_calls[0].name
                     text = (
                         f"I stopped: the same {name} call kept repeating without progress. "
@@ -191,13 +198,19 @@ class TurnRunner:
         turn_store.set_turn(db, turn.id, status="waiting")
 
     def _persist_step(
-        self, db: SqlDb, inbound: InboundMessage, turn: TurnRow, reply: BrainReply
-    ) -> bool:
-        """Record the brain's decision and commit its step; False if the model is looping."""
+        self,
+        db: SqlDb,
+        inbound: InboundMessage,
+        turn: TurnRow,
+        reply: BrainReply,
+        tools: Sequence[Tool],
+    ) -> list[CallRow] | None:
+        """Record the brain's decision and store its step with its calls settled (all
+        committed before any of them runs); None if the model is looping."""
         self._audit_decision(db, inbound, turn, reply)
         hashes = [args_hash(c.name, c.args) for c in reply.tool_calls]
         if turn_store.repeats(db, turn.id, hashes) >= MAX_IDENTICAL_CALLS:
-            return False
+            return None
         # Call ids come from the model, and some servers reuse them ("call_0" in every
         # response, or twice in one); the store needs each id once, so a reused one is
         # replaced (in the history too, so the model still sees matching ids).
@@ -217,23 +230,28 @@ class TurnRunner:
         turn_store.add_calls(
             db, turn.id, turn.step, [(c, args_hash(c.name, c.args)) for c in calls]
         )
-        return True
+        return self.executor.settle_step(db, inbound, turn, tools)
 
-    def _plan_direct(self, db: SqlDb, inbound: InboundMessage, turn: TurnRow) -> None:
+    def _plan_direct(
+        self, db: SqlDb, inbound: InboundMessage, turn: TurnRow, tools: Sequence[Tool]
+    ) -> list[CallRow]:
         request = inbound.tool_call
         if request is None:
             raise ValueError("a tool_call inbound without its tool call")
         call = ToolCall(id=f"{inbound.id}-0", name=request.tool, args=request.args)
         turn_store.add_calls(db, turn.id, turn.step, [(call, args_hash(call.name, call.args))])
+        return self.executor.settle_step(db, inbound, turn, tools)
 
     def _close_step(
-        self, db: SqlDb, inbound: InboundMessage, turn: TurnRow, calls: list[CallRow]
+        self, db: SqlDb, inbound: InboundMessage, turn: TurnRow, outcome: StepOutcome
     ) -> tuple[TurnRow, list[ChatMessage] | None]:
-        """Append the step's results to history and move to the next step, atomically;
-        a message turn gets the history for its next brain step in the same go."""
+        """Store the step's results, append them to history and move to the next step,
+        atomically; a message turn gets the history for its next brain step in the same
+        go."""
+        self.executor.record(db, inbound, outcome.unrecorded)
         conversation = None
         if inbound.kind == InboundKind.MESSAGE:
-            for call in calls:
+            for call in outcome.calls:
                 result = ToolResult.from_json(call.result or {"ok": False, "output": "no result"})
                 turn_store.append_message(
                     db,
