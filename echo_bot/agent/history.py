@@ -40,6 +40,8 @@ class HistoryCache:
     def __init__(
         self, limit: int, *, max_sessions: int = MAX_SESSIONS, max_chars: int = MAX_CHARS
     ) -> None:
+        if limit < 1:
+            raise ValueError("a history of at least one message")
         self.limit = limit
         self.max_sessions = max_sessions
         self.max_chars = max_chars
@@ -58,6 +60,8 @@ class HistoryCache:
         else:
             self._read_new(db, session_key, entry)
         messages = list(entry.messages)
+        if entry.chars > self.max_chars:  # would only push every other session out
+            return messages
         with self._lock:
             if session_key in self._entries:  # loaded twice at once; keep the newer
                 self._chars -= self._entries.pop(session_key).chars

@@ -148,7 +148,7 @@ class Database:
             conn.close()
 
     async def close(self) -> None:
-        if self._worker is None:
+        if self._worker is None or self._closed:
             return
         try:
             await self._submit(self._close, in_transaction=False)
@@ -159,7 +159,7 @@ class Database:
             await asyncio.to_thread(worker.join)
 
     def close_sync(self) -> None:
-        if self._worker is None:
+        if self._worker is None or self._closed:
             return
         try:
             self._submit_sync(self._close, in_transaction=False)
@@ -286,8 +286,9 @@ class Database:
                     outcomes.append((job, True, value))
             if conn.in_transaction:
                 conn.execute("COMMIT")
-        except Exception as exc:
-            # The transaction is lost (or would not commit): nothing of the batch is stored.
+        except BaseException as exc:
+            # The transaction is lost (or would not commit, or a job raised something
+            # that is not an error): nothing of the batch is stored.
             if conn.in_transaction:
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")

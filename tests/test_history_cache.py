@@ -1,0 +1,226 @@
+"""The history cache always hands back exactly what the store's ``history()`` reads: across
+appends, resets, trimming, writers on other connections, rollbacks, and its own bounds."""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sqlite_utils import Database as SqlDb
+
+from echo_bot.agent.history import HistoryCache
+from echo_bot.conversation import ChatMessage, ToolCall
+from echo_bot.store import Database
+from echo_bot.store import turns as turn_store
+
+SESSIONS = ["cli:a", "cli:b", "telegram:c"]
+TURNS = ["t0", "t1", "t2"]  # few, so a turn often goes on after its reset
+
+
+@contextlib.contextmanager
+def opened(path: Path) -> Iterator[Database]:
+    db = Database(path)
+    db.open_sync()
+    try:
+        yield db
+    finally:
+        db.close_sync()
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Iterator[Database]:
+    with opened(tmp_path / "history.sqlite3") as database:
+        yield database
+
+
+def append(db: Database, key: str, turn_id: str, message: ChatMessage) -> None:
+    db.run_sync(lambda d: turn_store.append_message(d, key, turn_id, message))
+
+
+def both(db: Database, cache: HistoryCache, key: str) -> tuple[list[ChatMessage], ...]:
+    """The cache's answer and the store's, read in the same transaction."""
+    return db.run_sync(lambda d: (cache.load(d, key), turn_store.history(d, key, cache.limit)))
+
+
+def user(text: str) -> ChatMessage:
+    return ChatMessage(role="user", content=text)
+
+
+def assistant(text: str) -> ChatMessage:
+    return ChatMessage(role="assistant", content=text)
+
+
+# -- the property -------------------------------------------------------------------------
+texts = st.text(alphabet="abc xyz!é", max_size=12)
+tool_calls = st.lists(
+    st.builds(
+        ToolCall,
+        id=st.from_regex(r"call_[a-z0-9]{1,6}", fullmatch=True),
+        name=st.sampled_from(["current_time", "send_message", "shell"]),
+        args=st.dictionaries(st.sampled_from(["text", "n", "to"]), st.integers(-3, 3) | texts),
+    ),
+    min_size=1,
+    max_size=3,
+).map(tuple)
+messages = st.one_of(
+    st.builds(ChatMessage, role=st.just("user"), content=texts),
+    st.builds(ChatMessage, role=st.just("assistant"), content=texts),
+    st.builds(ChatMessage, role=st.just("assistant"), content=st.none(), tool_calls=tool_calls),
+    st.builds(
+        ChatMessage,
+        role=st.just("tool"),
+        content=texts,
+        tool_call_id=st.just("call_x"),
+        name=st.just("shell"),
+    ),
+)
+session = st.sampled_from(SESSIONS[:2])
+operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("append"), session, st.sampled_from(TURNS), messages),
+        st.tuples(st.just("reset"), session),
+        st.tuples(st.just("load"), session),
+        st.tuples(st.just("forget"), session),
+    ),
+    max_size=40,
+)
+
+
+@settings(
+    max_examples=200,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(ops=operations, limit=st.integers(min_value=1, max_value=5))
+def test_cache_always_equals_history(tmp_path: Path, ops: list[Any], limit: int) -> None:
+    with opened(tmp_path / f"{uuid.uuid4().hex}.sqlite3") as db:
+        cache = HistoryCache(limit)
+        for op in ops:
+            kind, key = op[0], op[1]
+            if kind == "append":
+                append(db, key, op[2], op[3])
+            elif kind == "reset":
+                db.run_sync(lambda d, key=key: turn_store.reset_session(d, key))
+            elif kind == "forget":
+                cache.forget(key)
+            else:
+                cached, stored = both(db, cache, key)
+                assert cached == stored, (key, ops)
+                assert len(cached) <= limit
+        for key in SESSIONS:
+            cached, stored = both(db, cache, key)
+            assert cached == stored, (key, ops)
+
+
+# -- other writers ------------------------------------------------------------------------
+def test_rows_written_by_other_connections_show_up_in_the_next_load(db: Database) -> None:
+    key = "cli:a"
+    cache = HistoryCache(5)
+    append(db, key, "t1", user("hello"))
+    assert both(db, cache, key)[0] == [ChatMessage(role="user", content="hello", turn_id="t1")]
+    # A management command: a second Database on the same file.
+    with opened(db.path) as other:
+        append(other, key, "t1", assistant("hi there"))
+    # A plain sqlite3 connection (another process's view of the file).
+    with contextlib.closing(sqlite3.connect(db.path, isolation_level=None)) as conn:
+        plain = SqlDb(conn)
+        conn.execute("BEGIN IMMEDIATE")
+        turn_store.append_message(plain, key, "t2", user("and again"))
+        conn.execute("COMMIT")
+    cached, stored = both(db, cache, key)
+    assert cached == stored
+    assert [m.content for m in cached] == ["hello", "hi there", "and again"]
+    # A reset written elsewhere empties the cached history too.
+    with opened(db.path) as other:
+        other.run_sync(lambda d: turn_store.reset_session(d, key))
+    assert both(db, cache, key) == ([], [])
+
+
+# -- the reset rule -----------------------------------------------------------------------
+@pytest.mark.parametrize("warm", [True, False])
+def test_the_turn_that_asked_for_a_reset_is_not_part_of_the_new_history(
+    db: Database, warm: bool
+) -> None:
+    key = "cli:a"
+    cache = HistoryCache(5)
+    append(db, key, "t1", user("remember 42"))
+    append(db, key, "t1", assistant("noted"))
+    append(db, key, "t2", user("/reset"))
+    if warm:
+        assert [m.content for m in both(db, cache, key)[0]] == ["remember 42", "noted", "/reset"]
+    db.run_sync(lambda d: turn_store.reset_session(d, key))
+    append(db, key, "t2", assistant("Done, starting over."))  # the reset turn's own reply
+    assert both(db, cache, key) == ([], [])
+    append(db, key, "t3", user("what did I say?"))
+    cached, stored = both(db, cache, key)
+    assert cached == stored
+    assert [(m.turn_id, m.content) for m in cached] == [("t3", "what did I say?")]
+
+
+# -- forget, clear and the bounds ---------------------------------------------------------
+@pytest.mark.parametrize("drop", ["forget", "clear"])
+def test_forget_and_clear_recover_from_a_load_that_was_rolled_back(db: Database, drop: str) -> None:
+    key = "cli:a"
+    cache = HistoryCache(5)
+    append(db, key, "t1", user("first"))
+
+    def append_load_then_fail(d: SqlDb) -> None:
+        turn_store.append_message(d, key, "t2", user("ghost"))
+        assert [m.content for m in cache.load(d, key)] == ["first", "ghost"]
+        raise ValueError("the job failed after the cache read")
+
+    with pytest.raises(ValueError, match="after the cache read"):
+        db.run_sync(append_load_then_fail)
+    cache.forget(key) if drop == "forget" else cache.clear()
+    assert len(cache) == 0
+    append(db, key, "t2", user("real"))  # may take the rolled-back row's seq
+    cached, stored = both(db, cache, key)
+    assert cached == stored
+    assert [m.content for m in cached] == ["first", "real"]
+
+
+def test_at_most_max_sessions_are_kept(db: Database) -> None:
+    cache = HistoryCache(5, max_sessions=2)
+    for i, key in enumerate(SESSIONS):
+        append(db, key, f"t{i}", user(f"hello from {key}"))
+    for key in SESSIONS:
+        cached, stored = both(db, cache, key)
+        assert cached == stored and len(cached) == 1
+    assert len(cache) == 2
+    # The evicted session is read in full again, and correctly.
+    append(db, SESSIONS[0], "t9", assistant("welcome back"))
+    cached, stored = both(db, cache, SESSIONS[0])
+    assert cached == stored
+    assert [m.content for m in cached] == ["hello from cli:a", "welcome back"]
+    assert len(cache) == 2
+
+
+def test_a_session_larger_than_max_chars_is_not_kept(db: Database) -> None:
+    cache = HistoryCache(5, max_chars=100)
+    append(db, "cli:small", "t1", user("short"))
+    append(db, "cli:big", "t2", user("x" * 60))
+    append(db, "cli:big", "t2", assistant("y" * 60))
+    assert both(db, cache, "cli:small")[0] == both(db, cache, "cli:small")[1]
+    assert len(cache) == 1
+    cached, stored = both(db, cache, "cli:big")
+    assert cached == stored and len(cached) == 2
+    # 120 characters do not fit in 100: not kept, and the small session is not pushed out.
+    assert len(cache) == 1
+    # Trimmed to the limit, the session fits again and is kept.
+    small_limit = HistoryCache(1, max_chars=100)
+    cached, stored = both(db, small_limit, "cli:big")
+    assert cached == stored == [ChatMessage(role="assistant", content="y" * 60, turn_id="t2")]
+    assert len(small_limit) == 1
+
+
+def test_a_history_of_no_messages_is_refused() -> None:
+    with pytest.raises(ValueError):
+        HistoryCache(0)

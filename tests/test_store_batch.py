@@ -1,0 +1,211 @@
+"""The store's group commit: jobs queued together share one transaction, each in its own
+savepoint; each caller gets its own result or error, and only after the COMMIT."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlite_utils import Database as SqlDb
+
+from echo_bot.errors import StoreError
+from echo_bot.store import Database
+
+Job = Callable[[SqlDb], Any]
+
+
+@pytest.fixture
+async def db(tmp_path: Path) -> AsyncIterator[Database]:
+    database = Database(tmp_path / "batch.sqlite3")
+    await database.open()
+    await database.run(lambda d: d.execute("CREATE TABLE scratch (id INTEGER PRIMARY KEY, v TEXT)"))
+    yield database
+    await database.close()
+
+
+@pytest.fixture
+def reader(db: Database) -> Iterator[sqlite3.Connection]:
+    """Another connection to the same file: it sees only what was committed."""
+    conn = sqlite3.connect(db.path, isolation_level=None, check_same_thread=False)
+    with contextlib.closing(conn):
+        yield conn
+
+
+def committed(conn: sqlite3.Connection) -> dict[int, str]:
+    return dict(conn.execute("SELECT id, v FROM scratch").fetchall())
+
+
+def insert(i: int, value: str | None = None) -> Job:
+    def job(d: SqlDb) -> int:
+        d.execute("INSERT INTO scratch (id, v) VALUES (?, ?)", [i, value or f"row {i}"])
+        return i
+
+    return job
+
+
+async def run_together(db: Database, jobs: list[Job]) -> list[Any]:
+    """Run ``jobs`` concurrently, all queued while the store thread is busy with a job that
+    waits for them, so they are committed together (at most MAX_BATCH to a transaction)."""
+    queued = threading.Event()
+    blocker = asyncio.ensure_future(db.run(lambda _d: queued.wait(timeout=30)))
+    tasks = [asyncio.ensure_future(db.run(job)) for job in jobs]
+    await asyncio.sleep(0)  # every task has run up to its enqueue and now waits
+    queued.set()
+    assert await blocker is True
+    return await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def test_many_concurrent_jobs_are_all_committed(
+    db: Database, reader: sqlite3.Connection
+) -> None:
+    seen_uncommitted: list[bool] = []
+
+    def job(i: int) -> Job:
+        def run(d: SqlDb) -> int:
+            insert(i)(d)
+            # Rows of earlier jobs of the same transaction are visible here, not elsewhere.
+            here = d.execute("SELECT COUNT(*) FROM scratch").fetchone()[0]
+            elsewhere = reader.execute("SELECT COUNT(*) FROM scratch").fetchone()[0]
+            seen_uncommitted.append(here > elsewhere + 1)
+            return i
+
+        return run
+
+    results = await run_together(db, [job(i) for i in range(200)])
+    assert results == list(range(200))
+    assert committed(reader) == {i: f"row {i}" for i in range(200)}
+    assert any(seen_uncommitted)  # the jobs did share transactions
+
+
+async def test_a_job_that_raises_is_rolled_back_alone_with_its_own_error(
+    db: Database, reader: sqlite3.Connection
+) -> None:
+    error = ValueError("bad input for job 25")
+
+    def failing(d: SqlDb) -> None:
+        insert(25)(d)
+        d.execute("UPDATE scratch SET v = 'clobbered'")
+        raise error
+
+    jobs = [failing if i == 25 else insert(i) for i in range(50)]
+    results = await run_together(db, jobs)
+    assert results[25] is error
+    assert results[:25] + results[26:] == [i for i in range(50) if i != 25]
+    assert committed(reader) == {i: f"row {i}" for i in range(50) if i != 25}
+
+
+@pytest.mark.parametrize("together", [True, False])
+async def test_an_sqlite_error_comes_back_as_store_error_and_the_others_commit(
+    db: Database, reader: sqlite3.Connection, together: bool
+) -> None:
+    await db.run(insert(1, "original"))
+
+    def duplicate(d: SqlDb) -> None:
+        insert(1000)(d)  # rolled back with the failing insert
+        insert(1, "duplicate")(d)
+
+    jobs = [insert(i) for i in range(2, 40)]
+    if together:
+        results = await run_together(db, [*jobs[:10], duplicate, *jobs[10:]])
+        failed = results.pop(10)
+    else:
+        with pytest.raises(StoreError) as caught:
+            await db.run(duplicate)
+        failed = caught.value
+        results = [await db.run(job) for job in jobs]
+    assert isinstance(failed, StoreError)
+    assert isinstance(failed.__cause__, sqlite3.IntegrityError)
+    assert "UNIQUE constraint failed" in str(failed)
+    assert results == list(range(2, 40))
+    expected = {1: "original"} | {i: f"row {i}" for i in range(2, 40)}
+    assert committed(reader) == expected
+
+
+async def test_each_job_gets_its_own_result(db: Database) -> None:
+    def job(i: int) -> Job:
+        return lambda d: (i, d.execute("SELECT ? * ?", [i, i]).fetchone()[0])
+
+    results = await run_together(db, [job(i) for i in range(100)])
+    assert results == [(i, i * i) for i in range(100)]
+    # Without a busy store thread to queue behind, too.
+    assert await asyncio.gather(*(db.run(job(i)) for i in range(100))) == results
+
+
+async def test_a_result_arrives_only_once_its_row_is_committed(
+    db: Database, reader: sqlite3.Connection
+) -> None:
+    async def write_then_look(i: int) -> str | None:
+        await db.run(insert(i))
+        row = reader.execute("SELECT v FROM scratch WHERE id = ?", [i]).fetchone()
+        return row[0] if row else None
+
+    seen = await asyncio.gather(*(write_then_look(i) for i in range(30)))
+    assert seen == [f"row {i}" for i in range(30)]
+
+
+def test_run_sync_from_plain_threads_without_an_event_loop(tmp_path: Path) -> None:
+    db = Database(tmp_path / "sync.sqlite3")
+    db.open_sync()
+    try:
+        db.run_sync(lambda d: d.execute("CREATE TABLE scratch (id INTEGER PRIMARY KEY, v TEXT)"))
+        results: dict[int, list[int]] = {}
+
+        def worker(n: int) -> None:
+            results[n] = [db.run_sync(insert(n * 100 + k)) for k in range(20)]
+
+        threads = [threading.Thread(target=worker, args=(n,)) for n in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert results == {n: [n * 100 + k for k in range(20)] for n in range(8)}
+        # SQLite's own errors come back as they are (management commands report them).
+        with pytest.raises(sqlite3.IntegrityError, match="UNIQUE"):
+            db.run_sync(insert(0))
+        with pytest.raises(ValueError, match="nope"):
+            db.run_sync(lambda d: (insert(5000)(d), int("nope")))
+        assert db.run_sync(lambda d: d.execute("SELECT COUNT(*) FROM scratch").fetchone()[0]) == 160
+    finally:
+        db.close_sync()
+    with contextlib.closing(sqlite3.connect(db.path)) as conn:
+        assert conn.execute("SELECT COUNT(*), MAX(id) FROM scratch").fetchone() == (160, 719)
+
+
+async def test_run_after_close_is_refused(tmp_path: Path) -> None:
+    db = Database(tmp_path / "closed.sqlite3")
+    await db.open()
+    assert await db.run(lambda d: d.execute("SELECT 1").fetchone()[0]) == 1
+    await db.close()
+    with pytest.raises(StoreError, match="closed"):
+        await db.run(lambda d: d.execute("SELECT 1").fetchone()[0])
+    await db.close()  # closing twice is harmless
+
+
+class Interrupt(BaseException):
+    """Not an Exception: what a job could raise that is not an error (say, SystemExit)."""
+
+
+async def test_a_job_raising_a_base_exception_leaves_the_store_usable(
+    db: Database, reader: sqlite3.Connection
+) -> None:
+    def interrupted(d: SqlDb) -> None:
+        d.execute("INSERT INTO scratch (id, v) VALUES (1, 'interrupted')")
+        raise Interrupt()
+
+    outcomes = await asyncio.gather(
+        db.run(insert(2)), db.run(interrupted), db.run(insert(3)), return_exceptions=True
+    )
+    assert isinstance(outcomes[1], Interrupt)
+    stored = committed(reader)
+    assert 1 not in stored  # its transaction rolled back, nothing half-stored
+    # Jobs that shared its transaction failed with it; the others are stored.
+    for i, outcome in ((2, outcomes[0]), (3, outcomes[2])):
+        assert (i in stored) == (outcome == i)
+    assert await db.run(insert(4)) == 4  # the next transaction starts cleanly
+    assert committed(reader)[4] == "row 4"
