@@ -191,7 +191,7 @@ class Daemon:
             max_concurrent=config.bot.max_concurrent_turns,
             on_outbound=delivery.wake,
         )
-        bus.on_inbound(dispatcher.wake)
+        inbox.on_committed = dispatcher.accept
         bus.on_outbound(delivery.wake)
         commands = [(c.name, c.help) for c in core.commands.all()]
         http = None

@@ -457,3 +457,52 @@ async def test_an_external_id_older_than_the_dedup_window_is_new_again(state_dir
         later = await bot.channel.say("what time is it?", external_id="update-7")
         assert later != first
         await bot.channel.reply_to(later)
+
+
+async def test_every_message_is_taken_once_whether_handed_over_or_found_by_the_poll(
+    state_dir: Path,
+) -> None:
+    """In-process messages reach the dispatcher in memory right after their commit; rows
+    other processes commit are found by the inbox poll. Neither path may run a message
+    twice, nor miss one (the poll passes over the handed-over rows)."""
+    from echo_bot import metrics
+    from echo_bot.events import Address, InboundMessage, Sender
+    from echo_bot.store import Database
+    from echo_bot.store.inbox import add_inbound
+
+    def taken() -> float:
+        value = metrics.REGISTRY.get_sample_value(
+            "echo_bot_inbound_total", {"channel": "cli", "kind": "message"}
+        )
+        return value or 0.0
+
+    nap = '/tool nap {"seconds": 0.15}'
+    async with running_bot(state_dir, tools=[SleepTool()]) as bot:
+        before = taken()
+        # Another process (a management command, say) commits to the same store file.
+        other = Database(bot.db.path)
+        await other.open()
+        elsewhere = [
+            InboundMessage(
+                address=Address(channel="cli", chat_id=f"other{i % 3}"),
+                sender=Sender(id="owner"),
+                text=nap,
+                external_id=new_id(),
+            )
+            for i in range(9)
+        ]
+        try:
+            # Turns of one chat wait for each other, so many rows stay accepted in the
+            # inbox across several polls.
+            here, _ = await asyncio.gather(
+                asyncio.gather(*(bot.channel.say(nap, chat=f"chat{i % 2}") for i in range(16))),
+                asyncio.gather(*(other.run(lambda db, m=m: add_inbound(db, m)) for m in elsewhere)),
+            )
+        finally:
+            await other.close()
+        ids = [*here, *(m.id for m in elsewhere)]
+        for inbound_id in ids:
+            await bot.channel.reply_to(inbound_id)
+        await asyncio.sleep(1.2)  # two more polls: a row read twice would be taken again
+        assert all(len(replies_to(bot.channel, i)) == 1 for i in ids)
+        assert taken() - before == len(ids)

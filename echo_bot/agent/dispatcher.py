@@ -1,6 +1,7 @@
-"""Who runs what, when: reads the inbox (also rows other processes committed), runs one
-turn at a time per session in arrival order, sessions concurrently up to a bound, applies
-approval decisions and expiry, and resumes suspended turns."""
+"""Who runs what, when: takes new inbound from the inbox right after their commit (and
+polls it for rows other processes committed), runs one turn at a time per session in
+arrival order, sessions concurrently up to a bound, applies approval decisions and
+expiry, and resumes suspended turns."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ log = logging.getLogger(__name__)
 
 # Management commands in other processes commit to the inbox; we look every so often.
 POLL_INTERVAL = 0.5
+POLL_PAGE = 500
 EXPIRY_INTERVAL = 1.0
 
 
@@ -49,12 +51,16 @@ class Dispatcher:
         self._tasks: list[asyncio.Task[None]] = []
         self._last_seq = 0
         self._stopping = False
+        # Inbound handed over in memory (``accept``) that the poll has not passed yet:
+        # it skips them rather than read and dispatch them again.
+        self._accepted: set[str] = set()
 
     # -- lifecycle ------------------------------------------------------------------------
     async def start(self) -> None:
         rows, self._last_seq = await self.inbox.unfinished()
         for row in rows:
-            self._dispatch(row.message)
+            if row.message.id not in self._accepted:
+                self._dispatch(row.message)
         self._tasks = [
             asyncio.create_task(self._poll_loop(), name="inbox-poll"),
             asyncio.create_task(self._expiry_loop(), name="approval-expiry"),
@@ -76,6 +82,14 @@ class Dispatcher:
     def wake(self, *_: object) -> None:
         self._wake.set()
 
+    def accept(self, messages: list[InboundMessage]) -> None:
+        """New inbound, just committed in this process: run them without reading them
+        back from the store."""
+        for message in messages:
+            self._accepted.add(message.id)
+            metrics.INBOUND.labels(message.address.channel, message.kind).inc()
+            self._dispatch(message)
+
     def busy(self) -> bool:
         return any(not t.done() for t in self._workers.values())
 
@@ -88,15 +102,22 @@ class Dispatcher:
                 async with asyncio.timeout(POLL_INTERVAL):
                     await self._wake.wait()
             self._wake.clear()
-            try:
-                rows = await self.inbox.after(self._last_seq)
-            except Exception:
-                log.exception("reading the inbox failed; retrying")
-                await asyncio.sleep(1)
-                continue
-            for row in rows:
-                self._last_seq = max(self._last_seq, row.seq)
-                if row.status == InboundStatus.ACCEPTED:
+            more = True
+            while more:  # until the poll has caught up
+                try:
+                    rows, met, last, more = await self.inbox.accepted_after(
+                        self._last_seq, frozenset(self._accepted), POLL_PAGE
+                    )
+                except Exception:
+                    log.exception("reading the inbox failed; retrying")
+                    await asyncio.sleep(1)
+                    break
+                self._last_seq = max(self._last_seq, last)
+                self._accepted.difference_update(met)
+                for row in rows:
+                    if row.message.id in self._accepted:  # handed over while we read
+                        self._accepted.discard(row.message.id)
+                        continue
                     metrics.INBOUND.labels(row.message.address.channel, row.message.kind).inc()
                     self._dispatch(row.message)
 

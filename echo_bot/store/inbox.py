@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from sqlite_utils import Database as SqlDb
@@ -44,12 +45,17 @@ def _row(raw: dict) -> InboxRow:  # type: ignore[type-arg]
 # At most this many inbound in one group commit (keeps each transaction short).
 MAX_BATCH = 256
 
+log = logging.getLogger(__name__)
+
 
 class SqliteInbox:
     def __init__(self, db: Database) -> None:
         self._db = db
         self._queued: list[tuple[InboundMessage, asyncio.Future[Published]]] = []
         self._writer: asyncio.Task[None] | None = None
+        # Told about every new (non-duplicate) message right after its commit, before
+        # anyone is told it was accepted: the dispatcher takes it from here, in memory.
+        self.on_committed: Callable[[list[InboundMessage]], None] | None = None
 
     async def add(self, message: InboundMessage) -> Published:
         """Commit ``message`` (with whatever else is queued); its own outcome."""
@@ -95,6 +101,13 @@ class SqliteInbox:
             if not isinstance(exc, Exception):
                 raise
             return
+        if self.on_committed is not None:
+            fresh = [m for m, p in zip(messages, results, strict=True) if not p.duplicate]
+            if fresh:
+                try:
+                    self.on_committed(fresh)
+                except Exception:  # committed all the same; the inbox poll finds them
+                    log.exception("handing new inbound to the dispatcher failed")
         for (_message, future), published in zip(batch, results, strict=True):
             if not future.done():  # the caller may have given up (cancelled)
                 future.set_result(published)
@@ -102,6 +115,14 @@ class SqliteInbox:
     async def after(self, seq: int, limit: int = 500) -> list[InboxRow]:
         """Rows committed after ``seq`` (also by other processes), oldest first."""
         return await self._db.run(lambda db: rows_after(db, seq, limit))
+
+    async def accepted_after(
+        self, seq: int, known: frozenset[str], limit: int = 500
+    ) -> tuple[list[InboxRow], list[str], int, bool]:
+        """Rows after ``seq`` still accepted and not ``known`` (read in full), the known
+        ids met on the way, the newest seq looked at (``seq`` if none), and whether
+        ``limit`` cut the look short."""
+        return await self._db.run(lambda db: accepted_rows_after(db, seq, known, limit))
 
     async def unfinished(self) -> tuple[list[InboxRow], int]:
         """Every row not yet finished, and the newest seq — from one snapshot, so a row
@@ -250,6 +271,24 @@ def _any_stored(db: SqlDb, ids: list[str], keys: list[tuple[str, str | None]]) -
 def rows_after(db: SqlDb, seq: int, limit: int) -> list[InboxRow]:
     cursor = db.execute("SELECT * FROM inbox WHERE seq > ? ORDER BY seq LIMIT ?", [seq, limit])
     return [_row(dict(r)) for r in cursor.fetchall()]
+
+
+def accepted_rows_after(
+    db: SqlDb, seq: int, known: frozenset[str], limit: int
+) -> tuple[list[InboxRow], list[str], int, bool]:
+    heads = db.execute(
+        "SELECT seq, id, status FROM inbox WHERE seq > ? ORDER BY seq LIMIT ?", [seq, limit]
+    ).fetchall()
+    met = [h[1] for h in heads if h[1] in known]
+    wanted = [h[1] for h in heads if h[1] not in known and h[2] == InboundStatus.ACCEPTED]
+    rows = []
+    if wanted:
+        cursor = db.execute(
+            "SELECT * FROM inbox WHERE id IN (SELECT value FROM json_each(?)) ORDER BY seq",
+            [json.dumps(wanted)],
+        )
+        rows = [_row(dict(r)) for r in cursor.fetchall()]
+    return rows, met, heads[-1][0] if heads else seq, len(heads) >= limit
 
 
 def get_inbound(db: SqlDb, inbound_id: str) -> InboxRow | None:
