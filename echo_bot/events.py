@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
-import uuid
+import time
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
@@ -12,8 +13,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 def new_id() -> str:
-    """An opaque, unguessable id (also safe inside Telegram callback data)."""
-    return uuid.uuid4().hex
+    """An opaque, unguessable id (also safe inside Telegram callback data): 32 hex digits,
+    the first 12 the time in milliseconds, the rest 80 random bits.
+
+    Time first, as in UUIDv7, so ids made one after another sort together: a new row's
+    key then lands on the same index page as the previous one's, instead of dirtying a
+    random page of every id index in every commit."""
+    return f"{time.time_ns() // 1_000_000:012x}{os.urandom(10).hex()}"
 
 
 def utcnow() -> datetime:
