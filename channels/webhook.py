@@ -11,6 +11,7 @@ import hashlib
 import hmac
 import json
 import logging
+import re
 import time
 from collections import deque
 from typing import Any
@@ -37,6 +38,9 @@ log = logging.getLogger(__name__)
 
 JSON_TYPES = ("application/json",)
 READ_CHUNK = 64 * 1024
+# What can put a lone surrogate into parsed JSON: a \uD800–\uDFFF escape, or the raw
+# UTF-8-style bytes of one (json.loads decodes bytes with "surrogatepass").
+_SURROGATE = re.compile(rb"\\[uU][dD][89a-fA-F]|\xed[\xa0-\xbf]")
 
 
 def _error(status: int, reason: str) -> web.Response:
@@ -76,6 +80,7 @@ class WebhookChannel:
         self.routes: dict[str, WebhookRoute] = {}
         self.limits: dict[str, RateLimit] = {}
         self.secrets: dict[str, str] = {}
+        self._header_readers: set[str] = set()  # routes whose templates use {headers[…]}
         self.counts = {"accepted": 0, "duplicate": 0, "rejected": 0, "ignored": 0}
         if setup.http is None:
             raise ConfigError("webhook: the HTTP server is not available")
@@ -116,6 +121,11 @@ class WebhookChannel:
             ):
                 self.limits[route.name] = RateLimit(route.rate_limit)
         self.config, self.routes, self.secrets = config, routes, secrets
+        self._header_readers = {
+            route.name
+            for route in config.routes
+            if "{headers[" in (route.prompt or "") or "{headers[" in json.dumps(route.args)
+        }
 
     def reload(self, section: WebhookConfig) -> list[str]:
         """Apply new routes live; return what needs a restart to take effect."""
@@ -214,16 +224,23 @@ class WebhookChannel:
             return _error(429, f"more than {route.rate_limit} deliveries a minute")
         try:
             payload = json.loads(body)
-            # Lone surrogates ("\ud800", or its raw bytes) parse, but can never be stored.
-            json.dumps(payload, ensure_ascii=False).encode()
+            if _SURROGATE.search(body):
+                # Lone surrogates ("\ud800", or its raw bytes) parse, but can never be
+                # stored; pairs are fine. Only such bodies need this second look.
+                json.dumps(payload, ensure_ascii=False).encode()
         except (ValueError, RecursionError):
             return _error(400, "the body is not valid JSON (or nests too deeply)")
         event = request.headers.get("X-GitHub-Event")
         if event == "ping" or not self._wanted(route, event, payload):
             self.counts["ignored"] += 1
             return web.json_response({"status": "ignored"}, status=200)
-        # Only header values that are text (undecodable bytes arrive as lone surrogates).
-        headers = {k: v for k, v in request.headers.items() if len(v) <= 1000 and v.isprintable()}
+        # Only header values that are text (undecodable bytes arrive as lone surrogates),
+        # and only for routes whose templates read headers.
+        headers = (
+            {k: v for k, v in request.headers.items() if len(v) <= 1000 and v.isprintable()}
+            if route.name in self._header_readers
+            else {}
+        )
         sources = {"payload": payload, "headers": headers, "route": {"name": route.name}}
         try:
             message = self._inbound(route, sources, self._dedup_key(route, request, body))
@@ -240,7 +257,11 @@ class WebhookChannel:
             self.counts["duplicate"] += 1
             return web.json_response({"status": "duplicate", "id": published.inbound_id})
         self.counts["accepted"] += 1
-        return web.json_response({"id": published.inbound_id, "status": "accepted"}, status=202)
+        return web.Response(
+            body=b'{"id": "%s", "status": "accepted"}' % published.inbound_id.encode(),
+            status=202,
+            content_type="application/json",
+        )
 
     @staticmethod
     def _wanted(route: WebhookRoute, event: str | None, payload: Any) -> bool:

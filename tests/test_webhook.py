@@ -575,6 +575,12 @@ async def test_ping_and_filtered_events_are_ignored(hooks: Hooks) -> None:
     assert len(await hooks.inbox("filtered")) == 2
 
 
+async def test_escaped_surrogate_pairs_and_raw_utf8_are_accepted(hooks: Hooks) -> None:
+    for body in (b'{"ref": "\\ud83d\\ude00"}', '{"ref": "caf\u00e9 🦜"}'.encode()):
+        answer = await hooks.post("/hooks/bearer", body, bearer_headers())
+        assert answer.status == 202, (body, answer.text)
+
+
 @pytest.mark.parametrize(
     "body",
     [
@@ -587,6 +593,8 @@ async def test_ping_and_filtered_events_are_ignored(hooks: Hooks) -> None:
         pytest.param(b"\xff\xfe\x00\x01\x80binary\x00junk", id="binary"),
         pytest.param("🦜 «not json» \u202e".encode(), id="unicode-text"),
         pytest.param(b'{"ref": "\xed\xa0\x80"}', id="surrogate-bytes"),
+        pytest.param(b'{"ref": "\\ud800"}', id="surrogate-escape"),
+        pytest.param(b'{"ref": "x\\uDC00y"}', id="surrogate-escape-upper"),
         pytest.param(b"NaN garbage", id="nan"),
     ],
 )

@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
+from typing import Any
 
 from sqlite_utils import Database as SqlDb
 
@@ -54,6 +55,7 @@ class Dispatcher:
         # Inbound handed over in memory (``accept``) that the poll has not passed yet:
         # it skips them rather than read and dispatch them again.
         self._accepted: set[str] = set()
+        self._counters: dict[tuple[str, str], Any] = {}
 
     # -- lifecycle ------------------------------------------------------------------------
     async def start(self) -> None:
@@ -87,8 +89,15 @@ class Dispatcher:
         back from the store."""
         for message in messages:
             self._accepted.add(message.id)
-            metrics.INBOUND.labels(message.address.channel, message.kind).inc()
+            self._count(message)
             self._dispatch(message)
+
+    def _count(self, message: InboundMessage) -> None:
+        key = (message.address.channel, message.kind)
+        counter = self._counters.get(key)
+        if counter is None:  # labels() takes a lock and builds a key: once per kind
+            counter = self._counters[key] = metrics.INBOUND.labels(*key)
+        counter.inc()
 
     def busy(self) -> bool:
         return any(not t.done() for t in self._workers.values())
@@ -118,7 +127,7 @@ class Dispatcher:
                     if row.message.id in self._accepted:  # handed over while we read
                         self._accepted.discard(row.message.id)
                         continue
-                    metrics.INBOUND.labels(row.message.address.channel, row.message.kind).inc()
+                    self._count(row.message)
                     self._dispatch(row.message)
 
     def _dispatch(self, message: InboundMessage) -> None:
