@@ -75,7 +75,12 @@ class DeliveryWorker:
         while True:
             self._wake.clear()
             try:
-                rows, next_at = await self.outbox.due(self.channels, self.clock())
+                # Chats with a send in flight are left out: their next message waits for
+                # it, and the send wakes this loop when it is done. Counting their heads
+                # as due would spin this loop for as long as a send takes.
+                rows, next_at = await self.outbox.due(
+                    self.channels, self.clock(), busy=self._in_flight
+                )
             except Exception:
                 log.exception("reading the outbox failed; retrying")
                 rows, next_at = [], None

@@ -331,3 +331,43 @@ async def test_stop_lets_the_send_in_flight_finish(tmp_path: Path) -> None:
     assert [m.text for m in channel.sent] == ["in flight"]
     assert await outbox.pending_count() == 0
     await db.close()
+
+
+class CountingOutbox(SqliteOutbox):
+    """The real outbox, counting how often the worker looks for due messages."""
+
+    looks = 0
+
+    async def due(self, *args: object, **kwargs: object):  # type: ignore[no-untyped-def,override]
+        self.looks += 1
+        return await super().due(*args, **kwargs)  # type: ignore[arg-type]
+
+
+class SlowChannel(RecordingChannel):
+    async def send(self, message: OutboundMessage) -> Receipt:
+        await asyncio.sleep(0.5)
+        return await super().send(message)
+
+
+async def test_the_worker_waits_quietly_while_a_send_is_in_flight(tmp_path: Path) -> None:
+    """A send in flight is still 'queued' in the store; the worker must not take it for a
+    due message and look again and again until the send returns (a busy loop)."""
+    db = Database(tmp_path / "x.sqlite3")
+    await db.open()
+    outbox = CountingOutbox(db)
+    worker = DeliveryWorker(outbox)
+    channel = SlowChannel("cli")
+    worker.add_channel(channel)
+    await worker.start()
+    try:
+        for text in ("one", "two"):
+            await outbox.enqueue(OutboundMessage(to=channel.address("a"), text=text))
+        worker.wake()
+        sent = await wait_sent(channel, 2)
+        assert [m.text for m in sent] == ["one", "two"]
+        # One look when woken, one after each send (more queued / the last one), and an
+        # idle look at most: not one per event-loop turn for a second of sending.
+        assert outbox.looks <= 5, outbox.looks
+    finally:
+        await worker.stop()
+        await db.close()

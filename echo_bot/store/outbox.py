@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -29,34 +30,44 @@ class SqliteOutbox:
         await self._db.run(lambda db: enqueue_outbound(db, message))
 
     async def due(
-        self, channels: Iterable[str], now: float, limit: int = 100
+        self,
+        channels: Iterable[str],
+        now: float,
+        limit: int = 100,
+        busy: Iterable[str] = (),
     ) -> tuple[list[OutboxRow], float | None]:
         """The head of each chat's queue whose next attempt is due, and when the next
-        queued message (due or not) is — both from one read."""
+        message of any other chat is due — both from one read, leaving out the ``busy``
+        chats (chat keys with a send in flight: their head is that send)."""
         names = sorted(set(channels))
         if not names:
             return [], None
         marks = ",".join("?" for _ in names)
+        skip = json.dumps(sorted(set(busy)))
 
         def query(db: SqlDb) -> tuple[list[OutboxRow], float | None]:
             cursor = db.execute(
                 f"""
                 SELECT o.seq, o.payload, o.attempts FROM outbox o
                 JOIN (SELECT chat_key, MIN(seq) AS head FROM outbox
-                      WHERE status = 'queued' AND channel IN ({marks}) GROUP BY chat_key) h
+                      WHERE status = 'queued' AND channel IN ({marks})
+                        AND chat_key NOT IN (SELECT value FROM json_each(?))
+                      GROUP BY chat_key) h
                   ON o.seq = h.head
                 WHERE o.next_attempt_at <= ? ORDER BY o.seq LIMIT ?
                 """,
-                [*names, now, limit],
+                [*names, skip, now, limit],
             )
             rows = [
                 OutboxRow(r[0], OutboundMessage.model_validate_json(r[1]), r[2])
                 for r in cursor.fetchall()
             ]
+            # The chats of these rows are about to be busy too.
+            taken = json.dumps([*json.loads(skip), *(str(r.message.to) for r in rows)])
             next_at = db.execute(
                 f"SELECT MIN(next_attempt_at) FROM outbox WHERE status = 'queued'"
-                f" AND channel IN ({marks})",
-                names,
+                f" AND channel IN ({marks}) AND chat_key NOT IN (SELECT value FROM json_each(?))",
+                [*names, taken],
             ).fetchone()[0]
             return rows, next_at
 
