@@ -371,3 +371,37 @@ async def test_the_worker_waits_quietly_while_a_send_is_in_flight(tmp_path: Path
     finally:
         await worker.stop()
         await db.close()
+
+
+class RateLimitedChannel(RecordingChannel):
+    """Answers the first send like Telegram's 429: retry in a few seconds."""
+
+    async def send(self, message: OutboundMessage) -> Receipt:
+        if not self.attempts:
+            self.attempts.append(message)
+            raise ChannelError("429 Too Many Requests", retryable=True, retry_after=5)
+        return await super().send(message)
+
+
+async def test_the_worker_waits_quietly_while_a_chat_waits_out_a_retry(tmp_path: Path) -> None:
+    """The message behind a chat's head is not due while the head waits out retry_after;
+    counting it as due would have the worker read the outbox again and again."""
+    db = Database(tmp_path / "x.sqlite3")
+    await db.open()
+    outbox = CountingOutbox(db)
+    worker = DeliveryWorker(outbox)
+    channel = RateLimitedChannel("cli")
+    worker.add_channel(channel)
+    try:
+        for text in ("first", "second"):
+            await outbox.enqueue(OutboundMessage(to=channel.address("a"), text=text))
+        await worker.start()
+        async with asyncio.timeout(WAIT):
+            while not channel.attempts:
+                await asyncio.sleep(0.01)
+        await asyncio.sleep(1.0)  # a busy loop would make thousands of looks here
+        assert outbox.looks <= 5, outbox.looks
+        assert channel.sent == []  # and nothing jumped the queue
+    finally:
+        await worker.stop()
+        await db.close()

@@ -64,9 +64,16 @@ class SqliteOutbox:
             ]
             # The chats of these rows are about to be busy too.
             taken = json.dumps([*json.loads(skip), *(str(r.message.to) for r in rows)])
+            # Only a chat's head can be due: a message behind one waiting out a retry is not.
             next_at = db.execute(
-                f"SELECT MIN(next_attempt_at) FROM outbox WHERE status = 'queued'"
-                f" AND channel IN ({marks}) AND chat_key NOT IN (SELECT value FROM json_each(?))",
+                f"""
+                SELECT MIN(o.next_attempt_at) FROM outbox o
+                JOIN (SELECT MIN(seq) AS head FROM outbox
+                      WHERE status = 'queued' AND channel IN ({marks})
+                        AND chat_key NOT IN (SELECT value FROM json_each(?))
+                      GROUP BY chat_key) h
+                  ON o.seq = h.head
+                """,
                 [*names, taken],
             ).fetchone()[0]
             return rows, next_at
