@@ -204,8 +204,42 @@ async def test_a_job_raising_a_base_exception_leaves_the_store_usable(
     assert isinstance(outcomes[1], Interrupt)
     stored = committed(reader)
     assert 1 not in stored  # its transaction rolled back, nothing half-stored
-    # Jobs that shared its transaction failed with it; the others are stored.
+    # Jobs that shared its transaction failed with it (told so); the others are stored.
     for i, outcome in ((2, outcomes[0]), (3, outcomes[2])):
         assert (i in stored) == (outcome == i)
+        if outcome != i:
+            assert isinstance(outcome, StoreError) and "rolled back" in str(outcome)
     assert await db.run(insert(4)) == 4  # the next transaction starts cleanly
     assert committed(reader)[4] == "row 4"
+
+
+async def test_a_job_raising_stop_iteration_does_not_strand_the_others(
+    db: Database, reader: sqlite3.Connection
+) -> None:
+    # asyncio futures refuse StopIteration (a next() without a default in a query, say).
+    def runs_dry(d: SqlDb) -> None:
+        next(iter(d.execute("SELECT id FROM scratch WHERE id = -1").fetchall()))
+
+    async with asyncio.timeout(10):
+        outcomes = await run_together(db, [insert(1), runs_dry, insert(2)])
+    assert outcomes[0] == 1 and outcomes[2] == 2
+    assert isinstance(outcomes[1], RuntimeError) and "StopIteration" in str(outcomes[1])
+    assert committed(reader) == {1: "row 1", 2: "row 2"}
+
+
+async def test_a_job_that_swallows_a_rollback_is_not_told_it_succeeded(
+    db: Database, reader: sqlite3.Connection
+) -> None:
+    await db.run(insert(1))
+
+    def swallows(d: SqlDb) -> str:
+        d.execute("INSERT INTO scratch (id, v) VALUES (5, 'before')")
+        with contextlib.suppress(sqlite3.IntegrityError):
+            # OR ROLLBACK: SQLite ends the whole transaction, not just this statement.
+            d.execute("INSERT OR ROLLBACK INTO scratch (id, v) VALUES (1, 'clash')")
+        return "ok"
+
+    with pytest.raises(StoreError, match="rolled back"):
+        await db.run(swallows)
+    assert 5 not in committed(reader)
+    assert await db.run(insert(6)) == 6  # and the store goes on

@@ -254,7 +254,10 @@ class Database:
                 outcomes = self._run_batch(batch)
             except BaseException as exc:  # nothing may leave a caller waiting forever
                 outcomes = [(j, False, exc) for j in batch]
-            _deliver(outcomes)
+            try:
+                _deliver(outcomes)
+            except BaseException:  # the store thread must go on serving
+                log.exception("handing store results back failed")
 
     def _run_batch(self, batch: list[_Job]) -> list[tuple[_Job, bool, Any]]:
         """Run the jobs in one transaction; (job, ok, result or error) for each."""
@@ -267,8 +270,10 @@ class Database:
             return [(job, False, _store_error(job, exc)) for job in batch]
         alone = len(batch) == 1
         outcomes: list[tuple[_Job, bool, Any]] = []
+        culprit: _Job | None = None
         try:
             for job in batch:
+                culprit = job
                 if not alone:
                     conn.execute(f"SAVEPOINT {_SAVEPOINT}")
                 try:
@@ -281,18 +286,29 @@ class Database:
                         conn.execute(f"RELEASE {_SAVEPOINT}")
                     outcomes.append((job, False, _store_error(job, exc)))
                 else:
+                    if not conn.in_transaction:
+                        # The job caught an error after which SQLite had rolled the
+                        # transaction back: what it did before is gone.
+                        raise StoreError("store error: the transaction was rolled back")
                     if not alone:
                         conn.execute(f"RELEASE {_SAVEPOINT}")
                     outcomes.append((job, True, value))
-            if conn.in_transaction:
+            culprit = None
+            if conn.in_transaction:  # not when a lone job failed and was rolled back
                 conn.execute("COMMIT")
         except BaseException as exc:
             # The transaction is lost (or would not commit, or a job raised something
-            # that is not an error): nothing of the batch is stored.
+            # that is not an error): nothing of the batch is stored. The job that raised
+            # gets its error; the others are told their work was rolled back with it.
             if conn.in_transaction:
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")
-            return [(job, False, _store_error(job, exc)) for job in batch]
+            error = _store_error(culprit or batch[0], exc)
+            rolled_back = StoreError(f"store error: rolled back with another job ({exc!r})")
+            return [
+                (job, False, error if job is culprit or culprit is None else rolled_back)
+                for job in batch
+            ]
         return outcomes
 
     @contextmanager
@@ -344,7 +360,12 @@ def _deliver(outcomes: list[tuple[_Job, bool, Any]]) -> None:
 
 def _settle_all(outcomes: list[tuple[_Job, bool, Any]]) -> None:
     for outcome in outcomes:
-        _settle(outcome)
+        try:
+            _settle(outcome)
+        except Exception:  # one bad outcome must not leave the others waiting
+            log.exception("handing a store result back failed")
+            if not outcome[0].future.done():
+                outcome[0].future.set_exception(StoreError("store error: no result"))
 
 
 def _settle(outcome: tuple[_Job, bool, Any]) -> None:
@@ -354,6 +375,10 @@ def _settle(outcome: tuple[_Job, bool, Any]) -> None:
         return
     if ok:
         future.set_result(value)
+    elif isinstance(value, StopIteration):  # a future refuses StopIteration
+        error = RuntimeError(f"store job raised {value!r}")
+        error.__cause__ = value
+        future.set_exception(error)
     else:
         future.set_exception(value)
 
