@@ -506,3 +506,49 @@ async def test_every_message_is_taken_once_whether_handed_over_or_found_by_the_p
         await asyncio.sleep(1.2)  # two more polls: a row read twice would be taken again
         assert all(len(replies_to(bot.channel, i)) == 1 for i in ids)
         assert taken() - before == len(ids)
+
+
+async def test_a_tool_call_turn_stored_past_its_step_is_reported_not_planned_again(
+    state_dir: Path,
+) -> None:
+    """Earlier versions closed a webhook/cron call's step in one commit and finished the
+    turn in the next; a crash between them left the turn at step 1 with its call done.
+    After the restart the call's stored result is reported (it ran), not planned again."""
+    from echo_bot.events import Address, InboundKind, InboundMessage, Sender, ToolCallRequest
+    from echo_bot.store import Database
+    from echo_bot.store import turns as turn_store
+    from echo_bot.store.inbox import add_inbound
+
+    inbound = InboundMessage(
+        kind=InboundKind.TOOL_CALL,
+        address=Address(channel="cli", chat_id="local"),
+        sender=Sender(id="webhook:deploy"),
+        tool_call=ToolCallRequest(tool="current_time"),
+        external_id=new_id(),
+    )
+
+    def interrupted(db: Any) -> None:
+        add_inbound(db, inbound)
+        turn_store.create_turn(db, inbound.id, inbound.session_key, inbound.trace_id)
+        call = ToolCall(id=f"{inbound.id}-0", name="current_time", args={})
+        turn_store.add_calls(db, inbound.id, 0, [(call, "hash")])
+        result = ToolResult.success("It is the stored hour.").to_json()
+        turn_store.set_call(db, call.id, turn_store.DONE, result=result)
+        turn_store.set_turn(db, inbound.id, step=1)
+
+    store = Database(state_dir / "echo-bot.sqlite3")
+    await store.open()
+    try:
+        await store.run(interrupted)
+    finally:
+        await store.close()
+    async with running_bot(state_dir) as bot:
+        reply = await bot.channel.reply_to(inbound.id)
+        assert reply.text == "current_time: It is the stored hour."
+        assert await inbox_status(bot, inbound.id) == InboundStatus.DONE
+        calls = await bot.db.run(
+            lambda db: db.execute(
+                "SELECT COUNT(*) FROM tool_calls WHERE turn_id = ?", [inbound.id]
+            ).fetchone()[0]
+        )
+        assert calls == 1  # not planned (nor run) a second time

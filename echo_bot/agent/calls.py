@@ -288,16 +288,19 @@ class CallExecutor:
         self, inbound: InboundMessage, tool: Tool, call: CallRow
     ) -> tuple[CallRow, ToolResult, bool]:
         """Run one approved call: the call as done, its result, and whether that is
-        committed yet (always for side effects; read-only results wait, see the doc)."""
+        committed yet (always for side effects and approved calls; other read-only
+        results wait, see the module doc)."""
         side_effect = tool.risk_for(call.args) != Risk.READ
         if side_effect:
             await self.db.run(lambda db: turn_store.set_call(db, call.id, turn_store.STARTED))
         result = await self.registry.execute(tool.name, call.args, self.context(inbound, call))
         result.output = self.audit.masker.mask(result.output)
-        if side_effect:
+        # A read-only call may run again after a crash, unless someone approved it once.
+        record_now = side_effect or call.approval_id is not None
+        if record_now:
             await self.db.run(lambda db: self._finish(db, inbound, call, result))
         done = replace(call, status=turn_store.DONE, result=result.to_json())
-        return done, result, side_effect
+        return done, result, record_now
 
 
 def _as_dict(call: CallRow) -> dict[str, Any]:

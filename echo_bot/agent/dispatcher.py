@@ -88,9 +88,9 @@ class Dispatcher:
         """New inbound, just committed in this process: run them without reading them
         back from the store."""
         for message in messages:
-            self._accepted.add(message.id)
-            self._count(message)
             self._dispatch(message)
+            self._accepted.add(message.id)  # only now: else the poll must find it
+            self._count(message)
 
     def _count(self, message: InboundMessage) -> None:
         key = (message.address.channel, message.kind)

@@ -101,15 +101,23 @@ class TurnRunner:
                     if outcome.waiting:
                         await self.db.run(partial(self._suspend, inbound=inbound, turn=turn))
                         return
+                    if direct:  # its one call is done: results and reply in one commit
+                        await self._finish_direct(inbound, outcome.calls, outcome.unrecorded)
+                        return
                     turn, conversation = await self.db.run(
                         partial(self._close_step, inbound=inbound, turn=turn, outcome=outcome)
                     )
-                    if direct:
-                        await self._finish_direct(inbound, outcome.calls)
-                        return
                     empty_step = True
                     continue
             if direct:
+                if turn.step > 0:
+                    # Stored by an earlier version, which closed the step before finishing:
+                    # the call ran; report it rather than plan it again.
+                    done = await self.db.run(
+                        partial(turn_store.calls_of_step, turn_id=turn.id, step=0)
+                    )
+                    await self._finish_direct(inbound, done, [])
+                    return
                 settled = await self.db.run(
                     partial(self._plan_direct, inbound=inbound, turn=turn, tools=tools)
                 )
@@ -337,10 +345,13 @@ class TurnRunner:
         attachments: Sequence[OutboundMessage] = (),
         *,
         decision: BrainReply | None = None,
+        unrecorded: list[tuple[CallRow, ToolResult]] | None = None,
     ) -> None:
         text = self.audit.masker.mask(text)  # history keeps no secret either
 
         def write(db: SqlDb) -> None:
+            if unrecorded:
+                self.executor.record(db, inbound, unrecorded)
             if decision is not None:
                 self._audit_decision(db, inbound, turn, decision)
             if inbound.kind == InboundKind.MESSAGE:
@@ -365,7 +376,14 @@ class TurnRunner:
         await self.db.run(write)
         metrics.TURN_SECONDS.observe(max(0.0, time.time() - inbound.received_at.timestamp()))
 
-    async def _finish_direct(self, inbound: InboundMessage, calls: list[CallRow]) -> None:
+    async def _finish_direct(
+        self,
+        inbound: InboundMessage,
+        calls: list[CallRow],
+        unrecorded: list[tuple[CallRow, ToolResult]],
+    ) -> None:
+        if not calls:
+            raise ValueError(f"tool_call turn {inbound.id} has no call to report")
         call = calls[0]
         result = ToolResult.from_json(call.result or {"ok": False, "output": "no result"})
         status = {
@@ -375,9 +393,9 @@ class TurnRunner:
         if result.ok:
             status = InboundStatus.DONE
         text = f"{call.name}: " + self.result_text(result, call.id)
-        turn = TurnRow(inbound.id, inbound.session_key, inbound.trace_id, 1, "running")
+        turn = TurnRow(inbound.id, inbound.session_key, inbound.trace_id, 0, "running")
         error = None if result.ok else json.dumps({"error_code": result.error_code})
-        await self._finish(inbound, turn, text, status, error)
+        await self._finish(inbound, turn, text, status, error, unrecorded=unrecorded)
 
     def _reply(self, inbound: InboundMessage, text: str) -> OutboundMessage:
         return OutboundMessage(
