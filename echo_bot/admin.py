@@ -333,7 +333,7 @@ def audit_command(state_dir: Path, tail: int, trace: str | None, *, usage: bool 
         data = " ".join(
             f"{k}={_audit_value(v)}" for k, v in row.data.items() if v not in (None, "", [], {})
         )
-        print(f"{_clock(row.ts)} {(row.trace_id or '-')[:12]} {row.kind:<18} {data}")
+        print(f"{_clock(row.ts)} {row.trace_id or '-'} {row.kind:<18} {data}")
     return 0
 
 
