@@ -552,3 +552,22 @@ async def test_a_tool_call_turn_stored_past_its_step_is_reported_not_planned_aga
             ).fetchone()[0]
         )
         assert calls == 1  # not planned (nor run) a second time
+
+
+async def test_a_long_backlog_in_one_session_is_answered_once_each_in_order(
+    state_dir: Path,
+) -> None:
+    """Past a few dozen queued turns a session keeps ids instead of whole messages (and
+    reads those back when their turn comes): the order and the answers stay the same."""
+    async with running_bot(state_dir) as bot:
+        ids = await asyncio.gather(
+            *(bot.channel.say(f'/tool current_time {{"timezone": "UTC"}} #{n}') for n in range(90))
+        )
+        for inbound in ids:
+            await bot.channel.reply_to(inbound)
+        order = [
+            m.metadata["inbound_id"]
+            for m in bot.channel.sent
+            if m.kind == "reply" and m.metadata.get("inbound_id") in ids
+        ]
+        assert order == list(ids)

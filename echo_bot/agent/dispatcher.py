@@ -26,6 +26,9 @@ log = logging.getLogger(__name__)
 # Management commands in other processes commit to the inbox; we look every so often.
 POLL_INTERVAL = 0.5
 POLL_PAGE = 500
+# A session's queue keeps at most this many whole messages (saves reading them back);
+# behind those it keeps ids, so a flood of deliveries costs little memory while it waits.
+KEEP_QUEUED_MESSAGES = 64
 EXPIRY_INTERVAL = 1.0
 
 
@@ -47,7 +50,9 @@ class Dispatcher:
         self._limit = asyncio.Semaphore(max_concurrent)
         self._on_outbound = on_outbound
         self._wake = asyncio.Event()
-        self._queues: dict[str, asyncio.Queue[str]] = {}
+        # Each session's turns to run, in order: the message itself when it was handed over
+        # in memory, else its inbox id (recovery, resumed turns).
+        self._queues: dict[str, asyncio.Queue[InboundMessage | str]] = {}
         self._workers: dict[str, asyncio.Task[None]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._last_seq = 0
@@ -136,35 +141,41 @@ class Dispatcher:
             self._tasks.append(task)
             task.add_done_callback(self._forget)
         else:
-            self.schedule(message.session_key, message.id)
+            self.schedule(message.session_key, message)
 
     def _forget(self, task: asyncio.Task[None]) -> None:
         with contextlib.suppress(ValueError):
             self._tasks.remove(task)
 
     # -- sessions -------------------------------------------------------------------------
-    def schedule(self, session_key: str, inbound_id: str) -> None:
+    def schedule(self, session_key: str, inbound: InboundMessage | str) -> None:
         if self._stopping:
             return
         queue = self._queues.setdefault(session_key, asyncio.Queue())
-        queue.put_nowait(inbound_id)
+        if not isinstance(inbound, str) and queue.qsize() >= KEEP_QUEUED_MESSAGES:
+            inbound = inbound.id  # a long backlog holds ids, not whole messages
+        queue.put_nowait(inbound)
         worker = self._workers.get(session_key)
         if worker is None or worker.done():
             self._workers[session_key] = asyncio.create_task(
                 self._session_worker(session_key, queue), name=f"session-{session_key}"
             )
 
-    async def _session_worker(self, session_key: str, queue: asyncio.Queue[str]) -> None:
+    async def _session_worker(
+        self, session_key: str, queue: asyncio.Queue[InboundMessage | str]
+    ) -> None:
         while not queue.empty():
-            inbound_id = queue.get_nowait()
+            inbound = queue.get_nowait()
             async with self._limit:
-                await self._advance(inbound_id)
+                await self._advance(inbound)
         self._queues.pop(session_key, None)
         self._workers.pop(session_key, None)
 
-    async def _advance(self, inbound_id: str) -> None:
+    async def _advance(self, inbound: InboundMessage | str) -> None:
+        known = inbound if isinstance(inbound, InboundMessage) else None
+        inbound_id = known.id if known is not None else str(inbound)
         try:
-            await self.runner.advance(inbound_id)
+            await self.runner.advance(inbound_id, known)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # task boundary: record, tell the user, go on

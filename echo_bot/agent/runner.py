@@ -25,7 +25,7 @@ from ..logs import current_session, current_trace
 from ..store import turns as turn_store
 from ..store.audit import AuditWriter
 from ..store.db import Database
-from ..store.inbox import get_inbound, set_inbound_status
+from ..store.inbox import get_inbound, inbound_status, set_inbound_status
 from ..store.outbox import enqueue_outbound
 from ..store.turns import CallRow, TurnRow
 from ..tools.base import ErrorCode, Tool, ToolResult
@@ -62,10 +62,11 @@ class TurnRunner:
         self.config = config
         self.history = HistoryCache(HISTORY_LIMIT)
 
-    async def advance(self, inbound_id: str) -> None:
-        """Move the turn of inbox row ``inbound_id`` as far as it can go now."""
+    async def advance(self, inbound_id: str, known: InboundMessage | None = None) -> None:
+        """Move the turn of inbox row ``inbound_id`` as far as it can go now (``known``:
+        the message itself, when the caller has it: then only its status is read)."""
         try:
-            begun = await self.db.run(lambda db: self._begin(db, inbound_id))
+            begun = await self.db.run(lambda db: self._begin(db, inbound_id, known))
         except BaseException:
             # The history it read may have been rolled back; whose is not known here.
             self.history.clear()
@@ -163,13 +164,19 @@ class TurnRunner:
 
     # -- checkpoints ----------------------------------------------------------------------
     def _begin(
-        self, db: SqlDb, inbound_id: str
+        self, db: SqlDb, inbound_id: str, known: InboundMessage | None
     ) -> tuple[InboundMessage, TurnRow, list[ChatMessage] | None] | None:
         """Start or resume the turn; a new message turn comes with the history to think on."""
-        row = get_inbound(db, inbound_id)
-        if row is None or row.status.terminal:
-            return None
-        inbound = row.message
+        if known is not None:
+            found = inbound_status(db, inbound_id)
+            if found is None or found[0].terminal:
+                return None
+            inbound = known
+        else:
+            row = get_inbound(db, inbound_id)
+            if row is None or row.status.terminal:
+                return None
+            inbound = row.message
         conversation: list[ChatMessage] | None = None
         turn = turn_store.get_turn(db, inbound.id)
         if turn is None:

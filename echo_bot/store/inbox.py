@@ -143,13 +143,7 @@ class SqliteInbox:
         return await self._db.run(lambda db: get_inbound(db, inbound_id))
 
     async def status_of(self, inbound_id: str) -> tuple[InboundStatus, str | None] | None:
-        def query(db: SqlDb) -> tuple[InboundStatus, str | None] | None:
-            row = db.execute(
-                "SELECT status, error FROM inbox WHERE id = ?", [inbound_id]
-            ).fetchone()
-            return (InboundStatus(row[0]), row[1]) if row else None
-
-        return await self._db.run(query)
+        return await self._db.run(lambda db: inbound_status(db, inbound_id))
 
     async def describe(self, inbound_id: str) -> dict[str, object] | None:
         return await self._db.run(lambda db: describe_inbound(db, inbound_id))
@@ -289,6 +283,11 @@ def accepted_rows_after(
         )
         rows = [_row(dict(r)) for r in cursor.fetchall()]
     return rows, met, heads[-1][0] if heads else seq, len(heads) >= limit
+
+
+def inbound_status(db: SqlDb, inbound_id: str) -> tuple[InboundStatus, str | None] | None:
+    row = db.execute("SELECT status, error FROM inbox WHERE id = ?", [inbound_id]).fetchone()
+    return (InboundStatus(row[0]), row[1]) if row else None
 
 
 def get_inbound(db: SqlDb, inbound_id: str) -> InboxRow | None:
