@@ -43,20 +43,16 @@ class Outbox(Protocol):
 
 
 class Bus:
-    """Publish inbound (committed first) and queue outbound; listeners are woken after."""
+    """Publish inbound (committed first; the inbox hands it to the dispatcher) and queue
+    outbound (its listeners, the delivery worker, are woken after the commit)."""
 
     def __init__(self, inbox: Inbox, outbox: Outbox) -> None:
         self._inbox = inbox
         self._outbox = outbox
-        self._inbound_listeners: list[Callable[[Published], object]] = []
         self._outbound_listeners: list[Callable[[OutboundMessage], object]] = []
 
     async def publish(self, message: InboundMessage) -> Published:
-        published = await self._inbox.add(message)
-        if not published.duplicate:
-            for listener in self._inbound_listeners:
-                listener(published)
-        return published
+        return await self._inbox.add(message)
 
     async def status(self, inbound_id: str) -> tuple[InboundStatus, str | None] | None:
         return await self._inbox.status_of(inbound_id)
@@ -84,9 +80,6 @@ class Bus:
         await self._outbox.enqueue(message)
         for listener in self._outbound_listeners:
             listener(message)
-
-    def on_inbound(self, listener: Callable[[Published], object]) -> None:
-        self._inbound_listeners.append(listener)
 
     def on_outbound(self, listener: Callable[[OutboundMessage], object]) -> None:
         self._outbound_listeners.append(listener)
