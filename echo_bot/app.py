@@ -192,6 +192,7 @@ class Daemon:
             on_outbound=delivery.wake,
         )
         inbox.on_committed = dispatcher.accept
+        runner.on_reply = delivery.offer
         bus.on_outbound(delivery.wake)
         commands = [(c.name, c.help) for c in core.commands.all()]
         http = None

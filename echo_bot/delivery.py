@@ -43,6 +43,7 @@ class DeliveryWorker:
         self._wake = asyncio.Event()
         self._in_flight: dict[str, asyncio.Task[None]] = {}
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
         self.delivered = 0
 
     def add_channel(self, channel: Channel) -> None:
@@ -52,11 +53,31 @@ class DeliveryWorker:
     def wake(self, *_: object) -> None:
         self._wake.set()
 
+    def offer(self, row: OutboxRow) -> None:
+        """A message just committed at the head of its chat's queue: send it now rather
+        than after reading the outbox again. Anything else is left to the loop.
+
+        Safe against sending twice: the store hands results back in the order it ran
+        the jobs, so a read of the outbox that saw this row as queued resumes the loop
+        only after this call has marked the chat busy (and before the send is marked
+        sent, which is when the chat stops being busy)."""
+        key = str(row.message.to)
+        if (
+            self._stopping
+            or self._task is None
+            or key in self._in_flight
+            or row.message.to.channel not in self.channels
+        ):
+            self.wake()
+            return
+        self._in_flight[key] = asyncio.create_task(self._deliver(row), name=f"deliver-{key}")
+
     async def start(self) -> None:
         self._task = asyncio.create_task(self._loop(), name="delivery")
 
     async def stop(self, grace: float = 5.0) -> None:
         """Let sends in flight finish (bounded), then stop."""
+        self._stopping = True
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)

@@ -571,3 +571,31 @@ async def test_a_long_backlog_in_one_session_is_answered_once_each_in_order(
             if m.kind == "reply" and m.metadata.get("inbound_id") in ids
         ]
         assert order == list(ids)
+
+
+async def test_replies_go_out_once_while_the_outbox_is_read_all_the_time(state_dir: Path) -> None:
+    """A reply at the head of its chat is handed to the delivery worker right after its
+    commit, while the worker's own reads of the outbox (woken here by a stream of other
+    messages) may see the same row queued: each must still be sent exactly once."""
+    async with running_bot(state_dir) as bot:
+        bus = bot.channel.bus
+        assert bus is not None
+        side = bot.channel.address("side")
+
+        async def notes() -> None:
+            for n in range(80):
+                await bus.send(OutboundMessage(to=side, text=f"note {n}"))
+
+        ids, _ = await asyncio.gather(
+            asyncio.gather(
+                *(bot.channel.say("what time is it?", chat=f"chat{i % 8}") for i in range(64))
+            ),
+            notes(),
+        )
+        for inbound in ids:
+            await bot.channel.reply_to(inbound)
+        await bot.channel.wait_for(lambda m: m.text == "note 79")
+        assert all(len(replies_to(bot.channel, i)) == 1 for i in ids)
+        sent_notes = [m.text for m in bot.channel.sent if m.to == side]
+        assert sent_notes == [f"note {n}" for n in range(80)]
+        assert len(bot.channel.attempts) == len(bot.channel.sent)  # no send made twice

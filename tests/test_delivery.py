@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -402,6 +404,71 @@ async def test_the_worker_waits_quietly_while_a_chat_waits_out_a_retry(tmp_path:
         await asyncio.sleep(1.0)  # a busy loop would make thousands of looks here
         assert outbox.looks <= 5, outbox.looks
         assert channel.sent == []  # and nothing jumped the queue
+    finally:
+        await worker.stop()
+        await db.close()
+
+
+class WatchingOutbox(CountingOutbox):
+    """The real outbox, remembering which messages each look found due."""
+
+    def __init__(self, db: Database) -> None:
+        super().__init__(db)
+        self.found: list[list[str]] = []
+
+    async def due(self, *args: object, **kwargs: object):  # type: ignore[no-untyped-def,override]
+        rows, next_at = await super().due(*args, **kwargs)
+        self.found.append([r.message.text for r in rows])
+        return rows, next_at
+
+
+async def test_an_offered_reply_is_sent_once_when_a_look_at_the_outbox_also_found_it(
+    tmp_path: Path,
+) -> None:
+    """The race offer() must win: the commit that queued the reply and a look at the
+    outbox that sees it queued finish in one store batch; the caller offers the reply
+    as soon as its commit returns, and the look must then find the chat busy."""
+    from echo_bot.store.outbox import enqueue_outbound, head_of_chat
+
+    db = Database(tmp_path / "x.sqlite3")
+    await db.open()
+    outbox = WatchingOutbox(db)
+    clock = Clock()
+    clock.offset = 10.0  # the look's "now" may be taken before the commit's: not here
+    worker = DeliveryWorker(outbox, clock=clock)
+    channel = RecordingChannel("cli")
+    worker.add_channel(channel)
+    await worker.start()
+    message = OutboundMessage(to=channel.address("a"), text="the reply")
+    try:
+        for _ in range(20):  # let the worker's first look go by
+            await asyncio.sleep(0.01)
+        release = threading.Event()
+        blocker = asyncio.ensure_future(db.run(lambda _d: release.wait(timeout=10)))
+        await asyncio.sleep(0)
+
+        async def finish_turn() -> None:
+            def commit(d: Any) -> Any:
+                enqueue_outbound(d, message)
+                return head_of_chat(d, message)
+
+            row = await db.run(commit)
+            assert row is not None
+            worker.offer(row)
+
+        turn = asyncio.ensure_future(finish_turn())
+        looks = outbox.looks
+        worker.wake()
+        async with asyncio.timeout(WAIT):
+            while outbox.looks == looks:  # the worker's look is queued behind the commit
+                await asyncio.sleep(0)
+        release.set()
+        await blocker
+        await turn
+        await wait_sent(channel, 1)
+        await asyncio.sleep(0.3)
+        assert ["the reply"] in outbox.found  # the look did see it queued
+        assert [m.text for m in channel.attempts] == ["the reply"]  # sent once
     finally:
         await worker.stop()
         await db.close()

@@ -26,7 +26,7 @@ from ..store import turns as turn_store
 from ..store.audit import AuditWriter
 from ..store.db import Database
 from ..store.inbox import get_inbound, inbound_status, set_inbound_status
-from ..store.outbox import enqueue_outbound
+from ..store.outbox import OutboxRow, enqueue_outbound, head_of_chat
 from ..store.turns import CallRow, TurnRow
 from ..tools.base import ErrorCode, Tool, ToolResult
 from ..tools.registry import ToolRegistry
@@ -61,6 +61,9 @@ class TurnRunner:
         self.audit = audit
         self.config = config
         self.history = HistoryCache(HISTORY_LIMIT)
+        # Told about a turn's reply right after the commit that queued it, when it is the
+        # next message to send in its chat (the delivery worker sends it at once).
+        self.on_reply: Callable[[OutboxRow], None] | None = None
 
     async def advance(self, inbound_id: str, known: InboundMessage | None = None) -> None:
         """Move the turn of inbox row ``inbound_id`` as far as it can go now (``known``:
@@ -356,7 +359,7 @@ class TurnRunner:
     ) -> None:
         text = self.audit.masker.mask(text)  # history keeps no secret either
 
-        def write(db: SqlDb) -> None:
+        def write(db: SqlDb) -> OutboxRow | None:
             if unrecorded:
                 self.executor.record(db, inbound, unrecorded)
             if decision is not None:
@@ -365,7 +368,8 @@ class TurnRunner:
                 turn_store.append_message(
                     db, inbound.session_key, turn.id, ChatMessage(role="assistant", content=text)
                 )
-            enqueue_outbound(db, self._reply(inbound, text))
+            reply = self._reply(inbound, text)
+            enqueue_outbound(db, reply)
             for extra in attachments:
                 enqueue_outbound(db, extra)
             set_inbound_status(db, inbound.id, status, error, result=text)
@@ -379,8 +383,13 @@ class TurnRunner:
                 reply=text,
                 error=error,
             )
+            if self.on_reply is None or attachments:
+                return None
+            return head_of_chat(db, reply)
 
-        await self.db.run(write)
+        head = await self.db.run(write)
+        if head is not None and self.on_reply is not None:
+            self.on_reply(head)
         metrics.TURN_SECONDS.observe(max(0.0, time.time() - inbound.received_at.timestamp()))
 
     async def _finish_direct(
