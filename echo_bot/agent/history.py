@@ -86,21 +86,15 @@ class HistoryCache:
 
     # -- inside the transaction -----------------------------------------------------------
     def _read_all(self, db: SqlDb, session_key: str) -> _Entry:
-        rows = turn_store.history_rows(db, session_key, self.limit)
+        mark = turn_store.reset_mark(db, session_key)
+        rows = turn_store.history_rows(db, session_key, self.limit, mark)
         newest = db.execute(
-            "SELECT seq, turn_id, role FROM messages WHERE session_key = ?"
-            " ORDER BY seq DESC LIMIT 1",
-            [session_key],
-        ).fetchone()
-        mark = db.execute(
-            "SELECT turn_id FROM messages WHERE session_key = ? AND role = ?"
-            " ORDER BY seq DESC LIMIT 1",
-            [session_key, turn_store.RESET],
-        ).fetchone()
+            "SELECT MAX(seq) FROM messages WHERE session_key = ?", [session_key]
+        ).fetchone()[0]
         messages = deque((m for _seq, m in rows), maxlen=self.limit)
         return _Entry(
-            seq=newest[0] if newest else 0,
-            reset_turn=(mark[0] or "") if mark else "",
+            seq=newest or 0,
+            reset_turn=mark[1],
             messages=messages,
             chars=sum(_size(m) for m in messages),
         )

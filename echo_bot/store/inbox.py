@@ -112,10 +112,6 @@ class SqliteInbox:
             if not future.done():  # the caller may have given up (cancelled)
                 future.set_result(published)
 
-    async def after(self, seq: int, limit: int = 500) -> list[InboxRow]:
-        """Rows committed after ``seq`` (also by other processes), oldest first."""
-        return await self._db.run(lambda db: rows_after(db, seq, limit))
-
     async def accepted_after(
         self, seq: int, known: frozenset[str], limit: int = 500
     ) -> tuple[list[InboxRow], list[str], int, bool]:
@@ -260,11 +256,6 @@ def _any_stored(db: SqlDb, ids: list[str], keys: list[tuple[str, str | None]]) -
         if found:
             return True
     return False
-
-
-def rows_after(db: SqlDb, seq: int, limit: int) -> list[InboxRow]:
-    cursor = db.execute("SELECT * FROM inbox WHERE seq > ? ORDER BY seq LIMIT ?", [seq, limit])
-    return [_row(dict(r)) for r in cursor.fetchall()]
 
 
 def accepted_rows_after(

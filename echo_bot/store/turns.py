@@ -115,14 +115,22 @@ def history(db: SqlDb, session_key: str, limit: int = 200) -> list[ChatMessage]:
     return [message for _seq, message in history_rows(db, session_key, limit)]
 
 
-def history_rows(db: SqlDb, session_key: str, limit: int) -> list[tuple[int, ChatMessage]]:
-    """``history`` with each message's seq (what a cache reads on from)."""
+def reset_mark(db: SqlDb, session_key: str) -> tuple[int, str]:
+    """The seq of the session's newest reset marker and the turn that asked for it."""
     mark = db.execute(
         "SELECT seq, turn_id FROM messages WHERE session_key = ? AND role = ?"
         " ORDER BY seq DESC LIMIT 1",
         [session_key, RESET],
     ).fetchone()
-    since, reset_turn = (mark[0], mark[1] or "") if mark else (0, "")
+    return (mark[0], mark[1] or "") if mark else (0, "")
+
+
+def history_rows(
+    db: SqlDb, session_key: str, limit: int, mark: tuple[int, str] | None = None
+) -> list[tuple[int, ChatMessage]]:
+    """``history`` with each message's seq (what a cache reads on from); ``mark``: the
+    session's ``reset_mark`` when the caller has read it already."""
+    since, reset_turn = mark if mark is not None else reset_mark(db, session_key)
     rows = db.execute(
         "SELECT seq, role, content, tool_calls, tool_call_id, name, turn_id FROM messages"
         " WHERE session_key = ? AND seq > ? AND turn_id != ? ORDER BY seq DESC LIMIT ?",
