@@ -118,6 +118,8 @@ class HttpToolConfig(Section):
     allow_domains: list[str] = Field(default_factory=list)
     timeout: Duration = timedelta(seconds=20)
     max_bytes: int = Field(1024 * 1024, ge=1024)
+    # Off: the address connected to must be public (no loopback, private, link-local ...).
+    allow_private: bool = False
 
 
 class ToolsConfig(Section):

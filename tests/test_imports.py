@@ -21,7 +21,7 @@ CHANNEL_API = {"echo_bot.events", "echo_bot.bus", "echo_bot.config", "echo_bot.e
 # Libraries the core must import lazily (inside functions), never at module level…
 LAZY_ONLY = {"aiogram", "openai", "aiohttp", "apscheduler"}
 # …except in modules that are themselves only imported inside functions.
-LAZY_MODULES = {"echo_bot.http"}
+LAZY_MODULES = {"echo_bot.http", "echo_bot.tools.builtin.web_guard"}
 
 
 def module_name(path: Path) -> str:

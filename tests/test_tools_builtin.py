@@ -609,9 +609,9 @@ async def server() -> AsyncIterator[tuple[str, dict[str, int]]]:
 
 @pytest.fixture
 def http_registry(workspace: Path) -> ToolRegistry:
-    return make_registry(
-        workspace, http=HttpToolConfig(allow_domains=["127.0.0.1"], max_bytes=4096)
-    )
+    # The test server is on loopback, which only allow_private lets through.
+    http = HttpToolConfig(allow_domains=["127.0.0.1"], max_bytes=4096, allow_private=True)
+    return make_registry(workspace, http=http)
 
 
 async def test_http_get(

@@ -3,12 +3,18 @@
 aiohttp is imported inside ``run`` only: the daemon must not load it unless a request
 is actually made. The host is checked before anything touches the network, twice: with
 the stdlib parser (cheap, no import) and with yarl, whose reading of the URL is the one
-aiohttp connects to.
+aiohttp connects to. The address actually connected to is checked too, at connect time
+(see ``web_guard``): an allowlisted name may still point at a loopback or private
+service.
+
+A request is read risk only when it can carry nothing but the URL: GET or HEAD, no
+body, and only headers from ``READ_SAFE_HEADERS``. Anything else can send data away
+and asks for approval like any write. Headers that steer where or how the request is
+delivered (``Host``, hop-by-hop and proxy/forwarding headers) are never sent.
 """
 
 from __future__ import annotations
 
-import codecs
 import ipaddress
 import re
 from collections.abc import Iterable
@@ -21,6 +27,32 @@ from ..base import ErrorCode, Risk, Tool, ToolContext, ToolGroup, ToolResult
 
 METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
 READ_METHODS = frozenset({"GET", "HEAD"})
+# Headers that only shape how a resource is read; every other header (Authorization,
+# Cookie, X-anything) may carry data out and makes the request write risk.
+READ_SAFE_HEADERS = frozenset({"accept", "accept-language", "if-none-match", "if-modified-since"})
+# Headers that would override where or how the request is delivered.
+STEERING_HEADERS = frozenset(
+    {
+        "host",
+        "connection",
+        "keep-alive",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "content-length",
+        "expect",
+        "forwarded",
+        "x-real-ip",
+        "x-host",
+        "x-original-url",
+        "x-rewrite-url",
+        "x-http-method",
+        "x-http-method-override",
+        "x-method-override",
+    }
+)
+STEERING_PREFIXES = ("proxy-", "x-forwarded-")
 SHOWN_HEADERS = ("Content-Type", "Content-Length", "Location", "Last-Modified", "ETag")
 _CHUNK = 64 * 1024
 _HEADER_NAME = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
@@ -29,6 +61,8 @@ _BAD_URL_CHARS = re.compile(r"[\x00-\x20\x7f\\]")
 
 def _normal_host(host: str) -> str:
     host = host.strip().strip("[]").rstrip(".").lower()
+    with suppress(ValueError):  # one spelling per IP address (yarl writes them compressed)
+        return ipaddress.ip_address(host).compressed
     try:
         return host.encode("idna").decode("ascii")
     except UnicodeError:
@@ -61,7 +95,10 @@ class HttpRequestTool(Tool):
     name: ClassVar[str] = "http_request"
     description: ClassVar[str] = (
         "Make one HTTP or HTTPS request to an allowlisted host and return the status and "
-        "body. Redirects are reported, not followed."
+        "body. Redirects are reported, not followed. A GET or HEAD without a body and with "
+        "no headers other than Accept, Accept-Language, If-None-Match and If-Modified-Since "
+        "runs without approval; anything else waits for the owner's approval. Host, "
+        "hop-by-hop, proxy and forwarding headers cannot be set."
     )
     parameters: ClassVar[dict[str, Any]] = {
         "type": "object",
@@ -91,7 +128,13 @@ class HttpRequestTool(Tool):
 
     def risk_for(self, args: dict[str, Any]) -> Risk:
         method = str(args.get("method") or "GET").upper()
-        return Risk.READ if method in READ_METHODS else Risk.WRITE
+        if method not in READ_METHODS or args.get("body") is not None:
+            return Risk.WRITE
+        headers = args.get("headers") or {}
+        if not isinstance(headers, dict):
+            return Risk.WRITE
+        safe = all(str(name).lower() in READ_SAFE_HEADERS for name in headers)
+        return Risk.READ if safe else Risk.WRITE
 
     def check_url(self, url: str) -> ToolResult | None:
         """None when ``url`` may be requested, else the refusal (no network involved)."""
@@ -135,12 +178,14 @@ class HttpRequestTool(Tool):
         refused = self.check_url(url)
         if refused is not None:
             return refused
-        for name, value in headers.items():
-            if not _HEADER_NAME.match(name) or any(c in value for c in "\r\n\0"):
-                return ToolResult.failure(ErrorCode.INVALID_PARAMETER, f"invalid header {name!r}")
+        refused = _check_headers(headers)
+        if refused is not None:
+            return refused
 
         import aiohttp  # lazily: see the module docstring
         from yarl import URL
+
+        from .web_guard import AddressRefused
 
         try:
             target = URL(url)
@@ -156,9 +201,11 @@ class HttpRequestTool(Tool):
 
         seconds = self.config.timeout.total_seconds()
         limit = self.config.max_bytes
+        connector, resolver = self._connector()
         try:
             async with (
                 aiohttp.ClientSession(
+                    connector=connector,
                     timeout=aiohttp.ClientTimeout(total=seconds),
                     trust_env=False,
                     cookie_jar=aiohttp.DummyCookieJar(),
@@ -173,13 +220,24 @@ class HttpRequestTool(Tool):
                     content, truncated = await _read_limited(response, limit)
                 status, reason = response.status, response.reason or ""
                 shown = {k: response.headers[k] for k in SHOWN_HEADERS if k in response.headers}
-                text = _body_text(content, response.charset, response.content_type)
+                charset, content_type = response.charset, response.content_type
         except TimeoutError:
             return ToolResult.failure(
                 ErrorCode.TIMEOUT, f"{method} {target.host}: no answer within {seconds:g} s"
             )
         except aiohttp.InvalidURL as exc:
             return ToolResult.failure(ErrorCode.INVALID_PARAMETER, f"invalid URL: {exc}")
+        except aiohttp.ClientConnectorError as exc:
+            if isinstance(exc.os_error, AddressRefused):
+                return ToolResult.failure(
+                    ErrorCode.PERMISSION_DENIED,
+                    f"{method} {target.host} refused: {exc.os_error.strerror}",
+                    host=target.host,
+                )
+            return ToolResult.failure(
+                ErrorCode.UPSTREAM_ERROR,
+                f"{method} {target.host} failed: {type(exc).__name__}: {exc}",
+            )
         except aiohttp.ClientError as exc:
             return ToolResult.failure(
                 ErrorCode.UPSTREAM_ERROR,
@@ -187,6 +245,20 @@ class HttpRequestTool(Tool):
             )
         except ValueError as exc:  # e.g. a header aiohttp will not send
             return ToolResult.failure(ErrorCode.INVALID_PARAMETER, f"cannot send that: {exc}")
+        finally:
+            if resolver is not None:
+                await resolver.close()
+
+        data = {"status": status, "headers": shown, "truncated": truncated}
+        try:
+            text = _body_text(content, charset, content_type)
+        except (LookupError, UnicodeError):
+            return ToolResult.failure(
+                ErrorCode.UPSTREAM_ERROR,
+                f"HTTP {status}: the response declares charset {charset!r:.80}, which is not "
+                "a text encoding; the body was not decoded",
+                **data,
+            )
 
         lines = [f"HTTP {status} {reason}".rstrip()]
         if "Location" in shown:
@@ -196,10 +268,37 @@ class HttpRequestTool(Tool):
         if truncated:
             lines.append(f"[body truncated after {limit} bytes]")
         output = "\n".join(lines)
-        data = {"status": status, "headers": shown, "truncated": truncated}
         if status >= 500:
             return ToolResult.failure(ErrorCode.UPSTREAM_ERROR, output, **data)
         return ToolResult(ok=status < 400, output=output, data=data)
+
+    def _connector(self) -> tuple[Any, Any]:
+        """The connector, and the resolver to close after it (None: nothing to close)."""
+        import aiohttp
+
+        if self.config.allow_private:
+            return aiohttp.TCPConnector(), None
+        from .web_guard import PublicResolver, guarded_socket
+
+        resolver = PublicResolver()
+        connector = aiohttp.TCPConnector(
+            resolver=resolver, socket_factory=guarded_socket, use_dns_cache=False
+        )
+        return connector, resolver
+
+
+def _check_headers(headers: dict[str, str]) -> ToolResult | None:
+    for name, value in headers.items():
+        if not _HEADER_NAME.match(name) or any(c in value for c in "\r\n\0"):
+            return ToolResult.failure(ErrorCode.INVALID_PARAMETER, f"invalid header {name!r}")
+        lowered = name.lower()
+        if lowered in STEERING_HEADERS or lowered.startswith(STEERING_PREFIXES):
+            return ToolResult.failure(
+                ErrorCode.INVALID_PARAMETER,
+                f"the header {name!r} cannot be set: it would change where or how the "
+                "request is delivered",
+            )
+    return None
 
 
 async def _read_limited(response: Any, limit: int) -> tuple[bytes, bool]:
@@ -214,12 +313,13 @@ async def _read_limited(response: Any, limit: int) -> tuple[bytes, bool]:
 
 
 def _body_text(content: bytes, charset: str | None, content_type: str) -> str:
+    """The body as text. Raises LookupError for a charset that is not a text encoding.
+
+    ``bytes.decode`` itself refuses codecs that are not text encodings (rot13, base64,
+    zlib ...) with LookupError, as it does unknown names; those are not guessed around.
+    """
     if not content:
         return ""
     if b"\0" in content:
         return f"[{len(content)} bytes of binary content ({content_type})]"
-    encoding = "utf-8"
-    if charset:
-        with suppress(LookupError):
-            encoding = codecs.lookup(charset).name
-    return content.decode(encoding, errors="replace")
+    return content.decode(charset or "utf-8", errors="replace")
