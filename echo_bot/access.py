@@ -1,4 +1,7 @@
-"""The core's AccessControl: configured allowlists plus users added by pairing."""
+"""The core's AccessControl: configured allowlists plus users added by pairing.
+
+Paired users are looked up in the store on every message, never cached, so
+``echo-bot pairings revoke`` from another process shuts a user out at once."""
 
 from __future__ import annotations
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import getpass
 import json
 import os
+import sys
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -21,7 +22,8 @@ from .events import Address, ApprovalDecision, DecisionVerb, InboundKind, Inboun
 from .statedir import daemon_pid
 from .store import DB_FILENAME, Database
 from .store import approvals as approval_store
-from .store.access import new_pairing_code
+from .store.access import new_pairing_code, paired_users
+from .store.access import revoke as revoke_pairing
 from .store.audit import read_audit, usage_by_day
 from .store.inbox import add_inbound, get_inbound
 
@@ -311,7 +313,15 @@ def backup_command(state_dir: Path, target: Path) -> int:
 
 
 # -- pairing ------------------------------------------------------------------------------
-def pair_command(state_dir: Path) -> int:
+def pair_command(loaded: LoadedConfig, state_dir: Path) -> int:
+    if not telegram_enabled(loaded, os.environ):
+        how = (
+            f"set [telegram] enabled = true in {loaded.path}"
+            if loaded.from_file
+            else f"set ${loaded.config.telegram.token_env}"
+        )
+        print(f"echo-bot: pair: Telegram is off, so no code could be used ({how})", file=sys.stderr)
+        return 2
     db = Database(state_dir / DB_FILENAME)  # creates the store on first use
     db.open_sync()
     try:
@@ -321,7 +331,40 @@ def pair_command(state_dir: Path) -> int:
     print(f"Pairing code: {code}")
     print("Valid for 10 minutes, once. Send it to the bot on Telegram as:")
     print(f"  /pair {code}")
+    print("A paired user may chat, never approve (approvers come only from the config).")
     return 0
+
+
+def pairings_command(loaded: LoadedConfig, state_dir: Path, action: str, user: str | None) -> int:
+    if action == "list":
+        rows = _with_store(state_dir, paired_users)
+        if not rows:
+            print("No paired users.")
+            return 0
+        for row in rows:
+            who = row.user_id if row.channel == "telegram" else f"{row.channel}:{row.user_id}"
+            name = _printable(row.name) if row.name else "(name unknown)"
+            print(f"{who}  {name}  paired {_clock(row.added_at)}")
+        return 0
+    if not user:
+        print("echo-bot: pairings revoke needs a user id (see `echo-bot pairings list`)")
+        return 2
+    channel, _, user_id = user.rpartition(":")
+    channel = channel or "telegram"
+    if not _with_store(state_dir, lambda db: revoke_pairing(db, channel, user_id)):
+        configured = channel == "telegram" and user_id in {
+            str(u) for u in loaded.config.telegram.allowed_users
+        }
+        where = " (they are in [telegram] allowed_users: remove them there)" if configured else ""
+        print(f"echo-bot: {user} is not a paired user{where}; nothing changed")
+        return 1
+    print(f"Revoked {user}: a running daemon refuses their next message.")
+    return 0
+
+
+def _printable(text: str) -> str:
+    """A chat-supplied name, safe for a terminal (control and direction characters escaped)."""
+    return "".join(c if c.isprintable() else f"\\u{ord(c):04x}" for c in text)
 
 
 # -- audit --------------------------------------------------------------------------------

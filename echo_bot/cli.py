@@ -42,8 +42,11 @@ def _parser() -> argparse.ArgumentParser:
         "--wait", type=float, default=10.0, help="seconds to wait for the daemon (default 10)"
     )
     sub.add_parser(
-        "pair", parents=[common], help="print a one-time code that lets a Telegram user in"
+        "pair", parents=[common], help="print a one-time code that lets a Telegram user chat"
     )
+    pairings = sub.add_parser("pairings", parents=[common], help="list or revoke paired users")
+    pairings.add_argument("action", choices=["list", "revoke"])
+    pairings.add_argument("user", nargs="?", help="the user id to revoke (revoke)")
     sub.add_parser("status", parents=[common], help="what the daemon is doing (or was)")
     sub.add_parser("doctor", parents=[common], help="check config, secrets, state dir, peers")
     backup = sub.add_parser("backup", parents=[common], help="a consistent copy of the store")
@@ -133,7 +136,11 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "pair":
         from .admin import pair_command
 
-        return pair_command(state_dir)
+        return pair_command(loaded, state_dir)
+    if args.command == "pairings":
+        from .admin import pairings_command
+
+        return pairings_command(loaded, state_dir, args.action, args.user)
     if args.command == "audit":
         from .admin import audit_command
 

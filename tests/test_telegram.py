@@ -376,7 +376,7 @@ async def test_whoami_answers_anyone_with_their_id(state_dir: Path) -> None:
         assert f"is {OWNER}." in text_of(await reply_to(api, owner))
 
 
-async def test_pairing_lets_a_stranger_talk_and_approve(state_dir: Path) -> None:
+async def test_pairing_lets_a_stranger_talk_but_never_approve(state_dir: Path) -> None:
     async with telegram_bot(state_dir) as (bot, api):
         code = await bot.db.run(lambda db: new_pairing_code(db))
         before = say(api, "hi", user_id=STRANGER)
@@ -388,16 +388,13 @@ async def test_pairing_lets_a_stranger_talk_and_approve(state_dir: Path) -> None
         assert "already" in text_of(await reply_to(api, again, chat_id=STRANGER))
         await barrier(api, STRANGER)
 
-        # Paired users approve by default (approvers = the allowed users, incl. paired).
+        # A paired user is no approver (approvers are unset: the config's allowed_users),
+        # and with no default_chat nobody can be asked for them: the call fails closed.
         run = say(api, RUN_ONCE, user_id=STRANGER)
-        prompt = await prompt_in(api, STRANGER)
-        answer = await answer_of(
-            api, press(api, action(prompt, "approve_once"), sent_id(prompt), user_id=STRANGER)
-        )
-        assert "allowed" not in answer.lower()
-        await reply_to(api, run, "exit code 0", chat_id=STRANGER)
-        await edited(api, sent_id(prompt), "✅ Approved", chat_id=STRANGER)
-        assert ran(bot) == "x\n"
+        await reply_to(api, run, "APPROVAL_UNAVAILABLE", chat_id=STRANGER)
+        assert not [c for c in sends(api, STRANGER) if keyboard(c)]
+        assert await query(bot, "SELECT COUNT(*) FROM approvals") == [(0,)]
+        assert ran(bot) is None
 
 
 async def test_pairing_refuses_wrong_used_and_expired_codes(state_dir: Path) -> None:

@@ -1,4 +1,17 @@
-"""Who is asked: read → never, write → ask, dangerous → always, with config overrides."""
+"""Who is asked: read → never, write → ask, dangerous → always, with config overrides.
+
+The owner's config wins over a tool's own rule. First match wins:
+
+1. the tool is in ``[approvals] require`` → ask;
+2. this call's own risk (``tool.risk_for(args)``) is dangerous → ask, unless the tool's
+   own rule (``approval_override``, e.g. the shell allowlist) exempts this exact call;
+   ``never`` and grants never exempt a dangerous call;
+3. the tool is in ``[approvals] never`` → no asking (a tool declared dangerous may not
+   be listed there: a config error);
+4. a live "allow for a time" grant → no asking (write-risk calls only);
+5. the tool's own rule, if it gives an answer;
+6. read → no asking; ``default_approval = "origin_chat"`` → no asking; otherwise ask.
+"""
 
 from __future__ import annotations
 
@@ -31,20 +44,22 @@ class ApprovalPolicy:
         self, tool: Tool, args: dict[str, Any], ctx: ToolContext, *, granted: bool
     ) -> tuple[bool, str]:
         """Whether this call waits for consent, and why (for the audit and the prompt)."""
-        risk = tool.risk_for(args)
-        override = tool.approval_override(args, ctx)
-        if override is not None:
-            return override, "tool rule" + (" (allowlisted)" if not override else "")
-        if risk == Risk.DANGEROUS:
-            return True, "dangerous tool"
         if tool.name in self._require:
             return True, "listed in approvals.require"
-        if risk == Risk.READ:
-            return False, "read-only"
+        risk = tool.risk_for(args)
+        override = tool.approval_override(args, ctx)
+        if risk == Risk.DANGEROUS:
+            if override is False:
+                return False, "tool rule (allowlisted)"
+            return True, "dangerous call"
         if tool.name in self._never:
             return False, "listed in approvals.never"
+        if granted and risk == Risk.WRITE:
+            return False, "allowed for a time in this session"
+        if override is not None:
+            return override, "tool rule" + ("" if override else " (allowlisted)")
+        if risk == Risk.READ:
+            return False, "read-only"
         if tool.default_approval == "origin_chat":
             return False, "effect stays in the requester's chat"
-        if granted:
-            return False, "allowed for a time in this session"
         return True, "write risk"

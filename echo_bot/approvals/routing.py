@@ -6,47 +6,34 @@ from sqlite_utils import Database as SqlDb
 
 from ..config import Config
 from ..events import Address
-from ..store.access import is_paired, paired_users
 
 # The terminal is the owner's: whoever types in ``echo-bot chat`` may approve there.
 LOCAL_CHANNELS = frozenset({"cli"})
 
 
 class ApproverDirectory:
-    """Approvers per channel: the configured list, or (by default) the allowed users,
-    including those added by pairing. Lookups run inside the caller's transaction."""
+    """Approvers per channel, from the config file only (DESIGN.md "Who approves"): the
+    configured ``approvers``, or when unset the configured ``allowed_users``. Pairing
+    lets a person chat, never approve, so the store's paired users are not consulted.
+
+    The ``db`` parameters keep lookups inside the caller's transaction, as every
+    other directory query is; the config-only rule needs no read."""
 
     def __init__(self, config: Config) -> None:
         telegram = config.telegram
-        self._explicit = {"telegram": {str(i) for i in telegram.approvers or []}}
-        self._uses_allowed = {"telegram": telegram.approvers is None}
-        self._allowed = {"telegram": {str(i) for i in telegram.allowed_users}}
+        self._approvers = {"telegram": frozenset(str(i) for i in telegram.approver_ids)}
         default = config.approvals.default_chat
         self.default_chat = Address.parse(default) if default else None
 
     def is_approver(self, db: SqlDb, address: Address, sender_id: str) -> bool:
-        channel = address.channel
-        if channel in LOCAL_CHANNELS:
+        if address.channel in LOCAL_CHANNELS:
             return True
-        if channel not in self._explicit:
-            return False
-        if sender_id in self._explicit[channel]:
-            return True
-        if not self._uses_allowed[channel]:
-            return False
-        return sender_id in self._allowed[channel] or is_paired(db, channel, sender_id)
+        return sender_id in self._approvers.get(address.channel, frozenset())
 
     def has_approvers(self, db: SqlDb, address: Address) -> bool:
-        channel = address.channel
-        if channel in LOCAL_CHANNELS:
+        if address.channel in LOCAL_CHANNELS:
             return True
-        if channel not in self._explicit:
-            return False
-        if self._explicit[channel]:
-            return True
-        return self._uses_allowed[channel] and bool(
-            self._allowed[channel] or paired_users(db, channel)
-        )
+        return bool(self._approvers.get(address.channel))
 
     def route(
         self, db: SqlDb, origin: Address, sender_id: str, deliver_to: Address | None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 import time
+from dataclasses import dataclass
 
 from sqlite_utils import Database as SqlDb
 
@@ -36,9 +37,34 @@ def is_paired(db: SqlDb, channel: str, user_id: str) -> bool:
     return row is not None
 
 
-def paired_users(db: SqlDb, channel: str) -> set[str]:
-    rows = db.execute("SELECT user_id FROM allowed_users WHERE channel = ?", [channel]).fetchall()
-    return {r[0] for r in rows}
+@dataclass(frozen=True, slots=True)
+class PairedUser:
+    channel: str
+    user_id: str
+    added_at: float
+    name: str | None  # the name they last wrote under, when the inbox still has it
+
+
+def paired_users(db: SqlDb) -> list[PairedUser]:
+    """Everyone added by pairing, oldest first, with the name they last wrote under."""
+    rows = db.execute(
+        "SELECT a.channel, a.user_id, a.added_at, ("
+        " SELECT json_extract(i.payload, '$.sender.name') FROM inbox i"
+        " WHERE i.channel = a.channel AND i.kind = 'message'"
+        " AND json_extract(i.payload, '$.sender.id') = a.user_id"
+        " ORDER BY i.seq DESC LIMIT 1)"
+        " FROM allowed_users a ORDER BY a.added_at, a.channel, a.user_id"
+    ).fetchall()
+    return [PairedUser(r[0], r[1], float(r[2]), r[3] or None) for r in rows]
+
+
+def revoke(db: SqlDb, channel: str, user_id: str) -> bool:
+    """Remove a paired user; False when they were not paired. Access is checked against
+    this table on every message, so a running daemon refuses them from the next one."""
+    cursor = db.execute(
+        "DELETE FROM allowed_users WHERE channel = ? AND user_id = ?", [channel, user_id]
+    )
+    return cursor.rowcount > 0
 
 
 def try_pair(db: SqlDb, channel: str, user_id: str, code: str, now: float | None = None) -> str:
