@@ -409,6 +409,31 @@ def secret_env_names(config: Config) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def with_credentials(config: Config, environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment with systemd credentials filled in (``LoadCredential=NAME:path``).
+
+    For every secret the config names, ``$CREDENTIALS_DIRECTORY/NAME``, when it exists,
+    wins over the environment variable NAME (its trailing newline stripped). Credentials
+    never enter ``os.environ``: programs we start cannot inherit them.
+    """
+    env = dict(environ)
+    directory = environ.get("CREDENTIALS_DIRECTORY")
+    if not directory:
+        return env
+    for name in secret_env_names(config):
+        path = Path(directory) / name  # an EnvName: no separators, no "..", no "/"
+        try:
+            value = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise ConfigError(f"{path}: cannot read the credential: {exc.strerror}") from None
+        except UnicodeDecodeError:
+            raise ConfigError(f"{path}: the credential is not UTF-8 text") from None
+        env[name] = value.rstrip("\r\n")
+    return env
+
+
 def check_environment(loaded: LoadedConfig, environ: Mapping[str, str] | None = None) -> None:
     """Fail when a secret that an enabled part needs is missing from the environment."""
     env = os.environ if environ is None else environ
