@@ -40,7 +40,11 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 def _env_name(value: str) -> str:
     if not _ENV_NAME.match(value):
-        raise ValueError(f"{value!r} is not an environment variable name")
+        # Never echo the value: a secret pasted here by mistake would reach the logs.
+        raise ValueError(
+            "not an environment variable name: give the name of the variable that holds "
+            "the secret (like TELEGRAM_BOT_TOKEN), never the secret itself"
+        )
     return value
 
 
