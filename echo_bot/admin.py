@@ -8,7 +8,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
@@ -51,12 +51,12 @@ def _with_store(state_dir: Path, fn: Callable[[SqlDb], T]) -> T:
 
 
 # -- check-config -------------------------------------------------------------------------
-def check_config(loaded: LoadedConfig, state_dir: Path) -> int:
+def check_config(loaded: LoadedConfig, state_dir: Path, env: Mapping[str, str]) -> int:
+    """``env``: the environment with the systemd credentials filled in."""
     from .app import build_core
 
-    core = build_core(loaded, state_dir, os.environ)
+    core = build_core(loaded, state_dir, env)
     config = loaded.config
-    env = os.environ
     lines = [
         f"config: {loaded.path or 'embedded defaults'} — valid",
         f"state dir: {state_dir}",
@@ -74,7 +74,7 @@ def check_config(loaded: LoadedConfig, state_dir: Path) -> int:
     secrets = [
         f"{name} {'set' if env.get(name) else 'not set'}" for name in secret_env_names(config)
     ]
-    lines.append("secrets (environment): " + ", ".join(secrets))
+    lines.append("secrets (environment or credentials): " + ", ".join(secrets))
     print("\n".join(lines))
     return 0
 
@@ -237,7 +237,9 @@ def webhook_deliveries(state_dir: Path, route: str | None, delivery: str | None,
     return 0
 
 
-def webhook_send(loaded: LoadedConfig, route_name: str, data: Path, event: str | None) -> int:
+def webhook_send(
+    loaded: LoadedConfig, route_name: str, data: Path, event: str | None, env: Mapping[str, str]
+) -> int:
     """Sign ``data`` with the route's secret and POST it to the running daemon."""
     import asyncio
 
@@ -248,7 +250,7 @@ def webhook_send(loaded: LoadedConfig, route_name: str, data: Path, event: str |
     if route is None:
         print(f"echo-bot: no webhook route {route_name!r} in {loaded.path or 'the config'}")
         return 2
-    secret = os.environ.get(route.secret_env or "", "")
+    secret = env.get(route.secret_env or "", "")
     if route.auth != "none" and not secret:
         print(f"echo-bot: ${route.secret_env} is not set; cannot sign for {route_name}")
         return 2

@@ -28,6 +28,8 @@ from .config import (
     TelegramConfig,
     llm_enabled,
     load_config,
+    secret_env_names,
+    with_credentials,
 )
 from .core import Core, build_core
 from .delivery import DeliveryWorker
@@ -200,6 +202,8 @@ class Daemon:
             from .http import HttpServer
 
             http = HttpServer(config.http, client_max_size=config.webhook.max_body)
+            admin_env = config.webhook.admin_token_env
+            http.protect_health(core.masker, self.environ.get(admin_env, "") if admin_env else "")
             http.add_health("store", lambda: {"status": "ok"})
             http.add_route("GET", "/metrics", self._metrics)
         access = StoreAccess(core.db, config)
@@ -321,7 +325,8 @@ class Daemon:
         from . import metrics
 
         queues = await self.core.db.run(queue_counts)
-        body = metrics.render(queues)
+        # Label values come from many places (tool names a model chose, …): mask them all.
+        body = self.core.masker.mask(metrics.render(queues).decode()).encode()
         return web.Response(body=body, headers={"Content-Type": metrics.CONTENT_TYPE})
 
     def _on_hup(self) -> None:
@@ -339,7 +344,8 @@ class Daemon:
             return []
         try:
             loaded = load_config(core.loaded.path)
-            trial = build_core(loaded, core.state_dir, self.environ)
+            environ = with_credentials(loaded.config, self.environ)
+            trial = build_core(loaded, core.state_dir, environ)
         except ConfigError as exc:
             log.error("SIGHUP: the config was not reloaded, the running one stays:\n%s", exc)
             self.notifier.status("config reload failed; running on the previous config")
@@ -364,6 +370,9 @@ class Daemon:
         shell = core.registry.get("shell_exec")
         if shell is not None and hasattr(shell, "configure"):
             shell.configure(new.tools.shell)  # allow_commands, timeout, output cap: live
+        if isinstance(self.environ, dict):  # channels share this mapping: new route secrets
+            self.environ.update(environ)
+        core.masker.add(environ.get(name, "") for name in secret_env_names(new))
         executor, gate = self._live["executor"], self._live["gate"]
         executor.policy = trial.policy
         executor.directory = gate.directory = core.directory = trial.directory

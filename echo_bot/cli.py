@@ -10,11 +10,19 @@ import os
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import __version__
 from .errors import EchoBotError
+from .secrets import Masker
+
+if TYPE_CHECKING:
+    from .config import LoadedConfig
 
 log = logging.getLogger("echo_bot")
+
+# Learns the secrets once the config is read: an error that ends the command is masked too.
+_ERRORS = Masker()
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -78,39 +86,58 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # First of all: every echo-bot process holds the secrets of its environment (and,
+    # after start, of its credentials); no other process of this user may read them.
+    from .hardening import make_non_dumpable
+
+    hidden = make_non_dumpable()
     args = _parser().parse_args(argv)
+    if not hidden and args.command in ("run", "chat"):
+        print(
+            "echo-bot: warning: cannot mark this process non-dumpable (not Linux?); "
+            "processes of the same user may read its secrets",
+            file=sys.stderr,
+        )
     try:
         return _dispatch(args)
     except EchoBotError as exc:
         for line in str(exc).splitlines() or [type(exc).__name__]:
-            print(f"echo-bot: {line}", file=sys.stderr)
+            print(f"echo-bot: {_ERRORS.mask(line)}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         return 130
 
 
 def _dispatch(args: argparse.Namespace) -> int:
-    from .config import load_config
+    from .config import load_config, secret_env_names, with_credentials
     from .logs import setup_logging
-    from .secrets import Masker
+    from .secrets import masked_output
     from .statedir import resolve_state_dir
 
     if args.command == "doctor":
         return _doctor(args)
     loaded = load_config(args.config)
     config = loaded.config
-    state_dir = resolve_state_dir(args.state_dir, config.bot.state_dir, os.environ)
+    environ = with_credentials(config, os.environ)
+    masker = Masker.from_environment(secret_env_names(config), environ)
+    _ERRORS.add(environ.get(name, "") for name in secret_env_names(config))
+    state_dir = resolve_state_dir(args.state_dir, config.bot.state_dir, environ)
     if args.command in ("run", "chat"):
-        from .config import secret_env_names
-
-        masker = Masker.from_environment(secret_env_names(config), os.environ)
         setup_logging(config.bot.log_level, config.bot.log_format, masker)
-        return _run_daemon(args.command, loaded, state_dir)
-    setup_logging("WARNING", "text", Masker())
+        return _run_daemon(args.command, loaded, state_dir, environ)
+    setup_logging("WARNING", "text", masker)
+    with masked_output(masker):
+        return _manage(args, loaded, state_dir, environ)
+
+
+def _manage(
+    args: argparse.Namespace, loaded: LoadedConfig, state_dir: Path, environ: dict[str, str]
+) -> int:
+    """The management commands: they work beside a running daemon."""
     if args.command == "check-config":
         from .admin import check_config
 
-        return check_config(loaded, state_dir)
+        return check_config(loaded, state_dir, environ)
     if args.command == "approvals":
         from .admin import approvals_command
 
@@ -128,7 +155,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         if args.webhook_command == "deliveries":
             return webhook_deliveries(state_dir, args.route, args.id, args.limit)
-        return webhook_send(loaded, args.route, args.data, args.event)
+        return webhook_send(loaded, args.route, args.data, args.event, environ)
     if args.command == "reminders":
         from .admin import reminders_command
 
@@ -149,28 +176,37 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from .config import load_config
+    from .config import Config, load_config, secret_env_names, with_credentials
     from .doctor import run_doctor
     from .logs import setup_logging
-    from .secrets import Masker
+    from .secrets import masked_output
     from .statedir import resolve_state_dir
 
-    setup_logging("ERROR", "text", Masker())
+    loaded: LoadedConfig | EchoBotError
     try:
-        loaded: object = load_config(args.config)
-        config_dir = loaded.config.bot.state_dir  # type: ignore[attr-defined]
+        loaded = load_config(args.config)
+        config, config_dir = loaded.config, loaded.config.bot.state_dir
     except EchoBotError as exc:
-        loaded, config_dir = exc, None
-    state_dir = resolve_state_dir(args.state_dir, config_dir, os.environ)
+        loaded, config, config_dir = exc, Config(), None
+    try:
+        environ = with_credentials(config, os.environ)
+    except EchoBotError as exc:
+        loaded, environ = exc, dict(os.environ)
+    masker = Masker.from_environment(secret_env_names(config), environ)
+    setup_logging("ERROR", "text", masker)
+    state_dir = resolve_state_dir(args.state_dir, config_dir, environ)
     source = str(args.config) if args.config else "embedded defaults"
-    return run_doctor(loaded, source, state_dir, os.environ)  # type: ignore[arg-type]
+    with masked_output(masker):
+        return run_doctor(loaded, source, state_dir, environ)
 
 
-def _run_daemon(command: str, loaded, state_dir: Path) -> int:  # type: ignore[no-untyped-def]
+def _run_daemon(
+    command: str, loaded: LoadedConfig, state_dir: Path, environ: dict[str, str]
+) -> int:
     from .app import Daemon, build_core
     from .config import telegram_enabled
 
-    core = build_core(loaded, state_dir, os.environ)
+    core = build_core(loaded, state_dir, environ)
     tty = sys.stdin is not None and sys.stdin.isatty()
     channels: list[str] = []
     options: dict[str, dict[str, object]] = {}
@@ -181,11 +217,13 @@ def _run_daemon(command: str, loaded, state_dir: Path) -> int:  # type: ignore[n
         if tty:
             channels.append("cli")
             options["cli"] = {"interactive": True, "exit_on_eof": False}
-        if telegram_enabled(loaded, os.environ):
+        if telegram_enabled(loaded, environ):
             channels.append("telegram")
         if loaded.config.webhook.enabled:
             channels.append("webhook")
-    daemon = Daemon(core, channel_names=channels, channel_options=options, banner=True)
+    daemon = Daemon(
+        core, channel_names=channels, channel_options=options, environ=environ, banner=True
+    )
     return asyncio.run(daemon.run())
 
 

@@ -40,7 +40,11 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 def _env_name(value: str) -> str:
     if not _ENV_NAME.match(value):
-        raise ValueError(f"{value!r} is not an environment variable name")
+        # Never echo the value: a secret pasted here by mistake would reach the logs.
+        raise ValueError(
+            "not an environment variable name: give the name of the variable that holds "
+            "the secret (like TELEGRAM_BOT_TOKEN), never the secret itself"
+        )
     return value
 
 
@@ -409,6 +413,31 @@ def secret_env_names(config: Config) -> list[str]:
         names.append(config.webhook.admin_token_env)
     names += [r.secret_env for r in config.webhook.routes if r.secret_env]
     return list(dict.fromkeys(names))
+
+
+def with_credentials(config: Config, environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment with systemd credentials filled in (``LoadCredential=NAME:path``).
+
+    For every secret the config names, ``$CREDENTIALS_DIRECTORY/NAME``, when it exists,
+    wins over the environment variable NAME (its trailing newline stripped). Credentials
+    never enter ``os.environ``: programs we start cannot inherit them.
+    """
+    env = dict(environ)
+    directory = environ.get("CREDENTIALS_DIRECTORY")
+    if not directory:
+        return env
+    for name in secret_env_names(config):
+        path = Path(directory) / name  # an EnvName: no separators, no "..", no "/"
+        try:
+            value = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise ConfigError(f"{path}: cannot read the credential: {exc.strerror}") from None
+        except UnicodeDecodeError:
+            raise ConfigError(f"{path}: the credential is not UTF-8 text") from None
+        env[name] = value.rstrip("\r\n")
+    return env
 
 
 def check_environment(loaded: LoadedConfig, environ: Mapping[str, str] | None = None) -> None:

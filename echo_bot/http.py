@@ -6,6 +6,7 @@ Started when something needs it (the Telegram channel, webhooks); it listens on
 
 from __future__ import annotations
 
+import hmac
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -13,6 +14,7 @@ from typing import Any
 from aiohttp import web
 
 from .config import HttpConfig
+from .secrets import Masker
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +39,24 @@ class HttpServer:
     def add_health(self, name: str, check: HealthCheck) -> None:
         self._checks[name] = check
 
+    # /healthz answers anyone: without the admin token it shows states only; details
+    # (error texts, which may quote a URL or a peer's answer) need the token, masked.
+    _health_masker = Masker()
+    _admin_token = ""
+
+    def protect_health(self, masker: Masker, admin_token: str) -> None:
+        self._health_masker, self._admin_token = masker, admin_token
+
+    def _is_admin(self, request: web.Request) -> bool:
+        scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+        return (
+            bool(self._admin_token)
+            and scheme.lower() == "bearer"
+            and hmac.compare_digest(
+                given.strip().encode("utf-8", "surrogateescape"), self._admin_token.encode()
+            )
+        )
+
     def health(self) -> tuple[bool, dict[str, Any]]:
         components: dict[str, Any] = {}
         healthy = True
@@ -52,6 +72,13 @@ class HttpServer:
 
     async def _healthz(self, request: web.Request) -> web.Response:
         healthy, body = self.health()
+        components: dict[str, Any] = body["components"]
+        if self._is_admin(request):
+            body["components"] = self._health_masker.mask_data(components)
+        else:
+            body["components"] = {
+                name: {"status": str(state.get("status"))} for name, state in components.items()
+            }
         return web.json_response(body, status=200 if healthy else 503)
 
     async def start(self) -> None:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import io
 import re
-from collections.abc import Iterable, Mapping
-from typing import Any
+import sys
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, TextIO
+from urllib.parse import quote
 
 MASK = "***"
 _SECRET_KEY = re.compile(r"(token|secret|password|passwd|api[_-]?key|authorization|cookie)", re.I)
@@ -26,6 +30,8 @@ class Masker:
 
     def add(self, values: Iterable[str]) -> None:
         fresh = {v for v in values if v and len(v) >= _MIN_SECRET_LEN}
+        # A secret may also appear percent-encoded: in a URL an error message quotes.
+        fresh |= {quote(v, safe="") for v in fresh} | {quote(v) for v in fresh}
         self._values = sorted(set(self._values) | fresh, key=len, reverse=True)
 
     @classmethod
@@ -52,3 +58,50 @@ class Masker:
         if isinstance(data, list | tuple):
             return [self.mask_data(v) for v in data]
         return data
+
+
+class MaskedStream(io.TextIOBase):
+    """A text stream that masks each line before passing it on. Lines are masked
+    whole, so a secret written in pieces (``print(a, b)``) is still caught."""
+
+    def __init__(self, target: TextIO, masker: Masker) -> None:
+        super().__init__()
+        self.target = target
+        self.masker = masker
+        self._pending = ""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        self._pending += text
+        if "\n" in self._pending:
+            lines, _, self._pending = self._pending.rpartition("\n")
+            self.target.write(self.masker.mask(lines + "\n"))
+        return len(text)
+
+    def flush(self) -> None:
+        if self._pending:
+            self.target.write(self.masker.mask(self._pending))
+            self._pending = ""
+        self.target.flush()
+
+    def isatty(self) -> bool:
+        return self.target.isatty()
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return self.target.encoding
+
+
+@contextlib.contextmanager
+def masked_output(masker: Masker) -> Iterator[None]:
+    """Everything printed to stdout and stderr inside passes the masker."""
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = MaskedStream(saved[0], masker), MaskedStream(saved[1], masker)
+    try:
+        yield
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        sys.stdout, sys.stderr = saved

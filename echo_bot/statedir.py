@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from .errors import StateLockedError, StoreError
+from .hardening import PRIVATE_DIR, PRIVATE_FILE, make_private
 
 LOCK_FILENAME = "echo-bot.lock"
 
@@ -39,8 +40,11 @@ class StateLock:
 
     def acquire(self) -> None:
         try:
-            self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+            self.state_dir.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR)
+            # A dir that existed before (made by hand, or by systemd with its default
+            # 0755) keeps its mode otherwise: the store and backups must not be readable.
+            make_private(self.state_dir, PRIVATE_DIR)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, PRIVATE_FILE)
         except OSError as exc:
             raise StoreError(f"cannot use state dir {self.state_dir}: {exc.strerror}") from None
         try:

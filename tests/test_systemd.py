@@ -48,6 +48,16 @@ def test_unit_declares_what_an_admin_relies_on() -> None:
     assert "@system-service" in service["SystemCallFilter"]
 
 
+def test_unit_offers_systemd_credentials_for_the_secrets() -> None:
+    # Commented out: a credential whose file is missing would stop the start.
+    lines = UNIT.read_text().splitlines()
+    offered = [line for line in lines if line.startswith("#LoadCredential=")]
+    names = {line.removeprefix("#LoadCredential=").split(":", 1)[0] for line in offered}
+    assert {"TELEGRAM_BOT_TOKEN", "OPENAI_API_KEY"} <= names
+    assert "LoadCredential" not in unit()["Service"]
+    assert "$CREDENTIALS_DIRECTORY" in (ROOT / "systemd" / "README.md").read_text()
+
+
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze missing")
 def test_systemd_analyze_verify_accepts_the_unit(tmp_path: Path) -> None:
     # verify checks that ExecStart exists: point it at this environment's echo-bot.

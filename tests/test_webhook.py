@@ -953,6 +953,10 @@ async def test_healthz_includes_the_webhook_component(hooks: Hooks) -> None:
     assert (await hooks.github("gh", {"ref": "health"}, secret="nope")).status == 401
     answer = await hooks.request("GET", "/healthz")
     assert answer.status == 200
+    assert answer.json["components"]["webhook"] == {"status": "ok"}  # states only
+    admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    answer = await hooks.request("GET", "/healthz", headers=admin)
+    assert answer.status == 200
     webhook = answer.json["components"]["webhook"]
     assert webhook["status"] == "ok"
     assert webhook["routes"] == 8

@@ -26,6 +26,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import logging
+import os
 import queue
 import sqlite3
 import threading
@@ -37,6 +38,7 @@ from typing import Any, TypeVar
 from sqlite_utils import Database as SqliteUtilsDatabase
 
 from ..errors import StoreError
+from ..hardening import PRIVATE_FILE, make_private
 from .schema import migrate
 
 T = TypeVar("T")
@@ -102,6 +104,7 @@ class Database:
     def _open(self) -> None:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._make_private()
             conn = sqlite3.connect(
                 self.path, isolation_level=None, check_same_thread=False, timeout=10
             )
@@ -116,15 +119,27 @@ class Database:
             self._thread = threading.current_thread()
             with self.transaction() as db:
                 migrate(db)
+            self._make_private()  # the -wal and -shm files exist now
             # Commits never checkpoint; the checkpointer thread does (see the module doc).
             conn.execute("PRAGMA wal_autocheckpoint = 0")
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open the store {self.path}: {exc}") from exc
+        except OSError as exc:
+            raise StoreError(f"cannot open the store {self.path}: {exc.strerror}") from exc
         self._stop_checkpoints.clear()
         self._checkpointer = threading.Thread(
             target=self._checkpoints, name="echo-bot-sqlite-checkpoint", daemon=True
         )
         self._checkpointer.start()
+
+    def _make_private(self) -> None:
+        """The store and its -wal/-shm files are 0600 whatever the umask, also when
+        they existed before. A new store file is created 0600 before SQLite opens it:
+        SQLite gives the -wal and -shm files it makes the mode of the database file."""
+        with contextlib.suppress(FileExistsError):
+            os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE))
+        for suffix in ("", "-wal", "-shm"):
+            make_private(self.path.with_name(self.path.name + suffix), PRIVATE_FILE)
 
     def _checkpoints(self) -> None:
         """Checkpoint the WAL every CHECKPOINT_INTERVAL s, on a connection of its own.
@@ -387,10 +402,14 @@ def backup_to(source: Path, target: Path) -> int:
     """A consistent copy of the live store with SQLite's online backup API (WAL-safe).
 
     Returns the number of pages copied. Runs in the calling thread (management command).
+    The copy holds everything the store does: it is made 0600 whatever the umask.
     """
-    target.parent.mkdir(parents=True, exist_ok=True)
+    target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     partial = target.with_name(target.name + ".partial")
     partial.unlink(missing_ok=True)
+    # Created by us, private, before SQLite opens it (its journal copies this mode).
+    os.close(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE))
+    make_private(partial, PRIVATE_FILE)
     src = sqlite3.connect(f"file:{source}?mode=ro", uri=True, timeout=30)
     try:
         dst = sqlite3.connect(partial)

@@ -176,6 +176,7 @@ class _Fault:
     remaining: int
     body: str | None = None
     disconnect: bool = False
+    redirect: bool = False
 
 
 class ApiError(Exception):
@@ -1080,6 +1081,12 @@ class FakeTelegramAPI:
         """Drop the connection without answering (aiogram raises TelegramNetworkError)."""
         self._faults.setdefault(method, []).append(_Fault(0, "", None, count, disconnect=True))
 
+    def redirect_next(self, method: str, *, count: int = 1) -> None:
+        """Answer the next ``count`` requests of ``method`` with ``302`` to the same URL:
+        a redirect loop (the client gives up with TooManyRedirects, naming the URL —
+        which holds the token)."""
+        self._faults.setdefault(method, []).append(_Fault(302, "", None, count, redirect=True))
+
     def delay_next(self, method: str, seconds: float, *, count: int = 1) -> None:
         """Delay the answer to the next ``count`` calls; their effect happens at once."""
         self._delays.setdefault(method, []).extend([seconds] * count)
@@ -1173,6 +1180,10 @@ class FakeTelegramAPI:
             if request.transport is not None:
                 request.transport.close()
             return web.Response(status=500)
+        if fault is not None and fault.redirect:
+            call.status = fault.status
+            self._pulse()
+            raise web.HTTPFound(location=str(request.url))
         if fault is not None and fault.body is not None:
             call.status = fault.status
             self._pulse()
