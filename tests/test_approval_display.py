@@ -18,7 +18,13 @@ import pytest
 
 from echo_bot.admin import approvals_command
 from echo_bot.approvals import ApprovalGate
-from echo_bot.approvals.display import CALL_LIMIT, PROMPT_LIMIT, escape_text, render_call
+from echo_bot.approvals.display import (
+    CALL_LIMIT,
+    PROMPT_LIMIT,
+    escape_text,
+    render_call,
+    render_if_fits,
+)
 from echo_bot.events import (
     Address,
     DecisionVerb,
@@ -480,3 +486,11 @@ def test_escape_text_keeps_ordinary_text_and_marks_backslashes() -> None:
     assert escape_text("Zoë 東京 ✅ a-b_c.txt") == "Zoë 東京 ✅ a-b_c.txt"
     assert escape_text("a\\u202eb") == "a\\\\u202eb"  # a literal backslash-u stays distinct
     assert escape_text("a\u202eb") == "a\\u202eb"
+
+
+def test_a_megabyte_of_content_is_judged_too_long_without_rendering_it() -> None:
+    content = "a\u202e" * 500_000
+    assert render_if_fits("file_write", {"path": "x", "content": content}) is None
+    assert render_if_fits("file_write", {"path": "x", "content": "a\u202e"}) == (
+        'file_write(path="x", content="a\\u202e")'
+    )

@@ -67,15 +67,27 @@ def _escape_char(ch: str) -> str:
     return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
 
 
+# Printable ASCII is always shown as itself; only the rest needs a look.
+_NOT_PLAIN = re.compile(r"[^\x20-\x7e]")
+_NOT_PLAIN_OR_BACKSLASH = re.compile(r"[^\x20-\x5b\x5d-\x7e]")
+
+
+def _replace(match: re.Match[str]) -> str:
+    ch = match.group()
+    if ch == "\\":
+        return "\\\\"
+    return _escape_char(ch) if _hidden(ch) else ch
+
+
 def escape_text(text: str) -> str:
     """Free text (a name, a tool name, an address) made safe to show: hidden characters
     become escapes, and a backslash is doubled so an escape is never ambiguous."""
-    return "".join("\\\\" if ch == "\\" else _escape_char(ch) if _hidden(ch) else ch for ch in text)
+    return _NOT_PLAIN_OR_BACKSLASH.sub(_replace, text)
 
 
 def _escape_json(text: str) -> str:
     """JSON text made safe to show (JSON already doubles backslashes and escapes C0)."""
-    return "".join(_escape_char(ch) if _hidden(ch) else ch for ch in text)
+    return _NOT_PLAIN.sub(_replace, text)
 
 
 def show_value(value: Any) -> str:
@@ -113,7 +125,21 @@ def utf16_len(text: str) -> int:
 
 def fits(call: str) -> bool:
     """Whether a rendered call can be shown completely in any chat prompt."""
-    return utf16_len(call) <= CALL_LIMIT
+    return len(call) <= CALL_LIMIT and utf16_len(call) <= CALL_LIMIT
+
+
+def render_if_fits(tool: str, args: Mapping[str, Any]) -> str | None:
+    """``render_call`` when the result fits a chat prompt, else None. The rendering
+    holds every value's JSON and escaping only lengthens it, so a call whose values'
+    JSON alone is too long is refused without rendering it: a megabyte of file content
+    must not cost the event loop a noticeable time."""
+    plain = 0
+    for value in args.values():
+        plain += len(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
+        if plain > CALL_LIMIT:
+            return None
+    call = render_call(tool, args)
+    return call if fits(call) else None
 
 
 def clip(text: str, limit: int) -> str:

@@ -35,9 +35,9 @@ from .display import (
     TOOL_CLIP,
     clip,
     escape_text,
-    fits,
     order_args,
     render_call,
+    render_if_fits,
 )
 from .routing import ApproverDirectory
 
@@ -204,14 +204,13 @@ class ApprovalGate:
         *,
         allow_for: bool,
     ) -> OutboundMessage:
-        call = render_call(tool, self.masker.mask_data(args))
-        shown = fits(call)
+        call = render_if_fits(tool, self.masker.mask_data(args))
         lines = [
             f"🔐 Approval needed — {clip(tool, TOOL_CLIP)} "
             f"({risk.value}: {clip(reason, REASON_CLIP)})"
         ]
         deny = Button(label="Deny", action=approval_action(DecisionVerb.DENY, approval_id))
-        if shown:
+        if call is not None:
             lines.append(call)
             row = [
                 Button(
@@ -250,7 +249,7 @@ class ApprovalGate:
             "risk": risk.value,
             "expires_at": expires_at,
         }
-        if shown:
+        if call is not None:
             metadata["call"] = call
         return OutboundMessage(
             to=prompt_to,
@@ -360,7 +359,7 @@ class ApprovalGate:
 
     def _unshown(self, row: store.ApprovalRow) -> bool:
         """A call whose prompt offered only Deny (DESIGN: never approve unseen)."""
-        return not fits(render_call(row.tool, self.masker.mask_data(row.args)))
+        return render_if_fits(row.tool, self.masker.mask_data(row.args)) is None
 
     # -- grants ------------------------------------------------------------------------
     def granted(self, db: SqlDb, address: Address, sender_id: str, tool: str) -> bool:
@@ -377,8 +376,8 @@ class ApprovalGate:
     def _edit_prompt(self, db: SqlDb, row: store.ApprovalRow, outcome: str) -> None:
         if not row.prompt_outbound_id:
             return
-        call = render_call(row.tool, self.masker.mask_data(row.args))
-        if not fits(call):
+        call = render_if_fits(row.tool, self.masker.mask_data(row.args))
+        if call is None:
             call = (
                 f"{clip(row.tool, TOOL_CLIP)}: the arguments are too long to show here; "
                 f"see echo-bot approvals show {row.id}"
