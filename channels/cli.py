@@ -99,8 +99,10 @@ class CliChannel:
                 if parsed is not None:
                     verbs.add(parsed[0])
                     approval_id = parsed[1]
-        call = message.metadata.get("call", "")
-        if DecisionVerb.APPROVE_ONCE in verbs:
+        # The gate's rendering: every argument complete, hidden characters escaped; a
+        # prompt without it (arguments too long to show) offers Deny only.
+        call = message.metadata.get("call")
+        if DecisionVerb.APPROVE_ONCE in verbs and call:
             self._print(f"Approve {call}? [y/N] (request {approval_id})")
         else:
             self._print(message.text + "\nOnly Deny is offered here. [N]")

@@ -15,7 +15,7 @@ from typing import TypeVar
 
 from sqlite_utils import Database as SqlDb
 
-from .approvals.gate import render_call
+from .approvals.display import escape_text, render_call, show_json
 from .config import LoadedConfig, llm_enabled, secret_env_names, telegram_enabled
 from .durations import format_duration
 from .events import Address, ApprovalDecision, DecisionVerb, InboundKind, InboundMessage, Sender
@@ -87,9 +87,10 @@ def approvals_command(state_dir: Path, action: str, approval_id: str | None, wai
             print("No approvals are pending.")
             return 0
         for row in rows:
+            who = escape_text(str(row.requested_by.get("name") or row.requested_by.get("id")))
             print(
-                f"{row.id}  {row.tool} ({row.risk})  asked by {row.requested_by.get('name')} "
-                f"in {row.origin}  expires {_clock(row.expires_at)}"
+                f"{row.id}  {escape_text(row.tool)} ({row.risk})  asked by {who} "
+                f"in {escape_text(row.origin)}  expires {_clock(row.expires_at)}"
             )
         return 0
     if not approval_id:
@@ -103,7 +104,7 @@ def approvals_command(state_dir: Path, action: str, approval_id: str | None, wai
         _show(row)
         return 0
     if row.status != approval_store.PENDING:
-        who = (row.decided_by or {}).get("sender_id", "")
+        who = escape_text(str((row.decided_by or {}).get("sender_id", "")))
         print(
             f"echo-bot: request {row.id} is already {row.status}"
             + (f" (by {who} at {_clock(row.decided_at)})" if who else "")
@@ -117,18 +118,22 @@ def approvals_command(state_dir: Path, action: str, approval_id: str | None, wai
 
 
 def _show(row: approval_store.ApprovalRow) -> None:
+    """Every argument complete, the deciding ones first (the order the request was
+    stored in), hidden characters escaped as in the chat prompt."""
+    who = escape_text(str(row.requested_by.get("name") or row.requested_by.get("id")))
     print(f"request:   {row.id}")
     print(f"status:    {row.status}")
-    print(f"tool:      {row.tool} ({row.risk})")
+    print(f"tool:      {escape_text(row.tool)} ({row.risk})")
     print(f"call:      {render_call(row.tool, row.args)}")
-    print("arguments (in full):")
-    print(json.dumps(row.args, indent=2, ensure_ascii=False))
-    print(f"asked by:  {row.requested_by.get('name')} in {row.origin}")
-    print(f"prompt in: {row.prompt_to}")
+    print("arguments (in full, as JSON; invisible characters shown as \\u escapes):")
+    print(show_json(row.args))
+    print(f"asked by:  {who} in {escape_text(row.origin)}")
+    print(f"prompt in: {escape_text(row.prompt_to)}")
     print(f"created:   {_clock(row.created_at)}")
     print(f"expires:   {_clock(row.expires_at)}")
     if row.decided_at:
-        print(f"decided:   {row.verb} by {row.decided_by} at {_clock(row.decided_at)}")
+        by = escape_text(str(row.decided_by))
+        print(f"decided:   {row.verb} by {by} at {_clock(row.decided_at)}")
 
 
 def _submit_decision(state_dir: Path, approval_id: str, action: str, wait: float) -> int:

@@ -15,10 +15,11 @@ from .brains.reminder_commands import register_reminder_commands
 from .commands import CommandRegistry
 from .config import Config, LoadedConfig, check_environment, secret_env_names
 from .errors import ConfigError
+from .events import OutboundMessage
 from .reminders import ReminderService
 from .secrets import Masker
 from .store import DB_FILENAME, Database
-from .store.approvals import list_approvals
+from .store.approvals import ApprovalRow, list_approvals
 from .store.audit import AuditWriter
 from .store.turns import reset_session
 from .tools.base import Tool
@@ -83,7 +84,10 @@ def build_core(loaded: LoadedConfig, state_dir: Path, environ: Mapping[str, str]
     async def reset(session_key: str) -> None:
         await db.run(lambda conn: reset_session(conn, session_key))
 
-    register_core_commands(commands, pending, gate.reprompt, reset)
+    async def reprompt(row: ApprovalRow) -> OutboundMessage:
+        return await db.run(lambda conn: gate.reprompt(conn, row))
+
+    register_core_commands(commands, pending, reprompt, reset)
     register_reminder_commands(commands, reminders)
     _check_cron_jobs(config, registry, source)
     return Core(

@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from echo_bot.approvals.gate import PROMPT_ARGS_LIMIT
+from echo_bot.approvals.display import CALL_LIMIT
 from echo_bot.events import (
     Address,
     DecisionVerb,
@@ -538,7 +538,7 @@ async def test_direct_call_without_an_approver_chat_fails_closed(state_dir: Path
 # -- what the prompt shows ----------------------------------------------------------------
 async def test_dangerous_arguments_are_shown_in_full(state_dir: Path) -> None:
     async with running_bot(state_dir, SHELL) as bot:
-        word = "y" * (PROMPT_ARGS_LIMIT - 100)
+        word = "y" * (CALL_LIMIT - 100)
         inbound = await bot.channel.say(f"/run echo {word}")
         prompt = await bot.channel.prompt_for(inbound)
         assert f'shell_exec(command="echo {word}")' in prompt.text
@@ -548,7 +548,7 @@ async def test_dangerous_arguments_are_shown_in_full(state_dir: Path) -> None:
 
 async def test_too_long_dangerous_arguments_offer_only_deny(state_dir: Path) -> None:
     async with running_bot(state_dir, SHELL) as bot:
-        word = "z" * (PROMPT_ARGS_LIMIT + 100)
+        word = "z" * (CALL_LIMIT + 100)
         inbound = await bot.channel.say(f"/run echo {word}")
         prompt = await bot.channel.prompt_for(inbound)
         request_id = prompt.metadata["approval_id"]
@@ -566,7 +566,7 @@ async def test_too_long_dangerous_arguments_cannot_be_approved_from_chat(
     """Regression: an "Approve once" forged for a request whose arguments the chat never
     showed used to be accepted."""
     async with running_bot(state_dir, SHELL) as bot:
-        word = "z" * (PROMPT_ARGS_LIMIT + 100)
+        word = "z" * (CALL_LIMIT + 100)
         # sh -c 'touch marker.txt' zzz…: the long word is only $0 of the script.
         inbound = await bot.channel.say(f"/run sh -c 'touch marker.txt' {word}")
         prompt = await bot.channel.prompt_for(inbound)

@@ -182,7 +182,7 @@ class CallExecutor:
             self._finish(db, inbound, call, invalid)
             return
         ctx = self.context(inbound, call)
-        granted = approval_store.has_grant(db, inbound.session_key, tool.name, self.gate.clock())
+        granted = self.gate.granted(db, inbound.address, inbound.sender.id, tool.name)
         needed, reason = self.policy.needs_approval(tool, call.args, ctx, granted=granted)
         if not needed:
             turn_store.set_call(db, call.id, turn_store.APPROVED)
@@ -221,6 +221,7 @@ class CallExecutor:
             requester=inbound.sender,
             origin=inbound.address,
             prompt_to=prompt_to,
+            key_args=tool.key_args,
         )
         turn_store.set_call(db, call.id, turn_store.WAITING, approval_id=approval_id)
         # Later identical siblings in this step reuse it (they see the new approval_id).

@@ -3,9 +3,8 @@ expired when their time is up. No coroutine ever waits on a request."""
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -29,17 +28,22 @@ from ..store import approvals as store
 from ..store.audit import AuditWriter
 from ..store.outbox import enqueue_outbound
 from ..tools.base import Risk
+from .display import (
+    ADDRESS_CLIP,
+    NAME_CLIP,
+    REASON_CLIP,
+    TOOL_CLIP,
+    clip,
+    escape_text,
+    order_args,
+    render_call,
+    render_if_fits,
+)
 from .routing import ApproverDirectory
 
-PROMPT_ARGS_LIMIT = 1500
 ALLOW_FOR_SECONDS = 3600
 
-
-def render_call(tool: str, args: dict[str, Any]) -> str:
-    inner = ", ".join(
-        f"{k}={json.dumps(v, ensure_ascii=False, separators=(',', ':'))}" for k, v in args.items()
-    )
-    return f"{tool}({inner})"
+__all__ = ["ALLOW_FOR_SECONDS", "ApprovalGate", "DecisionOutcome", "render_call"]
 
 
 def _clock_text(ts: float) -> str:
@@ -86,12 +90,28 @@ class ApprovalGate:
         requester: Sender,
         origin: Address,
         prompt_to: Address,
+        key_args: Sequence[str] = (),
     ) -> str:
-        """Store a request and queue its prompt (in the caller's transaction)."""
+        """Store a request and queue its prompt (in the caller's transaction).
+
+        The arguments are stored in the order they are shown — the ones the tool
+        declares as deciding (``key_args``) first — so every later view (the edited
+        prompt, ``/approvals``, ``echo-bot approvals show``) shows that order too."""
         approval_id = new_id()
         expires_at = self.clock() + self.timeout.total_seconds()
+        args = order_args(args, key_args)
+        allow_for = self._allow_for_offered(db, risk, requester.id, str(origin), str(prompt_to))
         prompt = self._prompt(
-            approval_id, tool, args, risk, reason, requester, origin, prompt_to, expires_at
+            approval_id,
+            tool,
+            args,
+            risk,
+            reason,
+            requester,
+            origin,
+            prompt_to,
+            expires_at,
+            allow_for=allow_for,
         )
         prompt = prompt.model_copy(
             update={"trace_id": trace_id, "metadata": {**prompt.metadata, "inbound_id": turn_id}}
@@ -131,8 +151,8 @@ class ApprovalGate:
                 db,
                 OutboundMessage(
                     to=origin,
-                    text=f"⏳ {tool} needs approval; the request went to the approvers "
-                    f"(id {approval_id}).",
+                    text=f"⏳ {escape_text(tool)} needs approval; the request went to the "
+                    f"approvers (id {approval_id}).",
                     kind=OutboundKind.NOTICE,
                     trace_id=trace_id,
                     metadata={"inbound_id": turn_id},
@@ -140,21 +160,35 @@ class ApprovalGate:
             )
         return approval_id
 
-    def reprompt(self, row: store.ApprovalRow) -> OutboundMessage:
+    def reprompt(self, db: SqlDb, row: store.ApprovalRow) -> OutboundMessage:
         """The prompt of a pending request again, with its buttons (``/approvals``)."""
         requested = row.requested_by
+        requester = Sender(id=str(requested.get("id", "")), name=str(requested.get("name", "")))
         prompt = self._prompt(
             row.id,
             row.tool,
             row.args,
             Risk(row.risk),
             "still pending",
-            Sender(id=str(requested.get("id", "")), name=str(requested.get("name", ""))),
+            requester,
             Address.parse(row.origin),
             Address.parse(row.prompt_to),
             row.expires_at,
+            allow_for=self._allow_for_offered(
+                db, Risk(row.risk), requester.id, row.origin, row.prompt_to
+            ),
         )
         return prompt.model_copy(update={"trace_id": row.trace_id})
+
+    def _allow_for_offered(
+        self, db: SqlDb, risk: Risk, requester_id: str, origin: str, prompt_to: str
+    ) -> bool:
+        """ "Allow for a time" only for a write tool asked in the requester's own chat by
+        an approver of that chat: the grant it leaves covers that chat, so it must never
+        be made from another chat (a routed prompt) or for someone who may not approve."""
+        if risk != Risk.WRITE or prompt_to != origin:
+            return False
+        return self.directory.is_approver(db, Address.parse(origin), requester_id)
 
     def _prompt(
         self,
@@ -167,22 +201,16 @@ class ApprovalGate:
         origin: Address,
         prompt_to: Address,
         expires_at: float,
+        *,
+        allow_for: bool,
     ) -> OutboundMessage:
-        shown = self.masker.mask_data(args)
-        call = render_call(tool, shown)
-        too_long = len(call) > PROMPT_ARGS_LIMIT
-        lines = [f"🔐 Approval needed — {tool} ({risk.value}: {reason})"]
-        if too_long and risk == Risk.DANGEROUS:
-            lines.append(
-                f"The arguments are too long to show here in full ({len(call)} characters). "
-                f"Read them with: echo-bot approvals show {approval_id}"
-            )
-            buttons = [
-                [Button(label="Deny", action=approval_action(DecisionVerb.DENY, approval_id))]
-            ]
-        else:
-            if too_long:
-                call = call[:PROMPT_ARGS_LIMIT] + "…"
+        call = render_if_fits(tool, self.masker.mask_data(args))
+        lines = [
+            f"🔐 Approval needed — {clip(tool, TOOL_CLIP)} "
+            f"({risk.value}: {clip(reason, REASON_CLIP)})"
+        ]
+        deny = Button(label="Deny", action=approval_action(DecisionVerb.DENY, approval_id))
+        if call is not None:
             lines.append(call)
             row = [
                 Button(
@@ -190,7 +218,7 @@ class ApprovalGate:
                     action=approval_action(DecisionVerb.APPROVE_ONCE, approval_id),
                 )
             ]
-            if risk == Risk.WRITE:
+            if allow_for:
                 row.append(
                     Button(
                         label="Allow here for 1 h",
@@ -199,22 +227,36 @@ class ApprovalGate:
                         ),
                     )
                 )
-            row.append(Button(label="Deny", action=approval_action(DecisionVerb.DENY, approval_id)))
-            buttons = [row]
-        who = requester.name or requester.id
-        lines.append(f"Asked by {who} in {origin} · expires {_clock_text(expires_at)}")
+            buttons = [[*row, deny]]
+        else:
+            names = ", ".join(clip(k, NAME_CLIP) for k in list(args)[:8])
+            more = f", … ({len(args)} in all)" if len(args) > 8 else ""
+            lines.append(
+                f"The arguments ({names}{more}) are too long to show here completely, so "
+                f"this chat can only deny. Read them with: echo-bot approvals show "
+                f"{approval_id} — and approve there with: echo-bot approvals approve "
+                f"{approval_id}"
+            )
+            buttons = [[deny]]
+        who = clip(requester.name or requester.id, NAME_CLIP)
+        lines.append(
+            f"Asked by {who} in {clip(str(origin), ADDRESS_CLIP)} · "
+            f"expires {_clock_text(expires_at)}"
+        )
         lines.append(f"Request {approval_id}")
+        metadata: dict[str, Any] = {
+            "approval_id": approval_id,
+            "risk": risk.value,
+            "expires_at": expires_at,
+        }
+        if call is not None:
+            metadata["call"] = call
         return OutboundMessage(
             to=prompt_to,
             text="\n".join(lines),
             buttons=buttons,
             kind=OutboundKind.APPROVAL,
-            metadata={
-                "approval_id": approval_id,
-                "call": call,
-                "risk": risk.value,
-                "expires_at": expires_at,
-            },
+            metadata=metadata,
         )
 
     # -- deciding ----------------------------------------------------------------------
@@ -248,26 +290,19 @@ class ApprovalGate:
             outcome.ok, outcome.code = False, "expired"
             outcome.message = "This request has expired."
             return outcome
+        refusal = self._refuse_verb(db, row, decision)
+        if refusal is not None:
+            return DecisionOutcome(False, refusal, "verb", row)
         verb = decision.verb
-        if verb is DecisionVerb.ALLOW_FOR and row.risk != Risk.WRITE:
-            return DecisionOutcome(
-                False, "Allow-for-a-time is offered only for write tools.", "verb", row
-            )
-        if verb is not DecisionVerb.DENY and decision.via != "admin" and self._unshown(row):
-            return DecisionOutcome(
-                False,
-                "The arguments were too long to show in chat; read them with "
-                f"`echo-bot approvals show {row.id}` and approve there.",
-                "verb",
-                row,
-            )
         status = store.DENIED if verb is DecisionVerb.DENY else store.APPROVED
         if not store.decide(db, row.id, status, verb=verb.value, decided_by=who):
             return DecisionOutcome(False, "Already decided.", "decided", row)
         metrics.APPROVALS.labels(status).inc()
         if verb is DecisionVerb.ALLOW_FOR:
             seconds = decision.allow_for_seconds or ALLOW_FOR_SECONDS
-            store.add_grant(db, row.session_key, row.tool, self.clock() + seconds, row.id)
+            # Keyed by the chat (prompt_to == origin here); see granted() for who uses it.
+            chat = Address.parse(row.prompt_to).session_key
+            store.add_grant(db, chat, row.tool, self.clock() + seconds, row.id)
         self.audit.write(
             db,
             "approval.decided",
@@ -280,7 +315,7 @@ class ApprovalGate:
         )
         name = decision.decided_by.channel if decision.via == "admin" else (decision.sender_id)
         label = {store.APPROVED: "✅ Approved", store.DENIED: "❌ Denied"}[status]
-        text = f"{label} by {name} at {_clock_text(self.clock())}"
+        text = f"{label} by {clip(name, NAME_CLIP)} at {_clock_text(self.clock())}"
         self._edit_prompt(db, row, text)
         return DecisionOutcome(
             True,
@@ -290,6 +325,31 @@ class ApprovalGate:
             resume_turns=[row.turn_id],
         )
 
+    def _refuse_verb(
+        self, db: SqlDb, row: store.ApprovalRow, decision: ApprovalDecision
+    ) -> str | None:
+        """Why this verb may not be applied to this request (None: it may). Checked here,
+        not only by which buttons were shown: button data can be forged."""
+        verb = decision.verb
+        if verb is DecisionVerb.DENY:
+            return None
+        if decision.via != "admin" and self._unshown(row):
+            return (
+                "The arguments were too long to show in chat; read them with "
+                f"`echo-bot approvals show {row.id}` and approve there."
+            )
+        if verb is not DecisionVerb.ALLOW_FOR:
+            return None
+        if row.risk != Risk.WRITE:
+            return "Allow-for-a-time is offered only for write tools."
+        requester = str(row.requested_by.get("id", ""))
+        if not self._allow_for_offered(db, Risk(row.risk), requester, row.origin, row.prompt_to):
+            return (
+                "Allow-for-a-time is offered only in the requester's own chat, when the "
+                "requester approves there; approve this request once or deny it."
+            )
+        return None
+
     def _may_decide(self, db: SqlDb, row: store.ApprovalRow, decision: ApprovalDecision) -> bool:
         if decision.via == "admin":  # the owner at the server, through `echo-bot approvals`
             return True
@@ -298,17 +358,30 @@ class ApprovalGate:
         return self.directory.is_approver(db, decision.decided_by, decision.sender_id)
 
     def _unshown(self, row: store.ApprovalRow) -> bool:
-        """A dangerous call whose prompt offered only Deny (DESIGN: never approve unseen)."""
-        if row.risk != Risk.DANGEROUS:
+        """A call whose prompt offered only Deny (DESIGN: never approve unseen)."""
+        return render_if_fits(row.tool, self.masker.mask_data(row.args)) is None
+
+    # -- grants ------------------------------------------------------------------------
+    def granted(self, db: SqlDb, address: Address, sender_id: str, tool: str) -> bool:
+        """Whether a live "allow for a time" grant lets this call run unasked.
+
+        A grant covers one tool in one chat (the address, thread included), for the
+        approvers of that chat only: in a group, approver A's grant never lets a
+        non-approver's call in the same group run unasked (nor a webhook's or cron's,
+        whose origins have no approvers)."""
+        if not store.has_grant(db, address.session_key, tool, self.clock()):
             return False
-        return len(render_call(row.tool, self.masker.mask_data(row.args))) > PROMPT_ARGS_LIMIT
+        return self.directory.is_approver(db, address, sender_id)
 
     def _edit_prompt(self, db: SqlDb, row: store.ApprovalRow, outcome: str) -> None:
         if not row.prompt_outbound_id:
             return
-        call = render_call(row.tool, self.masker.mask_data(row.args))
-        if len(call) > PROMPT_ARGS_LIMIT:
-            call = call[:PROMPT_ARGS_LIMIT] + "…"
+        call = render_if_fits(row.tool, self.masker.mask_data(row.args))
+        if call is None:
+            call = (
+                f"{clip(row.tool, TOOL_CLIP)}: the arguments are too long to show here; "
+                f"see echo-bot approvals show {row.id}"
+            )
         enqueue_outbound(
             db,
             OutboundMessage(

@@ -6,6 +6,7 @@ import json
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
+from ..approvals.display import escape_text
 from ..commands import Command, CommandContext, CommandRegistry
 from ..conversation import ToolCall
 from ..events import OutboundMessage, new_id
@@ -13,7 +14,7 @@ from ..store.approvals import ApprovalRow
 from .base import BrainReply
 
 PendingApprovals = Callable[[], Awaitable[list[ApprovalRow]]]
-Reprompt = Callable[[ApprovalRow], OutboundMessage]
+Reprompt = Callable[[ApprovalRow], Awaitable[OutboundMessage]]
 ResetSession = Callable[[str], Awaitable[None]]
 
 
@@ -44,9 +45,9 @@ def register_core_commands(
         lines = [f"{len(rows)} pending approval(s):"]
         for row in rows:
             expires = datetime.fromtimestamp(row.expires_at, UTC).strftime("%H:%M UTC")
-            lines.append(f"• {row.id} — {row.tool} ({row.risk}), expires {expires}")
+            lines.append(f"• {row.id} — {escape_text(row.tool)} ({row.risk}), expires {expires}")
         here = str(ctx.brain.origin)
-        again = [reprompt(row) for row in rows if reprompt and row.prompt_to == here]
+        again = [await reprompt(row) for row in rows if reprompt and row.prompt_to == here]
         if again:
             lines.append(
                 f"The {len(again)} waiting for a decision here follow, with their buttons."

@@ -77,7 +77,7 @@ def insert_approval(
             session_key,
             trace_id,
             tool,
-            json.dumps(args, sort_keys=True),
+            json.dumps(args),  # in the order given: the order they are shown in
             args_hash,
             risk,
             json.dumps(requested_by),

@@ -101,6 +101,9 @@ class Tool(ABC):
     # "policy": ask as the risk says; "origin_chat": no asking while the effect stays in
     # the requester's own chat (reminders, send_message to the origin chat).
     default_approval: ClassVar[Literal["policy", "origin_chat"]] = "policy"
+    # The arguments that decide what a call does (where it writes, whom it reaches,
+    # what it runs): an approval prompt shows them first, before any long content.
+    key_args: ClassVar[tuple[str, ...]] = ()
     timeout: ClassVar[float] = 30.0
     idempotent: ClassVar[bool] = False
     retries: ClassVar[int] = 0

@@ -111,6 +111,7 @@ class FileReadTool(Tool):
         "required": ["path"],
         "additionalProperties": False,
     }
+    key_args: ClassVar[tuple[str, ...]] = ("path",)
     risk: ClassVar[Risk] = Risk.READ
     group: ClassVar[ToolGroup] = "coding"
     idempotent: ClassVar[bool] = True
@@ -173,6 +174,7 @@ class FileWriteTool(Tool):
         "required": ["path", "content"],
         "additionalProperties": False,
     }
+    key_args: ClassVar[tuple[str, ...]] = ("path", "append")
     risk: ClassVar[Risk] = Risk.WRITE
     group: ClassVar[ToolGroup] = "coding"
 

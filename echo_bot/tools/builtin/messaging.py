@@ -33,6 +33,7 @@ class SendMessageTool(Tool):
         "required": ["text"],
         "additionalProperties": False,
     }
+    key_args: ClassVar[tuple[str, ...]] = ("to",)
     risk: ClassVar[Risk] = Risk.WRITE
     group: ClassVar[ToolGroup] = "messaging"
     default_approval: ClassVar[str] = "origin_chat"  # type: ignore[assignment]

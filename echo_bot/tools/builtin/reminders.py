@@ -48,6 +48,7 @@ class ReminderCreateTool(Tool):
         "required": ["text"],
         "additionalProperties": False,
     }
+    key_args: ClassVar[tuple[str, ...]] = ("when", "recurrence", "timezone")
     risk: ClassVar[Risk] = Risk.WRITE
     group: ClassVar[ToolGroup] = "messaging"
     default_approval: ClassVar[str] = "origin_chat"  # type: ignore[assignment]
@@ -126,6 +127,7 @@ class ReminderCancelTool(Tool):
         "required": ["id"],
         "additionalProperties": False,
     }
+    key_args: ClassVar[tuple[str, ...]] = ("id",)
     risk: ClassVar[Risk] = Risk.WRITE
     group: ClassVar[ToolGroup] = "messaging"
     default_approval: ClassVar[str] = "origin_chat"  # type: ignore[assignment]

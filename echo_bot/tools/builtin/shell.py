@@ -137,6 +137,7 @@ class ShellExecTool(Tool):
         "oneOf": [{"required": ["argv"]}, {"required": ["command"]}],
         "additionalProperties": False,
     }
+    key_args: ClassVar[tuple[str, ...]] = ("argv", "command")
     risk: ClassVar[Risk] = Risk.DANGEROUS
     group: ClassVar[ToolGroup] = "coding"
     idempotent: ClassVar[bool] = False

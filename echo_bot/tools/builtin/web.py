@@ -115,6 +115,7 @@ class HttpRequestTool(Tool):
         "required": ["url"],
         "additionalProperties": False,
     }
+    key_args: ClassVar[tuple[str, ...]] = ("method", "url")
     risk: ClassVar[Risk] = Risk.WRITE
     group: ClassVar[ToolGroup] = "coding"
 
