@@ -44,19 +44,28 @@ class Masker:
                 text = text.replace(value, MASK)
         return text
 
-    def mask_data(self, data: Any) -> Any:
-        """Mask strings inside JSON-like data, and every value under a secret-named key."""
+    def mask_data(self, data: Any, *, by_key: bool = True) -> Any:
+        """Mask strings inside JSON-like data, and (``by_key``) every value under a
+        secret-named key.
+
+        Approval prompts pass ``by_key=False``: there a value hidden only because of its
+        key's name would be an argument the approver cannot see (an ``X-Token`` header
+        can carry any data out); known secret values are still masked."""
         if isinstance(data, str):
             return self.mask(data) if self._values else data
         if data is None or isinstance(data, int | float):  # bool is an int
             return data
         if isinstance(data, dict | Mapping):
             return {
-                k: (MASK if isinstance(k, str) and is_secret_key(k) and v else self.mask_data(v))
+                k: (
+                    MASK
+                    if by_key and isinstance(k, str) and is_secret_key(k) and v
+                    else self.mask_data(v, by_key=by_key)
+                )
                 for k, v in data.items()
             }
         if isinstance(data, list | tuple):
-            return [self.mask_data(v) for v in data]
+            return [self.mask_data(v, by_key=by_key) for v in data]
         return data
 
 

@@ -185,6 +185,25 @@ async def test_attack_long_post_body_cannot_hide_the_url(state_dir: Path) -> Non
         assert "APPROVAL_DENIED" in (await bot.channel.reply_to(inbound)).text
 
 
+async def test_attack_data_in_a_secret_named_header_is_shown_to_the_approver(
+    state_dir: Path,
+) -> None:
+    """A header named like a credential must not hide what it carries out: the prompt
+    shows its value (only values of configured secrets are masked)."""
+    config = CODING + '[tools.http]\nallow_domains = ["example.org"]\n'
+    async with running_bot(state_dir, config) as bot:
+        inbound = await bot.channel.say(
+            tool_text(
+                "http_request",
+                {"url": "https://example.org/", "headers": {"X-Api-Token": "owner-diary-p1"}},
+            )
+        )
+        prompt = await bot.channel.prompt_for(inbound)
+        assert "owner-diary-p1" in prompt.text, prompt.text
+        await bot.channel.press(action_of(prompt, "Deny"))
+        assert "APPROVAL_DENIED" in (await bot.channel.reply_to(inbound)).text
+
+
 async def test_attack_write_too_long_for_a_chat_can_only_be_denied_there(
     state_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

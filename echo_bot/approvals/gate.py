@@ -204,7 +204,7 @@ class ApprovalGate:
         *,
         allow_for: bool,
     ) -> OutboundMessage:
-        call = render_if_fits(tool, self.masker.mask_data(args))
+        call = render_if_fits(tool, self.masker.mask_data(args, by_key=False))
         lines = [
             f"🔐 Approval needed — {clip(tool, TOOL_CLIP)} "
             f"({risk.value}: {clip(reason, REASON_CLIP)})"
@@ -359,7 +359,7 @@ class ApprovalGate:
 
     def _unshown(self, row: store.ApprovalRow) -> bool:
         """A call whose prompt offered only Deny (DESIGN: never approve unseen)."""
-        return render_if_fits(row.tool, self.masker.mask_data(row.args)) is None
+        return render_if_fits(row.tool, self.masker.mask_data(row.args, by_key=False)) is None
 
     # -- grants ------------------------------------------------------------------------
     def granted(self, db: SqlDb, address: Address, sender_id: str, tool: str) -> bool:
@@ -376,7 +376,7 @@ class ApprovalGate:
     def _edit_prompt(self, db: SqlDb, row: store.ApprovalRow, outcome: str) -> None:
         if not row.prompt_outbound_id:
             return
-        call = render_if_fits(row.tool, self.masker.mask_data(row.args))
+        call = render_if_fits(row.tool, self.masker.mask_data(row.args, by_key=False))
         if call is None:
             call = (
                 f"{clip(row.tool, TOOL_CLIP)}: the arguments are too long to show here; "
