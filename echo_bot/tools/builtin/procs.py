@@ -23,7 +23,6 @@ child that calls ``setsid`` and whose parent exits escapes to init.
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import logging
 import os
 import signal
@@ -54,6 +53,8 @@ def become_subreaper() -> bool:
     if _subreaper is None:
         _subreaper = False
         if sys.platform.startswith("linux"):
+            import ctypes  # only here: most daemons never start a shell call
+
             try:
                 libc = ctypes.CDLL(None, use_errno=True)
                 arg = ctypes.c_ulong
