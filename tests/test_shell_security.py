@@ -378,21 +378,34 @@ async def test_double_fork_orphan_does_not_outlive_the_call(
         _kill_all(pids)
 
 
-async def test_a_call_ending_spares_a_concurrent_call(workspace: Path, ctx: ToolContext) -> None:
-    registry = shell_registry(workspace)
-    slow = call(
-        registry,
-        ctx,
-        "shell_exec",
-        argv=["sh", "-c", "touch started; while [ ! -e go ]; do sleep 0.01; done; echo done"],
-    )
-    slow_task = asyncio.create_task(slow)
+async def _wait_for(path: Path) -> None:
     for _ in range(400):
-        if (workspace / "started").exists():
-            break
+        if path.exists():
+            return
         await asyncio.sleep(0.05)
-    quick = await call(registry, ctx, "shell_exec", argv=["touch", "go"])
-    assert quick.ok
-    result = await slow_task
+    raise AssertionError(f"{path} never appeared")
+
+
+async def test_a_call_ending_spares_a_call_started_after_it(
+    workspace: Path, ctx: ToolContext
+) -> None:
+    registry = shell_registry(workspace)
+    wait = "while [ ! -e {0} ]; do sleep 0.01; done"
+    first = asyncio.create_task(
+        call(registry, ctx, "shell_exec", argv=["sh", "-c", "touch up; " + wait.format("go")])
+    )
+    await _wait_for(workspace / "up")
+    second = asyncio.create_task(
+        call(
+            registry,
+            ctx,
+            "shell_exec",
+            argv=["sh", "-c", f"touch go; {wait.format('done')}; echo finished"],
+        )
+    )
+    # The first call ends (and sweeps) while the second, started after it, still runs.
+    assert (await first).ok
+    (workspace / "done").touch()
+    result = await second
     assert result.ok, result.output
-    assert result.output.startswith("done")
+    assert result.output.startswith("finished")
