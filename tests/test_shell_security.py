@@ -192,7 +192,10 @@ async def test_attack_dot_path_reached_through_a_symlink_is_refused(
 
 async def test_shell_home_is_private_empty_and_removed(workspace: Path, ctx: ToolContext) -> None:
     registry = shell_registry(workspace)
-    script = 'echo "$HOME"; ls -A "$HOME" | wc -l; stat -c %a "$HOME"'
+    script = (
+        'echo "$HOME"; ls -A "$HOME" | wc -l; stat -c %a "$HOME"; '
+        'mkdir -p "$HOME/locked/in"; chmod 0 "$HOME/locked"'
+    )
     result = await call(registry, ctx, "shell_exec", argv=["sh", "-c", script])
     assert result.ok, result.output
     home, entries, mode = result.output.splitlines()[:3]

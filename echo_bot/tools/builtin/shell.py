@@ -83,6 +83,17 @@ def child_environment(home: str) -> dict[str, str]:
     return env
 
 
+def _remove_home(home: str) -> None:
+    """Remove a call's HOME, also directories its processes made unwritable."""
+    for root, dirs, _ in os.walk(home):
+        for name in dirs:
+            path = os.path.join(root, name)
+            if not os.path.islink(path):  # its processes are gone: nothing swaps it now
+                with suppress(OSError):
+                    os.chmod(path, 0o700)
+    shutil.rmtree(home, ignore_errors=True)
+
+
 def argv_of(args: dict[str, Any]) -> list[str]:
     """The argument vector of a call: ``argv`` as given, or ``command`` split like a shell.
 
@@ -254,7 +265,7 @@ class ShellExecTool(Tool):
         try:
             return await self._run(argv, home)
         finally:
-            await asyncio.to_thread(shutil.rmtree, home, True)
+            await asyncio.to_thread(_remove_home, home)
 
     async def _run(self, argv: list[str], home: str) -> ToolResult:
         calls = CallProcesses()
