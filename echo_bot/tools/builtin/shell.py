@@ -23,7 +23,8 @@ allowlisted ``git status`` into a command of the writer's choice. Hence:
   picked up.
 
 Allowlisted programs that run workspace code by design (``make``, ``npm test``,
-``pytest``) turn any write into code; do not allowlist them.
+``pytest``, ``python3 -m …``, which imports from the working directory first) turn
+any write into code; do not allowlist them.
 """
 
 from __future__ import annotations
