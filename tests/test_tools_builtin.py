@@ -214,8 +214,14 @@ def test_shell_allowlist_allows_exact_match(args: dict[str, Any], ctx: ToolConte
     ("command", "expected"),
     [
         ("git status", False),
-        ("git status --short", False),
-        ("git status -- 'a file'", False),
+        ("git status src 'a file'", False),
+        ("git status --short", None),  # options must be spelled in the entry
+        ("git status -- 'a file'", None),
+        ("git status src -s", None),
+        ("git status --short *", None),
+        ("git status -s", False),  # spelled: "git status -s *"
+        ("git status -s src", False),
+        ("git status -s -b", None),
         ("git log", None),
         ("git", None),
         ("git status; rm x", None),
@@ -233,7 +239,7 @@ def test_shell_allowlist_allows_exact_match(args: dict[str, Any], ctx: ToolConte
 def test_shell_allowlist_prefix_entries(
     command: str, expected: bool | None, ctx: ToolContext
 ) -> None:
-    tool = allowlisted("git status *", "df -h /", "bad 'quote *")
+    tool = allowlisted("git status *", "git status -s *", "df -h /", "bad 'quote *")
     assert tool.approval_override({"command": command}, ctx) is expected
 
 
@@ -285,11 +291,12 @@ async def test_shell_environment_is_scrubbed(
     assert "also-secret" not in result.output
     lines = result.output.splitlines()[:-1]  # without "exit code 0"
     env = dict(line.split("=", 1) for line in lines)
-    assert env == {
-        "PATH": "/usr/local/bin:/usr/bin:/bin",
-        "HOME": str(workspace),
-        "LANG": "C.UTF-8",
-    }
+    home = Path(env.pop("HOME"))
+    assert home.is_absolute() and not home.is_relative_to(workspace)
+    assert not home.exists()  # private to the call, removed after it
+    git = {key: env.pop(key) for key in list(env) if key.startswith("GIT_")}
+    assert env == {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
+    assert git["GIT_CONFIG_NOSYSTEM"] == "1" and git["GIT_CONFIG_GLOBAL"] == "/dev/null"
 
 
 async def test_shell_reports_exit_code_and_stderr(registry: ToolRegistry, ctx: ToolContext) -> None:

@@ -2,7 +2,15 @@
 
 Paths are checked twice: resolved and compared with the workspace root (``within``),
 then opened one directory at a time with O_NOFOLLOW, so a symlink swapped in after the
-check cannot lead outside either.
+check cannot lead outside either. A file with more than one hard link is neither read
+nor written: its other name may be outside the workspace.
+
+A write to a path that programs read as configuration or hooks — any path with a
+component starting with "." (``.git/**``, ``.gitattributes``, ``.npmrc``, ``.env``…) —
+is dangerous risk (``FileWriteTool.risk_for``), so it always asks, whatever
+``[approvals] never`` or an "allow for a time" grant says: otherwise an approved write
+could plant ``core.fsmonitor`` in ``.git/config`` and turn an allowlisted ``git status``
+into any command. Such a path reached through a symlink with a plain name is refused.
 """
 
 from __future__ import annotations
@@ -91,6 +99,20 @@ def _not_regular(raw: str) -> _Refused:
     return _Refused(ErrorCode.INVALID_PARAMETER, f"{raw} is not a regular file")
 
 
+def config_like(parts: tuple[str, ...]) -> bool:
+    """Whether a path with these components may be read by programs as config or hooks."""
+    return any(part.startswith(".") for part in parts)
+
+
+def _single_link(info: os.stat_result, raw: str) -> None:
+    if info.st_nlink > 1:
+        raise _Refused(
+            ErrorCode.PERMISSION_DENIED,
+            f"{raw} has {info.st_nlink} hard links; a file with more than one link is not "
+            "read or written here (another name of it may be outside the workspace)",
+        )
+
+
 class FileReadTool(Tool):
     name: ClassVar[str] = "file_read"
     description: ClassVar[str] = (
@@ -140,6 +162,7 @@ class FileReadTool(Tool):
                 info = os.fstat(handle.fileno())
                 if not stat.S_ISREG(info.st_mode):
                     raise _not_regular(raw)
+                _single_link(info, raw)
                 data = handle.read(limit + 1)
         except _Refused as refused:
             return refused.result
@@ -181,6 +204,14 @@ class FileWriteTool(Tool):
     def __init__(self, workspace: Path) -> None:
         self.workspace = workspace
 
+    def risk_for(self, args: dict[str, Any]) -> Risk:
+        """Dangerous for a path programs may read as config or hooks (see the module)."""
+        return (
+            Risk.DANGEROUS
+            if config_like(PurePosixPath(str(args.get("path", ""))).parts)
+            else Risk.WRITE
+        )
+
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         return await asyncio.to_thread(
             self._write, args["path"], args["content"], bool(args.get("append", False))
@@ -196,7 +227,14 @@ class FileWriteTool(Tool):
             self.workspace.mkdir(parents=True, exist_ok=True)
             root = self.workspace.resolve()
             parent = _resolve_inside(root, relative.parent, raw)
-            dir_fd = _open_dirs(root, parent.relative_to(root).parts, create=True)
+            parts = parent.relative_to(root).parts
+            if config_like((*parts, name)) and not config_like(relative.parts):
+                raise _Refused(
+                    ErrorCode.PERMISSION_DENIED,
+                    f"{raw} leads to {PurePosixPath(*parts, name)} through a symbolic link; "
+                    "write it by that name",
+                )
+            dir_fd = _open_dirs(root, parts, create=True)
             try:
                 try:
                     existing: os.stat_result | None = os.stat(
@@ -210,6 +248,8 @@ class FileWriteTool(Tool):
                     )
                 if existing is not None and not stat.S_ISREG(existing.st_mode):
                     raise _not_regular(raw)
+                if existing is not None:
+                    _single_link(existing, raw)
                 if append:
                     _append(dir_fd, name, data, raw)
                 else:
@@ -230,8 +270,10 @@ def _append(dir_fd: int, name: str, data: bytes, raw: str) -> None:
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | _CLOEXEC
     fd = os.open(name, flags, 0o666, dir_fd=dir_fd)
     with os.fdopen(fd, "wb") as handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):
             raise _not_regular(raw)
+        _single_link(info, raw)  # checked on the open file: a link made since counts
         handle.write(data)
 
 

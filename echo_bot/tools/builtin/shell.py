@@ -1,7 +1,30 @@
 """shell_exec: run one program in the workspace, never through a shell.
 
-The child gets a scrubbed environment (no tokens or keys from ours), its own process
-group (so a timeout kills everything it started) and bounded output capture.
+The child gets a scrubbed environment (no tokens or keys from ours), its own session,
+and bounded output capture; when the call ends, every process it started is killed
+(``procs``: the daemon is a child subreaper and sweeps the call's processes).
+
+**An approved write never becomes code execution.** Programs read configuration and
+hooks from the directory they run in and from ``$HOME``; a write the owner approved
+(or allowed for a time, or listed in ``[approvals] never``) must not turn an
+allowlisted ``git status`` into a command of the writer's choice. Hence:
+
+- ``file_write`` to a path with a dot component (``.git/**``, ``.gitattributes``,
+  ``.npmrc``, …) is dangerous risk and always asks (``files.config_like``);
+- ``HOME`` is a fresh, empty, private directory outside the workspace for each call,
+  removed after it;
+- git's system and global config are switched off (``GIT_CONFIG_NOSYSTEM``,
+  ``GIT_CONFIG_GLOBAL=/dev/null``) and, as defence in depth, the keys that make git
+  run a command are forced off with ``GIT_CONFIG_COUNT`` (command-line scope, which
+  beats every config file): ``core.fsmonitor``, ``core.hooksPath``,
+  ``core.attributesFile``, ``credential.helper``, ``protocol.ext.allow``, and
+  ``safe.bareRepository=explicit`` (git >= 2.38), so a bare repository planted in the
+  workspace without any dot (``HEAD``, ``config``, ``objects/``, ``refs/``) is never
+  picked up.
+
+Allowlisted programs that run workspace code by design (``make``, ``npm test``,
+``pytest``, ``python3 -m …``, which imports from the working directory first) turn
+any write into code; do not allowlist them.
 """
 
 from __future__ import annotations
@@ -10,13 +33,16 @@ import asyncio
 import logging
 import os
 import shlex
+import shutil
 import signal
+import tempfile
 from contextlib import suppress
 from pathlib import Path
 from typing import Any, ClassVar
 
 from ...config import ShellToolConfig
 from ..base import ErrorCode, Risk, Tool, ToolContext, ToolGroup, ToolResult
+from .procs import CallProcesses
 
 log = logging.getLogger(__name__)
 
@@ -24,8 +50,49 @@ SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
 # Extra arguments of a "prefix *" allowlist entry must not contain any of these. The
 # program never sees a shell, but an auto-approved line should not even look like one.
 SHELL_METACHARACTERS = frozenset(";&|`$<>()\n\r")
+# Forced on every git a call runs (command-line scope: no config file can undo them).
+GIT_FORCED_CONFIG = (
+    ("core.fsmonitor", "false"),
+    ("core.hooksPath", "/dev/null"),
+    ("core.attributesFile", "/dev/null"),
+    ("credential.helper", ""),  # an empty value drops every helper named before it
+    ("protocol.ext.allow", "never"),
+    ("safe.bareRepository", "explicit"),
+)
 _CHUNK = 64 * 1024
 _SETTLE_SECONDS = 2.0  # well inside the registry's extra 5 s
+
+
+def _operand(part: str) -> bool:
+    """An argument a " *" allowlist entry admits: not an option, not shell-looking."""
+    return not part.startswith("-") and not SHELL_METACHARACTERS.intersection(part)
+
+
+def child_environment(home: str) -> dict[str, str]:
+    """The whole environment of a call's program: nothing of ours, git locked down."""
+    env = {
+        "PATH": SAFE_PATH,
+        "HOME": home,
+        "LANG": "C.UTF-8",
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_CONFIG_GLOBAL": "/dev/null",
+        "GIT_CONFIG_COUNT": str(len(GIT_FORCED_CONFIG)),
+    }
+    for index, (key, value) in enumerate(GIT_FORCED_CONFIG):
+        env[f"GIT_CONFIG_KEY_{index}"] = key
+        env[f"GIT_CONFIG_VALUE_{index}"] = value
+    return env
+
+
+def _remove_home(home: str) -> None:
+    """Remove a call's HOME, also directories its processes made unwritable."""
+    for root, dirs, _ in os.walk(home):
+        for name in dirs:
+            path = os.path.join(root, name)
+            if not os.path.islink(path):  # its processes are gone: nothing swaps it now
+                with suppress(OSError):
+                    os.chmod(path, 0o700)
+    shutil.rmtree(home, ignore_errors=True)
 
 
 def argv_of(args: dict[str, Any]) -> list[str]:
@@ -167,16 +234,19 @@ class ShellExecTool(Tool):
         return self.config.enabled
 
     def allowed(self, argv: list[str]) -> bool:
-        """Whether ``argv`` is on the owner's allowlist (exactly, or by a "prefix *" entry)."""
+        """Whether ``argv`` is on the owner's allowlist (exactly, or by a "prefix *" entry).
+
+        A trailing " *" admits further operands only: arguments that do not start with
+        "-" (so no option, no "--") and contain no shell metacharacter. Options must be
+        spelled in the entry itself, so ``git -c alias.x=!cmd x``, ``find . -exec``
+        and ``tar --checkpoint-action=exec=cmd`` never match ``git *``/``find *``/``tar *``.
+        """
         if argv in self._exact:
             return True
-        for prefix in self._prefixes:
-            extra = argv[len(prefix) :]
-            if argv[: len(prefix)] == prefix and not any(
-                SHELL_METACHARACTERS.intersection(part) for part in extra
-            ):
-                return True
-        return False
+        return any(
+            argv[: len(prefix)] == prefix and all(map(_operand, argv[len(prefix) :]))
+            for prefix in self._prefixes
+        )
 
     def approval_override(self, args: dict[str, Any], ctx: ToolContext) -> bool | None:
         try:
@@ -185,24 +255,30 @@ class ShellExecTool(Tool):
             return None
         return False if self.allowed(argv) else None
 
-    def environment(self) -> dict[str, str]:
-        return {"PATH": SAFE_PATH, "HOME": str(self.workspace), "LANG": "C.UTF-8"}
-
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         try:
             argv = argv_of(args)
         except ValueError as exc:
             return ToolResult.failure(ErrorCode.INVALID_PARAMETER, f"cannot run that: {exc}")
         await asyncio.to_thread(self.workspace.mkdir, parents=True, exist_ok=True)
+        # A private, empty HOME per call: nothing in the workspace is read as ~/.gitconfig
+        # and friends, and nothing one call leaves there reaches the next.
+        home = await asyncio.to_thread(tempfile.mkdtemp, prefix="echo-bot-home-")
         try:
-            proc = await asyncio.create_subprocess_exec(
+            return await self._run(argv, home)
+        finally:
+            await asyncio.to_thread(_remove_home, home)
+
+    async def _run(self, argv: list[str], home: str) -> ToolResult:
+        calls = CallProcesses()
+        try:
+            proc = await calls.start(
                 *argv,
                 cwd=self.workspace,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
-                env=self.environment(),
-                start_new_session=True,
+                env=child_environment(home),
             )
         except FileNotFoundError:
             return ToolResult.failure(
@@ -214,7 +290,14 @@ class ShellExecTool(Tool):
             )
         except OSError as exc:
             return ToolResult.failure(ErrorCode.TOOL_ERROR, f"cannot start {argv[0]}: {exc}")
+        try:
+            return await self._collect(proc, argv, calls)
+        finally:
+            await calls.sweep(final=True)
 
+    async def _collect(
+        self, proc: asyncio.subprocess.Process, argv: list[str], calls: CallProcesses
+    ) -> ToolResult:
         limit = self.config.max_output
         out, err = _Capture(limit), _Capture(limit)
         seconds = self.config.timeout.total_seconds()
@@ -227,8 +310,9 @@ class ShellExecTool(Tool):
         except TimeoutError:
             pass
         finally:
-            if not finished:  # timed out or cancelled: take the whole group down
+            if not finished:  # timed out or cancelled: take everything it started down
                 _kill_group(proc.pid)
+                await calls.sweep()  # also what left the group and holds the pipes
                 await _settle(proc, out, err)
         if not finished:
             partial = _render(out, err, None)
