@@ -185,11 +185,12 @@ async def test_attack_long_post_body_cannot_hide_the_url(state_dir: Path) -> Non
         assert "APPROVAL_DENIED" in (await bot.channel.reply_to(inbound)).text
 
 
-async def test_attack_data_in_a_secret_named_header_is_shown_to_the_approver(
-    state_dir: Path,
+async def test_attack_data_in_a_secret_named_header_is_never_approved_unseen(
+    state_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A header named like a credential must not hide what it carries out: the prompt
-    shows its value (only values of configured secrets are masked)."""
+    """A header named like a credential was shown as ``***`` with Approve buttons, so
+    whatever it carried out was approved unseen. Now such a prompt offers Deny only and
+    ``echo-bot approvals show`` shows the value."""
     config = CODING + '[tools.http]\nallow_domains = ["example.org"]\n'
     async with running_bot(state_dir, config) as bot:
         inbound = await bot.channel.say(
@@ -199,7 +200,13 @@ async def test_attack_data_in_a_secret_named_header_is_shown_to_the_approver(
             )
         )
         prompt = await bot.channel.prompt_for(inbound)
-        assert "owner-diary-p1" in prompt.text, prompt.text
+        request_id = prompt.metadata["approval_id"]
+        assert labels(prompt) == ["Deny"], prompt.text
+        assert f"echo-bot approvals show {request_id}" in prompt.text
+        forged = await bot.channel.press(approval_action(DecisionVerb.APPROVE_ONCE, request_id))
+        await notice_for(bot.channel, forged)
+        assert (await approval(bot, request_id)).status == "pending"
+        assert "owner-diary-p1" in admin(state_dir, "show", request_id, capsys)
         await bot.channel.press(action_of(prompt, "Deny"))
         assert "APPROVAL_DENIED" in (await bot.channel.reply_to(inbound)).text
 

@@ -204,7 +204,7 @@ class ApprovalGate:
         *,
         allow_for: bool,
     ) -> OutboundMessage:
-        call = render_if_fits(tool, self.masker.mask_data(args, by_key=False))
+        call, unshown = self._chat_view(tool, args)
         lines = [
             f"🔐 Approval needed — {clip(tool, TOOL_CLIP)} "
             f"({risk.value}: {clip(reason, REASON_CLIP)})"
@@ -232,10 +232,9 @@ class ApprovalGate:
             names = ", ".join(clip(k, NAME_CLIP) for k in list(args)[:8])
             more = f", … ({len(args)} in all)" if len(args) > 8 else ""
             lines.append(
-                f"The arguments ({names}{more}) are too long to show here completely, so "
-                f"this chat can only deny. Read them with: echo-bot approvals show "
-                f"{approval_id} — and approve there with: echo-bot approvals approve "
-                f"{approval_id}"
+                f"The arguments ({names}{more}) {unshown}, so this chat can only deny. "
+                f"Read them with: echo-bot approvals show {approval_id} — and approve "
+                f"there with: echo-bot approvals approve {approval_id}"
             )
             buttons = [[deny]]
         who = clip(requester.name or requester.id, NAME_CLIP)
@@ -335,7 +334,8 @@ class ApprovalGate:
             return None
         if decision.via != "admin" and self._unshown(row):
             return (
-                "The arguments were too long to show in chat; read them with "
+                "The arguments could not be shown in chat (too long to show in chat, or "
+                "secret); read them with "
                 f"`echo-bot approvals show {row.id}` and approve there."
             )
         if verb is not DecisionVerb.ALLOW_FOR:
@@ -359,7 +359,19 @@ class ApprovalGate:
 
     def _unshown(self, row: store.ApprovalRow) -> bool:
         """A call whose prompt offered only Deny (DESIGN: never approve unseen)."""
-        return render_if_fits(row.tool, self.masker.mask_data(row.args, by_key=False)) is None
+        return self._chat_view(row.tool, row.args)[0] is None
+
+    def _chat_view(self, tool: str, args: dict[str, Any]) -> tuple[str | None, str]:
+        """The call as a chat shows it, or None and why a chat cannot show it completely:
+        too long for one message, or a value under a secret-named key (masked for
+        people, so it would be approved unseen — an ``X-Api-Token`` header can carry any
+        data out). Values of configured secrets are masked and do not count as unseen:
+        the approver knows which secret goes there."""
+        shown = self.masker.mask_data(args, by_key=False)
+        if self.masker.mask_data(args) != shown:
+            return None, "hold values under secret-named keys, which a chat never shows"
+        call = render_if_fits(tool, shown)
+        return call, "" if call is not None else "are too long to show here completely"
 
     # -- grants ------------------------------------------------------------------------
     def granted(self, db: SqlDb, address: Address, sender_id: str, tool: str) -> bool:
@@ -376,10 +388,10 @@ class ApprovalGate:
     def _edit_prompt(self, db: SqlDb, row: store.ApprovalRow, outcome: str) -> None:
         if not row.prompt_outbound_id:
             return
-        call = render_if_fits(row.tool, self.masker.mask_data(row.args, by_key=False))
+        call, _ = self._chat_view(row.tool, row.args)
         if call is None:
             call = (
-                f"{clip(row.tool, TOOL_CLIP)}: the arguments are too long to show here; "
+                f"{clip(row.tool, TOOL_CLIP)}: the arguments cannot be shown here; "
                 f"see echo-bot approvals show {row.id}"
             )
         enqueue_outbound(
