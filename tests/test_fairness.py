@@ -55,7 +55,7 @@ CODING = '\n[tools]\nprofile = "coding"\n'
 
 
 def concurrency(turns: int) -> str:
-    return f"[bot]\nmax_concurrent_turns = {turns}\n"
+    return f'[bot]\nmax_concurrent_turns = {turns}\nshutdown_timeout = "1s"\n'
 
 
 async def test_attack_a_burst_from_one_chat_does_not_delay_another_chats_turn(
@@ -93,6 +93,24 @@ async def test_attack_many_chats_with_backlogs_are_served_round_robin(state_dir:
         assert sorted(text.split()[0] for text in first_round) == ["a", "b", "c", "d", "x"], (
             brain.asked[:12]
         )
+
+
+async def test_attack_a_backlog_found_at_start_does_not_go_ahead_of_another_chat(
+    state_dir: Path,
+) -> None:
+    held = OrderBrain()  # nothing finishes in the first run: all of it is left unfinished
+    async with running_bot(state_dir, concurrency(1), brain=held) as bot:
+        await bot.channel.say("a 0", chat="A")
+        await asyncio.wait_for(held.entered.wait(), 10)
+        for n in range(1, 200):
+            await bot.channel.say(f"a {n}", chat="A")
+        b_id = await bot.channel.say("b", chat="B")
+    brain = OrderBrain()
+    brain.gate.set()
+    async with running_bot(state_dir, concurrency(1), brain=brain) as bot:
+        await bot.channel.reply_to(b_id, timeout=60)
+        # Recovery queues A's 200 turns and B's one: B goes second, not 201st.
+        assert brain.asked.index("b") <= 1, brain.asked[:6]
 
 
 async def approved(bot: Bot, action: str) -> None:
