@@ -1,7 +1,7 @@
 """Who runs what, when: takes new inbound from the inbox right after their commit (and
 polls it for rows other processes committed), runs one turn at a time per session in
-arrival order, sessions concurrently up to a bound, applies approval decisions and
-expiry, and resumes suspended turns."""
+arrival order, sessions round-robin and concurrently up to a bound, applies approval
+decisions and expiry, and resumes suspended turns."""
 
 from __future__ import annotations
 
