@@ -12,6 +12,7 @@ import contextlib
 import hmac
 import logging
 import time
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -62,9 +63,21 @@ log = logging.getLogger(__name__)
 
 ALLOWED_UPDATES = ["message", "edited_message", "callback_query"]
 REFUSAL_INTERVAL = 600.0  # one refusal per unknown user per 10 minutes
-TYPING_EVERY = 4.0
+# Typing stops in a chat where nothing moved (no message in, no reply out) for this long:
+# a turn waiting on something slow does not type forever.
 TYPING_MAX = 120.0
+TYPING_CHATS = 1000  # chats shown typing at once, at most
+TYPING_TURNS = 100_000  # queued turns remembered for them, at most
 STARTUP_TIMEOUT = 15.0
+
+
+@dataclass
+class _Typing:
+    """One chat's typing indicator: the turns it shows for, until when, its task."""
+
+    turns: set[str] = field(default_factory=set)
+    until: float = 0.0
+    task: asyncio.Task[None] | None = None
 
 
 class CommitFailed(Exception):
@@ -106,7 +119,8 @@ class TelegramChannel:
         self._status = "starting"
         self._last_error: str | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._typing: dict[str, asyncio.Task[None]] = {}
+        self._typing: dict[Address, _Typing] = {}
+        self._typing_turns: dict[str, Address] = {}  # inbound id → its chat
         self._refused_at: dict[int, float] = {}
         self._parts_sent: dict[str, list[int]] = {}
         if config.mode == "webhook" and self.http is not None:
@@ -172,9 +186,10 @@ class TelegramChannel:
         self._last_error = None
 
     async def stop(self) -> None:
-        for task in list(self._tasks) + list(self._typing.values()):
+        typing = [state.task for state in self._typing.values() if state.task is not None]
+        for task in list(self._tasks) + typing:
             task.cancel()
-        await asyncio.gather(*self._tasks, *self._typing.values(), return_exceptions=True)
+        await asyncio.gather(*self._tasks, *typing, return_exceptions=True)
         await self.bot.session.close()
 
     def health(self) -> dict[str, object]:
@@ -442,30 +457,64 @@ class TelegramChannel:
             log.info("telegram: could not answer a button press: %s", exc)
 
     # -- typing -----------------------------------------------------------------------------
+    # One indicator per chat, however many of its turns are queued: it shows while any of
+    # them waits for its reply, and the pacer lets at most one through per chat per 5 s.
     def _start_typing(self, inbound_id: str, chat: Address) -> None:
-        if len(self._typing) > 1000:
-            return
-        task = asyncio.create_task(self._keep_typing(chat))
-        self._typing[inbound_id] = task
-        task.add_done_callback(lambda _t: self._typing.pop(inbound_id, None))
-
-    async def _keep_typing(self, chat: Address) -> None:
-        deadline = time.monotonic() + TYPING_MAX
-        while time.monotonic() < deadline:
-            try:
-                await self.bot.send_chat_action(
-                    chat_id=int(chat.chat_id),
-                    action="typing",
-                    message_thread_id=int(chat.thread_id) if chat.thread_id else None,
-                )
-            except (TelegramAPIError, OSError, TimeoutError):
+        state = self._typing.get(chat)
+        if state is None:
+            if len(self._typing) >= TYPING_CHATS:
                 return
-            await asyncio.sleep(TYPING_EVERY)
+            state = self._typing[chat] = _Typing()
+        state.until = time.monotonic() + TYPING_MAX
+        if len(self._typing_turns) < TYPING_TURNS:
+            state.turns.add(inbound_id)
+            self._typing_turns[inbound_id] = chat
+        if state.task is None and state.turns:
+            state.task = asyncio.create_task(self._keep_typing(chat, state))
+
+    async def _keep_typing(self, chat: Address, state: _Typing) -> None:
+        key = f"{chat.chat_id}/{chat.thread_id or ''}"
+        try:
+            while state.turns and time.monotonic() < state.until:
+                wait = self.pacer.typing(key)
+                if wait > 0:
+                    await asyncio.sleep(min(wait, state.until - time.monotonic()))
+                    continue
+                try:
+                    await self.bot.send_chat_action(
+                        chat_id=int(chat.chat_id),
+                        action="typing",
+                        message_thread_id=int(chat.thread_id) if chat.thread_id else None,
+                    )
+                except TelegramRetryAfter as exc:
+                    await asyncio.sleep(exc.retry_after)
+                except (TelegramNetworkError, TelegramServerError, OSError, TimeoutError):
+                    pass  # the next beat tries again
+                except (AiogramError, ValueError):
+                    return  # blocked, gone, refused: this chat shows no typing
+        finally:
+            self._forget_typing(chat, state)
+
+    def _forget_typing(self, chat: Address, state: _Typing) -> None:
+        if self._typing.get(chat) is state:
+            del self._typing[chat]
+        for inbound_id in state.turns:
+            self._typing_turns.pop(inbound_id, None)
+        state.turns.clear()
 
     def _stop_typing(self, message: OutboundMessage) -> None:
-        task = self._typing.pop(str(message.metadata.get("inbound_id", "")), None)
-        if task is not None:
-            task.cancel()
+        inbound_id = str(message.metadata.get("inbound_id", ""))
+        chat = self._typing_turns.pop(inbound_id, None)
+        state = self._typing.get(chat) if chat is not None else None
+        if chat is None or state is None:
+            return
+        state.turns.discard(inbound_id)
+        state.until = time.monotonic() + TYPING_MAX  # the chat moves on: keep showing it
+        if not state.turns:
+            # Out of the map at once: a message arriving now starts a fresh indicator.
+            del self._typing[chat]
+            if state.task is not None:
+                state.task.cancel()
 
     # -- sending ----------------------------------------------------------------------------
     async def send(self, message: OutboundMessage) -> Receipt:

@@ -9,6 +9,9 @@ from collections.abc import Callable
 from echo_bot.events import Button
 
 MAX_TEXT = 4096  # Telegram counts UTF-16 code units, not characters
+# Telegram shows "typing…" for 5 s (or until the bot's next message): one per chat per
+# 5 s keeps it on while a turn runs, and no more than that is ever sent.
+TYPING_INTERVAL = 5.0
 
 
 def _fitting(text: str, limit: int) -> int:
@@ -66,13 +69,25 @@ class TokenBucket:
         self.clock = clock
         self.updated = clock()
 
-    def delay(self) -> float:
-        """Take one token; return how long to wait before using it."""
+    def _refill(self) -> None:
         now = self.clock()
         self.tokens = min(self.burst, self.tokens + (now - self.updated) * self.rate)
         self.updated = now
+
+    def delay(self) -> float:
+        """Take one token; return how long to wait before using it."""
+        self._refill()
         self.tokens -= 1
         return 0.0 if self.tokens >= 0 else -self.tokens / self.rate
+
+    def spare(self, reserve: float) -> float:
+        """Take one token only if at least ``reserve`` remain after it (then 0.0); else
+        take none and return the seconds until one is spare."""
+        self._refill()
+        if self.tokens - 1 >= reserve:
+            self.tokens -= 1
+            return 0.0
+        return (reserve + 1 - self.tokens) / self.rate
 
 
 class Pacer:
@@ -82,7 +97,13 @@ class Pacer:
     time can still arrive early next to the one before it (a slower first request, a
     busy loop), and be refused with a 429 and a retry a second later. So the pacer keeps
     ``slack`` (5 %) under each rate; the buckets at Telegram's end then fill a little
-    faster than they are drained, which absorbs such jitter."""
+    faster than they are drained, which absorbs such jitter.
+
+    Typing indicators (``typing``) are the lowest priority: at most one per chat per
+    ``TYPING_INTERVAL``, each taken from the overall budget but only from its spare
+    (while more than half the overall burst is left), never waited for and never from
+    a chat's message budget. So replies never queue behind typing: under a load that
+    uses the overall budget, typing is what is left out."""
 
     def __init__(
         self,
@@ -90,18 +111,41 @@ class Pacer:
         chat_burst: float = 3,
         overall: float = 30,
         slack: float = 0.05,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._per_chat = per_chat / (1 + slack)
         self._chat_burst = chat_burst
-        self._overall = TokenBucket(overall / (1 + slack), overall)
+        self._overall = TokenBucket(overall / (1 + slack), overall, clock)
+        self._typing_reserve = overall / 2
         self._chats: dict[str, TokenBucket] = {}
+        self._typed_at: dict[str, float] = {}
+        self.clock = clock
 
     async def wait(self, chat: str) -> None:
-        bucket = self._chats.get(chat)
-        if bucket is None:
-            bucket = self._chats[chat] = TokenBucket(self._per_chat, self._chat_burst)
-            if len(self._chats) > 10_000:  # forget idle chats
-                self._chats = {chat: bucket}
-        delay = max(bucket.delay(), self._overall.delay())
+        delay = self.reserve(chat)
         if delay > 0:
             await asyncio.sleep(delay)
+
+    def reserve(self, chat: str) -> float:
+        """Count one message to ``chat``; the seconds to wait before sending it."""
+        bucket = self._chats.get(chat)
+        if bucket is None:
+            bucket = self._chats[chat] = TokenBucket(self._per_chat, self._chat_burst, self.clock)
+            if len(self._chats) > 10_000:  # forget idle chats
+                self._chats = {chat: bucket}
+        return max(bucket.delay(), self._overall.delay())
+
+    def typing(self, chat: str) -> float:
+        """May a typing indicator go to ``chat`` now? 0.0: yes (and it is counted);
+        otherwise the seconds until it may."""
+        now = self.clock()
+        last = self._typed_at.get(chat)
+        if last is not None and now - last < TYPING_INTERVAL:
+            return TYPING_INTERVAL - (now - last)
+        wait = self._overall.spare(self._typing_reserve)
+        if wait > 0:
+            return wait
+        if len(self._typed_at) > 10_000:  # forget idle chats
+            self._typed_at = {c: t for c, t in self._typed_at.items() if now - t < TYPING_INTERVAL}
+        self._typed_at[chat] = now
+        return 0.0

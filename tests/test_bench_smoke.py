@@ -6,6 +6,7 @@ bench/RESULTS.md): only that a script exits 0 and prints its Markdown table.
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
 
@@ -34,7 +35,7 @@ def assert_markdown_table(output: str, first_column: str) -> None:
     assert header, f"no table headed {first_column!r} in:\n{output}"
     at = header[0]
     assert lines[at + 1].startswith("| --- |"), lines[at + 1]
-    rows = [line for line in lines[at + 2 :] if line.startswith("| ")]
+    rows = list(itertools.takewhile(lambda line: line.startswith("| "), lines[at + 2 :]))
     assert rows, output
     columns = lines[at].count("|")
     assert all(row.count("|") == columns for row in rows), output
@@ -67,3 +68,10 @@ def test_footprint_quick() -> None:
     output = run_quick("footprint.py")
     assert_markdown_table(output, "configuration")
     assert "(a) imports aiogram" in output
+
+
+@pytest.mark.timeout(300)
+def test_fairness_quick() -> None:
+    output = run_quick("fairness.py")
+    assert_markdown_table(output, "case")
+    assert "| one chat |" in output and "| burst then /tools |" in output

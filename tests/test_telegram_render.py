@@ -6,7 +6,14 @@ import random
 
 import pytest
 
-from channels.telegram_render import MAX_TEXT, TokenBucket, keyboard_rows, split_text
+from channels.telegram_render import (
+    MAX_TEXT,
+    TYPING_INTERVAL,
+    Pacer,
+    TokenBucket,
+    keyboard_rows,
+    split_text,
+)
 from echo_bot.events import Button
 
 
@@ -130,3 +137,31 @@ def test_token_bucket_rate() -> None:
     assert bucket.delay() == pytest.approx(1 / 30)
     clock.now += 1.0
     assert bucket.delay() == 0.0
+
+
+def test_attack_typing_is_sent_at_most_once_per_chat_per_interval() -> None:
+    clock = FakeClock()
+    pacer = Pacer(clock=clock)
+    assert pacer.typing("a") == 0.0
+    for _ in range(50):  # a burst of turns in one chat: one indicator covers them
+        assert pacer.typing("a") > 0
+    assert pacer.typing("b") == 0.0  # another chat has its own
+    clock.now += TYPING_INTERVAL - 0.1
+    assert pacer.typing("a") == pytest.approx(0.1)
+    clock.now += 0.1
+    assert pacer.typing("a") == 0.0
+
+
+def test_attack_typing_takes_only_spare_budget_and_never_delays_replies() -> None:
+    clock = FakeClock()
+    pacer = Pacer(clock=clock)
+    chats = [f"chat{n}" for n in range(100)]
+    typed = [chat for chat in chats if pacer.typing(chat) == 0.0]
+    # The overall budget is 30 messages; typing may use only what is above half of it.
+    assert len(typed) == 15
+    # So a burst of replies as big as half the budget goes out at once, each to a fresh
+    # chat, typing or not: nothing waits behind typing.
+    assert [pacer.reserve(f"reply{n}") for n in range(15)] == [0.0] * 15
+    # With the budget used up by replies, typing is what is left out (never waited for).
+    assert pacer.typing("chat99") > 0
+    assert pacer.reserve("reply-late") > 0

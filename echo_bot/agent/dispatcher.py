@@ -1,11 +1,12 @@
 """Who runs what, when: takes new inbound from the inbox right after their commit (and
 polls it for rows other processes committed), runs one turn at a time per session in
-arrival order, sessions concurrently up to a bound, applies approval decisions and
-expiry, and resumes suspended turns."""
+arrival order, sessions round-robin and concurrently up to a bound, applies approval
+decisions and expiry, and resumes suspended turns."""
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 from collections.abc import Callable
@@ -47,13 +48,15 @@ class Dispatcher:
         self.inbox = inbox
         self.runner = runner
         self.gate = gate
-        self._limit = asyncio.Semaphore(max_concurrent)
+        self._max_concurrent = max_concurrent
         self._on_outbound = on_outbound
         self._wake = asyncio.Event()
         # Each session's turns to run, in order: the message itself when it was handed over
-        # in memory, else its inbox id (recovery, resumed turns).
-        self._queues: dict[str, asyncio.Queue[InboundMessage | str]] = {}
-        self._workers: dict[str, asyncio.Task[None]] = {}
+        # in memory, else its inbox id (recovery, resumed turns). Only sessions with
+        # queued turns have an entry.
+        self._queues: dict[str, collections.deque[InboundMessage | str]] = {}
+        self._ready: collections.deque[str] = collections.deque()  # queued, none running
+        self._running: dict[str, asyncio.Task[None]] = {}  # each session's turn in flight
         self._tasks: list[asyncio.Task[None]] = []
         self._last_seq = 0
         self._stopping = False
@@ -78,7 +81,7 @@ class Dispatcher:
         self._stopping = True
         for task in self._tasks:
             task.cancel()
-        workers = list(self._workers.values())
+        workers = list(self._running.values())
         if workers:
             _done, pending = await asyncio.wait(workers, timeout=grace)
             for task in pending:
@@ -105,7 +108,7 @@ class Dispatcher:
         counter.inc()
 
     def busy(self) -> bool:
-        return any(not t.done() for t in self._workers.values())
+        return bool(self._running or self._queues)
 
     # -- reading the inbox ----------------------------------------------------------------
     async def _poll_loop(self) -> None:
@@ -148,28 +151,49 @@ class Dispatcher:
             self._tasks.remove(task)
 
     # -- sessions -------------------------------------------------------------------------
-    def schedule(self, session_key: str, inbound: InboundMessage | str) -> None:
+    # Round-robin: a session with queued turns waits in ``_ready`` until a slot is free,
+    # runs one turn, and goes to the back of the line if it has more. So one turn per
+    # session is in flight, and a chat's backlog delays another chat by one round of the
+    # sessions with work (one turn when only that backlog is there), never by its length.
+    def schedule(
+        self, session_key: str, inbound: InboundMessage | str, *, first: bool = False
+    ) -> None:
+        """Queue a turn on its session; ``first``: ahead of the session's queue (a turn
+        that arrived earlier and is resumed now)."""
         if self._stopping:
             return
-        queue = self._queues.setdefault(session_key, asyncio.Queue())
-        if not isinstance(inbound, str) and queue.qsize() >= KEEP_QUEUED_MESSAGES:
+        queue = self._queues.get(session_key)
+        if queue is None:
+            queue = self._queues[session_key] = collections.deque()
+            if session_key not in self._running:
+                self._ready.append(session_key)
+        if not isinstance(inbound, str) and len(queue) >= KEEP_QUEUED_MESSAGES:
             inbound = inbound.id  # a long backlog holds ids, not whole messages
-        queue.put_nowait(inbound)
-        worker = self._workers.get(session_key)
-        if worker is None or worker.done():
-            self._workers[session_key] = asyncio.create_task(
-                self._session_worker(session_key, queue), name=f"session-{session_key}"
+        if first:
+            queue.appendleft(inbound)
+        else:
+            queue.append(inbound)
+        self._start_ready()
+
+    def _start_ready(self) -> None:
+        while self._ready and len(self._running) < self._max_concurrent and not self._stopping:
+            session_key = self._ready.popleft()
+            queue = self._queues[session_key]
+            inbound = queue.popleft()
+            if not queue:
+                del self._queues[session_key]
+            self._running[session_key] = asyncio.create_task(
+                self._run_turn(session_key, inbound), name=f"session-{session_key}"
             )
 
-    async def _session_worker(
-        self, session_key: str, queue: asyncio.Queue[InboundMessage | str]
-    ) -> None:
-        while not queue.empty():
-            inbound = queue.get_nowait()
-            async with self._limit:
-                await self._advance(inbound)
-        self._queues.pop(session_key, None)
-        self._workers.pop(session_key, None)
+    async def _run_turn(self, session_key: str, inbound: InboundMessage | str) -> None:
+        try:
+            await self._advance(inbound)
+        finally:
+            del self._running[session_key]
+            if session_key in self._queues:
+                self._ready.append(session_key)  # its next turn: at the back of the line
+            self._start_ready()
 
     async def _advance(self, inbound: InboundMessage | str) -> None:
         known = inbound if isinstance(inbound, InboundMessage) else None
@@ -250,7 +274,8 @@ class Dispatcher:
     async def _resume_one(self, turn_id: str) -> None:
         row = await self.inbox.get(turn_id)
         if row is not None and not row.status.terminal:
-            self.schedule(row.message.session_key, turn_id)
+            # It arrived before what its session queued meanwhile: it goes first.
+            self.schedule(row.message.session_key, turn_id, first=True)
 
     async def _expiry_loop(self) -> None:
         while True:
