@@ -15,8 +15,9 @@ import pytest
 from echo_bot.app import Daemon, build_core
 from echo_bot.brains.base import Brain
 from echo_bot.config import LoadedConfig, parse_config
+from echo_bot.events import Address, Sender
 from echo_bot.store import Database
-from echo_bot.tools.base import Tool
+from echo_bot.tools.base import Tool, ToolContext
 from tests.fakes.channel import RecordingChannel
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -105,4 +106,14 @@ def run_echo_bot(
         env=env or echo_bot_env(),
         cwd=ROOT,
         stdin=None if input is not None else subprocess.DEVNULL,
+    )
+
+
+@pytest.fixture
+def ctx() -> ToolContext:
+    return ToolContext(
+        trace_id="trace-1",
+        session_key="cli:local",
+        origin=Address(channel="cli", chat_id="local"),
+        user=Sender(id="owner", name="Owner"),
     )

@@ -13,7 +13,6 @@ import pytest
 from aiohttp import web
 
 from echo_bot.config import HttpToolConfig
-from echo_bot.events import Address, Sender
 from echo_bot.tools.base import ErrorCode, Risk, ToolContext, ToolResult
 from echo_bot.tools.builtin import HttpRequestTool
 from echo_bot.tools.builtin.web_guard import (
@@ -79,16 +78,6 @@ async def internal() -> AsyncIterator[Internal]:
         yield service
     finally:
         await runner.cleanup()
-
-
-@pytest.fixture
-def ctx() -> ToolContext:
-    return ToolContext(
-        trace_id="trace-1",
-        session_key="cli:local",
-        origin=Address(channel="cli", chat_id="local"),
-        user=Sender(id="owner", name="Owner"),
-    )
 
 
 async def fetch(config: HttpToolConfig, ctx: ToolContext, **args: Any) -> ToolResult:

@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 
 from echo_bot.config import ShellToolConfig
-from echo_bot.events import Address, Sender
 from echo_bot.tools.base import ErrorCode, Risk, ToolContext, ToolResult
 from echo_bot.tools.registry import ToolRegistry
 from tests.conftest import run_echo_bot
@@ -29,16 +28,6 @@ GIT_ENV = {
     "GIT_CONFIG_NOSYSTEM": "1",
     "GIT_CONFIG_GLOBAL": "/dev/null",
 }
-
-
-@pytest.fixture
-def ctx() -> ToolContext:
-    return ToolContext(
-        trace_id="trace-1",
-        session_key="cli:local",
-        origin=Address(channel="cli", chat_id="local"),
-        user=Sender(id="owner", name="Owner"),
-    )
 
 
 @pytest.fixture

@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 
 from echo_bot.config import HttpToolConfig, ShellToolConfig, ToolsConfig
-from echo_bot.events import Address, Sender
 from echo_bot.tools.base import ErrorCode, Risk, ToolContext, ToolResult
 from echo_bot.tools.builtin import (
     CurrentTimeTool,
@@ -27,16 +26,6 @@ from echo_bot.tools.builtin.web import host_allowed
 from echo_bot.tools.registry import ToolRegistry
 
 # --------------------------------------------------------------------------- helpers
-
-
-@pytest.fixture
-def ctx() -> ToolContext:
-    return ToolContext(
-        trace_id="trace-1",
-        session_key="cli:local",
-        origin=Address(channel="cli", chat_id="local"),
-        user=Sender(id="owner", name="Owner"),
-    )
 
 
 @pytest.fixture
