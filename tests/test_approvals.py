@@ -417,6 +417,20 @@ async def test_allow_for_lets_the_same_tool_run_in_the_same_session(state_dir: P
         assert not (workspace(bot) / "c.txt").exists()
 
 
+async def test_attack_a_forged_longer_allow_for_grants_one_hour_at_most(state_dir: Path) -> None:
+    """Button data can be forged: an approver asking for a week gets the hour offered."""
+    async with running_bot(state_dir, CODING) as bot:
+        first = await bot.channel.say('/tool file_write {"path": "a.txt", "content": "1"}')
+        prompt = await bot.channel.prompt_for(first)
+        week = 7 * 24 * 3600
+        await bot.channel.press(
+            approval_action(DecisionVerb.ALLOW_FOR, prompt.metadata["approval_id"], week)
+        )
+        assert "Wrote 1 bytes" in (await bot.channel.reply_to(first)).text
+        (until,) = await bot.db.run(lambda db: db.execute("SELECT until FROM grants").fetchone())
+        assert until <= time.time() + 3600
+
+
 async def test_allow_for_is_neither_offered_nor_accepted_for_dangerous(state_dir: Path) -> None:
     async with running_bot(state_dir, SHELL) as bot:
         inbound = await bot.channel.say("/run touch d.txt")

@@ -298,7 +298,8 @@ class ApprovalGate:
             return DecisionOutcome(False, "Already decided.", "decided", row)
         metrics.APPROVALS.labels(status).inc()
         if verb is DecisionVerb.ALLOW_FOR:
-            seconds = decision.allow_for_seconds or ALLOW_FOR_SECONDS
+            # Never longer than the button offered: its data can be forged.
+            seconds = min(decision.allow_for_seconds or ALLOW_FOR_SECONDS, ALLOW_FOR_SECONDS)
             # Keyed by the chat (prompt_to == origin here); see granted() for who uses it.
             chat = Address.parse(row.prompt_to).session_key
             store.add_grant(db, chat, row.tool, self.clock() + seconds, row.id)

@@ -55,7 +55,7 @@ class ApprovalPolicy:
         if tool.name in self._never:
             return False, "listed in approvals.never"
         if granted and risk == Risk.WRITE:
-            return False, "allowed for a time in this session"
+            return False, "allowed for a time in this chat"
         if override is not None:
             return override, "tool rule" + ("" if override else " (allowlisted)")
         if risk == Risk.READ:
