@@ -32,7 +32,7 @@ from echo_bot.events import (
 )
 
 from .webhook_auth import verify
-from .webhook_template import MissingField, fill, tool_args
+from .webhook_template import TemplateRefused, fill, tool_args
 
 log = logging.getLogger(__name__)
 
@@ -244,13 +244,13 @@ class WebhookChannel:
         sources = {"payload": payload, "headers": headers, "route": {"name": route.name}}
         try:
             message = self._inbound(route, sources, self._dedup_key(route, request, body))
-        except MissingField as exc:
-            log.info("webhook %s: template field %s missing", route.name, exc)
+        except TemplateRefused as exc:
+            log.info("webhook %s: refused (%s)", route.name, exc.audited)
             if self.audit is not None:
                 await self.audit(
-                    "webhook.rejected", route=route.name, status=422, reason=f"missing {exc}"
+                    "webhook.rejected", route=route.name, status=422, reason=exc.audited
                 )
-            return _error(422, f"the payload has no {exc} (needed by the route's template)")
+            return _error(422, exc.answer)
         assert self.bus is not None
         published = await self.bus.publish(message)
         if published.duplicate:
