@@ -42,7 +42,6 @@ DEGRADED = {"degraded", "down", "error"}
 BACKLOG = 128
 ACCEPT_BATCH = 64  # connections taken per readiness event: others wait their turn
 ACCEPT_PAUSE = 1.0  # seconds without accepting after accept() failed (e.g. no descriptors)
-FD_RESERVE = 64  # descriptors kept for the rest of the daemon (store, clients, tools)
 LINGER = 2.0  # seconds an answered request's unread body is still drained before closing
 LOG_INTERVAL = 30.0
 RETRY_AFTER = 2
@@ -128,16 +127,17 @@ class Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.busy = 0  # requests being handled right now
         self.idle_since = time.monotonic()
+        self.closed = False
 
     @property
     def idle(self) -> bool:
-        return (
-            self.busy == 0
-            and self.transport is not None
-            and self.transport.get_write_buffer_size() == 0
+        """No request in progress and nothing left to send (true until it is set up)."""
+        return self.busy == 0 and (
+            self.transport is None or self.transport.get_write_buffer_size() == 0
         )
 
     def close(self) -> None:
+        self.closed = True
         if self.transport is not None:
             self.transport.close()
 
@@ -145,6 +145,8 @@ class Connection(asyncio.Protocol):
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
         self.handler.connection_made(transport)
+        if self.closed:  # replaced before it was even set up
+            transport.close()
 
     def data_received(self, data: bytes) -> None:
         self.handler.data_received(data)
@@ -186,15 +188,17 @@ class BodySlots:
 
 
 def fd_headroom() -> int | None:
-    """Descriptors this process may still open, less a reserve; None when unlimited."""
+    """Descriptors this process may still open, less a reserve for the rest of the
+    daemon (store, outgoing clients, tool processes); None when unlimited."""
     soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
         return None
+    reserve = max(16, soft // 8)
     try:
         used = len(os.listdir("/proc/self/fd"))
     except OSError:
-        used = FD_RESERVE
-    return soft - used - FD_RESERVE
+        used = reserve
+    return soft - used - reserve
 
 
 async def listen(host: str, port: int) -> list[socket.socket]:

@@ -1,0 +1,284 @@
+"""Knocking the HTTP server out, with real sockets against a real running daemon:
+half-open connections past the cap and past the descriptor limit, and stalled large
+bodies past a route's bound. /healthz must keep answering, stalled peers must be
+dropped, and the log must not grow a traceback per connection."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import resource
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from echo_bot.http import Throttle
+from tests.conftest import ROOT, echo_bot_env, running_bot
+from tests.test_webhook import ENV, bearer_headers, dumps, free_port, gh_headers
+
+ROUTES = """
+[webhook]
+enabled = true
+
+[[webhook.routes]]
+name = "gh"
+auth = "github"
+secret_env = "GH_SECRET"
+tool = "current_time"
+
+[[webhook.routes]]
+name = "other"
+auth = "bearer"
+secret_env = "BEARER_SECRET"
+tool = "current_time"
+"""
+CAPPED = (
+    """
+[http]
+port = 0
+max_connections = 50
+header_timeout = "2s"
+"""
+    + ROUTES
+)
+UNCAPPED = "[http]\nport = 0\n" + ROUTES  # the default max_connections (256)
+BODIES = (
+    """
+[http]
+port = 0
+max_concurrent_bodies = 2
+body_timeout = "8s"
+"""
+    + ROUTES
+)
+# A partial request line: the peer never finishes it.
+HALF_OPEN = b"POST /hooks/gh HT"
+
+
+@dataclass
+class Daemon:
+    port: int
+    log: Path
+
+    def healthz(self) -> dict[str, Any]:
+        url = f"http://127.0.0.1:{self.port}/healthz"
+        with urllib.request.urlopen(url, timeout=20) as response:
+            assert response.status == 200
+            return dict(json.loads(response.read()))
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+@contextlib.contextmanager
+def daemon(tmp_path: Path, config_text: str, *, nofile: int | None = None) -> Iterator[Daemon]:
+    """`echo-bot run` as a real process, optionally with a low descriptor limit."""
+    port = free_port()
+    config, state, log = tmp_path / "config.toml", tmp_path / "st", tmp_path / "daemon.log"
+    config.write_text(config_text.replace("port = 0", f"port = {port}"))
+
+    def limit() -> None:
+        if nofile is not None:
+            hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, hard))
+
+    with log.open("wb") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "echo_bot", "run", "--config", str(config),
+             "--state-dir", str(state)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=sink,
+            env=echo_bot_env(**ENV),
+            cwd=ROOT,
+            preexec_fn=limit,
+        )  # fmt: skip
+    running = Daemon(port, log)
+    try:
+        deadline = time.monotonic() + 30
+        while "stop with" not in running.log_text():
+            assert proc.poll() is None, running.log_text()
+            assert time.monotonic() < deadline, "the daemon did not start"
+            time.sleep(0.05)
+        running.healthz()
+        yield running
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def half_open(port: int, count: int) -> list[socket.socket]:
+    sockets = []
+    for _ in range(count):
+        sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        with contextlib.suppress(OSError):  # a refused one may be closed already
+            sock.sendall(HALF_OPEN)
+        sockets.append(sock)
+    return sockets
+
+
+def closed_by_server(sock: socket.socket) -> bytes:
+    """Everything the server sent before it closed the connection (waits for that)."""
+    sock.settimeout(60)
+    received = b""
+    try:
+        while chunk := sock.recv(4096):
+            received += chunk
+    except ConnectionResetError:
+        pass
+    return received
+
+
+def test_attack_half_open_connections_over_the_cap_never_silence_healthz(
+    tmp_path: Path,
+) -> None:
+    with daemon(tmp_path, CAPPED, nofile=256) as running:
+        sockets = half_open(running.port, 80)
+        try:
+            health = running.healthz()  # answers while 80 peers hang mid-request-line
+            http = health["components"]["http"]
+            assert http["max_connections"] == 50
+            assert http["connections"] <= 50
+            assert http["replaced"] + http["refused"] >= 80 - 50
+            # every half-open connection is closed by the server: replaced, refused, or
+            # after the header timeout; none is ever answered as a request
+            for sock in sockets:
+                assert b"HTTP/1.1 2" not in closed_by_server(sock)
+        finally:
+            for sock in sockets:
+                sock.close()
+        assert running.healthz()["components"]["http"]["connections"] <= 1
+        log = running.log_text()
+    assert "Traceback" not in log
+    # refusals are reported once per interval with a count, never one line each
+    assert log.count("http: connections refused") <= 3
+
+
+def test_attack_more_connections_than_descriptors_never_floods_the_log(
+    tmp_path: Path,
+) -> None:
+    with daemon(tmp_path, UNCAPPED, nofile=64) as running:
+        sockets = half_open(running.port, 80)  # more than the process may open
+        try:
+            http = running.healthz()["components"]["http"]
+            assert http["max_connections"] < 64  # lowered to fit the descriptor limit
+            assert running.healthz()["status"] == "ok"
+        finally:
+            for sock in sockets:
+                sock.close()
+        log = running.log_text()
+    assert "is more than the descriptor limit leaves room for" in log
+    assert "Traceback" not in log
+    assert "out of system resource" not in log
+    assert log.count("http: accept failed") <= 3
+
+
+async def send_head(port: int, body_start: bytes, length: int) -> asyncio.StreamReader:
+    """A POST whose body stops after ``body_start``: the peer stalls."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(
+        b"POST /hooks/gh HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+        + f"Content-Length: {length}\r\n\r\n".encode()
+        + body_start
+    )
+    await writer.drain()
+    reader.writer = writer  # type: ignore[attr-defined]  # kept open while stalled
+    return reader
+
+
+async def answer_head(reader: asyncio.StreamReader) -> tuple[int, dict[str, str]]:
+    async with asyncio.timeout(60):
+        head = await reader.readuntil(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = {
+        name.strip().lower(): value.strip()
+        for name, _, value in (line.partition(":") for line in lines[1:] if line)
+    }
+    return int(lines[0].split()[1]), headers
+
+
+async def test_attack_stalled_large_bodies_past_the_route_bound_get_503_then_408(
+    state_dir: Path,
+) -> None:
+    length = 1024 * 1024 - 10  # as in the attack: just under max_body, never finished
+    body_start = b'{"ref": "' + b"x" * 60_000
+    async with (
+        running_bot(state_dir, BODIES, environ=ENV, channels=["webhook"]) as bot,
+        aiohttp.ClientSession() as session,
+    ):
+        port = bot.daemon.http.port
+        base = f"http://127.0.0.1:{port}"
+
+        async def http_stats() -> dict[str, Any]:
+            async with session.get(base + "/healthz") as response:
+                return dict((await response.json())["components"]["http"])
+
+        stalled = [await send_head(port, body_start, length) for _ in range(2)]
+        async with asyncio.timeout(30):
+            while (await http_stats())["bodies_reading"] < 2:
+                await asyncio.sleep(0.05)
+        extra = [await send_head(port, body_start, length) for _ in range(3)]
+        for reader in extra:  # over the route's bound: refused at once, not read
+            status, headers = await answer_head(reader)
+            assert status == 503
+            assert int(headers["retry-after"]) >= 1
+            assert headers.get("connection", "").lower() == "close"
+        # another route is not held up by this one's stalled peers
+        body = dumps({"ref": "other"})
+        async with session.post(base + "/hooks/other", data=body, headers=bearer_headers()) as r:
+            assert r.status == 202
+        for reader in stalled:  # dropped after the body timeout
+            status, headers = await answer_head(reader)
+            assert status == 408
+            assert headers.get("connection", "").lower() == "close"
+            with contextlib.suppress(ConnectionResetError):
+                async with asyncio.timeout(60):
+                    await reader.read()  # the server closes the connection
+        stats = await http_stats()
+        assert stats["bodies_reading"] == 0
+        assert stats["slow_bodies"] == 2 and stats["busy_routes"] == 3
+
+        def deliveries(db: Any) -> int:
+            query = "SELECT count(*) FROM inbox WHERE session_key = 'webhook:gh'"
+            return int(db.execute(query).fetchone()[0])
+
+        assert await bot.db.run(deliveries) == 0
+        body = dumps({"ref": "after the flood"})
+        async with session.post(base + "/hooks/gh", data=body, headers=gh_headers(body)) as r:
+            assert r.status == 202  # the route's slots are free again
+        for reader in stalled + extra:
+            reader.writer.close()  # type: ignore[attr-defined]
+
+
+async def test_repeated_errors_are_logged_once_per_interval_with_a_count(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    logger = logging.getLogger("tests.http_flood")
+    throttle = Throttle(logger, interval=0.2)
+    with caplog.at_level(logging.WARNING, logger="tests.http_flood"):
+        for _ in range(500):
+            throttle.note("http: accept failed", "OSError: [Errno 24] Too many open files")
+        assert len(caplog.records) == 1
+        async with asyncio.timeout(30):
+            while len(caplog.records) < 2:
+                await asyncio.sleep(0.05)
+    throttle.close()
+    first, summary = (record.getMessage() for record in caplog.records)
+    assert first == "http: accept failed: OSError: [Errno 24] Too many open files"
+    assert summary.startswith("http: accept failed: 499 more in the last")
+    assert all(record.exc_info is None for record in caplog.records)
