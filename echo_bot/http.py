@@ -46,6 +46,8 @@ LINGER = 2.0  # seconds an answered request's unread body is still drained befor
 LOG_INTERVAL = 30.0
 RETRY_AFTER = 2
 READ_CHUNK = 64 * 1024
+# What aiohttp buffers of a body per connection before pausing the socket (2x this).
+READ_BUFSIZE = 64 * 1024
 BODY_METHODS = {"*", "POST", "PUT", "PATCH", "DELETE"}
 REFUSAL = (
     b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: %d\r\nContent-Length: 0\r\n"
@@ -279,7 +281,11 @@ class HttpServer:
         # aiohttp's keep-alive timer runs from the connection's start (and from each
         # answer) until a request's headers are complete: our header timeout.
         self._runner = web.AppRunner(
-            self.app, access_log=None, keepalive_timeout=header_timeout, lingering_time=LINGER
+            self.app,
+            access_log=None,
+            keepalive_timeout=header_timeout,
+            lingering_time=LINGER,
+            read_bufsize=READ_BUFSIZE,
         )
         await self._runner.setup()
         headroom = fd_headroom()
