@@ -299,3 +299,19 @@ async def test_repeated_errors_are_logged_once_per_interval_with_a_count(
     assert first == "http: accept failed: OSError: [Errno 24] Too many open files"
     assert summary.startswith("http: accept failed: 499 more in the last")
     assert all(record.exc_info is None for record in caplog.records)
+
+
+def test_http_flood_bench_quick() -> None:
+    """The bench script still runs (its figures live in bench/RESULTS.md)."""
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "http_flood.py"), "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=echo_bot_env(),
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "| phase | peers | RSS before MiB |" in result.stdout
+    assert "0 tracebacks" in result.stdout
