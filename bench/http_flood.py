@@ -9,13 +9,15 @@ subprocess with ``RLIMIT_NOFILE`` lowered to ``--nofile``; then:
    them (header timeout, replacement at the cap, or refusal);
 2. ``--bodies`` unsigned POSTs each announce 1 MiB and send 1 MiB − 10 bytes, then
    stall; the script waits for the server to drop them (body timeout) and closes its
-   side.
+   side;
+3. ``--heads`` requests each send 100 header lines of 8,000 bytes (800 KB) and never
+   end their head.
 
 It prints the daemon's RSS before, during (the peak) and after each phase, how
 /healthz answered, how the peers were answered, and how much the log grew.
 
-    python bench/http_flood.py             # 1,100 half-open, 300 stalled bodies; twice each
-    python bench/http_flood.py --quick     # 200 and 40, once
+    python bench/http_flood.py             # 1,100 half-open, 300 bodies, 300 heads; twice
+    python bench/http_flood.py --quick     # 200, 40 and 40, once
     python bench/http_flood.py --root /path/to/other/checkout --plain-config
 """
 
@@ -163,11 +165,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--half-open", type=int, default=1100)
     parser.add_argument("--bodies", type=int, default=300)
+    parser.add_argument("--heads", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=2, help="times each flood is repeated")
     parser.add_argument("--nofile", type=int, default=1024, help="the daemon's RLIMIT_NOFILE")
     parser.add_argument("--header-timeout", type=float, default=5)
     parser.add_argument("--body-timeout", type=float, default=5)
-    parser.add_argument("--quick", action="store_true", help="200 half-open, 40 bodies, 1 round")
+    parser.add_argument("--quick", action="store_true", help="200, 40 and 40 peers, 1 round")
     parser.add_argument("--wait", type=float, default=WAIT, help="longest wait for answers")
     parser.add_argument("--root", type=Path, default=ROOT, help="the checkout to run")
     parser.add_argument(
@@ -176,8 +179,9 @@ def main() -> int:
     args = parser.parse_args()
     if args.quick:
         args.half_open, args.bodies = min(args.half_open, 200), min(args.bodies, 40)
+        args.heads = min(args.heads, 40)
         args.rounds = 1
-    raise_own_nofile(max(args.half_open, args.bodies) + 256)
+    raise_own_nofile(max(args.half_open, args.bodies, args.heads) + 256)
 
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="echo-bot-flood-") as tmp:
@@ -218,10 +222,14 @@ def main() -> int:
                 + f"Content-Length: {BODY_SIZE}\r\n\r\n".encode()
             )
             stalled_body = head + b'{"ref": "' + b"x" * (BODY_SIZE - 10 - 9)
+            endless_head = b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n" + b"".join(
+                b"X-Pad-%d: %s\r\n" % (n, b"a" * 8000) for n in range(100)
+            )
             phases: list[tuple[Phase, int]] = []
             for name, count, request in (
                 ("half-open connections", args.half_open, HALF_OPEN),
                 ("stalled 1 MiB bodies", args.bodies, stalled_body),
+                ("unfinished 800 KB heads", args.heads, endless_head),
             ):
                 for round_ in range(1, args.rounds + 1):
                     phase = Phase(f"{name}, round {round_}")

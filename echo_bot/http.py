@@ -49,6 +49,14 @@ READ_CHUNK = 64 * 1024
 # What aiohttp buffers of a body per connection before pausing the socket (2x this).
 READ_BUFSIZE = 64 * 1024
 BODY_METHODS = {"*", "POST", "PUT", "PATCH", "DELETE"}
+# Request line and headers one request may send: nginx allows 4 x 8 KiB. aiohttp alone
+# would buffer up to 128 fields of 8 KiB for every connection still sending its head.
+MAX_HEAD = 64 * 1024
+HEAD_END = b"\r\n\r\n"
+TOO_LARGE = (
+    b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Length: 0\r\n"
+    b"Connection: close\r\n\r\n"
+)
 REFUSAL = (
     b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: %d\r\nContent-Length: 0\r\n"
     b"Connection: close\r\n\r\n" % RETRY_AFTER
@@ -121,15 +129,33 @@ class _QuietErrors(logging.Filter):
 
 
 class Connection(asyncio.Protocol):
-    """One accepted connection: aiohttp's request handler, seen by the server."""
+    """One accepted connection: aiohttp's request handler, seen by the server.
 
-    def __init__(self, handler: asyncio.Protocol, on_lost: Callable[[Connection], None]) -> None:
+    It knows whether a request is being handled, and counts the bytes of a request's
+    head (line and headers) while it arrives: more than ``MAX_HEAD`` closes it with 431.
+    A head ends at the first blank line; the next one starts once the request has been
+    handled and its body received (a client that pipelines a large body right behind
+    another request could be taken for a large head; webhook senders and Telegram do
+    not pipeline).
+    """
+
+    def __init__(
+        self,
+        handler: asyncio.Protocol,
+        on_lost: Callable[[Connection], None],
+        on_large_head: Callable[[], None],
+    ) -> None:
         self.handler = handler
         self.on_lost = on_lost
+        self.on_large_head = on_large_head
         self.transport: asyncio.Transport | None = None
         self.busy = 0  # requests being handled right now
         self.idle_since = time.monotonic()
         self.closed = False
+        self.in_head = True
+        self.head_bytes = 0
+        self._tail = b""  # the last bytes received, for a blank line split between reads
+        self._body: Any = None  # an answered request's body still arriving (is_eof())
 
     @property
     def idle(self) -> bool:
@@ -137,6 +163,23 @@ class Connection(asyncio.Protocol):
         return self.busy == 0 and (
             self.transport is None or self.transport.get_write_buffer_size() == 0
         )
+
+    def request_started(self) -> None:
+        self.busy += 1
+        self.in_head, self._body = False, None
+
+    def request_finished(self, body: Any) -> None:
+        """``body`` is the request's payload stream: bytes still due belong to it."""
+        self.busy -= 1
+        if not self.busy:
+            self.idle_since = time.monotonic()
+            self._body = body
+            self._next_head()
+
+    def _next_head(self) -> None:
+        if self._body is None or self._body.is_eof():
+            self._body = None
+            self.in_head, self.head_bytes, self._tail = True, 0, b""
 
     def close(self) -> None:
         self.closed = True
@@ -151,7 +194,24 @@ class Connection(asyncio.Protocol):
             transport.close()
 
     def data_received(self, data: bytes) -> None:
+        if self._body is not None and not self.busy:
+            self._next_head()
+        if self.in_head and not self._head_ends(data):
+            self.head_bytes += len(data)
+            if self.head_bytes > MAX_HEAD:
+                self.on_large_head()
+                if self.transport is not None:
+                    self.transport.write(TOO_LARGE)
+                self.close()
+                return
         self.handler.data_received(data)
+
+    def _head_ends(self, data: bytes) -> bool:
+        if HEAD_END in data or HEAD_END in self._tail + data[:3]:
+            self.in_head, self._tail = False, b""
+            return True
+        self._tail = (self._tail + data[-3:])[-3:]
+        return False
 
     def eof_received(self) -> bool | None:
         return self.handler.eof_received()
@@ -245,7 +305,13 @@ class HttpServer:
         self._bodies = BodySlots(config.max_concurrent_bodies)
         self._trouble = Throttle(log)
         self._quiet = _QuietErrors(self._trouble)
-        self.counts = {"refused": 0, "replaced": 0, "busy_routes": 0, "slow_bodies": 0}
+        self.counts = {
+            "refused": 0,
+            "replaced": 0,
+            "large_heads": 0,
+            "busy_routes": 0,
+            "slow_bodies": 0,
+        }
 
     def add_route(
         self, method: str, path: str, handler: Handler, *, reads_body: bool = False
@@ -385,13 +451,11 @@ class HttpServer:
         connection = self._connections.get(request.protocol)
         if connection is None:
             return await handler(request)
-        connection.busy += 1
+        connection.request_started()
         try:
             return await handler(request)
         finally:
-            connection.busy -= 1
-            if not connection.busy:
-                connection.idle_since = time.monotonic()
+            connection.request_finished(request.content)
 
     def _accept(self, sock: socket.socket) -> None:
         for _ in range(ACCEPT_BATCH):
@@ -432,7 +496,7 @@ class HttpServer:
             conn.close()
             return
         assert self._runner is not None and self._runner.server is not None
-        connection = Connection(self._runner.server(), self._forget)
+        connection = Connection(self._runner.server(), self._forget, self._large_head)
         self._connections[connection.handler] = connection
         loop = asyncio.get_running_loop()
         task = loop.create_task(loop.connect_accepted_socket(lambda: connection, conn))
@@ -450,6 +514,10 @@ class HttpServer:
                 error = task.exception()
                 self._trouble.note("http: connection not set up", f"{error!r}")
             return
+
+    def _large_head(self) -> None:
+        self.counts["large_heads"] += 1
+        self._trouble.note("http: connections closed", f"a request head over {MAX_HEAD} bytes")
 
     def _forget(self, connection: Connection) -> None:
         self._connections.pop(connection.handler, None)

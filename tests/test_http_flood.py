@@ -24,7 +24,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from echo_bot.http import Throttle
+from echo_bot.http import TOO_LARGE, Throttle
 from tests.conftest import ROOT, Bot, echo_bot_env, running_bot
 from tests.test_webhook import ENV, bearer_headers, dumps, free_port, gh_headers
 
@@ -280,6 +280,55 @@ async def test_attack_stalled_large_bodies_past_the_route_bound_get_503_then_408
             assert r.status == 202  # the route's slots are free again
         for reader in stalled + extra:
             reader.writer.close()  # type: ignore[attr-defined]
+
+
+async def test_attack_endless_request_heads_are_cut_off_and_large_bodies_still_pass(
+    state_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    endless = b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n" + b"".join(
+        b"X-Pad-%d: %s\r\n" % (n, b"a" * 8000) for n in range(100)
+    )  # 800 KB of header lines, each within aiohttp's own limits, and no end
+    async with (
+        running_bot(state_dir, UNCAPPED, environ=ENV, channels=["webhook"]) as bot,
+        aiohttp.ClientSession() as session,
+    ):
+        port = bot.daemon.http.port
+        base = f"http://127.0.0.1:{port}"
+        peers = []
+        for _ in range(20):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(endless)
+            reader.writer = writer  # type: ignore[attr-defined]
+            peers.append(reader)
+        for peer in peers:  # cut off long before the head could end
+            assert (await closed_by_server(peer)) in (b"", TOO_LARGE)
+            peer.writer.close()  # type: ignore[attr-defined]
+        assert http_stats(bot)["large_heads"] == 20
+        async with session.get(base + "/healthz") as answer:
+            assert answer.status == 200
+        # large bodies are no head: kept-alive deliveries of 600 KB each are accepted …
+        for n in range(3):
+            body = dumps({"ref": f"large {n}", "pad": "p" * 600_000})
+            async with session.post(base + "/hooks/gh", data=body, headers=gh_headers(body)) as r:
+                assert r.status == 202
+        # … also when the head and the body arrive in one write, twice on one connection
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        for n in range(2):
+            body = dumps({"ref": f"one write {n}", "pad": "q" * 600_000})
+            head = "".join(f"{k}: {v}\r\n" for k, v in gh_headers(body).items())
+            writer.write(
+                b"POST /hooks/gh HTTP/1.1\r\nHost: localhost\r\n"
+                + head.encode()
+                + f"Content-Length: {len(body)}\r\n\r\n".encode()
+                + body
+            )
+            status, headers = await answer_head(reader)
+            assert status == 202
+            await reader.readexactly(int(headers["content-length"]))
+        writer.close()
+        assert http_stats(bot)["large_heads"] == 20
+    assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
 
 
 async def test_repeated_errors_are_logged_once_per_interval_with_a_count(
