@@ -11,7 +11,8 @@ and accepts connections itself (aiohttp serves each accepted one):
   longest, or, when every one is busy with a request, is answered 503 and closed at
   once — descriptors are never exhausted and ``/healthz`` keeps answering;
 - a request's line and headers must arrive within ``header_timeout`` of the connection
-  (or of the previous answer on a kept-alive one), else the connection is closed;
+  (or of the previous answer on a kept-alive one), else the connection is closed, and
+  may not exceed 64 KiB (else 431 and closed);
 - a body is read under a per-route bound on bodies being read at once (more: 503 with
   ``Retry-After``) and must arrive whole within ``body_timeout`` (else 408);
 - repeated accept and connection errors are logged once per interval with a count.
@@ -511,9 +512,7 @@ class HttpServer:
             self._connections.pop(connection.handler, None)
             conn.close()
             if not task.cancelled():
-                error = task.exception()
-                self._trouble.note("http: connection not set up", f"{error!r}")
-            return
+                self._trouble.note("http: connection not set up", f"{task.exception()!r}")
 
     def _large_head(self) -> None:
         self.counts["large_heads"] += 1
