@@ -132,8 +132,10 @@ class _QuietErrors(logging.Filter):
 class Connection(asyncio.Protocol):
     """One accepted connection: aiohttp's request handler, seen by the server.
 
-    It knows whether a request is being handled, and counts the bytes of a request's
-    head (line and headers) while it arrives: more than ``MAX_HEAD`` closes it with 431.
+    It knows whether a request is being handled, and watches a request's head (line and
+    headers) while it arrives: not complete within ``header_timeout`` of the connection
+    or of the previous request's end closes it; more than ``MAX_HEAD`` bytes closes it
+    with 431.
     A head ends at the first blank line; the next one starts once the request has been
     handled and its body received (a client that pipelines a large body right behind
     another request could be taken for a large head; webhook senders and Telegram do
@@ -145,10 +147,13 @@ class Connection(asyncio.Protocol):
         handler: asyncio.Protocol,
         on_lost: Callable[[Connection], None],
         on_large_head: Callable[[], None],
+        header_timeout: float,
     ) -> None:
         self.handler = handler
         self.on_lost = on_lost
         self.on_large_head = on_large_head
+        self.header_timeout = header_timeout
+        self._late: asyncio.TimerHandle | None = None
         self.transport: asyncio.Transport | None = None
         self.busy = 0  # requests being handled right now
         self.idle_since = time.monotonic()
@@ -168,6 +173,7 @@ class Connection(asyncio.Protocol):
     def request_started(self) -> None:
         self.busy += 1
         self.in_head, self._body = False, None
+        self._disarm()
 
     def request_finished(self, body: Any) -> None:
         """``body`` is the request's payload stream: bytes still due belong to it."""
@@ -176,6 +182,23 @@ class Connection(asyncio.Protocol):
             self.idle_since = time.monotonic()
             self._body = body
             self._next_head()
+            self._arm()
+
+    def _arm(self) -> None:
+        """The next request's line and headers must be in within ``header_timeout``."""
+        self._disarm()
+        loop = asyncio.get_running_loop()
+        self._late = loop.call_later(self.header_timeout, self._head_too_late)
+
+    def _disarm(self) -> None:
+        if self._late is not None:
+            self._late.cancel()
+            self._late = None
+
+    def _head_too_late(self) -> None:
+        self._late = None
+        if not self.busy:
+            self.close()
 
     def _next_head(self) -> None:
         if self._body is None or self._body.is_eof():
@@ -193,6 +216,8 @@ class Connection(asyncio.Protocol):
         self.handler.connection_made(transport)
         if self.closed:  # replaced before it was even set up
             transport.close()
+        else:
+            self._arm()
 
     def data_received(self, data: bytes) -> None:
         if self._body is not None and not self.busy:
@@ -225,6 +250,7 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
+        self._disarm()
         self.on_lost(self)
         self.handler.connection_lost(exc)
 
@@ -344,13 +370,12 @@ class HttpServer:
         return web.json_response(body, status=200 if healthy else 503)
 
     async def start(self) -> None:
-        header_timeout = self.config.header_timeout.total_seconds()
-        # aiohttp's keep-alive timer runs from the connection's start (and from each
-        # answer) until a request's headers are complete: our header timeout.
+        # Connection enforces header_timeout itself; aiohttp also closes a kept-alive
+        # connection idle for that long.
         self._runner = web.AppRunner(
             self.app,
             access_log=None,
-            keepalive_timeout=header_timeout,
+            keepalive_timeout=self.config.header_timeout.total_seconds(),
             lingering_time=LINGER,
             read_bufsize=READ_BUFSIZE,
         )
@@ -497,7 +522,12 @@ class HttpServer:
             conn.close()
             return
         assert self._runner is not None and self._runner.server is not None
-        connection = Connection(self._runner.server(), self._forget, self._large_head)
+        connection = Connection(
+            self._runner.server(),
+            self._forget,
+            self._large_head,
+            self.config.header_timeout.total_seconds(),
+        )
         self._connections[connection.handler] = connection
         loop = asyncio.get_running_loop()
         task = loop.create_task(loop.connect_accepted_socket(lambda: connection, conn))
