@@ -32,12 +32,11 @@ from echo_bot.events import (
 )
 
 from .webhook_auth import verify
-from .webhook_template import MissingField, fill, tool_args
+from .webhook_template import TemplateRefused, fill, tool_args
 
 log = logging.getLogger(__name__)
 
 JSON_TYPES = ("application/json",)
-READ_CHUNK = 64 * 1024
 # What can put a lone surrogate into parsed JSON: a \uD800–\uDFFF escape, or the raw
 # UTF-8-style bytes of one (json.loads decodes bytes with "surrogatepass").
 _SURROGATE = re.compile(rb"\\[uU][dD][89a-fA-F]|\xed[\xa0-\xbf]")
@@ -84,15 +83,16 @@ class WebhookChannel:
         self.counts = {"accepted": 0, "duplicate": 0, "rejected": 0, "ignored": 0}
         if setup.http is None:
             raise ConfigError("webhook: the HTTP server is not available")
+        self.http = setup.http
         admin_env = config.admin_token_env
         self.admin_token = self.environ.get(admin_env, "") if admin_env else ""
         self._install(config)
         self._served_paths = set(self.routes)
         for path in self._served_paths:
             if not path.startswith("/hooks/"):  # /hooks/… is served by the catch-all
-                setup.http.add_route("*", path, self._handle)
+                setup.http.add_route("*", path, self._handle, reads_body=True)
                 setup.http.add_route("GET", path + "/deliveries/{id}", self._status)
-        setup.http.add_route("*", "/hooks/{tail:.*}", self._dispatch)
+        setup.http.add_route("*", "/hooks/{tail:.*}", self._dispatch, reads_body=True)
         setup.http.add_health("webhook", self.health)
 
     def _install(self, config: WebhookConfig) -> None:
@@ -194,26 +194,13 @@ class WebhookChannel:
             self.counts["rejected"] += 1
         return response
 
-    async def _read_body(self, request: web.Request) -> bytes | web.Response:
-        limit = self.config.max_body
-        if request.content_length is not None and request.content_length > limit:
-            return _error(413, f"body larger than {limit} bytes")
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            chunk = await request.content.read(READ_CHUNK)
-            if not chunk:
-                break
-            size += len(chunk)
-            if size > limit:
-                return _error(413, f"body larger than {limit} bytes")
-            chunks.append(chunk)
-        return b"".join(chunks)
-
     async def _deliver(self, route: WebhookRoute, request: web.Request) -> web.Response:
         if not _is_json(request.headers.get("Content-Type", "")):
             return _error(415, "send Content-Type: application/json")
-        body = await self._read_body(request)
+        # Read under the server's per-route bound and body timeout (503 / 408 beyond).
+        body = await self.http.read_body(
+            request, key=f"webhook:{route.name}", limit=self.config.max_body
+        )
         if isinstance(body, web.Response):
             return body
         failure = verify(route.auth, self.secrets[route.name], request.headers, body)
@@ -244,13 +231,13 @@ class WebhookChannel:
         sources = {"payload": payload, "headers": headers, "route": {"name": route.name}}
         try:
             message = self._inbound(route, sources, self._dedup_key(route, request, body))
-        except MissingField as exc:
-            log.info("webhook %s: template field %s missing", route.name, exc)
+        except TemplateRefused as exc:
+            log.info("webhook %s: refused (%s)", route.name, exc.audited)
             if self.audit is not None:
                 await self.audit(
-                    "webhook.rejected", route=route.name, status=422, reason=f"missing {exc}"
+                    "webhook.rejected", route=route.name, status=422, reason=exc.audited
                 )
-            return _error(422, f"the payload has no {exc} (needed by the route's template)")
+            return _error(422, exc.answer)
         assert self.bus is not None
         published = await self.bus.publish(message)
         if published.duplicate:

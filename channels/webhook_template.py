@@ -3,7 +3,8 @@
 Only ``{payload[a][b]}``, ``{headers[Name]}`` and ``{route[name]}`` are understood (the
 config rejects anything else). Values are inserted once and never re-read as
 templates. A command-line string is split into arguments *before* filling, so a value
-can never add arguments.
+can never add arguments, and a value that would begin an argument with ``-`` is refused
+unless the template put ``--`` before it, so a value can never become an option.
 """
 
 from __future__ import annotations
@@ -21,8 +22,33 @@ _PIECES = re.compile(r"\{\{|\}\}|" + TEMPLATE_FIELD.pattern)
 MAX_VALUE_CHARS = 10_000
 
 
-class MissingField(Exception):
+class TemplateRefused(Exception):
+    """The delivery cannot fill the route's template; the sender gets a 422."""
+
+    def __init__(self, answer: str, audited: str) -> None:
+        super().__init__(audited)
+        self.answer = answer  # told to the sender: never a payload value
+        self.audited = audited
+
+
+class MissingField(TemplateRefused):
     """A placeholder names something the delivery does not have."""
+
+    def __init__(self, field: str) -> None:
+        super().__init__(
+            f"the payload has no {field} (needed by the route's template)", f"missing {field}"
+        )
+
+
+class OptionValue(TemplateRefused):
+    """A filled value would begin a command-line argument with ``-``: an option."""
+
+    def __init__(self, index: int) -> None:
+        super().__init__(
+            f"a delivery value would make argv[{index}] start with '-' (an option); values "
+            "never become options unless the route's template puts '--' before them",
+            f"option-like value in argv[{index}]",
+        )
 
 
 def lookup(sources: Mapping[str, Any], root: str, path: str) -> Any:
@@ -85,9 +111,36 @@ def fill_args(args: Any, sources: Mapping[str, Any]) -> Any:
     return args
 
 
+def fill_argv(argv: list[Any], sources: Mapping[str, Any]) -> list[Any]:
+    """Fill a command line; a value may never begin an argument with ``-``.
+
+    An argument whose template starts with a placeholder (so its first character comes
+    from the delivery) is refused when it comes out starting with ``-``, unless an
+    earlier argument of the template is exactly ``--`` (the end of options).
+    """
+    filled: list[Any] = []
+    options_ended = False
+    for index, part in enumerate(argv):
+        value = fill_args(part, sources)
+        if isinstance(part, str):
+            starts_with_value = TEMPLATE_FIELD.match(part) is not None
+            if starts_with_value and not options_ended and str(value).startswith("-"):
+                raise OptionValue(index)
+            options_ended = options_ended or part == "--"
+        filled.append(value)
+    return filled
+
+
 def tool_args(tool: str, args: dict[str, Any], sources: Mapping[str, Any]) -> dict[str, Any]:
     """The tool's arguments for one delivery. A ``command`` string is split first."""
     args = dict(args)
-    if tool == "shell_exec" and isinstance(args.get("command"), str):
+    if tool != "shell_exec":
+        return fill_args(args, sources)
+    if isinstance(args.get("command"), str):
         args["argv"] = shlex.split(args.pop("command"))
-    return fill_args(args, sources)
+    return {
+        key: fill_argv(value, sources)
+        if key == "argv" and isinstance(value, list)
+        else fill_args(value, sources)
+        for key, value in args.items()
+    }

@@ -98,7 +98,13 @@ class AccessControl(Protocol):
 class Routes(Protocol):
     """The core's HTTP server, as channels see it."""
 
-    def add_route(self, method: str, path: str, handler: Callable[[Any], Any]) -> None: ...
+    def add_route(
+        self, method: str, path: str, handler: Callable[[Any], Any], *, reads_body: bool = False
+    ) -> None: ...
+
+    async def read_body(self, request: Any, *, key: str, limit: int | None = None) -> Any:
+        """The body (bytes), or the refusal to answer with: bounded per ``key``, timed."""
+        ...
 
     def add_health(self, name: str, check: Callable[[], dict[str, Any]]) -> None: ...
 

@@ -146,6 +146,10 @@ class ApprovalsConfig(Section):
 class HttpConfig(Section):
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=0, le=65535)  # 0: any free port
+    max_connections: int = Field(256, ge=1, le=100_000)
+    header_timeout: Duration = timedelta(seconds=10)
+    body_timeout: Duration = timedelta(seconds=30)
+    max_concurrent_bodies: int = Field(8, ge=1, le=10_000)  # per route
 
 
 class TelegramConfig(Section):

@@ -755,7 +755,7 @@ async def test_error_bodies_never_echo_secrets_or_payloads(hooks: Hooks) -> None
 
 
 # -- templates ------------------------------------------------------------------------------
-@pytest.mark.parametrize("value", ["--flag x y", "a b\tc", "$(id) `id` 'q' \"d\"", "-n"])
+@pytest.mark.parametrize("value", ["x --flag y", "a b\tc", "$(id) `id` 'q' \"d\"", "n-"])
 async def test_argv_template_value_stays_one_argument(hooks: Hooks, value: str) -> None:
     answer = await hooks.bearer("bearer", {"ref": value})
     assert answer.status == 202
@@ -803,6 +803,108 @@ async def test_command_template_is_split_before_filling(hooks: Hooks) -> None:
     assert call["args"] == {"argv": ["printf", "<%s>\\n", value]}
     reply = await hooks.bot.channel.reply_to(inbound_id)
     assert f"<{value}>\n" in reply.text
+
+
+# Routes that run `git log` on a value; the allowlist would run them without asking.
+OPTION_ROUTES = r"""
+[[webhook.routes]]
+name = "gitlog"
+auth = "github"
+secret_env = "GH_SECRET"
+tool = "shell_exec"
+args = { argv = ["git", "log", "-1", "{payload[ref]}"] }
+deliver_to = "cli:local"
+
+[[webhook.routes]]
+name = "gitlog-cmd"
+auth = "bearer"
+secret_env = "BEARER_SECRET"
+tool = "shell_exec"
+args = { command = "git log -1 {payload[ref]}" }
+deliver_to = "cli:local"
+
+[[webhook.routes]]
+name = "gitlog-hdr"
+auth = "bearer"
+secret_env = "BEARER_SECRET"
+tool = "shell_exec"
+args = { argv = ["git", "log", "-1", "{headers[X-Ref]}"] }
+deliver_to = "cli:local"
+
+[[webhook.routes]]
+name = "gitlog-ended"
+auth = "github"
+secret_env = "GH_SECRET"
+tool = "shell_exec"
+args = { argv = ["git", "log", "-1", "--", "{payload[ref]}"] }
+deliver_to = "cli:local"
+"""
+OPTION_CONFIG = (
+    CONFIG.replace('allow_commands = ["echo *",', 'allow_commands = ["git log *", "echo *",')
+    + OPTION_ROUTES
+)
+
+
+async def rejected_audit(hooks: Hooks) -> list[dict[str, Any]]:
+    def query(db: Any) -> list[dict[str, Any]]:
+        rows = db.execute("SELECT data FROM audit WHERE kind = 'webhook.rejected'").fetchall()
+        return [json.loads(row[0]) for row in rows]
+
+    return await hooks.bot.db.run(query)
+
+
+async def test_attack_signed_payload_value_never_becomes_a_git_log_option(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    target = tmp_path / "outside-the-workspace.txt"
+    option = f"--output={target}"
+    async with hooks_for(state_dir, OPTION_CONFIG) as hooks:
+        answers = {
+            "gitlog": await hooks.github("gitlog", {"ref": option}),
+            "gitlog-cmd": await hooks.bearer("gitlog-cmd", {"ref": option}),
+            "gitlog-hdr": await hooks.post(
+                "/hooks/gitlog-hdr", dumps({}), {**bearer_headers(), "X-Ref": option}
+            ),
+            "gitlog-short": await hooks.github("gitlog", {"ref": "-p"}),
+            "gitlog-number": await hooks.github("gitlog", {"ref": -1}),
+        }
+        for name, answer in answers.items():
+            assert answer.status == 422, (name, answer.text)
+            assert "argv[3]" in answer.json["error"] and "'--'" in answer.json["error"]
+            assert str(target) not in answer.text
+        for route in ("gitlog", "gitlog-cmd", "gitlog-hdr"):
+            assert await hooks.inbox(route) == []  # nothing queued, so nothing ran
+
+        def calls(db: Any) -> int:
+            return int(db.execute("SELECT count(*) FROM tool_calls").fetchone()[0])
+
+        assert await hooks.bot.db.run(calls) == 0
+        audit = await rejected_audit(hooks)
+        assert [(row["route"], row["status"]) for row in audit] == [
+            ("gitlog", 422), ("gitlog-cmd", 422), ("gitlog-hdr", 422),
+            ("gitlog", 422), ("gitlog", 422),
+        ]  # fmt: skip
+        assert all(row["reason"] == "option-like value in argv[3]" for row in audit)
+        assert all(str(target) not in json.dumps(row) for row in audit)
+        # a value that merely contains a dash further in is an ordinary operand
+        assert (await hooks.github("gitlog", {"ref": "main-2"})).status == 202
+    assert not target.exists()
+
+
+async def test_value_after_the_templates_end_of_options_is_accepted_as_an_operand(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    target = tmp_path / "outside-the-workspace.txt"
+    option = f"--output={target}"
+    async with hooks_for(state_dir, OPTION_CONFIG) as hooks:
+        answer = await hooks.github("gitlog-ended", {"ref": option})
+        assert answer.status == 202, answer.text
+        inbound_id = answer.json["id"]
+        await hooks.settled(inbound_id)
+        [call] = await hooks.calls(inbound_id)
+        assert call["args"] == {"argv": ["git", "log", "-1", "--", option]}
+        assert await rejected_audit(hooks) == []
+    assert not target.exists()  # after "--" git reads it as a path, never as an option
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,366 @@
+"""Knocking the HTTP server out, with real sockets against a real running daemon:
+half-open connections past the cap and past the descriptor limit, and stalled large
+bodies past a route's bound. /healthz must keep answering, stalled peers must be
+dropped, and the log must not grow a traceback per connection."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import re
+import resource
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from echo_bot.http import TOO_LARGE, Throttle
+from tests.conftest import ROOT, Bot, echo_bot_env, running_bot
+from tests.test_webhook import ENV, bearer_headers, dumps, free_port, gh_headers
+
+ROUTES = """
+[webhook]
+enabled = true
+
+[[webhook.routes]]
+name = "gh"
+auth = "github"
+secret_env = "GH_SECRET"
+tool = "current_time"
+
+[[webhook.routes]]
+name = "other"
+auth = "bearer"
+secret_env = "BEARER_SECRET"
+tool = "current_time"
+"""
+CAPPED = (
+    """
+[http]
+port = 0
+max_connections = 50
+header_timeout = "2s"
+"""
+    + ROUTES
+)
+UNCAPPED = "[http]\nport = 0\n" + ROUTES  # the default max_connections (256)
+BODIES = (
+    """
+[http]
+port = 0
+max_concurrent_bodies = 2
+body_timeout = "8s"
+"""
+    + ROUTES
+)
+# A partial request line: the peer never finishes it.
+HALF_OPEN = b"POST /hooks/gh HT"
+
+
+@dataclass
+class Daemon:
+    port: int
+    log: Path
+
+    def healthz(self) -> dict[str, Any]:
+        """Asked as any monitor would: a fresh connection, a 200 with JSON."""
+        url = f"http://127.0.0.1:{self.port}/healthz"
+        with urllib.request.urlopen(url, timeout=20) as response:
+            assert response.status == 200
+            return dict(json.loads(response.read()))
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+@contextlib.contextmanager
+def daemon(tmp_path: Path, config_text: str, *, nofile: int | None = None) -> Iterator[Daemon]:
+    """`echo-bot run` as a real process, optionally with a low descriptor limit."""
+    port = free_port()
+    config, state, log = tmp_path / "config.toml", tmp_path / "st", tmp_path / "daemon.log"
+    config.write_text(config_text.replace("port = 0", f"port = {port}"))
+
+    def limit() -> None:
+        if nofile is not None:
+            hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, hard))
+
+    with log.open("wb") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "echo_bot", "run", "--config", str(config),
+             "--state-dir", str(state)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=sink,
+            env=echo_bot_env(**ENV),
+            cwd=ROOT,
+            preexec_fn=limit,
+        )  # fmt: skip
+    running = Daemon(port, log)
+    try:
+        deadline = time.monotonic() + 30
+        while "stop with" not in running.log_text():
+            assert proc.poll() is None, running.log_text()
+            assert time.monotonic() < deadline, "the daemon did not start"
+            time.sleep(0.05)
+        running.healthz()
+        yield running
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def half_open(port: int, count: int) -> list[socket.socket]:
+    sockets = []
+    for _ in range(count):
+        sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        with contextlib.suppress(OSError):  # a refused one may be closed already
+            sock.sendall(HALF_OPEN)
+        sockets.append(sock)
+    return sockets
+
+
+async def half_open_async(port: int, count: int) -> list[asyncio.StreamReader]:
+    readers = []
+    for _ in range(count):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(HALF_OPEN)
+        reader.writer = writer  # type: ignore[attr-defined]  # kept open while stalled
+        readers.append(reader)
+    return readers
+
+
+async def closed_by_server(reader: asyncio.StreamReader) -> bytes:
+    """Everything the server sent before it closed the connection (waits for that)."""
+    try:
+        async with asyncio.timeout(60):
+            return await reader.read()
+    except ConnectionResetError:
+        return b""
+
+
+def http_stats(bot: Bot) -> dict[str, Any]:
+    return dict(bot.daemon.http.health()[1]["components"]["http"])
+
+
+async def test_attack_half_open_connections_over_the_cap_never_silence_healthz(
+    state_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    async with (
+        running_bot(state_dir, CAPPED, environ=ENV, channels=["webhook"]) as bot,
+        aiohttp.ClientSession() as session,
+    ):
+        port = bot.daemon.http.port
+        peers = await half_open_async(port, 80)
+        try:
+            # answers while 80 peers hang mid-request-line, 30 more than the cap
+            async with session.get(f"http://127.0.0.1:{port}/healthz") as answer:
+                assert answer.status == 200
+            stats = http_stats(bot)
+            assert stats["max_connections"] == 50
+            assert stats["connections"] <= 50
+            assert stats["replaced"] + stats["refused"] >= 80 - 50
+            # every half-open connection is closed by the server: replaced, refused, or
+            # after the header timeout; none is ever answered as a request
+            for peer in peers:
+                assert b"HTTP/1.1 2" not in await closed_by_server(peer)
+        finally:
+            for peer in peers:
+                peer.writer.close()  # type: ignore[attr-defined]
+        async with session.get(f"http://127.0.0.1:{port}/healthz") as answer:
+            assert answer.status == 200
+    assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
+    refusals = [r for r in caplog.records if "http: connections refused" in r.getMessage()]
+    assert len(refusals) <= 3  # once per interval with a count, never one line each
+
+
+def test_attack_more_connections_than_descriptors_never_floods_the_log(
+    tmp_path: Path,
+) -> None:
+    with daemon(tmp_path, UNCAPPED, nofile=64) as running:
+        sockets = half_open(running.port, 80)  # more than the process may open
+        try:
+            assert running.healthz()["status"] == "ok"
+            assert running.healthz()["status"] == "ok"
+        finally:
+            for sock in sockets:
+                sock.close()
+        log = running.log_text()
+    lowered = re.search(
+        r"max_connections = 256 is more than the descriptor limit .*using (\d+)", log
+    )
+    assert lowered is not None and int(lowered.group(1)) < 64, log
+    assert "Traceback" not in log
+    assert "out of system resource" not in log
+    assert log.count("http: accept failed") <= 3
+
+
+async def send_head(port: int, body_start: bytes, length: int) -> asyncio.StreamReader:
+    """A POST whose body stops after ``body_start``: the peer stalls."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(
+        b"POST /hooks/gh HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+        + f"Content-Length: {length}\r\n\r\n".encode()
+        + body_start
+    )
+    await writer.drain()
+    reader.writer = writer  # type: ignore[attr-defined]  # kept open while stalled
+    return reader
+
+
+async def answer_head(reader: asyncio.StreamReader) -> tuple[int, dict[str, str]]:
+    async with asyncio.timeout(60):
+        head = await reader.readuntil(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = {
+        name.strip().lower(): value.strip()
+        for name, _, value in (line.partition(":") for line in lines[1:] if line)
+    }
+    return int(lines[0].split()[1]), headers
+
+
+async def test_attack_stalled_large_bodies_past_the_route_bound_get_503_then_408(
+    state_dir: Path,
+) -> None:
+    length = 1024 * 1024 - 10  # as in the attack: just under max_body, never finished
+    body_start = b'{"ref": "' + b"x" * 60_000
+    async with (
+        running_bot(state_dir, BODIES, environ=ENV, channels=["webhook"]) as bot,
+        aiohttp.ClientSession() as session,
+    ):
+        port = bot.daemon.http.port
+        base = f"http://127.0.0.1:{port}"
+        stalled = [await send_head(port, body_start, length) for _ in range(2)]
+        async with asyncio.timeout(30):
+            while http_stats(bot)["bodies_reading"] < 2:
+                await asyncio.sleep(0.05)
+        extra = [await send_head(port, body_start, length) for _ in range(3)]
+        for reader in extra:  # over the route's bound: refused at once, not read
+            status, headers = await answer_head(reader)
+            assert status == 503
+            assert int(headers["retry-after"]) >= 1
+            assert headers.get("connection", "").lower() == "close"
+        # another route is not held up by this one's stalled peers
+        body = dumps({"ref": "other"})
+        async with session.post(base + "/hooks/other", data=body, headers=bearer_headers()) as r:
+            assert r.status == 202
+        for reader in stalled:  # dropped after the body timeout
+            status, headers = await answer_head(reader)
+            assert status == 408
+            assert headers.get("connection", "").lower() == "close"
+            with contextlib.suppress(ConnectionResetError):
+                async with asyncio.timeout(60):
+                    await reader.read()  # the server closes the connection
+        stats = http_stats(bot)
+        assert stats["bodies_reading"] == 0
+        assert stats["slow_bodies"] == 2 and stats["busy_routes"] == 3
+
+        def deliveries(db: Any) -> int:
+            query = "SELECT count(*) FROM inbox WHERE session_key = 'webhook:gh'"
+            return int(db.execute(query).fetchone()[0])
+
+        assert await bot.db.run(deliveries) == 0
+        body = dumps({"ref": "after the flood"})
+        async with session.post(base + "/hooks/gh", data=body, headers=gh_headers(body)) as r:
+            assert r.status == 202  # the route's slots are free again
+        for reader in stalled + extra:
+            reader.writer.close()  # type: ignore[attr-defined]
+
+
+async def test_attack_endless_request_heads_are_cut_off_and_large_bodies_still_pass(
+    state_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    endless = b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n" + b"".join(
+        b"X-Pad-%d: %s\r\n" % (n, b"a" * 8000) for n in range(100)
+    )  # 800 KB of header lines, each within aiohttp's own limits, and no end
+    async with (
+        running_bot(state_dir, UNCAPPED, environ=ENV, channels=["webhook"]) as bot,
+        aiohttp.ClientSession() as session,
+    ):
+        port = bot.daemon.http.port
+        base = f"http://127.0.0.1:{port}"
+        peers = []
+        for _ in range(20):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(endless)
+            reader.writer = writer  # type: ignore[attr-defined]
+            peers.append(reader)
+        for peer in peers:  # cut off long before the head could end
+            assert (await closed_by_server(peer)) in (b"", TOO_LARGE)
+            peer.writer.close()  # type: ignore[attr-defined]
+        assert http_stats(bot)["large_heads"] == 20
+        async with session.get(base + "/healthz") as answer:
+            assert answer.status == 200
+        # large bodies are no head: kept-alive deliveries of 600 KB each are accepted …
+        for n in range(3):
+            body = dumps({"ref": f"large {n}", "pad": "p" * 600_000})
+            async with session.post(base + "/hooks/gh", data=body, headers=gh_headers(body)) as r:
+                assert r.status == 202
+        # … also when the head and the body arrive in one write, twice on one connection
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        for n in range(2):
+            body = dumps({"ref": f"one write {n}", "pad": "q" * 600_000})
+            head = "".join(f"{k}: {v}\r\n" for k, v in gh_headers(body).items())
+            writer.write(
+                b"POST /hooks/gh HTTP/1.1\r\nHost: localhost\r\n"
+                + head.encode()
+                + f"Content-Length: {len(body)}\r\n\r\n".encode()
+                + body
+            )
+            status, headers = await answer_head(reader)
+            assert status == 202
+            await reader.readexactly(int(headers["content-length"]))
+        writer.close()
+        assert http_stats(bot)["large_heads"] == 20
+    assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
+
+
+async def test_repeated_errors_are_logged_once_per_interval_with_a_count(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    logger = logging.getLogger("tests.http_flood")
+    throttle = Throttle(logger, interval=0.2)
+    with caplog.at_level(logging.WARNING, logger="tests.http_flood"):
+        for _ in range(500):
+            throttle.note("http: accept failed", "OSError: [Errno 24] Too many open files")
+        assert len(caplog.records) == 1
+        async with asyncio.timeout(30):
+            while len(caplog.records) < 2:
+                await asyncio.sleep(0.05)
+    throttle.close()
+    first, summary = (record.getMessage() for record in caplog.records)
+    assert first == "http: accept failed: OSError: [Errno 24] Too many open files"
+    assert summary.startswith("http: accept failed: 499 more in the last")
+    assert all(record.exc_info is None for record in caplog.records)
+
+
+def test_http_flood_bench_quick() -> None:
+    """The bench script still runs (its figures live in bench/RESULTS.md)."""
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "http_flood.py"), "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=echo_bot_env(),
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "| phase | peers | RSS before MiB |" in result.stdout
+    assert "0 tracebacks" in result.stdout
