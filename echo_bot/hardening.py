@@ -46,3 +46,17 @@ def make_private(path: Path, mode: int) -> None:
         return
     except PermissionError:
         log.warning("cannot make %s private (chmod %o): not its owner", path, mode)
+
+
+def release_free_memory() -> bool:
+    """Hand the heap's free pages back to the system (glibc's ``malloc_trim(0)``).
+
+    After a flood of large request bodies the daemon's own objects are gone, but glibc
+    keeps the freed arenas mapped, so the resident size stays up for good. Costs a few
+    milliseconds: call it off the event loop, and only after such a peak. False where
+    there is no glibc."""
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return False
+    return bool(trim(0))

@@ -34,6 +34,7 @@ from typing import Any
 from aiohttp import web
 
 from .config import HttpConfig
+from .hardening import release_free_memory
 from .secrets import Masker
 
 log = logging.getLogger(__name__)
@@ -47,6 +48,11 @@ ACCEPT_BATCH = 64  # connections taken per readiness event: others wait their tu
 ACCEPT_PAUSE = 1.0  # seconds without accepting after accept() failed (e.g. no descriptors)
 LINGER = 2.0  # seconds an answered request's unread body is still drained before closing
 LOG_INTERVAL = 30.0
+# Connections open at once after which, once nearly all have closed again (a webhook
+# peer may keep a few alive), free heap memory is handed back to the system (see
+# hardening.release_free_memory).
+TRIM_AFTER_PEAK = 32
+TRIM_BELOW = 8
 RETRY_AFTER = 2
 READ_CHUNK = 64 * 1024
 # What aiohttp buffers of a body per connection before pausing the socket (2x this).
@@ -333,6 +339,7 @@ class HttpServer:
         self._sockets: list[socket.socket] = []
         self._bodies = BodySlots(config.max_concurrent_bodies)
         self._trouble = Throttle(log)
+        self._peak = 0  # most connections open at once since memory was last trimmed
         self._quiet = _QuietErrors(self._trouble)
         self.counts = {
             "refused": 0,
@@ -556,6 +563,7 @@ class HttpServer:
             self.config.header_timeout.total_seconds(),
         )
         self._connections[connection.handler] = connection
+        self._peak = max(self._peak, len(self._connections))
         loop = asyncio.get_running_loop()
         task = loop.create_task(loop.connect_accepted_socket(lambda: connection, conn))
         self._connecting.add(task)
@@ -577,6 +585,10 @@ class HttpServer:
 
     def _forget(self, connection: Connection) -> None:
         self._connections.pop(connection.handler, None)
+        if len(self._connections) < TRIM_BELOW and self._peak >= TRIM_AFTER_PEAK:
+            # A flood is over: its buffers are free, give the pages back (off the loop).
+            self._peak = 0
+            asyncio.get_running_loop().run_in_executor(None, release_free_memory)
 
     def _replace_idle(self) -> bool:
         """Close the connection idle for the longest to make room; False if none is."""

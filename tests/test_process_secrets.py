@@ -296,6 +296,7 @@ async def test_attack_bot_token_in_a_redirect_loop_error_never_leaves_through_he
                     "store": {"status": "ok"},
                     "scheduler": {"status": "ok"},
                     "telegram": {"status": "degraded"},
+                    "http": {"status": "ok"},
                 },
             }, "without the admin token /healthz shows states only, no error texts"
             assert (await get(port, "/healthz", "wrong-token"))[1] == body
