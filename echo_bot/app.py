@@ -184,7 +184,7 @@ class Daemon:
             audit=audit,
             config=config.brain,
         )
-        delivery = DeliveryWorker(outbox)
+        delivery = DeliveryWorker(outbox, masker=core.masker)
         dispatcher = Dispatcher(
             db=core.db,
             inbox=inbox,

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from . import metrics
 from .bus import Channel
 from .errors import ChannelError
+from .secrets import Masker
 from .store.outbox import OutboxRow, SqliteOutbox
 
 log = logging.getLogger(__name__)
@@ -35,8 +36,12 @@ class DeliveryWorker:
         *,
         clock: Callable[[], float] = time.time,
         max_attempts: int = MAX_ATTEMPTS,
+        masker: Masker | None = None,
     ) -> None:
         self.outbox = outbox
+        # Every text a chat receives leaves through here: the last place to mask a
+        # secret that reached a notice, a prompt or a reply some other way.
+        self.masker = masker or Masker()
         self.clock = clock
         self.max_attempts = max_attempts
         self.channels: dict[str, Channel] = {}
@@ -127,6 +132,9 @@ class DeliveryWorker:
         look_again = True
         try:
             channel = self.channels[message.to.channel]
+            masked = self.masker.mask(message.text)
+            if masked != message.text:
+                message = message.model_copy(update={"text": masked})
             if message.edit_of:
                 target = await self.outbox.receipt_of(message.edit_of)
                 message = message.model_copy(update={"edit_message_id": target})

@@ -5,9 +5,10 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from echo_bot.secrets import MASK
 from echo_bot.store import DB_FILENAME, Database
 from echo_bot.store.reminders import ACTIVE, ReminderRow, insert_reminder
-from tests.conftest import echo_bot_env, run_echo_bot
+from tests.conftest import echo_bot_env, run_echo_bot, running_bot
 
 TOKEN = "123456:AAE-masked-output-token-9d1"
 
@@ -47,3 +48,14 @@ def test_attack_status_prints_a_secret_from_the_store_masked(tmp_path: Path) -> 
     assert TOKEN not in result.stdout + result.stderr
     listed = run_echo_bot("reminders", "list", "--state-dir", str(state), env=env)
     assert listed.returncode == 0 and TOKEN not in listed.stdout + listed.stderr
+
+
+async def test_attack_a_secret_sent_by_a_tool_reaches_the_chat_masked(tmp_path: Path) -> None:
+    """``send_message`` puts its text in the outbox as given; the delivery worker, the
+    one way out to every chat, masks it like a reply."""
+    async with running_bot(tmp_path / "state", environ={"TELEGRAM_BOT_TOKEN": TOKEN}) as bot:
+        inbound = await bot.channel.say(f'/tool send_message {{"text": "the key is {TOKEN}"}}')
+        await bot.channel.reply_to(inbound)
+        texts = [m.text for m in bot.channel.sent]
+        assert any(f"the key is {MASK}" in text for text in texts), texts
+        assert not any(TOKEN in text for text in texts), texts
