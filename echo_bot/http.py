@@ -1,7 +1,10 @@
 """The one aiohttp server: channels' routes, ``/healthz``. Imported only when needed.
 
-Started when something needs it (the Telegram channel, webhooks); it listens on
-``[http] host:port`` (loopback by default: put a TLS reverse proxy in front).
+Started when something needs it (webhooks, Telegram webhook mode, ``[http] enabled``
+for ``/healthz`` and ``/metrics``: see ``app.http_reasons``); it listens on
+``[http] host:port`` (loopback by default: put a TLS reverse proxy in front). The
+address is taken before anything else starts (:meth:`HttpServer.bind`); when it cannot
+be had the daemon stops with one line and exit code 2.
 
 A stranger must not be able to knock it out, so the server owns its listening sockets
 and accepts connections itself (aiohttp serves each accepted one):
