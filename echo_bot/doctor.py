@@ -11,6 +11,7 @@ import sqlite3
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from .config import DEFAULT_OPENAI_BASE_URL, LoadedConfig, llm_enabled, telegram_enabled
 from .errors import ConfigError, EchoBotError
@@ -140,8 +141,12 @@ async def _get_me(api_base: str, token: str, token_env: str) -> tuple[str, str]:
             session.get(f"{api_base}/bot{token}/getMe", allow_redirects=False) as response,
         ):
             status, raw = response.status, await response.content.read(MAX_ANSWER)
-    except (ClientError, TimeoutError, OSError) as exc:
-        return FAIL, f"cannot reach {api_base}: {type(exc).__name__} {exc}".strip()
+    except (ClientError, TimeoutError, OSError, ValueError) as exc:
+        # The error may quote the URL, the token in it escaped past the masker's reach.
+        detail = str(exc)
+        for form in {token, quote(token, safe=""), quote(token, safe=":")}:
+            detail = detail.replace(form, "***")
+        return FAIL, f"cannot reach {api_base}: {type(exc).__name__} {detail}".strip()
     answer: Any = None
     with contextlib.suppress(ValueError):
         answer = json.loads(raw)
