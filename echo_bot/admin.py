@@ -53,10 +53,24 @@ def _with_store(state_dir: Path, fn: Callable[[SqlDb], T]) -> T:
 # -- check-config -------------------------------------------------------------------------
 def check_config(loaded: LoadedConfig, state_dir: Path, env: Mapping[str, str]) -> int:
     """``env``: the environment with the systemd credentials filled in."""
-    from .app import build_core
+    from .app import build_core, http_reasons
 
     core = build_core(loaded, state_dir, env)
     config = loaded.config
+    running = [
+        name
+        for name, on in (
+            ("telegram", telegram_enabled(loaded, env)),
+            ("webhook", config.webhook.enabled),
+        )
+        if on
+    ]
+    reasons = http_reasons(config, running)
+    http = (
+        f"{config.http.host}:{config.http.port} ({', '.join(reasons)})"
+        if reasons
+        else "off, no port opened ([http] enabled = true serves /healthz and /metrics)"
+    )
     lines = [
         f"config: {loaded.path or 'embedded defaults'} — valid",
         f"state dir: {state_dir}",
@@ -64,6 +78,7 @@ def check_config(loaded: LoadedConfig, state_dir: Path, env: Mapping[str, str]) 
         f"telegram: {'on' if telegram_enabled(loaded, env) else 'off'}",
         f"webhook: {'on' if config.webhook.enabled else 'off'} "
         f"({len(config.webhook.routes)} route(s))",
+        f"http server: {http}",
         f"cron jobs: {len(config.cron)}",
         f"tools (profile {config.tools.profile}): "
         + (", ".join(t.name for t in core.exposed) or "none"),
@@ -305,18 +320,31 @@ def status_command(state_dir: Path) -> int:
 
 
 def backup_command(state_dir: Path, target: Path) -> int:
+    """A directory ``target`` gets a new, timestamped file inside it (UTC)."""
     from .store.db import backup_to
 
     source = state_dir / DB_FILENAME
     if not source.exists():
-        print(f"echo-bot: no store at {source}")
+        print(f"echo-bot: no store at {source}", file=sys.stderr)
         return 1
+    if target.is_dir():
+        target = backup_name(target)
     if target.resolve() == source.resolve():
-        print("echo-bot: the backup must not overwrite the store itself")
+        print("echo-bot: the backup must not overwrite the store itself", file=sys.stderr)
         return 2
-    pages = backup_to(source, target)
+    pages = backup_to(source, target)  # StoreError: one line, exit code 2
     print(f"Backed up {source} to {target} ({pages} pages), consistent as of now.")
     return 0
+
+
+def backup_name(directory: Path) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    target = directory / f"echo-bot-{stamp}.sqlite3"
+    n = 1
+    while target.exists():  # more than one backup in the same second
+        n += 1
+        target = directory / f"echo-bot-{stamp}-{n}.sqlite3"
+    return target
 
 
 # -- pairing ------------------------------------------------------------------------------

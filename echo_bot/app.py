@@ -52,8 +52,22 @@ CHANNELS: dict[str, str] = {
     "telegram": "channels.telegram:TelegramChannel",
     "webhook": "channels.webhook:WebhookChannel",
 }
-# Channels that need the HTTP server (webhook routes, /healthz).
-SERVER_CHANNELS = frozenset({"telegram", "webhook"})
+
+
+def http_reasons(config: Config, channel_names: Sequence[str]) -> list[str]:
+    """Why the HTTP server (and its port) is needed; empty: it is not started.
+
+    Webhooks and Telegram webhook mode need it; Telegram polling does not, so /healthz
+    and /metrics alone are asked for with ``[http] enabled = true``.
+    """
+    reasons = []
+    if "webhook" in channel_names:
+        reasons.append("webhooks")
+    if "telegram" in channel_names and config.telegram.mode == "webhook":
+        reasons.append("Telegram webhook mode")
+    if config.http.enabled:
+        reasons.append("[http] enabled")
+    return reasons
 
 
 def load_channel_class(name: str) -> type[Channel]:
@@ -151,11 +165,31 @@ class Daemon:
         lock = StateLock(core.state_dir)
         lock.acquire()
         try:
-            return await self._run_locked(config)
+            # The port first: when it is taken, nothing else has started (exit code 2).
+            http = await self._bind_http(config)
+            try:
+                return await self._run_locked(config, http)
+            finally:
+                if http is not None:
+                    await http.stop()  # a no-op when _run_locked stopped it in order
         finally:
             lock.release()
 
-    async def _run_locked(self, config: Any) -> int:
+    async def _bind_http(self, config: Config) -> Any:
+        if not http_reasons(config, self.channel_names):
+            if "telegram" in self.channel_names:  # it used to open one in polling mode
+                log.info(
+                    "Telegram polls: no HTTP server and no port ([http] enabled = true"
+                    " serves /healthz and /metrics)"
+                )
+            return None
+        from .http import HttpServer
+
+        http = HttpServer(config.http, client_max_size=config.webhook.max_body)
+        await http.bind()
+        return http
+
+    async def _run_locked(self, config: Any, http: Any) -> int:
         core = self.core
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -197,11 +231,7 @@ class Daemon:
         runner.on_reply = delivery.offer
         bus.on_outbound(delivery.wake)
         commands = [(c.name, c.help) for c in core.commands.all()]
-        http = None
-        if SERVER_CHANNELS & set(self.channel_names):
-            from .http import HttpServer
-
-            http = HttpServer(config.http, client_max_size=config.webhook.max_body)
+        if http is not None:
             admin_env = config.webhook.admin_token_env
             http.protect_health(core.masker, self.environ.get(admin_env, "") if admin_env else "")
             http.add_health("store", lambda: {"status": "ok"})

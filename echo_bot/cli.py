@@ -56,7 +56,14 @@ def _parser() -> argparse.ArgumentParser:
     pairings.add_argument("action", choices=["list", "revoke"])
     pairings.add_argument("user", nargs="?", help="the user id to revoke (revoke)")
     sub.add_parser("status", parents=[common], help="what the daemon is doing (or was)")
-    sub.add_parser("doctor", parents=[common], help="check config, secrets, state dir, peers")
+    doctor = sub.add_parser(
+        "doctor", parents=[common], help="check config, secrets, state dir, peers"
+    )
+    doctor.add_argument(
+        "--env-file",
+        type=Path,
+        help="read secrets from the service's environment file too (systemd EnvironmentFile=)",
+    )
     backup = sub.add_parser("backup", parents=[common], help="a consistent copy of the store")
     backup.add_argument("path", type=Path, help="where to write the copy")
     webhook = sub.add_parser("webhook", help="webhook deliveries; test a route")
@@ -177,7 +184,7 @@ def _manage(
 
 def _doctor(args: argparse.Namespace) -> int:
     from .config import Config, load_config, secret_env_names, with_credentials
-    from .doctor import run_doctor
+    from .doctor import environ_with_file, run_doctor
     from .logs import setup_logging
     from .secrets import masked_output
     from .statedir import resolve_state_dir
@@ -188,10 +195,11 @@ def _doctor(args: argparse.Namespace) -> int:
         config, config_dir = loaded.config, loaded.config.bot.state_dir
     except EchoBotError as exc:
         loaded, config, config_dir = exc, Config(), None
+    base = environ_with_file(os.environ, args.env_file)
     try:
-        environ = with_credentials(config, os.environ)
+        environ = with_credentials(config, base)
     except EchoBotError as exc:
-        loaded, environ = exc, dict(os.environ)
+        loaded, environ = exc, base
     masker = Masker.from_environment(secret_env_names(config), environ)
     setup_logging("ERROR", "text", masker)
     state_dir = resolve_state_dir(args.state_dir, config_dir, environ)

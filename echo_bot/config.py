@@ -144,6 +144,9 @@ class ApprovalsConfig(Section):
 
 
 class HttpConfig(Section):
+    # The server starts for webhooks and Telegram webhook mode; true starts it anyway,
+    # for /healthz and /metrics (Telegram polling and cron need no port).
+    enabled: bool = False
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=0, le=65535)  # 0: any free port
     max_connections: int = Field(256, ge=1, le=100_000)

@@ -3,16 +3,52 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import os
+import re
 import sqlite3
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
+from urllib.parse import quote
 
 from .config import DEFAULT_OPENAI_BASE_URL, LoadedConfig, llm_enabled, telegram_enabled
-from .errors import EchoBotError
+from .errors import ConfigError, EchoBotError
 from .store import DB_FILENAME
 
 OK, WARN, FAIL = "ok", "warn", "FAIL"
+TIMEOUT = 5.0  # seconds for each peer; the peers are asked at once
+MAX_ANSWER = 64 * 1024
+_ENV_LINE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.*)$")
+
+
+def environ_with_file(environ: Mapping[str, str], env_file: Path | None) -> dict[str, str]:
+    """``environ`` with the service's environment file on top (``--env-file``): what the
+    daemon sees under systemd (``EnvironmentFile=``), for a doctor run from a shell.
+
+    The file's syntax is systemd's: ``KEY=value`` lines, ``#`` and ``;`` comments, a
+    value optionally in single or double quotes. Its values win over the shell's.
+    """
+    env = dict(environ)
+    if env_file is None:
+        return env
+    try:
+        text = env_file.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"--env-file {env_file}: cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"--env-file {env_file}: not UTF-8 text") from None
+    for line in text.splitlines():
+        line = line.strip()
+        match = _ENV_LINE.match(line)
+        if not match or line.startswith(("#", ";")):
+            continue
+        name, value = match.groups()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        env[name] = value
+    return env
 
 
 def _check_state_dir(state_dir: Path) -> tuple[str, str]:
@@ -47,7 +83,39 @@ def _check_store(state_dir: Path) -> tuple[str, str]:
     return OK, f"{path}: integrity ok"
 
 
-async def _reach(url: str, timeout: float = 5.0) -> tuple[str, str]:
+def _check_outbox(state_dir: Path, running: frozenset[str]) -> tuple[str, str] | None:
+    """Messages queued for a channel this config does not run are never delivered."""
+    from sqlite_utils import Database as SqlDb
+
+    from .store.meta import queued_by_channel
+
+    path = state_dir / DB_FILENAME
+    if not path.exists():
+        return None
+    try:
+        with contextlib.closing(
+            sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
+        ) as conn:
+            queued = queued_by_channel(SqlDb(conn))
+    except sqlite3.Error as exc:
+        return WARN, f"cannot read the outbox of {path}: {exc}"
+    stranded = {name: n for name, n in sorted(queued.items()) if name not in running}
+    if not stranded:
+        waiting = sum(queued.values())
+        return OK, f"{waiting} message(s) waiting for delivery" if waiting else "empty"
+    parts = []
+    for name, count in stranded.items():
+        if name == "cli":
+            parts.append(f"{count} message(s) for cli wait for a terminal (`echo-bot chat`)")
+        else:
+            parts.append(
+                f"{count} message(s) for {name} wait, but the {name} channel is not enabled"
+                " in this config: enable it, or they are never delivered"
+            )
+    return WARN, "; ".join(parts)
+
+
+async def _reach(url: str, timeout: float = TIMEOUT) -> tuple[str, str]:
     from aiohttp import ClientError, ClientSession, ClientTimeout
 
     try:
@@ -55,10 +123,51 @@ async def _reach(url: str, timeout: float = 5.0) -> tuple[str, str]:
             ClientSession(timeout=ClientTimeout(total=timeout)) as session,
             session.get(url, allow_redirects=False) as response,
         ):
-            return OK, f"{url.split('/bot')[0]} answers (HTTP {response.status})"
+            return OK, f"{url} answers (HTTP {response.status})"
     except (ClientError, TimeoutError, OSError) as exc:
-        shown = url.split("/bot")[0]
-        return FAIL, f"cannot reach {shown}: {type(exc).__name__} {exc}".strip()
+        return FAIL, f"cannot reach {url}: {type(exc).__name__} {exc}".strip()
+
+
+async def _get_me(api_base: str, token: str, token_env: str) -> tuple[str, str]:
+    """Ask the Bot API who the token belongs to: an unknown token is 401 (404 when it is
+    malformed). The URL holds the token: only ``api_base`` is ever shown."""
+    from aiohttp import ClientError, ClientSession, ClientTimeout
+
+    if not token:
+        return WARN, f"not asked: ${token_env} is not set"
+    try:
+        async with (
+            ClientSession(timeout=ClientTimeout(total=TIMEOUT)) as session,
+            session.get(f"{api_base}/bot{token}/getMe", allow_redirects=False) as response,
+        ):
+            status, raw = response.status, await response.content.read(MAX_ANSWER)
+    except (ClientError, TimeoutError, OSError, ValueError) as exc:
+        # The error may quote the URL, the token in it escaped past the masker's reach.
+        detail = str(exc)
+        for form in {token, quote(token, safe=""), quote(token, safe=":")}:
+            detail = detail.replace(form, "***")
+        return FAIL, f"cannot reach {api_base}: {type(exc).__name__} {detail}".strip()
+    answer: Any = None
+    with contextlib.suppress(ValueError):
+        answer = json.loads(raw)
+    if status in (401, 404):
+        return FAIL, (
+            f"the Bot API at {api_base} rejected the token (getMe: HTTP {status}): check"
+            f" {token_env} / BotFather"
+        )
+    if status == 200 and isinstance(answer, dict) and answer.get("ok"):
+        bot = answer.get("result") or {}
+        return OK, f"{api_base} knows the token: the bot is @{bot.get('username', '?')}"
+    if status == 429 or status >= 500:
+        return WARN, f"{api_base} answered getMe with HTTP {status}; try again later"
+    return FAIL, f"{api_base} answered getMe with HTTP {status}: is it a Bot API server?"
+
+
+async def _probe_peers(probes: list[tuple[str, Any]]) -> list[tuple[str, str, str]]:
+    results = await asyncio.gather(*(probe for _name, probe in probes))
+    return [
+        (name, status, text) for (name, _p), (status, text) in zip(probes, results, strict=True)
+    ]
 
 
 def run_doctor(
@@ -84,19 +193,33 @@ def run_doctor(
     checks.append(("store", *_check_store(state_dir)))
     if loaded is not None:
         config = loaded.config
-        probes: list[tuple[str, str]] = []
+        running = {"webhook"} if config.webhook.enabled else set()
+        probes: list[tuple[str, Any]] = []
         if telegram_enabled(loaded, environ):
-            probes.append(("telegram", config.telegram.api_base.rstrip("/")))
+            running.add("telegram")
+            token_env = config.telegram.token_env
+            api_base = config.telegram.api_base.rstrip("/")
+            probes.append(("telegram", _get_me(api_base, environ.get(token_env, ""), token_env)))
         if llm_enabled(loaded, environ):
             base = config.openai.base_url.rstrip("/")
-            probes.append(("llm", base + "/models" if base != DEFAULT_OPENAI_BASE_URL else base))
-        for name, url in probes:
-            status, text = asyncio.run(_reach(url))
-            checks.append((name, status, text))
+            probes.append(
+                ("llm", _reach(base + "/models" if base != DEFAULT_OPENAI_BASE_URL else base))
+            )
+        if probes:
+            checks += asyncio.run(_probe_peers(probes))
+        outbox = _check_outbox(state_dir, frozenset(running))
+        if outbox is not None:
+            checks.append(("outbox", *outbox))
     width = max(len(name) for name, _s, _t in checks)
     for name, status, text in checks:
         text = text.replace("\n", "\n" + " " * (width + 9))
         print(f"[{status:>4}] {name:<{width}}  {text}")
     failed = [name for name, status, _t in checks if status == FAIL]
-    print("All good." if not failed else f"Fix: {', '.join(failed)}.")
+    warned = [name for name, status, _t in checks if status == WARN]
+    if failed:
+        print(f"Fix: {', '.join(failed)}.")
+    elif warned:
+        print(f"Works, but look at: {', '.join(warned)}.")
+    else:
+        print("All good.")
     return 1 if failed else 0

@@ -1,7 +1,10 @@
 """The one aiohttp server: channels' routes, ``/healthz``. Imported only when needed.
 
-Started when something needs it (the Telegram channel, webhooks); it listens on
-``[http] host:port`` (loopback by default: put a TLS reverse proxy in front).
+Started when something needs it (webhooks, Telegram webhook mode, ``[http] enabled``
+for ``/healthz`` and ``/metrics``: see ``app.http_reasons``); it listens on
+``[http] host:port`` (loopback by default: put a TLS reverse proxy in front). The
+address is taken before anything else starts (:meth:`HttpServer.bind`); when it cannot
+be had the daemon stops with one line and exit code 2.
 
 A stranger must not be able to knock it out, so the server owns its listening sockets
 and accepts connections itself (aiohttp serves each accepted one):
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import hmac
 import logging
 import os
@@ -34,6 +38,7 @@ from typing import Any
 from aiohttp import web
 
 from .config import HttpConfig
+from .errors import EchoBotError
 from .hardening import release_free_memory
 from .secrets import Masker
 
@@ -324,6 +329,37 @@ async def listen(host: str, port: int) -> list[socket.socket]:
     return sockets
 
 
+class ListenError(EchoBotError):
+    """The server cannot have its address (in use, not ours, privileged): exit code 2, so
+    systemd does not restart into the same wall (RestartPreventExitStatus=2)."""
+
+    exit_code = 2
+
+
+def _shown(host: str, port: int) -> str:
+    host = host or "*"
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def listen_error(host: str, port: int, exc: OSError) -> ListenError:
+    where = f"cannot listen on {_shown(host, port)}"
+    if isinstance(exc, socket.gaierror):
+        return ListenError(f"{where}: [http] host {host!r} does not resolve ({exc.strerror})")
+    if exc.errno == errno.EADDRINUSE:
+        return ListenError(
+            f"{where}: the address is already in use (another echo-bot?); stop that "
+            "process or set [http] port to a free port"
+        )
+    if exc.errno == errno.EACCES:
+        return ListenError(
+            f"{where}: permission denied (ports below 1024 need privileges); "
+            "set [http] port to 1024 or above"
+        )
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return ListenError(f"{where}: [http] host is not an address of this machine")
+    return ListenError(f"{where}: {exc.strerror or exc}; check [http] host and [http] port")
+
+
 class HttpServer:
     def __init__(self, config: HttpConfig, *, client_max_size: int = 1024 * 1024) -> None:
         self.config = config
@@ -424,14 +460,24 @@ class HttpServer:
                 self.max_connections,
             )
         logging.getLogger("aiohttp.server").addFilter(self._quiet)
-        self._sockets = await listen(self.config.host, self.config.port)
+        if not self._sockets:
+            await self.bind()
         loop = asyncio.get_running_loop()
         for sock in self._sockets:
             loop.add_reader(sock.fileno(), self._accept, sock)
         self.port = self._sockets[0].getsockname()[1] if self._sockets else self.config.port
         log.info("HTTP server listening on %s:%s", self.config.host, self.port)
 
+    async def bind(self) -> None:
+        """Take the address now, before anything else starts: :class:`ListenError` (one
+        line, exit code 2) when it cannot be had. :meth:`start` then serves on it."""
+        try:
+            self._sockets = await listen(self.config.host, self.config.port)
+        except OSError as exc:
+            raise listen_error(self.config.host, self.config.port, exc) from None
+
     async def stop(self) -> None:
+        """Idempotent: also closes the sockets of a server bound but never started."""
         loop = asyncio.get_running_loop()
         for sock in self._sockets:
             loop.remove_reader(sock.fileno())

@@ -178,6 +178,7 @@ enabled = true
 api_base = "{api.base_url}"
 allowed_users = [{OWNER}]
 [http]
+enabled = true
 port = {port}
 [webhook]
 admin_token_env = "ECHO_BOT_ADMIN_TOKEN"

@@ -50,6 +50,7 @@ def test_attack_world_readable_state_dir_and_store_are_made_private_at_start(
         assert mode(state) == 0o700
         assert {path.name: mode(path) for path in files} == {path.name: 0o600 for path in files}
         backup = tmp_path / "backups" / "copy.sqlite3"
+        backup.parent.mkdir()  # backup writes into an existing directory only
         result = subprocess.run(
             echo_bot_cmd("backup", str(backup), "--state-dir", str(state)),
             capture_output=True, text=True, env=echo_bot_env(), cwd=ROOT,

@@ -55,6 +55,7 @@ api_base = "{api.base_url}"
 allowed_users = [{", ".join(str(u) for u in allowed)}]
 {telegram}
 [http]
+enabled = true
 port = 0
 [tools]
 profile = "coding"

@@ -159,6 +159,7 @@ enabled = true
 api_base = "http://127.0.0.1:{closed_port}"
 allowed_users = [{OWNER}]
 [http]
+enabled = true
 port = {http_port}
 """
     )

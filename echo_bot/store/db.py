@@ -402,24 +402,58 @@ def backup_to(source: Path, target: Path) -> int:
     """A consistent copy of the live store with SQLite's online backup API (WAL-safe).
 
     Returns the number of pages copied. Runs in the calling thread (management command).
-    The copy holds everything the store does: it is made 0600 whatever the umask.
+    The copy holds everything the store does: it is made 0600 whatever the umask. It is
+    written beside ``target`` as ``.partial`` and renamed only once SQLite's
+    ``integrity_check`` passed on it. Any failure (no such directory, not writable, disk
+    full, a damaged copy) is a one-line :class:`StoreError` and leaves nothing behind;
+    an existing ``target`` stays as it was.
     """
-    target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if not target.parent.is_dir():
+        what = "does not exist" if not target.parent.exists() else "is not a directory"
+        raise StoreError(f"cannot write the backup {target}: {target.parent} {what}")
     partial = target.with_name(target.name + ".partial")
-    partial.unlink(missing_ok=True)
-    # Created by us, private, before SQLite opens it (its journal copies this mode).
-    os.close(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE))
-    make_private(partial, PRIVATE_FILE)
+    try:
+        partial.unlink(missing_ok=True)
+        # Created by us, private, before SQLite opens it (its journal copies this mode).
+        os.close(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE))
+    except OSError as exc:
+        raise StoreError(f"cannot write the backup {target}: {exc.strerror or exc}") from None
+    try:
+        make_private(partial, PRIVATE_FILE)
+        pages, problems = _copy_and_check(source, partial)
+        if problems:
+            raise StoreError(
+                f"the backup {target} failed SQLite's integrity check ({problems[0]}) and"
+                " was removed; the store itself may be damaged: run `echo-bot doctor`"
+            )
+        partial.replace(target)
+    except (OSError, sqlite3.Error) as exc:
+        _remove_partial(partial)
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise StoreError(f"the backup to {target} failed: {reason}") from None
+    except BaseException:
+        _remove_partial(partial)
+        raise
+    return pages
+
+
+def _copy_and_check(source: Path, copy: Path) -> tuple[int, list[str]]:
+    """Pages copied, and what ``integrity_check`` found wrong with the copy (empty: ok)."""
     src = sqlite3.connect(f"file:{source}?mode=ro", uri=True, timeout=30)
     try:
-        dst = sqlite3.connect(partial)
+        dst = sqlite3.connect(copy)
         try:
             src.backup(dst, pages=1024)
-            pages = dst.execute("PRAGMA page_count").fetchone()[0]
-            dst.execute("PRAGMA integrity_check").fetchone()
+            pages = int(dst.execute("PRAGMA page_count").fetchone()[0])
+            found = [str(row[0]) for row in dst.execute("PRAGMA integrity_check")]
         finally:
             dst.close()
     finally:
         src.close()
-    partial.replace(target)
-    return int(pages)
+    return pages, [line for line in found if line != "ok"]
+
+
+def _remove_partial(partial: Path) -> None:
+    for path in (partial, partial.with_name(partial.name + "-journal")):
+        with contextlib.suppress(OSError):
+            path.unlink(missing_ok=True)

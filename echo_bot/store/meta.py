@@ -33,3 +33,11 @@ def queue_counts(db: SqlDb) -> dict[str, int]:
         "approvals_pending": one("SELECT COUNT(*) FROM approvals WHERE status = 'pending'"),
         "reminders_active": one("SELECT COUNT(*) FROM reminders WHERE status = 'active'"),
     }
+
+
+def queued_by_channel(db: SqlDb) -> dict[str, int]:
+    """Outbound messages waiting for delivery, per channel."""
+    rows = db.execute(
+        "SELECT channel, COUNT(*) FROM outbox WHERE status = 'queued' GROUP BY channel"
+    ).fetchall()
+    return {str(channel): int(count) for channel, count in rows}

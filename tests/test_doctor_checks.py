@@ -1,0 +1,115 @@
+"""`echo-bot doctor` as the user ran it, against the fake Bot API: a rejected token, the
+service's environment file, messages stranded for a channel that does not run."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+from echo_bot.events import Address, OutboundMessage
+from echo_bot.store import DB_FILENAME, Database
+from echo_bot.store.outbox import enqueue_outbound
+from tests.conftest import ROOT, echo_bot_env
+from tests.fakes.telegram_api import FakeTelegramAPI
+
+TOKEN = "123456:DOCTOR-test-token"
+
+
+async def doctor(*args: str, **env: str) -> tuple[int, str]:
+    """The real command, run while the fake answers in this event loop."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "echo_bot", "doctor", *args,
+        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT, env=echo_bot_env(**env), cwd=ROOT,
+    )  # fmt: skip
+    async with asyncio.timeout(60):
+        out, _ = await proc.communicate()
+    assert proc.returncode is not None
+    return proc.returncode, out.decode()
+
+
+def telegram_config(tmp_path: Path, api: FakeTelegramAPI) -> Path:
+    path = tmp_path / "config.toml"
+    path.write_text(f'[telegram]\nenabled = true\napi_base = "{api.base_url}"\n')
+    return path
+
+
+def telegram_line(output: str) -> str:
+    (line,) = [line for line in output.splitlines() if "] telegram" in line]
+    return line
+
+
+async def test_doctor_fails_when_the_bot_api_rejects_the_token_with_401(tmp_path: Path) -> None:
+    async with FakeTelegramAPI(token=TOKEN) as api:
+        config = telegram_config(tmp_path, api)
+        wrong = "654321:REVOKED-token-value"
+        code, out = await doctor(
+            "--config", str(config), "--state-dir", str(tmp_path / "st"),
+            TELEGRAM_BOT_TOKEN=wrong,
+        )  # fmt: skip
+        assert [call.method for call in api.calls] == ["getMe"]
+    assert code == 1, out
+    line = telegram_line(out)
+    assert line.startswith("[FAIL]")
+    assert "rejected the token" in line and "HTTP 401" in line
+    assert "TELEGRAM_BOT_TOKEN" in line and "BotFather" in line
+    assert "All good." not in out and "Fix: telegram." in out
+    assert wrong not in out and "REVOKED" not in out
+
+
+async def test_doctor_fails_when_the_bot_api_answers_404_for_the_token(tmp_path: Path) -> None:
+    async with FakeTelegramAPI(token=TOKEN) as api:
+        api.fail_next("getMe", status=404)  # what Telegram answers for a malformed token
+        config = telegram_config(tmp_path, api)
+        code, out = await doctor(
+            "--config", str(config), "--state-dir", str(tmp_path / "st"),
+            TELEGRAM_BOT_TOKEN=TOKEN,
+        )  # fmt: skip
+    assert code == 1, out
+    line = telegram_line(out)
+    assert line.startswith("[FAIL]") and "rejected the token" in line and "HTTP 404" in line
+    assert TOKEN not in out
+
+
+async def test_doctor_reads_the_token_from_the_service_env_file(tmp_path: Path) -> None:
+    env_file = tmp_path / "env"
+    env_file.write_text(f'# /etc/echo-bot/env\nTELEGRAM_BOT_TOKEN="{TOKEN}"\n')
+    env_file.chmod(0o600)
+    async with FakeTelegramAPI(token=TOKEN) as api:
+        config = telegram_config(tmp_path, api)
+        args = ("--config", str(config), "--state-dir", str(tmp_path / "st"))
+        without, out_without = await doctor(*args)
+        code, out = await doctor(*args, "--env-file", str(env_file))
+        assert [call.token for call in api.calls] == [TOKEN], "asked once, with the file's token"
+    assert without == 1 and "TELEGRAM_BOT_TOKEN" in out_without, out_without
+    assert code == 0, out
+    assert telegram_line(out).startswith("[  ok]") and "@echo_test_bot" in out
+    assert "All good." in out
+    assert TOKEN not in out
+
+
+async def test_doctor_with_an_unreadable_env_file_is_one_line_exit_2(tmp_path: Path) -> None:
+    code, out = await doctor("--state-dir", str(tmp_path / "st"), "--env-file", str(tmp_path))
+    assert code == 2 and out.startswith("echo-bot: --env-file") and "Traceback" not in out
+    assert len(out.strip().splitlines()) == 1
+
+
+def test_doctor_warns_about_queued_messages_for_a_channel_that_is_not_running(
+    tmp_path: Path,
+) -> None:
+    state = tmp_path / "st"
+    db = Database(state / DB_FILENAME)
+    db.open_sync()
+    try:
+        for n in range(3):  # what a cron job delivering to Telegram left while it was off
+            message = OutboundMessage(to=Address.parse("telegram:42"), text=f"report {n}")
+            db.run_sync(lambda conn, m=message: enqueue_outbound(conn, m))
+    finally:
+        db.close_sync()
+    code, out = asyncio.run(doctor("--state-dir", str(state)))
+    assert code == 0, out
+    (line,) = [line for line in out.splitlines() if "] outbox" in line]
+    assert line.startswith("[warn]")
+    assert "3 message(s) for telegram" in line and "not enabled" in line
+    assert "All good." not in out
