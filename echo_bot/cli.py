@@ -167,9 +167,9 @@ def _dispatch(args: argparse.Namespace) -> int:
     _ERRORS.add(environ.get(name, "") for name in secret_env_names(config))
     state_dir = resolve_state_dir(args.state_dir, config.bot.state_dir, environ)
     if args.command in ("run", "chat"):
-        # The terminal chat shares the screen with stderr: only warnings and errors
+        # When the terminal chat shares its screen with stderr, only warnings and errors
         # interrupt it, unless asked for (--verbose); --log-file gets everything.
-        quiet = _terminal_chat(args.command) or args.log_file is not None
+        quiet = _chat_on_the_log_screen(args.command) or args.log_file is not None
         setup_logging(
             config.bot.log_level,
             config.bot.log_format,
@@ -284,9 +284,11 @@ def _stdin_is_terminal() -> bool:
     return sys.stdin is not None and sys.stdin.isatty()
 
 
-def _terminal_chat(command: str) -> bool:
-    """Whether the daemon attaches the terminal chat (see ``_run_daemon``)."""
-    return command == "chat" or _stdin_is_terminal()
+def _chat_on_the_log_screen(command: str) -> bool:
+    """Whether the terminal chat is attached (see ``_run_daemon``) and stderr, where the
+    log goes, is a terminal too: the screen the chat is read on."""
+    attached = command == "chat" or _stdin_is_terminal()
+    return attached and sys.stderr is not None and sys.stderr.isatty()
 
 
 def format_ts(ts: float) -> str:
