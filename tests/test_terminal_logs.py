@@ -3,6 +3,7 @@ where stdout (the chat) and stderr (the log) share one screen."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import select
@@ -12,6 +13,7 @@ import time
 from pathlib import Path
 
 from tests.conftest import ROOT, echo_bot_cmd, echo_bot_env
+from tests.fakes.telegram_api import FakeTelegramAPI
 from tests.proc import EchoBotProcess
 
 # A line as logging's text format writes it: "2026-12-01 05:42:03,759 INFO name: …".
@@ -141,3 +143,35 @@ def test_without_a_terminal_the_banner_offers_no_chat_and_the_log_stays_on_stder
         assert bot.terminate() == 0
     finally:
         bot.cleanup()
+
+
+async def test_each_telegram_update_is_not_an_info_line_in_the_service_log(tmp_path: Path) -> None:
+    """Under systemd the log is the journal: one aiogram line per update drowned it."""
+    token, owner = "123456:LOGS-test-token", 42
+    config = tmp_path / "config.toml"
+    async with FakeTelegramAPI(token=token) as api:
+        config.write_text(
+            f'[telegram]\nenabled = true\napi_base = "{api.base_url}"\n'
+            f"allowed_users = [{owner}]\n[http]\nport = 0\n"
+        )
+        proc = await asyncio.create_subprocess_exec(
+            *echo_bot_cmd("run", "--config", str(config), "--state-dir", str(tmp_path / "st")),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+            env=echo_bot_env(TELEGRAM_BOT_TOKEN=token),
+            cwd=ROOT,
+        )
+        try:
+            for n in range(3):
+                api.push_message(f"what time is it? ({n})", user_id=owner)
+            await api.wait_for_calls(
+                "sendMessage", 3, lambda c: "It is" in c.params.get("text", ""), timeout=30
+            )
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            _out, err = await asyncio.wait_for(proc.communicate(), 30)
+    log = err.decode()
+    assert proc.returncode == 0, log
+    assert re.search(r"INFO echo_bot\.app: echo-bot \S+ started", log), log
+    assert "aiogram.event" not in log, log
