@@ -30,6 +30,9 @@ from .store.inbox import add_inbound, get_inbound
 T = TypeVar("T")
 
 ADMIN_ADDRESS = Address(channel="cli", chat_id="admin")
+# A request id may be shortened to a unique prefix of at least this many characters.
+MIN_ID_PREFIX = 6
+_AMBIGUOUS_SHOWN = 10
 
 
 def _clock(ts: float | None) -> str:
@@ -111,7 +114,31 @@ def approvals_command(state_dir: Path, action: str, approval_id: str | None, wai
     if not approval_id:
         print(f"echo-bot: approvals {action} needs a request id")
         return 2
-    row = _with_store(state_dir, lambda db: approval_store.get_approval(db, approval_id))
+    wanted = approval_id.strip().lower()
+    if len(wanted) < MIN_ID_PREFIX:
+        print(
+            f"echo-bot: {approval_id!r} is too short for a request id: give the id or at "
+            f"least its first {MIN_ID_PREFIX} characters (see `echo-bot approvals list`)",
+            file=sys.stderr,
+        )
+        return 2
+    matches = _with_store(state_dir, lambda db: _approvals_by_prefix(db, wanted))
+    if len(matches) > 1:
+        shown = ", ".join(matches[:_AMBIGUOUS_SHOWN])
+        more = (
+            f" and {len(matches) - _AMBIGUOUS_SHOWN} more"
+            if len(matches) > _AMBIGUOUS_SHOWN
+            else ""
+        )
+        print(
+            f"echo-bot: {approval_id} is ambiguous: it begins {len(matches)} request ids: "
+            f"{shown}{more}; give more characters",
+            file=sys.stderr,
+        )
+        return 2
+    row = _with_store(
+        state_dir, lambda db: approval_store.get_approval(db, matches[0]) if matches else None
+    )
     if row is None:
         print(f"echo-bot: unknown approval request {approval_id}")
         return 1
@@ -130,6 +157,18 @@ def approvals_command(state_dir: Path, action: str, approval_id: str | None, wai
         print(f"echo-bot: request {row.id} has expired; nothing changed")
         return 1
     return _submit_decision(state_dir, row.id, action, wait)
+
+
+def _approvals_by_prefix(db: SqlDb, prefix: str) -> list[str]:
+    """The ids that begin with ``prefix`` (as git takes a unique prefix of a hash); an
+    exact id is itself, even if a longer one began with it."""
+    if approval_store.get_approval(db, prefix) is not None:
+        return [prefix]
+    rows = db.execute(
+        "SELECT id FROM approvals WHERE substr(id, 1, ?) = ? ORDER BY created_at",
+        [len(prefix), prefix],
+    ).fetchall()
+    return [row[0] for row in rows]
 
 
 def _show(row: approval_store.ApprovalRow) -> None:

@@ -79,6 +79,14 @@ def load_channel_class(name: str) -> type[Channel]:
     return getattr(module, class_name)  # type: ignore[no-any-return]
 
 
+def brain_label(brain: Brain, config: Config) -> str:
+    """The brain in the words ``check-config`` uses: ``llm (MODEL)`` (the model first,
+    rules when it fails) or ``rules``."""
+    if brain.name in {"openai", "routed"}:
+        return f"llm ({config.openai.model})"
+    return brain.name
+
+
 class Daemon:
     """``echo-bot run`` and ``echo-bot chat``: one process that holds the state dir."""
 
@@ -297,15 +305,16 @@ class Daemon:
                 "started_at": time.time(),
                 "version": __version__,
                 "channels": [c.name for c in self.channels],
-                "brain": brain.name,
+                "brain": brain_label(brain, config),
             }
             await core.db.run(lambda db: set_daemon_info(db, info))
             self.notifier.ready(
-                f"running: brain {brain.name}; channels {', '.join(self.channel_names) or 'none'}"
+                f"running: brain {brain_label(brain, config)}; "
+                f"channels {', '.join(self.channel_names) or 'none'}"
             )
             self.notifier.start_watchdog()
             if self.banner:
-                self._print_banner(brain.name)
+                self._print_banner(brain_label(brain, config))
             log.info("echo-bot %s started (state dir %s)", __version__, core.state_dir)
             await self._stop.wait()
         finally:
@@ -443,10 +452,11 @@ class Daemon:
         core = self.core
         channels = ", ".join(self.channel_names) or "none (no terminal attached)"
         source = core.loaded.path or "embedded defaults"
+        chat = "; /help lists commands" if "cli" in self.channel_names else ""
         print(
             f"echo-bot {__version__} — config: {source}; brain: {brain}; channels: {channels}\n"
             f"state: {core.state_dir / DB_FILENAME}\n"
-            f"stop with Ctrl+C or `kill {os.getpid()}`; /help lists commands",
+            f"stop with Ctrl+C or `kill {os.getpid()}`{chat}",
             file=sys.stderr,
             flush=True,
         )

@@ -10,7 +10,7 @@ import os
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from . import __version__
 from .errors import EchoBotError
@@ -25,27 +25,69 @@ log = logging.getLogger("echo_bot")
 _ERRORS = Masker()
 
 
+class _Commands(argparse._SubParsersAction):  # type: ignore[type-arg]
+    """Subcommands whose ``--help`` opens with the line the command list shows."""
+
+    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        text = kwargs.get("help")
+        if text and "description" not in kwargs:
+            kwargs["description"] = text[:1].upper() + text[1:] + "."
+        return super().add_parser(name, **kwargs)  # type: ignore[no-any-return]
+
+
+def _global_options(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
+    """The options every command takes, before or after its name. Only the top-level
+    parser holds defaults: a subcommand's copy sets a value only when it is given there."""
+
+    def default(value: object) -> object:
+        return value if defaults else argparse.SUPPRESS
+
+    parser.add_argument(
+        "--config",
+        type=Path,
+        metavar="PATH",
+        default=default(os.environ.get("ECHO_BOT_CONFIG") or None),
+        help="TOML config file (default: $ECHO_BOT_CONFIG, else embedded defaults)",
+    )
+    parser.add_argument(
+        "--state-dir", type=Path, metavar="DIR", default=default(None), help="where state lives"
+    )
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        default=default(False),
+        help="log at [bot] log_level on stderr, also while the terminal chat is attached",
+    )
+    parser.add_argument(
+        "--log-file",
+        type=Path,
+        metavar="PATH",
+        default=default(None),
+        help="write the log to this file, at [bot] log_level (stderr keeps warnings)",
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="echo-bot",
         description="A self-hosted bot host whose risky actions wait for your approval.",
+        epilog="The options above work before or after the command, e.g. "
+        "echo-bot --state-dir DIR status.",
     )
     parser.add_argument("--version", action="version", version=f"echo-bot {__version__}")
+    _global_options(parser, defaults=True)
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--config",
-        type=Path,
-        default=os.environ.get("ECHO_BOT_CONFIG") or None,
-        help="TOML config file (default: $ECHO_BOT_CONFIG, else embedded defaults)",
-    )
-    common.add_argument("--state-dir", type=Path, default=None, help="where state lives")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _global_options(common, defaults=False)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", action=_Commands)
     sub.add_parser("run", parents=[common], help="run the daemon")
     sub.add_parser("chat", parents=[common], help="talk to the bot in this terminal")
     sub.add_parser("check-config", parents=[common], help="validate the config and summarise it")
     approvals = sub.add_parser("approvals", parents=[common], help="list and decide approvals")
     approvals.add_argument("action", choices=["list", "show", "approve", "deny"])
-    approvals.add_argument("id", nargs="?", help="the request id (show, approve, deny)")
+    approvals.add_argument(
+        "id", nargs="?", help="the request id, or a unique prefix of it (6+ characters)"
+    )
     approvals.add_argument(
         "--wait", type=float, default=10.0, help="seconds to wait for the daemon (default 10)"
     )
@@ -66,14 +108,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     backup = sub.add_parser("backup", parents=[common], help="a consistent copy of the store")
     backup.add_argument("path", type=Path, help="where to write the copy")
-    webhook = sub.add_parser("webhook", help="webhook deliveries; test a route")
-    webhook_sub = webhook.add_subparsers(dest="webhook_command", required=True, metavar="ACTION")
+    webhook = sub.add_parser("webhook", parents=[common], help="webhook deliveries; test a route")
+    webhook_sub = webhook.add_subparsers(
+        dest="webhook_command", required=True, metavar="ACTION", action=_Commands
+    )
     deliveries = webhook_sub.add_parser(
         "deliveries", parents=[common], help="deliveries and their state"
     )
     deliveries.add_argument("route", nargs="?", help="only this route")
     deliveries.add_argument("--id", help="one delivery, in full")
-    deliveries.add_argument("--limit", type=int, default=20)
+    deliveries.add_argument("--limit", type=int, default=20, help="the newest N (default 20)")
     send = webhook_sub.add_parser(
         "send", parents=[common], help="sign a payload and post it to the daemon"
     )
@@ -130,9 +174,18 @@ def _dispatch(args: argparse.Namespace) -> int:
     _ERRORS.add(environ.get(name, "") for name in secret_env_names(config))
     state_dir = resolve_state_dir(args.state_dir, config.bot.state_dir, environ)
     if args.command in ("run", "chat"):
-        setup_logging(config.bot.log_level, config.bot.log_format, masker)
+        # When the terminal chat shares its screen with stderr, only warnings and errors
+        # interrupt it, unless asked for (--verbose); --log-file gets everything.
+        quiet = _chat_on_the_log_screen(args.command) or args.log_file is not None
+        setup_logging(
+            config.bot.log_level,
+            config.bot.log_format,
+            masker,
+            stderr_level="WARNING" if quiet and not args.verbose else None,
+            log_file=args.log_file,
+        )
         return _run_daemon(args.command, loaded, state_dir, environ)
-    setup_logging("WARNING", "text", masker)
+    setup_logging("INFO" if args.verbose else "WARNING", "text", masker, log_file=args.log_file)
     with masked_output(masker):
         return _manage(args, loaded, state_dir, environ)
 
@@ -215,7 +268,7 @@ def _run_daemon(
     from .config import telegram_enabled
 
     core = build_core(loaded, state_dir, environ)
-    tty = sys.stdin is not None and sys.stdin.isatty()
+    tty = _stdin_is_terminal()
     channels: list[str] = []
     options: dict[str, dict[str, object]] = {}
     if command == "chat":
@@ -233,6 +286,17 @@ def _run_daemon(
         core, channel_names=channels, channel_options=options, environ=environ, banner=True
     )
     return asyncio.run(daemon.run())
+
+
+def _stdin_is_terminal() -> bool:
+    return sys.stdin is not None and sys.stdin.isatty()
+
+
+def _chat_on_the_log_screen(command: str) -> bool:
+    """Whether the terminal chat is attached (see ``_run_daemon``) and stderr, where the
+    log goes, is a terminal too: the screen the chat is read on."""
+    attached = command == "chat" or _stdin_is_terminal()
+    return attached and sys.stderr is not None and sys.stderr.isatty()
 
 
 def format_ts(ts: float) -> str:

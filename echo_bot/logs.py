@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import time
 from contextvars import ContextVar
+from pathlib import Path
 
+from .errors import ConfigError
 from .secrets import Masker
 
 # The turn being worked on, for log lines written while it runs (JSON format).
@@ -73,14 +76,48 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(payload, ensure_ascii=False)
 
 
-def setup_logging(level: str, fmt: str, masker: Masker) -> None:
-    handler = logging.StreamHandler(sys.stderr)
+# Routine chatter of libraries, one line per Telegram update and three per reminder
+# fired: debug detail, shown only when [bot] log_level is DEBUG.
+CHATTY_LOGGERS = ("aiogram.event", "apscheduler")
+
+
+def setup_logging(
+    level: str,
+    fmt: str,
+    masker: Masker,
+    *,
+    stderr_level: str | None = None,
+    log_file: Path | None = None,
+) -> None:
+    """Log at ``level``: to stderr, raised there to ``stderr_level`` when given (the
+    terminal chat shares the screen), and to ``log_file`` when given."""
+    handlers = [_handler(logging.StreamHandler(sys.stderr), fmt, masker)]
+    if stderr_level is not None:
+        handlers[0].setLevel(max(logging.getLevelName(level), logging.getLevelName(stderr_level)))
+    if log_file is not None:
+        handlers.append(_handler(_open_log_file(log_file), fmt, masker))
+    root = logging.getLogger()
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    quiet = logging.NOTSET if root.level <= logging.DEBUG else logging.WARNING
+    for name in CHATTY_LOGGERS:
+        logging.getLogger(name).setLevel(quiet)
+
+
+def _handler(handler: logging.Handler, fmt: str, masker: Masker) -> logging.Handler:
     handler.addFilter(MalformedRequestFilter())
     handler.addFilter(MaskingFilter(masker))
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level)
+    return handler
+
+
+def _open_log_file(path: Path) -> logging.Handler:
+    """Appends; a new file is created 0600 (the log names chats, users and tools)."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
+        return logging.FileHandler(path, encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot write the log file {path}: {exc.strerror}") from exc

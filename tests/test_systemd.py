@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import configparser
 import itertools
+import os
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -46,6 +48,11 @@ def test_unit_declares_what_an_admin_relies_on() -> None:
         assert service[key] == value, key
     assert "AF_INET" in service["RestrictAddressFamilies"]
     assert "@system-service" in service["SystemCallFilter"]
+
+
+def test_systemctl_reload_sends_the_sighup_the_readme_promises() -> None:
+    assert unit()["Service"]["ExecReload"] == "/bin/kill -HUP $MAINPID"
+    assert "SIGHUP re-reads" in (ROOT / "README.md").read_text()
 
 
 def test_unit_offers_systemd_credentials_for_the_secrets() -> None:
@@ -111,3 +118,82 @@ async def test_a_blocked_event_loop_stops_the_watchdog_pings(tmp_path: Path) -> 
     gaps = [b - a for a, b in itertools.pairwise(times)]
     assert max(gaps) >= 0.9, "pings went on while the loop was blocked"
     assert times[-1] >= blocked_until - 0.05  # and they resumed after it
+
+
+def _shell_block(text: str, heading: str) -> str:
+    section = text.split(heading, 1)[1]
+    return section.split("```sh", 1)[1].split("```", 1)[0]
+
+
+def test_install_steps_leave_the_checkouts_venv_behind(tmp_path: Path) -> None:
+    """The user's case: a checkout under /home with its own .venv (the README's quick
+    start), installed into /opt/echo-bot by the documented steps. The service, with
+    ProtectHome=yes, must not need anything of the checkout."""
+    steps = (ROOT / "systemd" / "README.md").read_text()
+    install, upgrade = _shell_block(steps, "## Install"), _shell_block(steps, "## Upgrade")
+    assert "sudo systemd/install.sh" in install and "cp -r" not in install
+    assert "sudo systemd/install.sh" in upgrade
+    checkout = tmp_path / "home" / "you" / "echo-bot"
+    shutil.copytree(ROOT, checkout, ignore=shutil.ignore_patterns(
+        ".venv", ".git", "__pycache__", "*.egg-info", "build", "dist", ".*_cache"))  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "VIRTUAL_ENV"}}
+    env.update(PIP_NO_DEPS="1", PYTHON=sys.executable)  # offline: no dependencies
+    subprocess.run([sys.executable, "-m", "venv", str(checkout / ".venv")], check=True)
+    own = checkout / ".venv" / "bin" / "python"
+    subprocess.run([own, "-m", "pip", "install", "-q", str(checkout)], env=env, check=True,
+                   capture_output=True)  # fmt: skip
+    assert str(checkout) in (checkout / ".venv" / "bin" / "echo-bot").read_text()
+
+    prefix = tmp_path / "opt" / "echo-bot"
+    for _ in range(2):  # install, then upgrade: the same script
+        result = subprocess.run([checkout / "systemd" / "install.sh", prefix], env=env,
+                                capture_output=True, text=True, timeout=600)  # fmt: skip
+        assert result.returncode == 0, result.stdout + result.stderr
+
+    entry = prefix / ".venv" / "bin" / "echo-bot"
+    assert entry.read_text().splitlines()[0] == f"#!{prefix}/.venv/bin/python"
+    assert str(checkout) not in entry.read_text()
+    assert str(checkout) not in (prefix / ".venv" / "pyvenv.cfg").read_text()
+    (checkout.parent / "hidden").mkdir()  # ProtectHome=yes: the checkout is out of sight
+    checkout.rename(checkout.parent / "hidden" / "echo-bot")
+    clean = {"PATH": "/usr/bin:/bin"}
+    version = subprocess.run([entry, "--version"], env=clean, cwd=tmp_path,
+                             capture_output=True, text=True)  # fmt: skip
+    assert version.returncode == 0, version.stderr
+    assert version.stdout.startswith("echo-bot ")
+    where = subprocess.run(
+        [prefix / ".venv" / "bin" / "python", "-c",
+         "import echo_bot, channels; print(echo_bot.__file__); print(channels.__file__)"],
+        env=clean, cwd=tmp_path, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    for path in where.stdout.split():
+        assert Path(path).is_relative_to(prefix / ".venv"), path
+
+
+def test_install_script_replaces_a_venv_copied_from_a_checkout(tmp_path: Path) -> None:
+    """After the old `sudo cp -r . /opt/echo-bot`, /opt/echo-bot/.venv is the checkout's:
+    running the script again makes it afresh instead of installing through it."""
+    prefix = tmp_path / "opt" / "echo-bot"
+    stale = prefix / ".venv" / "bin"
+    stale.mkdir(parents=True)
+    (prefix / "pyproject.toml").write_text('[project]\nname = "echo-bot"\n')
+    (stale / "echo-bot").write_text("#!/home/you/echo-bot/.venv/bin/python\nimport sys\n")
+    env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "VIRTUAL_ENV"}}
+    env.update(PIP_NO_DEPS="1", PYTHON=sys.executable)
+    result = subprocess.run([ROOT / "systemd" / "install.sh", prefix], env=env,
+                            capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "made elsewhere" in result.stderr
+    head = (prefix / ".venv" / "bin" / "echo-bot").read_text().splitlines()[0]
+    assert head == f"#!{prefix}/.venv/bin/python"
+    assert (prefix / "echo_bot" / "cli.py").exists()
+
+
+def test_install_script_refuses_a_directory_that_holds_something_else(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "srv"
+    elsewhere.mkdir()
+    (elsewhere / "precious.txt").write_text("keep me")
+    result = subprocess.run([ROOT / "systemd" / "install.sh", elsewhere],
+                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert result.returncode == 2
+    assert (elsewhere / "precious.txt").read_text() == "keep me"
