@@ -235,8 +235,8 @@ class Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._body is not None and not self.busy:
             self._next_head()
-        if self.in_head and not self._head_ends(data):
-            self.head_bytes += len(data)
+        if self.in_head:
+            self.head_bytes += self._head_part(data)
             if self.head_bytes > MAX_HEAD:
                 self.on_large_head()
                 if self.transport is not None:
@@ -245,12 +245,17 @@ class Connection(asyncio.Protocol):
                 return
         self.handler.data_received(data)
 
-    def _head_ends(self, data: bytes) -> bool:
-        if HEAD_END in data or HEAD_END in self._tail + data[:3]:
-            self.in_head, self._tail = False, b""
-            return True
-        self._tail = (self._tail + data[-3:])[-3:]
-        return False
+    def _head_part(self, data: bytes) -> int:
+        """How many bytes of ``data`` belong to the head; the head ends with this chunk
+        when its blank line is in it (or straddles the previous chunk's last bytes)."""
+        seen = len(self._tail)
+        joined = self._tail + data
+        end = joined.find(HEAD_END)
+        if end < 0:
+            self._tail = joined[-3:]
+            return len(data)
+        self.in_head, self._tail = False, b""
+        return end + len(HEAD_END) - seen
 
     def eof_received(self) -> bool | None:
         return self.handler.eof_received()

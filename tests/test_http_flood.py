@@ -331,6 +331,22 @@ async def test_attack_endless_request_heads_are_cut_off_and_large_bodies_still_p
     assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
 
 
+async def test_a_large_head_sent_in_one_write_is_refused_too(state_dir: Path) -> None:
+    """The 64 KiB bound holds when the whole head, blank line included, arrives at once
+    (a 96 KiB head in one write was answered 200)."""
+    head = (
+        b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n"
+        + b"".join(b"X-Pad-%d: %s\r\n" % (n, b"a" * 8000) for n in range(12))
+        + b"\r\n"
+    )
+    async with running_bot(state_dir, UNCAPPED, environ=ENV, channels=["webhook"]) as bot:
+        reader, writer = await asyncio.open_connection("127.0.0.1", bot.daemon.http.port)
+        writer.write(head)
+        assert (await closed_by_server(reader)) in (b"", TOO_LARGE)
+        writer.close()
+        assert http_stats(bot)["large_heads"] == 1
+
+
 async def test_repeated_errors_are_logged_once_per_interval_with_a_count(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
