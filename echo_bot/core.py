@@ -132,23 +132,21 @@ def _check_references(
     """
     config = loaded.config
     problems = [f"{source}: {problem}" for problem in _cron_schedule_problems(config)]
-    users: list[tuple[str, str, bool, str | None, str | None]] = [
-        (f"webhook.routes[{i}]", f"route {r.name}", config.webhook.enabled, r.tool, r.deliver_to)
+    on = config.webhook.enabled
+    users = [
+        _User(f"webhook.routes[{i}]", f"route {r.name}", on, r.tool, None, r.deliver_to)
         for i, r in enumerate(config.webhook.routes)
     ]
     users += [
-        (f"cron[{i}]", f"job {j.name}", True, j.tool, j.deliver_to)
+        _User(f"cron[{i}]", f"job {j.name}", True, j.tool, j.args, j.deliver_to)
         for i, j in enumerate(config.cron)
     ]
-    for key, who, runs, tool, deliver_to in users:
-        if tool is not None:
-            problem = _tool_problem(registry, tool, must_be_on=runs)
-            if problem:
-                problems.append(f"{source}: {key}.tool: {problem} ({who})")
-        if deliver_to is not None:
-            problem = _channel_problem(loaded, environ, deliver_to, must_be_on=runs)
-            if problem:
-                problems.append(f"{source}: {key}.deliver_to: {problem} ({who})")
+    for user in users:
+        found = [_tool_problem(registry, user)]
+        if user.deliver_to is not None:
+            problem = _channel_problem(loaded, environ, user.deliver_to, must_be_on=user.runs)
+            found.append(f"{user.key}.deliver_to: {problem}" if problem else None)
+        problems += [f"{source}: {line} ({user.who})" for line in found if line]
     if config.approvals.default_chat:
         # Only the name: the gate's prompts may reach a chat by a channel added later.
         problem = _channel_problem(loaded, environ, config.approvals.default_chat, must_be_on=False)
@@ -158,15 +156,30 @@ def _check_references(
         raise ConfigError("\n".join(problems))
 
 
-def _tool_problem(registry: ToolRegistry, name: str, *, must_be_on: bool) -> str | None:
-    tool = registry.get(name)
+@dataclass(frozen=True)
+class _User:
+    """A route or job: what it names, and whether it can run with this config."""
+
+    key: str
+    who: str
+    runs: bool
+    tool: str | None
+    args: dict[str, Any] | None  # sent as written (a job); a route's are templates
+    deliver_to: str | None
+
+
+def _tool_problem(registry: ToolRegistry, user: _User) -> str | None:
+    if user.tool is None:
+        return None
+    tool = registry.get(user.tool)
     if tool is None:
         known = ", ".join(sorted(t.name for t in registry))
-        return f"unknown tool {name!r} (tools: {known})"
-    if must_be_on and not tool.available():
-        how = _SWITCH_ON.get(name, "it is switched off in this config")
-        return f"{name} is switched off ({how})"
-    return None
+        return f"{user.key}.tool: unknown tool {user.tool!r} (tools: {known})"
+    if user.runs and not tool.available():
+        how = _SWITCH_ON.get(tool.name, "it is switched off in this config")
+        return f"{user.key}.tool: {tool.name} is switched off ({how})"
+    invalid = registry.validate(tool.name, user.args) if user.args is not None else None
+    return f"{user.key}.args: {invalid.output}" if invalid is not None else None
 
 
 def _channel_problem(

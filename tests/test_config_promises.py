@@ -105,6 +105,14 @@ def test_delivering_to_a_channel_that_is_off_is_a_config_error(
     assert f"cron[0].deliver_to: {off} (job brief)" in second
 
 
+def test_a_jobs_arguments_that_its_tool_refuses_are_a_config_error(tmp_path: Path) -> None:
+    text = CRON + 'tool = "current_time"\nargs = { zone = "UTC" }\n'
+    code, out, err = check(tmp_path, text)
+    assert code == 2, out + err
+    [line] = error_lines(err)
+    assert "cron[0].args: invalid arguments for current_time" in line and "zone" in line
+
+
 def test_routes_of_a_disabled_webhook_section_may_need_what_is_off(tmp_path: Path) -> None:
     """Switched off, a route runs nothing; only names that exist nowhere are errors."""
     code, _, err = check(tmp_path, DEPLOY)
