@@ -16,7 +16,7 @@ from typing import TypeVar
 from sqlite_utils import Database as SqlDb
 
 from .approvals.display import escape_text, render_call, show_json
-from .config import LoadedConfig, llm_enabled, secret_env_names, telegram_enabled
+from .config import LoadedConfig, WebhookRoute, llm_enabled, secrets_in_use, telegram_enabled
 from .durations import format_duration
 from .events import Address, ApprovalDecision, DecisionVerb, InboundKind, InboundMessage, Sender
 from .statedir import daemon_pid
@@ -90,9 +90,10 @@ def check_config(loaded: LoadedConfig, state_dir: Path, env: Mapping[str, str]) 
         f"default chat {config.approvals.default_chat or 'none'}",
     ]
     secrets = [
-        f"{name} {'set' if env.get(name) else 'not set'}" for name in secret_env_names(config)
+        f"{name} {'set' if env.get(name) else 'not set' if needed else 'not set (optional)'}"
+        for name, needed in secrets_in_use(loaded, env)
     ]
-    lines.append("secrets (environment or credentials): " + ", ".join(secrets))
+    lines.append("secrets (environment or credentials): " + (", ".join(secrets) or "none needed"))
     print("\n".join(lines))
     return 0
 
@@ -318,6 +319,10 @@ def webhook_send(
     except OSError as exc:
         print(f"echo-bot: cannot read {data}: {exc.strerror}")
         return 2
+    if route.auth == "github":
+        event = _github_event(route, event)
+        if event is None:
+            return 2
     host = config.http.host if config.http.host not in ("0.0.0.0", "::") else "127.0.0.1"
     url = f"http://{host}:{config.http.port}{route.url_path}"
     try:
@@ -327,6 +332,27 @@ def webhook_send(
         return 1
     print(f"HTTP {status} {answer}")
     return 0 if status < 400 else 1
+
+
+def _github_event(route: WebhookRoute, event: str | None) -> str | None:
+    """The X-GitHub-Event to send: ``--event``, else the route's only event, else push.
+    Says which; None (after saying why) when the route's filter leaves a choice."""
+    if event is None:
+        if len(route.events) > 1:
+            print(
+                f"echo-bot: route {route.name} takes the events {', '.join(route.events)}; "
+                "name one with --event"
+            )
+            return None
+        event = route.events[0] if route.events else "push"
+        why = "the route's events filter" if route.events else "the default"
+        print(f"event: {event} ({why}; --event EVENT sends another)", file=sys.stderr)
+    elif route.events and event not in route.events:
+        print(
+            f"note: route {route.name} ignores {event!r} (events = {route.events})",
+            file=sys.stderr,
+        )
+    return event
 
 
 # -- status and backup --------------------------------------------------------------------

@@ -412,6 +412,46 @@ def llm_enabled(loaded: LoadedConfig, environ: Mapping[str, str]) -> bool:
     return bool(environ.get(openai.api_key_env)) or openai.base_url != DEFAULT_OPENAI_BASE_URL
 
 
+# The channels an address (deliver_to, default_chat) may name; app.CHANNELS loads them.
+CHANNEL_NAMES = ("cli", "telegram", "webhook")
+CHANNEL_SWITCHES = {
+    "telegram": "[telegram] enabled = true switches it on",
+    "webhook": "[webhook] enabled = true switches it on",
+}
+
+
+def channel_enabled(loaded: LoadedConfig, environ: Mapping[str, str], channel: str) -> bool:
+    """Whether ``channel`` runs. The terminal chat runs whenever there is a terminal
+    (``run`` on one, or ``chat``), which cannot be known in advance: it counts as on."""
+    if channel == "telegram":
+        return telegram_enabled(loaded, environ)
+    if channel == "webhook":
+        return loaded.config.webhook.enabled
+    return channel in CHANNEL_NAMES
+
+
+def secrets_in_use(loaded: LoadedConfig, environ: Mapping[str, str]) -> list[tuple[str, bool]]:
+    """The secret variables the enabled parts read: (name, needed). Switched-off parts
+    read none, so their variables are not listed (nor reported as missing)."""
+    config = loaded.config
+    found: list[tuple[str, bool]] = []
+    if llm_enabled(loaded, environ):
+        keyless = config.openai.base_url != DEFAULT_OPENAI_BASE_URL
+        found.append((config.openai.api_key_env, not keyless))
+    if telegram_enabled(loaded, environ):
+        found.append((config.telegram.token_env, True))
+        if config.telegram.mode == "webhook":
+            found.append((config.telegram.webhook_secret_env, True))
+    if config.webhook.enabled:
+        if config.webhook.admin_token_env:
+            found.append((config.webhook.admin_token_env, False))
+        found += [(r.secret_env, True) for r in config.webhook.routes if r.secret_env]
+    needed: dict[str, bool] = {}
+    for name, must in found:
+        needed[name] = needed.get(name, False) or must
+    return list(needed.items())
+
+
 def secret_env_names(config: Config) -> list[str]:
     """Every environment variable the config names as holding a secret."""
     names = [config.openai.api_key_env, config.telegram.token_env]

@@ -13,7 +13,15 @@ from .approvals import ApprovalGate, ApprovalPolicy, ApproverDirectory
 from .brains.core_commands import register_core_commands
 from .brains.reminder_commands import register_reminder_commands
 from .commands import CommandRegistry
-from .config import Config, LoadedConfig, check_environment, secret_env_names
+from .config import (
+    CHANNEL_NAMES,
+    CHANNEL_SWITCHES,
+    Config,
+    LoadedConfig,
+    channel_enabled,
+    check_environment,
+    secret_env_names,
+)
 from .errors import ConfigError
 from .events import OutboundMessage
 from .reminders import ReminderService
@@ -89,7 +97,7 @@ def build_core(loaded: LoadedConfig, state_dir: Path, environ: Mapping[str, str]
 
     register_core_commands(commands, pending, reprompt, reset)
     register_reminder_commands(commands, reminders)
-    _check_cron_jobs(config, registry, source)
+    _check_references(loaded, registry, environ, source)
     return Core(
         loaded=loaded,
         state_dir=state_dir,
@@ -106,16 +114,94 @@ def build_core(loaded: LoadedConfig, state_dir: Path, environ: Mapping[str, str]
     )
 
 
-def _check_cron_jobs(config: Config, registry: ToolRegistry, source: str) -> None:
+# How to switch on a built-in tool whose ``available()`` is False.
+_SWITCH_ON = {
+    "shell_exec": "[tools.shell] enabled = true switches it on",
+    "http_request": "[tools.http] allow_domains (the domains it may reach) switches it on",
+}
+
+
+def _check_references(
+    loaded: LoadedConfig, registry: ToolRegistry, environ: Mapping[str, str], source: str
+) -> None:
+    """What routes and jobs promise must exist: their tools and their chats.
+
+    A name that exists nowhere is always an error; a tool or channel that is switched
+    off is one when the route or job that needs it can run (jobs always; routes when
+    [webhook] is on). Every problem is reported, one line each.
+    """
+    config = loaded.config
+    problems = [f"{source}: {problem}" for problem in _cron_schedule_problems(config)]
+    on = config.webhook.enabled
+    users = [
+        _User(f"webhook.routes[{i}]", f"route {r.name}", on, r.tool, None, r.deliver_to)
+        for i, r in enumerate(config.webhook.routes)
+    ]
+    users += [
+        _User(f"cron[{i}]", f"job {j.name}", True, j.tool, j.args, j.deliver_to)
+        for i, j in enumerate(config.cron)
+    ]
+    for user in users:
+        found = [_tool_problem(registry, user)]
+        if user.deliver_to is not None:
+            problem = _channel_problem(loaded, environ, user.deliver_to, must_be_on=user.runs)
+            found.append(f"{user.key}.deliver_to: {problem}" if problem else None)
+        problems += [f"{source}: {line} ({user.who})" for line in found if line]
+    if config.approvals.default_chat:
+        # Only the name: the gate's prompts may reach a chat by a channel added later.
+        problem = _channel_problem(loaded, environ, config.approvals.default_chat, must_be_on=False)
+        if problem:
+            problems.append(f"{source}: approvals.default_chat: {problem}")
+    if problems:
+        raise ConfigError("\n".join(problems))
+
+
+@dataclass(frozen=True)
+class _User:
+    """A route or job: what it names, and whether it can run with this config."""
+
+    key: str
+    who: str
+    runs: bool
+    tool: str | None
+    args: dict[str, Any] | None  # sent as written (a job); a route's are templates
+    deliver_to: str | None
+
+
+def _tool_problem(registry: ToolRegistry, user: _User) -> str | None:
+    if user.tool is None:
+        return None
+    tool = registry.get(user.tool)
+    if tool is None:
+        known = ", ".join(sorted(t.name for t in registry))
+        return f"{user.key}.tool: unknown tool {user.tool!r} (tools: {known})"
+    if user.runs and not tool.available():
+        how = _SWITCH_ON.get(tool.name, "it is switched off in this config")
+        return f"{user.key}.tool: {tool.name} is switched off ({how})"
+    invalid = registry.validate(tool.name, user.args) if user.args is not None else None
+    return f"{user.key}.args: {invalid.output}" if invalid is not None else None
+
+
+def _channel_problem(
+    loaded: LoadedConfig, environ: Mapping[str, str], address: str, *, must_be_on: bool
+) -> str | None:
+    channel = address.split(":", 1)[0]
+    if channel not in CHANNEL_NAMES:
+        return f"no channel {channel!r} in {address!r} (channels: {', '.join(CHANNEL_NAMES)})"
+    if must_be_on and not channel_enabled(loaded, environ, channel):
+        return f"the {channel} channel is off ({CHANNEL_SWITCHES[channel]})"
+    return None
+
+
+def _cron_schedule_problems(config: Config) -> list[str]:
     from zoneinfo import ZoneInfo
 
     from .crontab import cron_trigger
 
+    problems = []
     for index, job in enumerate(config.cron):
-        where = f"{source}: cron[{index}] ({job.name})"
         try:
             cron_trigger(job.schedule, ZoneInfo(job.timezone or config.bot.timezone))
         except ValueError as exc:
-            raise ConfigError(f"{where}: schedule: {exc}") from None
-        if job.tool is not None and registry.get(job.tool) is None:
-            raise ConfigError(f"{where}: tool: unknown tool {job.tool!r}")
+            problems.append(f"cron[{index}].schedule: {exc} (job {job.name})")
+    return problems

@@ -383,15 +383,14 @@ def check_config(tmp_path: Path, cron: str) -> tuple[int, str]:
 def test_invalid_cron_schedule_is_a_config_error_naming_the_job(tmp_path: Path) -> None:
     code, output = check_config(tmp_path, 'schedule = "61 * * * *"\nprompt = "hi"')
     assert code == 2
-    assert "cron[0] (brief)" in output
-    assert "schedule" in output and "61" in output
+    assert "cron[0].schedule:" in output and "(job brief)" in output
+    assert "61" in output
 
 
 def test_unknown_tool_in_a_cron_job_is_a_config_error(tmp_path: Path) -> None:
     code, output = check_config(tmp_path, 'schedule = "0 9 * * *"\ntool = "no_such_tool"')
     assert code == 2
-    assert "cron[0] (brief)" in output
-    assert "no_such_tool" in output
+    assert "cron[0].tool: unknown tool 'no_such_tool'" in output and "(job brief)" in output
 
 
 def test_unknown_timezone_in_a_cron_job_is_a_config_error(tmp_path: Path) -> None:

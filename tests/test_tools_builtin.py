@@ -157,7 +157,10 @@ def test_current_time_extract_args() -> None:
         "timezone": "America/Los_Angeles"
     }
     assert tool.extract_args("what day is it in UTC") == {"timezone": "UTC"}
-    assert tool.extract_args("what time is it in Mars/Olympus") == {}
+    # An unknown place is passed on, so the answer says so instead of giving UTC.
+    assert tool.extract_args("what time is it in Mars/Olympus") == {"timezone": "Mars/Olympus"}
+    assert tool.extract_args("what time is it in Tokyo?") == {"timezone": "Asia/Tokyo"}
+    assert tool.extract_args("time in new york city") == {"timezone": "America/New_York"}
     assert tool.extract_args("what time is it in the morning") == {}
     assert "what time is it" in tool.triggers and "remind me" in tool.negative_triggers
 

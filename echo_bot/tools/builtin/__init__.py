@@ -43,7 +43,7 @@ def builtin_tools(
         ]
     return [
         *extra,
-        CurrentTimeTool(timezone),
+        CurrentTimeTool(timezone, chat_zone=reminders.timezone_for if reminders else None),
         SendMessageTool(),
         ShellExecTool(config.shell, workspace),
         FileReadTool(workspace),

@@ -1,0 +1,179 @@
+"""The README's examples work as written, checked with the real `echo-bot` process.
+
+Every ```toml block must pass `echo-bot check-config`. A block is a whole config unless
+its first line reads ``# add to echo-bot.toml, with [a] and [b] from above``: then it is
+a fragment, checked together with the tables it names, taken from the README's earlier
+blocks that define them (``[telegram]`` from the Telegram example, and so on).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import socket
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, echo_bot_cmd, echo_bot_env, run_echo_bot
+from tests.fakes.telegram_api import FakeTelegramAPI
+
+README = ROOT / "README.md"
+FENCE = re.compile(
+    r"^(?P<indent>[ \t]*)```(?P<lang>\w*)[ \t]*\n(?P<body>.*?)^(?P=indent)```", re.M | re.S
+)
+FRAGMENT = re.compile(r"^# add to echo-bot\.toml, with (?P<needs>.+) from above$")
+HEADER = re.compile(r"^\[{1,2}(?P<name>[A-Za-z0-9_.]+)\]{1,2}\s*(?:#.*)?$")
+ENV_NAME = re.compile(r'_env\s*=\s*"(?P<name>[A-Z][A-Z0-9_]*)"')
+TOKEN = "123456789:README-example-token"
+
+
+@dataclass(frozen=True)
+class Block:
+    index: int
+    lang: str
+    text: str
+
+
+def readme_blocks(lang: str) -> list[Block]:
+    found = []
+    for index, match in enumerate(FENCE.finditer(README.read_text())):
+        if match["lang"] == lang:
+            found.append(Block(index, lang, textwrap.dedent(match["body"])))
+    return found
+
+
+def table_text(text: str, name: str) -> str | None:
+    """The lines of table ``[name]`` in ``text``: its header up to the next header."""
+    lines = text.splitlines()
+    for start, line in enumerate(lines):
+        header = HEADER.match(line.strip())
+        if header and header["name"] == name and not line.lstrip().startswith("[["):
+            end = start + 1
+            while end < len(lines) and not HEADER.match(lines[end].strip()):
+                end += 1
+            return "\n".join(lines[start:end]) + "\n"
+    return None
+
+
+def as_config(block: Block, earlier: list[Block]) -> str:
+    """The block as a whole config: a fragment gets the tables it names from above."""
+    first = block.text.splitlines()[0] if block.text.strip() else ""
+    fragment = FRAGMENT.match(first)
+    if fragment is None:
+        return block.text
+    parts = [block.text]
+    for name in re.findall(r"\[([A-Za-z0-9_.]+)\]", fragment["needs"]):
+        found = next((t for b in earlier if (t := table_text(b.text, name)) is not None), None)
+        assert found is not None, f"block {block.index} needs [{name}], defined by no block above"
+        parts.append(found)
+    return "\n".join(parts)
+
+
+def env_for(text: str) -> dict[str, str]:
+    """The secrets the README tells the reader to set: every variable a `*_env` key
+    names, and the Telegram token (exported in the Telegram steps)."""
+    names = {m["name"] for m in ENV_NAME.finditer(text)} | {"TELEGRAM_BOT_TOKEN"}
+    env = {name: f"value-of-{name.lower()}" for name in names}
+    env["TELEGRAM_BOT_TOKEN"] = TOKEN
+    return env
+
+
+TOML_BLOCKS = readme_blocks("toml")
+
+
+def test_the_readme_has_toml_examples() -> None:
+    assert len(TOML_BLOCKS) >= 6
+
+
+@pytest.mark.parametrize("position", range(len(TOML_BLOCKS)))
+def test_every_toml_example_in_the_readme_passes_check_config(
+    tmp_path: Path, position: int
+) -> None:
+    block = TOML_BLOCKS[position]
+    text = as_config(block, TOML_BLOCKS[:position])
+    path = tmp_path / "echo-bot.toml"
+    path.write_text(text)
+    result = run_echo_bot(
+        "check-config", "--config", str(path), "--state-dir", str(tmp_path / "st"),
+        env=echo_bot_env(**env_for(text)),
+    )  # fmt: skip
+    assert result.returncode == 0, f"README block {block.index}:\n{text}\n{result.stderr}"
+    assert "— valid" in result.stdout
+
+
+# -- the GitHub route, end to end ------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def ci_config(api: FakeTelegramAPI, port: int) -> str:
+    """The README's `ci` example as a reader completes it, Telegram pointed at the fake."""
+    position = next(i for i, b in enumerate(TOML_BLOCKS) if 'name = "ci"' in b.text)
+    text = as_config(TOML_BLOCKS[position], TOML_BLOCKS[:position])
+    text = text.replace("[telegram]\n", f'[telegram]\napi_base = "{api.base_url}"\n', 1)
+    return text + f"\n[http]\nport = {port}\n"
+
+
+def ci_payload() -> str:
+    [payload] = [b.text for b in readme_blocks("json") if "workflow_run" in b.text]
+    return payload
+
+
+async def test_the_readmes_github_example_is_accepted_by_webhook_send(tmp_path: Path) -> None:
+    """`echo-bot webhook send ci --data payload.json`, as the README shows it, reaches the
+    route with the event its filter waits for: 202 accepted, not 200 "ignored"."""
+    config, state, data = tmp_path / "echo-bot.toml", tmp_path / "st", tmp_path / "payload.json"
+    data.write_text(ci_payload())
+    async with FakeTelegramAPI(token=TOKEN) as api:
+        config.write_text(ci_config(api, free_port()))
+        env = echo_bot_env(**env_for(config.read_text()))
+        daemon = await asyncio.create_subprocess_exec(
+            *echo_bot_cmd("run", "--config", str(config), "--state-dir", str(state)),
+            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE, env=env, cwd=ROOT,
+        )  # fmt: skip
+        try:
+            assert daemon.stderr is not None
+            async with asyncio.timeout(30):
+                while not (line := (await daemon.stderr.readline()).decode()).startswith(
+                    "stop with"
+                ):
+                    assert line, "the daemon exited before it was ready"
+            command = ("webhook", "send", "ci", "--data", str(data), "--config", str(config))
+            send = await asyncio.create_subprocess_exec(
+                *echo_bot_cmd(*command),
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env, cwd=ROOT,
+            )  # fmt: skip
+            out, err = await asyncio.wait_for(send.communicate(), 30)
+            assert send.returncode == 0, out.decode() + err.decode()
+            assert out.decode().startswith("HTTP 202"), out.decode()
+            assert '"accepted"' in out.decode() and "ignored" not in out.decode()
+            assert "event: workflow_run (the route's events filter" in err.decode()
+            # The route's prompt ran and its answer went to the README's chat.
+            await api.wait_for_call(
+                "sendMessage", lambda c: str(c.params.get("chat_id")) == "123456789", timeout=30
+            )
+        finally:
+            daemon.terminate()
+            assert await asyncio.wait_for(daemon.wait(), 30) == 0
+
+
+def test_webhook_send_asks_for_an_event_when_the_route_takes_several(tmp_path: Path) -> None:
+    config = tmp_path / "echo-bot.toml"
+    config.write_text(
+        '[[webhook.routes]]\nname = "ci"\nauth = "github"\nsecret_env = "CI_WEBHOOK_SECRET"\n'
+        'events = ["push", "workflow_run"]\nprompt = "x"\n'
+    )
+    data = tmp_path / "payload.json"
+    data.write_text("{}")
+    result = run_echo_bot(
+        "webhook", "send", "ci", "--data", str(data), "--config", str(config),
+        env=echo_bot_env(CI_WEBHOOK_SECRET="s"),
+    )  # fmt: skip
+    assert result.returncode == 2, result
+    assert "push, workflow_run" in result.stdout and "--event" in result.stdout
