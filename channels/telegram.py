@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -124,8 +125,9 @@ class TelegramChannel:
         self._refused_at: dict[int, float] = {}
         self._parts_sent: dict[str, list[int]] = {}
         if config.mode == "webhook" and self.http is not None:
-            path = urlsplit(config.webhook_url or "").path or "/telegram"
-            self.http.add_route("POST", path, self._webhook)
+            self._webhook_path = urlsplit(config.webhook_url or "").path or "/telegram"
+            # The secret token is a header: checked before the body is read (bounded).
+            self.http.add_route("POST", self._webhook_path, self._webhook, reads_body=True)
         if self.http is not None:
             self.http.add_health("telegram", self.health)
 
@@ -265,8 +267,12 @@ class TelegramChannel:
         given = request.headers.get("X-Telegram-Bot-Api-Secret-Token", "")
         if not self.secret or not hmac.compare_digest(given.encode(), self.secret.encode()):
             return web.json_response({"error": "bad or missing secret token"}, status=401)
+        assert self.http is not None
+        body = await self.http.read_body(request, key=self._webhook_path)
+        if isinstance(body, web.Response):
+            return body
         try:
-            data = await request.json()
+            data = json.loads(body)
             update = Update.model_validate(data, context={"bot": self.bot})
         except (ValueError, ValidationError):
             return web.json_response({"error": "not a Telegram update"}, status=400)

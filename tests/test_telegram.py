@@ -47,6 +47,7 @@ def telegram_config(
     *,
     allowed: Sequence[int] = (OWNER,),
     telegram: str = "",
+    http: str = "",
 ) -> str:
     return f"""
 [telegram]
@@ -57,6 +58,7 @@ allowed_users = [{", ".join(str(u) for u in allowed)}]
 [http]
 enabled = true
 port = 0
+{http}
 [tools]
 profile = "coding"
 [tools.shell]
@@ -77,6 +79,7 @@ async def telegram_bot(
     environ: dict[str, str] | None = None,
     api: FakeTelegramAPI | None = None,
     api_options: dict[str, Any] | None = None,
+    http: str = "",
 ) -> AsyncIterator[tuple[Bot, FakeTelegramAPI]]:
     """The daemon with the Telegram channel on, against a fake Bot API (``api`` to reuse
     one across restarts; otherwise a new one built with ``api_options``)."""
@@ -92,13 +95,14 @@ async def telegram_bot(
                 tools=tools,
                 environ=environ,
                 api=own,
+                http=http,
             ) as pair,
         ):
             yield pair
         return
     async with running_bot(
         state_dir,
-        telegram_config(api, extra, allowed=allowed, telegram=telegram),
+        telegram_config(api, extra, allowed=allowed, telegram=telegram, http=http),
         environ={"TELEGRAM_BOT_TOKEN": TOKEN, **(environ or {})},
         channels=["telegram"],
         channel_options={"telegram": {"poll_timeout": 1}},
@@ -990,6 +994,29 @@ async def test_webhook_mode_registers_checks_the_secret_and_answers(state_dir: P
         await barrier_via_webhook(api, url)
         assert replies(api, forged_id) == []
         assert len(replies(api, message_id)) == 1
+
+
+async def test_webhook_mode_refuses_a_stranger_before_reading_the_body(state_dir: Path) -> None:
+    """Without the secret token a sender is answered 401 at once, so stalled bodies from
+    strangers cannot hold the route's body slots and turn Telegram's deliveries away."""
+    bound = 'max_concurrent_bodies = 1\nbody_timeout = "60s"'
+    async with telegram_bot(
+        state_dir, telegram=WEBHOOK, http=bound, environ={"TELEGRAM_WEBHOOK_SECRET": SECRET}
+    ) as (bot, api):
+        port = bot.daemon.http.port
+        url = f"http://127.0.0.1:{port}/telegram"
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(
+            b"POST /telegram HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json"
+            b"\r\nContent-Length: 100000\r\n\r\n" + b"{" * 10
+        )  # and never the rest
+        async with asyncio.timeout(30):
+            assert (await reader.readline()).startswith(b"HTTP/1.1 401")
+        update_id = api.push_message("what time is it?")
+        message_id = int(api.pushed_updates[-1]["message"]["message_id"])
+        assert await api.deliver_webhook(url, update_id) == 200
+        await reply_to(api, message_id, "It is")
+        writer.close()
 
 
 # -- commands and groups --------------------------------------------------------------------
