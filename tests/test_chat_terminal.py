@@ -222,3 +222,71 @@ def test_the_chat_and_the_cli_name_the_decider_alike(tmp_path: Path) -> None:
         assert bot.terminate() == 0
     finally:
         bot.cleanup()
+
+
+COUNT = '/tool shell_exec {"argv": ["sh", "-c", "echo ran >> count.txt"]}'
+
+
+def count_runs(state: Path) -> int:
+    path = workspace(state) / "count.txt"
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def test_piped_lines_never_answer_a_prompt_from_before(tmp_path: Path) -> None:
+    state = tmp_path / "st"
+    args = ("chat", "--config", str(config_file(tmp_path)), "--state-dir", str(state))
+    first = run_echo_bot(*args, input=f"{COUNT}\n")
+    assert first.returncode == 0, first.stderr
+    approval = request_id(first.stdout)
+    assert "stays pending" in first.stdout
+
+    second = run_echo_bot(*args, input="y\n")
+    assert second.returncode == 0, second.stderr
+    listed, entry = second.stdout.splitlines()[:2]
+    assert "still pending (piped lines do not answer it)" in listed
+    assert entry.startswith("• Approval asked: shell_exec(") and approval in entry
+    assert count_runs(state) == 0
+    assert approval in run_echo_bot("approvals", "list", "--state-dir", str(state)).stdout
+
+
+def test_a_prompt_the_closed_pipe_could_not_show_is_shown_once_at_the_next_start(
+    tmp_path: Path,
+) -> None:
+    state = tmp_path / "st"
+    args = ("--config", str(config_file(tmp_path)), "--state-dir", str(state))
+    proc = subprocess.Popen(
+        echo_bot_cmd("chat", *args),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=echo_bot_env(),
+        cwd=ROOT,
+    )
+    try:
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(b"what time is it?\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().startswith(b"It is ")
+        proc.stdout.close()
+        proc.stdin.write(f"{COUNT}\ny\n".encode())
+        proc.stdin.close()
+        assert proc.wait(60) == 141
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert count_runs(state) == 0, "the unseen prompt must not have been answered"
+
+    bot = PtyEchoBot("run", *args)
+    try:
+        bot.expect(r"still waiting for your answer")
+        approval = request_id(bot.expect(r"^Approve shell_exec"))
+        bot.type("y")
+        # Its first delivery, still queued, comes before this edit (one queue per chat).
+        bot.expect(rf"^✅ Approved by .*{approval}")
+        bot.expect(r"exit code 0")
+        assert sum(line.startswith("Approve shell_exec") for line in bot.lines) == 1
+        assert count_runs(state) == 1
+        assert bot.terminate() == 0
+    finally:
+        bot.cleanup()
