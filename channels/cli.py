@@ -125,12 +125,14 @@ class CliChannel:
         held = self._held(message)
         approval_id = str(message.metadata.get("approval_id", ""))
         if message.kind == OutboundKind.APPROVAL and message.edit_of is None:
-            if self._known(approval_id):
-                return  # shown at start already; this is its first delivery, queued
-            if held:  # not pending at start, so settled since: its outcome follows
+            if held and self._known(approval_id):
+                return  # its first delivery, still queued: shown again at start already
+            if held or approval_id in self._listed:
+                # Made before this start and not pending then (settled since: its
+                # outcome follows), or listed for information (piped input).
                 self._print(f"{held}{self._describe(message)} (request {approval_id})")
-            else:
-                self._show_prompt(message)
+            elif not any(_approval_id(p) == approval_id for p in self._deferred):
+                self._show_prompt(message)  # new, or again (/approvals)
         elif message.edit_of is not None and message.metadata.get("outcome"):
             self._prompts = [p for p in self._prompts if p[0] != approval_id]
             self._listed.discard(approval_id)
@@ -192,7 +194,8 @@ class CliChannel:
             self._print(f"Approve {call}? [y/N] (request {approval_id})")
         else:
             self._print(message.text + "\nOnly Deny is offered here. [N]")
-        self._prompts.append((approval_id, verbs))
+        if not any(shown == approval_id for shown, _verbs in self._prompts):
+            self._prompts.append((approval_id, verbs))
 
     def _show_pending(self) -> None:
         """The prompts still pending for this terminal, again: a terminal's screen does
