@@ -1,9 +1,18 @@
 """The terminal channel: ``echo-bot chat`` (and ``echo-bot run`` on a terminal).
 
 Lines typed become inbound messages from the local owner; replies are printed. An
-approval prompt is shown as ``Approve tool(args)? [y/N]`` and the next line answers it.
+approval prompt is shown as ``Approve tool(args)? [y/N]``; while it is on screen the
+next line answers it. Once it is settled elsewhere (``echo-bot approvals``, expiry) its
+outcome is printed and lines are messages again. At start the prompts still pending
+for the terminal are shown again (its screen is gone after a restart).
+
 With piped input (``exit_on_eof``) each line waits for its reply before the next is
-read, and the channel asks the daemon to stop after the last reply.
+read, and the channel asks the daemon to stop after the last reply. Prompts from
+before the start are listed, not answered by piped lines (the script never saw them).
+
+When stdout closes (``echo-bot chat | head -1``), ``chat`` stops with status 141, as a
+process killed by SIGPIPE does; what it could not print stays queued in the outbox
+and the next terminal chat shows it first, marked with the time it was made.
 """
 
 from __future__ import annotations
@@ -11,11 +20,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import getpass
+import logging
+import os
 import sys
 import threading
+import time
+from datetime import UTC, datetime
 from typing import TextIO
 
 from echo_bot.bus import Bus, ChannelSetup
+from echo_bot.errors import ChannelError
 from echo_bot.events import (
     Address,
     ApprovalDecision,
@@ -26,12 +40,19 @@ from echo_bot.events import (
     OutboundMessage,
     Receipt,
     Sender,
+    id_time,
     new_id,
     parse_approval_action,
 )
 
+log = logging.getLogger(__name__)
+
 ADDRESS = Address(channel="cli", chat_id="local")
 YES = {"y", "yes", "approve", "ok"}
+# The exit status of `chat` whose output closed: 128 + SIGPIPE, as a shell reports a
+# process that SIGPIPE ended (`yes | head -1`).
+EXIT_OUTPUT_CLOSED = 141
+OUTPUT_CLOSED = "the terminal's output is closed; kept for the next terminal chat"
 
 
 class CliChannel:
@@ -44,23 +65,41 @@ class CliChannel:
         self._interactive: bool = bool(options.get("interactive", self._stdin.isatty()))
         self._exit_on_eof: bool = bool(options.get("exit_on_eof", False))
         self._request_stop = setup.request_stop
+        self._pending_prompts = setup.pending_prompts
+        # Outbound made before this start waited for a terminal: it is marked so.
+        self._since = setup.started_at if setup.started_at is not None else time.time()
         user = getpass.getuser()
         self._sender = Sender(id=user, name=user)
         self._bus: Bus | None = None
         self._lines: asyncio.Queue[str | None] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
-        # approval id → the allowed verbs, for the prompt the next line answers
+        # The prompts on screen, oldest first: (approval id, the verbs it offers). The
+        # next line answers the first; a prompt settled elsewhere leaves the list.
         self._prompts: list[tuple[str, set[DecisionVerb]]] = []
+        # Pending requests shown at start for information only (piped input).
+        self._listed: set[str] = set()
+        self._deferred: list[OutboundMessage] = []  # pending at start, shown by ready()
         self._awaiting: set[str] = set()  # inbound ids whose reply has not arrived
         self._changed = asyncio.Event()
+        self._input_ended = False
+        self._output_closed = False
 
     # -- Channel protocol -----------------------------------------------------------------
     async def start(self, bus: Bus) -> None:
         self._bus = bus
+        if self._pending_prompts is not None:
+            # Read now, shown by ready() below the banner; until then their first
+            # deliveries, if still queued, are held back.
+            self._deferred = await self._pending_prompts(ADDRESS)
         loop = asyncio.get_running_loop()
         reader = threading.Thread(target=self._read_stdin, args=(loop,), daemon=True)
         reader.start()
         self._task = asyncio.create_task(self._run(), name="cli-channel")
+
+    async def ready(self) -> None:
+        """The daemon is up (its banner is out): show the prompts still pending here."""
+        with contextlib.suppress(ChannelError):
+            self._show_pending()
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -68,27 +107,70 @@ class CliChannel:
             await asyncio.gather(self._task, return_exceptions=True)
 
     def health(self) -> dict[str, object]:
-        return {"status": "ok", "interactive": self._interactive}
+        status = "degraded" if self._output_closed else "ok"
+        return {"status": status, "interactive": self._interactive}
 
     async def send(self, message: OutboundMessage) -> Receipt:
+        if self._output_closed:
+            raise ChannelError(OUTPUT_CLOSED)
+        self._show(message)
         inbound_id = message.metadata.get("inbound_id")
-        if message.kind == OutboundKind.APPROVAL and message.edit_of is None:
-            self._show_prompt(message)
-        elif message.edit_of is not None and message.metadata.get("outcome"):
-            self._print(
-                f"{message.metadata['outcome']} (request {message.metadata.get('approval_id')})"
-            )
-        else:
-            self._print(message.text)
         if inbound_id and message.kind == OutboundKind.REPLY:
             self._awaiting.discard(str(inbound_id))
         self._changed.set()
         return Receipt(channel_message_id=message.id)
 
     # -- rendering ------------------------------------------------------------------------
+    def _show(self, message: OutboundMessage) -> None:
+        held = self._held(message)
+        approval_id = str(message.metadata.get("approval_id", ""))
+        if message.kind == OutboundKind.APPROVAL and message.edit_of is None:
+            if held and self._known(approval_id):
+                return  # its first delivery, still queued: shown again at start already
+            if held or approval_id in self._listed:
+                # Made before this start and not pending then (settled since: its
+                # outcome follows), or listed for information (piped input).
+                self._print(f"{held}{self._describe(message)} (request {approval_id})")
+            elif not any(_approval_id(p) == approval_id for p in self._deferred):
+                self._show_prompt(message)  # new, or again (/approvals)
+        elif message.edit_of is not None and message.metadata.get("outcome"):
+            self._prompts = [p for p in self._prompts if p[0] != approval_id]
+            self._listed.discard(approval_id)
+            self._deferred = [p for p in self._deferred if _approval_id(p) != approval_id]
+            self._print(f"{held}{message.metadata['outcome']} (request {approval_id})")
+        else:
+            self._print(held + message.text)
+
+    def _held(self, message: OutboundMessage) -> str:
+        """A mark for a message made before this start: it waited for a terminal."""
+        made = id_time(message.id)
+        if made is None or made >= self._since:
+            return ""
+        day = "%H:%M" if _utc(made).date() == _utc(time.time()).date() else "%Y-%m-%d %H:%M"
+        return f"(from {_utc(made).strftime(day)} UTC, not shown until now) "
+
+    def _known(self, approval_id: str) -> bool:
+        """Whether this request's prompt is shown (or about to be) already."""
+        return (
+            approval_id in self._listed
+            or any(shown == approval_id for shown, _verbs in self._prompts)
+            or any(_approval_id(p) == approval_id for p in self._deferred)
+        )
+
     def _print(self, text: str) -> None:
-        self._stdout.write(text.rstrip("\n") + "\n")
-        self._stdout.flush()
+        try:
+            self._stdout.write(text.rstrip("\n") + "\n")
+            self._stdout.flush()
+        except (OSError, ValueError) as exc:  # EPIPE, EIO after a hang-up, a closed file
+            self._output_gone(exc)
+            raise ChannelError(OUTPUT_CLOSED) from exc
+
+    @staticmethod
+    def _describe(message: OutboundMessage) -> str:
+        call = message.metadata.get("call")
+        if call:
+            return f"Approval asked: {call}"
+        return message.text.splitlines()[0] if message.text else "Approval asked"
 
     def _show_prompt(self, message: OutboundMessage) -> None:
         verbs = set()
@@ -99,6 +181,12 @@ class CliChannel:
                 if parsed is not None:
                     verbs.add(parsed[0])
                     approval_id = parsed[1]
+        if self._input_ended:
+            self._print(
+                f"{self._describe(message)} (request {approval_id}); this terminal takes no "
+                f"more input — decide with: echo-bot approvals approve|deny {approval_id}"
+            )
+            return
         # The gate's rendering: every argument complete, hidden characters escaped; a
         # prompt without it (arguments too long to show) offers Deny only.
         call = message.metadata.get("call")
@@ -106,7 +194,67 @@ class CliChannel:
             self._print(f"Approve {call}? [y/N] (request {approval_id})")
         else:
             self._print(message.text + "\nOnly Deny is offered here. [N]")
-        self._prompts.append((approval_id, verbs))
+        if not any(shown == approval_id for shown, _verbs in self._prompts):
+            self._prompts.append((approval_id, verbs))
+
+    def _show_pending(self) -> None:
+        """The prompts still pending for this terminal, again: a terminal's screen does
+        not outlive the process. With piped input they are listed, not answerable."""
+        prompts, self._deferred = self._deferred, []
+        if not prompts:
+            return
+        many = len(prompts) > 1
+        count = f"{len(prompts)} approvals" if many else "1 approval"
+        if self._interactive:
+            self._print(
+                f"{count} asked before this start {'are' if many else 'is'} still waiting "
+                f"for your answer (y approves, anything else denies):"
+            )
+            for prompt in prompts:
+                self._show_prompt(prompt)
+            return
+        self._print(
+            f"{count} asked before this start {'are' if many else 'is'} still pending "
+            f"(piped lines do not answer {'them' if many else 'it'}); decide with: "
+            f"echo-bot approvals approve|deny ID"
+        )
+        for prompt in prompts:
+            approval_id = _approval_id(prompt)
+            self._listed.add(approval_id)
+            self._print(f"• {self._describe(prompt)} (request {approval_id})")
+
+    def _output_gone(self, exc: BaseException) -> None:
+        """stdout is closed (`chat | head -1`): stop showing and reading. What was not
+        shown stays queued (send raises a retryable ChannelError) for the next start."""
+        if self._output_closed:
+            return
+        self._output_closed = True
+        self._changed.set()
+        self._silence_stdout()
+        if self._exit_on_eof:
+            log.warning(
+                "the terminal's output is closed (%s); stopping — what could not be shown "
+                "stays queued and the next `echo-bot chat` shows it first",
+                type(exc).__name__,
+            )
+            self._request_stop(EXIT_OUTPUT_CLOSED)
+        else:
+            log.warning(
+                "the terminal's output is closed (%s); the terminal chat stops, the daemon "
+                "keeps running — messages for the terminal wait in the outbox",
+                type(exc).__name__,
+            )
+
+    def _silence_stdout(self) -> None:
+        """Point stdout's descriptor at /dev/null: Python flushes stdout at exit, and on
+        a closed pipe that fails ("Exception ignored … BrokenPipeError", status 120)."""
+        with contextlib.suppress(OSError, ValueError):
+            fd = self._stdout.fileno()
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            try:
+                os.dup2(devnull, fd)
+            finally:
+                os.close(devnull)
 
     # -- input ----------------------------------------------------------------------------
     def _read_stdin(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -121,8 +269,14 @@ class CliChannel:
                 loop.call_soon_threadsafe(self._lines.put_nowait, None)
 
     async def _run(self) -> None:
-        while True:
+        with contextlib.suppress(ChannelError):  # the output closed: nothing more to do
+            await self._read_lines()
+
+    async def _read_lines(self) -> None:
+        while not self._output_closed:
             line = await self._lines.get()
+            if self._output_closed:
+                return
             if line is None:
                 await self._end_of_input()
                 return
@@ -175,11 +329,12 @@ class CliChannel:
 
     async def _wait_reply_or_prompt(self) -> None:
         """Piped input: the next line is read once the reply (or a prompt) is out."""
-        while self._awaiting and not self._prompts:
+        while self._awaiting and not self._prompts and not self._output_closed:
             self._changed.clear()
             await self._changed.wait()
 
     async def _end_of_input(self) -> None:
+        self._input_ended = True
         for approval_id, _verbs in self._prompts:
             self._print(
                 f"(no answer given; request {approval_id} stays pending — "
@@ -188,3 +343,17 @@ class CliChannel:
         self._prompts.clear()
         if self._exit_on_eof:
             self._request_stop()
+            return
+        # `run` on a terminal: Ctrl-D closes the chat, never the daemon.
+        self._print(
+            "End of input: the terminal chat is closed; the daemon keeps running — "
+            f"stop it with Ctrl+C or `kill {os.getpid()}`."
+        )
+
+
+def _approval_id(message: OutboundMessage) -> str:
+    return str(message.metadata.get("approval_id", ""))
+
+
+def _utc(ts: float) -> datetime:
+    return datetime.fromtimestamp(ts, UTC)

@@ -15,7 +15,7 @@ from typing import TypeVar
 
 from sqlite_utils import Database as SqlDb
 
-from .approvals.display import escape_text, render_call, show_json
+from .approvals.display import decider, escape_text, render_call, show_json
 from .config import LoadedConfig, WebhookRoute, llm_enabled, secrets_in_use, telegram_enabled
 from .durations import format_duration
 from .events import Address, ApprovalDecision, DecisionVerb, InboundKind, InboundMessage, Sender
@@ -147,10 +147,10 @@ def approvals_command(state_dir: Path, action: str, approval_id: str | None, wai
         _show(row)
         return 0
     if row.status != approval_store.PENDING:
-        who = escape_text(str((row.decided_by or {}).get("sender_id", "")))
+        who = decider(row.decided_by)
         print(
             f"echo-bot: request {row.id} is already {row.status}"
-            + (f" (by {who} at {_clock(row.decided_at)})" if who else "")
+            + (f" by {who} at {_clock(row.decided_at)}" if who else "")
             + "; nothing changed"
         )
         return 1
@@ -187,8 +187,9 @@ def _show(row: approval_store.ApprovalRow) -> None:
     print(f"created:   {_clock(row.created_at)}")
     print(f"expires:   {_clock(row.expires_at)}")
     if row.decided_at:
-        by = escape_text(str(row.decided_by))
-        print(f"decided:   {row.verb} by {by} at {_clock(row.decided_at)}")
+        by = decider(row.decided_by)
+        what = f"{row.verb} by {by}" if by else row.status
+        print(f"decided:   {what} at {_clock(row.decided_at)}")
 
 
 def _submit_decision(state_dir: Path, approval_id: str, action: str, wait: float) -> int:

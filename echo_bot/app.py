@@ -34,11 +34,12 @@ from .config import (
 from .core import Core, build_core
 from .delivery import DeliveryWorker
 from .errors import ConfigError
-from .events import OutboundKind, OutboundMessage
+from .events import Address, OutboundKind, OutboundMessage
 from .scheduler import Scheduler
 from .sdnotify import Notifier
 from .statedir import StateLock
 from .store import DB_FILENAME, SqliteInbox, SqliteOutbox
+from .store.approvals import list_approvals
 from .store.audit import tokens_since
 from .store.meta import queue_counts, set_daemon_info
 from .store.retention import prune
@@ -120,13 +121,18 @@ class Daemon:
         self._started = asyncio.Event()
         self._stop = asyncio.Event()
         self._signals = 0
+        self.exit_code = 0
+        self.started_at = time.time()
 
     async def wait_started(self) -> Bus:
         await self._started.wait()
         assert self.bus is not None
         return self.bus
 
-    def request_stop(self) -> None:
+    def request_stop(self, exit_code: int = 0) -> None:
+        """End the daemon; a channel may set the exit status (the terminal chat: 141
+        when its output closed, as a process killed by SIGPIPE reports)."""
+        self.exit_code = max(self.exit_code, exit_code)
         self._stop.set()
 
     def _on_signal(self) -> None:
@@ -168,6 +174,7 @@ class Daemon:
         )
 
     async def run(self) -> int:
+        self.started_at = time.time()
         core = self.core
         config = core.loaded.config
         lock = StateLock(core.state_dir)
@@ -284,6 +291,8 @@ class Daemon:
                     access=access,
                     http=http,
                     audit=channel_audit,
+                    pending_prompts=self._pending_prompts,
+                    started_at=self.started_at,
                 )
                 to_start.append(cls(setup))
             for channel in to_start + self.extra_channels:
@@ -315,6 +324,10 @@ class Daemon:
             self.notifier.start_watchdog()
             if self.banner:
                 self._print_banner(brain_label(brain, config))
+            for channel in self.channels:  # optional: what a channel shows once all is up
+                ready = getattr(channel, "ready", None)
+                if ready is not None:
+                    await ready()
             log.info("echo-bot %s started (state dir %s)", __version__, core.state_dir)
             await self._stop.wait()
         finally:
@@ -339,7 +352,20 @@ class Daemon:
             await self.notifier.close()
             for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
                 loop.remove_signal_handler(sig)
-        return 0
+        return self.exit_code
+
+    async def _pending_prompts(self, to: Address) -> list[OutboundMessage]:
+        gate = self.core.gate
+
+        def read(db: Any) -> list[OutboundMessage]:
+            now = gate.clock()
+            return [
+                gate.reprompt(db, row)
+                for row in list_approvals(db)
+                if row.prompt_to == str(to) and not row.expired_at(now)
+            ]
+
+        return await self.core.db.run(read)
 
     @staticmethod
     def _warn_unreachable(config: Config, running: frozenset[str]) -> None:

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from .events import InboundMessage, InboundStatus, OutboundMessage, Receipt
+from .events import Address, InboundMessage, InboundStatus, OutboundMessage, Receipt
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +114,8 @@ class ChannelSetup:
     """What ``app`` hands a channel at construction: its own config section and hooks."""
 
     section: Any
-    request_stop: Callable[[], None]
+    # request_stop() ends the daemon; request_stop(code) also sets its exit status.
+    request_stop: Callable[..., None]
     environ: Mapping[str, str]
     commands: Sequence[tuple[str, str]] = ()
     options: Mapping[str, Any] = field(default_factory=dict)
@@ -122,6 +123,12 @@ class ChannelSetup:
     http: Routes | None = None
     # Records an event in the audit log (masked), e.g. a refused webhook delivery.
     audit: Callable[..., Awaitable[None]] | None = None
+    # The prompts of the approvals still pending for an address, built anew (a terminal
+    # shows them again after a restart: its screen is gone, a Telegram message is not).
+    pending_prompts: Callable[[Address], Awaitable[list[OutboundMessage]]] | None = None
+    # When the daemon started: outbound made before it waited for a channel of an
+    # earlier run (or one that was not running), e.g. a reply whose terminal had closed.
+    started_at: float | None = None
 
 
 @runtime_checkable

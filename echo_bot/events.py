@@ -48,6 +48,17 @@ def new_id() -> str:
     return f"{time.time_ns() // 1_000_000:012x}{_random.take(10).hex()}"
 
 
+def id_time(value: str) -> float | None:
+    """When an id made by ``new_id`` was made (seconds since the epoch); None for an id
+    of another shape."""
+    if len(value) != 32:
+        return None
+    try:
+        return int(value[:12], 16) / 1000
+    except ValueError:
+        return None
+
+
 def utcnow() -> datetime:
     return datetime.now(UTC)
 

@@ -142,6 +142,22 @@ def render_if_fits(tool: str, args: Mapping[str, Any]) -> str | None:
     return call if fits(call) else None
 
 
+# Where a decision was taken, for the deciders who are the owner at the server.
+_DECIDED_AT = {"cli": "terminal", "admin": "echo-bot approvals"}
+
+
+def decider(decided_by: Mapping[str, Any] | None) -> str:
+    """Who decided a request, named alike in the chat's edited prompt and in
+    ``echo-bot approvals``: the sender's id (a Telegram user id, the local user's login
+    name), and for the owner's local tools where ("alice (terminal)", "alice
+    (echo-bot approvals)"). Escaped and clipped: the id may come from a chat."""
+    if not decided_by:
+        return ""
+    name = clip(str(decided_by.get("sender_id", "")), NAME_CLIP)
+    where = _DECIDED_AT.get(str(decided_by.get("via", "")))
+    return f"{name} ({where})" if where else name
+
+
 def clip(text: str, limit: int) -> str:
     """Free text escaped and cut to ``limit`` UTF-16 units, marked with "…" when cut.
     Only for the lines around a call (names, addresses), never for arguments."""

@@ -34,6 +34,7 @@ from .display import (
     REASON_CLIP,
     TOOL_CLIP,
     clip,
+    decider,
     escape_text,
     order_args,
     render_call,
@@ -313,9 +314,8 @@ class ApprovalGate:
             verb=verb.value,
             decided_by=who,
         )
-        name = decision.decided_by.channel if decision.via == "admin" else (decision.sender_id)
         label = {store.APPROVED: "✅ Approved", store.DENIED: "❌ Denied"}[status]
-        text = f"{label} by {clip(name, NAME_CLIP)} at {_clock_text(self.clock())}"
+        text = f"{label} by {decider(who)} at {_clock_text(self.clock())}"
         self._edit_prompt(db, row, text)
         return DecisionOutcome(
             True,
