@@ -414,8 +414,10 @@ def backup_name(directory: Path) -> Path:
 
 
 # -- pairing ------------------------------------------------------------------------------
-def pair_command(loaded: LoadedConfig, state_dir: Path) -> int:
-    if not telegram_enabled(loaded, os.environ):
+def pair_command(loaded: LoadedConfig, state_dir: Path, environ: Mapping[str, str]) -> int:
+    """``environ``: the environment with systemd credentials filled in (a token given
+    only as a credential switches Telegram on too)."""
+    if not telegram_enabled(loaded, environ):
         how = (
             f"set [telegram] enabled = true in {loaded.path}"
             if loaded.from_file
@@ -444,7 +446,7 @@ def pairings_command(loaded: LoadedConfig, state_dir: Path, action: str, user: s
             return 0
         for row in rows:
             who = row.user_id if row.channel == "telegram" else f"{row.channel}:{row.user_id}"
-            name = _printable(row.name) if row.name else "(name unknown)"
+            name = escape_text(row.name) if row.name else "(name unknown)"
             print(f"{who}  {name}  paired {_clock(row.added_at)}")
         return 0
     if not user:
@@ -461,11 +463,6 @@ def pairings_command(loaded: LoadedConfig, state_dir: Path, action: str, user: s
         return 1
     print(f"Revoked {user}: a running daemon refuses their next message.")
     return 0
-
-
-def _printable(text: str) -> str:
-    """A chat-supplied name, safe for a terminal (control and direction characters escaped)."""
-    return "".join(c if c.isprintable() else f"\\u{ord(c):04x}" for c in text)
 
 
 # -- audit --------------------------------------------------------------------------------

@@ -223,7 +223,7 @@ def _manage(
     if args.command == "pair":
         from .admin import pair_command
 
-        return pair_command(loaded, state_dir)
+        return pair_command(loaded, state_dir, environ)
     if args.command == "pairings":
         from .admin import pairings_command
 

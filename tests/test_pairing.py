@@ -167,3 +167,14 @@ def test_attack_pair_refuses_when_telegram_is_off(tmp_path: Path) -> None:
     on = run_echo_bot("pair", "--state-dir", str(state), env=env)
     assert on.returncode == 0, on.stderr
     assert "Pairing code:" in on.stdout
+
+
+def test_pair_sees_a_token_given_as_a_systemd_credential(tmp_path: Path) -> None:
+    """With no config file, a token that is only a credential switches Telegram on."""
+    credentials = tmp_path / "credentials"
+    credentials.mkdir()
+    (credentials / "TELEGRAM_BOT_TOKEN").write_text("123:abc\n")
+    env = echo_bot_env(CREDENTIALS_DIRECTORY=str(credentials))
+    on = run_echo_bot("pair", "--state-dir", str(tmp_path / "st"), env=env)
+    assert on.returncode == 0, on.stderr
+    assert "Pairing code:" in on.stdout
