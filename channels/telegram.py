@@ -498,6 +498,9 @@ class TelegramChannel:
                     pass  # the next beat tries again
                 except (AiogramError, ValueError):
                     return  # blocked, gone, refused: this chat shows no typing
+                except Exception:  # a typing indicator is never worth a failed task
+                    log.debug("telegram: typing in %s failed", chat, exc_info=True)
+                    return
         finally:
             self._forget_typing(chat, state)
 

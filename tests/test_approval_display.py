@@ -520,3 +520,14 @@ def test_a_megabyte_of_content_is_judged_too_long_without_rendering_it() -> None
     assert render_if_fits("file_write", {"path": "x", "content": "a\u202e"}) == (
         'file_write(path="x", content="a\\u202e")'
     )
+
+
+def test_attack_stacked_combining_marks_cannot_draw_over_the_prompt() -> None:
+    """Dozens of combining marks on one letter ("Zalgo") draw over the lines around
+    them in a chat client; past two on one base character they are shown escaped."""
+    zalgo = "n" + "\u0301\u0302\u0303" * 20 + "otes"
+    shown = render_call("file_write", {"path": "deploy.sh", "content": zalgo})
+    raw_marks = [ch for ch in shown if ch in "\u0301\u0302\u0303"]
+    assert len(raw_marks) == 2, shown
+    assert "\\u0303\\u0301\\u0302" in shown and shown.endswith('otes")')
+    assert escape_text("Nguye\u0302\u0303n") == "Nguye\u0302\u0303n"  # two stay as they are

@@ -68,15 +68,25 @@ def _escape_char(ch: str) -> str:
 
 
 # Printable ASCII is always shown as itself; only the rest needs a look.
-_NOT_PLAIN = re.compile(r"[^\x20-\x7e]")
-_NOT_PLAIN_OR_BACKSLASH = re.compile(r"[^\x20-\x5b\x5d-\x7e]")
+_NOT_PLAIN = re.compile(r"[^\x20-\x7e]+")
+_NOT_PLAIN_OR_BACKSLASH = re.compile(r"[^\x20-\x5b\x5d-\x7e]+")
+# Combining marks shown on one base character; more are escaped: a long stack of them
+# ("Zalgo" text) draws over the lines around it and could cover the deciding arguments.
+MAX_MARKS = 2
 
 
 def _replace(match: re.Match[str]) -> str:
-    ch = match.group()
-    if ch == "\\":
-        return "\\\\"
-    return _escape_char(ch) if _hidden(ch) else ch
+    out = []
+    marks = 0  # combining marks on the current base character so far
+    for ch in match.group():
+        if ch == "\\":
+            out.append("\\\\")
+            marks = 0
+            continue
+        mark = unicodedata.category(ch) in ("Mn", "Me")
+        marks = marks + 1 if mark else 0
+        out.append(_escape_char(ch) if _hidden(ch) or marks > MAX_MARKS else ch)
+    return "".join(out)
 
 
 def escape_text(text: str) -> str:

@@ -37,6 +37,7 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 PR_SET_CHILD_SUBREAPER = 36
+_HAVE_PROC = os.path.isdir("/proc/self")
 _SWEEP_SECONDS = 5.0
 
 # Pids of the programs of calls that are running now (asyncio waits for those).
@@ -230,6 +231,9 @@ class CallProcesses:
         leader = self.leader
         if leader is None:
             return 0
+        if not _HAVE_PROC:  # other systems: what is left of the call's session
+            with suppress(ProcessLookupError, PermissionError):
+                os.killpg(leader, signal.SIGKILL)
         try:
             async with _guard():
                 others = frozenset(_LEADERS - {leader})
