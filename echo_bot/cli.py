@@ -136,6 +136,9 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+EXIT_OUTPUT_CLOSED = 141  # 128 + SIGPIPE
+
+
 def main(argv: list[str] | None = None) -> int:
     # First of all: every echo-bot process holds the secrets of its environment (and,
     # after start, of its credentials); no other process of this user may read them.
@@ -157,6 +160,23 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (`echo-bot audit | head -1`): stop quietly with the status
+        # of a process killed by SIGPIPE, as other Unix tools do.
+        _discard_stdout()
+        return EXIT_OUTPUT_CLOSED
+
+
+def _discard_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's last flush of what is still
+    buffered cannot fail on the closed pipe ("Exception ignored … BrokenPipeError")."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    finally:
+        os.close(devnull)
 
 
 def _dispatch(args: argparse.Namespace) -> int:

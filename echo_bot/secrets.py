@@ -111,6 +111,7 @@ def masked_output(masker: Masker) -> Iterator[None]:
     try:
         yield
     finally:
-        for stream in (sys.stdout, sys.stderr):
-            stream.flush()
+        masked = sys.stdout, sys.stderr
         sys.stdout, sys.stderr = saved
+        for stream in masked:  # may raise BrokenPipeError: the caller decides what it means
+            stream.flush()
