@@ -106,8 +106,10 @@ def show_value(value: Any) -> str:
 
 
 def show_json(value: Any, indent: int = 2) -> str:
-    """Indented JSON of ``value`` for ``echo-bot approvals show`` (escaped as above)."""
-    return _escape_json(json.dumps(value, ensure_ascii=False, indent=indent))
+    """Indented JSON of ``value`` for ``echo-bot approvals show`` (escaped as above).
+    Its own line breaks stay: JSON writes any newline inside a value as ``\\n``."""
+    lines = json.dumps(value, ensure_ascii=False, indent=indent).split("\n")
+    return "\n".join(_escape_json(line) for line in lines)
 
 
 def _show_key(key: str) -> str:
