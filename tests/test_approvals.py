@@ -402,6 +402,7 @@ async def test_allow_for_lets_the_same_tool_run_in_the_same_session(state_dir: P
         assert "Wrote 1 bytes" in (await bot.channel.reply_to(first)).text
         edit = await bot.channel.wait_for(lambda m: m.edit_of == prompt.id)
         assert edit.text.startswith("✅ Approved")
+        assert "file_write runs unasked in this chat until" in edit.text  # the grant shows
 
         # No prompt this time: the reply comes without anyone pressing anything.
         second = await bot.channel.say('/tool file_write {"path": "b.txt", "content": "22"}')

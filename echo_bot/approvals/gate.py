@@ -316,6 +316,11 @@ class ApprovalGate:
         )
         label = {store.APPROVED: "✅ Approved", store.DENIED: "❌ Denied"}[status]
         text = f"{label} by {decider(who)} at {_clock_text(self.clock())}"
+        if verb is DecisionVerb.ALLOW_FOR:
+            text += (
+                f"; {escape_text(row.tool)} runs unasked in this chat until "
+                f"{_clock_text(self.clock() + seconds)}"
+            )
         self._edit_prompt(db, row, text)
         return DecisionOutcome(
             True,
