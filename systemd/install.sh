@@ -44,12 +44,17 @@ if [ -n "$(ls -A "$dest")" ] && ! grep -qs '^name = "echo-bot"' "$dest/pyproject
 fi
 find "$dest" -mindepth 1 -maxdepth 1 ! -name .venv -exec rm -rf {} +
 
-# The checkout's .venv (its scripts point back into the checkout), git data and build
-# leftovers stay behind.
-(cd "$src" && tar -cf - \
-    --exclude=./.venv --exclude=./.git --exclude=./build --exclude=./dist --exclude='*.egg-info' \
-    --exclude=__pycache__ --exclude=.pytest_cache --exclude=.ruff_cache .) |
-    (cd "$dest" && tar -xf - --no-same-owner)
+# In a git checkout only the files git tracks are copied: your own files beside them (a
+# config, a payload, notes) stay behind. Elsewhere the checkout's .venv (its scripts
+# point back into the checkout), git data and build leftovers stay behind.
+if git -C "$src" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+    (cd "$src" && git ls-files -z | tar --null -T - -cf -)
+else
+    (cd "$src" && tar -cf - \
+        --exclude=./.venv --exclude=./.git --exclude=./build --exclude=./dist \
+        --exclude='*.egg-info' --exclude=__pycache__ --exclude=.pytest_cache \
+        --exclude=.ruff_cache .)
+fi | (cd "$dest" && tar -xf - --no-same-owner)
 
 venv=$dest/.venv
 # A venv copied here by an earlier `cp -r` of a checkout runs another place's scripts:

@@ -138,6 +138,11 @@ def test_install_steps_leave_the_checkouts_venv_behind(tmp_path: Path) -> None:
         ".venv", ".git", "__pycache__", "*.egg-info", "build", "dist", ".*_cache"))  # fmt: skip
     env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "VIRTUAL_ENV"}}
     env.update(PIP_NO_DEPS="1", PYTHON=sys.executable)  # offline: no dependencies
+    git = ["git", "-C", str(checkout), "-c", "user.name=t", "-c", "user.email=t@t"]
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "checkout"]):
+        subprocess.run([*git, *args], check=True, capture_output=True)
+    # The user's own files beside the tracked ones never travel to /opt.
+    (checkout / "echo-bot.toml").write_text("[telegram]\nallowed_users = [1]\n")
     subprocess.run([sys.executable, "-m", "venv", str(checkout / ".venv")], check=True)
     own = checkout / ".venv" / "bin" / "python"
     subprocess.run([own, "-m", "pip", "install", "-q", str(checkout)], env=env, check=True,
@@ -150,6 +155,8 @@ def test_install_steps_leave_the_checkouts_venv_behind(tmp_path: Path) -> None:
                                 capture_output=True, text=True, timeout=600)  # fmt: skip
         assert result.returncode == 0, result.stdout + result.stderr
 
+    assert not (prefix / "echo-bot.toml").exists()
+    assert (prefix / "pyproject.toml").exists()
     entry = prefix / ".venv" / "bin" / "echo-bot"
     assert entry.read_text().splitlines()[0] == f"#!{prefix}/.venv/bin/python"
     assert str(checkout) not in entry.read_text()
