@@ -8,6 +8,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from typing import IO
 
 from tests.conftest import ROOT, echo_bot_cmd, echo_bot_env
@@ -42,21 +43,15 @@ class EchoBotProcess:
             sink.put(line.rstrip("\n"))
 
     def _expect(self, sink: queue.Queue[str], pattern: str, timeout: float, where: str) -> str:
-        deadline = time.monotonic() + timeout
-        regex = re.compile(pattern)
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise AssertionError(
-                    f"no {where} line matching {pattern!r} within {timeout} s.\n"
-                    f"stdout: {self.stdout_lines}\nstderr: {self.stderr_lines}"
-                )
-            try:
-                line = sink.get(timeout=remaining)
-            except queue.Empty:
-                continue
-            if regex.search(line):
-                return line
+        return next_match(
+            sink,
+            pattern,
+            timeout,
+            lambda: (
+                f"no {where} line matching {pattern!r} within {timeout} s.\n"
+                f"stdout: {self.stdout_lines}\nstderr: {self.stderr_lines}"
+            ),
+        )
 
     def expect_stdout(self, pattern: str, timeout: float = 15) -> str:
         return self._expect(self._out, pattern, timeout, "stdout")
@@ -88,3 +83,22 @@ class EchoBotProcess:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(10)
+
+
+def next_match(
+    sink: queue.Queue[str], pattern: str, timeout: float, failure: Callable[[], str]
+) -> str:
+    """The next line from ``sink`` that matches ``pattern`` (lines before it are
+    skipped); AssertionError with ``failure()`` when none comes within ``timeout``."""
+    deadline = time.monotonic() + timeout
+    regex = re.compile(pattern)
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise AssertionError(failure())
+        try:
+            line = sink.get(timeout=remaining)
+        except queue.Empty:
+            continue
+        if regex.search(line):
+            return line

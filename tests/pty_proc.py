@@ -9,13 +9,12 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
-import re
 import signal
 import subprocess
 import threading
-import time
 
 from tests.conftest import ROOT, echo_bot_cmd, echo_bot_env
+from tests.proc import next_match
 
 CTRL_D = b"\x04"
 
@@ -62,21 +61,15 @@ class PtyEchoBot:
 
     def expect(self, pattern: str, timeout: float = 20) -> str:
         """The next line shown that matches ``pattern`` (lines before it are skipped)."""
-        deadline = time.monotonic() + timeout
-        regex = re.compile(pattern)
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise AssertionError(
-                    f"no terminal line matching {pattern!r} within {timeout} s; "
-                    f"the terminal showed:\n" + "\n".join(self.lines)
-                )
-            try:
-                line = self._queue.get(timeout=remaining)
-            except queue.Empty:
-                continue
-            if regex.search(line):
-                return line
+        return next_match(
+            self._queue,
+            pattern,
+            timeout,
+            lambda: (
+                f"no terminal line matching {pattern!r} within {timeout} s; "
+                "the terminal showed:\n" + "\n".join(self.lines)
+            ),
+        )
 
     def type(self, line: str) -> None:
         """Type a line and press Enter."""
