@@ -65,6 +65,7 @@ class CliChannel:
         self._interactive: bool = bool(options.get("interactive", self._stdin.isatty()))
         self._exit_on_eof: bool = bool(options.get("exit_on_eof", False))
         self._request_stop = setup.request_stop
+        self._detach = setup.detach
         self._pending_prompts = setup.pending_prompts
         # Outbound made before this start waited for a terminal: it is marked so.
         self._since = setup.started_at if setup.started_at is not None else time.time()
@@ -112,6 +113,8 @@ class CliChannel:
 
     async def send(self, message: OutboundMessage) -> Receipt:
         if self._output_closed:
+            if self._detach is not None:  # closed before delivery took this channel on
+                self._detach()
             raise ChannelError(OUTPUT_CLOSED)
         self._show(message)
         inbound_id = message.metadata.get("inbound_id")
@@ -229,6 +232,8 @@ class CliChannel:
         if self._output_closed:
             return
         self._output_closed = True
+        if self._detach is not None:  # what is left stays queued, never failed
+            self._detach()
         self._changed.set()
         self._silence_stdout()
         if self._exit_on_eof:

@@ -39,7 +39,7 @@ from .scheduler import Scheduler
 from .sdnotify import Notifier
 from .statedir import StateLock
 from .store import DB_FILENAME, SqliteInbox, SqliteOutbox
-from .store.approvals import list_approvals
+from .store.approvals import pending_for
 from .store.audit import tokens_since
 from .store.meta import queue_counts, set_daemon_info
 from .store.retention import prune
@@ -293,6 +293,7 @@ class Daemon:
                     audit=channel_audit,
                     pending_prompts=self._pending_prompts,
                     started_at=self.started_at,
+                    detach=partial(delivery.remove_channel, name),
                 )
                 to_start.append(cls(setup))
             for channel in to_start + self.extra_channels:
@@ -361,8 +362,8 @@ class Daemon:
             now = gate.clock()
             return [
                 gate.reprompt(db, row)
-                for row in list_approvals(db)
-                if row.prompt_to == str(to) and not row.expired_at(now)
+                for row in pending_for(db, str(to))
+                if not row.expired_at(now)
             ]
 
         return await self.core.db.run(read)

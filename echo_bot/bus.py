@@ -129,6 +129,9 @@ class ChannelSetup:
     # When the daemon started: outbound made before it waited for a channel of an
     # earlier run (or one that was not running), e.g. a reply whose terminal had closed.
     started_at: float | None = None
+    # detach() tells the delivery worker this channel takes nothing more in this run (a
+    # terminal whose output closed): its messages wait in the outbox, none is failed.
+    detach: Callable[[], None] | None = None
 
 
 @runtime_checkable

@@ -55,6 +55,12 @@ class DeliveryWorker:
         self.channels[channel.name] = channel
         self.wake()
 
+    def remove_channel(self, name: str) -> None:
+        """The channel takes nothing more in this run (a terminal whose output closed):
+        its messages stay queued, as for a channel that is not running, attempts and
+        all, until it is added again (the next start)."""
+        self.channels.pop(name, None)
+
     def wake(self, *_: object) -> None:
         self._wake.set()
 
@@ -131,7 +137,10 @@ class DeliveryWorker:
         # waited behind this one) or this one is still queued (a retry).
         look_again = True
         try:
-            channel = self.channels[message.to.channel]
+            channel = self.channels.get(message.to.channel)
+            if channel is None:  # removed since this row was read: it stays queued
+                look_again = False
+                return
             masked = self.masker.mask(message.text)
             if masked != message.text:
                 message = message.model_copy(update={"text": masked})
@@ -141,6 +150,10 @@ class DeliveryWorker:
             try:
                 receipt = await asyncio.wait_for(channel.send(message), SEND_TIMEOUT)
             except ChannelError as exc:
+                if self.channels.get(channel.name) is not channel:
+                    # The channel left while sending: not an attempt; it stays queued.
+                    await self.outbox.note_error(row.message.id, str(exc))
+                    return
                 await self._failed_attempt(row, str(exc), exc.retryable, exc.retry_after)
             except TimeoutError:
                 await self._failed_attempt(row, "send timed out", True, None)

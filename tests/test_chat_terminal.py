@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import getpass
+import os
 import re
 import sqlite3
 import subprocess
@@ -184,6 +185,25 @@ def test_chat_ends_when_its_output_pipe_closes_and_keeps_the_reply_undelivered(
     status, error, _payload = help_rows[0]
     assert status == "queued" and error and "output is closed" in error
     assert not any("Commands:" not in r[2] and r[0] != "sent" for r in rows), rows
+
+    # A closed output is no failed delivery: however often it happens, nothing counts
+    # against the message's attempts (8 of them would mark it failed for good).
+    for _ in range(3):
+        read_end, write_end = os.pipe()
+        os.close(read_end)
+        try:
+            again = subprocess.run(
+                echo_bot_cmd("chat", "--state-dir", str(state)), input=b"what time is it?\n",
+                stdout=write_end, stderr=subprocess.PIPE, env=env, cwd=ROOT, timeout=60,
+            )  # fmt: skip
+        finally:
+            os.close(write_end)
+        assert again.returncode == 141, again.stderr
+    with sqlite3.connect(state / "echo-bot.sqlite3") as db:
+        attempts = db.execute(
+            "SELECT attempts, next_attempt_at <= created_at FROM outbox WHERE status = 'queued'"
+        ).fetchall()
+    assert attempts and all(row == (0, 1) for row in attempts), attempts
 
     # The next chat shows it first, marked as held from before.
     later = run_echo_bot("chat", "--state-dir", str(state), input="what time is it?\n")

@@ -108,6 +108,16 @@ def list_approvals(db: SqlDb, status: str | None = PENDING, limit: int = 100) ->
     return [_row(tuple(r)) for r in rows]
 
 
+def pending_for(db: SqlDb, prompt_to: str) -> list[ApprovalRow]:
+    """Every pending request whose prompt goes to ``prompt_to``, oldest first."""
+    rows = db.execute(
+        f"SELECT {_COLUMNS} FROM approvals WHERE status = 'pending' AND prompt_to = ?"
+        " ORDER BY created_at",
+        [prompt_to],
+    ).fetchall()
+    return [_row(tuple(r)) for r in rows]
+
+
 def decide(
     db: SqlDb,
     approval_id: str,

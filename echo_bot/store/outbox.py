@@ -121,6 +121,15 @@ class SqliteOutbox:
             )
         )
 
+    async def note_error(self, outbound_id: str, error: str) -> None:
+        """Why a queued message is still queued, without counting an attempt."""
+        await self._db.run(
+            lambda db: db.execute(
+                "UPDATE outbox SET last_error = ? WHERE id = ? AND status = 'queued'",
+                [error, outbound_id],
+            )
+        )
+
     async def mark_failed(self, outbound_id: str, error: str) -> None:
         await self._db.run(
             lambda db: db.execute(
