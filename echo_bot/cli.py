@@ -274,7 +274,7 @@ def _doctor(args: argparse.Namespace) -> int:
     except EchoBotError as exc:
         loaded, environ = exc, base
     masker = Masker.from_environment(secret_env_names(config), environ)
-    setup_logging("ERROR", "text", masker)
+    setup_logging("INFO" if args.verbose else "ERROR", "text", masker, log_file=args.log_file)
     state_dir = resolve_state_dir(args.state_dir, config_dir, environ)
     source = str(args.config) if args.config else "embedded defaults"
     with masked_output(masker):

@@ -438,13 +438,17 @@ def secrets_in_use(loaded: LoadedConfig, environ: Mapping[str, str]) -> list[tup
     if llm_enabled(loaded, environ):
         keyless = config.openai.base_url != DEFAULT_OPENAI_BASE_URL
         found.append((config.openai.api_key_env, not keyless))
+    telegram_hook = False
     if telegram_enabled(loaded, environ):
         found.append((config.telegram.token_env, True))
-        if config.telegram.mode == "webhook":
+        telegram_hook = config.telegram.mode == "webhook"
+        if telegram_hook:
             found.append((config.telegram.webhook_secret_env, True))
+    # The admin token guards /healthz details whenever the HTTP server runs.
+    serves_http = config.webhook.enabled or config.http.enabled or telegram_hook
+    if serves_http and config.webhook.admin_token_env:
+        found.append((config.webhook.admin_token_env, False))
     if config.webhook.enabled:
-        if config.webhook.admin_token_env:
-            found.append((config.webhook.admin_token_env, False))
         found += [(r.secret_env, True) for r in config.webhook.routes if r.secret_env]
     needed: dict[str, bool] = {}
     for name, must in found:

@@ -115,9 +115,16 @@ def _handler(handler: logging.Handler, fmt: str, masker: Masker) -> logging.Hand
 
 
 def _open_log_file(path: Path) -> logging.Handler:
-    """Appends; a new file is created 0600 (the log names chats, users and tools)."""
+    """Appends to ``path``, made 0600 whether new or not (the log names chats, users and
+    tools); a symlink there is refused, not followed."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
-        return logging.FileHandler(path, encoding="utf-8")
+        fd = os.open(path, flags, 0o600)
+        try:
+            os.fchmod(fd, 0o600)
+        except OSError:
+            os.close(fd)
+            raise
     except OSError as exc:
         raise ConfigError(f"cannot write the log file {path}: {exc.strerror}") from exc
+    return logging.StreamHandler(os.fdopen(fd, "a", encoding="utf-8"))

@@ -47,8 +47,11 @@ find "$dest" -mindepth 1 -maxdepth 1 ! -name .venv -exec rm -rf {} +
 # In a git checkout only the files git tracks are copied: your own files beside them (a
 # config, a payload, notes) stay behind. Elsewhere the checkout's .venv (its scripts
 # point back into the checkout), git data and build leftovers stay behind.
-if git -C "$src" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
-    (cd "$src" && git ls-files -z | tar --null -T - -cf -)
+# safe.directory: root installing a user's checkout must not fall back to copying all.
+git_src() { git -c safe.directory="$src" -C "$src" "$@"; }
+if git_src rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+    # A tracked file deleted from the work tree is skipped, not a failed copy.
+    (cd "$src" && git_src ls-files -z | tar --null --ignore-failed-read -T - -cf -)
 else
     (cd "$src" && tar -cf - \
         --exclude=./.venv --exclude=./.git --exclude=./build --exclude=./dist \

@@ -145,5 +145,16 @@ def test_check_config_does_not_list_secrets_of_disabled_features(tmp_path: Path)
     assert "OPENAI_API_KEY" not in secrets and "TELEGRAM_WEBHOOK_SECRET" not in secrets
 
 
+def test_check_config_lists_the_admin_token_whenever_the_http_server_runs(
+    tmp_path: Path,
+) -> None:
+    """/healthz details need the admin token also without webhooks ([http] enabled)."""
+    text = '[http]\nenabled = true\n[webhook]\nadmin_token_env = "ECHO_BOT_ADMIN_TOKEN"\n'
+    code, out, err = check(tmp_path, text)
+    assert code == 0, err
+    [secrets] = [line for line in out.splitlines() if line.startswith("secrets")]
+    assert "ECHO_BOT_ADMIN_TOKEN" in secrets, secrets
+
+
 def test_the_channels_an_address_may_name_are_the_channels_the_daemon_knows() -> None:
     assert set(config.CHANNEL_NAMES) == set(app.CHANNELS)

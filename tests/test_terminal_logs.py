@@ -12,7 +12,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from tests.conftest import ROOT, echo_bot_cmd, echo_bot_env
+from tests.conftest import ROOT, echo_bot_cmd, echo_bot_env, run_echo_bot
 from tests.fakes.telegram_api import FakeTelegramAPI
 from tests.proc import EchoBotProcess
 
@@ -118,6 +118,8 @@ def test_verbose_shows_the_log_on_the_terminal_but_not_the_scheduler_chatter(
 
 def test_log_file_gets_the_full_log_while_the_terminal_stays_clean(tmp_path: Path) -> None:
     log_file = tmp_path / "echo-bot.log"
+    log_file.write_text("an earlier run\n")
+    log_file.chmod(0o644)  # an existing file is made private too
     term = Terminal("run", "--state-dir", str(tmp_path / "st"), "--log-file", str(log_file))
     try:
         fire_a_reminder(term)
@@ -126,6 +128,7 @@ def test_log_file_gets_the_full_log_while_the_terminal_stays_clean(tmp_path: Pat
         term.close()
     assert not LOG_LINE.search(term.output), term.output
     written = log_file.read_text()
+    assert written.startswith("an earlier run\n")  # appended to
     assert re.search(r"INFO echo_bot\.app: echo-bot \S+ started", written)
     assert "INFO echo_bot.app: stopping" in written
     assert "apscheduler" not in written
@@ -175,3 +178,14 @@ async def test_each_telegram_update_is_not_an_info_line_in_the_service_log(tmp_p
     assert proc.returncode == 0, log
     assert re.search(r"INFO echo_bot\.app: echo-bot \S+ started", log), log
     assert "aiogram.event" not in log, log
+
+
+def test_a_log_file_path_that_is_a_symlink_is_refused(tmp_path: Path) -> None:
+    target = tmp_path / "elsewhere"
+    target.write_text("")
+    (tmp_path / "echo-bot.log").symlink_to(target)
+    done = run_echo_bot("status", "--state-dir", str(tmp_path / "st"),
+                        "--log-file", str(tmp_path / "echo-bot.log"))  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert "cannot write the log file" in done.stderr and "Traceback" not in done.stderr
+    assert target.read_text() == ""
