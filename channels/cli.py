@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from typing import TextIO
 
 from echo_bot.bus import Bus, ChannelSetup
-from echo_bot.errors import ChannelError
+from echo_bot.errors import EXIT_OUTPUT_CLOSED, ChannelError
 from echo_bot.events import (
     Address,
     ApprovalDecision,
@@ -49,9 +49,6 @@ log = logging.getLogger(__name__)
 
 ADDRESS = Address(channel="cli", chat_id="local")
 YES = {"y", "yes", "approve", "ok"}
-# The exit status of `chat` whose output closed: 128 + SIGPIPE, as a shell reports a
-# process that SIGPIPE ended (`yes | head -1`).
-EXIT_OUTPUT_CLOSED = 141
 OUTPUT_CLOSED = "the terminal's output is closed; kept for the next terminal chat"
 
 

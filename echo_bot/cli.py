@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import __version__
-from .errors import EchoBotError
+from .errors import EXIT_OUTPUT_CLOSED, EchoBotError
 from .secrets import Masker
 
 if TYPE_CHECKING:
@@ -134,9 +134,6 @@ def _parser() -> argparse.ArgumentParser:
         "--usage", action="store_true", help="LLM tokens and latency per day and session"
     )
     return parser
-
-
-EXIT_OUTPUT_CLOSED = 141  # 128 + SIGPIPE
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+# The exit status of a command whose output closed early (`| head`): 128 + SIGPIPE, as
+# for Unix tools killed by that signal.
+EXIT_OUTPUT_CLOSED = 141
+
 
 class EchoBotError(Exception):
     """Root of every error echo-bot raises on purpose."""
