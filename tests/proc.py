@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import queue
 import re
 import signal
+import socket
 import subprocess
+import sys
 import threading
 import time
-from collections.abc import Callable
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import IO
 
 from tests.conftest import ROOT, echo_bot_cmd, echo_bot_env
@@ -102,3 +108,75 @@ def next_match(
             continue
         if regex.search(line):
             return line
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.contextmanager
+def daemon_process(
+    tmp_path: Path,
+    config_text: str,
+    env: dict[str, str],
+    *,
+    preexec_fn: Callable[[], None] | None = None,
+) -> Iterator[tuple[Path, Path, int]]:
+    """`echo-bot run` as a real process on a fixed free port (``port = 0`` in the config
+    is replaced), its stderr in ``tmp_path/daemon.log``; yields (config, state, port) once
+    /healthz answers 200. It must exit 0 on SIGTERM."""
+    port = free_port()
+    config, state, log = tmp_path / "config.toml", tmp_path / "st", tmp_path / "daemon.log"
+    config.write_text(config_text.replace("port = 0", f"port = {port}"))
+    with log.open("wb") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "echo_bot", "run", "--config", str(config),
+             "--state-dir", str(state)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=sink,
+            env=echo_bot_env(**env),
+            cwd=ROOT,
+            preexec_fn=preexec_fn,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while "stop with" not in log.read_text(errors="replace"):
+            assert proc.poll() is None, log.read_text(errors="replace")
+            assert time.monotonic() < deadline, "the daemon did not start"
+            time.sleep(0.05)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as response:
+            assert response.status == 200
+        yield config, state, port
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                assert proc.wait(20) == 0, log.read_text(errors="replace")
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                raise
+
+
+def run_with_output_closed(
+    *args: str, input: bytes = b"", env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[bytes]:
+    """``echo-bot ARGS`` whose stdout is a pipe nobody reads any more (the reader left
+    before a line was written); its stderr is captured. A hang fails after 60 s."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        return subprocess.run(
+            echo_bot_cmd(*args),
+            input=input,
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            env=env or echo_bot_env(),
+            cwd=ROOT,
+            timeout=60,
+        )
+    finally:
+        os.close(write_end)

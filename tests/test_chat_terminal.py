@@ -4,13 +4,13 @@
 from __future__ import annotations
 
 import getpass
-import os
 import re
 import sqlite3
 import subprocess
 from pathlib import Path
 
 from tests.conftest import ROOT, echo_bot_cmd, echo_bot_env, run_echo_bot
+from tests.proc import run_with_output_closed
 from tests.pty_proc import PtyEchoBot
 
 SHELL_CONFIG = """
@@ -147,14 +147,13 @@ def outbox_rows(state: Path) -> list[tuple[str, str | None, str]]:
     return [(r[0], r[1], r[2]) for r in rows]
 
 
-def test_chat_ends_when_its_output_pipe_closes_and_keeps_the_reply_undelivered(
-    tmp_path: Path,
-) -> None:
-    state = tmp_path / "st"
-    env = echo_bot_env()
-    env.pop("PYTHONUNBUFFERED")  # as a user's shell runs it: stdout block-buffered
+def chat_until_its_output_closes(
+    args: tuple[str, ...], then: bytes, env: dict[str, str]
+) -> tuple[int, str]:
+    """`echo-bot chat` asked the time; its reader leaves after that first line (as
+    `| head -1` does) while ``then`` is typed: (exit status, stderr). A hang fails."""
     proc = subprocess.Popen(
-        echo_bot_cmd("chat", "--state-dir", str(state)),
+        echo_bot_cmd("chat", *args),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -166,15 +165,26 @@ def test_chat_ends_when_its_output_pipe_closes_and_keeps_the_reply_undelivered(
         proc.stdin.write(b"what time is it?\n")
         proc.stdin.flush()
         assert proc.stdout.readline().startswith(b"It is ")
-        proc.stdout.close()  # as `| head -1` does after its line
-        proc.stdin.write(b"/help\nwhat time is it?\n")
+        proc.stdout.close()
+        proc.stdin.write(then)
         proc.stdin.close()
-        code = proc.wait(60)  # a hang fails here
-        stderr = proc.stderr.read().decode() if proc.stderr else ""
+        code = proc.wait(60)
+        return code, proc.stderr.read().decode() if proc.stderr else ""
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
+
+
+def test_chat_ends_when_its_output_pipe_closes_and_keeps_the_reply_undelivered(
+    tmp_path: Path,
+) -> None:
+    state = tmp_path / "st"
+    env = echo_bot_env()
+    env.pop("PYTHONUNBUFFERED")  # as a user's shell runs it: stdout block-buffered
+    code, stderr = chat_until_its_output_closes(
+        ("--state-dir", str(state)), b"/help\nwhat time is it?\n", env
+    )
     assert code == 141, stderr
     assert "Traceback" not in stderr and "Exception ignored" not in stderr, stderr
     assert "output is closed" in stderr, stderr
@@ -189,15 +199,9 @@ def test_chat_ends_when_its_output_pipe_closes_and_keeps_the_reply_undelivered(
     # A closed output is no failed delivery: however often it happens, nothing counts
     # against the message's attempts (8 of them would mark it failed for good).
     for _ in range(3):
-        read_end, write_end = os.pipe()
-        os.close(read_end)
-        try:
-            again = subprocess.run(
-                echo_bot_cmd("chat", "--state-dir", str(state)), input=b"what time is it?\n",
-                stdout=write_end, stderr=subprocess.PIPE, env=env, cwd=ROOT, timeout=60,
-            )  # fmt: skip
-        finally:
-            os.close(write_end)
+        again = run_with_output_closed(
+            "chat", "--state-dir", str(state), input=b"what time is it?\n", env=env
+        )
         assert again.returncode == 141, again.stderr
     with sqlite3.connect(state / "echo-bot.sqlite3") as db:
         attempts = db.execute(
@@ -274,27 +278,8 @@ def test_a_prompt_the_closed_pipe_could_not_show_is_shown_once_at_the_next_start
 ) -> None:
     state = tmp_path / "st"
     args = ("--config", str(config_file(tmp_path)), "--state-dir", str(state))
-    proc = subprocess.Popen(
-        echo_bot_cmd("chat", *args),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        env=echo_bot_env(),
-        cwd=ROOT,
-    )
-    try:
-        assert proc.stdin is not None and proc.stdout is not None
-        proc.stdin.write(b"what time is it?\n")
-        proc.stdin.flush()
-        assert proc.stdout.readline().startswith(b"It is ")
-        proc.stdout.close()
-        proc.stdin.write(f"{COUNT}\ny\n".encode())
-        proc.stdin.close()
-        assert proc.wait(60) == 141
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
+    code, _stderr = chat_until_its_output_closes(args, f"{COUNT}\ny\n".encode(), echo_bot_env())
+    assert code == 141
     assert count_runs(state) == 0, "the unseen prompt must not have been answered"
 
     bot = PtyEchoBot("run", *args)

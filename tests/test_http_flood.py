@@ -14,7 +14,6 @@ import resource
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -26,7 +25,8 @@ import pytest
 
 from echo_bot.http import TOO_LARGE, Throttle
 from tests.conftest import ROOT, Bot, echo_bot_env, running_bot
-from tests.test_webhook import ENV, bearer_headers, dumps, free_port, gh_headers
+from tests.proc import daemon_process
+from tests.test_webhook import ENV, bearer_headers, dumps, gh_headers
 
 ROUTES = """
 [webhook]
@@ -86,42 +86,14 @@ class Daemon:
 @contextlib.contextmanager
 def daemon(tmp_path: Path, config_text: str, *, nofile: int | None = None) -> Iterator[Daemon]:
     """`echo-bot run` as a real process, optionally with a low descriptor limit."""
-    port = free_port()
-    config, state, log = tmp_path / "config.toml", tmp_path / "st", tmp_path / "daemon.log"
-    config.write_text(config_text.replace("port = 0", f"port = {port}"))
 
     def limit() -> None:
         if nofile is not None:
             hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
             resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, hard))
 
-    with log.open("wb") as sink:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "echo_bot", "run", "--config", str(config),
-             "--state-dir", str(state)],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=sink,
-            env=echo_bot_env(**ENV),
-            cwd=ROOT,
-            preexec_fn=limit,
-        )  # fmt: skip
-    running = Daemon(port, log)
-    try:
-        deadline = time.monotonic() + 30
-        while "stop with" not in running.log_text():
-            assert proc.poll() is None, running.log_text()
-            assert time.monotonic() < deadline, "the daemon did not start"
-            time.sleep(0.05)
-        running.healthz()
-        yield running
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    with daemon_process(tmp_path, config_text, ENV, preexec_fn=limit) as (_config, _st, port):
+        yield Daemon(port, tmp_path / "daemon.log")
 
 
 def half_open(port: int, count: int) -> list[socket.socket]:

@@ -6,22 +6,15 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 from tests.conftest import ROOT, echo_bot_env, run_echo_bot
 from tests.fakes.telegram_api import FakeTelegramAPI
-from tests.proc import EchoBotProcess
+from tests.proc import EchoBotProcess, free_port
 
 TOKEN = "123456:PORT-test-token"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def listening_ports(pid: int) -> set[int]:

@@ -20,7 +20,6 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import sysconfig
@@ -36,6 +35,7 @@ import pytest
 from echo_bot.secrets import MASK
 from tests.conftest import ROOT, echo_bot_env
 from tests.fakes.telegram_api import FakeTelegramAPI
+from tests.proc import free_port
 
 SECRET = "sk-proc-8c1f4e0d2b7a4399-secret"
 
@@ -162,12 +162,6 @@ def test_attack_same_user_process_reads_daemon_environ_and_memory_is_refused(
 TOKEN = "123456:CRED-proc-token-5f0e"
 ADMIN = "admin-proc-token-77c2e1"
 OWNER = 42
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def telegram_config(path: Path, api: FakeTelegramAPI, port: int) -> Path:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import socket
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +18,7 @@ import pytest
 
 from tests.conftest import ROOT, echo_bot_cmd, echo_bot_env, run_echo_bot
 from tests.fakes.telegram_api import FakeTelegramAPI
+from tests.proc import free_port
 
 README = ROOT / "README.md"
 FENCE = re.compile(
@@ -105,12 +105,6 @@ def test_every_toml_example_in_the_readme_passes_check_config(
 
 
 # -- the GitHub route, end to end ------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def ci_config(api: FakeTelegramAPI, port: int) -> str:
     """The README's `ci` example as a reader completes it, Telegram pointed at the fake."""
     position = next(i for i, b in enumerate(TOML_BLOCKS) if 'name = "ci"' in b.text)

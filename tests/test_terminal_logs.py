@@ -81,37 +81,33 @@ def fire_a_reminder(term: Terminal) -> None:
     term.expect(r"⏰ stretch")
 
 
-def test_log_lines_stay_out_of_the_terminal_chat_of_run(tmp_path: Path) -> None:
-    term = Terminal("run", "--state-dir", str(tmp_path / "st"))
+def a_reminder_on_a_terminal(*args: str) -> Terminal:
+    """``echo-bot ARGS`` on a pty: a reminder set and fired, then stopped (exit 0)."""
+    term = Terminal(*args)
     try:
         fire_a_reminder(term)
         assert term.stop() == 0
     finally:
         term.close()
+    return term
+
+
+def test_log_lines_stay_out_of_the_terminal_chat_of_run(tmp_path: Path) -> None:
+    term = a_reminder_on_a_terminal("run", "--state-dir", str(tmp_path / "st"))
     assert not LOG_LINE.search(term.output), term.output
     assert term.output.lstrip().startswith("echo-bot "), "the banner comes first"
     assert "/help lists commands" in term.output  # a chat is attached
 
 
 def test_log_lines_stay_out_of_the_terminal_chat_of_chat(tmp_path: Path) -> None:
-    term = Terminal("chat", "--state-dir", str(tmp_path / "st"))
-    try:
-        fire_a_reminder(term)
-        assert term.stop() == 0
-    finally:
-        term.close()
+    term = a_reminder_on_a_terminal("chat", "--state-dir", str(tmp_path / "st"))
     assert not LOG_LINE.search(term.output), term.output
 
 
 def test_verbose_shows_the_log_on_the_terminal_but_not_the_scheduler_chatter(
     tmp_path: Path,
 ) -> None:
-    term = Terminal("run", "--verbose", "--state-dir", str(tmp_path / "st"))
-    try:
-        fire_a_reminder(term)
-        assert term.stop() == 0
-    finally:
-        term.close()
+    term = a_reminder_on_a_terminal("run", "--verbose", "--state-dir", str(tmp_path / "st"))
     assert re.search(r"INFO echo_bot\.app: echo-bot \S+ started", term.output), term.output
     assert "apscheduler" not in term.output  # per-job lines are DEBUG detail
 
@@ -120,12 +116,8 @@ def test_log_file_gets_the_full_log_while_the_terminal_stays_clean(tmp_path: Pat
     log_file = tmp_path / "echo-bot.log"
     log_file.write_text("an earlier run\n")
     log_file.chmod(0o644)  # an existing file is made private too
-    term = Terminal("run", "--state-dir", str(tmp_path / "st"), "--log-file", str(log_file))
-    try:
-        fire_a_reminder(term)
-        assert term.stop() == 0
-    finally:
-        term.close()
+    state = str(tmp_path / "st")
+    term = a_reminder_on_a_terminal("run", "--state-dir", state, "--log-file", str(log_file))
     assert not LOG_LINE.search(term.output), term.output
     written = log_file.read_text()
     assert written.startswith("an earlier run\n")  # appended to

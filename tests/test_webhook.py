@@ -10,13 +10,8 @@ import contextlib
 import json
 import logging
 import os
-import socket
-import subprocess
-import sys
-import time
 import tomllib
-import urllib.request
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -36,7 +31,8 @@ from echo_bot.errors import ConfigError
 from echo_bot.http import HttpServer
 from echo_bot.tools.base import Tool
 from echo_bot.webhook_client import sign_headers
-from tests.conftest import ROOT, Bot, echo_bot_env, run_echo_bot, running_bot
+from tests.conftest import Bot, echo_bot_env, run_echo_bot, running_bot
+from tests.proc import daemon_process
 
 GH_SECRET = "gh-secret-0f9a2c"
 STD_SECRET = "whsec_" + base64.b64encode(b"standard-webhooks-key-32-bytes!!").decode()
@@ -1067,50 +1063,6 @@ async def test_healthz_includes_the_webhook_component(hooks: Hooks) -> None:
 
 
 # -- `echo-bot webhook send` against a daemon process --------------------------------------
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@contextlib.contextmanager
-def daemon_process(
-    tmp_path: Path, config_text: str, env: dict[str, str]
-) -> Iterator[tuple[Path, Path, int]]:
-    """`echo-bot run` as a real process on a fixed free port; yields (config, state, port)."""
-    port = free_port()
-    config, state, log = tmp_path / "config.toml", tmp_path / "st", tmp_path / "daemon.log"
-    config.write_text(config_text.replace("port = 0", f"port = {port}"))
-    with log.open("wb") as sink:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "echo_bot", "run", "--config", str(config),
-             "--state-dir", str(state)],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=sink,
-            env=echo_bot_env(**env),
-            cwd=ROOT,
-        )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 30
-        while "stop with" not in log.read_text(errors="replace"):
-            assert proc.poll() is None, log.read_text(errors="replace")
-            assert time.monotonic() < deadline, "the daemon did not start"
-            time.sleep(0.05)
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as response:
-            assert response.status == 200
-        yield config, state, port
-    finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                assert proc.wait(20) == 0, log.read_text(errors="replace")
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-                raise
-
-
 def test_webhook_send_against_a_running_daemon(tmp_path: Path) -> None:
     data = tmp_path / "payload.json"
     data.write_text(json.dumps({"ref": "sent-by-cli"}))
