@@ -26,7 +26,7 @@ from .errors import ConfigError
 from .events import OutboundMessage
 from .reminders import ReminderService
 from .secrets import Masker
-from .store import DB_FILENAME, Database
+from .store import DB_FILENAME, Database, Store
 from .store.approvals import ApprovalRow, list_approvals
 from .store.audit import AuditWriter
 from .store.turns import reset_session
@@ -49,12 +49,16 @@ class Core:
     policy: ApprovalPolicy
     directory: ApproverDirectory
     commands: CommandRegistry
-    db: Database
+    store: Store
     audit: AuditWriter
     gate: ApprovalGate
     reminders: ReminderService
     brain_name: str = "rules"
     extras: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def db(self) -> Database:  # transitional: the engine under the store
+        return self.store.database
 
 
 def build_core(loaded: LoadedConfig, state_dir: Path, environ: Mapping[str, str]) -> Core:
@@ -64,7 +68,8 @@ def build_core(loaded: LoadedConfig, state_dir: Path, environ: Mapping[str, str]
     check_environment(loaded, environ)
     masker = Masker.from_environment(secret_env_names(config), environ)
     workspace = (config.tools.workspace or state_dir / "workspace").expanduser().resolve()
-    db = Database(state_dir / DB_FILENAME, durability=config.bot.durability)
+    store = Store(Database(state_dir / DB_FILENAME, durability=config.bot.durability), masker)
+    db = store.database
     reminders = ReminderService(
         db,
         timezone=config.bot.timezone,
@@ -107,7 +112,7 @@ def build_core(loaded: LoadedConfig, state_dir: Path, environ: Mapping[str, str]
         policy=policy,
         directory=directory,
         commands=commands,
-        db=db,
+        store=store,
         audit=audit,
         gate=gate,
         reminders=reminders,

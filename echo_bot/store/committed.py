@@ -1,0 +1,44 @@
+"""What a transaction announces once it is committed.
+
+A repository that writes work someone waits for (an inbound to run, an outbound to send,
+a decision, a reminder change) records one of these on its transaction; the store hands
+them to whoever subscribed, after the COMMIT and never for work that was rolled back. It
+replaces callbacks wired part to part: the writer does not need to know who acts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..events import InboundMessage
+
+
+@dataclass(frozen=True, slots=True)
+class InboundCommitted:
+    """New inbound (not duplicates), in commit order: the dispatcher runs them."""
+
+    messages: tuple[InboundMessage, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class OutboundCommitted:
+    """Outbound queued for these chats: the delivery worker sends them."""
+
+    chat_keys: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionCommitted:
+    """An approval request was decided or expired (compare-and-set won)."""
+
+    approval_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReminderChanged:
+    """A reminder was created, cancelled, fired or moved: the scheduler re-reads it."""
+
+    reminder_id: str
+
+
+Committed = InboundCommitted | OutboundCommitted | DecisionCommitted | ReminderChanged

@@ -1,0 +1,410 @@
+"""The store's one way in: ``await store.run(fn)`` with ``fn(tx)`` doing its work through
+the repositories on ``tx``, all in one transaction.
+
+Nothing outside ``store/`` writes SQL, names a table or imports the driver: the core asks
+``tx.turns.get(turn_id)``, ``tx.outbox.add(message)`` and so on (``tests/test_imports.py``
+holds that line). A repository that writes work someone waits for records what it wrote
+(``store.committed``); ``Store`` hands that to its subscribers after the COMMIT, also when
+the caller was cancelled meanwhile, and never for work that was rolled back.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from sqlite_utils import Database as SqlDb
+
+from ..bus import Published
+from ..conversation import ChatMessage, ToolCall
+from ..events import InboundMessage, InboundStatus, OutboundMessage
+from ..secrets import Masker
+from . import access as access_sql
+from . import approvals as approval_sql
+from . import audit as audit_sql
+from . import inbox as inbox_sql
+from . import meta as meta_sql
+from . import outbox as outbox_sql
+from . import reminders as reminder_sql
+from . import retention
+from . import turns as turn_sql
+from .committed import Committed, InboundCommitted, OutboundCommitted, ReminderChanged
+from .db import Database
+
+T = TypeVar("T")
+E = TypeVar("E", bound=Committed)
+
+log = logging.getLogger(__name__)
+
+
+class Tx:
+    """One unit of work: the repositories, all on the same transaction."""
+
+    __slots__ = (
+        "access",
+        "approvals",
+        "audit",
+        "committed",
+        "grants",
+        "inbox",
+        "meta",
+        "outbox",
+        "reminders",
+        "turns",
+    )
+
+    def __init__(self, db: SqlDb, masker: Masker) -> None:
+        self.committed: list[Committed] = []
+        self.inbox = InboxRepo(db, self)
+        self.outbox = OutboxRepo(db, self)
+        self.turns = TurnRepo(db)
+        self.approvals = ApprovalRepo(db)
+        self.grants = GrantRepo(db)
+        self.reminders = ReminderRepo(db, self)
+        self.audit = AuditRepo(db, masker)
+        self.access = AccessRepo(db)
+        self.meta = MetaRepo(db)
+
+    def announce(self, event: Committed) -> None:
+        self.committed.append(event)
+
+
+class InboxRepo:
+    __slots__ = ("_db", "_tx")
+
+    def __init__(self, db: SqlDb, tx: Tx) -> None:
+        self._db, self._tx = db, tx
+
+    def add(self, message: InboundMessage) -> Published:
+        """Store ``message`` unless (channel, external_id) was seen within the window."""
+        return self.add_many([message])[0]
+
+    def add_many(self, messages: Sequence[InboundMessage]) -> list[Published]:
+        published = inbox_sql.add_inbound_batch(self._db, messages)
+        fresh = tuple(m for m, p in zip(messages, published, strict=True) if not p.duplicate)
+        if fresh:
+            self._tx.announce(InboundCommitted(fresh))
+        return published
+
+    def get(self, inbound_id: str) -> inbox_sql.InboxRow | None:
+        return inbox_sql.get_inbound(self._db, inbound_id)
+
+    def status_of(self, inbound_id: str) -> tuple[InboundStatus, str | None] | None:
+        return inbox_sql.inbound_status(self._db, inbound_id)
+
+    def describe(self, inbound_id: str) -> dict[str, object] | None:
+        return inbox_sql.describe_inbound(self._db, inbound_id)
+
+    def set_status(
+        self,
+        inbound_id: str,
+        status: InboundStatus,
+        error: str | None = None,
+        result: str | None = None,
+    ) -> None:
+        inbox_sql.set_inbound_status(self._db, inbound_id, status, error, result)
+
+
+class OutboxRepo:
+    __slots__ = ("_db", "_tx")
+
+    def __init__(self, db: SqlDb, tx: Tx) -> None:
+        self._db, self._tx = db, tx
+
+    def add(self, message: OutboundMessage) -> None:
+        """Queue ``message`` for delivery (per-chat FIFO); the worker is told on COMMIT."""
+        outbox_sql.enqueue_outbound(self._db, message)
+        self._tx.announce(OutboundCommitted(frozenset((str(message.to),))))
+
+    def head_of_chat(self, message: OutboundMessage) -> outbox_sql.OutboxRow | None:
+        return outbox_sql.head_of_chat(self._db, message)
+
+    def queued_by_channel(self) -> dict[str, int]:
+        return meta_sql.queued_by_channel(self._db)
+
+
+class TurnRepo:
+    """Turns, their history (messages) and their tool calls: the checkpoint."""
+
+    __slots__ = ("_db",)
+
+    def __init__(self, db: SqlDb) -> None:
+        self._db = db
+
+    def get(self, turn_id: str) -> turn_sql.TurnRow | None:
+        return turn_sql.get_turn(self._db, turn_id)
+
+    def create(self, turn_id: str, session_key: str, trace_id: str) -> turn_sql.TurnRow:
+        return turn_sql.create_turn(self._db, turn_id, session_key, trace_id)
+
+    def set(self, turn_id: str, *, step: int | None = None, status: str | None = None) -> None:
+        turn_sql.set_turn(self._db, turn_id, step=step, status=status)
+
+    def append_message(self, session_key: str, turn_id: str, message: ChatMessage) -> None:
+        turn_sql.append_message(self._db, session_key, turn_id, message)
+
+    def reset_session(self, session_key: str) -> None:
+        turn_sql.reset_session(self._db, session_key)
+
+    def history(self, session_key: str, limit: int = 200) -> list[ChatMessage]:
+        return turn_sql.history(self._db, session_key, limit)
+
+    def reset_mark(self, session_key: str) -> tuple[int, str]:
+        return turn_sql.reset_mark(self._db, session_key)
+
+    def history_rows(
+        self, session_key: str, limit: int, mark: tuple[int, str] | None = None
+    ) -> list[tuple[int, ChatMessage]]:
+        return turn_sql.history_rows(self._db, session_key, limit, mark)
+
+    def messages_after(self, session_key: str, seq: int) -> list[tuple[int, ChatMessage]]:
+        return turn_sql.messages_after(self._db, session_key, seq)
+
+    def add_calls(self, turn_id: str, step: int, calls: list[tuple[ToolCall, str]]) -> None:
+        turn_sql.add_calls(self._db, turn_id, step, calls)
+
+    def calls_of_step(self, turn_id: str, step: int) -> list[turn_sql.CallRow]:
+        return turn_sql.calls_of_step(self._db, turn_id, step)
+
+    def set_call(self, call_id: str, status: str, **fields: Any) -> None:
+        turn_sql.set_call(self._db, call_id, status, **fields)
+
+    def taken_call_ids(self, ids: list[str]) -> set[str]:
+        return turn_sql.taken_call_ids(self._db, ids)
+
+    def repeats(self, turn_id: str, hashes: list[str]) -> int:
+        return turn_sql.repeats(self._db, turn_id, hashes)
+
+    def waiting_on(self, approval_id: str) -> list[str]:
+        return turn_sql.turns_waiting_on(self._db, approval_id)
+
+
+class ApprovalRepo:
+    __slots__ = ("_db",)
+
+    def __init__(self, db: SqlDb) -> None:
+        self._db = db
+
+    def insert(self, **fields: Any) -> None:
+        approval_sql.insert_approval(self._db, **fields)
+
+    def get(self, approval_id: str) -> approval_sql.ApprovalRow | None:
+        return approval_sql.get_approval(self._db, approval_id)
+
+    def list(
+        self, status: str | None = approval_sql.PENDING, limit: int = 100
+    ) -> list[approval_sql.ApprovalRow]:
+        return approval_sql.list_approvals(self._db, status, limit)
+
+    def pending_for(self, prompt_to: str) -> list[approval_sql.ApprovalRow]:
+        return approval_sql.pending_for(self._db, prompt_to)
+
+    def decide(
+        self,
+        approval_id: str,
+        status: str,
+        *,
+        verb: str | None,
+        decided_by: dict[str, Any] | None,
+    ) -> bool:
+        """Compare-and-set from pending; False when someone (or expiry) got there first."""
+        return approval_sql.decide(self._db, approval_id, status, verb=verb, decided_by=decided_by)
+
+    def due_for_expiry(self, now: float) -> list[str]:
+        return approval_sql.due_for_expiry(self._db, now)
+
+    def next_expiry(self) -> float | None:
+        return approval_sql.next_expiry(self._db)
+
+
+class GrantRepo:
+    """ "Allow for N minutes": a chat's time-boxed permission for one tool."""
+
+    __slots__ = ("_db",)
+
+    def __init__(self, db: SqlDb) -> None:
+        self._db = db
+
+    def add(self, session_key: str, tool: str, until: float, approval_id: str) -> None:
+        approval_sql.add_grant(self._db, session_key, tool, until, approval_id)
+
+    def holds(self, session_key: str, tool: str, now: float) -> bool:
+        return approval_sql.has_grant(self._db, session_key, tool, now)
+
+
+class ReminderRepo:
+    __slots__ = ("_db", "_tx")
+
+    def __init__(self, db: SqlDb, tx: Tx) -> None:
+        self._db, self._tx = db, tx
+
+    def insert(self, row: reminder_sql.ReminderRow) -> None:
+        reminder_sql.insert_reminder(self._db, row)
+        self._tx.announce(ReminderChanged(row.id))
+
+    def get(self, reminder_id: str) -> reminder_sql.ReminderRow | None:
+        return reminder_sql.get_reminder(self._db, reminder_id)
+
+    def active(self, chat: str | None = None) -> list[reminder_sql.ReminderRow]:
+        return reminder_sql.active_reminders(self._db, chat)
+
+    def count_active(self, chat: str) -> int:
+        return reminder_sql.count_active(self._db, chat)
+
+    def set_status(
+        self, reminder_id: str, status: str, *, only_if: str = reminder_sql.ACTIVE
+    ) -> bool:
+        changed = reminder_sql.set_status(self._db, reminder_id, status, only_if=only_if)
+        if changed:
+            self._tx.announce(ReminderChanged(reminder_id))
+        return changed
+
+    def mark_fired(
+        self, row: reminder_sql.ReminderRow, occurrence: float, *, late_by: float, outcome: str
+    ) -> bool:
+        """Record that ``occurrence`` fired; False when it already had (never twice)."""
+        return reminder_sql.mark_fired(self._db, row, occurrence, late_by=late_by, outcome=outcome)
+
+    def advance(self, reminder_id: str, next_at: float) -> None:
+        reminder_sql.advance(self._db, reminder_id, next_at)
+
+    def chat_timezone(self, session_key: str) -> str | None:
+        return reminder_sql.chat_timezone(self._db, session_key)
+
+    def set_chat_timezone(self, session_key: str, timezone: str) -> None:
+        reminder_sql.set_chat_timezone(self._db, session_key, timezone)
+
+    def cron_last(self, job: str) -> float | None:
+        return reminder_sql.cron_last(self._db, job)
+
+    def set_cron_last(self, job: str, occurrence: float) -> None:
+        reminder_sql.set_cron_last(self._db, job, occurrence)
+
+
+class AuditRepo:
+    """The audit log: every row masked before it is written."""
+
+    __slots__ = ("_db", "_writer")
+
+    def __init__(self, db: SqlDb, masker: Masker) -> None:
+        self._db = db
+        self._writer = audit_sql.AuditWriter(masker)
+
+    def write(
+        self, event: str, *, trace_id: str | None, session_key: str | None, **data: Any
+    ) -> None:
+        self._writer.write(self._db, event, trace_id=trace_id, session_key=session_key, **data)
+
+    def read(self, *, tail: int = 50, trace_id: str | None = None) -> list[audit_sql.AuditRow]:
+        return audit_sql.read_audit(self._db, tail=tail, trace_id=trace_id)
+
+    def tokens_since(self, ts: float) -> int:
+        return audit_sql.tokens_since(self._db, ts)
+
+    def usage_by_day(self) -> list[audit_sql.UsageRow]:
+        return audit_sql.usage_by_day(self._db)
+
+
+class AccessRepo:
+    """Users added by pairing, and the pairing codes."""
+
+    __slots__ = ("_db",)
+
+    def __init__(self, db: SqlDb) -> None:
+        self._db = db
+
+    def new_pairing_code(self, now: float | None = None) -> str:
+        return access_sql.new_pairing_code(self._db, now)
+
+    def is_paired(self, channel: str, user_id: str) -> bool:
+        return access_sql.is_paired(self._db, channel, user_id)
+
+    def paired_users(self) -> list[access_sql.PairedUser]:
+        return access_sql.paired_users(self._db)
+
+    def revoke(self, channel: str, user_id: str) -> bool:
+        return access_sql.revoke(self._db, channel, user_id)
+
+    def try_pair(self, channel: str, user_id: str, code: str, now: float | None = None) -> str:
+        return access_sql.try_pair(self._db, channel, user_id, code, now)
+
+
+class MetaRepo:
+    """Facts about the running daemon and the queues, for `echo-bot status`; pruning."""
+
+    __slots__ = ("_db",)
+
+    def __init__(self, db: SqlDb) -> None:
+        self._db = db
+
+    def set_daemon_info(self, info: dict[str, Any]) -> None:
+        meta_sql.set_daemon_info(self._db, info)
+
+    def daemon_info(self) -> dict[str, Any]:
+        return meta_sql.daemon_info(self._db)
+
+    def queue_counts(self) -> dict[str, int]:
+        return meta_sql.queue_counts(self._db)
+
+    def prune(self, before: float) -> dict[str, int]:
+        """Delete finished rows last touched before ``before``; counts per table."""
+        return retention.prune(self._db, before)
+
+
+class Store:
+    """The store as the core sees it: units of work and what they committed."""
+
+    def __init__(self, database: Database, masker: Masker) -> None:
+        self.database = database
+        self.masker = masker
+        self._subscribers: dict[type[Committed], list[Callable[[Any], None]]] = {}
+
+    @property
+    def path(self) -> Path:
+        return self.database.path
+
+    async def open(self) -> None:
+        await self.database.open()
+
+    async def close(self) -> None:
+        await self.database.close()
+
+    def open_sync(self) -> None:
+        self.database.open_sync()
+
+    def close_sync(self) -> None:
+        self.database.close_sync()
+
+    def subscribe(self, kind: type[E], listener: Callable[[E], None]) -> None:
+        """Call ``listener(event)`` after each COMMIT that announced a ``kind`` event."""
+        self._subscribers.setdefault(kind, []).append(listener)
+
+    async def run(self, fn: Callable[[Tx], T], *, slow: bool = False) -> T:
+        """Run ``fn(tx)`` in a transaction; its result once committed (StoreError when the
+        store could not take it). ``slow``: work that may take more than about a
+        millisecond (pruning, big reads), run where it cannot hold up the event loop."""
+        masker = self.masker
+
+        def job(db: SqlDb) -> tuple[T, list[Committed]]:
+            tx = Tx(db, masker)
+            return fn(tx), tx.committed
+
+        value, committed = await self.database.run(job)
+        if committed:
+            self._announce(committed)
+        return value
+
+    def run_sync(self, fn: Callable[[Tx], T]) -> T:
+        """``run`` for management commands (no event loop, nobody subscribed)."""
+        masker = self.masker
+        return self.database.run_sync(lambda db: fn(Tx(db, masker)))
+
+    def _announce(self, events: list[Committed]) -> None:
+        for event in events:
+            for listener in self._subscribers.get(type(event), ()):
+                try:
+                    listener(event)
+                except Exception:  # committed all the same; the listener's poll finds it
+                    log.exception("telling %r about committed work failed", listener)
