@@ -2,40 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import re
-import threading
+import secrets
 import time
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
-
-
-class _RandomPool:
-    """``os.urandom`` read 4 KiB at a time. Each call to it releases the GIL (a
-    ``getrandom`` system call), and a busy store thread may then hold the event loop
-    off for a while; ids are made several times per message."""
-
-    SIZE = 4096
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._pid = -1
-        self._buffer = b""
-        self._used = 0
-
-    def take(self, n: int) -> bytes:
-        with self._lock:
-            if self._used + n > len(self._buffer) or self._pid != os.getpid():
-                # A forked child must never repeat its parent's bytes.
-                self._buffer, self._used, self._pid = os.urandom(self.SIZE), 0, os.getpid()
-            start, self._used = self._used, self._used + n
-            return self._buffer[start : self._used]
-
-
-_random = _RandomPool()
 
 
 def new_id() -> str:
@@ -45,7 +19,7 @@ def new_id() -> str:
     Time first, as in UUIDv7, so ids made one after another sort together: a new row's
     key then lands on the same index page as the previous one's, instead of dirtying a
     random page of every id index in every commit."""
-    return f"{time.time_ns() // 1_000_000:012x}{_random.take(10).hex()}"
+    return f"{time.time_ns() // 1_000_000:012x}{secrets.token_bytes(10).hex()}"
 
 
 def id_time(value: str) -> float | None:

@@ -1,5 +1,5 @@
 """Ids: 32 hex digits, time first (so they sort by creation), unguessable, never repeated —
-also not by a forked child, which starts with a copy of its parent's random pool."""
+also not by a forked child (no random bytes are buffered where a child could copy them)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ ID = re.compile(r"[0-9a-f]{32}")
 
 
 def test_ids_are_hex_unique_and_sort_by_creation() -> None:
-    first = [new_id() for _ in range(5000)]  # more than one pool's worth
+    first = [new_id() for _ in range(5000)]
     time.sleep(0.002)
     later = new_id()
     assert all(ID.fullmatch(i) for i in first)
@@ -26,7 +26,7 @@ def test_ids_are_hex_unique_and_sort_by_creation() -> None:
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_a_forked_child_does_not_repeat_its_parents_random_bytes() -> None:
-    new_id()  # the parent's pool is filled
+    new_id()
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child
