@@ -1,11 +1,14 @@
 """The store's group commit: jobs queued together share one transaction, each in its own
-savepoint; each caller gets its own result or error, and only after the COMMIT."""
+savepoint; each caller gets its own result or error, and only after the COMMIT. Short
+jobs run on the event loop's thread; slow ones, and jobs that meet another writer's
+lock, on the store thread."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import sqlite3
+import sys
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -16,6 +19,7 @@ from sqlite_utils import Database as SqlDb
 
 from echo_bot.errors import StoreError
 from echo_bot.store import Database
+from echo_bot.store.db import BUSY_TIMEOUT_MS, MAX_BATCH
 
 Job = Callable[[SqlDb], Any]
 
@@ -50,15 +54,9 @@ def insert(i: int, value: str | None = None) -> Job:
 
 
 async def run_together(db: Database, jobs: list[Job]) -> list[Any]:
-    """Run ``jobs`` concurrently, all queued while the store thread is busy with a job that
-    waits for them, so they are committed together (at most MAX_BATCH to a transaction)."""
-    queued = threading.Event()
-    blocker = asyncio.ensure_future(db.run(lambda _d: queued.wait(timeout=30)))
-    tasks = [asyncio.ensure_future(db.run(job)) for job in jobs]
-    await asyncio.sleep(0)  # every task has run up to its enqueue and now waits
-    queued.set()
-    assert await blocker is True
-    return await asyncio.gather(*tasks, return_exceptions=True)
+    """Run ``jobs`` launched in the same loop iteration: the store lists them all before
+    its next flush and commits them together (at most MAX_BATCH to a transaction)."""
+    return await asyncio.gather(*(db.run(job) for job in jobs), return_exceptions=True)
 
 
 async def test_many_concurrent_jobs_are_all_committed(
@@ -243,3 +241,177 @@ async def test_a_job_that_swallows_a_rollback_is_not_told_it_succeeded(
         await db.run(swallows)
     assert 5 not in committed(reader)
     assert await db.run(insert(6)) == 6  # and the store goes on
+
+
+def where(_d: SqlDb) -> int:
+    return threading.get_ident()
+
+
+async def test_jobs_launched_in_one_loop_iteration_share_one_transaction(
+    db: Database, reader: sqlite3.Connection
+) -> None:
+    def job(i: int) -> Job:
+        def run(d: SqlDb) -> tuple[int, int]:
+            insert(i)(d)
+            here = d.execute("SELECT COUNT(*) FROM scratch").fetchone()[0]
+            elsewhere = reader.execute("SELECT COUNT(*) FROM scratch").fetchone()[0]
+            return here, elsewhere
+
+        return run
+
+    jobs = [job(i) for i in range(MAX_BATCH)]
+    # Each job sees every earlier one's row, which nobody else sees yet: one transaction.
+    assert await run_together(db, jobs) == [(i + 1, 0) for i in range(MAX_BATCH)]
+    assert len(committed(reader)) == MAX_BATCH
+
+
+async def test_short_jobs_run_on_the_event_loop_thread(tmp_path: Path) -> None:
+    db = Database(tmp_path / "normal.sqlite3")
+    await db.open()
+    try:
+        loop_thread = threading.get_ident()
+        assert await db.run(where) == loop_thread
+        assert await run_together(db, [where] * 10) == [loop_thread] * 10
+    finally:
+        await db.close()
+
+
+async def test_slow_jobs_and_full_durability_run_off_the_loop(tmp_path: Path) -> None:
+    loop_thread = threading.get_ident()
+    db = Database(tmp_path / "normal.sqlite3")
+    await db.open()
+    try:
+        assert await db.run(where, slow=True) != loop_thread
+        assert await db.run(where) == loop_thread
+    finally:
+        await db.close()
+    full = Database(tmp_path / "full.sqlite3", durability="full")
+    await full.open()
+    try:
+        assert await full.run(where) != loop_thread  # every commit fsyncs: off the loop
+        assert await full.run(where, slow=True) != loop_thread
+        assert await full.run(lambda d: d.execute("PRAGMA synchronous").fetchone()[0]) == 2
+    finally:
+        await full.close()
+
+
+# Another process (a management command, say) holding the write lock until told to commit.
+LOCK_HOLDER = """
+import sqlite3, sys
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("BEGIN IMMEDIATE")
+conn.execute("INSERT INTO scratch (id, v) VALUES (0, 'other process')")
+print("locked", flush=True)
+sys.stdin.readline()
+conn.execute("COMMIT")
+print("committed", flush=True)
+"""
+
+
+async def test_another_process_holding_the_write_lock_does_not_block_the_loop(
+    db: Database, reader: sqlite3.Connection
+) -> None:
+    order: list[tuple[int, int]] = []
+
+    def noted(i: int) -> Job:
+        def job(d: SqlDb) -> int:
+            insert(i)(d)
+            order.append((i, threading.get_ident()))
+            return i
+
+        return job
+
+    holder = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", LOCK_HOLDER, str(db.path),
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert holder.stdin is not None and holder.stdout is not None
+    loop = asyncio.get_running_loop()
+    gaps: list[float] = []  # between the ticks of a ticker on the loop
+
+    async def ticker() -> None:
+        last = loop.time()
+        while True:
+            await asyncio.sleep(0.01)
+            gaps.append(loop.time() - last)
+            last = loop.time()
+
+    ticking = asyncio.ensure_future(ticker())
+    async with asyncio.timeout(60):
+        assert await holder.stdout.readline() == b"locked\n"
+        first = asyncio.ensure_future(db.run(noted(1)))
+        while len(gaps) < 50:  # the loop goes on answering while the lock is held
+            await asyncio.sleep(0.01)
+        assert not first.done()  # it waits for the lock, off the loop
+        second = asyncio.ensure_future(db.run(noted(2)))  # submitted later: runs later
+        while len(gaps) < 55:
+            await asyncio.sleep(0.01)
+        assert not second.done()
+        holder.stdin.write(b"commit\n")
+        await holder.stdin.drain()
+        assert await holder.stdout.readline() == b"committed\n"
+        assert await asyncio.gather(first, second) == [1, 2]
+        assert await holder.wait() == 0
+    ticking.cancel()
+    # Not a speed test: waiting for the lock (as the store thread does, up to its busy
+    # timeout) would have stopped the ticker for seconds.
+    assert max(gaps) < BUSY_TIMEOUT_MS / 1000 / 2
+    loop_thread = threading.get_ident()
+    assert [i for i, _ in order] == [1, 2]
+    assert all(thread != loop_thread for _, thread in order)
+    assert committed(reader) == {0: "other process", 1: "row 1", 2: "row 2"}
+    # The store thread has drained what the loop handed it: jobs run on the loop again.
+    assert await db.run(where) == loop_thread
+
+
+async def test_run_sync_from_threads_while_the_loop_commits_too(
+    db: Database, reader: sqlite3.Connection
+) -> None:
+    """The store thread's writes and the loop's contend for the one write lock: the
+    loop never waits for it, and every job of both kinds is committed once."""
+
+    def worker(n: int) -> list[int]:
+        return [db.run_sync(insert(n * 100 + k)) for k in range(20)]
+
+    async def on_loop(n: int) -> list[int]:
+        return [await db.run(insert(n * 100 + k)) for k in range(20)]
+
+    outcomes = await asyncio.gather(
+        *(asyncio.to_thread(worker, n) for n in range(8)),
+        *(on_loop(n) for n in range(8, 16)),
+    )
+    assert outcomes == [[n * 100 + k for k in range(20)] for n in range(16)]
+    assert committed(reader) == {
+        n * 100 + k: f"row {n * 100 + k}" for n in range(16) for k in range(20)
+    }
+
+
+async def test_a_job_cancelled_before_its_flush_does_not_run(
+    db: Database, reader: sqlite3.Connection
+) -> None:
+    ran: list[int] = []
+
+    def job(d: SqlDb) -> int:
+        ran.append(7)
+        return insert(7)(d)
+
+    task = asyncio.ensure_future(db.run(job))
+    await asyncio.sleep(0)  # the task has listed its job; the store's flush comes next
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert await db.run(insert(8)) == 8
+    assert ran == []
+    assert committed(reader) == {8: "row 8"}
+
+
+async def test_close_commits_the_loop_jobs_already_listed(tmp_path: Path) -> None:
+    db = Database(tmp_path / "closing.sqlite3")
+    await db.open()
+    await db.run(lambda d: d.execute("CREATE TABLE scratch (id INTEGER PRIMARY KEY, v TEXT)"))
+    listed = asyncio.ensure_future(db.run(insert(1)))
+    await asyncio.sleep(0)  # listed, not flushed yet
+    await db.close()
+    assert await listed == 1
+    with contextlib.closing(sqlite3.connect(db.path)) as conn:
+        assert committed(conn) == {1: "row 1"}
