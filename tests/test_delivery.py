@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -415,8 +414,13 @@ class WatchingOutbox(CountingOutbox):
     def __init__(self, db: Database) -> None:
         super().__init__(db)
         self.found: list[list[str]] = []
+        # Run by the next look just before it reads the outbox (then forgotten).
+        self.before_next_look: Callable[[], Awaitable[None]] | None = None
 
     async def due(self, *args: object, **kwargs: object):  # type: ignore[no-untyped-def,override]
+        before, self.before_next_look = self.before_next_look, None
+        if before is not None:
+            await before()
         rows, next_at = await super().due(*args, **kwargs)
         self.found.append([r.message.text for r in rows])
         return rows, next_at
@@ -443,9 +447,7 @@ async def test_an_offered_reply_is_sent_once_when_a_look_at_the_outbox_also_foun
     try:
         for _ in range(20):  # let the worker's first look go by
             await asyncio.sleep(0.01)
-        release = threading.Event()
-        blocker = asyncio.ensure_future(db.run(lambda _d: release.wait(timeout=10)))
-        await asyncio.sleep(0)
+        turn: asyncio.Future[None] | None = None
 
         async def finish_turn() -> None:
             def commit(d: Any) -> Any:
@@ -456,14 +458,18 @@ async def test_an_offered_reply_is_sent_once_when_a_look_at_the_outbox_also_foun
             assert row is not None
             worker.offer(row)
 
-        turn = asyncio.ensure_future(finish_turn())
-        looks = outbox.looks
+        async def commit_first() -> None:
+            nonlocal turn
+            turn = asyncio.ensure_future(finish_turn())
+            # One yield: the turn lists its commit, then this look lists its read, both
+            # before the store's next flush: one transaction, the commit first.
+            await asyncio.sleep(0)
+
+        outbox.before_next_look = commit_first
         worker.wake()
         async with asyncio.timeout(WAIT):
-            while outbox.looks == looks:  # the worker's look is queued behind the commit
+            while turn is None or not turn.done():
                 await asyncio.sleep(0)
-        release.set()
-        await blocker
         await turn
         await wait_sent(channel, 1)
         await asyncio.sleep(0.3)

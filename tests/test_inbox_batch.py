@@ -44,9 +44,9 @@ async def test_concurrent_adds_share_a_commit_and_each_gets_its_own_outcome(db: 
     batches: list[int] = []
     real = db.run
 
-    async def counting_run(fn):  # type: ignore[no-untyped-def]
+    async def counting_run(fn, **options):  # type: ignore[no-untyped-def]
         batches.append(1)
-        return await real(fn)
+        return await real(fn, **options)
 
     db.run = counting_run  # type: ignore[method-assign]
     messages = [message(f"k{i}") for i in range(50)]
@@ -152,7 +152,7 @@ async def test_a_failing_commit_fails_every_add_of_the_batch(db: Database) -> No
     inbox = SqliteInbox(db)
     real = db.run
 
-    async def broken(fn):  # type: ignore[no-untyped-def]
+    async def broken(fn, **options):  # type: ignore[no-untyped-def]
         raise StoreError("disk full")
 
     db.run = broken  # type: ignore[method-assign]
