@@ -468,7 +468,7 @@ class Daemon:
         while True:
             before = time.time() - retention
             try:
-                counts = await self.core.db.run(partial(prune, before=before))
+                counts = await self.core.db.run(partial(prune, before=before), slow=True)
                 if any(counts.values()):
                     log.info("pruned finished work older than the retention: %s", counts)
             except Exception:  # housekeeping must never stop the daemon

@@ -18,7 +18,8 @@ import pytest
 from sqlite_utils import Database as SqlDb
 
 from echo_bot.errors import StoreError
-from echo_bot.store import Database
+from echo_bot.secrets import Masker
+from echo_bot.store import Database, Store
 from echo_bot.store.db import BUSY_TIMEOUT_MS, MAX_BATCH
 
 Job = Callable[[SqlDb], Any]
@@ -283,6 +284,10 @@ async def test_slow_jobs_and_full_durability_run_off_the_loop(tmp_path: Path) ->
     try:
         assert await db.run(where, slow=True) != loop_thread
         assert await db.run(where) == loop_thread
+        # The typed layer on top passes ``slow`` through.
+        store = Store(db, Masker())
+        assert await store.run(lambda _tx: threading.get_ident(), slow=True) != loop_thread
+        assert await store.run(lambda _tx: threading.get_ident()) == loop_thread
     finally:
         await db.close()
     full = Database(tmp_path / "full.sqlite3", durability="full")

@@ -391,7 +391,7 @@ class Store:
             tx = Tx(db, masker)
             return fn(tx), tx.committed
 
-        value, committed = await self.database.run(job)
+        value, committed = await self.database.run(job, slow=slow)
         if committed:
             self._announce(committed)
         return value
