@@ -352,10 +352,17 @@ async def test_another_process_holding_the_write_lock_does_not_block_the_loop(
         while len(gaps) < 55:
             await asyncio.sleep(0.01)
         assert not second.done()
+        # One given up while it waits (its caller cancelled): it is not run.
+        given_up = asyncio.ensure_future(db.run(noted(3)))
+        while len(gaps) < 60:
+            await asyncio.sleep(0.01)
+        given_up.cancel()
         holder.stdin.write(b"commit\n")
         await holder.stdin.drain()
         assert await holder.stdout.readline() == b"committed\n"
         assert await asyncio.gather(first, second) == [1, 2]
+        with pytest.raises(asyncio.CancelledError):
+            await given_up
         assert await holder.wait() == 0
     ticking.cancel()
     # Not a speed test: waiting for the lock (as the store thread does, up to its busy

@@ -406,8 +406,13 @@ class Database:
         if conn is None or wrapped is None:
             return [(job, False, StoreError("the store is not open")) for job in batch]
         # A cancelled caller's job is not run (its outcome only settles the count).
-        live = [job for job in batch if not job.future.cancelled()]
-        dropped: list[Outcome] = [(job, False, None) for job in batch if job not in live]
+        live: list[_Job] = []
+        dropped: list[Outcome] = []
+        for job in batch:
+            if job.future.cancelled():
+                dropped.append((job, False, None))
+            else:
+                live.append(job)
         if not live:
             return dropped
         try:
