@@ -51,8 +51,10 @@ class SqliteInbox:
         self._store = store
 
     async def add(self, message: InboundMessage) -> Published:
-        """Commit ``message``; its outcome only after the COMMIT."""
-        return await self._store.run(lambda tx: tx.inbox.add(message))
+        """Commit ``message``; its outcome only after the COMMIT. Shielded: when the
+        publisher gives up meanwhile, the dispatcher is still told (its poll never reads
+        this process's rows)."""
+        return await self._store.run(lambda tx: tx.inbox.add(message), shielded=True)
 
     async def accepted_after(
         self, seq: int, limit: int = 500

@@ -4,8 +4,9 @@ the repositories on ``tx``, all in one transaction.
 Nothing outside ``store/`` writes SQL, names a table or imports the driver: the core asks
 ``tx.turns.get(turn_id)``, ``tx.outbox.add(message)`` and so on (``tests/test_imports.py``
 holds that line). A repository that writes work someone waits for records what it wrote
-(``store.committed``); ``Store`` hands that to its subscribers after the COMMIT, also when
-the caller was cancelled meanwhile, and never for work that was rolled back.
+(``store.committed``); ``Store`` hands that to its subscribers after the COMMIT (for a
+``shielded`` run also when the caller was cancelled meanwhile), and never for work that
+was rolled back.
 """
 
 from __future__ import annotations
@@ -422,22 +423,28 @@ class Store:
         """Call ``listener(event)`` after each COMMIT that announced a ``kind`` event."""
         self._subscribers.setdefault(kind, []).append(listener)
 
-    async def run(self, fn: Callable[[Tx], T], *, slow: bool = False) -> T:
+    async def run(self, fn: Callable[[Tx], T], *, slow: bool = False, shielded: bool = False) -> T:
         """Run ``fn(tx)`` in a transaction; its result once committed (StoreError when the
         store could not take it). ``slow``: work that may take more than about a
-        millisecond (pruning, big reads), run where it cannot hold up the event loop."""
+        millisecond (pruning, big reads), run where it cannot hold up the event loop.
+        ``shielded``: what the job commits is announced even when the caller is
+        cancelled while it waits (a publisher that gave up: its message is stored all the
+        same and must run); it costs a task, so only work nobody else would find asks."""
         masker, instance = self.masker, self.instance
 
         def job(db: SqlDb) -> tuple[T, list[Committed]]:
             tx = Tx(db, masker, instance)
             return fn(tx), tx.committed
 
-        # A task of its own, so that what it committed is announced even when the caller
-        # is cancelled while it waits (a publisher that gave up: its inbound is stored
-        # all the same and must run). The announcement comes before the caller resumes.
-        done = asyncio.ensure_future(self.database.run(job))
-        done.add_done_callback(self._announce_done)
-        value, _committed = await asyncio.shield(done)
+        if shielded:
+            # The announcement (a done callback) runs before the caller resumes.
+            done = asyncio.ensure_future(self.database.run(job))
+            done.add_done_callback(self._announce_done)
+            value, _committed = await asyncio.shield(done)
+            return value
+        value, committed = await self.database.run(job)
+        if committed:
+            self._announce(committed)
         return value
 
     def run_sync(self, fn: Callable[[Tx], T]) -> T:
