@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -63,8 +64,9 @@ class Core:
 
 
 def process_instance() -> str:
-    """This process among those that write the store: host and pid."""
-    return f"{socket.gethostname()}-{os.getpid()}"
+    """This daemon among those that write the store: host and pid, and a few random
+    characters that tell apart two daemons built in one process (tests do)."""
+    return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
 
 
 def build_core(loaded: LoadedConfig, state_dir: Path, environ: Mapping[str, str]) -> Core:
