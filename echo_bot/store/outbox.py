@@ -162,19 +162,6 @@ def pending_count(db: SqlDb, chat_key: str | None = None) -> int:
     ).fetchone()[0]
 
 
-def head_of_chat(db: SqlDb, message: OutboundMessage) -> OutboxRow | None:
-    """``message`` as an outbox row when it is the next to send in its chat (nothing
-    queued before it), else None."""
-    row = db.execute(
-        "SELECT seq, id, attempts FROM outbox WHERE status = 'queued' AND channel = ?"
-        " AND chat_key = ? ORDER BY seq LIMIT 1",
-        [message.to.channel, str(message.to)],
-    ).fetchone()
-    if row is None or row[1] != message.id:
-        return None
-    return OutboxRow(row[0], message, row[2])
-
-
 def enqueue_outbound(db: SqlDb, message: OutboundMessage) -> None:
     now = time.time()
     db.execute(
