@@ -38,8 +38,7 @@ from .events import Address, OutboundKind, OutboundMessage
 from .scheduler import Scheduler
 from .sdnotify import Notifier
 from .statedir import StateLock
-from .store import DB_FILENAME, SqliteInbox, SqliteOutbox
-from .store.approvals import pending_for
+from .store import DB_FILENAME, SqliteInbox, SqliteOutbox, Tx
 from .store.audit import tokens_since
 from .store.meta import queue_counts, set_daemon_info
 from .store.retention import prune
@@ -212,39 +211,36 @@ class Daemon:
         loop.add_signal_handler(signal.SIGHUP, self._on_hup)
         self.notifier.status("opening the store")
         await core.db.open()
-        inbox, outbox = SqliteInbox(core.db), SqliteOutbox(core.db)
+        inbox, outbox = SqliteInbox(core.store), SqliteOutbox(core.store)
         bus = Bus(inbox, outbox)
         audit, gate = core.audit, core.gate
         executor = CallExecutor(
-            db=core.db,
+            store=core.store,
             registry=core.registry,
             policy=core.policy,
             gate=gate,
             directory=core.directory,
-            audit=audit,
+            masker=core.masker,
         )
         brain = self._build_brain(core.commands, bus)
         runner = TurnRunner(
-            db=core.db,
+            store=core.store,
             brain=brain,
             registry=core.registry,
             exposed=lambda: core.exposed,
             executor=executor,
-            audit=audit,
+            masker=core.masker,
             config=config.brain,
         )
-        delivery = DeliveryWorker(outbox, masker=core.masker)
+        # Both subscribe to the store: new inbound runs, queued outbound is sent.
+        delivery = DeliveryWorker(outbox, store=core.store, masker=core.masker)
         dispatcher = Dispatcher(
-            db=core.db,
+            store=core.store,
             inbox=inbox,
             runner=runner,
             gate=gate,
             max_concurrent=config.bot.max_concurrent_turns,
-            on_outbound=delivery.wake,
         )
-        inbox.on_committed = dispatcher.accept
-        runner.on_reply = delivery.offer
-        bus.on_outbound(delivery.wake)
         commands = [(c.name, c.help) for c in core.commands.all()]
         if http is not None:
             admin_env = config.webhook.admin_token_env
@@ -358,15 +354,15 @@ class Daemon:
     async def _pending_prompts(self, to: Address) -> list[OutboundMessage]:
         gate = self.core.gate
 
-        def read(db: Any) -> list[OutboundMessage]:
+        def read(tx: Tx) -> list[OutboundMessage]:
             now = gate.clock()
             return [
-                gate.reprompt(db, row)
-                for row in pending_for(db, str(to))
+                gate.reprompt(tx, row)
+                for row in tx.approvals.pending_for(str(to))
                 if not row.expired_at(now)
             ]
 
-        return await self.core.db.run(read)
+        return await self.core.store.run(read)
 
     @staticmethod
     def _warn_unreachable(config: Config, running: frozenset[str]) -> None:

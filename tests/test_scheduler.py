@@ -23,7 +23,8 @@ from echo_bot.config import CronJob
 from echo_bot.events import Address, InboundMessage, OutboundMessage
 from echo_bot.reminders import ReminderService
 from echo_bot.scheduler import Scheduler
-from echo_bot.store import Database, SqliteInbox, SqliteOutbox
+from echo_bot.secrets import Masker
+from echo_bot.store import Database, SqliteInbox, SqliteOutbox, Store
 from echo_bot.store import reminders as reminder_store
 from tests.conftest import run_echo_bot, running_bot
 
@@ -99,7 +100,9 @@ async def parts(tmp_path: Path) -> AsyncIterator[Parts]:
     await db.open()
     clock = Clock(START)
     service = ReminderService(db, timezone="UTC", languages=["en"], max_active=100, clock=clock)
-    made = Parts(db=db, bus=Bus(SqliteInbox(db), SqliteOutbox(db)), clock=clock, service=service)
+    store = Store(db, Masker())
+    bus = Bus(SqliteInbox(store), SqliteOutbox(store))
+    made = Parts(db=db, bus=bus, clock=clock, service=service)
     try:
         yield made
     finally:
