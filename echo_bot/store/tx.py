@@ -2,7 +2,7 @@
 the repositories on ``tx``, all in one transaction.
 
 Nothing outside ``store/`` writes SQL, names a table or imports the driver: the core asks
-``tx.turns.get(turn_id)``, ``tx.outbox.add(message)`` and so on (``tests/test_imports.py``
+``tx.turns.get(turn_id)``, ``tx.outbox.add(message)`` and so on (``tests/test_store_boundary.py``
 holds that line). A repository that writes work someone waits for records what it wrote
 (``store.committed``); ``Store`` hands that to its subscribers after the COMMIT, also when
 the caller was cancelled meanwhile, and never for work that was rolled back.
@@ -96,6 +96,12 @@ class InboxRepo:
 
     def describe(self, inbound_id: str) -> dict[str, object] | None:
         return inbox_sql.describe_inbound(self._db, inbound_id)
+
+    def recent(
+        self, channel: str, *, session_key: str | None = None, limit: int = 20
+    ) -> list[inbox_sql.InboundSummary]:
+        """The newest inbound of ``channel`` (of one session, if given), newest first."""
+        return inbox_sql.recent_of_channel(self._db, channel, session_key, limit)
 
     def set_status(
         self,
@@ -200,6 +206,10 @@ class ApprovalRepo:
 
     def pending_for(self, prompt_to: str) -> list[approval_sql.ApprovalRow]:
         return approval_sql.pending_for(self._db, prompt_to)
+
+    def ids_beginning(self, prefix: str) -> list[str]:
+        """The ids of every request that begins with ``prefix``, oldest first."""
+        return approval_sql.ids_beginning(self._db, prefix)
 
     def decide(
         self,
@@ -380,6 +390,12 @@ class Store:
     def subscribe(self, kind: type[E], listener: Callable[[E], None]) -> None:
         """Call ``listener(event)`` after each COMMIT that announced a ``kind`` event."""
         self._subscribers.setdefault(kind, []).append(listener)
+
+    def unsubscribe(self, kind: type[E], listener: Callable[[E], None]) -> None:
+        """Stop calling ``listener`` for ``kind`` (a part that stopped); no-op if it was not."""
+        listeners = self._subscribers.get(kind, [])
+        if listener in listeners:
+            listeners.remove(listener)
 
     async def run(self, fn: Callable[[Tx], T], *, slow: bool = False) -> T:
         """Run ``fn(tx)`` in a transaction; its result once committed (StoreError when the
