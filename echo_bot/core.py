@@ -71,7 +71,7 @@ def build_core(loaded: LoadedConfig, state_dir: Path, environ: Mapping[str, str]
     store = Store(Database(state_dir / DB_FILENAME, durability=config.bot.durability), masker)
     db = store.database
     reminders = ReminderService(
-        db,
+        store,
         timezone=config.bot.timezone,
         languages=config.scheduler.languages,
         max_active=config.scheduler.max_active_per_chat,
