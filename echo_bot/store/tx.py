@@ -2,10 +2,11 @@
 the repositories on ``tx``, all in one transaction.
 
 Nothing outside ``store/`` writes SQL, names a table or imports the driver: the core asks
-``tx.turns.get(turn_id)``, ``tx.outbox.add(message)`` and so on (``tests/test_store_boundary.py``
-holds that line). A repository that writes work someone waits for records what it wrote
-(``store.committed``); ``Store`` hands that to its subscribers after the COMMIT, also when
-the caller was cancelled meanwhile, and never for work that was rolled back.
+``tx.turns.get(turn_id)``, ``tx.outbox.add(message)`` and so on
+(``tests/test_store_boundary.py`` holds that line). A repository that writes work someone
+waits for records what it wrote (``store.committed``); ``Store`` hands that to its
+subscribers after the COMMIT, also when the caller was cancelled meanwhile, and never for
+work that was rolled back.
 """
 
 from __future__ import annotations
