@@ -2,11 +2,10 @@
 the repositories on ``tx``, all in one transaction.
 
 Nothing outside ``store/`` writes SQL, names a table or imports the driver: the core asks
-``tx.turns.get(turn_id)``, ``tx.outbox.add(message)`` and so on
-(``tests/test_store_boundary.py`` holds that line). A repository that writes work someone
-waits for records what it wrote (``store.committed``); ``Store`` hands that to its
-subscribers after the COMMIT, also when the caller was cancelled meanwhile, and never for
-work that was rolled back.
+``tx.turns.get(turn_id)``, ``tx.outbox.add(message)`` and so on (``tests/test_imports.py``
+holds that line). A repository that writes work someone waits for records what it wrote
+(``store.committed``); ``Store`` hands that to its subscribers after the COMMIT, also when
+the caller was cancelled meanwhile, and never for work that was rolled back.
 """
 
 from __future__ import annotations
@@ -388,15 +387,15 @@ class Store:
     def close_sync(self) -> None:
         self.database.close_sync()
 
-    def subscribe(self, kind: type[E], listener: Callable[[E], None]) -> None:
-        """Call ``listener(event)`` after each COMMIT that announced a ``kind`` event."""
-        self._subscribers.setdefault(kind, []).append(listener)
-
     def unsubscribe(self, kind: type[E], listener: Callable[[E], None]) -> None:
         """Stop calling ``listener`` for ``kind`` (a part that stopped); no-op if it was not."""
         listeners = self._subscribers.get(kind, [])
         if listener in listeners:
             listeners.remove(listener)
+
+    def subscribe(self, kind: type[E], listener: Callable[[E], None]) -> None:
+        """Call ``listener(event)`` after each COMMIT that announced a ``kind`` event."""
+        self._subscribers.setdefault(kind, []).append(listener)
 
     async def run(self, fn: Callable[[Tx], T], *, slow: bool = False) -> T:
         """Run ``fn(tx)`` in a transaction; its result once committed (StoreError when the
