@@ -31,7 +31,6 @@ from .reminders import ReminderService
 from .secrets import Masker
 from .store import DB_FILENAME, Database, Store
 from .store.approvals import ApprovalRow
-from .store.audit import AuditWriter
 from .tools.base import Tool
 from .tools.builtin import builtin_tools
 from .tools.registry import ToolRegistry
@@ -52,15 +51,10 @@ class Core:
     directory: ApproverDirectory
     commands: CommandRegistry
     store: Store
-    audit: AuditWriter
     gate: ApprovalGate
     reminders: ReminderService
     brain_name: str = "rules"
     extras: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def db(self) -> Database:  # transitional: the engine under the store
-        return self.store.database
 
 
 def process_instance() -> str:
@@ -81,9 +75,8 @@ def build_core(loaded: LoadedConfig, state_dir: Path, environ: Mapping[str, str]
         masker,
         instance=process_instance(),
     )
-    db = store.database
     reminders = ReminderService(
-        db,
+        store,
         timezone=config.bot.timezone,
         languages=config.scheduler.languages,
         max_active=config.scheduler.max_active_per_chat,
@@ -103,7 +96,6 @@ def build_core(loaded: LoadedConfig, state_dir: Path, environ: Mapping[str, str]
         return await store.run(lambda tx: tx.approvals.list())
 
     directory = ApproverDirectory(config)
-    audit = AuditWriter(masker)
     gate = ApprovalGate(directory, masker, config.approvals.timeout)
 
     async def reset(session_key: str) -> None:
@@ -125,7 +117,6 @@ def build_core(loaded: LoadedConfig, state_dir: Path, environ: Mapping[str, str]
         directory=directory,
         commands=commands,
         store=store,
-        audit=audit,
         gate=gate,
         reminders=reminders,
     )

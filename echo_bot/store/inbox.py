@@ -249,3 +249,30 @@ def describe_inbound(db: SqlDb, inbound_id: str) -> dict[str, object] | None:
     keys = ("id", "kind", "channel", "session", "status", "error", "result", "received_at",
             "updated_at")  # fmt: skip
     return dict(zip(keys, row, strict=True))
+
+
+@dataclass(frozen=True, slots=True)
+class InboundSummary:
+    """One inbound as a listing shows it (`echo-bot webhook deliveries`)."""
+
+    id: str
+    session_key: str
+    status: str
+    received_at: float
+    outcome: str  # its error, else its result, else ""
+
+
+def recent_of_channel(
+    db: SqlDb, channel: str, session_key: str | None, limit: int
+) -> list[InboundSummary]:
+    """The newest ``limit`` inbound of ``channel`` (of one session, if given), newest first."""
+    sql = (
+        "SELECT id, session_key, status, received_at, COALESCE(error, result, '')"
+        " FROM inbox WHERE channel = ?"
+    )
+    args: list[object] = [channel]
+    if session_key is not None:
+        sql += " AND session_key = ?"
+        args.append(session_key)
+    sql += " ORDER BY seq DESC LIMIT ?"
+    return [InboundSummary(*row) for row in db.execute(sql, [*args, limit]).fetchall()]

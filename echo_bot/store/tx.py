@@ -110,6 +110,12 @@ class InboxRepo:
     def describe(self, inbound_id: str) -> dict[str, object] | None:
         return inbox_sql.describe_inbound(self._db, inbound_id)
 
+    def recent(
+        self, channel: str, *, session_key: str | None = None, limit: int = 20
+    ) -> list[inbox_sql.InboundSummary]:
+        """The newest inbound of ``channel`` (of one session, if given), newest first."""
+        return inbox_sql.recent_of_channel(self._db, channel, session_key, limit)
+
     def set_status(
         self,
         inbound_id: str,
@@ -238,6 +244,10 @@ class ApprovalRepo:
 
     def pending_for(self, prompt_to: str) -> list[approval_sql.ApprovalRow]:
         return approval_sql.pending_for(self._db, prompt_to)
+
+    def ids_beginning(self, prefix: str) -> list[str]:
+        """The ids of every request that begins with ``prefix``, oldest first."""
+        return approval_sql.ids_beginning(self._db, prefix)
 
     def decide(
         self,
@@ -418,6 +428,12 @@ class Store:
 
     def close_sync(self) -> None:
         self.database.close_sync()
+
+    def unsubscribe(self, kind: type[E], listener: Callable[[E], None]) -> None:
+        """Stop calling ``listener`` for ``kind`` (a part that stopped); no-op if it was not."""
+        listeners = self._subscribers.get(kind, [])
+        if listener in listeners:
+            listeners.remove(listener)
 
     def subscribe(self, kind: type[E], listener: Callable[[E], None]) -> None:
         """Call ``listener(event)`` after each COMMIT that announced a ``kind`` event."""
