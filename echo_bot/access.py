@@ -6,13 +6,12 @@ Paired users are looked up in the store on every message, never cached, so
 from __future__ import annotations
 
 from .config import Config
-from .store import Database
-from .store.access import is_paired, try_pair
+from .store import Store
 
 
 class StoreAccess:
-    def __init__(self, db: Database, config: Config) -> None:
-        self._db = db
+    def __init__(self, store: Store, config: Config) -> None:
+        self._store = store
         self.configure(config)
 
     def configure(self, config: Config) -> None:
@@ -22,7 +21,7 @@ class StoreAccess:
     async def is_allowed(self, channel: str, user_id: str) -> bool:
         if user_id in self._configured.get(channel, set()):
             return True
-        return await self._db.run(lambda db: is_paired(db, channel, user_id))
+        return await self._store.run(lambda tx: tx.access.is_paired(channel, user_id))
 
     async def pair(self, channel: str, user_id: str, code: str) -> str:
-        return await self._db.run(lambda db: try_pair(db, channel, user_id, code))
+        return await self._store.run(lambda tx: tx.access.try_pair(channel, user_id, code))

@@ -13,19 +13,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
 
-from sqlite_utils import Database as SqlDb
-
 from .approvals.display import decider, escape_text, render_call, show_json
 from .config import LoadedConfig, WebhookRoute, llm_enabled, secrets_in_use, telegram_enabled
 from .durations import format_duration
 from .events import Address, ApprovalDecision, DecisionVerb, InboundKind, InboundMessage, Sender
+from .secrets import Masker
 from .statedir import daemon_pid
-from .store import DB_FILENAME, Database
-from .store import approvals as approval_store
-from .store.access import new_pairing_code, paired_users
-from .store.access import revoke as revoke_pairing
-from .store.audit import read_audit, usage_by_day
-from .store.inbox import add_inbound, get_inbound
+from .store import DB_FILENAME, Database, Store, Tx, backup_to
+from .store.approvals import PENDING, ApprovalRow
 
 T = TypeVar("T")
 
@@ -41,16 +36,20 @@ def _clock(ts: float | None) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def _with_store(state_dir: Path, fn: Callable[[SqlDb], T]) -> T:
+def _with_store(state_dir: Path, fn: Callable[[Tx], T], *, create: bool = False) -> T:
+    """``fn(tx)`` in one transaction on the store in ``state_dir``; ``create``: make the
+    store if there is none yet, else there is nothing to read (exit with why)."""
     path = state_dir / DB_FILENAME
-    if not path.exists():
+    if not create and not path.exists():
         raise SystemExit(f"echo-bot: no store at {path} (has the daemon ever run here?)")
-    db = Database(path)
-    db.open_sync()
+    # These commands write no audit rows, so the store has nothing to mask; what they
+    # print is masked on the way out (secrets.masked_output).
+    store = Store(Database(path), Masker())
+    store.open_sync()
     try:
-        return db.run_sync(fn)
+        return store.run_sync(fn)
     finally:
-        db.close_sync()
+        store.close_sync()
 
 
 # -- check-config -------------------------------------------------------------------------
@@ -101,7 +100,7 @@ def check_config(loaded: LoadedConfig, state_dir: Path, env: Mapping[str, str]) 
 # -- approvals ----------------------------------------------------------------------------
 def approvals_command(state_dir: Path, action: str, approval_id: str | None, wait: float) -> int:
     if action == "list":
-        rows = _with_store(state_dir, lambda db: approval_store.list_approvals(db))
+        rows = _with_store(state_dir, lambda tx: tx.approvals.list())
         if not rows:
             print("No approvals are pending.")
             return 0
@@ -123,7 +122,7 @@ def approvals_command(state_dir: Path, action: str, approval_id: str | None, wai
             file=sys.stderr,
         )
         return 2
-    matches = _with_store(state_dir, lambda db: _approvals_by_prefix(db, wanted))
+    matches = _with_store(state_dir, lambda tx: _approvals_by_prefix(tx, wanted))
     if len(matches) > 1:
         shown = ", ".join(matches[:_AMBIGUOUS_SHOWN])
         more = (
@@ -137,16 +136,14 @@ def approvals_command(state_dir: Path, action: str, approval_id: str | None, wai
             file=sys.stderr,
         )
         return 2
-    row = _with_store(
-        state_dir, lambda db: approval_store.get_approval(db, matches[0]) if matches else None
-    )
+    row = _with_store(state_dir, lambda tx: tx.approvals.get(matches[0]) if matches else None)
     if row is None:
         print(f"echo-bot: unknown approval request {approval_id}")
         return 1
     if action == "show":
         _show(row)
         return 0
-    if row.status != approval_store.PENDING:
+    if row.status != PENDING:
         who = decider(row.decided_by)
         print(
             f"echo-bot: request {row.id} is already {row.status}"
@@ -160,19 +157,15 @@ def approvals_command(state_dir: Path, action: str, approval_id: str | None, wai
     return _submit_decision(state_dir, row.id, action, wait)
 
 
-def _approvals_by_prefix(db: SqlDb, prefix: str) -> list[str]:
+def _approvals_by_prefix(tx: Tx, prefix: str) -> list[str]:
     """The ids that begin with ``prefix`` (as git takes a unique prefix of a hash); an
     exact id is itself, even if a longer one began with it."""
-    if approval_store.get_approval(db, prefix) is not None:
+    if tx.approvals.get(prefix) is not None:
         return [prefix]
-    rows = db.execute(
-        "SELECT id FROM approvals WHERE substr(id, 1, ?) = ? ORDER BY created_at",
-        [len(prefix), prefix],
-    ).fetchall()
-    return [row[0] for row in rows]
+    return tx.approvals.ids_beginning(prefix)
 
 
-def _show(row: approval_store.ApprovalRow) -> None:
+def _show(row: ApprovalRow) -> None:
     """Every argument complete, the deciding ones first (the order the request was
     stored in), hidden characters escaped as in the chat prompt."""
     who = escape_text(str(row.requested_by.get("name") or row.requested_by.get("id")))
@@ -208,14 +201,14 @@ def _submit_decision(state_dir: Path, approval_id: str, action: str, wait: float
         ),
         external_id=f"admin-{os.getpid()}-{time.time_ns()}",
     )
-    _with_store(state_dir, lambda db: add_inbound(db, message))
+    _with_store(state_dir, lambda tx: tx.inbox.add(message))
     pid = daemon_pid(state_dir)
     if pid is None:
         print(f"Decision recorded ({action}); no daemon is running — it applies when one starts.")
         return 0
     deadline = time.monotonic() + wait
     while time.monotonic() < deadline:
-        row = _with_store(state_dir, lambda db: get_inbound(db, message.id))
+        row = _with_store(state_dir, lambda tx: tx.inbox.get(message.id))
         if row is not None and row.status.terminal:
             if row.status == "done":
                 done = "Approved" if verb is DecisionVerb.APPROVE_ONCE else "Denied"
@@ -231,10 +224,10 @@ def _submit_decision(state_dir: Path, approval_id: str, action: str, wait: float
 # -- reminders ----------------------------------------------------------------------------
 def reminders_command(state_dir: Path, action: str, reminder_id: str | None) -> int:
     from .reminders import render_list
-    from .store import reminders as reminder_store
+    from .store.reminders import CANCELLED
 
     if action == "list":
-        rows = _with_store(state_dir, lambda db: reminder_store.active_reminders(db))
+        rows = _with_store(state_dir, lambda tx: tx.reminders.active())
         if not rows:
             print("No active reminders.")
             return 0
@@ -246,11 +239,11 @@ def reminders_command(state_dir: Path, action: str, reminder_id: str | None) -> 
         return 2
     wanted = reminder_id.strip().lower()
 
-    def cancel(db: SqlDb) -> str:
-        row = reminder_store.get_reminder(db, wanted)
+    def cancel(tx: Tx) -> str:
+        row = tx.reminders.get(wanted)
         if row is None:
             return f"echo-bot: no reminder {wanted}"
-        if not reminder_store.set_status(db, wanted, reminder_store.CANCELLED):
+        if not tx.reminders.set_status(wanted, CANCELLED):
             return f"echo-bot: reminder {wanted} is already {row.status}"
         return ""
 
@@ -264,37 +257,24 @@ def reminders_command(state_dir: Path, action: str, reminder_id: str | None) -> 
 
 # -- webhooks -----------------------------------------------------------------------------
 def webhook_deliveries(state_dir: Path, route: str | None, delivery: str | None, limit: int) -> int:
-    from .store.inbox import describe_inbound
-
     if delivery:
-        info = _with_store(state_dir, lambda db: describe_inbound(db, delivery))
+        info = _with_store(state_dir, lambda tx: tx.inbox.describe(delivery))
         if info is None or info.get("channel") != "webhook":
             print(f"echo-bot: no webhook delivery {delivery}")
             return 1
         print(json.dumps(info, indent=2, ensure_ascii=False))
         return 0
     session = f"webhook:{route}" if route else None
-
-    def query(db: SqlDb) -> list[tuple]:  # type: ignore[type-arg]
-        sql = (
-            "SELECT id, session_key, status, received_at, COALESCE(error, result, '')"
-            " FROM inbox WHERE channel = 'webhook'"
-        )
-        args: list[object] = []
-        if session:
-            sql += " AND session_key = ?"
-            args.append(session)
-        sql += " ORDER BY seq DESC LIMIT ?"
-        return list(db.execute(sql, [*args, limit]).fetchall())
-
-    rows = _with_store(state_dir, query)
+    rows = _with_store(
+        state_dir, lambda tx: tx.inbox.recent("webhook", session_key=session, limit=limit)
+    )
     if not rows:
         print("No webhook deliveries.")
         return 0
-    for inbound_id, session_key, status, received, summary in rows:
-        text = " ".join(str(summary).split())[:80]
-        print(f"{_clock(received)}  {inbound_id}  {session_key.split(':', 1)[1]:<12} "
-              f"{status:<16} {text}")  # fmt: skip
+    for row in rows:
+        text = " ".join(str(row.outcome).split())[:80]
+        print(f"{_clock(row.received_at)}  {row.id}  {row.session_key.split(':', 1)[1]:<12} "
+              f"{row.status:<16} {text}")  # fmt: skip
     return 0
 
 
@@ -358,12 +338,10 @@ def _github_event(route: WebhookRoute, event: str | None) -> str | None:
 
 # -- status and backup --------------------------------------------------------------------
 def status_command(state_dir: Path) -> int:
-    from .store.meta import daemon_info, queue_counts
-    from .store.reminders import active_reminders
-
     pid = daemon_pid(state_dir)
     info, counts, upcoming = _with_store(
-        state_dir, lambda db: (daemon_info(db), queue_counts(db), active_reminders(db)[:5])
+        state_dir,
+        lambda tx: (tx.meta.daemon_info(), tx.meta.queue_counts(), tx.reminders.active()[:5]),
     )
     if pid is not None:
         uptime = int(time.time() - float(info.get("started_at", time.time())))
@@ -387,8 +365,6 @@ def status_command(state_dir: Path) -> int:
 
 def backup_command(state_dir: Path, target: Path) -> int:
     """A directory ``target`` gets a new, timestamped file inside it (UTC)."""
-    from .store.db import backup_to
-
     source = state_dir / DB_FILENAME
     if not source.exists():
         print(f"echo-bot: no store at {source}", file=sys.stderr)
@@ -425,12 +401,7 @@ def pair_command(loaded: LoadedConfig, state_dir: Path, environ: Mapping[str, st
         )
         print(f"echo-bot: pair: Telegram is off, so no code could be used ({how})", file=sys.stderr)
         return 2
-    db = Database(state_dir / DB_FILENAME)  # creates the store on first use
-    db.open_sync()
-    try:
-        code = db.run_sync(new_pairing_code)
-    finally:
-        db.close_sync()
+    code = _with_store(state_dir, lambda tx: tx.access.new_pairing_code(), create=True)
     print(f"Pairing code: {code}")
     print("Valid for 10 minutes, once. Send it to the bot on Telegram as:")
     print(f"  /pair {code}")
@@ -440,7 +411,7 @@ def pair_command(loaded: LoadedConfig, state_dir: Path, environ: Mapping[str, st
 
 def pairings_command(loaded: LoadedConfig, state_dir: Path, action: str, user: str | None) -> int:
     if action == "list":
-        rows = _with_store(state_dir, paired_users)
+        rows = _with_store(state_dir, lambda tx: tx.access.paired_users())
         if not rows:
             print("No paired users.")
             return 0
@@ -454,7 +425,7 @@ def pairings_command(loaded: LoadedConfig, state_dir: Path, action: str, user: s
         return 2
     channel, _, user_id = user.rpartition(":")
     channel = channel or "telegram"
-    if not _with_store(state_dir, lambda db: revoke_pairing(db, channel, user_id)):
+    if not _with_store(state_dir, lambda tx: tx.access.revoke(channel, user_id)):
         configured = channel == "telegram" and user_id in {
             str(u) for u in loaded.config.telegram.allowed_users
         }
@@ -469,7 +440,7 @@ def pairings_command(loaded: LoadedConfig, state_dir: Path, action: str, user: s
 def audit_command(state_dir: Path, tail: int, trace: str | None, *, usage: bool = False) -> int:
     if usage:
         return _usage(state_dir)
-    rows = _with_store(state_dir, lambda db: read_audit(db, tail=tail, trace_id=trace))
+    rows = _with_store(state_dir, lambda tx: tx.audit.read(tail=tail, trace_id=trace))
     for row in rows:
         data = " ".join(
             f"{k}={_audit_value(v)}" for k, v in row.data.items() if v not in (None, "", [], {})
@@ -479,7 +450,7 @@ def audit_command(state_dir: Path, tail: int, trace: str | None, *, usage: bool 
 
 
 def _usage(state_dir: Path) -> int:
-    rows = _with_store(state_dir, usage_by_day)
+    rows = _with_store(state_dir, lambda tx: tx.audit.usage_by_day())
     if not rows:
         print("No LLM calls recorded.")
         return 0

@@ -38,11 +38,7 @@ from .events import Address, OutboundKind, OutboundMessage
 from .scheduler import Scheduler
 from .sdnotify import Notifier
 from .statedir import StateLock
-from .store import DB_FILENAME, SqliteInbox, SqliteOutbox
-from .store.approvals import pending_for
-from .store.audit import tokens_since
-from .store.meta import queue_counts, set_daemon_info
-from .store.retention import prune
+from .store import DB_FILENAME, SqliteInbox, SqliteOutbox, Tx
 from .tools.builtin import SendMessageTool
 
 log = logging.getLogger(__name__)
@@ -156,7 +152,7 @@ class Daemon:
         self._closers.append(llm.close)
 
         async def usage_since(ts: float) -> int:
-            return await core.db.run(lambda db: tokens_since(db, ts))
+            return await core.store.run(lambda tx: tx.audit.tokens_since(ts))
 
         async def notify(text: str, context: BrainContext) -> None:
             to = core.directory.default_chat or context.origin
@@ -211,65 +207,60 @@ class Daemon:
             loop.add_signal_handler(sig, self._on_signal)
         loop.add_signal_handler(signal.SIGHUP, self._on_hup)
         self.notifier.status("opening the store")
-        await core.db.open()
-        inbox, outbox = SqliteInbox(core.db), SqliteOutbox(core.db)
+        await core.store.open()
+        inbox, outbox = SqliteInbox(core.store), SqliteOutbox(core.store)
         bus = Bus(inbox, outbox)
-        audit, gate = core.audit, core.gate
+        gate = core.gate
         executor = CallExecutor(
-            db=core.db,
+            store=core.store,
             registry=core.registry,
             policy=core.policy,
             gate=gate,
             directory=core.directory,
-            audit=audit,
+            masker=core.masker,
         )
         brain = self._build_brain(core.commands, bus)
         runner = TurnRunner(
-            db=core.db,
+            store=core.store,
             brain=brain,
             registry=core.registry,
             exposed=lambda: core.exposed,
             executor=executor,
-            audit=audit,
+            masker=core.masker,
             config=config.brain,
         )
-        delivery = DeliveryWorker(outbox, masker=core.masker)
+        # Both subscribe to the store: new inbound runs, queued outbound is sent.
+        delivery = DeliveryWorker(outbox, store=core.store, masker=core.masker)
         dispatcher = Dispatcher(
-            db=core.db,
+            store=core.store,
             inbox=inbox,
             runner=runner,
             gate=gate,
             max_concurrent=config.bot.max_concurrent_turns,
-            on_outbound=delivery.wake,
         )
-        inbox.on_committed = dispatcher.accept
-        runner.on_reply = delivery.offer
-        bus.on_outbound(delivery.wake)
         commands = [(c.name, c.help) for c in core.commands.all()]
         if http is not None:
             admin_env = config.webhook.admin_token_env
             http.protect_health(core.masker, self.environ.get(admin_env, "") if admin_env else "")
             http.add_health("store", lambda: {"status": "ok"})
             http.add_route("GET", "/metrics", self._metrics)
-        access = StoreAccess(core.db, config)
+        access = StoreAccess(core.store, config)
         self._live = {"executor": executor, "gate": gate, "access": access}
 
         async def channel_audit(event: str, **data: Any) -> None:
-            await core.db.run(
-                lambda db: audit.write(db, event, trace_id=None, session_key=None, **data)
+            await core.store.run(
+                lambda tx: tx.audit.write(event, trace_id=None, session_key=None, **data)
             )
 
         try:
             await dispatcher.start()
             await delivery.start()
             scheduler = Scheduler(
-                core.db,
+                core.store,
                 bus,
-                core.reminders,
                 cron_jobs=config.cron,
                 timezone=config.bot.timezone,
                 grace=config.scheduler.grace,
-                on_outbound=delivery.wake,
             )
             await scheduler.start()
             self.scheduler = scheduler
@@ -317,7 +308,7 @@ class Daemon:
                 "channels": [c.name for c in self.channels],
                 "brain": brain_label(brain, config),
             }
-            await core.db.run(lambda db: set_daemon_info(db, info))
+            await core.store.run(lambda tx: tx.meta.set_daemon_info(info))
             self.notifier.ready(
                 f"running: brain {brain_label(brain, config)}; "
                 f"channels {', '.join(self.channel_names) or 'none'}"
@@ -349,7 +340,7 @@ class Daemon:
             for close in self._closers:
                 with contextlib.suppress(Exception):
                     await close()
-            await core.db.close()
+            await core.store.close()
             await self.notifier.close()
             for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
                 loop.remove_signal_handler(sig)
@@ -358,15 +349,15 @@ class Daemon:
     async def _pending_prompts(self, to: Address) -> list[OutboundMessage]:
         gate = self.core.gate
 
-        def read(db: Any) -> list[OutboundMessage]:
+        def read(tx: Tx) -> list[OutboundMessage]:
             now = gate.clock()
             return [
-                gate.reprompt(db, row)
-                for row in pending_for(db, str(to))
+                gate.reprompt(tx, row)
+                for row in tx.approvals.pending_for(str(to))
                 if not row.expired_at(now)
             ]
 
-        return await self.core.db.run(read)
+        return await self.core.store.run(read)
 
     @staticmethod
     def _warn_unreachable(config: Config, running: frozenset[str]) -> None:
@@ -390,7 +381,7 @@ class Daemon:
 
         from . import metrics
 
-        queues = await self.core.db.run(queue_counts)
+        queues = await self.core.store.run(lambda tx: tx.meta.queue_counts())
         # Label values come from many places (tool names a model chose, …): mask them all.
         body = self.core.masker.mask(metrics.render(queues).decode()).encode()
         return web.Response(body=body, headers={"Content-Type": metrics.CONTENT_TYPE})
@@ -466,14 +457,17 @@ class Daemon:
     async def _prune_daily(self, retention: float) -> None:
         """Prune finished work older than the retention, at start and then daily."""
         while True:
-            before = time.time() - retention
             try:
-                counts = await self.core.db.run(partial(prune, before=before), slow=True)
+                counts = await self._prune(before=time.time() - retention)
                 if any(counts.values()):
                     log.info("pruned finished work older than the retention: %s", counts)
             except Exception:  # housekeeping must never stop the daemon
                 log.exception("pruning failed; trying again tomorrow")
             await asyncio.sleep(86400)
+
+    async def _prune(self, before: float) -> dict[str, int]:
+        """Delete finished rows last touched before ``before``: a slow transaction."""
+        return await self.core.store.run(lambda tx: tx.meta.prune(before), slow=True)
 
     def _print_banner(self, brain: str) -> None:
         core = self.core

@@ -43,13 +43,12 @@ class Outbox(Protocol):
 
 
 class Bus:
-    """Publish inbound (committed first; the inbox hands it to the dispatcher) and queue
-    outbound (its listeners, the delivery worker, are woken after the commit)."""
+    """Publish inbound and queue outbound, each committed before the call returns; the
+    store tells the dispatcher and the delivery worker after the commit."""
 
     def __init__(self, inbox: Inbox, outbox: Outbox) -> None:
         self._inbox = inbox
         self._outbox = outbox
-        self._outbound_listeners: list[Callable[[OutboundMessage], object]] = []
 
     async def publish(self, message: InboundMessage) -> Published:
         return await self._inbox.add(message)
@@ -78,11 +77,6 @@ class Bus:
 
     async def send(self, message: OutboundMessage) -> None:
         await self._outbox.enqueue(message)
-        for listener in self._outbound_listeners:
-            listener(message)
-
-    def on_outbound(self, listener: Callable[[OutboundMessage], object]) -> None:
-        self._outbound_listeners.append(listener)
 
 
 class AccessControl(Protocol):

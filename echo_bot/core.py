@@ -4,6 +4,9 @@ before anything starts (tools, policy, approvers, commands, cron schedules)."""
 from __future__ import annotations
 
 import logging
+import os
+import secrets
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,9 +30,7 @@ from .events import OutboundMessage
 from .reminders import ReminderService
 from .secrets import Masker
 from .store import DB_FILENAME, Database, Store
-from .store.approvals import ApprovalRow, list_approvals
-from .store.audit import AuditWriter
-from .store.turns import reset_session
+from .store.approvals import ApprovalRow
 from .tools.base import Tool
 from .tools.builtin import builtin_tools
 from .tools.registry import ToolRegistry
@@ -50,15 +51,16 @@ class Core:
     directory: ApproverDirectory
     commands: CommandRegistry
     store: Store
-    audit: AuditWriter
     gate: ApprovalGate
     reminders: ReminderService
     brain_name: str = "rules"
     extras: dict[str, Any] = field(default_factory=dict)
 
-    @property
-    def db(self) -> Database:  # transitional: the engine under the store
-        return self.store.database
+
+def process_instance() -> str:
+    """This daemon among those that write the store: host and pid, and a few random
+    characters that tell apart two daemons built in one process (tests do)."""
+    return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
 
 
 def build_core(loaded: LoadedConfig, state_dir: Path, environ: Mapping[str, str]) -> Core:
@@ -68,10 +70,13 @@ def build_core(loaded: LoadedConfig, state_dir: Path, environ: Mapping[str, str]
     check_environment(loaded, environ)
     masker = Masker.from_environment(secret_env_names(config), environ)
     workspace = (config.tools.workspace or state_dir / "workspace").expanduser().resolve()
-    store = Store(Database(state_dir / DB_FILENAME, durability=config.bot.durability), masker)
-    db = store.database
+    store = Store(
+        Database(state_dir / DB_FILENAME, durability=config.bot.durability),
+        masker,
+        instance=process_instance(),
+    )
     reminders = ReminderService(
-        db,
+        store,
         timezone=config.bot.timezone,
         languages=config.scheduler.languages,
         max_active=config.scheduler.max_active_per_chat,
@@ -88,17 +93,16 @@ def build_core(loaded: LoadedConfig, state_dir: Path, environ: Mapping[str, str]
     commands = CommandRegistry()
 
     async def pending() -> list[Any]:
-        return await db.run(lambda conn: list_approvals(conn))
+        return await store.run(lambda tx: tx.approvals.list())
 
     directory = ApproverDirectory(config)
-    audit = AuditWriter(masker)
-    gate = ApprovalGate(directory, audit, masker, config.approvals.timeout)
+    gate = ApprovalGate(directory, masker, config.approvals.timeout)
 
     async def reset(session_key: str) -> None:
-        await db.run(lambda conn: reset_session(conn, session_key))
+        await store.run(lambda tx: tx.turns.reset_session(session_key))
 
     async def reprompt(row: ApprovalRow) -> OutboundMessage:
-        return await db.run(lambda conn: gate.reprompt(conn, row))
+        return await store.run(lambda tx: gate.reprompt(tx, row))
 
     register_core_commands(commands, pending, reprompt, reset)
     register_reminder_commands(commands, reminders)
@@ -113,7 +117,6 @@ def build_core(loaded: LoadedConfig, state_dir: Path, environ: Mapping[str, str]
         directory=directory,
         commands=commands,
         store=store,
-        audit=audit,
         gate=gate,
         reminders=reminders,
     )

@@ -2,7 +2,8 @@
 and never drops one silently (after the last attempt it is marked failed and logged).
 
 Messages for channels that are not running (say, the terminal while the daemon runs
-under systemd) stay queued until that channel starts."""
+under systemd) stay queued until that channel starts. Whatever queues a message, the
+store's ``OutboundCommitted`` event wakes the worker after the commit."""
 
 from __future__ import annotations
 
@@ -10,13 +11,16 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import Protocol
 
 from . import metrics
 from .bus import Channel
 from .errors import ChannelError
+from .events import OutboundMessage, Receipt
 from .secrets import Masker
-from .store.outbox import OutboxRow, SqliteOutbox
+from .store import OutboundCommitted, Store
+from .store.outbox import OutboxRow
 
 log = logging.getLogger(__name__)
 
@@ -29,11 +33,39 @@ def backoff(attempts: int) -> float:
     return float(min(300, 2 ** max(0, attempts)))
 
 
+class OutboxQueue(Protocol):
+    """The outbox as the delivery worker works it (``store.SqliteOutbox`` implements it)."""
+
+    async def due(
+        self, channels: Iterable[str], now: float, limit: int = 100, busy: Iterable[str] = ()
+    ) -> tuple[list[OutboxRow], float | None]:
+        """The head of each chat's queue that is due (not the ``busy`` chats), and when
+        the next message of any other chat is due."""
+        ...
+
+    async def receipt_of(self, outbound_id: str) -> str | None: ...
+
+    async def mark_sent(self, message: OutboundMessage, receipt: Receipt) -> bool:
+        """Record the delivery; True when more messages wait for the same chat."""
+        ...
+
+    async def mark_retry(self, outbound_id: str, error: str, next_attempt_at: float) -> None: ...
+
+    async def note_error(self, outbound_id: str, error: str) -> None:
+        """Why a queued message is still queued, without counting an attempt."""
+        ...
+
+    async def mark_failed(self, outbound_id: str, error: str) -> None: ...
+
+    async def pending_count(self, chat_key: str | None = None) -> int: ...
+
+
 class DeliveryWorker:
     def __init__(
         self,
-        outbox: SqliteOutbox,
+        outbox: OutboxQueue,
         *,
+        store: Store,
         clock: Callable[[], float] = time.time,
         max_attempts: int = MAX_ATTEMPTS,
         masker: Masker | None = None,
@@ -48,8 +80,8 @@ class DeliveryWorker:
         self._wake = asyncio.Event()
         self._in_flight: dict[str, asyncio.Task[None]] = {}
         self._task: asyncio.Task[None] | None = None
-        self._stopping = False
         self.delivered = 0
+        store.subscribe(OutboundCommitted, self.wake)  # every commit that queued outbound
 
     def add_channel(self, channel: Channel) -> None:
         self.channels[channel.name] = channel
@@ -64,31 +96,11 @@ class DeliveryWorker:
     def wake(self, *_: object) -> None:
         self._wake.set()
 
-    def offer(self, row: OutboxRow) -> None:
-        """A message just committed at the head of its chat's queue: send it now rather
-        than after reading the outbox again. Anything else is left to the loop.
-
-        Safe against sending twice: the store hands results back in the order it ran
-        the jobs, so a read of the outbox that saw this row as queued resumes the loop
-        only after this call has marked the chat busy (and before the send is marked
-        sent, which is when the chat stops being busy)."""
-        key = str(row.message.to)
-        if (
-            self._stopping
-            or self._task is None
-            or key in self._in_flight
-            or row.message.to.channel not in self.channels
-        ):
-            self.wake()
-            return
-        self._in_flight[key] = asyncio.create_task(self._deliver(row), name=f"deliver-{key}")
-
     async def start(self) -> None:
         self._task = asyncio.create_task(self._loop(), name="delivery")
 
     async def stop(self, grace: float = 5.0) -> None:
         """Let sends in flight finish (bounded), then stop."""
-        self._stopping = True
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)

@@ -7,7 +7,6 @@ import contextlib
 import json
 import os
 import re
-import sqlite3
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ from urllib.parse import quote
 
 from .config import DEFAULT_OPENAI_BASE_URL, LoadedConfig, llm_enabled, telegram_enabled
 from .errors import ConfigError, EchoBotError
-from .store import DB_FILENAME
+from .store import DB_FILENAME, check_file, queued_outbound
 
 OK, WARN, FAIL = "ok", "warn", "FAIL"
 TIMEOUT = 5.0  # seconds for each peer; the peers are asked at once
@@ -73,32 +72,23 @@ def _check_store(state_dir: Path) -> tuple[str, str]:
     path = state_dir / DB_FILENAME
     if not path.exists():
         return OK, "no store yet (created at first start)"
-    try:
-        with sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5) as conn:
-            verdict = conn.execute("PRAGMA quick_check").fetchone()[0]
-    except sqlite3.Error as exc:
-        return FAIL, f"cannot read {path}: {exc}"
-    if verdict != "ok":
-        return FAIL, f"{path} is damaged ({verdict}); restore a backup (systemd/README.md)"
+    found = check_file(path)
+    if found.error is not None:
+        return FAIL, f"cannot read {path}: {found.error}"
+    if not found.ok:
+        return FAIL, f"{path} is damaged ({found.verdict}); restore a backup (systemd/README.md)"
     return OK, f"{path}: integrity ok"
 
 
 def _check_outbox(state_dir: Path, running: frozenset[str]) -> tuple[str, str] | None:
     """Messages queued for a channel this config does not run are never delivered."""
-    from sqlite_utils import Database as SqlDb
-
-    from .store.meta import queued_by_channel
-
     path = state_dir / DB_FILENAME
     if not path.exists():
         return None
-    try:
-        with contextlib.closing(
-            sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
-        ) as conn:
-            queued = queued_by_channel(SqlDb(conn))
-    except sqlite3.Error as exc:
-        return WARN, f"cannot read the outbox of {path}: {exc}"
+    found = queued_outbound(path)
+    if found.error is not None:
+        return WARN, f"cannot read the outbox of {path}: {found.error}"
+    queued = found.by_channel
     stranded = {name: n for name, n in sorted(queued.items()) if name not in running}
     if not stranded:
         waiting = sum(queued.values())

@@ -1,7 +1,8 @@
 """Creating, listing and cancelling reminders: validation and the words users see.
 
-The store is the source of truth; ``on_change`` tells the scheduler (when one runs in
-this process) to set or clear its timer.
+The store is the source of truth: creating or cancelling a reminder announces
+``ReminderChanged`` once committed, and the scheduler (when one runs in this process)
+sets or clears its timer.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from .crontab import next_after
 from .events import Address
-from .store import Database
-from .store import reminders as store
+from .store import Store, Tx
+from .store.reminders import ACTIVE, CANCELLED, ReminderRow
 from .timeparse import MAX_AHEAD, Recurrence, Unclear, When, describe, parse_recurrence, parse_when
 
 MAX_TEXT = 1000
@@ -26,7 +27,7 @@ MAX_TEXT = 1000
 class Outcome:
     ok: bool
     message: str
-    reminder: store.ReminderRow | None = None
+    reminder: ReminderRow | None = None
 
 
 def zone_of(name: str) -> ZoneInfo | None:
@@ -39,22 +40,21 @@ def zone_of(name: str) -> ZoneInfo | None:
 class ReminderService:
     def __init__(
         self,
-        db: Database,
+        store: Store,
         *,
         timezone: str,
         languages: list[str],
         max_active: int,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.db = db
+        self.store = store
         self.default_timezone = timezone
         self.languages = languages
         self.max_active = max_active
         self.clock = clock
-        self.on_change: Callable[[str], None] | None = None
 
     async def timezone_for(self, chat: Address) -> str:
-        chosen = await self.db.run(lambda db: store.chat_timezone(db, str(chat)))
+        chosen = await self.store.run(lambda tx: tx.reminders.chat_timezone(str(chat)))
         return chosen or self.default_timezone
 
     async def set_timezone(self, chat: Address, name: str) -> Outcome:
@@ -63,7 +63,7 @@ class ReminderService:
             return Outcome(
                 False, f"Unknown timezone “{name}”. Use an IANA name like Europe/Berlin."
             )
-        await self.db.run(lambda db: store.set_chat_timezone(db, str(chat), zone.key))
+        await self.store.run(lambda tx: tx.reminders.set_chat_timezone(str(chat), zone.key))
         return Outcome(True, f"This chat now uses {zone.key} for times.")
 
     async def create(
@@ -113,7 +113,7 @@ class ReminderService:
             return Outcome(False, "When should I remind you? Give a time or a repetition.")
         if due - now > MAX_AHEAD:
             return Outcome(False, "That is more than 5 years away.")
-        row = store.ReminderRow(
+        row = ReminderRow(
             id=secrets.token_hex(4),
             chat=str(chat),
             owner=owner,
@@ -121,57 +121,53 @@ class ReminderService:
             timezone=zone.key,
             recurrence=cron,
             next_at=due.timestamp(),
-            status=store.ACTIVE,
+            status=ACTIVE,
             created_at=self.clock(),
             fired_count=0,
             last_fired_at=None,
             trace_id=trace_id,
         )
 
-        def write(db):  # type: ignore[no-untyped-def]
-            if store.count_active(db, row.chat) >= self.max_active:
+        def write(tx: Tx) -> bool:
+            if tx.reminders.count_active(row.chat) >= self.max_active:
                 return False
-            store.insert_reminder(db, row)
+            tx.reminders.insert(row)
             return True
 
-        if not await self.db.run(write):
+        if not await self.store.run(write):
             return Outcome(
                 False,
                 f"This chat already has {self.max_active} active reminders, the most I keep. "
                 "Cancel some with /cancel ID first.",
             )
-        if self.on_change:
-            self.on_change(row.id)
         return Outcome(True, f"OK, I will remind you {described}: “{text}” (id {row.id}).", row)
 
-    async def list(self, chat: Address | None) -> list[store.ReminderRow]:
+    async def list(self, chat: Address | None) -> list[ReminderRow]:
         key = str(chat) if chat is not None else None
-        return await self.db.run(lambda db: store.active_reminders(db, key))
+        return await self.store.run(lambda tx: tx.reminders.active(key))
 
     async def cancel(self, chat: Address | None, reminder_id: str) -> Outcome:
         """Cancel ``reminder_id``; from a chat, only that chat's own reminders."""
         reminder_id = reminder_id.strip().lower()
 
-        def write(db):  # type: ignore[no-untyped-def]
-            row = store.get_reminder(db, reminder_id)
+        def write(tx: Tx) -> ReminderRow | None:
+            row = tx.reminders.get(reminder_id)
             if row is None or (chat is not None and row.chat != str(chat)):
                 return None  # someone else's reminders are not even acknowledged
-            if row.status != store.ACTIVE:
+            if row.status != ACTIVE:
                 return row
-            store.set_status(db, reminder_id, store.CANCELLED)
+            tx.reminders.set_status(reminder_id, CANCELLED)
             return row
 
-        row = await self.db.run(write)
+        row = await self.store.run(write)
         if row is None:
             return Outcome(False, f"There is no reminder {reminder_id} in this chat.")
-        if row.status != store.ACTIVE:
+        if row.status != ACTIVE:
             return Outcome(False, f"Reminder {reminder_id} is already {row.status}.")
-        if self.on_change:
-            self.on_change(reminder_id)
         return Outcome(True, f"Cancelled reminder {reminder_id}: “{row.text}”.", row)
 
 
-def render_list(rows: list[store.ReminderRow]) -> str:
+def render_list(rows: list[ReminderRow]) -> str:
     if not rows:
         return "No reminders are set here."
     lines = [f"{len(rows)} reminder(s):"]

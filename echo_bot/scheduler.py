@@ -1,9 +1,12 @@
 """Reminders and cron jobs on time — also after downtime, and never twice.
 
 The store is the source of truth; APScheduler (AsyncIOScheduler, memory job store) is
-only the timer, rebuilt from the store at start. Its own misfire handling would drop
-late one-shots silently, so jobs run with ``misfire_grace_time=None`` and lateness,
-grace and coalescing are decided here, from the store.
+only the timer, rebuilt from the store at start and set or cleared whenever a committed
+transaction announces ``ReminderChanged``. Its own misfire handling would drop late
+one-shots silently, so jobs run with ``misfire_grace_time=None`` and lateness, grace and
+coalescing are decided here, from the store. A fired reminder's message is queued with
+``tx.outbox.add`` in the transaction that marks it fired; the delivery worker hears of
+it from the store (``OutboundCommitted``).
 """
 
 from __future__ import annotations
@@ -16,8 +19,6 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
-
-from sqlite_utils import Database as SqlDb
 
 from . import metrics
 from .bus import Bus
@@ -32,10 +33,9 @@ from .events import (
     Sender,
     ToolCallRequest,
 )
-from .reminders import ReminderService, zone_of
-from .store import Database
-from .store import reminders as store
-from .store.outbox import enqueue_outbound
+from .reminders import zone_of
+from .store import ReminderChanged, Store, Tx
+from .store.reminders import ACTIVE, DONE, MISSED, ReminderRow
 from .timeparse import describe_lateness
 
 log = logging.getLogger(__name__)
@@ -46,24 +46,20 @@ LATE_NOTE_AFTER = 60.0  # seconds late before a reminder says so
 class Scheduler:
     def __init__(
         self,
-        db: Database,
+        store: Store,
         bus: Bus,
-        service: ReminderService,
         *,
         cron_jobs: list[CronJob],
         timezone: str,
         grace: timedelta,
         clock: Callable[[], float] = time.time,
-        on_outbound: Callable[[], None] = lambda: None,
     ) -> None:
-        self.db = db
+        self.store = store
         self.bus = bus
-        self.service = service
         self.cron_jobs = {job.name: job for job in cron_jobs}
         self.timezone = timezone
         self.grace = grace.total_seconds()
         self.clock = clock
-        self.on_outbound = on_outbound
         self._aps: Any = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self.healthy = True
@@ -74,14 +70,14 @@ class Scheduler:
 
         self._aps = AsyncIOScheduler(timezone=UTC)
         self._aps.start()
-        self.service.on_change = self.reschedule
-        for row in await self.db.run(lambda db: store.active_reminders(db)):
+        self.store.subscribe(ReminderChanged, self._changed)
+        for row in await self.store.run(lambda tx: tx.reminders.active()):
             await self._arm(row)
         for job in self.cron_jobs.values():
             await self._start_cron(job)
 
     async def stop(self) -> None:
-        self.service.on_change = None
+        self.store.unsubscribe(ReminderChanged, self._changed)
         if self._aps is not None:
             self._aps.shutdown(wait=False)
             self._aps = None
@@ -99,12 +95,16 @@ class Scheduler:
         task.add_done_callback(self._tasks.discard)
 
     # -- reminders ------------------------------------------------------------------------
+    def _changed(self, event: ReminderChanged) -> None:
+        if self._aps is not None:  # a stopped scheduler sets no timers
+            self.reschedule(event.reminder_id)
+
     def reschedule(self, reminder_id: str) -> None:
         """The store changed for ``reminder_id``: set or clear its timer."""
 
         async def load() -> None:
-            row = await self.db.run(lambda db: store.get_reminder(db, reminder_id))
-            if row is None or row.status != store.ACTIVE:
+            row = await self.store.run(lambda tx: tx.reminders.get(reminder_id))
+            if row is None or row.status != ACTIVE:
                 self._remove(f"reminder:{reminder_id}")
             else:
                 await self._arm(row)
@@ -116,7 +116,7 @@ class Scheduler:
             with contextlib.suppress(Exception):
                 self._aps.remove_job(job_id)
 
-    async def _arm(self, row: store.ReminderRow) -> None:
+    async def _arm(self, row: ReminderRow) -> None:
         if row.next_at <= self.clock():
             await self.fire_reminder(row.id, row.next_at)  # due (or overdue) now
             return
@@ -134,7 +134,7 @@ class Scheduler:
     async def fire_reminder(self, reminder_id: str, occurrence: float) -> None:
         """Deliver one occurrence (at most once), late-marked or as missed past grace."""
         try:
-            following = await self.db.run(lambda db: self._fire(db, reminder_id, occurrence))
+            following = await self.store.run(lambda tx: self._fire(tx, reminder_id, occurrence))
         except Exception:
             log.exception("reminder %s could not fire; retrying in 5 s", reminder_id)
             self.healthy = False
@@ -142,13 +142,12 @@ class Scheduler:
             self.reschedule(reminder_id)
             return
         self.healthy = True
-        self.on_outbound()
         if following is not None:
             self.reschedule(reminder_id)
 
-    def _fire(self, db: SqlDb, reminder_id: str, occurrence: float) -> float | None:
-        row = store.get_reminder(db, reminder_id)
-        if row is None or row.status != store.ACTIVE or row.next_at != occurrence:
+    def _fire(self, tx: Tx, reminder_id: str, occurrence: float) -> float | None:
+        row = tx.reminders.get(reminder_id)
+        if row is None or row.status != ACTIVE or row.next_at != occurrence:
             return None
         now = self.clock()
         zone = zone_of(row.timezone) or ZoneInfo("UTC")
@@ -158,8 +157,8 @@ class Scheduler:
             due_at = self._latest_due(row.recurrence, zone, occurrence, now)
         late = now - due_at
         missed = late > self.grace
-        if not store.mark_fired(
-            db, row, occurrence, late_by=late, outcome="missed" if missed else "sent"
+        if not tx.reminders.mark_fired(
+            row, occurrence, late_by=late, outcome="missed" if missed else "sent"
         ):
             return None
         metrics.REMINDER_LAG.observe(max(0.0, late))
@@ -173,8 +172,7 @@ class Scheduler:
             text = f"⏰ {row.text} (late by {describe_lateness(late)} — I was offline)"
         else:
             text = f"⏰ {row.text}"
-        enqueue_outbound(
-            db,
+        tx.outbox.add(
             OutboundMessage(
                 to=Address.parse(row.chat),
                 text=text,
@@ -184,14 +182,14 @@ class Scheduler:
             ),
         )
         if row.recurrence is None:
-            store.set_status(db, row.id, store.MISSED if missed else store.DONE)
+            tx.reminders.set_status(row.id, MISSED if missed else DONE)
             return None
         # Coalesce: however many runs were missed, the next one is computed from now.
         nxt = next_after(row.recurrence, zone, datetime.fromtimestamp(max(now, occurrence), zone))
         if nxt is None:
-            store.set_status(db, row.id, store.DONE)
+            tx.reminders.set_status(row.id, DONE)
             return None
-        store.advance(db, row.id, nxt.timestamp())
+        tx.reminders.advance(row.id, nxt.timestamp())
         return nxt.timestamp()
 
     def _latest_due(self, expression: str, zone: ZoneInfo, occurrence: float, now: float) -> float:
@@ -216,9 +214,9 @@ class Scheduler:
     async def _start_cron(self, job: CronJob) -> None:
         zone = self._zone(job)
         now = datetime.fromtimestamp(self.clock(), zone)
-        last = await self.db.run(lambda db: store.cron_last(db, job.name))
+        last = await self.store.run(lambda tx: tx.reminders.cron_last(job.name))
         if last is None:
-            await self.db.run(lambda db: store.set_cron_last(db, job.name, now.timestamp()))
+            await self.store.run(lambda tx: tx.reminders.set_cron_last(job.name, now.timestamp()))
         else:
             # Only runs within the grace matter; several missed ones run once (coalesced).
             window = max(last, now.timestamp() - self.grace)
@@ -291,7 +289,7 @@ class Scheduler:
             )
         try:
             await self.bus.publish(message)
-            await self.db.run(lambda db: store.set_cron_last(db, job.name, occurrence))
+            await self.store.run(lambda tx: tx.reminders.set_cron_last(job.name, occurrence))
         except Exception:
             log.exception("cron %s: could not queue its run", job.name)
             self.healthy = False

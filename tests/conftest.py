@@ -31,7 +31,7 @@ class Bot:
 
     @property
     def db(self) -> Database:
-        return self.daemon.core.db
+        return self.daemon.core.store.database
 
 
 @asynccontextmanager

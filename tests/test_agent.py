@@ -462,9 +462,10 @@ async def test_an_external_id_older_than_the_dedup_window_is_new_again(state_dir
 async def test_every_message_is_taken_once_whether_handed_over_or_found_by_the_poll(
     state_dir: Path,
 ) -> None:
-    """In-process messages reach the dispatcher in memory right after their commit; rows
-    other processes commit are found by the inbox poll. Neither path may run a message
-    twice, nor miss one (the poll passes over the handed-over rows)."""
+    """In-process messages reach the dispatcher in memory (InboundCommitted) right after
+    their commit; rows other processes commit are found by the inbox poll. Neither path
+    may run a message twice, nor miss one (the poll reads only rows another process
+    wrote)."""
     from echo_bot import metrics
     from echo_bot.events import Address, InboundMessage, Sender
     from echo_bot.store import Database

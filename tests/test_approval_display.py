@@ -259,7 +259,6 @@ def test_a_call_at_the_limit_fits_a_telegram_message_with_the_longest_header() -
     a budget: a call of CALL_LIMIT units always fits one message with any names."""
     gate = ApprovalGate(
         directory=None,  # type: ignore[arg-type]  # not consulted when rendering
-        audit=None,  # type: ignore[arg-type]
         masker=Masker(),
         timeout=timedelta(minutes=5),
     )

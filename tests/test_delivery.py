@@ -5,17 +5,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from echo_bot import delivery
 from echo_bot.delivery import DeliveryWorker
 from echo_bot.errors import ChannelError
 from echo_bot.events import Address, OutboundMessage, Receipt
-from echo_bot.store import Database, SqliteOutbox
+from echo_bot.secrets import Masker
+from echo_bot.store import Database, SqliteOutbox, Store
 from tests.fakes.channel import RecordingChannel
 
 WAIT = 10.0  # an upper bound for "eventually", never a speed requirement
@@ -40,8 +41,7 @@ class Harness:
 
     async def send(self, to: Address, text: str, **fields: object) -> OutboundMessage:
         message = OutboundMessage(to=to, text=text, **fields)  # type: ignore[arg-type]
-        await self.outbox.enqueue(message)
-        self.worker.wake()
+        await self.outbox.enqueue(message)  # the commit wakes the worker
         return message
 
     async def row(self, outbound_id: str) -> tuple[str, str | None, int]:
@@ -75,9 +75,10 @@ class Harness:
 async def harness(tmp_path: Path) -> AsyncIterator[Harness]:
     db = Database(tmp_path / "x.sqlite3")
     await db.open()
-    outbox = SqliteOutbox(db)
+    store = Store(db, Masker())
+    outbox = SqliteOutbox(store)
     clock = Clock()
-    worker = DeliveryWorker(outbox, clock=clock, max_attempts=3)
+    worker = DeliveryWorker(outbox, store=store, clock=clock, max_attempts=3)
     await worker.start()
     try:
         yield Harness(db=db, outbox=outbox, worker=worker, clock=clock)
@@ -308,7 +309,8 @@ async def test_unregistered_channel_stays_queued_until_it_is_added(harness: Harn
 async def test_stop_lets_the_send_in_flight_finish(tmp_path: Path) -> None:
     db = Database(tmp_path / "x.sqlite3")
     await db.open()
-    outbox = SqliteOutbox(db)
+    store = Store(db, Masker())
+    outbox = SqliteOutbox(store)
     started, release = asyncio.Event(), asyncio.Event()
 
     class Slow(RecordingChannel):
@@ -318,12 +320,11 @@ async def test_stop_lets_the_send_in_flight_finish(tmp_path: Path) -> None:
             return await super().send(message)
 
     channel = Slow("cli")
-    worker = DeliveryWorker(outbox)
+    worker = DeliveryWorker(outbox, store=store)
     worker.add_channel(channel)
     await worker.start()
     message = OutboundMessage(to=channel.address(), text="in flight")
     await outbox.enqueue(message)
-    worker.wake()
     await asyncio.wait_for(started.wait(), WAIT)
     stopping = asyncio.create_task(worker.stop(grace=WAIT))
     await asyncio.sleep(0)
@@ -355,15 +356,15 @@ async def test_the_worker_waits_quietly_while_a_send_is_in_flight(tmp_path: Path
     due message and look again and again until the send returns (a busy loop)."""
     db = Database(tmp_path / "x.sqlite3")
     await db.open()
-    outbox = CountingOutbox(db)
-    worker = DeliveryWorker(outbox)
+    store = Store(db, Masker())
+    outbox = CountingOutbox(store)
+    worker = DeliveryWorker(outbox, store=store)
     channel = SlowChannel("cli")
     worker.add_channel(channel)
     await worker.start()
     try:
         for text in ("one", "two"):
             await outbox.enqueue(OutboundMessage(to=channel.address("a"), text=text))
-        worker.wake()
         sent = await wait_sent(channel, 2)
         assert [m.text for m in sent] == ["one", "two"]
         # One look when woken, one after each send (more queued / the last one), and an
@@ -389,8 +390,9 @@ async def test_the_worker_waits_quietly_while_a_chat_waits_out_a_retry(tmp_path:
     counting it as due would have the worker read the outbox again and again."""
     db = Database(tmp_path / "x.sqlite3")
     await db.open()
-    outbox = CountingOutbox(db)
-    worker = DeliveryWorker(outbox)
+    store = Store(db, Masker())
+    outbox = CountingOutbox(store)
+    worker = DeliveryWorker(outbox, store=store)
     channel = RateLimitedChannel("cli")
     worker.add_channel(channel)
     try:
@@ -408,73 +410,25 @@ async def test_the_worker_waits_quietly_while_a_chat_waits_out_a_retry(tmp_path:
         await db.close()
 
 
-class WatchingOutbox(CountingOutbox):
-    """The real outbox, remembering which messages each look found due."""
-
-    def __init__(self, db: Database) -> None:
-        super().__init__(db)
-        self.found: list[list[str]] = []
-        # Run by the next look just before it reads the outbox (then forgotten).
-        self.before_next_look: Callable[[], Awaitable[None]] | None = None
-
-    async def due(self, *args: object, **kwargs: object):  # type: ignore[no-untyped-def,override]
-        before, self.before_next_look = self.before_next_look, None
-        if before is not None:
-            await before()
-        rows, next_at = await super().due(*args, **kwargs)
-        self.found.append([r.message.text for r in rows])
-        return rows, next_at
-
-
-async def test_an_offered_reply_is_sent_once_when_a_look_at_the_outbox_also_found_it(
-    tmp_path: Path,
+async def test_outbound_queued_through_the_store_wakes_the_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The race offer() must win: the commit that queued the reply and a look at the
-    outbox that sees it queued finish in one store batch; the caller offers the reply
-    as soon as its commit returns, and the look must then find the chat busy."""
-    from echo_bot.store.outbox import enqueue_outbound, head_of_chat
-
+    """Nobody calls wake(): the commit that queued the message announces it, and the
+    worker (idle for an hour here) sends it."""
+    monkeypatch.setattr(delivery, "IDLE_WAIT", 3600.0)
     db = Database(tmp_path / "x.sqlite3")
     await db.open()
-    outbox = WatchingOutbox(db)
-    clock = Clock()
-    clock.offset = 10.0  # the look's "now" may be taken before the commit's: not here
-    worker = DeliveryWorker(outbox, clock=clock)
+    store = Store(db, Masker())
+    worker = DeliveryWorker(SqliteOutbox(store), store=store)
     channel = RecordingChannel("cli")
     worker.add_channel(channel)
     await worker.start()
-    message = OutboundMessage(to=channel.address("a"), text="the reply")
     try:
-        for _ in range(20):  # let the worker's first look go by
+        for _ in range(20):  # let the worker's first look go by: it now waits an hour
             await asyncio.sleep(0.01)
-        turn: asyncio.Future[None] | None = None
-
-        async def finish_turn() -> None:
-            def commit(d: Any) -> Any:
-                enqueue_outbound(d, message)
-                return head_of_chat(d, message)
-
-            row = await db.run(commit)
-            assert row is not None
-            worker.offer(row)
-
-        async def commit_first() -> None:
-            nonlocal turn
-            turn = asyncio.ensure_future(finish_turn())
-            # One yield: the turn lists its commit, then this look lists its read, both
-            # before the store's next flush: one transaction, the commit first.
-            await asyncio.sleep(0)
-
-        outbox.before_next_look = commit_first
-        worker.wake()
-        async with asyncio.timeout(WAIT):
-            while turn is None or not turn.done():
-                await asyncio.sleep(0)
-        await turn
-        await wait_sent(channel, 1)
-        await asyncio.sleep(0.3)
-        assert ["the reply"] in outbox.found  # the look did see it queued
-        assert [m.text for m in channel.attempts] == ["the reply"]  # sent once
+        message = OutboundMessage(to=channel.address("a"), text="from a turn")
+        await store.run(lambda tx: tx.outbox.add(message))
+        await channel.wait_for(lambda m: m.text == "from a turn", WAIT)
     finally:
         await worker.stop()
         await db.close()

@@ -4,6 +4,8 @@ service's environment file, messages stranded for a channel that does not run.""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import sqlite3
 import sys
 from pathlib import Path
 
@@ -113,3 +115,67 @@ def test_doctor_warns_about_queued_messages_for_a_channel_that_is_not_running(
     assert line.startswith("[warn]")
     assert "3 message(s) for telegram" in line and "not enabled" in line
     assert "All good." not in out
+
+
+def make_store(state: Path, queued: int = 0) -> Path:
+    path = state / DB_FILENAME
+    db = Database(path)
+    db.open_sync()
+    try:
+        for n in range(queued):
+            message = OutboundMessage(to=Address.parse("cli:local"), text=f"note {n} " * 40)
+            db.run_sync(lambda conn, m=message: enqueue_outbound(conn, m))
+    finally:
+        db.close_sync()  # the last connection: the WAL is checkpointed into the file
+    assert not path.with_name(path.name + "-wal").exists()
+    return path
+
+
+def line_of(output: str, name: str) -> str:
+    (line,) = [line for line in output.splitlines() if f"] {name} " in line]
+    return line
+
+
+def test_doctor_reads_a_sound_store_read_only_and_counts_its_outbox(tmp_path: Path) -> None:
+    path = make_store(tmp_path / "st", queued=2)
+    before = path.read_bytes()
+    code, out = asyncio.run(doctor("--state-dir", str(tmp_path / "st")))
+    assert code == 0, out
+    assert line_of(out, "store").endswith(f"] store      {path}: integrity ok")
+    assert line_of(out, "outbox") == "[warn] outbox     " + (
+        "2 message(s) for cli wait for a terminal (`echo-bot chat`)"
+    )
+    assert path.read_bytes() == before
+
+
+def test_doctor_fails_on_a_store_whose_pages_are_damaged(tmp_path: Path) -> None:
+    path = make_store(tmp_path / "st", queued=40)
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+        (page,) = conn.execute(  # a page of an index of the outbox
+            "SELECT min(pageno) FROM dbstat WHERE name IN"
+            " (SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'outbox')"
+        ).fetchone()
+    with path.open("r+b") as f:  # now no b-tree page: its cells point past its end
+        f.seek((page - 1) * page_size)
+        f.write(b"\x0d" + b"\xff" * 100)
+    code, out = asyncio.run(doctor("--state-dir", str(tmp_path / "st")))
+    assert code == 1, out
+    line = line_of(out, "store")
+    assert line.startswith(f"[FAIL] store      {path} is damaged (*** in database main ***")
+    assert out.splitlines()[-1] == "Fix: store."
+    assert "restore a backup (systemd/README.md)" in out
+
+
+def test_doctor_fails_on_a_file_that_is_no_store(tmp_path: Path) -> None:
+    state = tmp_path / "st"
+    state.mkdir()
+    path = state / DB_FILENAME
+    path.write_bytes(b"not SQLite at all " * 300)
+    code, out = asyncio.run(doctor("--state-dir", str(state)))
+    assert code == 1, out
+    assert line_of(out, "store") == f"[FAIL] store      cannot read {path}: file is not a database"
+    assert line_of(out, "outbox") == (
+        f"[warn] outbox     cannot read the outbox of {path}: file is not a database"
+    )
+    assert out.splitlines()[-1] == "Fix: store."

@@ -17,7 +17,8 @@ from sqlite_utils import Database as SqlDb
 
 from echo_bot.agent.history import HistoryCache
 from echo_bot.conversation import ChatMessage, ToolCall
-from echo_bot.store import Database
+from echo_bot.secrets import Masker
+from echo_bot.store import Database, Tx
 from echo_bot.store import turns as turn_store
 
 SESSIONS = ["cli:a", "cli:b", "telegram:c"]
@@ -46,7 +47,9 @@ def append(db: Database, key: str, turn_id: str, message: ChatMessage) -> None:
 
 def both(db: Database, cache: HistoryCache, key: str) -> tuple[list[ChatMessage], ...]:
     """The cache's answer and the store's, read in the same transaction."""
-    return db.run_sync(lambda d: (cache.load(d, key), turn_store.history(d, key, cache.limit)))
+    return db.run_sync(
+        lambda d: (cache.load(Tx(d, Masker()), key), turn_store.history(d, key, cache.limit))
+    )
 
 
 def user(text: str) -> ChatMessage:
@@ -174,7 +177,7 @@ def test_forget_and_clear_recover_from_a_load_that_was_rolled_back(db: Database,
 
     def append_load_then_fail(d: SqlDb) -> None:
         turn_store.append_message(d, key, "t2", user("ghost"))
-        assert [m.content for m in cache.load(d, key)] == ["first", "ghost"]
+        assert [m.content for m in cache.load(Tx(d, Masker()), key)] == ["first", "ghost"]
         raise ValueError("the job failed after the cache read")
 
     with pytest.raises(ValueError, match="after the cache read"):

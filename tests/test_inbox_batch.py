@@ -1,4 +1,5 @@
-"""The inbox's group commit: many adds share one transaction, each keeps its own outcome."""
+"""The inbox on the store: concurrent adds each keep their own outcome (the engine
+group-commits them), dedup holds across them, and each row knows which process wrote it."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from sqlite_utils import Database as SqlDb
 from echo_bot.bus import Published
 from echo_bot.errors import StoreError
 from echo_bot.events import Address, InboundMessage, Sender
-from echo_bot.store import Database, SqliteInbox
+from echo_bot.secrets import Masker
+from echo_bot.store import Database, InboundCommitted, SqliteInbox, Store
 from echo_bot.store.inbox import DEDUP_WINDOW, DEDUP_WINDOWS, add_inbound, add_inbound_batch
 
 
@@ -35,29 +37,24 @@ async def db(tmp_path: Path):  # type: ignore[no-untyped-def]
     await database.close()
 
 
+def daemon_inbox(db: Database) -> SqliteInbox:
+    return SqliteInbox(Store(db, Masker(), instance="host-1"))
+
+
 def count(db: SqlDb) -> int:
     return db.execute("SELECT COUNT(*) FROM inbox").fetchone()[0]
 
 
-async def test_concurrent_adds_share_a_commit_and_each_gets_its_own_outcome(db: Database) -> None:
-    inbox = SqliteInbox(db)
-    batches: list[int] = []
-    real = db.run
-
-    async def counting_run(fn, **options):  # type: ignore[no-untyped-def]
-        batches.append(1)
-        return await real(fn, **options)
-
-    db.run = counting_run  # type: ignore[method-assign]
+async def test_concurrent_adds_each_get_their_own_outcome(db: Database) -> None:
+    inbox = daemon_inbox(db)
     messages = [message(f"k{i}") for i in range(50)]
     results = await asyncio.gather(*(inbox.add(m) for m in messages))
     assert results == [Published(m.id, False) for m in messages]
-    assert len(batches) < 50  # shared commits, not one per message
-    assert await real(count) == 50
+    assert await db.run(count) == 50
 
 
 async def test_two_equal_keys_in_one_batch_the_second_is_a_duplicate(db: Database) -> None:
-    inbox = SqliteInbox(db)
+    inbox = daemon_inbox(db)
     first, second, other = message("same"), message("same"), message("other")
     results = await asyncio.gather(inbox.add(first), inbox.add(second), inbox.add(other))
     assert results == [
@@ -72,7 +69,7 @@ async def test_two_equal_keys_in_one_batch_the_second_is_a_duplicate(db: Databas
 
 
 async def test_a_key_already_stored_is_a_duplicate_in_a_batch(db: Database) -> None:
-    inbox = SqliteInbox(db)
+    inbox = daemon_inbox(db)
     stored = message("seen")
     await inbox.add(stored)
     again, new = message("seen"), message("new")
@@ -88,7 +85,7 @@ async def test_a_key_already_stored_is_a_duplicate_in_a_batch(db: Database) -> N
 
 async def test_the_dedup_window_holds_in_a_batch(db: Database) -> None:
     """A key older than its channel's window is new again; inside it, a duplicate."""
-    inbox = SqliteInbox(db)
+    inbox = daemon_inbox(db)
     old_webhook = message("w")
     old_telegram = message("t", channel="telegram")
     await inbox.add(old_webhook)
@@ -149,7 +146,7 @@ def test_batch_and_one_by_one_agree() -> None:
 
 
 async def test_a_failing_commit_fails_every_add_of_the_batch(db: Database) -> None:
-    inbox = SqliteInbox(db)
+    inbox = daemon_inbox(db)
     real = db.run
 
     async def broken(fn, **options):  # type: ignore[no-untyped-def]
@@ -168,7 +165,7 @@ async def test_a_failing_commit_fails_every_add_of_the_batch(db: Database) -> No
 
 
 async def test_a_message_that_cannot_be_stored_fails_alone(db: Database) -> None:
-    inbox = SqliteInbox(db)
+    inbox = daemon_inbox(db)
     good = [message(f"g{i}") for i in range(3)]
     bad = message("\ud800")  # a lone surrogate: SQLite cannot encode it
     results = await asyncio.gather(
@@ -178,3 +175,55 @@ async def test_a_message_that_cannot_be_stored_fails_alone(db: Database) -> None
     assert isinstance(results[1], Exception)
     assert [results[0], results[2], results[3]] == [Published(m.id, False) for m in good]
     assert await db.run(count) == 3
+
+
+async def test_the_poll_reads_only_what_other_processes_wrote(db: Database) -> None:
+    """The daemon's own inbound reach its dispatcher by InboundCommitted; its poll reads
+    the rows of management commands (NULL) and of other instances only. Recovery reads
+    every unfinished row, whoever wrote it."""
+    told: list[str] = []
+    store = Store(db, Masker(), instance="host-1")
+    store.subscribe(InboundCommitted, lambda e: told.extend(m.id for m in e.messages))
+    inbox = SqliteInbox(store)
+    own = message("own")
+    await inbox.add(own)
+    admin = message("admin", channel="admin")
+    await db.run(lambda d: add_inbound(d, admin))  # what `echo-bot approvals` does
+    other = message("other")
+    await SqliteInbox(Store(db, Masker(), instance="host-2")).add(other)
+    assert told == [own.id]
+    found, last, more = await inbox.accepted_after(0)
+    assert [m.id for m in found] == [admin.id, other.id] and not more
+    assert await inbox.accepted_after(last) == ([], last, False)
+    unfinished, newest = await inbox.unfinished()
+    assert [m.id for m in unfinished] == [own.id, admin.id, other.id] and newest == last
+
+
+async def test_a_page_of_the_poll_ends_at_its_last_row(db: Database) -> None:
+    inbox = daemon_inbox(db)
+    rows = [message(f"p{i}") for i in range(5)]
+    for m in rows:
+        await db.run(lambda d, m=m: add_inbound(d, m))
+    first, last, more = await inbox.accepted_after(0, limit=3)
+    assert [m.id for m in first] == [m.id for m in rows[:3]] and more
+    rest, _last, more = await inbox.accepted_after(last, limit=3)
+    assert [m.id for m in rest] == [m.id for m in rows[3:]] and not more
+
+
+async def test_a_publisher_that_gives_up_still_gets_its_message_run(db: Database) -> None:
+    """The add is committed even when its publisher is cancelled while waiting; the
+    dispatcher must still be told, or the message would wait for the next restart (its
+    poll never reads this process's rows)."""
+    told: list[str] = []
+    store = Store(db, Masker(), instance="host-1")
+    store.subscribe(InboundCommitted, lambda e: told.extend(m.id for m in e.messages))
+    given_up = message("cancelled")
+    publish = asyncio.ensure_future(SqliteInbox(store).add(given_up))
+    await asyncio.sleep(0)  # the add is with the store now
+    publish.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await publish
+    await store.run(lambda tx: None)  # a later job: the cancelled one is committed by now
+    await asyncio.sleep(0)
+    assert await db.run(count) == 1
+    assert told == [given_up.id]

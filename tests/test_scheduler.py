@@ -23,7 +23,15 @@ from echo_bot.config import CronJob
 from echo_bot.events import Address, InboundMessage, OutboundMessage
 from echo_bot.reminders import ReminderService
 from echo_bot.scheduler import Scheduler
-from echo_bot.store import Database, SqliteInbox, SqliteOutbox
+from echo_bot.secrets import Masker
+from echo_bot.store import (
+    Database,
+    OutboundCommitted,
+    ReminderChanged,
+    SqliteInbox,
+    SqliteOutbox,
+    Store,
+)
 from echo_bot.store import reminders as reminder_store
 from tests.conftest import run_echo_bot, running_bot
 
@@ -48,19 +56,22 @@ class Clock:
 
 @dataclass
 class Parts:
-    db: Database
+    store: Store
     bus: Bus
     clock: Clock
     service: ReminderService
     schedulers: list[Scheduler] = field(default_factory=list)
 
+    @property
+    def db(self) -> Database:
+        return self.store.database
+
     def scheduler(
         self, cron_jobs: list[CronJob] | None = None, grace: timedelta = timedelta(hours=24)
     ) -> Scheduler:
         scheduler = Scheduler(
-            self.db,
+            self.store,
             self.bus,
-            self.service,
             cron_jobs=cron_jobs or [],
             timezone="UTC",
             grace=grace,
@@ -96,16 +107,19 @@ class Parts:
 @pytest.fixture
 async def parts(tmp_path: Path) -> AsyncIterator[Parts]:
     db = Database(tmp_path / "s.sqlite3")
-    await db.open()
+    store = Store(db, Masker())
+    await store.open()
     clock = Clock(START)
-    service = ReminderService(db, timezone="UTC", languages=["en"], max_active=100, clock=clock)
-    made = Parts(db=db, bus=Bus(SqliteInbox(db), SqliteOutbox(db)), clock=clock, service=service)
+    service = ReminderService(store, timezone="UTC", languages=["en"], max_active=100, clock=clock)
+    made = Parts(
+        store=store, bus=Bus(SqliteInbox(store), SqliteOutbox(store)), clock=clock, service=service
+    )
     try:
         yield made
     finally:
         for scheduler in made.schedulers:
             await scheduler.stop()
-        await db.close()
+        await store.close()
 
 
 async def settle(scheduler: Scheduler) -> None:
@@ -227,6 +241,44 @@ async def test_a_cancelled_reminder_never_fires(parts: Parts) -> None:
     await scheduler.start()
     await scheduler.fire_reminder(row.id, row.next_at)
     assert await parts.outbox() == []
+
+
+# -- what the store announces ------------------------------------------------------------
+def timers(scheduler: Scheduler) -> set[str]:
+    return {job.id for job in scheduler._aps.get_jobs()}
+
+
+async def test_a_reminder_made_while_running_gets_its_timer_from_the_commit(
+    parts: Parts,
+) -> None:
+    scheduler = parts.scheduler()
+    await scheduler.start()
+    row = await parts.create("tea", when="in 10 minutes")
+    await settle(scheduler)
+    assert timers(scheduler) == {f"reminder:{row.id}"}
+    assert (await parts.service.cancel(CHAT, row.id)).ok
+    await settle(scheduler)
+    assert timers(scheduler) == set()
+
+
+async def test_a_stopped_scheduler_no_longer_hears_of_reminders(parts: Parts) -> None:
+    scheduler = parts.scheduler()
+    await scheduler.start()
+    await scheduler.stop()
+    heard: list[ReminderChanged] = []
+    parts.store.subscribe(ReminderChanged, heard.append)
+    row = await parts.create("tea", when="in 10 minutes")
+    assert heard == [ReminderChanged(row.id)]
+    assert scheduler._tasks == set()  # nothing re-armed on a stopped scheduler
+
+
+async def test_a_fired_reminder_announces_its_outbound_for_its_chat(parts: Parts) -> None:
+    row = await parts.create("tea", when="in 10 minutes")
+    parts.clock.advance(minutes=10)
+    outbound: list[OutboundCommitted] = []
+    parts.store.subscribe(OutboundCommitted, outbound.append)
+    await parts.scheduler().fire_reminder(row.id, row.next_at)
+    assert outbound == [OutboundCommitted(frozenset({str(CHAT)}))]
 
 
 # -- recurring reminders ------------------------------------------------------------------

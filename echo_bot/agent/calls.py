@@ -17,16 +17,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from sqlite_utils import Database as SqlDb
-
 from .. import metrics
 from ..approvals import ApprovalGate, ApprovalPolicy, ApproverDirectory
 from ..events import InboundMessage
-from ..store import approvals as approval_store
-from ..store import turns as turn_store
-from ..store.audit import AuditWriter
-from ..store.db import Database
-from ..store.turns import CallRow, TurnRow
+from ..secrets import Masker
+from ..store import Store, Tx
+from ..store.approvals import APPROVED as REQUEST_APPROVED
+from ..store.approvals import DENIED as REQUEST_DENIED
+from ..store.approvals import PENDING as REQUEST_PENDING
+from ..store.turns import APPROVED, DONE, PLANNED, STARTED, WAITING, CallRow, TurnRow
 from ..tools.base import ErrorCode, Risk, Tool, ToolContext, ToolResult
 from ..tools.registry import ToolRegistry
 
@@ -51,19 +50,19 @@ class CallExecutor:
     def __init__(
         self,
         *,
-        db: Database,
+        store: Store,
         registry: ToolRegistry,
         policy: ApprovalPolicy,
         gate: ApprovalGate,
         directory: ApproverDirectory,
-        audit: AuditWriter,
+        masker: Masker,
     ) -> None:
-        self.db = db
+        self.store = store
         self.registry = registry
         self.policy = policy
         self.gate = gate
         self.directory = directory
-        self.audit = audit
+        self.masker = masker
 
     def context(self, inbound: InboundMessage, call: CallRow) -> ToolContext:
         return ToolContext(
@@ -77,15 +76,15 @@ class CallExecutor:
         )
 
     def settle_step(
-        self, db: SqlDb, inbound: InboundMessage, turn: TurnRow, exposed: Sequence[Tool]
+        self, tx: Tx, inbound: InboundMessage, turn: TurnRow, exposed: Sequence[Tool]
     ) -> list[CallRow]:
         """Decide what each call of the step may do (inside the caller's transaction):
         checked, approved, waiting for an approval, or finished with an error."""
         available = {tool.name: tool for tool in exposed}
-        calls = turn_store.calls_of_step(db, turn.id, turn.step)
+        calls = tx.turns.calls_of_step(turn.id, turn.step)
         for call in calls:
-            self._settle(db, inbound, turn, call, available, calls)
-        return turn_store.calls_of_step(db, turn.id, turn.step)
+            self._settle(tx, inbound, turn, call, available, calls)
+        return tx.turns.calls_of_step(turn.id, turn.step)
 
     async def run_step(
         self,
@@ -100,14 +99,14 @@ class CallExecutor:
         has committed (the one that stored the step); otherwise they are settled here."""
         available = {tool.name: tool for tool in exposed}
         if settled is None:
-            calls = await self.db.run(lambda db: self.settle_step(db, inbound, turn, exposed))
+            calls = await self.store.run(lambda tx: self.settle_step(tx, inbound, turn, exposed))
         else:
             calls = settled
-        if any(c.status == turn_store.WAITING for c in calls):
+        if any(c.status == WAITING for c in calls):
             # DESIGN.md: the step resumes when every pending request is decided; nothing
             # of it runs before, so an approved call never runs ahead of a denied one.
             return StepOutcome(waiting=True, calls=calls)
-        runnable = [c for c in calls if c.status == turn_store.APPROVED]
+        runnable = [c for c in calls if c.status == APPROVED]
         if not runnable:
             return StepOutcome(waiting=False, calls=calls)
         tools = [available[c.name] for c in runnable]
@@ -128,41 +127,41 @@ class CallExecutor:
         )
 
     def record(
-        self, db: SqlDb, inbound: InboundMessage, results: list[tuple[CallRow, ToolResult]]
+        self, tx: Tx, inbound: InboundMessage, results: list[tuple[CallRow, ToolResult]]
     ) -> None:
         """Store results ``run_step`` left unrecorded (inside the caller's transaction)."""
         for call, result in results:
-            self._finish(db, inbound, call, result)
+            self._finish(tx, inbound, call, result)
 
     # -- deciding what a call may do (inside one transaction) ---------------------------
     def _settle(
         self,
-        db: SqlDb,
+        tx: Tx,
         inbound: InboundMessage,
         turn: TurnRow,
         call: CallRow,
         available: dict[str, Tool],
         siblings: list[CallRow],
     ) -> None:
-        if call.status == turn_store.PLANNED:
-            self._plan(db, inbound, turn, call, available, siblings)
-        elif call.status == turn_store.WAITING:
-            self._check_approval(db, inbound, call)
-        elif call.status == turn_store.STARTED:
+        if call.status == PLANNED:
+            self._plan(tx, inbound, turn, call, available, siblings)
+        elif call.status == WAITING:
+            self._check_approval(tx, inbound, call)
+        elif call.status == STARTED:
             tool = available.get(call.name) or self.registry.get(call.name)
             if tool is not None and tool.risk_for(call.args) == Risk.READ:
-                turn_store.set_call(db, call.id, turn_store.APPROVED)
+                tx.turns.set_call(call.id, APPROVED)
             else:
                 result = ToolResult.failure(
                     ErrorCode.OUTCOME_UNKNOWN,
                     f"{call.name} was running when echo-bot stopped; it may or may not have "
                     "taken effect, so it was not run again. Check before retrying.",
                 )
-                self._finish(db, inbound, call, result)
+                self._finish(tx, inbound, call, result)
 
     def _plan(
         self,
-        db: SqlDb,
+        tx: Tx,
         inbound: InboundMessage,
         turn: TurnRow,
         call: CallRow,
@@ -171,21 +170,21 @@ class CallExecutor:
     ) -> None:
         if call.error is not None:
             result = ToolResult.failure(ErrorCode.INVALID_PARAMETER, call.error)
-            self._finish(db, inbound, call, result)
+            self._finish(tx, inbound, call, result)
             return
         tool = available.get(call.name)
         if tool is None:
-            self._finish(db, inbound, call, self._unavailable(call.name, available))
+            self._finish(tx, inbound, call, self._unavailable(call.name, available))
             return
         invalid = self.registry.validate(call.name, call.args)
         if invalid is not None:
-            self._finish(db, inbound, call, invalid)
+            self._finish(tx, inbound, call, invalid)
             return
         ctx = self.context(inbound, call)
-        granted = self.gate.granted(db, inbound.address, inbound.sender.id, tool.name)
+        granted = self.gate.granted(tx, inbound.address, inbound.sender.id, tool.name)
         needed, reason = self.policy.needs_approval(tool, call.args, ctx, granted=granted)
         if not needed:
-            turn_store.set_call(db, call.id, turn_store.APPROVED)
+            tx.turns.set_call(call.id, APPROVED)
             return
         # One prompt for identical calls in the same step.
         twin = next(
@@ -197,19 +196,19 @@ class CallExecutor:
             None,
         )
         if twin is not None:
-            turn_store.set_call(db, call.id, turn_store.WAITING, approval_id=twin.approval_id)
+            tx.turns.set_call(call.id, WAITING, approval_id=twin.approval_id)
             return
-        prompt_to = self.directory.route(db, inbound.address, inbound.sender.id, inbound.reply_to)
+        prompt_to = self.directory.route(tx, inbound.address, inbound.sender.id, inbound.reply_to)
         if prompt_to is None:
             result = ToolResult.failure(
                 ErrorCode.APPROVAL_UNAVAILABLE,
                 f"{tool.name} needs approval, but no approver can be reached "
                 "(set [approvals] default_chat or the route's deliver_to).",
             )
-            self._finish(db, inbound, call, result)
+            self._finish(tx, inbound, call, result)
             return
         approval_id = self.gate.request(
-            db,
+            tx,
             turn_id=turn.id,
             session_key=inbound.session_key,
             trace_id=inbound.trace_id,
@@ -223,10 +222,10 @@ class CallExecutor:
             prompt_to=prompt_to,
             key_args=tool.key_args,
         )
-        turn_store.set_call(db, call.id, turn_store.WAITING, approval_id=approval_id)
+        tx.turns.set_call(call.id, WAITING, approval_id=approval_id)
         # Later identical siblings in this step reuse it (they see the new approval_id).
         siblings[siblings.index(call)] = CallRow(
-            **{**_as_dict(call), "approval_id": approval_id, "status": turn_store.WAITING}
+            **{**_as_dict(call), "approval_id": approval_id, "status": WAITING}
         )
 
     def _unavailable(self, name: str, available: dict[str, Tool]) -> ToolResult:
@@ -241,36 +240,35 @@ class CallExecutor:
             why = "the tools profile does not include it (add it to [tools] allow)"
         return ToolResult.failure(ErrorCode.PERMISSION_DENIED, f"{name} is not available: {why}.")
 
-    def _check_approval(self, db: SqlDb, inbound: InboundMessage, call: CallRow) -> None:
-        row = approval_store.get_approval(db, call.approval_id or "")
-        if row is None or row.status == approval_store.PENDING:
+    def _check_approval(self, tx: Tx, inbound: InboundMessage, call: CallRow) -> None:
+        row = tx.approvals.get(call.approval_id or "")
+        if row is None or row.status == REQUEST_PENDING:
             return
         if row.args_hash != call.args_hash:  # a decision binds to the exact call
             result = ToolResult.failure(ErrorCode.APPROVAL_DENIED, "approval does not match call")
-            self._finish(db, inbound, call, result)
-        elif row.status == approval_store.APPROVED:
-            turn_store.set_call(db, call.id, turn_store.APPROVED)
-        elif row.status == approval_store.DENIED:
+            self._finish(tx, inbound, call, result)
+        elif row.status == REQUEST_APPROVED:
+            tx.turns.set_call(call.id, APPROVED)
+        elif row.status == REQUEST_DENIED:
             result = ToolResult.failure(
                 ErrorCode.APPROVAL_DENIED, f"{call.name} was denied by the approver."
             )
-            self._finish(db, inbound, call, result)
+            self._finish(tx, inbound, call, result)
         else:
             result = ToolResult.failure(
                 ErrorCode.APPROVAL_EXPIRED,
                 f"The approval request for {call.name} expired before anyone decided.",
             )
-            self._finish(db, inbound, call, result)
+            self._finish(tx, inbound, call, result)
 
     def _finish(
-        self, db: SqlDb, inbound: InboundMessage, call: CallRow, result: ToolResult
+        self, tx: Tx, inbound: InboundMessage, call: CallRow, result: ToolResult
     ) -> dict[str, Any]:
         stored = result.to_json()
-        turn_store.set_call(db, call.id, turn_store.DONE, result=stored)
+        tx.turns.set_call(call.id, DONE, result=stored)
         outcome = "ok" if result.ok else str(result.error_code or "failed")
         metrics.TOOL_CALLS.labels(call.name, outcome).inc()
-        self.audit.write(
-            db,
+        tx.audit.write(
             "tool.result",
             trace_id=inbound.trace_id,
             session_key=inbound.session_key,
@@ -293,14 +291,14 @@ class CallExecutor:
         results wait, see the module doc)."""
         side_effect = tool.risk_for(call.args) != Risk.READ
         if side_effect:
-            await self.db.run(lambda db: turn_store.set_call(db, call.id, turn_store.STARTED))
+            await self.store.run(lambda tx: tx.turns.set_call(call.id, STARTED))
         result = await self.registry.execute(tool.name, call.args, self.context(inbound, call))
-        result.output = self.audit.masker.mask(result.output)
+        result.output = self.masker.mask(result.output)
         # A read-only call may run again after a crash, unless someone approved it once.
         record_now = side_effect or call.approval_id is not None
         if record_now:
-            await self.db.run(lambda db: self._finish(db, inbound, call, result))
-        done = replace(call, status=turn_store.DONE, result=result.to_json())
+            await self.store.run(lambda tx: self._finish(tx, inbound, call, result))
+        done = replace(call, status=DONE, result=result.to_json())
         return done, result, record_now
 
 

@@ -1,7 +1,7 @@
-"""Who runs what, when: takes new inbound from the inbox right after their commit (and
-polls it for rows other processes committed), runs one turn at a time per session in
-arrival order, sessions round-robin and concurrently up to a bound, applies approval
-decisions and expiry, and resumes suspended turns."""
+"""Who runs what, when: takes this process's new inbound from the store's
+``InboundCommitted`` event (and polls the inbox for rows other processes committed), runs
+one turn at a time per session in arrival order, sessions round-robin and concurrently
+up to a bound, applies approval decisions and expiry, and resumes suspended turns."""
 
 from __future__ import annotations
 
@@ -9,17 +9,13 @@ import asyncio
 import collections
 import contextlib
 import logging
-from collections.abc import Callable
-from typing import Any
-
-from sqlite_utils import Database as SqlDb
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from .. import metrics
 from ..approvals import ApprovalGate, DecisionOutcome
 from ..events import InboundKind, InboundMessage, InboundStatus, OutboundKind, OutboundMessage
-from ..store.db import Database
-from ..store.inbox import SqliteInbox, get_inbound, set_inbound_status
-from ..store.outbox import enqueue_outbound
+from ..store import InboundCommitted, Store, Tx
 from .runner import TurnRunner
 
 log = logging.getLogger(__name__)
@@ -33,23 +29,40 @@ KEEP_QUEUED_MESSAGES = 64
 EXPIRY_INTERVAL = 1.0
 
 
+class InboxFeed(Protocol):
+    """The inbox as the dispatcher reads it (``store.SqliteInbox`` implements it)."""
+
+    async def unfinished(self) -> tuple[list[InboundMessage], int]:
+        """Every unfinished inbound in arrival order, and the newest seq (one snapshot)."""
+        ...
+
+    async def accepted_after(
+        self, seq: int, limit: int = POLL_PAGE
+    ) -> tuple[list[InboundMessage], int, bool]:
+        """Accepted inbound after ``seq`` that other processes wrote, the newest seq
+        looked at, and whether ``limit`` cut the look short."""
+        ...
+
+
 class Dispatcher:
     def __init__(
         self,
         *,
-        db: Database,
-        inbox: SqliteInbox,
+        store: Store,
+        inbox: InboxFeed,
         runner: TurnRunner,
         gate: ApprovalGate,
         max_concurrent: int,
-        on_outbound: Callable[[], None] = lambda: None,
     ) -> None:
-        self.db = db
+        if store.instance is None:
+            # Its own rows would look like another process's: the poll would run them
+            # a second time.
+            raise ValueError("the dispatcher needs a store that names its instance")
+        self.store = store
         self.inbox = inbox
         self.runner = runner
         self.gate = gate
         self._max_concurrent = max_concurrent
-        self._on_outbound = on_outbound
         self._wake = asyncio.Event()
         # Each session's turns to run, in order: the message itself when it was handed over
         # in memory, else its inbox id (recovery, resumed turns). Only sessions with
@@ -60,17 +73,20 @@ class Dispatcher:
         self._tasks: list[asyncio.Task[None]] = []
         self._last_seq = 0
         self._stopping = False
-        # Inbound handed over in memory (``accept``) that the poll has not passed yet:
-        # it skips them rather than read and dispatch them again.
-        self._accepted: set[str] = set()
+        # New inbound of this process committed before ``start`` read the unfinished
+        # ones: held until then, so that none is dispatched twice.
+        self._held: list[InboundMessage] | None = []
         self._counters: dict[tuple[str, str], Any] = {}
+        store.subscribe(InboundCommitted, self._committed)
 
     # -- lifecycle ------------------------------------------------------------------------
     async def start(self) -> None:
-        rows, self._last_seq = await self.inbox.unfinished()
-        for row in rows:
-            if row.message.id not in self._accepted:
-                self._dispatch(row.message)
+        unfinished, self._last_seq = await self.inbox.unfinished()
+        held, self._held = self._held or [], None
+        for message in unfinished:
+            self._dispatch(message)
+        recovered = {message.id for message in unfinished}
+        self.accept([message for message in held if message.id not in recovered])
         self._tasks = [
             asyncio.create_task(self._poll_loop(), name="inbox-poll"),
             asyncio.create_task(self._expiry_loop(), name="approval-expiry"),
@@ -92,12 +108,17 @@ class Dispatcher:
     def wake(self, *_: object) -> None:
         self._wake.set()
 
-    def accept(self, messages: list[InboundMessage]) -> None:
+    def _committed(self, event: InboundCommitted) -> None:
+        if self._held is not None:
+            self._held.extend(event.messages)
+        else:
+            self.accept(event.messages)
+
+    def accept(self, messages: Sequence[InboundMessage]) -> None:
         """New inbound, just committed in this process: run them without reading them
-        back from the store."""
+        back from the store (the poll never reads this process's rows)."""
         for message in messages:
             self._dispatch(message)
-            self._accepted.add(message.id)  # only now: else the poll must find it
             self._count(message)
 
     def _count(self, message: InboundMessage) -> None:
@@ -122,21 +143,15 @@ class Dispatcher:
             more = True
             while more:  # until the poll has caught up
                 try:
-                    rows, met, last, more = await self.inbox.accepted_after(
-                        self._last_seq, frozenset(self._accepted), POLL_PAGE
+                    messages, last, more = await self.inbox.accepted_after(
+                        self._last_seq, POLL_PAGE
                     )
                 except Exception:
                     log.exception("reading the inbox failed; retrying")
                     await asyncio.sleep(1)
                     break
                 self._last_seq = max(self._last_seq, last)
-                self._accepted.difference_update(met)
-                for row in rows:
-                    if row.message.id in self._accepted:  # handed over while we read
-                        self._accepted.discard(row.message.id)
-                        continue
-                    self._count(row.message)
-                    self._dispatch(row.message)
+                self.accept(messages)
 
     def _dispatch(self, message: InboundMessage) -> None:
         if message.kind == InboundKind.APPROVAL_DECISION:
@@ -205,17 +220,14 @@ class Dispatcher:
         except Exception as exc:  # task boundary: record, tell the user, go on
             log.exception("turn %s failed", inbound_id)
             await self._fail(inbound_id, exc)
-        finally:
-            self._on_outbound()
 
     async def _fail(self, inbound_id: str, exc: Exception) -> None:
-        def write(db: SqlDb) -> None:
-            row = get_inbound(db, inbound_id)
+        def write(tx: Tx) -> None:
+            row = tx.inbox.get(inbound_id)
             if row is None:
                 return
-            set_inbound_status(db, inbound_id, InboundStatus.FAILED, f"{type(exc).__name__}: {exc}")
-            enqueue_outbound(
-                db,
+            tx.inbox.set_status(inbound_id, InboundStatus.FAILED, f"{type(exc).__name__}: {exc}")
+            tx.outbox.add(
                 OutboundMessage(
                     to=row.message.respond_to,
                     text="Sorry, something went wrong on my side; the error is in the log.",
@@ -226,26 +238,26 @@ class Dispatcher:
             )
 
         with contextlib.suppress(Exception):
-            await self.db.run(write)
+            await self.store.run(write)
 
     # -- approvals ------------------------------------------------------------------------
     async def _decide(self, message: InboundMessage) -> None:
         decision = message.decision
         if decision is None:
-            await self.inbox.set_status(message.id, InboundStatus.FAILED, "no decision given")
+            failed, why = InboundStatus.FAILED, "no decision given"
+            await self.store.run(lambda tx: tx.inbox.set_status(message.id, failed, why))
             return
 
-        def apply(db: SqlDb) -> DecisionOutcome | None:
-            current = get_inbound(db, message.id)
-            if current is None or current.status != InboundStatus.ACCEPTED:
+        def apply(tx: Tx) -> DecisionOutcome | None:
+            current = tx.inbox.status_of(message.id)
+            if current is None or current[0] != InboundStatus.ACCEPTED:
                 return None  # applied already
-            outcome = self.gate.decide(db, decision)
+            outcome = self.gate.decide(tx, decision)
             status = InboundStatus.DONE if outcome.ok else InboundStatus.FAILED
-            set_inbound_status(db, message.id, status, None if outcome.ok else outcome.message)
+            tx.inbox.set_status(message.id, status, None if outcome.ok else outcome.message)
             answered = decision.via == "admin" or message.metadata.get("answered_inline")
             if not outcome.ok and not answered:
-                enqueue_outbound(
-                    db,
+                tx.outbox.add(
                     OutboundMessage(
                         to=message.address,
                         text=f"⚠️ {outcome.message}",
@@ -256,14 +268,13 @@ class Dispatcher:
             return outcome
 
         try:
-            outcome = await self.db.run(apply)
+            outcome = await self.store.run(apply)
         except Exception:
             log.exception("applying decision %s failed", message.id)
             return
         if outcome is None:
             return
         self._resume(outcome.resume_turns)
-        self._on_outbound()
 
     def _resume(self, turn_ids: list[str]) -> None:
         for turn_id in turn_ids:
@@ -272,7 +283,7 @@ class Dispatcher:
             task.add_done_callback(self._forget)
 
     async def _resume_one(self, turn_id: str) -> None:
-        row = await self.inbox.get(turn_id)
+        row = await self.store.run(lambda tx: tx.inbox.get(turn_id))
         if row is not None and not row.status.terminal:
             # It arrived before what its session queued meanwhile: it goes first.
             self.schedule(row.message.session_key, turn_id, first=True)
@@ -281,10 +292,9 @@ class Dispatcher:
         while True:
             await asyncio.sleep(EXPIRY_INTERVAL)
             try:
-                turns = await self.db.run(self.gate.expire_due)
+                turns = await self.store.run(self.gate.expire_due)
             except Exception:
                 log.exception("expiring approvals failed; retrying")
                 continue
             if turns:
                 self._resume(turns)
-                self._on_outbound()

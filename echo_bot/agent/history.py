@@ -18,10 +18,9 @@ import threading
 from collections import OrderedDict, deque
 from dataclasses import dataclass
 
-from sqlite_utils import Database as SqlDb
-
 from ..conversation import ChatMessage
-from ..store import turns as turn_store
+from ..store import Tx
+from ..store.turns import RESET
 
 # Bounds on what the cache holds; a session that falls out is read in full next time.
 MAX_SESSIONS = 256
@@ -49,16 +48,16 @@ class HistoryCache:
         self._chars = 0
         self._lock = threading.Lock()
 
-    def load(self, db: SqlDb, session_key: str) -> list[ChatMessage]:
+    def load(self, tx: Tx, session_key: str) -> list[ChatMessage]:
         """The session's newest ``limit`` messages since its last reset, oldest first."""
         with self._lock:
             entry = self._entries.pop(session_key, None)
             if entry is not None:
                 self._chars -= entry.chars
         if entry is None:
-            entry = self._read_all(db, session_key)
+            entry = self._read_all(tx, session_key)
         else:
-            self._read_new(db, session_key, entry)
+            self._read_new(tx, session_key, entry)
         messages = list(entry.messages)
         if entry.chars > self.max_chars:  # would only push every other session out
             return messages
@@ -85,24 +84,22 @@ class HistoryCache:
         return len(self._entries)
 
     # -- inside the transaction -----------------------------------------------------------
-    def _read_all(self, db: SqlDb, session_key: str) -> _Entry:
-        mark = turn_store.reset_mark(db, session_key)
-        rows = turn_store.history_rows(db, session_key, self.limit, mark)
-        newest = db.execute(
-            "SELECT MAX(seq) FROM messages WHERE session_key = ?", [session_key]
-        ).fetchone()[0]
+    def _read_all(self, tx: Tx, session_key: str) -> _Entry:
+        mark = tx.turns.reset_mark(session_key)
+        rows = tx.turns.history_rows(session_key, self.limit, mark)
+        newest = tx.turns.newest_seq(session_key)
         messages = deque((m for _seq, m in rows), maxlen=self.limit)
         return _Entry(
-            seq=newest or 0,
+            seq=newest,
             reset_turn=mark[1],
             messages=messages,
             chars=sum(_size(m) for m in messages),
         )
 
-    def _read_new(self, db: SqlDb, session_key: str, entry: _Entry) -> None:
-        for seq, message in turn_store.messages_after(db, session_key, entry.seq):
+    def _read_new(self, tx: Tx, session_key: str, entry: _Entry) -> None:
+        for seq, message in tx.turns.messages_after(session_key, entry.seq):
             entry.seq = seq
-            if message.role == turn_store.RESET:
+            if message.role == RESET:
                 entry.messages.clear()
                 entry.chars = 0
                 entry.reset_turn = message.turn_id or ""

@@ -14,19 +14,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from functools import partial
 
-from sqlite_utils import Database as SqlDb
-
 from .. import metrics
 from ..brains.base import Brain, BrainContext, BrainReply
 from ..config import BrainConfig
 from ..conversation import ChatMessage, ToolCall
 from ..events import InboundKind, InboundMessage, InboundStatus, OutboundMessage, new_id
 from ..logs import current_session, current_trace
-from ..store import turns as turn_store
-from ..store.audit import AuditWriter
-from ..store.db import Database
-from ..store.inbox import get_inbound, inbound_status, set_inbound_status
-from ..store.outbox import OutboxRow, enqueue_outbound, head_of_chat
+from ..secrets import Masker
+from ..store import Store, Tx
 from ..store.turns import CallRow, TurnRow
 from ..tools.base import ErrorCode, Tool, ToolResult
 from ..tools.registry import ToolRegistry
@@ -45,31 +40,28 @@ class TurnRunner:
     def __init__(
         self,
         *,
-        db: Database,
+        store: Store,
         brain: Brain,
         registry: ToolRegistry,
         exposed: Callable[[], Sequence[Tool]],
         executor: CallExecutor,
-        audit: AuditWriter,
+        masker: Masker,
         config: BrainConfig,
     ) -> None:
-        self.db = db
+        self.store = store
         self.brain = brain
         self.registry = registry
         self.exposed = exposed
         self.executor = executor
-        self.audit = audit
+        self.masker = masker
         self.config = config
         self.history = HistoryCache(HISTORY_LIMIT)
-        # Told about a turn's reply right after the commit that queued it, when it is the
-        # next message to send in its chat (the delivery worker sends it at once).
-        self.on_reply: Callable[[OutboxRow], None] | None = None
 
     async def advance(self, inbound_id: str, known: InboundMessage | None = None) -> None:
         """Move the turn of inbox row ``inbound_id`` as far as it can go now (``known``:
         the message itself, when the caller has it: then only its status is read)."""
         try:
-            begun = await self.db.run(lambda db: self._begin(db, inbound_id, known))
+            begun = await self.store.run(lambda tx: self._begin(tx, inbound_id, known))
         except BaseException:
             # The history it read may have been rolled back; whose is not known here.
             self.history.clear()
@@ -103,12 +95,12 @@ class TurnRunner:
                 settled = None
                 if outcome.calls:
                     if outcome.waiting:
-                        await self.db.run(partial(self._suspend, inbound=inbound, turn=turn))
+                        await self.store.run(partial(self._suspend, inbound=inbound, turn=turn))
                         return
                     if direct:  # its one call is done: results and reply in one commit
                         await self._finish_direct(inbound, outcome.calls, outcome.unrecorded)
                         return
-                    turn, conversation = await self.db.run(
+                    turn, conversation = await self.store.run(
                         partial(self._close_step, inbound=inbound, turn=turn, outcome=outcome)
                     )
                     empty_step = True
@@ -117,12 +109,10 @@ class TurnRunner:
                 if turn.step > 0:
                     # Stored by an earlier version, which closed the step before finishing:
                     # the call ran; report it rather than plan it again.
-                    done = await self.db.run(
-                        partial(turn_store.calls_of_step, turn_id=turn.id, step=0)
-                    )
+                    done = await self.store.run(partial(_calls_of_first_step, turn_id=turn.id))
                     await self._finish_direct(inbound, done, [])
                     return
-                settled = await self.db.run(
+                settled = await self.store.run(
                     partial(self._plan_direct, inbound=inbound, turn=turn, tools=tools)
                 )
                 empty_step = False
@@ -139,7 +129,7 @@ class TurnRunner:
             if reply is None:
                 return
             if reply.tool_calls:
-                settled = await self.db.run(
+                settled = await self.store.run(
                     partial(
                         self._persist_step, inbound=inbound, turn=turn, reply=reply, tools=tools
                     )
@@ -167,35 +157,33 @@ class TurnRunner:
 
     # -- checkpoints ----------------------------------------------------------------------
     def _begin(
-        self, db: SqlDb, inbound_id: str, known: InboundMessage | None
+        self, tx: Tx, inbound_id: str, known: InboundMessage | None
     ) -> tuple[InboundMessage, TurnRow, list[ChatMessage] | None] | None:
         """Start or resume the turn; a new message turn comes with the history to think on."""
         if known is not None:
-            found = inbound_status(db, inbound_id)
+            found = tx.inbox.status_of(inbound_id)
             if found is None or found[0].terminal:
                 return None
             inbound = known
         else:
-            row = get_inbound(db, inbound_id)
+            row = tx.inbox.get(inbound_id)
             if row is None or row.status.terminal:
                 return None
             inbound = row.message
         conversation: list[ChatMessage] | None = None
-        turn = turn_store.get_turn(db, inbound.id)
+        turn = tx.turns.get(inbound.id)
         if turn is None:
-            turn = turn_store.create_turn(db, inbound.id, inbound.session_key, inbound.trace_id)
+            turn = tx.turns.create(inbound.id, inbound.session_key, inbound.trace_id)
             if inbound.kind == InboundKind.MESSAGE:
-                turn_store.append_message(
-                    db,
+                tx.turns.append_message(
                     inbound.session_key,
                     inbound.id,
                     ChatMessage(role="user", content=inbound.text or ""),
                 )
-                conversation = self.history.load(db, inbound.session_key)
+                conversation = self.history.load(tx, inbound.session_key)
             else:
                 conversation = []  # direct calls have no conversation, but a fresh step
-            self.audit.write(
-                db,
+            tx.audit.write(
                 "turn.started",
                 trace_id=inbound.trace_id,
                 session_key=inbound.session_key,
@@ -207,17 +195,17 @@ class TurnRunner:
             )
         elif turn.status in ("done", "failed"):
             return None
-        set_inbound_status(db, inbound.id, InboundStatus.RUNNING)
-        turn_store.set_turn(db, turn.id, status="running")
+        tx.inbox.set_status(inbound.id, InboundStatus.RUNNING)
+        tx.turns.set(turn.id, status="running")
         return inbound, turn, conversation
 
-    def _suspend(self, db: SqlDb, inbound: InboundMessage, turn: TurnRow) -> None:
-        set_inbound_status(db, inbound.id, InboundStatus.WAITING_APPROVAL)
-        turn_store.set_turn(db, turn.id, status="waiting")
+    def _suspend(self, tx: Tx, inbound: InboundMessage, turn: TurnRow) -> None:
+        tx.inbox.set_status(inbound.id, InboundStatus.WAITING_APPROVAL)
+        tx.turns.set(turn.id, status="waiting")
 
     def _persist_step(
         self,
-        db: SqlDb,
+        tx: Tx,
         inbound: InboundMessage,
         turn: TurnRow,
         reply: BrainReply,
@@ -225,54 +213,50 @@ class TurnRunner:
     ) -> list[CallRow] | None:
         """Record the brain's decision and store its step with its calls settled (all
         committed before any of them runs); None if the model is looping."""
-        self._audit_decision(db, inbound, turn, reply)
+        self._audit_decision(tx, inbound, turn, reply)
         hashes = [args_hash(c.name, c.args) for c in reply.tool_calls]
-        if turn_store.repeats(db, turn.id, hashes) >= MAX_IDENTICAL_CALLS:
+        if tx.turns.repeats(turn.id, hashes) >= MAX_IDENTICAL_CALLS:
             return None
         # Call ids come from the model, and some servers reuse them ("call_0" in every
         # response, or twice in one); the store needs each id once, so a reused one is
         # replaced (in the history too, so the model still sees matching ids).
-        taken = turn_store.taken_call_ids(db, [c.id for c in reply.tool_calls])
+        taken = tx.turns.taken_call_ids([c.id for c in reply.tool_calls])
         calls: list[ToolCall] = []
         for call in reply.tool_calls:
             if call.id in taken:
                 call = replace(call, id=f"call_{new_id()}")
             taken.add(call.id)
             calls.append(call)
-        turn_store.append_message(
-            db,
+        tx.turns.append_message(
             inbound.session_key,
             turn.id,
             ChatMessage(role="assistant", content=reply.text, tool_calls=tuple(calls)),
         )
-        turn_store.add_calls(
-            db, turn.id, turn.step, [(c, args_hash(c.name, c.args)) for c in calls]
-        )
-        return self.executor.settle_step(db, inbound, turn, tools)
+        tx.turns.add_calls(turn.id, turn.step, [(c, args_hash(c.name, c.args)) for c in calls])
+        return self.executor.settle_step(tx, inbound, turn, tools)
 
     def _plan_direct(
-        self, db: SqlDb, inbound: InboundMessage, turn: TurnRow, tools: Sequence[Tool]
+        self, tx: Tx, inbound: InboundMessage, turn: TurnRow, tools: Sequence[Tool]
     ) -> list[CallRow]:
         request = inbound.tool_call
         if request is None:
             raise ValueError("a tool_call inbound without its tool call")
         call = ToolCall(id=f"{inbound.id}-0", name=request.tool, args=request.args)
-        turn_store.add_calls(db, turn.id, turn.step, [(call, args_hash(call.name, call.args))])
-        return self.executor.settle_step(db, inbound, turn, tools)
+        tx.turns.add_calls(turn.id, turn.step, [(call, args_hash(call.name, call.args))])
+        return self.executor.settle_step(tx, inbound, turn, tools)
 
     def _close_step(
-        self, db: SqlDb, inbound: InboundMessage, turn: TurnRow, outcome: StepOutcome
+        self, tx: Tx, inbound: InboundMessage, turn: TurnRow, outcome: StepOutcome
     ) -> tuple[TurnRow, list[ChatMessage] | None]:
         """Store the step's results, append them to history and move to the next step,
         atomically; a message turn gets the history for its next brain step in the same
         go."""
-        self.executor.record(db, inbound, outcome.unrecorded)
+        self.executor.record(tx, inbound, outcome.unrecorded)
         conversation = None
         if inbound.kind == InboundKind.MESSAGE:
             for call in outcome.calls:
                 result = ToolResult.from_json(call.result or {"ok": False, "output": "no result"})
-                turn_store.append_message(
-                    db,
+                tx.turns.append_message(
                     inbound.session_key,
                     turn.id,
                     ChatMessage(
@@ -282,8 +266,8 @@ class TurnRunner:
                         name=call.name,
                     ),
                 )
-            conversation = self.history.load(db, inbound.session_key)
-        turn_store.set_turn(db, turn.id, step=turn.step + 1)
+            conversation = self.history.load(tx, inbound.session_key)
+        tx.turns.set(turn.id, step=turn.step + 1)
         following = TurnRow(turn.id, turn.session_key, turn.trace_id, turn.step + 1, turn.status)
         return following, conversation
 
@@ -304,7 +288,8 @@ class TurnRunner:
         """The brain's next move; its audit record is written with the commit that acts on
         it (the step, or the turn's end)."""
         if conversation is None:
-            conversation = await self.db.run(lambda db: self.history.load(db, inbound.session_key))
+            load = partial(self.history.load, session_key=inbound.session_key)
+            conversation = await self.store.run(load)
         context = BrainContext(
             trace_id=inbound.trace_id,
             session_key=inbound.session_key,
@@ -329,10 +314,9 @@ class TurnRunner:
         return reply
 
     def _audit_decision(
-        self, db: SqlDb, inbound: InboundMessage, turn: TurnRow, reply: BrainReply
+        self, tx: Tx, inbound: InboundMessage, turn: TurnRow, reply: BrainReply
     ) -> None:
-        self.audit.write(
-            db,
+        tx.audit.write(
             "brain.decision",
             trace_id=inbound.trace_id,
             session_key=inbound.session_key,
@@ -357,25 +341,23 @@ class TurnRunner:
         decision: BrainReply | None = None,
         unrecorded: list[tuple[CallRow, ToolResult]] | None = None,
     ) -> None:
-        text = self.audit.masker.mask(text)  # history keeps no secret either
+        text = self.masker.mask(text)  # history keeps no secret either
 
-        def write(db: SqlDb) -> OutboxRow | None:
+        def write(tx: Tx) -> None:
             if unrecorded:
-                self.executor.record(db, inbound, unrecorded)
+                self.executor.record(tx, inbound, unrecorded)
             if decision is not None:
-                self._audit_decision(db, inbound, turn, decision)
+                self._audit_decision(tx, inbound, turn, decision)
             if inbound.kind == InboundKind.MESSAGE:
-                turn_store.append_message(
-                    db, inbound.session_key, turn.id, ChatMessage(role="assistant", content=text)
+                tx.turns.append_message(
+                    inbound.session_key, turn.id, ChatMessage(role="assistant", content=text)
                 )
-            reply = self._reply(inbound, text)
-            enqueue_outbound(db, reply)
+            tx.outbox.add(self._reply(inbound, text))
             for extra in attachments:
-                enqueue_outbound(db, extra)
-            set_inbound_status(db, inbound.id, status, error, result=text)
-            turn_store.set_turn(db, turn.id, status="failed" if status == "failed" else "done")
-            self.audit.write(
-                db,
+                tx.outbox.add(extra)
+            tx.inbox.set_status(inbound.id, status, error, result=text)
+            tx.turns.set(turn.id, status="failed" if status == "failed" else "done")
+            tx.audit.write(
                 "turn.finished",
                 trace_id=inbound.trace_id,
                 session_key=inbound.session_key,
@@ -383,13 +365,8 @@ class TurnRunner:
                 reply=text,
                 error=error,
             )
-            if self.on_reply is None or attachments:
-                return None
-            return head_of_chat(db, reply)
 
-        head = await self.db.run(write)
-        if head is not None and self.on_reply is not None:
-            self.on_reply(head)
+        await self.store.run(write)
         metrics.TURN_SECONDS.observe(max(0.0, time.time() - inbound.received_at.timestamp()))
 
     async def _finish_direct(
@@ -416,8 +393,12 @@ class TurnRunner:
     def _reply(self, inbound: InboundMessage, text: str) -> OutboundMessage:
         return OutboundMessage(
             to=inbound.respond_to,
-            text=self.audit.masker.mask(text),
+            text=self.masker.mask(text),
             reply_to_message=inbound.metadata.get("message_id") or inbound.external_id,
             trace_id=inbound.trace_id,
             metadata={"inbound_id": inbound.id},
         )
+
+
+def _calls_of_first_step(tx: Tx, turn_id: str) -> list[CallRow]:
+    return tx.turns.calls_of_step(turn_id, 0)

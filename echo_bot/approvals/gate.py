@@ -9,8 +9,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlite_utils import Database as SqlDb
-
 from .. import metrics
 from ..events import (
     Address,
@@ -24,9 +22,8 @@ from ..events import (
     new_id,
 )
 from ..secrets import Masker
-from ..store import approvals as store
-from ..store.audit import AuditWriter
-from ..store.outbox import enqueue_outbound
+from ..store import Tx
+from ..store.approvals import APPROVED, DENIED, EXPIRED, PENDING, ApprovalRow
 from ..tools.base import Risk
 from .display import (
     ADDRESS_CLIP,
@@ -56,7 +53,7 @@ class DecisionOutcome:
     ok: bool
     message: str
     code: str = "ok"
-    approval: store.ApprovalRow | None = None
+    approval: ApprovalRow | None = None
     resume_turns: list[str] = field(default_factory=list)
 
 
@@ -64,13 +61,11 @@ class ApprovalGate:
     def __init__(
         self,
         directory: ApproverDirectory,
-        audit: AuditWriter,
         masker: Masker,
         timeout: timedelta,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.directory = directory
-        self.audit = audit
         self.masker = masker
         self.timeout = timeout
         self.clock = clock
@@ -78,7 +73,7 @@ class ApprovalGate:
     # -- creating a request ------------------------------------------------------------
     def request(
         self,
-        db: SqlDb,
+        tx: Tx,
         *,
         turn_id: str,
         session_key: str,
@@ -101,7 +96,7 @@ class ApprovalGate:
         approval_id = new_id()
         expires_at = self.clock() + self.timeout.total_seconds()
         args = order_args(args, key_args)
-        allow_for = self._allow_for_offered(db, risk, requester.id, str(origin), str(prompt_to))
+        allow_for = self._allow_for_offered(tx, risk, requester.id, str(origin), str(prompt_to))
         prompt = self._prompt(
             approval_id,
             tool,
@@ -117,9 +112,8 @@ class ApprovalGate:
         prompt = prompt.model_copy(
             update={"trace_id": trace_id, "metadata": {**prompt.metadata, "inbound_id": turn_id}}
         )
-        enqueue_outbound(db, prompt)
-        store.insert_approval(
-            db,
+        tx.outbox.add(prompt)
+        tx.approvals.insert(
             approval_id=approval_id,
             turn_id=turn_id,
             session_key=session_key,
@@ -135,8 +129,7 @@ class ApprovalGate:
             expires_at=expires_at,
         )
         metrics.APPROVALS.labels("requested").inc()
-        self.audit.write(
-            db,
+        tx.audit.write(
             "approval.requested",
             trace_id=trace_id,
             session_key=session_key,
@@ -148,8 +141,7 @@ class ApprovalGate:
             prompt_to=str(prompt_to),
         )
         if prompt_to != origin:
-            enqueue_outbound(
-                db,
+            tx.outbox.add(
                 OutboundMessage(
                     to=origin,
                     text=f"⏳ {escape_text(tool)} needs approval; the request went to the "
@@ -161,7 +153,7 @@ class ApprovalGate:
             )
         return approval_id
 
-    def reprompt(self, db: SqlDb, row: store.ApprovalRow) -> OutboundMessage:
+    def reprompt(self, tx: Tx, row: ApprovalRow) -> OutboundMessage:
         """The prompt of a pending request again, with its buttons (``/approvals``)."""
         requested = row.requested_by
         requester = Sender(id=str(requested.get("id", "")), name=str(requested.get("name", "")))
@@ -176,20 +168,20 @@ class ApprovalGate:
             Address.parse(row.prompt_to),
             row.expires_at,
             allow_for=self._allow_for_offered(
-                db, Risk(row.risk), requester.id, row.origin, row.prompt_to
+                tx, Risk(row.risk), requester.id, row.origin, row.prompt_to
             ),
         )
         return prompt.model_copy(update={"trace_id": row.trace_id})
 
     def _allow_for_offered(
-        self, db: SqlDb, risk: Risk, requester_id: str, origin: str, prompt_to: str
+        self, tx: Tx, risk: Risk, requester_id: str, origin: str, prompt_to: str
     ) -> bool:
         """ "Allow for a time" only for a write tool asked in the requester's own chat by
         an approver of that chat: the grant it leaves covers that chat, so it must never
         be made from another chat (a routed prompt) or for someone who may not approve."""
         if risk != Risk.WRITE or prompt_to != origin:
             return False
-        return self.directory.is_approver(db, Address.parse(origin), requester_id)
+        return self.directory.is_approver(tx, Address.parse(origin), requester_id)
 
     def _prompt(
         self,
@@ -260,9 +252,9 @@ class ApprovalGate:
         )
 
     # -- deciding ----------------------------------------------------------------------
-    def decide(self, db: SqlDb, decision: ApprovalDecision) -> DecisionOutcome:
+    def decide(self, tx: Tx, decision: ApprovalDecision) -> DecisionOutcome:
         """Apply one decision (in the caller's transaction). Refusals change nothing."""
-        row = store.get_approval(db, decision.request_id)
+        row = tx.approvals.get(decision.request_id)
         if row is None:
             return DecisionOutcome(False, "Unknown or expired request.", "unknown")
         who = {
@@ -270,11 +262,10 @@ class ApprovalGate:
             "sender_id": decision.sender_id,
             "via": decision.via,
         }
-        if row.status != store.PENDING:
+        if row.status != PENDING:
             return DecisionOutcome(False, f"Already decided: {row.status}.", "decided", row)
-        if not self._may_decide(db, row, decision):
-            self.audit.write(
-                db,
+        if not self._may_decide(tx, row, decision):
+            tx.audit.write(
                 "approval.refused",
                 trace_id=row.trace_id,
                 session_key=row.session_key,
@@ -286,16 +277,16 @@ class ApprovalGate:
                 False, "You are not allowed to decide this request.", "forbidden", row
             )
         if row.expired_at(self.clock()):
-            outcome = self._expire(db, row)
+            outcome = self._expire(tx, row)
             outcome.ok, outcome.code = False, "expired"
             outcome.message = "This request has expired."
             return outcome
-        refusal = self._refuse_verb(db, row, decision)
+        refusal = self._refuse_verb(tx, row, decision)
         if refusal is not None:
             return DecisionOutcome(False, refusal, "verb", row)
         verb = decision.verb
-        status = store.DENIED if verb is DecisionVerb.DENY else store.APPROVED
-        if not store.decide(db, row.id, status, verb=verb.value, decided_by=who):
+        status = DENIED if verb is DecisionVerb.DENY else APPROVED
+        if not tx.approvals.decide(row.id, status, verb=verb.value, decided_by=who):
             return DecisionOutcome(False, "Already decided.", "decided", row)
         metrics.APPROVALS.labels(status).inc()
         if verb is DecisionVerb.ALLOW_FOR:
@@ -303,9 +294,8 @@ class ApprovalGate:
             seconds = min(decision.allow_for_seconds or ALLOW_FOR_SECONDS, ALLOW_FOR_SECONDS)
             # Keyed by the chat (prompt_to == origin here); see granted() for who uses it.
             chat = Address.parse(row.prompt_to).session_key
-            store.add_grant(db, chat, row.tool, self.clock() + seconds, row.id)
-        self.audit.write(
-            db,
+            tx.grants.add(chat, row.tool, self.clock() + seconds, row.id)
+        tx.audit.write(
             "approval.decided",
             trace_id=row.trace_id,
             session_key=row.session_key,
@@ -314,14 +304,14 @@ class ApprovalGate:
             verb=verb.value,
             decided_by=who,
         )
-        label = {store.APPROVED: "✅ Approved", store.DENIED: "❌ Denied"}[status]
+        label = {APPROVED: "✅ Approved", DENIED: "❌ Denied"}[status]
         text = f"{label} by {decider(who)} at {_clock_text(self.clock())}"
         if verb is DecisionVerb.ALLOW_FOR:
             text += (
                 f"; {escape_text(row.tool)} runs unasked in this chat until "
                 f"{_clock_text(self.clock() + seconds)}"
             )
-        self._edit_prompt(db, row, text)
+        self._edit_prompt(tx, row, text)
         return DecisionOutcome(
             True,
             f"{label.split(' ', 1)[1]}.",
@@ -330,9 +320,7 @@ class ApprovalGate:
             resume_turns=[row.turn_id],
         )
 
-    def _refuse_verb(
-        self, db: SqlDb, row: store.ApprovalRow, decision: ApprovalDecision
-    ) -> str | None:
+    def _refuse_verb(self, tx: Tx, row: ApprovalRow, decision: ApprovalDecision) -> str | None:
         """Why this verb may not be applied to this request (None: it may). Checked here,
         not only by which buttons were shown: button data can be forged."""
         verb = decision.verb
@@ -349,21 +337,21 @@ class ApprovalGate:
         if row.risk != Risk.WRITE:
             return "Allow-for-a-time is offered only for write tools."
         requester = str(row.requested_by.get("id", ""))
-        if not self._allow_for_offered(db, Risk(row.risk), requester, row.origin, row.prompt_to):
+        if not self._allow_for_offered(tx, Risk(row.risk), requester, row.origin, row.prompt_to):
             return (
                 "Allow-for-a-time is offered only in the requester's own chat, when the "
                 "requester approves there; approve this request once or deny it."
             )
         return None
 
-    def _may_decide(self, db: SqlDb, row: store.ApprovalRow, decision: ApprovalDecision) -> bool:
+    def _may_decide(self, tx: Tx, row: ApprovalRow, decision: ApprovalDecision) -> bool:
         if decision.via == "admin":  # the owner at the server, through `echo-bot approvals`
             return True
         if str(decision.decided_by) != row.prompt_to:
             return False
-        return self.directory.is_approver(db, decision.decided_by, decision.sender_id)
+        return self.directory.is_approver(tx, decision.decided_by, decision.sender_id)
 
-    def _unshown(self, row: store.ApprovalRow) -> bool:
+    def _unshown(self, row: ApprovalRow) -> bool:
         """A call whose prompt offered only Deny (DESIGN: never approve unseen)."""
         return self._chat_view(row.tool, row.args)[0] is None
 
@@ -380,18 +368,18 @@ class ApprovalGate:
         return call, "" if call is not None else "are too long to show here completely"
 
     # -- grants ------------------------------------------------------------------------
-    def granted(self, db: SqlDb, address: Address, sender_id: str, tool: str) -> bool:
+    def granted(self, tx: Tx, address: Address, sender_id: str, tool: str) -> bool:
         """Whether a live "allow for a time" grant lets this call run unasked.
 
         A grant covers one tool in one chat (the address, thread included), for the
         approvers of that chat only: in a group, approver A's grant never lets a
         non-approver's call in the same group run unasked (nor a webhook's or cron's,
         whose origins have no approvers)."""
-        if not store.has_grant(db, address.session_key, tool, self.clock()):
+        if not tx.grants.holds(address.session_key, tool, self.clock()):
             return False
-        return self.directory.is_approver(db, address, sender_id)
+        return self.directory.is_approver(tx, address, sender_id)
 
-    def _edit_prompt(self, db: SqlDb, row: store.ApprovalRow, outcome: str) -> None:
+    def _edit_prompt(self, tx: Tx, row: ApprovalRow, outcome: str) -> None:
         if not row.prompt_outbound_id:
             return
         call, _ = self._chat_view(row.tool, row.args)
@@ -400,8 +388,7 @@ class ApprovalGate:
                 f"{clip(row.tool, TOOL_CLIP)}: the arguments cannot be shown here; "
                 f"see echo-bot approvals show {row.id}"
             )
-        enqueue_outbound(
-            db,
+        tx.outbox.add(
             OutboundMessage(
                 to=Address.parse(row.prompt_to),
                 text=f"{outcome}\n{call}\nRequest {row.id}",
@@ -413,25 +400,24 @@ class ApprovalGate:
         )
 
     # -- expiry ------------------------------------------------------------------------
-    def _expire(self, db: SqlDb, row: store.ApprovalRow) -> DecisionOutcome:
-        if not store.decide(db, row.id, store.EXPIRED, verb=None, decided_by=None):
+    def _expire(self, tx: Tx, row: ApprovalRow) -> DecisionOutcome:
+        if not tx.approvals.decide(row.id, EXPIRED, verb=None, decided_by=None):
             return DecisionOutcome(False, "Already decided.", "decided", row)
         metrics.APPROVALS.labels("expired").inc()
-        self.audit.write(
-            db,
+        tx.audit.write(
             "approval.expired",
             trace_id=row.trace_id,
             session_key=row.session_key,
             approval_id=row.id,
         )
-        self._edit_prompt(db, row, "⌛ Expired")
-        return DecisionOutcome(True, "Expired.", store.EXPIRED, row, resume_turns=[row.turn_id])
+        self._edit_prompt(tx, row, "⌛ Expired")
+        return DecisionOutcome(True, "Expired.", EXPIRED, row, resume_turns=[row.turn_id])
 
-    def expire_due(self, db: SqlDb) -> list[str]:
+    def expire_due(self, tx: Tx) -> list[str]:
         """Expire every pending request whose time is up; return the turns to resume."""
         turns: list[str] = []
-        for approval_id in store.due_for_expiry(db, self.clock()):
-            row = store.get_approval(db, approval_id)
+        for approval_id in tx.approvals.due_for_expiry(self.clock()):
+            row = tx.approvals.get(approval_id)
             if row is not None:
-                turns += self._expire(db, row).resume_turns
+                turns += self._expire(tx, row).resume_turns
         return turns

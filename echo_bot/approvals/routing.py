@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from sqlite_utils import Database as SqlDb
-
 from ..config import Config
 from ..events import Address
+from ..store import Tx
 
 # The terminal is the owner's: whoever types in ``echo-bot chat`` may approve there.
 LOCAL_CHANNELS = frozenset({"cli"})
@@ -16,7 +15,7 @@ class ApproverDirectory:
     configured ``approvers``, or when unset the configured ``allowed_users``. Pairing
     lets a person chat, never approve, so the store's paired users are not consulted.
 
-    The ``db`` parameters keep lookups inside the caller's transaction, as every
+    The ``tx`` parameters keep lookups inside the caller's transaction, as every
     other directory query is; the config-only rule needs no read."""
 
     def __init__(self, config: Config) -> None:
@@ -25,24 +24,24 @@ class ApproverDirectory:
         default = config.approvals.default_chat
         self.default_chat = Address.parse(default) if default else None
 
-    def is_approver(self, db: SqlDb, address: Address, sender_id: str) -> bool:
+    def is_approver(self, tx: Tx, address: Address, sender_id: str) -> bool:
         if address.channel in LOCAL_CHANNELS:
             return True
         return sender_id in self._approvers.get(address.channel, frozenset())
 
-    def has_approvers(self, db: SqlDb, address: Address) -> bool:
+    def has_approvers(self, tx: Tx, address: Address) -> bool:
         if address.channel in LOCAL_CHANNELS:
             return True
         return bool(self._approvers.get(address.channel))
 
     def route(
-        self, db: SqlDb, origin: Address, sender_id: str, deliver_to: Address | None
+        self, tx: Tx, origin: Address, sender_id: str, deliver_to: Address | None
     ) -> Address | None:
         """DESIGN.md: origin chat if the requester approves there, else deliver_to, else
         ``[approvals] default_chat``; None when nobody can approve (fail closed)."""
-        if self.is_approver(db, origin, sender_id):
+        if self.is_approver(tx, origin, sender_id):
             return origin
         for candidate in (deliver_to, self.default_chat):
-            if candidate is not None and self.has_approvers(db, candidate):
+            if candidate is not None and self.has_approvers(tx, candidate):
                 return candidate
         return None

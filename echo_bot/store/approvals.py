@@ -163,3 +163,12 @@ def has_grant(db: SqlDb, session_key: str, tool: str, now: float) -> bool:
         [session_key, tool, now],
     ).fetchone()
     return row is not None
+
+
+def ids_beginning(db: SqlDb, prefix: str) -> list[str]:
+    """The ids of every request that begins with ``prefix``, oldest first."""
+    rows = db.execute(
+        "SELECT id FROM approvals WHERE substr(id, 1, ?) = ? ORDER BY created_at",
+        [len(prefix), prefix],
+    ).fetchall()
+    return [row[0] for row in rows]

@@ -1,28 +1,27 @@
 """The inbox: every inbound committed (deduplicated) before anyone acknowledges it.
 
-Group commit: ``SqliteInbox.add`` queues the message with a future; one writer task
-takes everything queued at that moment (at least one message, never a sleep window) and
-commits it in one transaction, then resolves each future with that message's own
-outcome. Under load many deliveries share one commit; alone, a message is committed at
-once. No future is resolved before the commit, and a failed batch fails every future in
-it (a channel then answers "retry later", never "accepted").
+``SqliteInbox.add`` is one unit of work on the store: the engine group-commits it with
+whatever else is queued, and a message that cannot be stored fails its own add alone (a
+channel then answers "retry later", never "accepted"). Each row records which process
+wrote it (``instance``; NULL for management commands): the dispatcher takes its own
+process's rows from the ``InboundCommitted`` event and polls only for the others.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
-import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from sqlite_utils import Database as SqlDb
 
 from ..bus import Published
-from ..errors import StoreError
 from ..events import InboundMessage, InboundStatus
-from .db import Database
+
+if TYPE_CHECKING:
+    from .tx import Store
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,112 +41,38 @@ def _row(raw: dict) -> InboxRow:  # type: ignore[type-arg]
     )
 
 
-# At most this many inbound in one group commit (keeps each transaction short).
-MAX_BATCH = 256
-
-log = logging.getLogger(__name__)
+UNFINISHED = (InboundStatus.ACCEPTED, InboundStatus.RUNNING, InboundStatus.WAITING_APPROVAL)
 
 
 class SqliteInbox:
-    def __init__(self, db: Database) -> None:
-        self._db = db
-        self._queued: list[tuple[InboundMessage, asyncio.Future[Published]]] = []
-        self._writer: asyncio.Task[None] | None = None
-        # Told about every new (non-duplicate) message right after its commit, before
-        # anyone is told it was accepted: the dispatcher takes it from here, in memory.
-        self.on_committed: Callable[[list[InboundMessage]], None] | None = None
+    """The bus's inbox and the dispatcher's feed, on the store."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
 
     async def add(self, message: InboundMessage) -> Published:
-        """Commit ``message`` (with whatever else is queued); its own outcome."""
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[Published] = loop.create_future()
-        self._queued.append((message, future))
-        if self._writer is None or self._writer.done():
-            self._writer = loop.create_task(self._write_queued(), name="inbox-writer")
-        return await future
-
-    async def _write_queued(self) -> None:
-        """Commit what is queued, batch after batch, until the queue is empty."""
-        while self._queued:
-            batch, self._queued = self._queued[:MAX_BATCH], self._queued[MAX_BATCH:]
-            try:
-                await self._commit(batch)
-            except BaseException:  # cancelled: what is still queued fails too
-                for _message, future in self._queued:
-                    if not future.done():
-                        future.cancel()
-                self._queued = []
-                raise
-
-    async def _commit(self, batch: list[tuple[InboundMessage, asyncio.Future[Published]]]) -> None:
-        messages = [message for message, _future in batch]
-        try:
-            results = await self._db.run(lambda db: add_inbound_batch(db, messages))
-        except BaseException as exc:
-            # Nothing of the batch is committed: the transaction rolled back.
-            if isinstance(exc, Exception) and not isinstance(exc, StoreError) and len(batch) > 1:
-                # Not the store: one message could not be stored (a bug, say). Commit
-                # the others one by one rather than fail them with it.
-                for item in batch:
-                    await self._commit([item])
-                return
-            for _message, future in batch:
-                if future.done():
-                    continue
-                if isinstance(exc, Exception):
-                    future.set_exception(exc)
-                else:
-                    future.cancel()
-            if not isinstance(exc, Exception):
-                raise
-            return
-        if self.on_committed is not None:
-            fresh = [m for m, p in zip(messages, results, strict=True) if not p.duplicate]
-            if fresh:
-                try:
-                    self.on_committed(fresh)
-                except Exception:  # committed all the same; the inbox poll finds them
-                    log.exception("handing new inbound to the dispatcher failed")
-        for (_message, future), published in zip(batch, results, strict=True):
-            if not future.done():  # the caller may have given up (cancelled)
-                future.set_result(published)
+        """Commit ``message``; its outcome only after the COMMIT. Shielded: when the
+        publisher gives up meanwhile, the dispatcher is still told (its poll never reads
+        this process's rows)."""
+        return await self._store.run(lambda tx: tx.inbox.add(message), shielded=True)
 
     async def accepted_after(
-        self, seq: int, known: frozenset[str], limit: int = 500
-    ) -> tuple[list[InboxRow], list[str], int, bool]:
-        """Rows after ``seq`` still accepted and not ``known`` (read in full), the known
-        ids met on the way, the newest seq looked at (``seq`` if none), and whether
-        ``limit`` cut the look short."""
-        return await self._db.run(lambda db: accepted_rows_after(db, seq, known, limit))
+        self, seq: int, limit: int = 500
+    ) -> tuple[list[InboundMessage], int, bool]:
+        """Accepted inbound after ``seq`` written by other processes (management
+        commands), the newest seq looked at, and whether ``limit`` cut the look short."""
+        return await self._store.run(lambda tx: tx.inbox.accepted_from_others(seq, limit))
 
-    async def unfinished(self) -> tuple[list[InboxRow], int]:
-        """Every row not yet finished, and the newest seq — from one snapshot, so a row
-        committed meanwhile is either in the list or after the seq, never both."""
-
-        def query(db: SqlDb) -> tuple[list[InboxRow], int]:
-            cursor = db.execute(
-                "SELECT * FROM inbox WHERE status IN (?, ?, ?) ORDER BY seq",
-                [InboundStatus.ACCEPTED, InboundStatus.RUNNING, InboundStatus.WAITING_APPROVAL],
-            )
-            rows = [_row(dict(r)) for r in cursor.fetchall()]
-            last = db.execute("SELECT COALESCE(MAX(seq), 0) FROM inbox").fetchone()[0]
-            return rows, last
-
-        return await self._db.run(query)
-
-    async def get(self, inbound_id: str) -> InboxRow | None:
-        return await self._db.run(lambda db: get_inbound(db, inbound_id))
+    async def unfinished(self) -> tuple[list[InboundMessage], int]:
+        """Every inbound not yet finished, and the newest seq — from one snapshot, so a
+        row committed meanwhile is either in the list or after the seq, never both."""
+        return await self._store.run(lambda tx: tx.inbox.unfinished())
 
     async def status_of(self, inbound_id: str) -> tuple[InboundStatus, str | None] | None:
-        return await self._db.run(lambda db: inbound_status(db, inbound_id))
+        return await self._store.run(lambda tx: tx.inbox.status_of(inbound_id))
 
     async def describe(self, inbound_id: str) -> dict[str, object] | None:
-        return await self._db.run(lambda db: describe_inbound(db, inbound_id))
-
-    async def set_status(
-        self, inbound_id: str, status: InboundStatus, error: str | None = None
-    ) -> None:
-        await self._db.run(lambda db: set_inbound_status(db, inbound_id, status, error))
+        return await self._store.run(lambda tx: tx.inbox.describe(inbound_id))
 
 
 # How long (channel, external_id) stays a duplicate: 7 days (webhook senders retry for
@@ -157,7 +82,13 @@ DEDUP_WINDOW = 7 * 86400.0
 DEDUP_WINDOWS = {"telegram": 72 * 3600.0}
 
 
-def add_inbound(db: SqlDb, message: InboundMessage) -> Published:
+_INSERT = (
+    "INSERT INTO inbox (id, kind, channel, session_key, external_id, payload, status,"
+    " received_at, updated_at, instance) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+
+def add_inbound(db: SqlDb, message: InboundMessage, instance: str | None = None) -> Published:
     now = time.time()
     if message.external_id is not None:
         # An old row with the same key is history, not a duplicate: retire its key.
@@ -171,9 +102,7 @@ def add_inbound(db: SqlDb, message: InboundMessage) -> Published:
             ],
         )
     cursor = db.execute(
-        "INSERT INTO inbox (id, kind, channel, session_key, external_id, payload, status,"
-        " received_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
-        " ON CONFLICT DO NOTHING",
+        _INSERT + " ON CONFLICT DO NOTHING",
         [
             message.id,
             message.kind,
@@ -184,6 +113,7 @@ def add_inbound(db: SqlDb, message: InboundMessage) -> Published:
             InboundStatus.ACCEPTED,
             message.received_at.timestamp(),
             now,
+            instance,
         ],
     )
     if cursor.rowcount == 1:
@@ -195,13 +125,9 @@ def add_inbound(db: SqlDb, message: InboundMessage) -> Published:
     return Published(inbound_id=existing[0] if existing else message.id, duplicate=True)
 
 
-_INSERT = (
-    "INSERT INTO inbox (id, kind, channel, session_key, external_id, payload, status,"
-    " received_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
-)
-
-
-def add_inbound_batch(db: SqlDb, messages: Sequence[InboundMessage]) -> list[Published]:
+def add_inbound_batch(
+    db: SqlDb, messages: Sequence[InboundMessage], instance: str | None = None
+) -> list[Published]:
     """``add_inbound`` for each message in order, in the caller's transaction.
 
     The common case — no message's id or (channel, external_id) is in the store or
@@ -213,7 +139,7 @@ def add_inbound_batch(db: SqlDb, messages: Sequence[InboundMessage]) -> list[Pub
     ids = [m.id for m in messages]
     keys = [(m.address.channel, m.external_id) for m in messages if m.external_id is not None]
     if len(set(ids)) < len(ids) or len(set(keys)) < len(keys) or _any_stored(db, ids, keys):
-        return [add_inbound(db, message) for message in messages]
+        return [add_inbound(db, message, instance) for message in messages]
     now = time.time()
     db.conn.executemany(
         _INSERT,
@@ -228,6 +154,7 @@ def add_inbound_batch(db: SqlDb, messages: Sequence[InboundMessage]) -> list[Pub
                 InboundStatus.ACCEPTED,
                 m.received_at.timestamp(),
                 now,
+                instance,
             )
             for m in messages
         ],
@@ -258,22 +185,33 @@ def _any_stored(db: SqlDb, ids: list[str], keys: list[tuple[str, str | None]]) -
     return False
 
 
-def accepted_rows_after(
-    db: SqlDb, seq: int, known: frozenset[str], limit: int
-) -> tuple[list[InboxRow], list[str], int, bool]:
-    heads = db.execute(
-        "SELECT seq, id, status FROM inbox WHERE seq > ? ORDER BY seq LIMIT ?", [seq, limit]
-    ).fetchall()
-    met = [h[1] for h in heads if h[1] in known]
-    wanted = [h[1] for h in heads if h[1] not in known and h[2] == InboundStatus.ACCEPTED]
-    rows = []
-    if wanted:
-        cursor = db.execute(
-            "SELECT * FROM inbox WHERE id IN (SELECT value FROM json_each(?)) ORDER BY seq",
-            [json.dumps(wanted)],
-        )
-        rows = [_row(dict(r)) for r in cursor.fetchall()]
-    return rows, met, heads[-1][0] if heads else seq, len(heads) >= limit
+def accepted_from_others(
+    db: SqlDb, seq: int, instance: str | None, limit: int
+) -> tuple[list[InboundMessage], int, bool]:
+    """Accepted rows after ``seq`` not written by ``instance`` (NULL rows included), the
+    newest seq looked at, and whether ``limit`` cut the look short. Seqs are handed out
+    under SQLite's write lock, so a row below a seen seq is never committed later."""
+    cursor = db.execute(
+        "SELECT * FROM inbox WHERE status = ? AND seq > ?"
+        " AND (instance IS NULL OR instance != ?) ORDER BY seq LIMIT ?",
+        [InboundStatus.ACCEPTED, seq, instance, limit],
+    )
+    rows = [_row(dict(r)) for r in cursor.fetchall()]
+    if len(rows) >= limit:
+        return [r.message for r in rows], rows[-1].seq, True
+    newest = db.execute("SELECT COALESCE(MAX(seq), 0) FROM inbox").fetchone()[0]
+    return [r.message for r in rows], max(seq, newest), False
+
+
+def unfinished_rows(db: SqlDb) -> tuple[list[InboundMessage], int]:
+    """Every unfinished inbound in arrival order, and the newest seq (one snapshot)."""
+    marks = ",".join("?" for _ in UNFINISHED)
+    cursor = db.execute(
+        f"SELECT * FROM inbox WHERE status IN ({marks}) ORDER BY seq", list(UNFINISHED)
+    )
+    messages = [_row(dict(r)).message for r in cursor.fetchall()]
+    last = db.execute("SELECT COALESCE(MAX(seq), 0) FROM inbox").fetchone()[0]
+    return messages, last
 
 
 def inbound_status(db: SqlDb, inbound_id: str) -> tuple[InboundStatus, str | None] | None:
@@ -311,3 +249,30 @@ def describe_inbound(db: SqlDb, inbound_id: str) -> dict[str, object] | None:
     keys = ("id", "kind", "channel", "session", "status", "error", "result", "received_at",
             "updated_at")  # fmt: skip
     return dict(zip(keys, row, strict=True))
+
+
+@dataclass(frozen=True, slots=True)
+class InboundSummary:
+    """One inbound as a listing shows it (`echo-bot webhook deliveries`)."""
+
+    id: str
+    session_key: str
+    status: str
+    received_at: float
+    outcome: str  # its error, else its result, else ""
+
+
+def recent_of_channel(
+    db: SqlDb, channel: str, session_key: str | None, limit: int
+) -> list[InboundSummary]:
+    """The newest ``limit`` inbound of ``channel`` (of one session, if given), newest first."""
+    sql = (
+        "SELECT id, session_key, status, received_at, COALESCE(error, result, '')"
+        " FROM inbox WHERE channel = ?"
+    )
+    args: list[object] = [channel]
+    if session_key is not None:
+        sql += " AND session_key = ?"
+        args.append(session_key)
+    sql += " ORDER BY seq DESC LIMIT ?"
+    return [InboundSummary(*row) for row in db.execute(sql, [*args, limit]).fetchall()]

@@ -6,11 +6,14 @@ import json
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from sqlite_utils import Database as SqlDb
 
 from ..events import OutboundMessage, Receipt
-from .db import Database
+
+if TYPE_CHECKING:
+    from .tx import Store
 
 QUEUED, SENT, FAILED = "queued", "sent", "failed"
 
@@ -23,11 +26,13 @@ class OutboxRow:
 
 
 class SqliteOutbox:
-    def __init__(self, db: Database) -> None:
-        self._db = db
+    """The bus's outbox and the delivery worker's queue, on the store."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
 
     async def enqueue(self, message: OutboundMessage) -> None:
-        await self._db.run(lambda db: enqueue_outbound(db, message))
+        await self._store.run(lambda tx: tx.outbox.add(message))
 
     async def due(
         self,
@@ -39,129 +44,122 @@ class SqliteOutbox:
         """The head of each chat's queue whose next attempt is due, and when the next
         message of any other chat is due — both from one read, leaving out the ``busy``
         chats (chat keys with a send in flight: their head is that send)."""
-        names = sorted(set(channels))
+        names, skip = sorted(set(channels)), sorted(set(busy))
         if not names:
             return [], None
-        marks = ",".join("?" for _ in names)
-        skip = json.dumps(sorted(set(busy)))
-
-        def query(db: SqlDb) -> tuple[list[OutboxRow], float | None]:
-            cursor = db.execute(
-                f"""
-                SELECT o.seq, o.payload, o.attempts FROM outbox o
-                JOIN (SELECT chat_key, MIN(seq) AS head FROM outbox
-                      WHERE status = 'queued' AND channel IN ({marks})
-                        AND chat_key NOT IN (SELECT value FROM json_each(?))
-                      GROUP BY chat_key) h
-                  ON o.seq = h.head
-                WHERE o.next_attempt_at <= ? ORDER BY o.seq LIMIT ?
-                """,
-                [*names, skip, now, limit],
-            )
-            rows = [
-                OutboxRow(r[0], OutboundMessage.model_validate_json(r[1]), r[2])
-                for r in cursor.fetchall()
-            ]
-            # The chats of these rows are about to be busy too.
-            taken = json.dumps([*json.loads(skip), *(str(r.message.to) for r in rows)])
-            # Only a chat's head can be due: a message behind one waiting out a retry is not.
-            next_at = db.execute(
-                f"""
-                SELECT MIN(o.next_attempt_at) FROM outbox o
-                JOIN (SELECT MIN(seq) AS head FROM outbox
-                      WHERE status = 'queued' AND channel IN ({marks})
-                        AND chat_key NOT IN (SELECT value FROM json_each(?))
-                      GROUP BY chat_key) h
-                  ON o.seq = h.head
-                """,
-                [*names, taken],
-            ).fetchone()[0]
-            return rows, next_at
-
-        return await self._db.run(query)
+        return await self._store.run(lambda tx: tx.outbox.due(names, now, limit, skip))
 
     async def receipt_of(self, outbound_id: str) -> str | None:
-        def query(db: SqlDb) -> str | None:
-            row = db.execute(
-                "SELECT channel_message_id FROM receipts WHERE outbound_id = ?", [outbound_id]
-            ).fetchone()
-            return row[0] if row else None
-
-        return await self._db.run(query)
+        return await self._store.run(lambda tx: tx.outbox.receipt_of(outbound_id))
 
     async def mark_sent(self, message: OutboundMessage, receipt: Receipt) -> bool:
         """Record the delivery; True when more messages wait for the same chat."""
-
-        def write(db: SqlDb) -> bool:
-            now = time.time()
-            db.execute(
-                "UPDATE outbox SET status = 'sent', attempts = attempts + 1, finished_at = ?"
-                " WHERE id = ?",
-                [now, message.id],
-            )
-            db.execute(
-                "INSERT OR REPLACE INTO receipts VALUES (?, ?, ?, ?)",
-                [message.id, message.to.channel, receipt.channel_message_id, now],
-            )
-            more = db.execute(
-                "SELECT 1 FROM outbox WHERE status = 'queued' AND channel = ? AND chat_key = ?"
-                " LIMIT 1",
-                [message.to.channel, str(message.to)],
-            ).fetchone()
-            return more is not None
-
-        return await self._db.run(write)
+        return await self._store.run(lambda tx: tx.outbox.mark_sent(message, receipt))
 
     async def mark_retry(self, outbound_id: str, error: str, next_attempt_at: float) -> None:
-        await self._db.run(
-            lambda db: db.execute(
-                "UPDATE outbox SET attempts = attempts + 1, last_error = ?, next_attempt_at = ?"
-                " WHERE id = ?",
-                [error, next_attempt_at, outbound_id],
-            )
-        )
+        await self._store.run(lambda tx: tx.outbox.mark_retry(outbound_id, error, next_attempt_at))
 
     async def note_error(self, outbound_id: str, error: str) -> None:
         """Why a queued message is still queued, without counting an attempt."""
-        await self._db.run(
-            lambda db: db.execute(
-                "UPDATE outbox SET last_error = ? WHERE id = ? AND status = 'queued'",
-                [error, outbound_id],
-            )
-        )
+        await self._store.run(lambda tx: tx.outbox.note_error(outbound_id, error))
 
     async def mark_failed(self, outbound_id: str, error: str) -> None:
-        await self._db.run(
-            lambda db: db.execute(
-                "UPDATE outbox SET status = 'failed', attempts = attempts + 1, last_error = ?,"
-                " finished_at = ? WHERE id = ?",
-                [error, time.time(), outbound_id],
-            )
-        )
+        await self._store.run(lambda tx: tx.outbox.mark_failed(outbound_id, error))
 
     async def pending_count(self, chat_key: str | None = None) -> int:
-        def query(db: SqlDb) -> int:
-            if chat_key is None:
-                sql, args = "SELECT COUNT(*) FROM outbox WHERE status = 'queued'", []
-            else:
-                sql = "SELECT COUNT(*) FROM outbox WHERE status = 'queued' AND chat_key = ?"
-                args = [chat_key]
-            return db.execute(sql, args).fetchone()[0]
-
-        return await self._db.run(query)
+        return await self._store.run(lambda tx: tx.outbox.pending_count(chat_key))
 
 
-def head_of_chat(db: SqlDb, message: OutboundMessage) -> OutboxRow | None:
-    """``message`` as an outbox row when it is the next to send in its chat (nothing
-    queued before it), else None."""
+def due_heads(
+    db: SqlDb, names: list[str], now: float, limit: int, busy: list[str]
+) -> tuple[list[OutboxRow], float | None]:
+    """``SqliteOutbox.due`` inside the caller's transaction (``names`` not empty)."""
+    marks = ",".join("?" for _ in names)
+    cursor = db.execute(
+        f"""
+        SELECT o.seq, o.payload, o.attempts FROM outbox o
+        JOIN (SELECT chat_key, MIN(seq) AS head FROM outbox
+              WHERE status = 'queued' AND channel IN ({marks})
+                AND chat_key NOT IN (SELECT value FROM json_each(?))
+              GROUP BY chat_key) h
+          ON o.seq = h.head
+        WHERE o.next_attempt_at <= ? ORDER BY o.seq LIMIT ?
+        """,
+        [*names, json.dumps(busy), now, limit],
+    )
+    rows = [
+        OutboxRow(r[0], OutboundMessage.model_validate_json(r[1]), r[2]) for r in cursor.fetchall()
+    ]
+    # The chats of these rows are about to be busy too.
+    taken = json.dumps([*busy, *(str(r.message.to) for r in rows)])
+    # Only a chat's head can be due: a message behind one waiting out a retry is not.
+    next_at = db.execute(
+        f"""
+        SELECT MIN(o.next_attempt_at) FROM outbox o
+        JOIN (SELECT MIN(seq) AS head FROM outbox
+              WHERE status = 'queued' AND channel IN ({marks})
+                AND chat_key NOT IN (SELECT value FROM json_each(?))
+              GROUP BY chat_key) h
+          ON o.seq = h.head
+        """,
+        [*names, taken],
+    ).fetchone()[0]
+    return rows, next_at
+
+
+def receipt_of(db: SqlDb, outbound_id: str) -> str | None:
     row = db.execute(
-        "SELECT seq, id, attempts FROM outbox WHERE status = 'queued' AND channel = ?"
-        " AND chat_key = ? ORDER BY seq LIMIT 1",
+        "SELECT channel_message_id FROM receipts WHERE outbound_id = ?", [outbound_id]
+    ).fetchone()
+    return row[0] if row else None
+
+
+def mark_sent(db: SqlDb, message: OutboundMessage, receipt: Receipt) -> bool:
+    now = time.time()
+    db.execute(
+        "UPDATE outbox SET status = 'sent', attempts = attempts + 1, finished_at = ? WHERE id = ?",
+        [now, message.id],
+    )
+    db.execute(
+        "INSERT OR REPLACE INTO receipts VALUES (?, ?, ?, ?)",
+        [message.id, message.to.channel, receipt.channel_message_id, now],
+    )
+    more = db.execute(
+        "SELECT 1 FROM outbox WHERE status = 'queued' AND channel = ? AND chat_key = ? LIMIT 1",
         [message.to.channel, str(message.to)],
     ).fetchone()
-    if row is None or row[1] != message.id:
-        return None
-    return OutboxRow(row[0], message, row[2])
+    return more is not None
+
+
+def mark_retry(db: SqlDb, outbound_id: str, error: str, next_attempt_at: float) -> None:
+    db.execute(
+        "UPDATE outbox SET attempts = attempts + 1, last_error = ?, next_attempt_at = ?"
+        " WHERE id = ?",
+        [error, next_attempt_at, outbound_id],
+    )
+
+
+def note_error(db: SqlDb, outbound_id: str, error: str) -> None:
+    db.execute(
+        "UPDATE outbox SET last_error = ? WHERE id = ? AND status = 'queued'",
+        [error, outbound_id],
+    )
+
+
+def mark_failed(db: SqlDb, outbound_id: str, error: str) -> None:
+    db.execute(
+        "UPDATE outbox SET status = 'failed', attempts = attempts + 1, last_error = ?,"
+        " finished_at = ? WHERE id = ?",
+        [error, time.time(), outbound_id],
+    )
+
+
+def pending_count(db: SqlDb, chat_key: str | None = None) -> int:
+    if chat_key is None:
+        return db.execute("SELECT COUNT(*) FROM outbox WHERE status = 'queued'").fetchone()[0]
+    return db.execute(
+        "SELECT COUNT(*) FROM outbox WHERE status = 'queued' AND chat_key = ?", [chat_key]
+    ).fetchone()[0]
 
 
 def enqueue_outbound(db: SqlDb, message: OutboundMessage) -> None:

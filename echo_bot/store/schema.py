@@ -221,7 +221,13 @@ def _v5(db: Database) -> None:
     db.execute("ALTER TABLE inbox ADD COLUMN result TEXT")
 
 
-MIGRATIONS: list[Callable[[Database], None]] = [_v1, _v2, _v3, _v4, _v5]
+def _v6(db: Database) -> None:
+    """Which process wrote each inbound (NULL: a management command, or older rows): a
+    daemon's dispatcher polls only for the rows it was not told about in memory."""
+    db.execute("ALTER TABLE inbox ADD COLUMN instance TEXT")
+
+
+MIGRATIONS: list[Callable[[Database], None]] = [_v1, _v2, _v3, _v4, _v5, _v6]
 
 
 def migrate(db: Database) -> int:

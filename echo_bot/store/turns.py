@@ -139,6 +139,14 @@ def history_rows(
     return [(row[0], _message(row)) for row in reversed(rows)]
 
 
+def newest_seq(db: SqlDb, session_key: str) -> int:
+    """The seq of the session's newest row (reset markers included), 0 when none."""
+    row = db.execute(
+        "SELECT MAX(seq) FROM messages WHERE session_key = ?", [session_key]
+    ).fetchone()
+    return int(row[0] or 0)
+
+
 def messages_after(db: SqlDb, session_key: str, seq: int) -> list[tuple[int, ChatMessage]]:
     """Every row of the session after ``seq``, reset markers included, oldest first."""
     rows = db.execute(

@@ -4,12 +4,14 @@ the repositories on ``tx``, all in one transaction.
 Nothing outside ``store/`` writes SQL, names a table or imports the driver: the core asks
 ``tx.turns.get(turn_id)``, ``tx.outbox.add(message)`` and so on (``tests/test_imports.py``
 holds that line). A repository that writes work someone waits for records what it wrote
-(``store.committed``); ``Store`` hands that to its subscribers after the COMMIT, also when
-the caller was cancelled meanwhile, and never for work that was rolled back.
+(``store.committed``); ``Store`` hands that to its subscribers after the COMMIT (for a
+``shielded`` run also when the caller was cancelled meanwhile), and never for work that
+was rolled back.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -19,7 +21,7 @@ from sqlite_utils import Database as SqlDb
 
 from ..bus import Published
 from ..conversation import ChatMessage, ToolCall
-from ..events import InboundMessage, InboundStatus, OutboundMessage
+from ..events import InboundMessage, InboundStatus, OutboundMessage, Receipt
 from ..secrets import Masker
 from . import access as access_sql
 from . import approvals as approval_sql
@@ -55,9 +57,9 @@ class Tx:
         "turns",
     )
 
-    def __init__(self, db: SqlDb, masker: Masker) -> None:
+    def __init__(self, db: SqlDb, masker: Masker, instance: str | None = None) -> None:
         self.committed: list[Committed] = []
-        self.inbox = InboxRepo(db, self)
+        self.inbox = InboxRepo(db, self, instance)
         self.outbox = OutboxRepo(db, self)
         self.turns = TurnRepo(db)
         self.approvals = ApprovalRepo(db)
@@ -72,17 +74,19 @@ class Tx:
 
 
 class InboxRepo:
-    __slots__ = ("_db", "_tx")
+    """Inbound, each row marked with the process that wrote it (``instance``)."""
 
-    def __init__(self, db: SqlDb, tx: Tx) -> None:
-        self._db, self._tx = db, tx
+    __slots__ = ("_db", "_instance", "_tx")
+
+    def __init__(self, db: SqlDb, tx: Tx, instance: str | None = None) -> None:
+        self._db, self._tx, self._instance = db, tx, instance
 
     def add(self, message: InboundMessage) -> Published:
         """Store ``message`` unless (channel, external_id) was seen within the window."""
         return self.add_many([message])[0]
 
     def add_many(self, messages: Sequence[InboundMessage]) -> list[Published]:
-        published = inbox_sql.add_inbound_batch(self._db, messages)
+        published = inbox_sql.add_inbound_batch(self._db, messages, self._instance)
         fresh = tuple(m for m, p in zip(messages, published, strict=True) if not p.duplicate)
         if fresh:
             self._tx.announce(InboundCommitted(fresh))
@@ -91,11 +95,26 @@ class InboxRepo:
     def get(self, inbound_id: str) -> inbox_sql.InboxRow | None:
         return inbox_sql.get_inbound(self._db, inbound_id)
 
+    def unfinished(self) -> tuple[list[InboundMessage], int]:
+        """Every unfinished inbound in arrival order, and the newest seq."""
+        return inbox_sql.unfinished_rows(self._db)
+
+    def accepted_from_others(self, seq: int, limit: int) -> tuple[list[InboundMessage], int, bool]:
+        """Accepted inbound after ``seq`` that another process wrote (a management
+        command's decision, say); this process's own come with ``InboundCommitted``."""
+        return inbox_sql.accepted_from_others(self._db, seq, self._instance, limit)
+
     def status_of(self, inbound_id: str) -> tuple[InboundStatus, str | None] | None:
         return inbox_sql.inbound_status(self._db, inbound_id)
 
     def describe(self, inbound_id: str) -> dict[str, object] | None:
         return inbox_sql.describe_inbound(self._db, inbound_id)
+
+    def recent(
+        self, channel: str, *, session_key: str | None = None, limit: int = 20
+    ) -> list[inbox_sql.InboundSummary]:
+        """The newest inbound of ``channel`` (of one session, if given), newest first."""
+        return inbox_sql.recent_of_channel(self._db, channel, session_key, limit)
 
     def set_status(
         self,
@@ -118,8 +137,30 @@ class OutboxRepo:
         outbox_sql.enqueue_outbound(self._db, message)
         self._tx.announce(OutboundCommitted(frozenset((str(message.to),))))
 
-    def head_of_chat(self, message: OutboundMessage) -> outbox_sql.OutboxRow | None:
-        return outbox_sql.head_of_chat(self._db, message)
+    def due(
+        self, channels: list[str], now: float, limit: int, busy: list[str]
+    ) -> tuple[list[outbox_sql.OutboxRow], float | None]:
+        """Each chat's head due by ``now`` (not the ``busy`` chats) and the next due time."""
+        return outbox_sql.due_heads(self._db, channels, now, limit, busy)
+
+    def receipt_of(self, outbound_id: str) -> str | None:
+        return outbox_sql.receipt_of(self._db, outbound_id)
+
+    def mark_sent(self, message: OutboundMessage, receipt: Receipt) -> bool:
+        """Record the delivery; True when more messages wait for the same chat."""
+        return outbox_sql.mark_sent(self._db, message, receipt)
+
+    def mark_retry(self, outbound_id: str, error: str, next_attempt_at: float) -> None:
+        outbox_sql.mark_retry(self._db, outbound_id, error, next_attempt_at)
+
+    def note_error(self, outbound_id: str, error: str) -> None:
+        outbox_sql.note_error(self._db, outbound_id, error)
+
+    def mark_failed(self, outbound_id: str, error: str) -> None:
+        outbox_sql.mark_failed(self._db, outbound_id, error)
+
+    def pending_count(self, chat_key: str | None = None) -> int:
+        return outbox_sql.pending_count(self._db, chat_key)
 
     def queued_by_channel(self) -> dict[str, int]:
         return meta_sql.queued_by_channel(self._db)
@@ -158,6 +199,9 @@ class TurnRepo:
         self, session_key: str, limit: int, mark: tuple[int, str] | None = None
     ) -> list[tuple[int, ChatMessage]]:
         return turn_sql.history_rows(self._db, session_key, limit, mark)
+
+    def newest_seq(self, session_key: str) -> int:
+        return turn_sql.newest_seq(self._db, session_key)
 
     def messages_after(self, session_key: str, seq: int) -> list[tuple[int, ChatMessage]]:
         return turn_sql.messages_after(self._db, session_key, seq)
@@ -200,6 +244,10 @@ class ApprovalRepo:
 
     def pending_for(self, prompt_to: str) -> list[approval_sql.ApprovalRow]:
         return approval_sql.pending_for(self._db, prompt_to)
+
+    def ids_beginning(self, prefix: str) -> list[str]:
+        """The ids of every request that begins with ``prefix``, oldest first."""
+        return approval_sql.ids_beginning(self._db, prefix)
 
     def decide(
         self,
@@ -356,9 +404,13 @@ class MetaRepo:
 class Store:
     """The store as the core sees it: units of work and what they committed."""
 
-    def __init__(self, database: Database, masker: Masker) -> None:
+    def __init__(self, database: Database, masker: Masker, *, instance: str | None = None) -> None:
         self.database = database
         self.masker = masker
+        # Which process this is, written on each inbound it adds: a daemon's own rows
+        # reach its dispatcher by InboundCommitted, the rest (None: a management
+        # command) by its poll.
+        self.instance = instance
         self._subscribers: dict[type[Committed], list[Callable[[Any], None]]] = {}
 
     @property
@@ -377,20 +429,35 @@ class Store:
     def close_sync(self) -> None:
         self.database.close_sync()
 
+    def unsubscribe(self, kind: type[E], listener: Callable[[E], None]) -> None:
+        """Stop calling ``listener`` for ``kind`` (a part that stopped); no-op if it was not."""
+        listeners = self._subscribers.get(kind, [])
+        if listener in listeners:
+            listeners.remove(listener)
+
     def subscribe(self, kind: type[E], listener: Callable[[E], None]) -> None:
         """Call ``listener(event)`` after each COMMIT that announced a ``kind`` event."""
         self._subscribers.setdefault(kind, []).append(listener)
 
-    async def run(self, fn: Callable[[Tx], T], *, slow: bool = False) -> T:
+    async def run(self, fn: Callable[[Tx], T], *, slow: bool = False, shielded: bool = False) -> T:
         """Run ``fn(tx)`` in a transaction; its result once committed (StoreError when the
         store could not take it). ``slow``: work that may take more than about a
-        millisecond (pruning, big reads), run where it cannot hold up the event loop."""
-        masker = self.masker
+        millisecond (pruning, big reads), run where it cannot hold up the event loop.
+        ``shielded``: what the job commits is announced even when the caller is
+        cancelled while it waits (a publisher that gave up: its message is stored all the
+        same and must run); it costs a task, so only work nobody else would find asks."""
+        masker, instance = self.masker, self.instance
 
         def job(db: SqlDb) -> tuple[T, list[Committed]]:
-            tx = Tx(db, masker)
+            tx = Tx(db, masker, instance)
             return fn(tx), tx.committed
 
+        if shielded:
+            # The announcement (a done callback) runs before the caller resumes.
+            done = asyncio.ensure_future(self.database.run(job, slow=slow))
+            done.add_done_callback(self._announce_done)
+            value, _committed = await asyncio.shield(done)
+            return value
         value, committed = await self.database.run(job, slow=slow)
         if committed:
             self._announce(committed)
@@ -398,8 +465,14 @@ class Store:
 
     def run_sync(self, fn: Callable[[Tx], T]) -> T:
         """``run`` for management commands (no event loop, nobody subscribed)."""
-        masker = self.masker
-        return self.database.run_sync(lambda db: fn(Tx(db, masker)))
+        masker, instance = self.masker, self.instance
+        return self.database.run_sync(lambda db: fn(Tx(db, masker, instance)))
+
+    def _announce_done(self, done: asyncio.Future[tuple[Any, list[Committed]]]) -> None:
+        if not done.cancelled() and done.exception() is None:
+            committed = done.result()[1]
+            if committed:
+                self._announce(committed)
 
     def _announce(self, events: list[Committed]) -> None:
         for event in events:

@@ -1,0 +1,92 @@
+"""Management commands whose reads moved behind the store boundary, run as the user runs
+them: `echo-bot webhook deliveries` (its listing) and request ids given by a prefix."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from echo_bot.events import Address, InboundKind, InboundMessage, InboundStatus, Sender
+from echo_bot.secrets import Masker
+from echo_bot.store import DB_FILENAME, Database, Store, Tx
+from tests.conftest import run_echo_bot
+
+
+def seeded(state: Path, fn: Callable[[Tx], object]) -> None:
+    store = Store(Database(state / DB_FILENAME), Masker())
+    store.open_sync()
+    try:
+        store.run_sync(fn)
+    finally:
+        store.close_sync()
+
+
+def delivery(route: str, n: int) -> InboundMessage:
+    return InboundMessage(
+        kind=InboundKind.MESSAGE,
+        address=Address(channel="webhook", chat_id=route),
+        sender=Sender(id="sender", name="sender"),
+        text=f"body {n}",
+        external_id=f"delivery-{n}",
+    )
+
+
+def test_webhook_deliveries_lists_the_newest_first_with_their_outcome(tmp_path: Path) -> None:
+    state = tmp_path / "st"
+    made = [delivery(route, n) for n, route in enumerate(["gh", "ci", "gh"])]
+    chat = InboundMessage(  # not a webhook delivery: never listed
+        kind=InboundKind.MESSAGE,
+        address=Address(channel="cli", chat_id="local"),
+        sender=Sender(id="me", name="me"),
+        text="hello",
+    )
+
+    def seed(tx: Tx) -> None:
+        for message in [*made, chat]:
+            tx.inbox.add(message)
+        tx.inbox.set_status(made[0].id, InboundStatus.FAILED, error="the tool\n  failed")
+        tx.inbox.set_status(made[1].id, InboundStatus.DONE, result="ok " * 40)
+
+    seeded(state, seed)
+    listing = run_echo_bot("webhook", "deliveries", "--state-dir", str(state))
+    assert listing.returncode == 0, listing.stderr
+    lines = listing.stdout.splitlines()
+    assert [line.split()[3] for line in lines] == [m.id for m in reversed(made)]
+    assert [line.split()[4:6] for line in lines] == [
+        ["gh", "accepted"],
+        ["ci", "done"],
+        ["gh", "failed"],
+    ]
+    assert lines[1].endswith("done             " + ("ok " * 40).strip()[:80])
+    assert lines[2].endswith("failed           the tool failed")
+    one_route = run_echo_bot(
+        "webhook", "deliveries", "gh", "--limit", "1", "--state-dir", str(state)
+    )
+    assert [line.split()[3] for line in one_route.stdout.splitlines()] == [made[2].id]
+
+
+def test_a_request_id_prefix_finds_the_request_or_says_which_ones_it_begins(
+    tmp_path: Path,
+) -> None:
+    state = tmp_path / "st"
+
+    def request(tx: Tx, approval_id: str) -> None:
+        tx.approvals.insert(
+            approval_id=approval_id, turn_id="turn", session_key="cli:local", trace_id="trace",
+            tool="shell_exec", args={"command": "ls"}, args_hash="hash", risk="dangerous",
+            requested_by={"id": "u", "name": "Ann"}, origin="cli:local", prompt_to="cli:local",
+            prompt_outbound_id=None, expires_at=4_000_000_000.0,
+        )  # fmt: skip
+
+    seeded(state, lambda tx: [request(tx, i) for i in ("c0ffee01", "c0ffee02", "c0ffee")])
+    exact = run_echo_bot("approvals", "show", "c0ffee", "--state-dir", str(state))
+    assert exact.returncode == 0, exact.stderr
+    assert exact.stdout.splitlines()[0] == "request:   c0ffee"
+    ambiguous = run_echo_bot("approvals", "show", "c0ffee0", "--state-dir", str(state))
+    assert ambiguous.returncode == 2
+    assert ambiguous.stderr.strip() == (
+        "echo-bot: c0ffee0 is ambiguous: it begins 2 request ids: c0ffee01, c0ffee02;"
+        " give more characters"
+    )
+    unique = run_echo_bot("approvals", "show", "C0FFEE02", "--state-dir", str(state))
+    assert unique.stdout.splitlines()[0] == "request:   c0ffee02"
