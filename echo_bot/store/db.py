@@ -30,8 +30,9 @@ savepoint) and gets its error; SQLite's errors come back as StoreError (``run_sy
 as they are). If SQLite abandons the whole transaction (disk full, I/O error), a job
 raises something that is not an Exception, or the COMMIT fails, every job of the batch
 fails — none of it was committed: the culprit gets its own error, the others a
-StoreError saying they were rolled back with another job. No job's exception ever leaves the flush into the event
-loop. A job whose caller was cancelled before its batch ran is not run.
+StoreError saying they were rolled back with another job. No job's exception ever
+leaves the flush into the event loop. A job whose caller was cancelled before its batch
+ran is not run.
 
 Checkpoints (copying the WAL back into the database file, with an fsync) run on a
 third connection in a thread of their own, every ``CHECKPOINT_INTERVAL`` seconds, not
