@@ -4,6 +4,7 @@ group-commits them), dedup holds across them, and each row knows which process w
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -210,20 +211,47 @@ async def test_a_page_of_the_poll_ends_at_its_last_row(db: Database) -> None:
     assert [m.id for m in rest] == [m.id for m in rows[3:]] and not more
 
 
-async def test_a_publisher_that_gives_up_still_gets_its_message_run(db: Database) -> None:
-    """The add is committed even when its publisher is cancelled while waiting; the
-    dispatcher must still be told, or the message would wait for the next restart (its
-    poll never reads this process's rows)."""
+async def test_a_publisher_that_gives_up_before_the_commit_leaves_nothing_behind(
+    db: Database,
+) -> None:
+    """Cancelled before its flush: not stored, not announced (and not acknowledged)."""
     told: list[str] = []
     store = Store(db, Masker(), instance="host-1")
     store.subscribe(InboundCommitted, lambda e: told.extend(m.id for m in e.messages))
-    given_up = message("cancelled")
-    publish = asyncio.ensure_future(SqliteInbox(store).add(given_up))
-    await asyncio.sleep(0)  # the add is with the store now
+    publish = asyncio.ensure_future(SqliteInbox(store).add(message("cancelled")))
+    await asyncio.sleep(0)  # listed for the next flush
     publish.cancel()
     with pytest.raises(asyncio.CancelledError):
         await publish
-    await store.run(lambda tx: None)  # a later job: the cancelled one is committed by now
-    await asyncio.sleep(0)
+    await store.run(lambda tx: None)
+    assert await db.run(count) == 0
+    assert told == []
+
+
+async def test_a_publisher_that_gives_up_while_its_commit_waits_still_gets_it_run(
+    db: Database,
+) -> None:
+    """Another process holds the write lock, so the add waits on the store thread; the
+    publisher gives up meanwhile. The add is committed when the lock is released, and
+    the dispatcher must still be told, or the message would wait for the next restart
+    (its poll never reads this process's rows)."""
+    told: list[str] = []
+    store = Store(db, Masker(), instance="host-1")
+    store.subscribe(InboundCommitted, lambda e: told.extend(m.id for m in e.messages))
+    other = sqlite3.connect(db.path, isolation_level=None, timeout=0)
+    other.execute("BEGIN IMMEDIATE")
+    try:
+        given_up = message("cancelled")
+        publish = asyncio.ensure_future(SqliteInbox(store).add(given_up))
+        await asyncio.sleep(0.3)  # handed to the store thread, which waits for the lock
+        publish.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await publish
+    finally:
+        other.execute("COMMIT")
+        other.close()
+    async with asyncio.timeout(15):
+        while not told:
+            await asyncio.sleep(0.01)
     assert await db.run(count) == 1
     assert told == [given_up.id]

@@ -79,7 +79,15 @@ Outcome = tuple["_Job", bool, Any]  # (job, ok, result or error)
 class _Job:
     """One piece of work for the store and where its outcome goes."""
 
-    __slots__ = ("fn", "future", "handed_off", "in_transaction", "loop", "wrap_errors")
+    __slots__ = (
+        "after_commit",
+        "fn",
+        "future",
+        "handed_off",
+        "in_transaction",
+        "loop",
+        "wrap_errors",
+    )
 
     def __init__(
         self,
@@ -88,8 +96,10 @@ class _Job:
         in_transaction: bool,
         wrap_errors: bool,
         loop: asyncio.AbstractEventLoop | None,
+        after_commit: Callable[[Any], None] | None = None,
     ) -> None:
         self.fn = fn
+        self.after_commit = after_commit
         self.in_transaction = in_transaction
         self.wrap_errors = wrap_errors
         self.loop = loop
@@ -269,7 +279,13 @@ class Database:
             self._wrapped = None
 
     # -- running work ----------------------------------------------------------------
-    async def run(self, fn: Callable[[SqliteUtilsDatabase], T], *, slow: bool = False) -> T:
+    async def run(
+        self,
+        fn: Callable[[SqliteUtilsDatabase], T],
+        *,
+        slow: bool = False,
+        after_commit: Callable[[T], None] | None = None,
+    ) -> T:
         """Run ``fn(db)`` inside a transaction, on the event loop's thread or, with
         ``slow=True`` (work that may take more than about a millisecond), on the store
         thread (see the module doc: it may share the transaction with other jobs, each
@@ -277,12 +293,14 @@ class Database:
 
         The result comes back only after the COMMIT. SQLite failures (disk full, locked,
         corrupt) surface as StoreError, so callers can tell "the store could not take it"
-        from a bug in what they asked.
+        from a bug in what they asked. ``after_commit(result)`` runs on the loop right
+        after the COMMIT, before any caller resumes, also when this caller was cancelled
+        while its job ran (what it committed is there all the same).
         """
         loop = asyncio.get_running_loop()
         if slow or loop is not self._loop or self._closing or self._loop_conn is None:
-            return await self._submit(fn, in_transaction=True)
-        job = _Job(fn, in_transaction=True, wrap_errors=True, loop=loop)
+            return await self._submit(fn, in_transaction=True, after_commit=after_commit)
+        job = _Job(fn, in_transaction=True, wrap_errors=True, loop=loop, after_commit=after_commit)
         self._pending.append(job)
         if not self._flush_scheduled:
             self._flush_scheduled = True
@@ -344,12 +362,19 @@ class Database:
             self._handed_off += len(batch)
 
     # -- on the store thread ---------------------------------------------------------
-    async def _submit(self, fn: Callable[..., T], *, in_transaction: bool) -> T:
+    async def _submit(
+        self,
+        fn: Callable[..., T],
+        *,
+        in_transaction: bool,
+        after_commit: Callable[[T], None] | None = None,
+    ) -> T:
         job = _Job(
             fn,
             in_transaction=in_transaction,
             wrap_errors=True,
             loop=asyncio.get_running_loop(),
+            after_commit=after_commit,
         )
         self._enqueue(job)
         return await job.future  # type: ignore[no-any-return]
@@ -437,7 +462,14 @@ class Database:
                 loop.call_soon_threadsafe(self._settle_all, some)
 
     def _settle_all(self, outcomes: list[Outcome]) -> None:
-        """On the jobs' loop: set each future, in the order the jobs ran."""
+        """On the jobs' loop, after the COMMIT: run each committed job's
+        ``after_commit``, then set each future, in the order the jobs ran."""
+        for job, ok, value in outcomes:
+            if ok and job.after_commit is not None:
+                try:
+                    job.after_commit(value)
+                except Exception:  # committed all the same
+                    log.exception("a store job's after-commit hook failed")
         for outcome in outcomes:
             if outcome[0].handed_off:
                 outcome[0].handed_off = False

@@ -51,10 +51,10 @@ class SqliteInbox:
         self._store = store
 
     async def add(self, message: InboundMessage) -> Published:
-        """Commit ``message``; its outcome only after the COMMIT. Shielded: when the
-        publisher gives up meanwhile, the dispatcher is still told (its poll never reads
-        this process's rows)."""
-        return await self._store.run(lambda tx: tx.inbox.add(message), shielded=True)
+        """Commit ``message``; its outcome only after the COMMIT. When the publisher gives
+        up meanwhile, the dispatcher is told all the same (the store announces what was
+        committed; the dispatcher's poll never reads this process's rows)."""
+        return await self._store.run(lambda tx: tx.inbox.add(message))
 
     async def accepted_after(
         self, seq: int, limit: int = 500

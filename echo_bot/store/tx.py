@@ -2,16 +2,15 @@
 the repositories on ``tx``, all in one transaction.
 
 Nothing outside ``store/`` writes SQL, names a table or imports the driver: the core asks
-``tx.turns.get(turn_id)``, ``tx.outbox.add(message)`` and so on (``tests/test_imports.py``
-holds that line). A repository that writes work someone waits for records what it wrote
-(``store.committed``); ``Store`` hands that to its subscribers after the COMMIT (for a
-``shielded`` run also when the caller was cancelled meanwhile), and never for work that
-was rolled back.
+``tx.turns.get(turn_id)``, ``tx.outbox.add(message)`` and so on
+(``tests/test_store_boundary.py`` holds that line). A repository that writes work someone
+waits for records what it wrote (``store.committed``); ``Store`` hands that to its
+subscribers right after the COMMIT, before any caller resumes, also when the caller was
+cancelled meanwhile, and never for work that was rolled back.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -439,28 +438,23 @@ class Store:
         """Call ``listener(event)`` after each COMMIT that announced a ``kind`` event."""
         self._subscribers.setdefault(kind, []).append(listener)
 
-    async def run(self, fn: Callable[[Tx], T], *, slow: bool = False, shielded: bool = False) -> T:
+    async def run(self, fn: Callable[[Tx], T], *, slow: bool = False) -> T:
         """Run ``fn(tx)`` in a transaction; its result once committed (StoreError when the
         store could not take it). ``slow``: work that may take more than about a
         millisecond (pruning, big reads), run where it cannot hold up the event loop.
-        ``shielded``: what the job commits is announced even when the caller is
-        cancelled while it waits (a publisher that gave up: its message is stored all the
-        same and must run); it costs a task, so only work nobody else would find asks."""
+
+        What the job committed is announced right after the COMMIT, before any caller
+        resumes — also when this caller was cancelled while it waited (a publisher that
+        gave up: its message is stored all the same and must run)."""
         masker, instance = self.masker, self.instance
 
         def job(db: SqlDb) -> tuple[T, list[Committed]]:
             tx = Tx(db, masker, instance)
             return fn(tx), tx.committed
 
-        if shielded:
-            # The announcement (a done callback) runs before the caller resumes.
-            done = asyncio.ensure_future(self.database.run(job, slow=slow))
-            done.add_done_callback(self._announce_done)
-            value, _committed = await asyncio.shield(done)
-            return value
-        value, committed = await self.database.run(job, slow=slow)
-        if committed:
-            self._announce(committed)
+        value, _committed = await self.database.run(
+            job, slow=slow, after_commit=self._announce_committed
+        )
         return value
 
     def run_sync(self, fn: Callable[[Tx], T]) -> T:
@@ -468,11 +462,9 @@ class Store:
         masker, instance = self.masker, self.instance
         return self.database.run_sync(lambda db: fn(Tx(db, masker, instance)))
 
-    def _announce_done(self, done: asyncio.Future[tuple[Any, list[Committed]]]) -> None:
-        if not done.cancelled() and done.exception() is None:
-            committed = done.result()[1]
-            if committed:
-                self._announce(committed)
+    def _announce_committed(self, done: tuple[Any, list[Committed]]) -> None:
+        if done[1]:
+            self._announce(done[1])
 
     def _announce(self, events: list[Committed]) -> None:
         for event in events:
