@@ -509,5 +509,8 @@ class Store:
             for listener in self._subscribers.get(type(event), ()):
                 try:
                     listener(event)
-                except Exception:  # committed all the same; the listener's poll finds it
+                except Exception:
+                    # Committed all the same: it waits in the store for its part's
+                    # recovery (the dispatcher's at the next start; the delivery worker's
+                    # and the scheduler's next look).
                     log.exception("telling %r about committed work failed", listener)
