@@ -30,6 +30,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -37,6 +38,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -271,6 +273,59 @@ def inbox_counts(state_dir: Path) -> dict[str, int]:
     return {status: count for status, count in rows}
 
 
+UNFINISHED = ("accepted", "running", "waiting_approval")
+
+
+def drain_note(state_dir: Path, at_end: dict[str, int], timeout: float) -> str:
+    """Wait (up to ``timeout`` s) for the turns still queued when the load ended; say how
+    long they took. Under a flood ingest comes first: the backlog runs afterwards."""
+    left = sum(at_end.get(s, 0) for s in UNFINISHED)
+    began = time.monotonic()
+    while left and time.monotonic() - began < timeout:
+        time.sleep(0.5)
+        left = sum(inbox_counts(state_dir).get(s, 0) for s in UNFINISHED)
+    took = time.monotonic() - began
+    backlog = sum(at_end.get(s, 0) for s in UNFINISHED)
+    rate = (backlog - left) / took if took else 0.0
+    if not left:
+        return f"backlog after the load: {backlog} turns, drained in {took:.1f} s ({rate:,.0f}/s)"
+    return (
+        f"backlog after the load: {backlog} turns, {left} still queued after {took:.0f} s "
+        f"({rate:,.0f}/s; all would take about {backlog / rate:.0f} s)"
+        if rate
+        else f"backlog after the load: {backlog} turns, none finished within {took:.0f} s"
+    )
+
+
+def profiled_daemon(out: str, argv: list[str]) -> int:
+    """``echo-bot`` ``argv`` in this process; SIGUSR1 starts a cProfile of the event-loop
+    thread, SIGUSR2 stops it and writes the stats to ``out`` (``--profile``)."""
+    import cProfile
+
+    from echo_bot.cli import main as echo_bot_main
+
+    profiler = cProfile.Profile()
+
+    def start(_signum: int, _frame: object) -> None:
+        profiler.enable()
+
+    def finish(_signum: int, _frame: object) -> None:
+        profiler.disable()
+        profiler.dump_stats(out)
+
+    signal.signal(signal.SIGUSR1, start)
+    signal.signal(signal.SIGUSR2, finish)
+    return echo_bot_main(argv)
+
+
+def print_profile(path: str, limit: int = 40) -> None:
+    import pstats
+
+    stats = pstats.Stats(path)
+    stats.sort_stats("tottime").print_stats(limit)
+    stats.sort_stats("cumulative").print_stats(limit)
+
+
 # ---------------------------------------------------------------------------------------
 # Load generators
 # ---------------------------------------------------------------------------------------
@@ -383,7 +438,9 @@ def load_case(
     url: str,
     args: argparse.Namespace,
     workdir: Path,
+    measuring: Callable[[bool], None] | None = None,
 ) -> Case:
+    """``measuring(True)`` just before the measured load, ``measuring(False)`` after."""
     prefix = f"{name}-{time.time_ns()}"
     generate = (
         (lambda s, p: run_wrk(url, s, args.connections, p, workdir))
@@ -392,9 +449,13 @@ def load_case(
     )
     if args.warmup > 0:
         generate(args.warmup, prefix + "-warm")
+    if measuring is not None:
+        measuring(True)
     before = cpu_seconds(proc.pid)
     load = generate(args.duration, prefix)
     used = cpu_seconds(proc.pid) - before
+    if measuring is not None:
+        measuring(False)
     return Case(name, load, used / load.requests * 1e6 if load.requests else 0.0)
 
 
@@ -425,17 +486,31 @@ def run(args: argparse.Namespace) -> int:
         config = workdir / "echo-bot.toml"
         config.write_text(daemon_config(port))
         log = (workdir / "daemon.log").open("wb")
+        command = ["run", "--config", str(config), "--state-dir", str(state)]
+        profile = Path(args.profile).resolve() if args.profile else None
+        if profile is not None:  # echo-bot's own main, profiled during the measured load
+            command = [__file__, "--profiled-daemon", str(profile), *command]
+        else:
+            command = ["-m", "echo_bot", *command]
         daemon = subprocess.Popen(
-            [sys.executable, "-m", "echo_bot", "run", "--config", str(config),
-             "--state-dir", str(state)],
+            [sys.executable, *command],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
             env=daemon_env(), cwd=ROOT,
         )  # fmt: skip
         procs.append(daemon)
         wait_http(f"http://127.0.0.1:{port}/healthz", daemon, 60)
-        case_b = load_case("b", daemon, f"http://127.0.0.1:{port}/hooks/{ROUTE}", args, workdir)
+
+        def measuring(on: bool) -> None:
+            if profile is not None:
+                daemon.send_signal(signal.SIGUSR1 if on else signal.SIGUSR2)
+
+        url = f"http://127.0.0.1:{port}/hooks/{ROUTE}"
+        case_b = load_case("b", daemon, url, args, workdir, measuring)
         cases.append(case_b)
         before_stop = inbox_counts(state)
+        notes.append(drain_note(state, before_stop, args.drain_timeout))
+        if profile is not None:
+            notes.append(f"profile of the measured load (event-loop thread): {profile}")
         code = stop(daemon)
         log.close()
         counts = inbox_counts(state)
@@ -503,6 +578,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"Target: b/a ≥ 0.85 — {'met' if ratio >= 0.85 else 'MISSED'} ({ratio:.2f}).")
     for note in notes:
         print(f"- {note}")
+    if args.profile and Path(args.profile).exists():
+        print()
+        print_profile(args.profile)
     return 0
 
 
@@ -522,9 +600,21 @@ def main(argv: list[str] | None = None) -> int:
         help="also bare aiohttp + one SQLite commit per request, + group commit on a"
         " worker thread, and + group commit on the event-loop thread",
     )  # fmt: skip
+    parser.add_argument(
+        "--drain-timeout", type=float,
+        help="seconds to wait after the load for echo-bot's queued turns (120; --quick 20)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--profile", metavar="FILE",
+        help="cProfile echo-bot's event-loop thread during the measured load into FILE"
+        " (pstats; slows it down) and print its top entries",
+    )  # fmt: skip
+    parser.add_argument("--profiled-daemon", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     parser.add_argument("--serve-bare", nargs=3, help=argparse.SUPPRESS)
     parser.add_argument("--client", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.profiled_daemon:
+        return profiled_daemon(args.profiled_daemon[0], args.profiled_daemon[1:])
     if args.serve_bare:
         port, mode, workdir = args.serve_bare
         serve_bare(int(port), mode, workdir)
@@ -538,6 +628,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.warmup is None:
         args.warmup = 0.5 if args.quick else 2.0
     args.duration = max(1.0, min(args.duration, 120.0))
+    if args.drain_timeout is None:
+        args.drain_timeout = 20.0 if args.quick else 120.0
     if args.generator == "auto":
         args.generator = "wrk" if shutil.which("wrk") else "python"
     return run(args)
