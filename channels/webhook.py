@@ -90,9 +90,11 @@ class WebhookChannel:
         self._install(config)
         self._served_paths = set(self.routes)
         for path in self._served_paths:
+            # A plain path is found without trying the catch-all's pattern.
+            setup.http.add_route("*", path, self._handle, reads_body=True)
             if not path.startswith("/hooks/"):  # /hooks/… is served by the catch-all
-                setup.http.add_route("*", path, self._handle, reads_body=True)
                 setup.http.add_route("GET", path + "/deliveries/{id}", self._status)
+        # Routes added under /hooks/ by a reload, and their deliveries' status.
         setup.http.add_route("*", "/hooks/{tail:.*}", self._dispatch, reads_body=True)
         setup.http.add_health("webhook", self.health)
 

@@ -669,7 +669,17 @@ class HttpServer:
 async def _read(request: web.Request, limit: int | None) -> bytes | web.Response:
     if limit is None:
         return await request.read()
+    if request.content.is_eof():
+        return _take_received(request, limit)
     return await _read_at_most(request, limit)
+
+
+def _take_received(request: web.Request, limit: int) -> bytes | web.Response:
+    """The body of a request whose payload has ended (``is_eof``): what is buffered."""
+    body = request.content.read_nowait(-1)
+    if len(body) > limit:
+        return error_response(413, f"body larger than {limit} bytes")
+    return body
 
 
 async def _read_at_most(request: web.Request, limit: int) -> bytes | web.Response:
