@@ -51,6 +51,10 @@ from bench.common import free_port, stop  # noqa: E402
 SECRET = "bench-webhook-secret"
 SECRET_ENV = "BENCH_WEBHOOK_SECRET"
 ROUTE = "bench"
+# Deliveries go round-robin to this many routes (bench-0, bench-1, …): a route accepts at
+# most 100,000 a minute (the config's bound on rate_limit), less than one route could
+# take in a run. One turn at a time runs for all of them, as for one route.
+ROUTES = 8
 MAX_CLIENT_REQUESTS = 5_000_000  # the Python load client stops here whatever the time
 
 WRK_SCRIPT = r"""
@@ -64,8 +68,11 @@ function setup(thread)
   threads = threads + 1
 end
 
+local routes = 1
+
 function init(args)
   prefix = args[1] or "x"
+  routes = tonumber(args[3] or "1")
   wrk.method = "POST"
   wrk.headers["Content-Type"] = "application/json"
   wrk.headers["Authorization"] = "Bearer " .. (args[2] or "")
@@ -75,7 +82,7 @@ function request()
   counter = counter + 1
   local body = '{"event":"bench","run":"' .. prefix .. '","thread":' .. tid ..
     ',"n":' .. counter .. ',"note":"a delivery of a modest size, like a small event"}'
-  return wrk.format(nil, nil, nil, body)
+  return wrk.format(nil, "/hooks/bench-" .. (counter % routes), nil, body)
 end
 
 function done(summary, latency, requests)
@@ -214,7 +221,7 @@ def serve_bare(port: int, mode: str = "plain", workdir: str = "") -> None:
         return web.json_response({"status": "accepted", "keys": len(payload)}, status=202)
 
     app = web.Application()
-    app.router.add_post(f"/hooks/{ROUTE}", handle)
+    app.router.add_post("/hooks/{route}", handle)
     app.router.add_get("/healthz", lambda _r: _ok())
     web.run_app(app, host="127.0.0.1", port=port, access_log=None, print=None)
 
@@ -231,9 +238,21 @@ async def _ok() -> object:
 
 
 def daemon_config(port: int) -> str:
+    routes = "".join(
+        f"""
+[[webhook.routes]]
+name = "{ROUTE}-{n}"
+auth = "bearer"
+secret_env = "{SECRET_ENV}"
+rate_limit = 100000
+tool = "current_time"
+"""
+        for n in range(ROUTES)
+    )
     return f"""
 [bot]
 shutdown_timeout = "1s"
+max_concurrent_turns = 1
 
 [brain]
 kind = "rules"
@@ -244,14 +263,7 @@ port = {port}
 
 [webhook]
 enabled = true
-
-[[webhook.routes]]
-name = "{ROUTE}"
-auth = "bearer"
-secret_env = "{SECRET_ENV}"
-rate_limit = 100000
-tool = "current_time"
-"""
+{routes}"""
 
 
 def daemon_env() -> dict[str, str]:
@@ -349,7 +361,7 @@ def run_wrk(url: str, seconds: float, connections: int, prefix: str, workdir: Pa
     script.write_text(WRK_SCRIPT)
     cmd = [
         "wrk", "-t1", f"-c{connections}", f"-d{max(1, round(seconds))}s", "--latency",
-        "--timeout", "10s", "-s", str(script), url, "--", prefix, SECRET,
+        "--timeout", "10s", "-s", str(script), url, "--", prefix, SECRET, str(ROUTES),
     ]  # fmt: skip
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 60)
     line = next((x for x in out.stdout.splitlines() if x.startswith("WRK-JSON ")), None)
@@ -385,15 +397,17 @@ async def client_main(url: str, seconds: float, connections: int, prefix: str) -
     counter = 0
     headers = {"Content-Type": "application/json", "Authorization": f"Bearer {SECRET}"}
     deadline = time.perf_counter() + seconds
+    base = url.split("/hooks/", 1)[0]
 
     async def worker(session: aiohttp.ClientSession, number: int) -> None:
         nonlocal failed, counter
         while time.perf_counter() < deadline and counter < MAX_CLIENT_REQUESTS:
             counter += 1
             body = json.dumps({"event": "bench", "run": prefix, "thread": number, "n": counter})
+            route = f"{base}/hooks/{ROUTE}-{counter % ROUTES}"
             began = time.perf_counter()
             try:
-                async with session.post(url, data=body, headers=headers) as response:
+                async with session.post(route, data=body, headers=headers) as response:
                     await response.read()
                     ok = response.status < 300
             except (aiohttp.ClientError, TimeoutError):
@@ -476,7 +490,7 @@ def run(args: argparse.Namespace) -> int:
             )  # fmt: skip
             procs.append(bare)
             wait_http(f"http://127.0.0.1:{port}/healthz", bare, 30)
-            url = f"http://127.0.0.1:{port}/hooks/{ROUTE}"
+            url = f"http://127.0.0.1:{port}/hooks/{ROUTE}-0"
             cases.append(load_case(mode, bare, url, args, workdir))
             stop(bare)
 
@@ -504,7 +518,7 @@ def run(args: argparse.Namespace) -> int:
             if profile is not None:
                 daemon.send_signal(signal.SIGUSR1 if on else signal.SIGUSR2)
 
-        url = f"http://127.0.0.1:{port}/hooks/{ROUTE}"
+        url = f"http://127.0.0.1:{port}/hooks/{ROUTE}-0"
         case_b = load_case("b", daemon, url, args, workdir, measuring)
         cases.append(case_b)
         before_stop = inbox_counts(state)
