@@ -10,7 +10,8 @@ else an aiohttp client), on 127.0.0.1 only:
     it is answered 202, and the daemon runs its turns meanwhile.
 
 Every request carries a different body, so no delivery is a duplicate. Prints requests/s,
-p50/p99 latency and the server's CPU time per request for both, and the ratio b/a.
+p50/p99 latency and the server's CPU time per request for both, the ratio b/a, and how
+long (b) takes afterwards to run the turns still queued when the load ended.
 
 With ``--reference`` three more bare servers run in between: (a) plus one SQLite commit
 per request (on a worker thread), (a) plus group commit on a worker thread, and (a) plus
@@ -20,6 +21,7 @@ echo-bot) — what the storage scheme alone costs here, and the limit for (b).
     python bench/webhook_ingest.py                # 10 s per case
     python bench/webhook_ingest.py --reference    # and the three SQLite references
     python bench/webhook_ingest.py --quick        # about 2 s per case
+    python bench/webhook_ingest.py --profile F    # and a cProfile of (b)'s event loop
 """
 
 from __future__ import annotations
