@@ -10,7 +10,8 @@ else an aiohttp client), on 127.0.0.1 only:
     it is answered 202, and the daemon runs its turns meanwhile.
 
 Every request carries a different body, so no delivery is a duplicate. Prints requests/s,
-p50/p99 latency and the server's CPU time per request for both, and the ratio b/a.
+p50/p99 latency and the server's CPU time per request for both, the ratio b/a, and how
+long (b) takes afterwards to run the turns still queued when the load ended.
 
 With ``--reference`` three more bare servers run in between: (a) plus one SQLite commit
 per request (on a worker thread), (a) plus group commit on a worker thread, and (a) plus
@@ -20,6 +21,7 @@ echo-bot) — what the storage scheme alone costs here, and the limit for (b).
     python bench/webhook_ingest.py                # 10 s per case
     python bench/webhook_ingest.py --reference    # and the three SQLite references
     python bench/webhook_ingest.py --quick        # about 2 s per case
+    python bench/webhook_ingest.py --profile F    # and a cProfile of (b)'s event loop
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -37,6 +40,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,6 +53,10 @@ from bench.common import free_port, stop  # noqa: E402
 SECRET = "bench-webhook-secret"
 SECRET_ENV = "BENCH_WEBHOOK_SECRET"
 ROUTE = "bench"
+# Deliveries go round-robin to this many routes (bench-0, bench-1, …): a route accepts at
+# most 100,000 a minute (the config's bound on rate_limit), less than one route could
+# take in a run. One turn at a time runs for all of them, as for one route.
+ROUTES = 8
 MAX_CLIENT_REQUESTS = 5_000_000  # the Python load client stops here whatever the time
 
 WRK_SCRIPT = r"""
@@ -62,8 +70,11 @@ function setup(thread)
   threads = threads + 1
 end
 
+local routes = 1
+
 function init(args)
   prefix = args[1] or "x"
+  routes = tonumber(args[3] or "1")
   wrk.method = "POST"
   wrk.headers["Content-Type"] = "application/json"
   wrk.headers["Authorization"] = "Bearer " .. (args[2] or "")
@@ -73,7 +84,7 @@ function request()
   counter = counter + 1
   local body = '{"event":"bench","run":"' .. prefix .. '","thread":' .. tid ..
     ',"n":' .. counter .. ',"note":"a delivery of a modest size, like a small event"}'
-  return wrk.format(nil, nil, nil, body)
+  return wrk.format(nil, "/hooks/bench-" .. (counter % routes), nil, body)
 end
 
 function done(summary, latency, requests)
@@ -212,7 +223,7 @@ def serve_bare(port: int, mode: str = "plain", workdir: str = "") -> None:
         return web.json_response({"status": "accepted", "keys": len(payload)}, status=202)
 
     app = web.Application()
-    app.router.add_post(f"/hooks/{ROUTE}", handle)
+    app.router.add_post("/hooks/{route}", handle)
     app.router.add_get("/healthz", lambda _r: _ok())
     web.run_app(app, host="127.0.0.1", port=port, access_log=None, print=None)
 
@@ -229,9 +240,21 @@ async def _ok() -> object:
 
 
 def daemon_config(port: int) -> str:
+    routes = "".join(
+        f"""
+[[webhook.routes]]
+name = "{ROUTE}-{n}"
+auth = "bearer"
+secret_env = "{SECRET_ENV}"
+rate_limit = 100000
+tool = "current_time"
+"""
+        for n in range(ROUTES)
+    )
     return f"""
 [bot]
 shutdown_timeout = "1s"
+max_concurrent_turns = 1
 
 [brain]
 kind = "rules"
@@ -242,14 +265,7 @@ port = {port}
 
 [webhook]
 enabled = true
-
-[[webhook.routes]]
-name = "{ROUTE}"
-auth = "bearer"
-secret_env = "{SECRET_ENV}"
-rate_limit = 100000
-tool = "current_time"
-"""
+{routes}"""
 
 
 def daemon_env() -> dict[str, str]:
@@ -269,6 +285,59 @@ def inbox_counts(state_dir: Path) -> dict[str, int]:
     finally:
         conn.close()
     return {status: count for status, count in rows}
+
+
+UNFINISHED = ("accepted", "running", "waiting_approval")
+
+
+def drain_note(state_dir: Path, at_end: dict[str, int], timeout: float) -> str:
+    """Wait (up to ``timeout`` s) for the turns still queued when the load ended; say how
+    long they took. Under a flood ingest comes first: the backlog runs afterwards."""
+    left = sum(at_end.get(s, 0) for s in UNFINISHED)
+    began = time.monotonic()
+    while left and time.monotonic() - began < timeout:
+        time.sleep(0.5)
+        left = sum(inbox_counts(state_dir).get(s, 0) for s in UNFINISHED)
+    took = time.monotonic() - began
+    backlog = sum(at_end.get(s, 0) for s in UNFINISHED)
+    rate = (backlog - left) / took if took else 0.0
+    if not left:
+        return f"backlog after the load: {backlog} turns, drained in {took:.1f} s ({rate:,.0f}/s)"
+    return (
+        f"backlog after the load: {backlog} turns, {left} still queued after {took:.0f} s "
+        f"({rate:,.0f}/s; all would take about {backlog / rate:.0f} s)"
+        if rate
+        else f"backlog after the load: {backlog} turns, none finished within {took:.0f} s"
+    )
+
+
+def profiled_daemon(out: str, argv: list[str]) -> int:
+    """``echo-bot`` ``argv`` in this process; SIGUSR1 starts a cProfile of the event-loop
+    thread, SIGUSR2 stops it and writes the stats to ``out`` (``--profile``)."""
+    import cProfile
+
+    from echo_bot.cli import main as echo_bot_main
+
+    profiler = cProfile.Profile()
+
+    def start(_signum: int, _frame: object) -> None:
+        profiler.enable()
+
+    def finish(_signum: int, _frame: object) -> None:
+        profiler.disable()
+        profiler.dump_stats(out)
+
+    signal.signal(signal.SIGUSR1, start)
+    signal.signal(signal.SIGUSR2, finish)
+    return echo_bot_main(argv)
+
+
+def print_profile(path: str, limit: int = 40) -> None:
+    import pstats
+
+    stats = pstats.Stats(path)
+    stats.sort_stats("tottime").print_stats(limit)
+    stats.sort_stats("cumulative").print_stats(limit)
 
 
 # ---------------------------------------------------------------------------------------
@@ -294,7 +363,7 @@ def run_wrk(url: str, seconds: float, connections: int, prefix: str, workdir: Pa
     script.write_text(WRK_SCRIPT)
     cmd = [
         "wrk", "-t1", f"-c{connections}", f"-d{max(1, round(seconds))}s", "--latency",
-        "--timeout", "10s", "-s", str(script), url, "--", prefix, SECRET,
+        "--timeout", "10s", "-s", str(script), url, "--", prefix, SECRET, str(ROUTES),
     ]  # fmt: skip
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 60)
     line = next((x for x in out.stdout.splitlines() if x.startswith("WRK-JSON ")), None)
@@ -330,15 +399,17 @@ async def client_main(url: str, seconds: float, connections: int, prefix: str) -
     counter = 0
     headers = {"Content-Type": "application/json", "Authorization": f"Bearer {SECRET}"}
     deadline = time.perf_counter() + seconds
+    base = url.split("/hooks/", 1)[0]
 
     async def worker(session: aiohttp.ClientSession, number: int) -> None:
         nonlocal failed, counter
         while time.perf_counter() < deadline and counter < MAX_CLIENT_REQUESTS:
             counter += 1
             body = json.dumps({"event": "bench", "run": prefix, "thread": number, "n": counter})
+            route = f"{base}/hooks/{ROUTE}-{counter % ROUTES}"
             began = time.perf_counter()
             try:
-                async with session.post(url, data=body, headers=headers) as response:
+                async with session.post(route, data=body, headers=headers) as response:
                     await response.read()
                     ok = response.status < 300
             except (aiohttp.ClientError, TimeoutError):
@@ -383,7 +454,9 @@ def load_case(
     url: str,
     args: argparse.Namespace,
     workdir: Path,
+    measuring: Callable[[bool], None] | None = None,
 ) -> Case:
+    """``measuring(True)`` just before the measured load, ``measuring(False)`` after."""
     prefix = f"{name}-{time.time_ns()}"
     generate = (
         (lambda s, p: run_wrk(url, s, args.connections, p, workdir))
@@ -392,9 +465,13 @@ def load_case(
     )
     if args.warmup > 0:
         generate(args.warmup, prefix + "-warm")
+    if measuring is not None:
+        measuring(True)
     before = cpu_seconds(proc.pid)
     load = generate(args.duration, prefix)
     used = cpu_seconds(proc.pid) - before
+    if measuring is not None:
+        measuring(False)
     return Case(name, load, used / load.requests * 1e6 if load.requests else 0.0)
 
 
@@ -415,7 +492,7 @@ def run(args: argparse.Namespace) -> int:
             )  # fmt: skip
             procs.append(bare)
             wait_http(f"http://127.0.0.1:{port}/healthz", bare, 30)
-            url = f"http://127.0.0.1:{port}/hooks/{ROUTE}"
+            url = f"http://127.0.0.1:{port}/hooks/{ROUTE}-0"
             cases.append(load_case(mode, bare, url, args, workdir))
             stop(bare)
 
@@ -425,17 +502,31 @@ def run(args: argparse.Namespace) -> int:
         config = workdir / "echo-bot.toml"
         config.write_text(daemon_config(port))
         log = (workdir / "daemon.log").open("wb")
+        command = ["run", "--config", str(config), "--state-dir", str(state)]
+        profile = Path(args.profile).resolve() if args.profile else None
+        if profile is not None:  # echo-bot's own main, profiled during the measured load
+            command = [__file__, "--profiled-daemon", str(profile), *command]
+        else:
+            command = ["-m", "echo_bot", *command]
         daemon = subprocess.Popen(
-            [sys.executable, "-m", "echo_bot", "run", "--config", str(config),
-             "--state-dir", str(state)],
+            [sys.executable, *command],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
             env=daemon_env(), cwd=ROOT,
         )  # fmt: skip
         procs.append(daemon)
         wait_http(f"http://127.0.0.1:{port}/healthz", daemon, 60)
-        case_b = load_case("b", daemon, f"http://127.0.0.1:{port}/hooks/{ROUTE}", args, workdir)
+
+        def measuring(on: bool) -> None:
+            if profile is not None:
+                daemon.send_signal(signal.SIGUSR1 if on else signal.SIGUSR2)
+
+        url = f"http://127.0.0.1:{port}/hooks/{ROUTE}-0"
+        case_b = load_case("b", daemon, url, args, workdir, measuring)
         cases.append(case_b)
         before_stop = inbox_counts(state)
+        notes.append(drain_note(state, before_stop, args.drain_timeout))
+        if profile is not None:
+            notes.append(f"profile of the measured load (event-loop thread): {profile}")
         code = stop(daemon)
         log.close()
         counts = inbox_counts(state)
@@ -503,6 +594,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"Target: b/a ≥ 0.85 — {'met' if ratio >= 0.85 else 'MISSED'} ({ratio:.2f}).")
     for note in notes:
         print(f"- {note}")
+    if args.profile and Path(args.profile).exists():
+        print()
+        print_profile(args.profile)
     return 0
 
 
@@ -522,9 +616,21 @@ def main(argv: list[str] | None = None) -> int:
         help="also bare aiohttp + one SQLite commit per request, + group commit on a"
         " worker thread, and + group commit on the event-loop thread",
     )  # fmt: skip
+    parser.add_argument(
+        "--drain-timeout", type=float,
+        help="seconds to wait after the load for echo-bot's queued turns (120; --quick 20)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--profile", metavar="FILE",
+        help="cProfile echo-bot's event-loop thread during the measured load into FILE"
+        " (pstats; slows it down) and print its top entries",
+    )  # fmt: skip
+    parser.add_argument("--profiled-daemon", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     parser.add_argument("--serve-bare", nargs=3, help=argparse.SUPPRESS)
     parser.add_argument("--client", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.profiled_daemon:
+        return profiled_daemon(args.profiled_daemon[0], args.profiled_daemon[1:])
     if args.serve_bare:
         port, mode, workdir = args.serve_bare
         serve_bare(int(port), mode, workdir)
@@ -538,6 +644,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.warmup is None:
         args.warmup = 0.5 if args.quick else 2.0
     args.duration = max(1.0, min(args.duration, 120.0))
+    if args.drain_timeout is None:
+        args.drain_timeout = 20.0 if args.quick else 120.0
     if args.generator == "auto":
         args.generator = "wrk" if shutil.which("wrk") else "python"
     return run(args)

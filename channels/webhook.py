@@ -80,6 +80,7 @@ class WebhookChannel:
         self.limits: dict[str, RateLimit] = {}
         self.secrets: dict[str, str] = {}
         self._header_readers: set[str] = set()  # routes whose templates use {headers[…]}
+        self._origins: dict[str, tuple[Address, Sender, Address | None]] = {}
         self.counts = {"accepted": 0, "duplicate": 0, "rejected": 0, "ignored": 0}
         if setup.http is None:
             raise ConfigError("webhook: the HTTP server is not available")
@@ -89,9 +90,11 @@ class WebhookChannel:
         self._install(config)
         self._served_paths = set(self.routes)
         for path in self._served_paths:
+            # A plain path is found without trying the catch-all's pattern.
+            setup.http.add_route("*", path, self._handle, reads_body=True)
             if not path.startswith("/hooks/"):  # /hooks/… is served by the catch-all
-                setup.http.add_route("*", path, self._handle, reads_body=True)
                 setup.http.add_route("GET", path + "/deliveries/{id}", self._status)
+        # Routes added under /hooks/ by a reload, and their deliveries' status.
         setup.http.add_route("*", "/hooks/{tail:.*}", self._dispatch, reads_body=True)
         setup.http.add_health("webhook", self.health)
 
@@ -121,6 +124,15 @@ class WebhookChannel:
             ):
                 self.limits[route.name] = RateLimit(route.rate_limit)
         self.config, self.routes, self.secrets = config, routes, secrets
+        # Each route's address, sender and reply target: immutable, made once.
+        self._origins = {
+            route.name: (
+                Address(channel="webhook", chat_id=route.name),
+                Sender(id=f"webhook:{route.name}", name=f"webhook {route.name}"),
+                Address.parse(route.deliver_to) if route.deliver_to else None,
+            )
+            for route in config.routes
+        }
         self._header_readers = {
             route.name
             for route in config.routes
@@ -277,11 +289,12 @@ class WebhookChannel:
         return f"{route.name}:sha256:{hashlib.sha256(body).hexdigest()}"
 
     def _inbound(self, route: WebhookRoute, sources: dict[str, Any], key: str) -> InboundMessage:
+        address, sender, reply_to = self._origins[route.name]
         common: dict[str, Any] = {
-            "address": Address(channel="webhook", chat_id=route.name),
-            "sender": Sender(id=f"webhook:{route.name}", name=f"webhook {route.name}"),
+            "address": address,
+            "sender": sender,
             "external_id": key,
-            "reply_to": Address.parse(route.deliver_to) if route.deliver_to else None,
+            "reply_to": reply_to,
             "metadata": {"route": route.name},
         }
         if route.tool is not None:

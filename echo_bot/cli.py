@@ -300,7 +300,12 @@ def _run_daemon(
         if loaded.config.webhook.enabled:
             channels.append("webhook")
     daemon = Daemon(
-        core, channel_names=channels, channel_options=options, environ=environ, banner=True
+        core,
+        channel_names=channels,
+        channel_options=options,
+        environ=environ,
+        banner=True,
+        freeze_heap=True,
     )
     return asyncio.run(daemon.run())
 

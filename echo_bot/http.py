@@ -167,6 +167,7 @@ class Connection(asyncio.Protocol):
         self.on_large_head = on_large_head
         self.header_timeout = header_timeout
         self._late: asyncio.TimerHandle | None = None
+        self._head_due: float | None = None  # loop time by which the head must be in
         self.transport: asyncio.Transport | None = None
         self.busy = 0  # requests being handled right now
         self.idle_since = time.monotonic()
@@ -186,7 +187,7 @@ class Connection(asyncio.Protocol):
     def request_started(self) -> None:
         self.busy += 1
         self.in_head, self._body = False, None
-        self._disarm()
+        self._head_due = None
 
     def request_finished(self, body: Any) -> None:
         """``body`` is the request's payload stream: bytes still due belong to it."""
@@ -197,20 +198,30 @@ class Connection(asyncio.Protocol):
             self._next_head()
             self._arm()
 
+    # One timer per connection, not one per request: a request only moves the deadline
+    # (``_head_due``; None while a request is handled), and the timer, when it fires
+    # before the deadline, is set again for it.
     def _arm(self) -> None:
         """The next request's line and headers must be in within ``header_timeout``."""
-        self._disarm()
         loop = asyncio.get_running_loop()
-        self._late = loop.call_later(self.header_timeout, self._head_too_late)
+        self._head_due = loop.time() + self.header_timeout
+        if self._late is None:
+            self._late = loop.call_at(self._head_due, self._head_too_late)
 
     def _disarm(self) -> None:
+        self._head_due = None
         if self._late is not None:
             self._late.cancel()
             self._late = None
 
     def _head_too_late(self) -> None:
         self._late = None
-        if not self.busy:
+        if self._head_due is None or self.busy:
+            return  # a request is being handled: its end sets the next deadline
+        loop = asyncio.get_running_loop()
+        if loop.time() < self._head_due:
+            self._late = loop.call_at(self._head_due, self._head_too_late)
+        else:
             self.close()
 
     def _next_head(self) -> None:
@@ -529,10 +540,12 @@ class HttpServer:
             )
         timeout = self.config.body_timeout.total_seconds()
         try:
+            if request.content.is_eof():
+                # All of it has arrived (a small body comes with its head): reading it
+                # cannot wait, so it needs no timer.
+                return await _read(request, limit)
             async with asyncio.timeout(timeout):
-                if limit is None:
-                    return await request.read()
-                return await _read_at_most(request, limit)
+                return await _read(request, limit)
         except TimeoutError:
             self.counts["slow_bodies"] += 1
             self._trouble.note("http: bodies dropped after body_timeout", f"route {key}")
@@ -651,6 +664,22 @@ class HttpServer:
         oldest.close()
         self.counts["replaced"] += 1
         return True
+
+
+async def _read(request: web.Request, limit: int | None) -> bytes | web.Response:
+    if limit is None:
+        return await request.read()
+    if request.content.is_eof():
+        return _take_received(request, limit)
+    return await _read_at_most(request, limit)
+
+
+def _take_received(request: web.Request, limit: int) -> bytes | web.Response:
+    """The body of a request whose payload has ended (``is_eof``): what is buffered."""
+    body = request.content.read_nowait(-1)
+    if len(body) > limit:
+        return error_response(413, f"body larger than {limit} bytes")
+    return body
 
 
 async def _read_at_most(request: web.Request, limit: int) -> bytes | web.Response:

@@ -303,6 +303,24 @@ async def test_attack_endless_request_heads_are_cut_off_and_large_bodies_still_p
     assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
 
 
+async def test_a_kept_alive_peer_that_stalls_after_answered_requests_is_cut_off(
+    state_dir: Path,
+) -> None:
+    """The header timeout is one timer per connection that each request moves: after
+    several answered requests, a partial head that never ends still closes it."""
+    async with running_bot(state_dir, CAPPED, environ=ENV, channels=["webhook"]) as bot:
+        reader, writer = await asyncio.open_connection("127.0.0.1", bot.daemon.http.port)
+        for _ in range(3):
+            writer.write(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            status, headers = await answer_head(reader)
+            assert status == 200
+            await reader.readexactly(int(headers["content-length"]))
+            await asyncio.sleep(0.3)  # the deadline moves with each request
+        writer.write(HALF_OPEN)
+        assert await closed_by_server(reader) == b""
+        writer.close()
+
+
 async def test_a_large_head_sent_in_one_write_is_refused_too(state_dir: Path) -> None:
     """The 64 KiB bound holds when the whole head, blank line included, arrives at once
     (a 96 KiB head in one write was answered 200)."""

@@ -257,3 +257,40 @@ async def test_work_committed_after_its_caller_gave_up_is_still_announced(
             await asyncio.sleep(0.01)
     assert await db.run(count) == 1
     assert told == [given_up.id]
+
+
+def test_one_insert_decides_and_a_conflict_looks_at_the_window() -> None:
+    """add_inbound through its SQL: a new key is one INSERT; a key stored within its
+    window is a duplicate of that row; past the window the old row keeps its row under a
+    retired key and the delivery is new; the same message (same id) is never stored twice,
+    whatever the window."""
+    import sqlite3
+
+    from echo_bot.store.schema import migrate
+
+    db = SqlDb(sqlite3.connect(":memory:"))
+    migrate(db)
+    statements: list[str] = []
+    db.conn.set_trace_callback(statements.append)
+    first = message("k")
+    assert add_inbound(db, first) == Published(first.id, False)
+    work = [s for s in statements if not s.startswith("BEGIN")]  # the driver's own
+    assert len(work) == 1 and work[0].startswith("INSERT")
+    again = message("k")
+    assert add_inbound(db, again) == Published(first.id, True)  # within the window
+    db.conn.set_trace_callback(None)
+    past = time.time() - DEDUP_WINDOW - 60
+    db.execute("UPDATE inbox SET received_at = ? WHERE id = ?", [past, first.id])
+    later = message("k")
+    assert add_inbound(db, later) == Published(later.id, False)  # past the window: new
+    rows = db.execute("SELECT id, external_id FROM inbox ORDER BY seq").fetchall()
+    assert rows[0][0] == first.id and rows[0][1].startswith("k#")
+    assert rows[1] == (later.id, "k")
+    assert add_inbound(db, message("k")) == Published(later.id, True)
+    # The first message itself, added again long after its window: still one row.
+    assert add_inbound(db, first).duplicate
+    assert db.execute("SELECT COUNT(*) FROM inbox").fetchone()[0] == 2
+    # A keyless message added twice: the second is a duplicate by its id.
+    keyless = message(None)
+    assert add_inbound(db, keyless) == Published(keyless.id, False)
+    assert add_inbound(db, keyless) == Published(keyless.id, True)

@@ -1157,3 +1157,19 @@ async def test_header_and_route_templates(hooks: Hooks) -> None:
     )
     assert status in (400, 422), text
     assert [row["id"] for row in await hooks.inbox("hdr")] == [inbound_id]
+
+
+async def test_routes_removed_or_added_by_a_reload_on_their_plain_paths(hooks: Hooks) -> None:
+    """Each route's /hooks/ path is a plain route of the server (made at start); after a
+    reload the route list decides: a removed route answers 404 there, an added one is
+    served by the catch-all, and the others go on as before."""
+    channel = next(c for c in hooks.bot.daemon.channels if c.name == "webhook")
+    section = hooks.bot.daemon.core.loaded.config.webhook
+    kept = [route for route in section.routes if route.name != "bearer"]
+    added = kept[0].model_copy(update={"name": "late"})  # a github route, as gh
+    assert channel.reload(section.model_copy(update={"routes": [*kept, added]})) == []
+    answer = await hooks.bearer("bearer", {"ref": "gone"})
+    assert answer.status == 404 and "route" in answer.json["error"]
+    assert (await hooks.github("late", {"ref": "new"})).status == 202
+    assert (await hooks.github("gh", {"ref": "kept"})).status == 202
+    assert [row["status"] for row in await hooks.inbox("bearer")] == []

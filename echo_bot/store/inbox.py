@@ -9,7 +9,6 @@ process's rows from the ``InboundCommitted`` event and polls only for the others
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -82,17 +81,49 @@ DEDUP_WINDOW = 7 * 86400.0
 DEDUP_WINDOWS = {"telegram": 72 * 3600.0}
 
 
-_INSERT = (
+_INSERT_NEW = (
     "INSERT INTO inbox (id, kind, channel, session_key, external_id, payload, status,"
     " received_at, updated_at, instance) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " ON CONFLICT DO NOTHING"
 )
 
 
 def add_inbound(db: SqlDb, message: InboundMessage, instance: str | None = None) -> Published:
+    """Store ``message`` unless its id, or its (channel, external_id) within the
+    channel's dedup window, is stored already.
+
+    The common case — a new message — is one statement: the INSERT, which conflicts
+    with any stored row of the same id or key (the unique indexes). Only a conflict
+    looks further: a key older than its window is history, not a duplicate (retired,
+    then the insert is tried again); else the message is a duplicate of the row found."""
     now = time.time()
+    row = _insert_row(message, now, instance)
+    if db.conn.execute(_INSERT_NEW, row).rowcount == 1:
+        return Published(inbound_id=message.id, duplicate=False)
+    return _after_conflict(db, message, row, now)
+
+
+def _insert_row(message: InboundMessage, now: float, instance: str | None) -> tuple[object, ...]:
+    return (
+        message.id,
+        message.kind,
+        message.address.channel,
+        message.session_key,
+        message.external_id,
+        message.model_dump_json(),
+        InboundStatus.ACCEPTED,
+        message.received_at.timestamp(),
+        now,
+        instance,
+    )
+
+
+def _after_conflict(
+    db: SqlDb, message: InboundMessage, row: tuple[object, ...], now: float
+) -> Published:
     if message.external_id is not None:
         # An old row with the same key is history, not a duplicate: retire its key.
-        db.execute(
+        retired = db.conn.execute(
             "UPDATE inbox SET external_id = external_id || '#' || seq"
             " WHERE channel = ? AND external_id = ? AND received_at < ?",
             [
@@ -101,24 +132,9 @@ def add_inbound(db: SqlDb, message: InboundMessage, instance: str | None = None)
                 now - DEDUP_WINDOWS.get(message.address.channel, DEDUP_WINDOW),
             ],
         )
-    cursor = db.execute(
-        _INSERT + " ON CONFLICT DO NOTHING",
-        [
-            message.id,
-            message.kind,
-            message.address.channel,
-            message.session_key,
-            message.external_id,
-            message.model_dump_json(),
-            InboundStatus.ACCEPTED,
-            message.received_at.timestamp(),
-            now,
-            instance,
-        ],
-    )
-    if cursor.rowcount == 1:
-        return Published(inbound_id=message.id, duplicate=False)
-    existing = db.execute(
+        if retired.rowcount and db.conn.execute(_INSERT_NEW, row).rowcount == 1:
+            return Published(inbound_id=message.id, duplicate=False)
+    existing = db.conn.execute(
         "SELECT id FROM inbox WHERE (channel = ? AND external_id = ?) OR id = ?",
         [message.address.channel, message.external_id, message.id],
     ).fetchone()
@@ -128,61 +144,9 @@ def add_inbound(db: SqlDb, message: InboundMessage, instance: str | None = None)
 def add_inbound_batch(
     db: SqlDb, messages: Sequence[InboundMessage], instance: str | None = None
 ) -> list[Published]:
-    """``add_inbound`` for each message in order, in the caller's transaction.
-
-    The common case — no message's id or (channel, external_id) is in the store or
-    repeated in the batch — is one look-up and one ``executemany`` insert. Anything else
-    (a retried delivery, a key to retire after its dedup window, two equal keys in one
-    batch) takes the one-by-one path, so the outcome is exactly the sequential one."""
-    if not messages:
-        return []
-    ids = [m.id for m in messages]
-    keys = [(m.address.channel, m.external_id) for m in messages if m.external_id is not None]
-    if len(set(ids)) < len(ids) or len(set(keys)) < len(keys) or _any_stored(db, ids, keys):
-        return [add_inbound(db, message, instance) for message in messages]
-    now = time.time()
-    db.conn.executemany(
-        _INSERT,
-        [
-            (
-                m.id,
-                m.kind,
-                m.address.channel,
-                m.session_key,
-                m.external_id,
-                m.model_dump_json(),
-                InboundStatus.ACCEPTED,
-                m.received_at.timestamp(),
-                now,
-                instance,
-            )
-            for m in messages
-        ],
-    )
-    return [Published(inbound_id=m.id, duplicate=False) for m in messages]
-
-
-def _any_stored(db: SqlDb, ids: list[str], keys: list[tuple[str, str | None]]) -> bool:
-    """Whether any of these ids or (channel, external_id) keys is in the inbox (old
-    rows included: those past their window are retired on the one-by-one path)."""
-    found = db.execute(
-        "SELECT 1 FROM inbox WHERE id IN (SELECT value FROM json_each(?)) LIMIT 1",
-        [json.dumps(ids)],
-    ).fetchone()
-    if found:
-        return True
-    by_channel: dict[str, list[str | None]] = {}
-    for channel, external_id in keys:
-        by_channel.setdefault(channel, []).append(external_id)
-    for channel, external_ids in by_channel.items():
-        found = db.execute(
-            "SELECT 1 FROM inbox WHERE channel = ?"
-            " AND external_id IN (SELECT value FROM json_each(?)) LIMIT 1",
-            [channel, json.dumps(external_ids)],
-        ).fetchone()
-        if found:
-            return True
-    return False
+    """``add_inbound`` for each message in order, in the caller's transaction (so two
+    equal keys in one batch: the second is a duplicate of the first)."""
+    return [add_inbound(db, message, instance) for message in messages]
 
 
 def accepted_from_others(

@@ -82,7 +82,10 @@ class InboxRepo:
 
     def add(self, message: InboundMessage) -> Published:
         """Store ``message`` unless (channel, external_id) was seen within the window."""
-        return self.add_many([message])[0]
+        published = inbox_sql.add_inbound(self._db, message, self._instance)
+        if not published.duplicate:
+            self._tx.announce(InboundCommitted((message,)))
+        return published
 
     def add_many(self, messages: Sequence[InboundMessage]) -> list[Published]:
         published = inbox_sql.add_inbound_batch(self._db, messages, self._instance)
