@@ -190,9 +190,9 @@ class OutboxRepo:
     def receipt_of(self, outbound_id: str) -> str | None:
         return outbox_sql.receipt_of(self._db, outbound_id)
 
-    def mark_sent(self, message: OutboundMessage, receipt: Receipt) -> bool:
-        """Record the delivery; True when more messages wait for the same chat."""
-        return outbox_sql.mark_sent(self._db, message, receipt)
+    def mark_sent(self, message: OutboundMessage, receipt: Receipt) -> None:
+        """Record the delivery (and its receipt, for edits of it)."""
+        outbox_sql.mark_sent(self._db, message, receipt)
 
     def mark_retry(self, outbound_id: str, error: str, next_attempt_at: float) -> None:
         outbox_sql.mark_retry(self._db, outbound_id, error, next_attempt_at)
