@@ -43,16 +43,18 @@ log = logging.getLogger(__name__)
 
 class _Repo(Generic[R]):
     """A repository of ``Tx``, made on first use: a job touches two or three of them,
-    and making all of them for each job was a measurable part of a turn."""
+    and making all of them for each job was a measurable part of a turn. Only
+    ``__get__`` (a non-data descriptor): once made, the repository is an attribute of
+    the ``Tx`` and later uses do not come here."""
 
-    __slots__ = ("make", "slot")
+    __slots__ = ("make", "name")
 
     def __init__(self, make: Callable[[Tx], R]) -> None:
         self.make = make
-        self.slot = ""
+        self.name = ""
 
     def __set_name__(self, owner: type, name: str) -> None:
-        self.slot = "_" + name
+        self.name = name
 
     @overload
     def __get__(self, tx: None, owner: type) -> _Repo[R]: ...
@@ -63,12 +65,9 @@ class _Repo(Generic[R]):
     def __get__(self, tx: Tx | None, owner: type) -> R | _Repo[R]:
         if tx is None:
             return self
-        try:
-            return getattr(tx, self.slot)  # type: ignore[no-any-return]
-        except AttributeError:
-            repo = self.make(tx)
-            setattr(tx, self.slot, repo)
-            return repo
+        repo = self.make(tx)
+        tx.__dict__[self.name] = repo
+        return repo
 
 
 class Tx:
@@ -76,22 +75,6 @@ class Tx:
 
     ``Store`` calls ``flush`` when the work is done, still inside the transaction: what
     the repositories hold back to write at once (the audit rows) is written then."""
-
-    __slots__ = (
-        "_access",
-        "_approvals",
-        "_audit",
-        "_db",
-        "_grants",
-        "_inbox",
-        "_instance",
-        "_masker",
-        "_meta",
-        "_outbox",
-        "_reminders",
-        "_turns",
-        "committed",
-    )
 
     def __init__(self, db: SqlDb, masker: Masker, instance: str | None = None) -> None:
         self.committed: list[Committed] = []
@@ -112,7 +95,7 @@ class Tx:
 
     def flush(self) -> None:
         """Write what was held back (the audit rows), in the transaction still open."""
-        audit: AuditRepo | None = getattr(self, "_audit", None)
+        audit: AuditRepo | None = self.__dict__.get("audit")  # only if it was used
         if audit is not None:
             audit.flush()
 
