@@ -85,6 +85,7 @@ class DeliveryWorker:
         self._more: set[str] = set()  # chats in flight with more queued behind
         self._fresh: set[str] = set()  # chats queued to since the current look began
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
         self.delivered = 0
         store.subscribe(OutboundCommitted, self._queued)  # every commit that queued outbound
 
@@ -102,6 +103,8 @@ class DeliveryWorker:
         self._wake.set()
 
     def _queued(self, event: OutboundCommitted) -> None:
+        if event.head is not None and self._send_now(event.head):
+            return  # nothing else of its chat is queued: no need to look
         for chat in event.chat_keys:
             self._fresh.add(chat)
             if chat in self._in_flight:
@@ -113,6 +116,7 @@ class DeliveryWorker:
 
     async def stop(self, grace: float = 5.0) -> None:
         """Let sends in flight finish (bounded), then stop."""
+        self._stopping = True
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
@@ -126,6 +130,21 @@ class DeliveryWorker:
     async def idle(self, chat_key: str) -> bool:
         """True when nothing is queued or in flight for ``chat_key``."""
         return chat_key not in self._in_flight and await self.outbox.pending_count(chat_key) == 0
+
+    def _send_now(self, row: OutboxRow) -> bool:
+        """Start sending ``row`` (just committed, nothing queued ahead of it in its chat)
+        without reading the outbox; False when this worker cannot send it now."""
+        key = str(row.message.to)
+        if (
+            self._stopping
+            or self._task is None
+            or key in self._in_flight
+            or row.message.to.channel not in self.channels
+        ):
+            return False
+        # Registered before any look resumes: a look that read this row skips its chat.
+        self._in_flight[key] = asyncio.create_task(self._deliver(row), name=f"deliver-{key}")
+        return True
 
     async def _loop(self) -> None:
         while True:

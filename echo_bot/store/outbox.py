@@ -154,10 +154,21 @@ def pending_count(db: SqlDb, chat_key: str | None = None) -> int:
     ).fetchone()[0]
 
 
-def enqueue_outbound(db: SqlDb, message: OutboundMessage) -> None:
+def enqueue_outbound(db: SqlDb, message: OutboundMessage) -> OutboxRow | None:
+    """Queue ``message``; its row when nothing else is queued for its chat (it is due
+    now, with nothing ahead of it), None otherwise or when it was queued already."""
     now = time.time()
-    db.execute(
+    chat_key, payload = str(message.to), message.model_dump_json()
+    ahead = db.conn.execute(
+        "SELECT 1 FROM outbox WHERE status = 'queued' AND channel = ? AND chat_key = ? LIMIT 1",
+        [message.to.channel, chat_key],
+    ).fetchone()
+    cursor = db.conn.execute(
         "INSERT INTO outbox (id, channel, chat_key, payload, status, next_attempt_at,"
         " created_at) VALUES (?, ?, ?, ?, 'queued', ?, ?) ON CONFLICT(id) DO NOTHING",
-        [message.id, message.to.channel, str(message.to), message.model_dump_json(), now, now],
+        [message.id, message.to.channel, chat_key, payload, now, now],
     )
+    if ahead is not None or cursor.rowcount != 1 or cursor.lastrowid is None:
+        return None
+    # As ``due`` would read it back: what is sent is what was stored.
+    return OutboxRow(cursor.lastrowid, OutboundMessage.model_validate_json(payload), 0)

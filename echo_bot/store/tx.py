@@ -161,8 +161,8 @@ class OutboxRepo:
 
     def add(self, message: OutboundMessage) -> None:
         """Queue ``message`` for delivery (per-chat FIFO); the worker is told on COMMIT."""
-        outbox_sql.enqueue_outbound(self._db, message)
-        self._tx.announce(OutboundCommitted(frozenset((str(message.to),))))
+        head = outbox_sql.enqueue_outbound(self._db, message)
+        self._tx.announce(OutboundCommitted(frozenset((str(message.to),)), head))
 
     def due(
         self, channels: list[str], now: float, limit: int, busy: list[str]
