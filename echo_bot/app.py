@@ -152,7 +152,7 @@ class Daemon:
         self._closers.append(llm.close)
 
         async def usage_since(ts: float) -> int:
-            return await core.store.run(lambda tx: tx.audit.tokens_since(ts))
+            return await core.store.run(lambda tx: tx.audit.tokens_since(ts), slow=True)
 
         async def notify(text: str, context: BrainContext) -> None:
             to = core.directory.default_chat or context.origin

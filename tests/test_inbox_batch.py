@@ -4,7 +4,7 @@ group-commits them), dedup holds across them, and each row knows which process w
 from __future__ import annotations
 
 import asyncio
-import sqlite3
+import threading
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -16,7 +16,7 @@ from echo_bot.bus import Published
 from echo_bot.errors import StoreError
 from echo_bot.events import Address, InboundMessage, Sender
 from echo_bot.secrets import Masker
-from echo_bot.store import Database, InboundCommitted, SqliteInbox, Store
+from echo_bot.store import Database, InboundCommitted, SqliteInbox, Store, Tx
 from echo_bot.store.inbox import DEDUP_WINDOW, DEDUP_WINDOWS, add_inbound, add_inbound_batch
 
 
@@ -228,29 +228,31 @@ async def test_a_publisher_that_gives_up_before_the_commit_leaves_nothing_behind
     assert told == []
 
 
-async def test_a_publisher_that_gives_up_while_its_commit_waits_still_gets_it_run(
+async def test_work_committed_after_its_caller_gave_up_is_still_announced(
     db: Database,
 ) -> None:
-    """Another process holds the write lock, so the add waits on the store thread; the
-    publisher gives up meanwhile. The add is committed when the lock is released, and
-    the dispatcher must still be told, or the message would wait for the next restart
-    (its poll never reads this process's rows)."""
+    """A job already running when its caller is cancelled (here a slow one on the store
+    thread) is committed all the same; what it committed must still be announced, or the
+    message would wait for the next restart (the poll never reads this process's rows)."""
     told: list[str] = []
     store = Store(db, Masker(), instance="host-1")
     store.subscribe(InboundCommitted, lambda e: told.extend(m.id for m in e.messages))
-    other = sqlite3.connect(db.path, isolation_level=None, timeout=0)
-    other.execute("BEGIN IMMEDIATE")
-    try:
-        given_up = message("cancelled")
-        publish = asyncio.ensure_future(SqliteInbox(store).add(given_up))
-        await asyncio.sleep(0.3)  # handed to the store thread, which waits for the lock
-        publish.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await publish
-    finally:
-        other.execute("COMMIT")
-        other.close()
-    async with asyncio.timeout(15):
+    given_up = message("cancelled")
+    running = threading.Event()
+
+    def add_then_dawdle(tx: Tx) -> None:
+        tx.inbox.add(given_up)
+        running.set()
+        time.sleep(0.3)  # the caller gives up meanwhile
+
+    publish = asyncio.ensure_future(store.run(add_then_dawdle, slow=True))
+    async with asyncio.timeout(10):
+        while not running.is_set():
+            await asyncio.sleep(0.01)
+    publish.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await publish
+    async with asyncio.timeout(10):
         while not told:
             await asyncio.sleep(0.01)
     assert await db.run(count) == 1

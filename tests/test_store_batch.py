@@ -10,6 +10,7 @@ import contextlib
 import sqlite3
 import sys
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -427,3 +428,51 @@ async def test_close_commits_the_loop_jobs_already_listed(tmp_path: Path) -> Non
     assert await listed == 1
     with contextlib.closing(sqlite3.connect(db.path)) as conn:
         assert committed(conn) == {1: "row 1"}
+
+
+async def test_run_sync_is_refused_on_the_event_loop_thread(db: Database) -> None:
+    # Inside a loop job it would wait the whole busy timeout for the loop's own lock.
+    with pytest.raises(StoreError, match="await run"):
+        db.run_sync(lambda d: d.execute("SELECT 1").fetchone())
+    assert await db.run(lambda d: d.execute("SELECT 1").fetchone()[0]) == 1
+
+
+async def test_a_job_given_up_while_the_store_thread_waits_for_the_lock_does_not_run(
+    db: Database, reader: sqlite3.Connection
+) -> None:
+    other = sqlite3.connect(db.path, isolation_level=None, timeout=0)
+    other.execute("BEGIN IMMEDIATE")  # another process's write lock
+    try:
+        waiting = asyncio.ensure_future(db.run(insert(7)))
+        await asyncio.sleep(0.3)  # handed to the store thread, which waits in BEGIN
+        waiting.cancel()
+        await asyncio.sleep(0.05)
+    finally:
+        other.execute("COMMIT")
+        other.close()
+    assert await db.run(insert(8)) == 8  # after the waiting batch
+    assert committed(reader) == {8: "row 8"}
+
+
+def test_the_wal_is_cut_back_under_steady_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from echo_bot.store import db as engine
+
+    monkeypatch.setattr(engine, "WAL_LIMIT", 256 * 1024)
+    monkeypatch.setattr(engine, "CHECKPOINT_INTERVAL", 0.05)
+    store = Database(tmp_path / "wal.sqlite3")
+    store.open_sync()
+    wal = tmp_path / "wal.sqlite3-wal"
+    try:
+        store.run_sync(lambda d: d.execute("CREATE TABLE scratch (id INTEGER PRIMARY KEY, v)"))
+        biggest = 0
+        for i in range(400):  # ~4 MB over about a second, a write every 2.5 ms
+            store.run_sync(insert(i, "x" * 10_000))
+            biggest = max(biggest, wal.stat().st_size)
+            time.sleep(0.0025)
+        time.sleep(0.3)
+        assert wal.stat().st_size <= 256 * 1024
+    finally:
+        store.close_sync()
+    assert biggest < 2 * 1024 * 1024

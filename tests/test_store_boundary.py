@@ -46,6 +46,8 @@ HANDLE_METHODS = {
     "executescript",
     "query",
 }
+# What only the store may reach: the engine under a Store, a repository's connection.
+PRIVATE_ATTRIBUTES = {"database", "_db", "_conn", "_loop_conn", "_wrapped"}
 _CREATE_TABLE = re.compile(r"CREATE\s+TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?(\w+)", re.IGNORECASE)
 
 
@@ -75,16 +77,62 @@ def _package_of(path: Path) -> str:
 
 def _store_name_allowed(module: str, name: str) -> bool:
     """``from module import name``, ``module`` in the store: the package's own names; a
-    store module's row types (dataclasses), enums and constants."""
+    store module's row types (dataclasses), enums and public constants that are no SQL."""
     if module == "echo_bot.store":
         return name in importlib.import_module(module).__all__
+    if name.startswith("_"):
+        return False
     try:
         value = getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError):
         return False
     if inspect.isclass(value):
         return dataclasses.is_dataclass(value) or issubclass(value, enum.Enum)
+    if isinstance(value, str) and _is_sql(value, frozenset()):
+        return False
     return not (callable(value) or inspect.ismodule(value))
+
+
+def _store_modules() -> frozenset[str]:
+    return frozenset(path.stem for path in STORE.glob("*.py") if path.stem != "__init__")
+
+
+def _is_sql(text: str, tables: frozenset[str]) -> bool:
+    """Upper-case SQL, or SQL of any case that reaches one of ``tables``."""
+    if SQL.search(text):
+        return True
+    if not tables:
+        return False
+    named = "|".join(sorted(tables))
+    return re.search(rf"\b(from|into|update|join|table)\s+({named})\b", text, re.I) is not None
+
+
+def _folded(node: ast.AST) -> str | None:
+    """The text of a string built with ``+`` from literals (and f-strings), else None."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr):
+        return "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = _folded(node.left), _folded(node.right)
+        if left is not None and right is not None:
+            return left + right
+    return None
+
+
+def _holds_text(node: ast.AST) -> bool:
+    """Whether a string literal goes into ``node`` (``q + "…"``, ``f"…"``, ``"…"``)."""
+    return any(
+        isinstance(n, ast.JoinedStr) or (isinstance(n, ast.Constant) and isinstance(n.value, str))
+        for n in ast.walk(node)
+    )
+
+
+def _names_the_store_package(node: ast.AST) -> bool:
+    """``store`` or ``<anything>.store`` (``echo_bot.store``, ``core.store`` …)."""
+    return (isinstance(node, ast.Name) and node.id == "store") or (
+        isinstance(node, ast.Attribute) and node.attr == "store"
+    )
 
 
 def _in_store(module: str) -> bool:
@@ -120,6 +168,7 @@ def violations(source: str, path: Path, tables: frozenset[str]) -> list[str]:
     def report(node: ast.AST, what: str) -> None:
         found.append(f"{where}:{getattr(node, 'lineno', '?')}: {what}")
 
+    modules = _store_modules()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
@@ -135,14 +184,42 @@ def violations(source: str, path: Path, tables: frozenset[str]) -> list[str]:
                 for alias in node.names:
                     if not _store_name_allowed(module, alias.name):
                         report(node, f"imports {alias.name} from {module}")
+        elif isinstance(node, ast.Attribute):
+            if node.attr in PRIVATE_ATTRIBUTES:
+                report(node, f"reaches the store's .{node.attr}")
+            elif node.attr in modules and _names_the_store_package(node.value):
+                report(node, f"reaches the store module .{node.attr}")
+        elif isinstance(node, ast.Call):
+            func = node.func
+            # db.execute("…"), db.query(f"…"): a string handed to a database handle.
+            if (
+                isinstance(func, ast.Attribute)
+                and func.attr in HANDLE_METHODS
+                and node.args
+                and _holds_text(node.args[0])
+                and not (  # a table's name alone: reported as such below
+                    isinstance(node.args[0], ast.Constant) and node.args[0].value in tables
+                )
+            ):
+                report(node, f"hands a string to .{func.attr}()")
+            # getattr(db, "execute"), getattr(tx.inbox, "_db"): the same, spelt out.
+            if isinstance(func, ast.Name) and func.id == "getattr" and len(node.args) >= 2:
+                name = _folded(node.args[1])
+                if name in HANDLE_METHODS or name in PRIVATE_ATTRIBUTES:
+                    report(node, f"reaches {name!r} by getattr")
+        elif isinstance(node, ast.BinOp) and not isinstance(parents.get(node), ast.BinOp):
+            text = _folded(node)  # the whole sum of literals, once
+            if text is not None and _is_sql(text, tables):
+                report(node, f"holds SQL: {text[:60]!r}")
         elif isinstance(node, ast.JoinedStr):  # an f-string: its text around the fields
-            text = "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)
-            if SQL.search(text):
+            text = _folded(node) or ""
+            if not isinstance(parents.get(node), ast.BinOp) and _is_sql(text, tables):
                 report(node, f"holds SQL: {text[:60]!r}")
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-            if _is_docstring(node, parents) or isinstance(parents.get(node), ast.JoinedStr):
+            parent = parents.get(node)
+            if _is_docstring(node, parents) or isinstance(parent, ast.JoinedStr | ast.BinOp):
                 continue
-            if SQL.search(node.value):
+            if _is_sql(node.value, tables):
                 report(node, f"holds SQL: {node.value[:60]!r}")
             elif node.value in tables and _names_a_table_to_a_handle(node, parents):
                 report(node, f"names the table {node.value!r}")
@@ -206,6 +283,20 @@ def check(source: str) -> list[str]:
         ("from .store.audit import AuditWriter\n", "imports AuditWriter from"),
         ("from .store import reminders\n", "imports reminders from echo_bot.store"),
         ("import echo_bot.store.inbox\n", "imports the store module echo_bot.store.inbox"),
+        ("x = 'delete from inbox where 1'\n", "holds SQL"),
+        ("x = 'select * from outbox'\n", "holds SQL"),
+        ("x = 'SELECT * ' + 'FROM t'\n", "holds SQL"),
+        ("x = 'select * ' + 'from ' + 'audit'\n", "holds SQL"),
+        ("from . import store\nstore.inbox.add_inbound(db, m)\n", "reaches the store module"),
+        (
+            "import echo_bot.store\necho_bot.store.outbox.enqueue_outbound(db, m)\n",
+            "reaches the store module .outbox",
+        ),
+        ("from .store.inbox import _row\n", "imports _row from echo_bot.store.inbox"),
+        ("def f(tx):\n    return tx.inbox._db\n", "reaches the store's ._db"),
+        ("def f(s):\n    return s.database\n", "reaches the store's .database"),
+        ("def f(db):\n    db.execute(q + 'x')\n", "hands a string to .execute()"),
+        ("def f(db):\n    return getattr(db, 'table')\n", "reaches 'table' by getattr"),
     ],
 )
 def test_the_checker_catches(source: str, what: str) -> None:
@@ -235,6 +326,10 @@ def test_the_checker_names_the_line() -> None:
         "parser.add_parser('audit')\n",
         "if command == 'reminders':\n    pass\n",
         "x = row['status']\n",
+        "x = 'a message from the approvals command'\n",
+        "def f(tx):\n    return tx.inbox.add(m)\n",
+        "async def f(self):\n    return await self.registry.execute(call, ctx)\n",
+        "x = 'reading the inbox failed; ' + 'retrying'\n",
     ],
 )
 def test_the_checker_lets_pass(source: str) -> None:

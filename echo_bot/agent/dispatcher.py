@@ -63,7 +63,6 @@ class Dispatcher:
         self.runner = runner
         self.gate = gate
         self._max_concurrent = max_concurrent
-        self._wake = asyncio.Event()
         # Each session's turns to run, in order: the message itself when it was handed over
         # in memory, else its inbox id (recovery, resumed turns). Only sessions with
         # queued turns have an entry.
@@ -95,6 +94,8 @@ class Dispatcher:
     async def stop(self, grace: float = 10.0) -> None:
         """Stop taking new work; let running turns reach their next checkpoint."""
         self._stopping = True
+        # What is committed from now on waits in the inbox for the next start.
+        self.store.unsubscribe(InboundCommitted, self._committed)
         for task in self._tasks:
             task.cancel()
         workers = list(self._running.values())
@@ -104,9 +105,6 @@ class Dispatcher:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
         await asyncio.gather(*self._tasks, return_exceptions=True)
-
-    def wake(self, *_: object) -> None:
-        self._wake.set()
 
     def _committed(self, event: InboundCommitted) -> None:
         if self._held is not None:
@@ -134,12 +132,9 @@ class Dispatcher:
     # -- reading the inbox ----------------------------------------------------------------
     async def _poll_loop(self) -> None:
         while True:
-            # Not wait_for(): on Python 3.11 it swallows a cancel that lands while the
-            # wake-up completes, and stop() would then wait for this loop forever.
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(POLL_INTERVAL):
-                    await self._wake.wait()
-            self._wake.clear()
+            # Only other processes' rows are read here (a management command's decision,
+            # say); this process's own arrive by InboundCommitted.
+            await asyncio.sleep(POLL_INTERVAL)
             more = True
             while more:  # until the poll has caught up
                 try:
@@ -154,6 +149,8 @@ class Dispatcher:
                 self.accept(messages)
 
     def _dispatch(self, message: InboundMessage) -> None:
+        if self._stopping:  # it stays accepted in the inbox: the next start runs it
+            return
         if message.kind == InboundKind.APPROVAL_DECISION:
             task = asyncio.create_task(self._decide(message), name=f"decision-{message.id}")
             self._tasks.append(task)

@@ -1,7 +1,8 @@
 """What a transaction announces once it is committed.
 
-A repository that writes work someone waits for (an inbound to run, an outbound to send,
-a decision, a reminder change) records one of these on its transaction; the store hands
+A repository that writes work someone waits for (an inbound to run — approval decisions
+included —, an outbound to send, a reminder created or cancelled) records one of these
+on its transaction; the store hands
 them to whoever subscribed, after the COMMIT and never for work that was rolled back. It
 replaces callbacks wired part to part: the writer does not need to know who acts.
 """
@@ -32,17 +33,11 @@ class OutboundCommitted:
 
 
 @dataclass(frozen=True, slots=True)
-class DecisionCommitted:
-    """An approval request was decided or expired (compare-and-set won)."""
-
-    approval_id: str
-
-
-@dataclass(frozen=True, slots=True)
 class ReminderChanged:
-    """A reminder was created, cancelled, fired or moved: the scheduler re-reads it."""
+    """A reminder was created or cancelled: the scheduler re-reads it and sets or clears
+    its timer (firing and moving one is the scheduler's own doing)."""
 
     reminder_id: str
 
 
-Committed = InboundCommitted | OutboundCommitted | DecisionCommitted | ReminderChanged
+Committed = InboundCommitted | OutboundCommitted | ReminderChanged

@@ -69,6 +69,10 @@ DB_FILENAME = "echo-bot.sqlite3"
 CHECKPOINT_INTERVAL = 1.0  # seconds between WAL checkpoints (PASSIVE, off the commit path)
 MAX_BATCH = 128  # jobs committed together at most
 BUSY_TIMEOUT_MS = 10_000  # how long the store thread waits for another writer
+# Past this, the checkpointer truncates the WAL (a PASSIVE checkpoint under steady writes
+# never lets it restart, and nothing else would shrink it); also SQLite's own limit for
+# what it keeps of the file after a reset.
+WAL_LIMIT = 64 * 1024 * 1024
 
 _SAVEPOINT = "echo_bot_job"
 _LOCK_TAKEN = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
@@ -164,6 +168,7 @@ class Database:
         sync = "FULL" if self._durability == "full" else "NORMAL"
         conn.execute(f"PRAGMA synchronous = {sync}")
         conn.execute("PRAGMA foreign_keys = ON")
+        conn.execute(f"PRAGMA journal_size_limit = {WAL_LIMIT}")
         return conn, SqliteUtilsDatabase(conn)
 
     def _open(self, *, loop_connection: bool) -> None:
@@ -209,7 +214,9 @@ class Database:
         """Checkpoint the WAL every CHECKPOINT_INTERVAL s, on a connection of its own.
 
         PASSIVE: copies what no reader still needs, never waits for a lock and never
-        blocks a writer (the WAL's design lets both go on at once)."""
+        blocks a writer (the WAL's design lets both go on at once). Under steady writes
+        that never lets the WAL start over, so past WAL_LIMIT a TRUNCATE checkpoint
+        (writers wait for it, the loop's batches on the store thread) cuts it to zero."""
         try:
             conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         except sqlite3.Error as exc:
@@ -218,10 +225,16 @@ class Database:
         try:
             sync = "FULL" if self._durability == "full" else "NORMAL"
             conn.execute(f"PRAGMA synchronous = {sync}")
+            conn.execute("PRAGMA busy_timeout = 1000")
+            wal = self.path.with_name(self.path.name + "-wal")
             while not self._stop_checkpoints.wait(CHECKPOINT_INTERVAL):
                 try:
                     conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
-                except sqlite3.Error as exc:  # busy, disk full…: try again next time
+                    if wal.stat().st_size > WAL_LIMIT:
+                        # Writers wait (the loop hands its batches to the store thread)
+                        # while the whole WAL is copied back and the file cut to zero.
+                        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                except (sqlite3.Error, OSError) as exc:  # busy, disk full…: next time
                     log.debug("WAL checkpoint failed: %s", exc)
         finally:
             conn.close()
@@ -308,8 +321,16 @@ class Database:
         return await job.future  # type: ignore[no-any-return]
 
     def run_sync(self, fn: Callable[[SqliteUtilsDatabase], T]) -> T:
-        """``run`` for management commands without an event loop (SQLite errors as is)."""
-        return self._submit_sync(fn, in_transaction=True, wrap_errors=False)
+        """``run`` for management commands without an event loop (SQLite errors as is).
+
+        Refused on a thread that runs an event loop: it would block the loop — for the
+        whole busy timeout, and then fail, when called inside a loop job that holds the
+        write lock."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return self._submit_sync(fn, in_transaction=True, wrap_errors=False)
+        raise StoreError("run_sync called on an event loop's thread: await run() instead")
 
     # -- on the event loop -----------------------------------------------------------
     def _flush(self) -> None:
@@ -446,6 +467,13 @@ class Database:
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
             return dropped + [(job, False, _store_error(job, exc)) for job in live]
+        # BEGIN may have waited for another writer's lock (up to the busy timeout): a
+        # caller that gave up meanwhile is not run either.
+        dropped += [(job, False, None) for job in live if job.future.cancelled()]
+        live = [job for job in live if not job.future.cancelled()]
+        if not live:
+            conn.execute("ROLLBACK")
+            return dropped
         return dropped + _run_begun(conn, wrapped, live)
 
     def _deliver(self, outcomes: list[Outcome]) -> None:
@@ -463,13 +491,18 @@ class Database:
 
     def _settle_all(self, outcomes: list[Outcome]) -> None:
         """On the jobs' loop, after the COMMIT: run each committed job's
-        ``after_commit``, then set each future, in the order the jobs ran."""
+        ``after_commit``, then set each future, in the order the jobs ran. Every
+        outcome is settled whatever a hook raises (a BaseException is raised again
+        once all are)."""
+        raised: BaseException | None = None
         for job, ok, value in outcomes:
             if ok and job.after_commit is not None:
                 try:
                     job.after_commit(value)
                 except Exception:  # committed all the same
                     log.exception("a store job's after-commit hook failed")
+                except BaseException as exc:
+                    raised = raised or exc
         for outcome in outcomes:
             if outcome[0].handed_off:
                 outcome[0].handed_off = False
@@ -480,6 +513,8 @@ class Database:
                 log.exception("handing a store result back failed")
                 if not outcome[0].future.done():
                     outcome[0].future.set_exception(StoreError("store error: no result"))
+        if raised is not None:
+            raise raised
 
     @contextmanager
     def transaction(self) -> Iterator[SqliteUtilsDatabase]:

@@ -66,7 +66,7 @@ class SqliteInbox:
     async def unfinished(self) -> tuple[list[InboundMessage], int]:
         """Every inbound not yet finished, and the newest seq — from one snapshot, so a
         row committed meanwhile is either in the list or after the seq, never both."""
-        return await self._store.run(lambda tx: tx.inbox.unfinished())
+        return await self._store.run(lambda tx: tx.inbox.unfinished(), slow=True)
 
     async def status_of(self, inbound_id: str) -> tuple[InboundStatus, str | None] | None:
         return await self._store.run(lambda tx: tx.inbox.status_of(inbound_id))

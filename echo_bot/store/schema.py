@@ -227,7 +227,13 @@ def _v6(db: Database) -> None:
     db.execute("ALTER TABLE inbox ADD COLUMN instance TEXT")
 
 
-MIGRATIONS: list[Callable[[Database], None]] = [_v1, _v2, _v3, _v4, _v5, _v6]
+def _v7(db: Database) -> None:
+    """Token use since a moment (the daily LLM budget, read on every LLM step) by index,
+    not by reading the whole audit log."""
+    db.execute("CREATE INDEX audit_kind_ts ON audit(kind, ts)")
+
+
+MIGRATIONS: list[Callable[[Database], None]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7]
 
 
 def migrate(db: Database) -> int:

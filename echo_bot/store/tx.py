@@ -248,8 +248,15 @@ class TurnRepo:
     def calls_of_step(self, turn_id: str, step: int) -> list[turn_sql.CallRow]:
         return turn_sql.calls_of_step(self._db, turn_id, step)
 
-    def set_call(self, call_id: str, status: str, **fields: Any) -> None:
-        turn_sql.set_call(self._db, call_id, status, **fields)
+    def set_call(
+        self,
+        call_id: str,
+        status: str,
+        *,
+        result: dict[str, Any] | None = None,
+        approval_id: str | None = None,
+    ) -> None:
+        turn_sql.set_call(self._db, call_id, status, result=result, approval_id=approval_id)
 
     def taken_call_ids(self, ids: list[str]) -> set[str]:
         return turn_sql.taken_call_ids(self._db, ids)
@@ -273,8 +280,39 @@ class ApprovalRepo:
     def __init__(self, db: SqlDb) -> None:
         self._db = db
 
-    def insert(self, **fields: Any) -> None:
-        approval_sql.insert_approval(self._db, **fields)
+    def insert(
+        self,
+        *,
+        approval_id: str,
+        turn_id: str,
+        session_key: str,
+        trace_id: str,
+        tool: str,
+        args: dict[str, Any],
+        args_hash: str,
+        risk: str,
+        requested_by: dict[str, Any],
+        origin: str,
+        prompt_to: str,
+        prompt_outbound_id: str | None,
+        expires_at: float,
+    ) -> None:
+        approval_sql.insert_approval(
+            self._db,
+            approval_id=approval_id,
+            turn_id=turn_id,
+            session_key=session_key,
+            trace_id=trace_id,
+            tool=tool,
+            args=args,
+            args_hash=args_hash,
+            risk=risk,
+            requested_by=requested_by,
+            origin=origin,
+            prompt_to=prompt_to,
+            prompt_outbound_id=prompt_outbound_id,
+            expires_at=expires_at,
+        )
 
     def get(self, approval_id: str) -> approval_sql.ApprovalRow | None:
         return approval_sql.get_approval(self._db, approval_id)
@@ -536,5 +574,8 @@ class Store:
             for listener in self._subscribers.get(type(event), ()):
                 try:
                     listener(event)
-                except Exception:  # committed all the same; the listener's poll finds it
+                except Exception:
+                    # Committed all the same: it waits in the store for its part's
+                    # recovery (the dispatcher's at the next start; the delivery worker's
+                    # and the scheduler's next look).
                     log.exception("telling %r about committed work failed", listener)
