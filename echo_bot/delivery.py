@@ -195,10 +195,7 @@ class DeliveryWorker:
                 target = await self.outbox.receipt_of(message.edit_of)
                 message = message.model_copy(update={"edit_message_id": target})
             try:
-                # Not wait_for(): that runs the send in a task of its own (two more
-                # event-loop turns per message).
-                async with asyncio.timeout(SEND_TIMEOUT):
-                    receipt = await channel.send(message)
+                receipt = await asyncio.wait_for(channel.send(message), SEND_TIMEOUT)
             except ChannelError as exc:
                 if self.channels.get(channel.name) is not channel:
                     # The channel left while sending: not an attempt; it stays queued.

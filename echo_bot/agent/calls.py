@@ -120,9 +120,7 @@ class CallExecutor:
         if not runnable:
             return StepOutcome(waiting=False, calls=calls)
         tools = [available[c.name] for c in runnable]
-        if len(runnable) == 1:  # no task to run it in beside this one
-            finished = [await self._run(inbound, tools[0], runnable[0])]
-        elif all(t.risk_for(c.args) == Risk.READ for t, c in zip(tools, runnable, strict=True)):
+        if all(t.risk_for(c.args) == Risk.READ for t, c in zip(tools, runnable, strict=True)):
             finished = await asyncio.gather(
                 *(self._run(inbound, t, c) for t, c in zip(tools, runnable, strict=True))
             )
