@@ -104,6 +104,12 @@ class Result:
     latencies: list[float] = field(default_factory=list)
     wrong: int = 0  # replies that are not the time
     timeouts: int = 0
+    cpu: float = 0.0  # this process's CPU seconds (all threads) in the measured window
+
+    @property
+    def cpu_per_turn(self) -> float:
+        """CPU ms per turn: steadier than turns/s on a machine others use too."""
+        return self.cpu / self.turns * 1000 if self.turns else 0.0
 
     @property
     def rate(self) -> float:
@@ -142,7 +148,13 @@ async def closed_loop(
                 result.latencies.append(time.perf_counter() - began)
                 result.wrong += 0 if ok else 1
 
-    await asyncio.gather(*(sender(n) for n in range(sessions)))
+    async def cpu_clock() -> None:
+        await asyncio.sleep(max(0.0, start - loop.time()))
+        began = time.process_time()
+        await asyncio.sleep(max(0.0, deadline - loop.time()))
+        result.cpu = time.process_time() - began
+
+    await asyncio.gather(cpu_clock(), *(sender(n) for n in range(sessions)))
     result.seconds = seconds
     return result
 
@@ -336,7 +348,9 @@ async def amain(args: argparse.Namespace) -> int:
             f"{counts['inbox']} inbound, {counts['done']} done, {counts['tool_calls']} "
             f"current_time calls, {counts['outbox_sent']} replies sent; replies that were not "
             f"the time: {core.wrong}; turns over {TURN_TIMEOUT:g} s: {core.timeouts}; "
-            f"{per_turn:.2f} ms of the core per turn"
+            f"{per_turn:.2f} ms of the core per turn; {core.cpu_per_turn:.3f} ms of CPU per "
+            f"turn (this process, all threads: steadier than turns/s when others share "
+            f"the CPU)"
         )
     kinds = Counter(statement_kind(sql) for sql in statements)
     commits = kinds.get("COMMIT", 0)

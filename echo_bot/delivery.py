@@ -45,8 +45,8 @@ class OutboxQueue(Protocol):
 
     async def receipt_of(self, outbound_id: str) -> str | None: ...
 
-    async def mark_sent(self, message: OutboundMessage, receipt: Receipt) -> bool:
-        """Record the delivery; True when more messages wait for the same chat."""
+    async def mark_sent(self, message: OutboundMessage, receipt: Receipt) -> None:
+        """Record the delivery."""
         ...
 
     async def mark_retry(self, outbound_id: str, error: str, next_attempt_at: float) -> None: ...
@@ -79,9 +79,15 @@ class DeliveryWorker:
         self.channels: dict[str, Channel] = {}
         self._wake = asyncio.Event()
         self._in_flight: dict[str, asyncio.Task[None]] = {}
+        # Whether a chat has more to send after its send in flight, known without asking
+        # the store: what was queued behind it when it was read (OutboxRow.behind), and
+        # the chats whose outbound was committed since (``_queued``).
+        self._more: set[str] = set()  # chats in flight with more queued behind
+        self._fresh: set[str] = set()  # chats queued to since the current look began
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
         self.delivered = 0
-        store.subscribe(OutboundCommitted, self.wake)  # every commit that queued outbound
+        store.subscribe(OutboundCommitted, self._queued)  # every commit that queued outbound
 
     def add_channel(self, channel: Channel) -> None:
         self.channels[channel.name] = channel
@@ -96,11 +102,21 @@ class DeliveryWorker:
     def wake(self, *_: object) -> None:
         self._wake.set()
 
+    def _queued(self, event: OutboundCommitted) -> None:
+        if event.head is not None and self._send_now(event.head):
+            return  # nothing else of its chat is queued: no need to look
+        for chat in event.chat_keys:
+            self._fresh.add(chat)
+            if chat in self._in_flight:
+                self._more.add(chat)
+        self._wake.set()
+
     async def start(self) -> None:
         self._task = asyncio.create_task(self._loop(), name="delivery")
 
     async def stop(self, grace: float = 5.0) -> None:
         """Let sends in flight finish (bounded), then stop."""
+        self._stopping = True
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
@@ -115,9 +131,26 @@ class DeliveryWorker:
         """True when nothing is queued or in flight for ``chat_key``."""
         return chat_key not in self._in_flight and await self.outbox.pending_count(chat_key) == 0
 
+    def _send_now(self, row: OutboxRow) -> bool:
+        """Start sending ``row`` (just committed, nothing queued ahead of it in its chat)
+        without reading the outbox; False when this worker cannot send it now."""
+        key = str(row.message.to)
+        if (
+            self._stopping
+            or self._task is None
+            or key in self._in_flight
+            or row.message.to.channel not in self.channels
+        ):
+            return False
+        # Registered before any look resumes: a look that read this row skips its chat.
+        self._in_flight[key] = asyncio.create_task(self._deliver(row), name=f"deliver-{key}")
+        return True
+
     async def _loop(self) -> None:
         while True:
             self._wake.clear()
+            # Outbound committed from here on may be missing from the look below.
+            self._fresh.clear()
             try:
                 # Chats with a send in flight are left out: their next message waits for
                 # it, and the send wakes this loop when it is done. Counting their heads
@@ -131,6 +164,8 @@ class DeliveryWorker:
             for row in rows:
                 key = str(row.message.to)
                 if key not in self._in_flight:
+                    if row.behind or key in self._fresh:
+                        self._more.add(key)
                     task = asyncio.create_task(self._deliver(row), name=f"deliver-{key}")
                     self._in_flight[key] = task
             wait = (
@@ -173,11 +208,13 @@ class DeliveryWorker:
                 log.exception("channel %s raised while sending %s", channel.name, message.id)
                 await self._failed_attempt(row, f"{type(exc).__name__}: {exc}", True, None)
             else:
-                look_again = await self.outbox.mark_sent(message, receipt)
+                await self.outbox.mark_sent(message, receipt)
+                look_again = key in self._more
                 self.delivered += 1
                 metrics.OUTBOUND.labels(message.to.channel, "sent").inc()
         finally:
             self._in_flight.pop(key, None)
+            self._more.discard(key)
             if look_again:
                 self.wake()
 

@@ -432,3 +432,148 @@ async def test_outbound_queued_through_the_store_wakes_the_worker(
     finally:
         await worker.stop()
         await db.close()
+
+
+# -- knowing without asking the store ---------------------------------------------------
+# A message committed with nothing queued ahead of it in its chat is sent from the
+# commit's announcement, and after a send the worker knows from its own look and from
+# later announcements whether the chat has more: no read of the outbox for either. The
+# worker's idle look is an hour here, so nothing below may rely on it.
+
+
+class GatedChannel(RecordingChannel):
+    """Holds each send until the test lets it go."""
+
+    def __init__(self, name: str = "cli") -> None:
+        super().__init__(name)
+        self.entered = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def send(self, message: OutboundMessage) -> Receipt:
+        self.entered.set()
+        await self.release.wait()
+        return await super().send(message)
+
+
+@pytest.fixture
+async def hour_idle(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[tuple[Store, DeliveryWorker]]:
+    monkeypatch.setattr(delivery, "IDLE_WAIT", 3600.0)
+    db = Database(tmp_path / "x.sqlite3")
+    await db.open()
+    store = Store(db, Masker())
+    worker = DeliveryWorker(SqliteOutbox(store), store=store)
+    try:
+        yield store, worker
+    finally:
+        await worker.stop()
+        await db.close()
+
+
+async def settle_worker() -> None:
+    for _ in range(20):  # the worker's first look goes by: it now waits an hour
+        await asyncio.sleep(0.01)
+
+
+async def test_a_message_queued_behind_a_send_in_flight_goes_right_after_it(
+    hour_idle: tuple[Store, DeliveryWorker],
+) -> None:
+    store, worker = hour_idle
+    channel = GatedChannel("cli")
+    worker.add_channel(channel)
+    await worker.start()
+    await settle_worker()
+    to = channel.address("a")
+    await store.run(lambda tx: tx.outbox.add(OutboundMessage(to=to, text="one")))
+    await asyncio.wait_for(channel.entered.wait(), WAIT)
+    await store.run(lambda tx: tx.outbox.add(OutboundMessage(to=to, text="two")))
+    channel.release.set()
+    sent = await wait_sent(channel, 2)
+    assert [m.text for m in sent] == ["one", "two"]
+
+
+async def test_messages_queued_in_one_transaction_go_in_their_order(
+    hour_idle: tuple[Store, DeliveryWorker],
+) -> None:
+    """A reply and its attachments: the first is its chat's head, the rest follow it."""
+    store, worker = hour_idle
+    channel = RecordingChannel("cli")
+    worker.add_channel(channel)
+    await worker.start()
+    await settle_worker()
+    texts = ["reply", "attachment 1", "attachment 2"]
+    messages = [OutboundMessage(to=channel.address("a"), text=t) for t in texts]
+    await store.run(lambda tx: [tx.outbox.add(m) for m in messages])
+    sent = await wait_sent(channel, 3)
+    assert [m.text for m in sent] == texts
+
+
+async def test_a_new_message_never_overtakes_one_waiting_out_a_retry(
+    hour_idle: tuple[Store, DeliveryWorker],
+) -> None:
+    store, worker = hour_idle
+    channel = RateLimitedChannel("cli")  # the first send: retry in 5 s
+    worker.add_channel(channel)
+    await worker.start()
+    await settle_worker()
+    to = channel.address("a")
+    await store.run(lambda tx: tx.outbox.add(OutboundMessage(to=to, text="first")))
+    async with asyncio.timeout(WAIT):
+        while not channel.attempts:
+            await asyncio.sleep(0.01)
+    await store.run(lambda tx: tx.outbox.add(OutboundMessage(to=to, text="second")))
+    await asyncio.sleep(0.3)
+    assert channel.sent == []
+    assert [m.text for m in channel.attempts] == ["first"]
+
+
+async def test_many_chats_queued_at_once_each_get_every_message_once_in_order(
+    hour_idle: tuple[Store, DeliveryWorker],
+) -> None:
+    """Commits from many writers at once, some while their chat's send is in flight and
+    while the worker looks: every message is sent exactly once, each chat in order."""
+    store, worker = hour_idle
+    channel = RecordingChannel("cli")
+    worker.add_channel(channel)
+    await worker.start()
+    await settle_worker()
+    chats, per_chat = 12, 15
+
+    async def writer(chat: int) -> None:
+        to = channel.address(f"c{chat}")
+        for n in range(per_chat):
+            message = OutboundMessage(to=to, text=f"c{chat}-{n}")
+            await store.run(lambda tx, m=message: tx.outbox.add(m))  # type: ignore[misc]
+            if n % 4 == chat % 4:
+                await asyncio.sleep(0)
+
+    await asyncio.gather(*(writer(c) for c in range(chats)))
+    sent = await wait_sent(channel, chats * per_chat)
+    await asyncio.sleep(0.2)  # nothing more comes
+    texts = [m.text for m in channel.sent]
+    assert len(texts) == len(set(texts)) == chats * per_chat
+    for chat in range(chats):
+        mine = [t for t in texts if t.startswith(f"c{chat}-")]
+        assert mine == [f"c{chat}-{n}" for n in range(per_chat)]
+    assert sent is channel.sent
+
+
+async def test_a_message_committed_with_the_look_that_starts_its_chat_is_not_left_behind(
+    hour_idle: tuple[Store, DeliveryWorker],
+) -> None:
+    """The look reads the chat's head; a message for that chat committed in the same
+    batch right after the look (so the look did not see it) is announced before the
+    head's send is registered: the worker must still send it next."""
+    store, worker = hour_idle
+    channel = RecordingChannel("cli")
+    await worker.start()
+    await settle_worker()
+    to = channel.address("a")
+    # Queued while its channel is away: it stays queued.
+    await store.run(lambda tx: tx.outbox.add(OutboundMessage(to=to, text="one")))
+    worker.add_channel(channel)  # wakes the worker: its look joins the next batch…
+    await asyncio.sleep(0)
+    await store.run(lambda tx: tx.outbox.add(OutboundMessage(to=to, text="two")))  # …and this
+    sent = await wait_sent(channel, 2)
+    assert [m.text for m in sent] == ["one", "two"]

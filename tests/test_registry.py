@@ -341,3 +341,35 @@ def test_builtin_minimal_profile_is_read_only(tmp_path: Any) -> None:
     assert minimal and all(t.risk is Risk.READ and t.group == "basic" for t in minimal)
     assert "shell_exec" not in [t.name for t in minimal]
     assert "shell_exec" in [t.name for t in registry.exposed("coding")]  # enabled: exposed
+
+
+# ------------------------------------------------------------ remembered valid arguments
+
+
+def test_remembered_valid_arguments_never_let_a_different_value_through() -> None:
+    """Valid arguments are remembered (a call is checked when settled and again when it
+    runs); what is remembered must not stand for a value the schema would refuse: a
+    tuple is not a JSON array, True is not an integer, and a changed value is checked
+    again."""
+    parameters = {
+        "type": "object",
+        "properties": {"ids": {"type": "array"}, "n": {"type": "integer"}},
+        "additionalProperties": False,
+    }
+    registry = ToolRegistry()
+    registry.register(make_tool("pick", parameters=parameters))
+    for _ in range(2):  # checked, then remembered
+        assert registry.validate("pick", {"ids": [1, 2], "n": 1}) is None
+    for refused in ({"ids": (1, 2), "n": 1}, {"ids": [1, 2], "n": True}, {"ids": [1], "n": "1"}):
+        for _ in range(2):  # refused each time, with its reason
+            invalid = registry.validate("pick", refused)
+            assert invalid is not None and invalid.error_code == ErrorCode.INVALID_PARAMETER
+    assert registry.validate("pick", {"ids": [1, 2], "n": 1.5}) is not None
+
+
+def test_remembered_arguments_are_per_tool() -> None:
+    registry = ToolRegistry()
+    registry.register(make_tool("loose", parameters={"type": "object"}))
+    registry.register(make_tool("strict"))  # no properties allowed
+    assert registry.validate("loose", {"x": 1}) is None
+    assert registry.validate("strict", {"x": 1}) is not None

@@ -278,7 +278,7 @@ async def test_a_fired_reminder_announces_its_outbound_for_its_chat(parts: Parts
     outbound: list[OutboundCommitted] = []
     parts.store.subscribe(OutboundCommitted, outbound.append)
     await parts.scheduler().fire_reminder(row.id, row.next_at)
-    assert outbound == [OutboundCommitted(frozenset({str(CHAT)}))]
+    assert [event.chat_keys for event in outbound] == [frozenset({str(CHAT)})]
 
 
 # -- recurring reminders ------------------------------------------------------------------

@@ -76,15 +76,25 @@ class CallExecutor:
         )
 
     def settle_step(
-        self, tx: Tx, inbound: InboundMessage, turn: TurnRow, exposed: Sequence[Tool]
+        self,
+        tx: Tx,
+        inbound: InboundMessage,
+        turn: TurnRow,
+        exposed: Sequence[Tool],
+        calls: list[CallRow] | None = None,
     ) -> list[CallRow]:
         """Decide what each call of the step may do (inside the caller's transaction):
-        checked, approved, waiting for an approval, or finished with an error."""
+        checked, approved, waiting for an approval, or finished with an error. The
+        step's calls as they are now (``calls``: as the caller just stored them)."""
         available = {tool.name: tool for tool in exposed}
-        calls = tx.turns.calls_of_step(turn.id, turn.step)
-        for call in calls:
-            self._settle(tx, inbound, turn, call, available, calls)
-        return tx.turns.calls_of_step(turn.id, turn.step)
+        if calls is None:
+            calls = tx.turns.calls_of_step(turn.id, turn.step)
+        # Each call as settled: what it was stored as in this transaction, so the step is
+        # not read back.
+        siblings = list(calls)
+        for index, call in enumerate(calls):
+            siblings[index] = self._settle(tx, inbound, turn, call, available, siblings)
+        return siblings
 
     async def run_step(
         self,
@@ -142,22 +152,23 @@ class CallExecutor:
         call: CallRow,
         available: dict[str, Tool],
         siblings: list[CallRow],
-    ) -> None:
+    ) -> CallRow:
+        """Settle ``call``; the call as it is stored now."""
         if call.status == PLANNED:
-            self._plan(tx, inbound, turn, call, available, siblings)
-        elif call.status == WAITING:
-            self._check_approval(tx, inbound, call)
-        elif call.status == STARTED:
+            return self._plan(tx, inbound, turn, call, available, siblings)
+        if call.status == WAITING:
+            return self._check_approval(tx, inbound, call)
+        if call.status == STARTED:
             tool = available.get(call.name) or self.registry.get(call.name)
             if tool is not None and tool.risk_for(call.args) == Risk.READ:
-                tx.turns.set_call(call.id, APPROVED)
-            else:
-                result = ToolResult.failure(
-                    ErrorCode.OUTCOME_UNKNOWN,
-                    f"{call.name} was running when echo-bot stopped; it may or may not have "
-                    "taken effect, so it was not run again. Check before retrying.",
-                )
-                self._finish(tx, inbound, call, result)
+                return _set(tx, call, APPROVED)
+            result = ToolResult.failure(
+                ErrorCode.OUTCOME_UNKNOWN,
+                f"{call.name} was running when echo-bot stopped; it may or may not have "
+                "taken effect, so it was not run again. Check before retrying.",
+            )
+            return self._finish_settled(tx, inbound, call, result)
+        return call
 
     def _plan(
         self,
@@ -167,25 +178,24 @@ class CallExecutor:
         call: CallRow,
         available: dict[str, Tool],
         siblings: list[CallRow],
-    ) -> None:
+    ) -> CallRow:
         if call.error is not None:
             result = ToolResult.failure(ErrorCode.INVALID_PARAMETER, call.error)
-            self._finish(tx, inbound, call, result)
-            return
+            return self._finish_settled(tx, inbound, call, result)
         tool = available.get(call.name)
         if tool is None:
-            self._finish(tx, inbound, call, self._unavailable(call.name, available))
-            return
+            return self._finish_settled(tx, inbound, call, self._unavailable(call.name, available))
         invalid = self.registry.validate(call.name, call.args)
         if invalid is not None:
-            self._finish(tx, inbound, call, invalid)
-            return
+            return self._finish_settled(tx, inbound, call, invalid)
         ctx = self.context(inbound, call)
-        granted = self.gate.granted(tx, inbound.address, inbound.sender.id, tool.name)
-        needed, reason = self.policy.needs_approval(tool, call.args, ctx, granted=granted)
+        # A grant can only waive consent, never ask for it: it is looked up only for a
+        # call that would otherwise wait (most calls need none; that saves a read).
+        needed, reason = self.policy.needs_approval(tool, call.args, ctx, granted=False)
+        if needed and self.gate.granted(tx, inbound.address, inbound.sender.id, tool.name):
+            needed, reason = self.policy.needs_approval(tool, call.args, ctx, granted=True)
         if not needed:
-            tx.turns.set_call(call.id, APPROVED)
-            return
+            return _set(tx, call, APPROVED)
         # One prompt for identical calls in the same step.
         twin = next(
             (
@@ -196,8 +206,7 @@ class CallExecutor:
             None,
         )
         if twin is not None:
-            tx.turns.set_call(call.id, WAITING, approval_id=twin.approval_id)
-            return
+            return _set(tx, call, WAITING, approval_id=twin.approval_id)
         prompt_to = self.directory.route(tx, inbound.address, inbound.sender.id, inbound.reply_to)
         if prompt_to is None:
             result = ToolResult.failure(
@@ -205,8 +214,7 @@ class CallExecutor:
                 f"{tool.name} needs approval, but no approver can be reached "
                 "(set [approvals] default_chat or the route's deliver_to).",
             )
-            self._finish(tx, inbound, call, result)
-            return
+            return self._finish_settled(tx, inbound, call, result)
         approval_id = self.gate.request(
             tx,
             turn_id=turn.id,
@@ -222,11 +230,9 @@ class CallExecutor:
             prompt_to=prompt_to,
             key_args=tool.key_args,
         )
-        tx.turns.set_call(call.id, WAITING, approval_id=approval_id)
-        # Later identical siblings in this step reuse it (they see the new approval_id).
-        siblings[siblings.index(call)] = CallRow(
-            **{**_as_dict(call), "approval_id": approval_id, "status": WAITING}
-        )
+        # Later identical siblings in this step reuse it (they see the new approval_id:
+        # settle_step puts this row in their list).
+        return _set(tx, call, WAITING, approval_id=approval_id)
 
     def _unavailable(self, name: str, available: dict[str, Tool]) -> ToolResult:
         known = self.registry.get(name)
@@ -240,26 +246,32 @@ class CallExecutor:
             why = "the tools profile does not include it (add it to [tools] allow)"
         return ToolResult.failure(ErrorCode.PERMISSION_DENIED, f"{name} is not available: {why}.")
 
-    def _check_approval(self, tx: Tx, inbound: InboundMessage, call: CallRow) -> None:
+    def _check_approval(self, tx: Tx, inbound: InboundMessage, call: CallRow) -> CallRow:
         row = tx.approvals.get(call.approval_id or "")
         if row is None or row.status == REQUEST_PENDING:
-            return
+            return call
         if row.args_hash != call.args_hash:  # a decision binds to the exact call
             result = ToolResult.failure(ErrorCode.APPROVAL_DENIED, "approval does not match call")
-            self._finish(tx, inbound, call, result)
-        elif row.status == REQUEST_APPROVED:
-            tx.turns.set_call(call.id, APPROVED)
-        elif row.status == REQUEST_DENIED:
+            return self._finish_settled(tx, inbound, call, result)
+        if row.status == REQUEST_APPROVED:
+            return _set(tx, call, APPROVED)
+        if row.status == REQUEST_DENIED:
             result = ToolResult.failure(
                 ErrorCode.APPROVAL_DENIED, f"{call.name} was denied by the approver."
             )
-            self._finish(tx, inbound, call, result)
-        else:
-            result = ToolResult.failure(
-                ErrorCode.APPROVAL_EXPIRED,
-                f"The approval request for {call.name} expired before anyone decided.",
-            )
-            self._finish(tx, inbound, call, result)
+            return self._finish_settled(tx, inbound, call, result)
+        result = ToolResult.failure(
+            ErrorCode.APPROVAL_EXPIRED,
+            f"The approval request for {call.name} expired before anyone decided.",
+        )
+        return self._finish_settled(tx, inbound, call, result)
+
+    def _finish_settled(
+        self, tx: Tx, inbound: InboundMessage, call: CallRow, result: ToolResult
+    ) -> CallRow:
+        """``_finish`` while settling: the call as stored (its result as read back)."""
+        stored = self._finish(tx, inbound, call, result)
+        return replace(call, status=DONE, result=json.loads(json.dumps(stored)))
 
     def _finish(
         self, tx: Tx, inbound: InboundMessage, call: CallRow, result: ToolResult
@@ -302,5 +314,9 @@ class CallExecutor:
         return done, result, record_now
 
 
-def _as_dict(call: CallRow) -> dict[str, Any]:
-    return {name: getattr(call, name) for name in CallRow.__slots__}
+def _set(tx: Tx, call: CallRow, status: str, *, approval_id: str | None = None) -> CallRow:
+    """Move ``call`` to ``status`` in the store; the call as it is stored now."""
+    tx.turns.set_call(call.id, status, approval_id=approval_id)
+    if approval_id is None:
+        return replace(call, status=status)
+    return replace(call, status=status, approval_id=approval_id)

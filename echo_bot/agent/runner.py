@@ -160,19 +160,21 @@ class TurnRunner:
         self, tx: Tx, inbound_id: str, known: InboundMessage | None
     ) -> tuple[InboundMessage, TurnRow, list[ChatMessage] | None] | None:
         """Start or resume the turn; a new message turn comes with the history to think on."""
+        turn: TurnRow | None
         if known is not None:
-            found = tx.inbox.status_of(inbound_id)
+            found = tx.turns.of_inbound(inbound_id)  # its status and its turn: one read
             if found is None or found[0].terminal:
                 return None
-            inbound = known
+            inbound, turn = known, found[1]
         else:
             row = tx.inbox.get(inbound_id)
             if row is None or row.status.terminal:
                 return None
             inbound = row.message
+            turn = tx.turns.get(inbound.id)
         conversation: list[ChatMessage] | None = None
-        turn = tx.turns.get(inbound.id)
         if turn is None:
+            # Made running: no need to set that below.
             turn = tx.turns.create(inbound.id, inbound.session_key, inbound.trace_id)
             if inbound.kind == InboundKind.MESSAGE:
                 tx.turns.append_message(
@@ -196,7 +198,8 @@ class TurnRunner:
         elif turn.status in ("done", "failed"):
             return None
         tx.inbox.set_status(inbound.id, InboundStatus.RUNNING)
-        tx.turns.set(turn.id, status="running")
+        if turn.status != "running":
+            tx.turns.set(turn.id, status="running")
         return inbound, turn, conversation
 
     def _suspend(self, tx: Tx, inbound: InboundMessage, turn: TurnRow) -> None:
@@ -215,12 +218,14 @@ class TurnRunner:
         committed before any of them runs); None if the model is looping."""
         self._audit_decision(tx, inbound, turn, reply)
         hashes = [args_hash(c.name, c.args) for c in reply.tool_calls]
-        if tx.turns.repeats(turn.id, hashes) >= MAX_IDENTICAL_CALLS:
-            return None
         # Call ids come from the model, and some servers reuse them ("call_0" in every
         # response, or twice in one); the store needs each id once, so a reused one is
         # replaced (in the history too, so the model still sees matching ids).
-        taken = tx.turns.taken_call_ids([c.id for c in reply.tool_calls])
+        taken, repeated = tx.turns.taken_and_repeats(
+            turn.id, [c.id for c in reply.tool_calls], hashes
+        )
+        if repeated >= MAX_IDENTICAL_CALLS:
+            return None
         calls: list[ToolCall] = []
         for call in reply.tool_calls:
             if call.id in taken:
@@ -232,8 +237,8 @@ class TurnRunner:
             turn.id,
             ChatMessage(role="assistant", content=reply.text, tool_calls=tuple(calls)),
         )
-        tx.turns.add_calls(turn.id, turn.step, [(c, args_hash(c.name, c.args)) for c in calls])
-        return self.executor.settle_step(tx, inbound, turn, tools)
+        rows = tx.turns.add_calls(turn.id, turn.step, list(zip(calls, hashes, strict=True)))
+        return self.executor.settle_step(tx, inbound, turn, tools, rows)
 
     def _plan_direct(
         self, tx: Tx, inbound: InboundMessage, turn: TurnRow, tools: Sequence[Tool]
@@ -242,8 +247,8 @@ class TurnRunner:
         if request is None:
             raise ValueError("a tool_call inbound without its tool call")
         call = ToolCall(id=f"{inbound.id}-0", name=request.tool, args=request.args)
-        tx.turns.add_calls(turn.id, turn.step, [(call, args_hash(call.name, call.args))])
-        return self.executor.settle_step(tx, inbound, turn, tools)
+        rows = tx.turns.add_calls(turn.id, turn.step, [(call, args_hash(call.name, call.args))])
+        return self.executor.settle_step(tx, inbound, turn, tools, rows)
 
     def _close_step(
         self, tx: Tx, inbound: InboundMessage, turn: TurnRow, outcome: StepOutcome

@@ -22,21 +22,27 @@ class AuditRow:
     data: dict[str, Any]
 
 
+# (ts, trace_id, session_key, kind, data as JSON)
+AuditValues = tuple[float, str | None, str | None, str, str]
+# Rows per INSERT: 5 values each, under SQLite's oldest limit of 999 variables.
+_ROWS_PER_INSERT = 100
+
+
 class AuditWriter:
-    """Writes audit rows inside the caller's transaction, masking secrets first."""
+    """Makes audit rows for the caller's transaction, masking secrets first."""
 
     def __init__(self, masker: Masker) -> None:
         self.masker = masker
 
-    def write(
+    def row(
         self,
-        db: SqlDb,
         event: str,
         *,
         trace_id: str | None,
         session_key: str | None,
         **data: Any,
-    ) -> None:
+    ) -> AuditValues:
+        """The row to insert, masked and serialised now (its time is now, too)."""
         masked = self.masker.mask_data(data)
         details = data.get("details")
         if isinstance(details, dict):
@@ -48,9 +54,28 @@ class AuditWriter:
                     details.items(), masked["details"].values(), strict=True
                 )
             }
-        db.execute(
-            "INSERT INTO audit (ts, trace_id, session_key, kind, data) VALUES (?, ?, ?, ?, ?)",
-            [time.time(), trace_id, session_key, event, json.dumps(masked, default=str)],
+        return (time.time(), trace_id, session_key, event, json.dumps(masked, default=str))
+
+    def write(
+        self,
+        db: SqlDb,
+        event: str,
+        *,
+        trace_id: str | None,
+        session_key: str | None,
+        **data: Any,
+    ) -> None:
+        write_rows(db, [self.row(event, trace_id=trace_id, session_key=session_key, **data)])
+
+
+def write_rows(db: SqlDb, rows: list[AuditValues]) -> None:
+    """Insert ``rows`` in order (their seq follows it), one statement per 100 rows."""
+    for start in range(0, len(rows), _ROWS_PER_INSERT):
+        chunk = rows[start : start + _ROWS_PER_INSERT]
+        values = ", ".join(["(?, ?, ?, ?, ?)"] * len(chunk))
+        db.conn.execute(
+            f"INSERT INTO audit (ts, trace_id, session_key, kind, data) VALUES {values}",
+            [value for row in chunk for value in row],
         )
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..events import InboundMessage
+from .outbox import OutboxRow
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,9 +24,12 @@ class InboundCommitted:
 
 @dataclass(frozen=True, slots=True)
 class OutboundCommitted:
-    """Outbound queued for these chats: the delivery worker sends them."""
+    """Outbound queued for these chats: the delivery worker sends them. ``head``: the
+    message, when nothing else was queued for its chat (due now, nothing ahead of it):
+    the worker can send it without reading it back."""
 
     chat_keys: frozenset[str]
+    head: OutboxRow | None = None
 
 
 @dataclass(frozen=True, slots=True)

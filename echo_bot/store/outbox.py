@@ -23,6 +23,8 @@ class OutboxRow:
     seq: int
     message: OutboundMessage
     attempts: int
+    # Messages queued behind this one for its chat when it was read.
+    behind: int = 0
 
 
 class SqliteOutbox:
@@ -52,9 +54,9 @@ class SqliteOutbox:
     async def receipt_of(self, outbound_id: str) -> str | None:
         return await self._store.run(lambda tx: tx.outbox.receipt_of(outbound_id))
 
-    async def mark_sent(self, message: OutboundMessage, receipt: Receipt) -> bool:
-        """Record the delivery; True when more messages wait for the same chat."""
-        return await self._store.run(lambda tx: tx.outbox.mark_sent(message, receipt))
+    async def mark_sent(self, message: OutboundMessage, receipt: Receipt) -> None:
+        """Record the delivery."""
+        await self._store.run(lambda tx: tx.outbox.mark_sent(message, receipt))
 
     async def mark_retry(self, outbound_id: str, error: str, next_attempt_at: float) -> None:
         await self._store.run(lambda tx: tx.outbox.mark_retry(outbound_id, error, next_attempt_at))
@@ -73,37 +75,32 @@ class SqliteOutbox:
 def due_heads(
     db: SqlDb, names: list[str], now: float, limit: int, busy: list[str]
 ) -> tuple[list[OutboxRow], float | None]:
-    """``SqliteOutbox.due`` inside the caller's transaction (``names`` not empty)."""
+    """``SqliteOutbox.due`` inside the caller's transaction (``names`` not empty), in
+    one read: every chat's head (only a chat's head can be due: a message behind one
+    waiting out a retry is not), with its payload when it is due."""
     marks = ",".join("?" for _ in names)
-    cursor = db.execute(
+    heads = db.execute(
         f"""
-        SELECT o.seq, o.payload, o.attempts FROM outbox o
-        JOIN (SELECT chat_key, MIN(seq) AS head FROM outbox
+        SELECT o.seq, CASE WHEN o.next_attempt_at <= ? THEN o.payload END, o.attempts,
+               o.next_attempt_at, h.queued
+        FROM outbox o
+        JOIN (SELECT MIN(seq) AS head, COUNT(*) AS queued FROM outbox
               WHERE status = 'queued' AND channel IN ({marks})
                 AND chat_key NOT IN (SELECT value FROM json_each(?))
               GROUP BY chat_key) h
           ON o.seq = h.head
-        WHERE o.next_attempt_at <= ? ORDER BY o.seq LIMIT ?
+        ORDER BY o.seq
         """,
-        [*names, json.dumps(busy), now, limit],
-    )
-    rows = [
-        OutboxRow(r[0], OutboundMessage.model_validate_json(r[1]), r[2]) for r in cursor.fetchall()
-    ]
-    # The chats of these rows are about to be busy too.
-    taken = json.dumps([*busy, *(str(r.message.to) for r in rows)])
-    # Only a chat's head can be due: a message behind one waiting out a retry is not.
-    next_at = db.execute(
-        f"""
-        SELECT MIN(o.next_attempt_at) FROM outbox o
-        JOIN (SELECT MIN(seq) AS head FROM outbox
-              WHERE status = 'queued' AND channel IN ({marks})
-                AND chat_key NOT IN (SELECT value FROM json_each(?))
-              GROUP BY chat_key) h
-          ON o.seq = h.head
-        """,
-        [*names, taken],
-    ).fetchone()[0]
+        [now, *names, json.dumps(busy)],
+    ).fetchall()
+    rows: list[OutboxRow] = []
+    next_at: float | None = None  # of the heads not returned
+    for seq, payload, attempts, at, queued in heads:
+        if payload is not None and len(rows) < limit:
+            message = OutboundMessage.model_validate_json(payload)
+            rows.append(OutboxRow(seq, message, attempts, queued - 1))
+        elif next_at is None or at < next_at:
+            next_at = at
     return rows, next_at
 
 
@@ -114,7 +111,7 @@ def receipt_of(db: SqlDb, outbound_id: str) -> str | None:
     return row[0] if row else None
 
 
-def mark_sent(db: SqlDb, message: OutboundMessage, receipt: Receipt) -> bool:
+def mark_sent(db: SqlDb, message: OutboundMessage, receipt: Receipt) -> None:
     now = time.time()
     db.execute(
         "UPDATE outbox SET status = 'sent', attempts = attempts + 1, finished_at = ? WHERE id = ?",
@@ -124,11 +121,6 @@ def mark_sent(db: SqlDb, message: OutboundMessage, receipt: Receipt) -> bool:
         "INSERT OR REPLACE INTO receipts VALUES (?, ?, ?, ?)",
         [message.id, message.to.channel, receipt.channel_message_id, now],
     )
-    more = db.execute(
-        "SELECT 1 FROM outbox WHERE status = 'queued' AND channel = ? AND chat_key = ? LIMIT 1",
-        [message.to.channel, str(message.to)],
-    ).fetchone()
-    return more is not None
 
 
 def mark_retry(db: SqlDb, outbound_id: str, error: str, next_attempt_at: float) -> None:
@@ -162,10 +154,21 @@ def pending_count(db: SqlDb, chat_key: str | None = None) -> int:
     ).fetchone()[0]
 
 
-def enqueue_outbound(db: SqlDb, message: OutboundMessage) -> None:
+def enqueue_outbound(db: SqlDb, message: OutboundMessage) -> OutboxRow | None:
+    """Queue ``message``; its row when nothing else is queued for its chat (it is due
+    now, with nothing ahead of it), None otherwise or when it was queued already."""
     now = time.time()
-    db.execute(
+    chat_key, payload = str(message.to), message.model_dump_json()
+    ahead = db.conn.execute(
+        "SELECT 1 FROM outbox WHERE status = 'queued' AND channel = ? AND chat_key = ? LIMIT 1",
+        [message.to.channel, chat_key],
+    ).fetchone()
+    cursor = db.conn.execute(
         "INSERT INTO outbox (id, channel, chat_key, payload, status, next_attempt_at,"
         " created_at) VALUES (?, ?, ?, ?, 'queued', ?, ?) ON CONFLICT(id) DO NOTHING",
-        [message.id, message.to.channel, str(message.to), message.model_dump_json(), now, now],
+        [message.id, message.to.channel, chat_key, payload, now, now],
     )
+    if ahead is not None or cursor.rowcount != 1 or cursor.lastrowid is None:
+        return None
+    # As ``due`` would read it back: what is sent is what was stored.
+    return OutboxRow(cursor.lastrowid, OutboundMessage.model_validate_json(payload), 0)

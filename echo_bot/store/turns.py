@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +50,19 @@ def get_turn(db: SqlDb, turn_id: str) -> TurnRow | None:
         "SELECT id, session_key, trace_id, step, status FROM turns WHERE id = ?", [turn_id]
     ).fetchone()
     return TurnRow(*raw) if raw else None
+
+
+def turn_of_inbound(db: SqlDb, inbound_id: str) -> tuple[str, TurnRow | None] | None:
+    """The inbound's status and its turn (None before it has one), in one read; None
+    when there is no such inbound. A turn has its inbound's id."""
+    raw = db.execute(
+        "SELECT i.status, t.id, t.session_key, t.trace_id, t.step, t.status FROM inbox i"
+        " LEFT JOIN turns t ON t.id = i.id WHERE i.id = ?",
+        [inbound_id],
+    ).fetchone()
+    if raw is None:
+        return None
+    return raw[0], TurnRow(*raw[1:]) if raw[1] is not None else None
 
 
 def create_turn(db: SqlDb, turn_id: str, session_key: str, trace_id: str) -> TurnRow:
@@ -170,25 +184,38 @@ def _message(row: Any) -> ChatMessage:
     )
 
 
-def add_calls(db: SqlDb, turn_id: str, step: int, calls: list[tuple[ToolCall, str]]) -> None:
+def add_calls(
+    db: SqlDb, turn_id: str, step: int, calls: list[tuple[ToolCall, str]]
+) -> list[CallRow]:
+    """Store the step's calls as planned; the rows as ``calls_of_step`` would read them."""
+    stored = [
+        (call, idx, json.dumps(call.args, sort_keys=True), args_hash)
+        for idx, (call, args_hash) in enumerate(calls)
+    ]
     db.conn.executemany(
         "INSERT INTO tool_calls (id, turn_id, step, idx, name, args, args_hash, status, error)"
         " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
         [
-            (
-                call.id,
-                turn_id,
-                step,
-                idx,
-                call.name,
-                json.dumps(call.args, sort_keys=True),
-                args_hash,
-                PLANNED,
-                call.error,
-            )
-            for idx, (call, args_hash) in enumerate(calls)
+            (call.id, turn_id, step, idx, call.name, args, args_hash, PLANNED, call.error)
+            for call, idx, args, args_hash in stored
         ],
     )
+    return [
+        CallRow(
+            id=call.id,
+            turn_id=turn_id,
+            step=step,
+            idx=idx,
+            name=call.name,
+            args=json.loads(args),
+            args_hash=args_hash,
+            status=PLANNED,
+            approval_id=None,
+            result=None,
+            error=call.error,
+        )
+        for call, idx, args, args_hash in stored
+    ]
 
 
 def calls_of_step(db: SqlDb, turn_id: str, step: int) -> list[CallRow]:
@@ -258,6 +285,24 @@ def repeats(db: SqlDb, turn_id: str, hashes: list[str]) -> int:
         [turn_id, *hashes],
     ).fetchone()
     return int(row[0] or 0)
+
+
+def taken_and_repeats(
+    db: SqlDb, turn_id: str, ids: list[str], hashes: list[str]
+) -> tuple[set[str], int]:
+    """``taken_call_ids(ids)`` and ``repeats(turn_id, hashes)`` in one read."""
+    if not ids and not hashes:
+        return set(), 0
+    id_marks = ",".join("?" for _ in ids)
+    hash_marks = ",".join("?" for _ in hashes)
+    rows = db.execute(
+        f"SELECT 0, id FROM tool_calls WHERE id IN ({id_marks}) UNION ALL"
+        f" SELECT 1, args_hash FROM tool_calls WHERE turn_id = ? AND args_hash IN ({hash_marks})",
+        [*ids, turn_id, *hashes],
+    ).fetchall()
+    taken = {value for part, value in rows if part == 0}
+    counts = Counter(value for part, value in rows if part == 1)
+    return taken, max(counts.values(), default=0)
 
 
 def turns_waiting_on(db: SqlDb, approval_id: str) -> list[str]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar, overload
 
 from sqlite_utils import Database as SqlDb
 
@@ -36,40 +36,68 @@ from .db import Database
 
 T = TypeVar("T")
 E = TypeVar("E", bound=Committed)
+R = TypeVar("R")
 
 log = logging.getLogger(__name__)
 
 
-class Tx:
-    """One unit of work: the repositories, all on the same transaction."""
+class _Repo(Generic[R]):
+    """A repository of ``Tx``, made on first use: a job touches two or three of them,
+    and making all of them for each job was a measurable part of a turn. Only
+    ``__get__`` (a non-data descriptor): once made, the repository is an attribute of
+    the ``Tx`` and later uses do not come here."""
 
-    __slots__ = (
-        "access",
-        "approvals",
-        "audit",
-        "committed",
-        "grants",
-        "inbox",
-        "meta",
-        "outbox",
-        "reminders",
-        "turns",
-    )
+    __slots__ = ("make", "name")
+
+    def __init__(self, make: Callable[[Tx], R]) -> None:
+        self.make = make
+        self.name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, tx: None, owner: type) -> _Repo[R]: ...
+
+    @overload
+    def __get__(self, tx: Tx, owner: type) -> R: ...
+
+    def __get__(self, tx: Tx | None, owner: type) -> R | _Repo[R]:
+        if tx is None:
+            return self
+        repo = self.make(tx)
+        tx.__dict__[self.name] = repo
+        return repo
+
+
+class Tx:
+    """One unit of work: the repositories, all on the same transaction.
+
+    ``Store`` calls ``flush`` when the work is done, still inside the transaction: what
+    the repositories hold back to write at once (the audit rows) is written then."""
 
     def __init__(self, db: SqlDb, masker: Masker, instance: str | None = None) -> None:
         self.committed: list[Committed] = []
-        self.inbox = InboxRepo(db, self, instance)
-        self.outbox = OutboxRepo(db, self)
-        self.turns = TurnRepo(db)
-        self.approvals = ApprovalRepo(db)
-        self.grants = GrantRepo(db)
-        self.reminders = ReminderRepo(db, self)
-        self.audit = AuditRepo(db, masker)
-        self.access = AccessRepo(db)
-        self.meta = MetaRepo(db)
+        self._db, self._masker, self._instance = db, masker, instance
+
+    inbox = _Repo(lambda tx: InboxRepo(tx._db, tx, tx._instance))
+    outbox = _Repo(lambda tx: OutboxRepo(tx._db, tx))
+    turns = _Repo(lambda tx: TurnRepo(tx._db))
+    approvals = _Repo(lambda tx: ApprovalRepo(tx._db))
+    grants = _Repo(lambda tx: GrantRepo(tx._db))
+    reminders = _Repo(lambda tx: ReminderRepo(tx._db, tx))
+    audit = _Repo(lambda tx: AuditRepo(tx._db, tx._masker))
+    access = _Repo(lambda tx: AccessRepo(tx._db))
+    meta = _Repo(lambda tx: MetaRepo(tx._db))
 
     def announce(self, event: Committed) -> None:
         self.committed.append(event)
+
+    def flush(self) -> None:
+        """Write what was held back (the audit rows), in the transaction still open."""
+        audit: AuditRepo | None = self.__dict__.get("audit")  # only if it was used
+        if audit is not None:
+            audit.flush()
 
 
 class InboxRepo:
@@ -136,8 +164,8 @@ class OutboxRepo:
 
     def add(self, message: OutboundMessage) -> None:
         """Queue ``message`` for delivery (per-chat FIFO); the worker is told on COMMIT."""
-        outbox_sql.enqueue_outbound(self._db, message)
-        self._tx.announce(OutboundCommitted(frozenset((str(message.to),))))
+        head = outbox_sql.enqueue_outbound(self._db, message)
+        self._tx.announce(OutboundCommitted(frozenset((str(message.to),)), head))
 
     def due(
         self, channels: list[str], now: float, limit: int, busy: list[str]
@@ -148,9 +176,9 @@ class OutboxRepo:
     def receipt_of(self, outbound_id: str) -> str | None:
         return outbox_sql.receipt_of(self._db, outbound_id)
 
-    def mark_sent(self, message: OutboundMessage, receipt: Receipt) -> bool:
-        """Record the delivery; True when more messages wait for the same chat."""
-        return outbox_sql.mark_sent(self._db, message, receipt)
+    def mark_sent(self, message: OutboundMessage, receipt: Receipt) -> None:
+        """Record the delivery (and its receipt, for edits of it)."""
+        outbox_sql.mark_sent(self._db, message, receipt)
 
     def mark_retry(self, outbound_id: str, error: str, next_attempt_at: float) -> None:
         outbox_sql.mark_retry(self._db, outbound_id, error, next_attempt_at)
@@ -178,6 +206,12 @@ class TurnRepo:
 
     def get(self, turn_id: str) -> turn_sql.TurnRow | None:
         return turn_sql.get_turn(self._db, turn_id)
+
+    def of_inbound(self, inbound_id: str) -> tuple[InboundStatus, turn_sql.TurnRow | None] | None:
+        """The inbound's status and its turn (None before it has one) in one read; None
+        when there is no such inbound."""
+        found = turn_sql.turn_of_inbound(self._db, inbound_id)
+        return None if found is None else (InboundStatus(found[0]), found[1])
 
     def create(self, turn_id: str, session_key: str, trace_id: str) -> turn_sql.TurnRow:
         return turn_sql.create_turn(self._db, turn_id, session_key, trace_id)
@@ -208,8 +242,11 @@ class TurnRepo:
     def messages_after(self, session_key: str, seq: int) -> list[tuple[int, ChatMessage]]:
         return turn_sql.messages_after(self._db, session_key, seq)
 
-    def add_calls(self, turn_id: str, step: int, calls: list[tuple[ToolCall, str]]) -> None:
-        turn_sql.add_calls(self._db, turn_id, step, calls)
+    def add_calls(
+        self, turn_id: str, step: int, calls: list[tuple[ToolCall, str]]
+    ) -> list[turn_sql.CallRow]:
+        """Store the step's calls (planned); the rows as ``calls_of_step`` reads them."""
+        return turn_sql.add_calls(self._db, turn_id, step, calls)
 
     def calls_of_step(self, turn_id: str, step: int) -> list[turn_sql.CallRow]:
         return turn_sql.calls_of_step(self._db, turn_id, step)
@@ -229,6 +266,12 @@ class TurnRepo:
 
     def repeats(self, turn_id: str, hashes: list[str]) -> int:
         return turn_sql.repeats(self._db, turn_id, hashes)
+
+    def taken_and_repeats(
+        self, turn_id: str, ids: list[str], hashes: list[str]
+    ) -> tuple[set[str], int]:
+        """``taken_call_ids`` and ``repeats`` in one read."""
+        return turn_sql.taken_and_repeats(self._db, turn_id, ids, hashes)
 
     def waiting_on(self, approval_id: str) -> list[str]:
         return turn_sql.turns_waiting_on(self._db, approval_id)
@@ -372,26 +415,39 @@ class ReminderRepo:
 
 
 class AuditRepo:
-    """The audit log: every row masked before it is written."""
+    """The audit log: every row masked when it is written. The rows of one unit of work
+    are inserted together when it is done (``Tx.flush``: one statement, still in its
+    transaction), in the order they were written; a read writes them first."""
 
-    __slots__ = ("_db", "_writer")
+    __slots__ = ("_db", "_rows", "_writer")
 
     def __init__(self, db: SqlDb, masker: Masker) -> None:
         self._db = db
         self._writer = audit_sql.AuditWriter(masker)
+        self._rows: list[audit_sql.AuditValues] = []
 
     def write(
         self, event: str, *, trace_id: str | None, session_key: str | None, **data: Any
     ) -> None:
-        self._writer.write(self._db, event, trace_id=trace_id, session_key=session_key, **data)
+        self._rows.append(
+            self._writer.row(event, trace_id=trace_id, session_key=session_key, **data)
+        )
+
+    def flush(self) -> None:
+        if self._rows:
+            rows, self._rows = self._rows, []
+            audit_sql.write_rows(self._db, rows)
 
     def read(self, *, tail: int = 50, trace_id: str | None = None) -> list[audit_sql.AuditRow]:
+        self.flush()
         return audit_sql.read_audit(self._db, tail=tail, trace_id=trace_id)
 
     def tokens_since(self, ts: float) -> int:
+        self.flush()
         return audit_sql.tokens_since(self._db, ts)
 
     def usage_by_day(self) -> list[audit_sql.UsageRow]:
+        self.flush()
         return audit_sql.usage_by_day(self._db)
 
 
@@ -491,7 +547,9 @@ class Store:
 
         def job(db: SqlDb) -> tuple[T, list[Committed]]:
             tx = Tx(db, masker, instance)
-            return fn(tx), tx.committed
+            value = fn(tx)
+            tx.flush()
+            return value, tx.committed
 
         value, _committed = await self.database.run(
             job, slow=slow, after_commit=self._announce_committed
@@ -501,7 +559,14 @@ class Store:
     def run_sync(self, fn: Callable[[Tx], T]) -> T:
         """``run`` for management commands (no event loop, nobody subscribed)."""
         masker, instance = self.masker, self.instance
-        return self.database.run_sync(lambda db: fn(Tx(db, masker, instance)))
+
+        def job(db: SqlDb) -> T:
+            tx = Tx(db, masker, instance)
+            value = fn(tx)
+            tx.flush()
+            return value
+
+        return self.database.run_sync(job)
 
     def _announce_committed(self, done: tuple[Any, list[Committed]]) -> None:
         if done[1]:

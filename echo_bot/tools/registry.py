@@ -25,10 +25,19 @@ PROFILES: dict[str, frozenset[str]] = {
 }
 
 
+# Valid arguments remembered per tool, at most (then forgotten all at once).
+VALID_ARGS_KEPT = 1024
+VALID_ARGS_MAX_CHARS = 2048  # longer arguments are checked each time, not kept
+
+
 class ToolRegistry:
     def __init__(self, *, output_limit: int = 8_000) -> None:
         self._tools: dict[str, Tool] = {}
         self._validators: dict[str, Draft202012Validator] = {}
+        # Arguments found valid, per tool, by their repr (which tells a list from a
+        # tuple and 1 from True): a call is checked when it is settled and again
+        # when it runs, and a schema check is the larger part of a cheap tool's run.
+        self._valid: dict[str, set[str]] = {}
         self.output_limit = output_limit
 
     def register(self, tool: Tool) -> None:
@@ -45,6 +54,7 @@ class ToolRegistry:
             raise ValueError(f"tool {name!r}: retries are only allowed for idempotent tools")
         self._tools[name] = tool
         self._validators[name] = Draft202012Validator(tool.parameters)
+        self._valid[name] = set()
 
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
@@ -72,8 +82,16 @@ class ToolRegistry:
             return ToolResult.failure(
                 ErrorCode.INVALID_PARAMETER, f"arguments for {name} must be a JSON object"
             )
+        valid = self._valid[name]
+        key = repr(args)
+        if key in valid:
+            return None
         errors = sorted(self._validators[name].iter_errors(args), key=lambda e: list(e.path))
         if not errors:
+            if len(key) <= VALID_ARGS_MAX_CHARS:
+                if len(valid) >= VALID_ARGS_KEPT:
+                    valid.clear()
+                valid.add(key)
             return None
         problems = []
         for error in errors[:5]:
