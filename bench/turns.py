@@ -191,7 +191,9 @@ async def running_core(
     config = parse_config(tomllib.loads(config_text(sessions)), "bench/turns.py")
     core = build_core(LoadedConfig(config=config, path=None), state_dir, {})
     channel = NoopChannel()
-    daemon = Daemon(core, channel_names=[], environ={}, banner=False, extra_channels=[channel])
+    daemon = Daemon(
+        core, channel_names=[], environ={}, banner=False, extra_channels=[channel], freeze_heap=True
+    )
     run = asyncio.create_task(daemon.run())
     try:
         async with asyncio.timeout(30):

@@ -16,11 +16,12 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from .crontab import next_after
 from .events import Address
-from .store import Store, Tx
+from .store import ChatTimezoneChanged, Store, Tx
 from .store.reminders import ACTIVE, CANCELLED, ReminderRow
 from .timeparse import MAX_AHEAD, Recurrence, Unclear, When, describe, parse_recurrence, parse_when
 
 MAX_TEXT = 1000
+ZONES_KEPT = 4096  # chats whose time zone is kept in memory (the oldest read is dropped)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,10 +53,28 @@ class ReminderService:
         self.languages = languages
         self.max_active = max_active
         self.clock = clock
+        # Each chat's chosen zone (None: the default), read once: every current_time call
+        # and reminder asks, and a store round trip cost 5 % of a turn. Kept true by the
+        # committed change, which also voids a read that was under way meanwhile.
+        self._zones: dict[str, str | None] = {}
+        self._zone_changes = 0
+        store.subscribe(ChatTimezoneChanged, self._zone_changed)
 
     async def timezone_for(self, chat: Address) -> str:
-        chosen = await self.store.run(lambda tx: tx.reminders.chat_timezone(str(chat)))
+        key = str(chat)
+        if key in self._zones:
+            return self._zones[key] or self.default_timezone
+        changes = self._zone_changes
+        chosen = await self.store.run(lambda tx: tx.reminders.chat_timezone(key))
+        if changes == self._zone_changes:
+            if len(self._zones) >= ZONES_KEPT:
+                del self._zones[next(iter(self._zones))]
+            self._zones[key] = chosen
         return chosen or self.default_timezone
+
+    def _zone_changed(self, event: ChatTimezoneChanged) -> None:
+        self._zone_changes += 1
+        self._zones[event.session_key] = event.timezone
 
     async def set_timezone(self, chat: Address, name: str) -> Outcome:
         zone = zone_of(name.strip())

@@ -3,9 +3,14 @@ default, or the city or zone named in the question; an unknown place is said so.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from pathlib import Path
 
+from echo_bot.events import Address
+from echo_bot.reminders import ReminderService
+from echo_bot.secrets import Masker
+from echo_bot.store import Database, Store
 from tests.conftest import run_echo_bot
 from tests.test_llm_brain import ask, llm_bot, tool_messages
 
@@ -34,6 +39,39 @@ def test_what_time_is_it_answers_in_the_timezone_the_chat_set(tmp_path: Path) ->
     assert out[0] == "This chat now uses Asia/Tokyo for times."
     assert zone_of(out[1]) == "Asia/Tokyo"
     assert out[1].endswith("(Asia/Tokyo, UTC+09:00).")
+
+
+def test_a_chat_that_changes_its_timezone_gets_the_new_one_at_once(tmp_path: Path) -> None:
+    out = chat(
+        tmp_path,
+        "what time is it?",
+        "/timezone Asia/Tokyo",
+        "what time is it?",
+        "/timezone America/New_York",
+        "what time is it?",
+    )
+    assert [zone_of(out[0]), zone_of(out[2]), zone_of(out[4])] == [
+        "UTC",
+        "Asia/Tokyo",
+        "America/New_York",
+    ]
+
+
+async def test_a_zone_read_under_way_when_the_chat_changes_zone_does_not_bring_back_the_old(
+    tmp_path: Path,
+) -> None:
+    store = Store(Database(tmp_path / "s.sqlite3"), Masker())
+    await store.open()
+    try:
+        service = ReminderService(store, timezone="UTC", languages=["en"], max_active=10)
+        chat_ = Address(channel="cli", chat_id="local")
+        reading = asyncio.create_task(service.timezone_for(chat_))
+        await asyncio.sleep(0)  # the read is queued ahead of the change, in one commit
+        assert (await service.set_timezone(chat_, "Asia/Tokyo")).ok
+        assert await reading == "UTC"
+        assert await service.timezone_for(chat_) == "Asia/Tokyo"
+    finally:
+        await store.close()
 
 
 def test_what_time_is_it_in_a_named_city_answers_in_that_citys_zone(tmp_path: Path) -> None:

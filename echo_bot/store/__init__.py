@@ -4,7 +4,13 @@ repositories on ``tx``; nothing outside this package speaks SQL or imports the d
 (``tests/test_store_boundary.py``). What it may import from here: this package's names
 below, and row types and constants of its modules."""
 
-from .committed import Committed, InboundCommitted, OutboundCommitted, ReminderChanged
+from .committed import (
+    ChatTimezoneChanged,
+    Committed,
+    InboundCommitted,
+    OutboundCommitted,
+    ReminderChanged,
+)
 from .db import DB_FILENAME, Database, backup_to
 from .inbox import InboxRow, SqliteInbox
 from .inspect import FileCheck, QueuedOutbound, check_file, queued_outbound
@@ -13,6 +19,7 @@ from .tx import Store, Tx
 
 __all__ = [
     "DB_FILENAME",
+    "ChatTimezoneChanged",
     "Committed",
     "Database",
     "FileCheck",

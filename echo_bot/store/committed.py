@@ -2,7 +2,7 @@
 
 A repository that writes work someone waits for (an inbound to run — approval decisions
 included —, an outbound to send, a reminder created or cancelled) records one of these
-on its transaction; the store hands
+(or a setting others keep in memory) on its transaction; the store hands
 them to whoever subscribed, after the COMMIT and never for work that was rolled back. It
 replaces callbacks wired part to part: the writer does not need to know who acts.
 """
@@ -40,4 +40,12 @@ class ReminderChanged:
     reminder_id: str
 
 
-Committed = InboundCommitted | OutboundCommitted | ReminderChanged
+@dataclass(frozen=True, slots=True)
+class ChatTimezoneChanged:
+    """A chat chose its time zone: whoever keeps chats' zones in memory updates it."""
+
+    session_key: str
+    timezone: str
+
+
+Committed = InboundCommitted | OutboundCommitted | ReminderChanged | ChatTimezoneChanged

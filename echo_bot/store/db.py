@@ -70,9 +70,12 @@ CHECKPOINT_INTERVAL = 1.0  # seconds between WAL checkpoints (PASSIVE, off the c
 MAX_BATCH = 128  # jobs committed together at most
 BUSY_TIMEOUT_MS = 10_000  # how long the store thread waits for another writer
 # Past this, the checkpointer truncates the WAL (a PASSIVE checkpoint under steady writes
-# never lets it restart, and nothing else would shrink it); also SQLite's own limit for
-# what it keeps of the file after a reset.
-WAL_LIMIT = 64 * 1024 * 1024
+# never lets it restart, and nothing else would shrink it). Writers wait for the TRUNCATE
+# (tens of ms, mostly its fsyncs): at 64 MB a saturated daemon (~90 MB of WAL a second)
+# waited every 0.7 s, 5–10 % of its turns (bench/turns.py); at 256 MB every ~3 s.
+WAL_LIMIT = 256 * 1024 * 1024
+# What SQLite keeps of the WAL file when it starts over (journal_size_limit).
+WAL_KEEP = 64 * 1024 * 1024
 
 _SAVEPOINT = "echo_bot_job"
 _LOCK_TAKEN = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
@@ -168,7 +171,7 @@ class Database:
         sync = "FULL" if self._durability == "full" else "NORMAL"
         conn.execute(f"PRAGMA synchronous = {sync}")
         conn.execute("PRAGMA foreign_keys = ON")
-        conn.execute(f"PRAGMA journal_size_limit = {WAL_LIMIT}")
+        conn.execute(f"PRAGMA journal_size_limit = {WAL_KEEP}")
         return conn, SqliteUtilsDatabase(conn)
 
     def _open(self, *, loop_connection: bool) -> None:

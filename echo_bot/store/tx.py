@@ -31,7 +31,13 @@ from . import outbox as outbox_sql
 from . import reminders as reminder_sql
 from . import retention
 from . import turns as turn_sql
-from .committed import Committed, InboundCommitted, OutboundCommitted, ReminderChanged
+from .committed import (
+    ChatTimezoneChanged,
+    Committed,
+    InboundCommitted,
+    OutboundCommitted,
+    ReminderChanged,
+)
 from .db import Database
 
 T = TypeVar("T")
@@ -406,6 +412,7 @@ class ReminderRepo:
 
     def set_chat_timezone(self, session_key: str, timezone: str) -> None:
         reminder_sql.set_chat_timezone(self._db, session_key, timezone)
+        self._tx.announce(ChatTimezoneChanged(session_key, timezone))
 
     def cron_last(self, job: str) -> float | None:
         return reminder_sql.cron_last(self._db, job)
