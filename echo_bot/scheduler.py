@@ -17,6 +17,7 @@ import logging
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -161,7 +162,7 @@ class Scheduler:
             row, occurrence, late_by=late, outcome="missed" if missed else "sent"
         ):
             return None
-        metrics.REMINDER_LAG.observe(max(0.0, late))
+        tx.on_commit(partial(metrics.REMINDER_LAG.observe, max(0.0, late)))
         due = datetime.fromtimestamp(due_at, zone)
         if missed:
             text = (

@@ -1,5 +1,6 @@
-"""The store's group commit: jobs queued together share one transaction, each in its own
-savepoint; each caller gets its own result or error, and only after the COMMIT. Short
+"""The store's group commit: jobs queued together share one transaction (run again, each
+in its own savepoint, when one fails); each caller gets its own result or error, and only
+after the COMMIT. Short
 jobs run on the event loop's thread; slow ones, and jobs that meet another writer's
 lock, on the store thread."""
 
@@ -20,7 +21,7 @@ from sqlite_utils import Database as SqlDb
 
 from echo_bot.errors import StoreError
 from echo_bot.secrets import Masker
-from echo_bot.store import Database, Store
+from echo_bot.store import ChatTimezoneChanged, Database, Store, Tx
 from echo_bot.store.db import BUSY_TIMEOUT_MS, MAX_BATCH
 
 Job = Callable[[SqlDb], Any]
@@ -125,6 +126,42 @@ async def test_an_sqlite_error_comes_back_as_store_error_and_the_others_commit(
     assert results == list(range(2, 40))
     expected = {1: "original"} | {i: f"row {i}" for i in range(2, 40)}
     assert committed(reader) == expected
+
+
+@pytest.mark.parametrize("slow", [False, True])
+async def test_a_batch_run_again_after_a_failure_commits_and_announces_each_unit_once(
+    tmp_path: Path, slow: bool
+) -> None:
+    store = Store(Database(tmp_path / "again.sqlite3"), Masker())
+    await store.open()
+    announced: list[str] = []
+    store.subscribe(ChatTimezoneChanged, lambda event: announced.append(event.session_key))
+    kept: list[int] = []
+
+    def unit(i: int) -> Callable[[Tx], int]:
+        def fn(tx: Tx) -> int:
+            tx.reminders.set_chat_timezone(f"cli:{i}", "Asia/Tokyo")
+            tx.on_commit(lambda: kept.append(i))
+            if i == 5:
+                raise ValueError("unit 5 fails after its write")
+            return i
+
+        return fn
+
+    try:
+        results = await asyncio.gather(
+            *(store.run(unit(i), slow=slow) for i in range(10)), return_exceptions=True
+        )
+        assert str(results.pop(5)) == "unit 5 fails after its write"
+        assert results == [i for i in range(10) if i != 5]
+        assert sorted(kept) == [i for i in range(10) if i != 5]
+        assert sorted(announced) == sorted(f"cli:{i}" for i in range(10) if i != 5)
+        zones = await store.run(
+            lambda tx: [tx.reminders.chat_timezone(f"cli:{i}") for i in range(10)]
+        )
+        assert zones == ["Asia/Tokyo"] * 5 + [None] + ["Asia/Tokyo"] * 4
+    finally:
+        await store.close()
 
 
 async def test_each_job_gets_its_own_result(db: Database) -> None:

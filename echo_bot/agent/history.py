@@ -7,9 +7,9 @@ reset markers alike; nothing updates or deletes a row), so a cached copy stays e
 reading just the rows after the newest ``seq`` it has seen, in the same transaction
 that would have read the whole history.
 
-``load`` runs on the store thread inside a transaction. If that transaction (or the
-batch it was committed with) fails, the caller must ``forget`` the session: the rows
-it read may never have been committed.
+``load`` runs inside a unit of work, which may run more than once or be rolled back:
+it never changes the cache itself, and what it read is kept only once committed
+(``tx.on_commit``).
 """
 
 from __future__ import annotations
@@ -51,23 +51,28 @@ class HistoryCache:
     def load(self, tx: Tx, session_key: str) -> list[ChatMessage]:
         """The session's newest ``limit`` messages since its last reset, oldest first."""
         with self._lock:
-            entry = self._entries.pop(session_key, None)
-            if entry is not None:
-                self._chars -= entry.chars
-        if entry is None:
+            cached = self._entries.get(session_key)
+        if cached is None:
             entry = self._read_all(tx, session_key)
         else:
-            self._read_new(tx, session_key, entry)
-        messages = list(entry.messages)
-        if entry.chars > self.max_chars:  # would only push every other session out
-            return messages
+            entry = self._read_new(tx, session_key, cached)
+        if entry is not cached:
+            tx.on_commit(lambda: self._keep(session_key, entry))
+        return list(entry.messages)
+
+    def _keep(self, session_key: str, entry: _Entry) -> None:
+        """Cache what a committed unit of work read (the newer, if two read at once)."""
         with self._lock:
-            if session_key in self._entries:  # loaded twice at once; keep the newer
-                self._chars -= self._entries.pop(session_key).chars
+            old = self._entries.pop(session_key, None)
+            if old is not None:
+                self._chars -= old.chars
+                if old.seq > entry.seq:
+                    entry = old
+            if entry.chars > self.max_chars:  # would only push every other session out
+                return
             self._entries[session_key] = entry
             self._chars += entry.chars
             self._evict()
-        return messages
 
     def forget(self, session_key: str) -> None:
         with self._lock:
@@ -96,8 +101,18 @@ class HistoryCache:
             chars=sum(_size(m) for m in messages),
         )
 
-    def _read_new(self, tx: Tx, session_key: str, entry: _Entry) -> None:
-        for seq, message in tx.turns.messages_after(session_key, entry.seq):
+    def _read_new(self, tx: Tx, session_key: str, cached: _Entry) -> _Entry:
+        """``cached`` as it is with the rows after it; a copy, if there are any."""
+        rows = tx.turns.messages_after(session_key, cached.seq)
+        if not rows:
+            return cached
+        entry = _Entry(
+            seq=cached.seq,
+            reset_turn=cached.reset_turn,
+            messages=deque(cached.messages, maxlen=self.limit),
+            chars=cached.chars,
+        )
+        for seq, message in rows:
             entry.seq = seq
             if message.role == RESET:
                 entry.messages.clear()
@@ -110,6 +125,7 @@ class HistoryCache:
                 entry.chars -= _size(entry.messages[0])
             entry.messages.append(message)
             entry.chars += _size(message)
+        return entry
 
     def _evict(self) -> None:
         while self._entries and (

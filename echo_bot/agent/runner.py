@@ -60,23 +60,13 @@ class TurnRunner:
     async def advance(self, inbound_id: str, known: InboundMessage | None = None) -> None:
         """Move the turn of inbox row ``inbound_id`` as far as it can go now (``known``:
         the message itself, when the caller has it: then only its status is read)."""
-        try:
-            begun = await self.store.run(lambda tx: self._begin(tx, inbound_id, known))
-        except BaseException:
-            # The history it read may have been rolled back; whose is not known here.
-            self.history.clear()
-            raise
+        begun = await self.store.run(lambda tx: self._begin(tx, inbound_id, known))
         if begun is None:
             return
         inbound, turn, conversation = begun
         current_trace.set(inbound.trace_id)
         current_session.set(inbound.session_key)
-        try:
-            await self._drive(inbound, turn, conversation)
-        except BaseException:
-            # What the cache read may have been rolled back with a failed transaction.
-            self.history.forget(inbound.session_key)
-            raise
+        await self._drive(inbound, turn, conversation)
 
     async def _drive(
         self, inbound: InboundMessage, turn: TurnRow, conversation: list[ChatMessage] | None

@@ -84,6 +84,7 @@ class Tx:
 
     def __init__(self, db: SqlDb, masker: Masker, instance: str | None = None) -> None:
         self.committed: list[Committed] = []
+        self.after_commit: list[Callable[[], None]] = []
         self._db, self._masker, self._instance = db, masker, instance
 
     inbox = _Repo(lambda tx: InboxRepo(tx._db, tx, tx._instance))
@@ -98,6 +99,14 @@ class Tx:
 
     def announce(self, event: Committed) -> None:
         self.committed.append(event)
+
+    def on_commit(self, callback: Callable[[], None]) -> None:
+        """Call ``callback()`` once this work is committed; never if it is rolled back.
+
+        A unit of work may run more than once before it commits (the engine retries a
+        batch when one of its jobs fails), so whatever it changes outside the store — a
+        cache, a metric — goes here, not in ``fn`` itself."""
+        self.after_commit.append(callback)
 
     def flush(self) -> None:
         """Write what was held back (the audit rows), in the transaction still open."""
@@ -552,32 +561,35 @@ class Store:
         gave up: its message is stored all the same and must run)."""
         masker, instance = self.masker, self.instance
 
-        def job(db: SqlDb) -> tuple[T, list[Committed]]:
+        def job(db: SqlDb) -> tuple[T, Tx]:
             tx = Tx(db, masker, instance)
             value = fn(tx)
             tx.flush()
-            return value, tx.committed
+            return value, tx
 
-        value, _committed = await self.database.run(
-            job, slow=slow, after_commit=self._announce_committed
-        )
+        value, _tx = await self.database.run(job, slow=slow, after_commit=self._committed)
         return value
 
     def run_sync(self, fn: Callable[[Tx], T]) -> T:
         """``run`` for management commands (no event loop, nobody subscribed)."""
         masker, instance = self.masker, self.instance
 
-        def job(db: SqlDb) -> T:
+        def job(db: SqlDb) -> tuple[T, Tx]:
             tx = Tx(db, masker, instance)
             value = fn(tx)
             tx.flush()
-            return value
+            return value, tx
 
-        return self.database.run_sync(job)
+        value, tx = self.database.run_sync(job)
+        _call_after_commit(tx)
+        return value
 
-    def _announce_committed(self, done: tuple[Any, list[Committed]]) -> None:
-        if done[1]:
-            self._announce(done[1])
+    def _committed(self, done: tuple[Any, Tx]) -> None:
+        tx = done[1]
+        if tx.after_commit:
+            _call_after_commit(tx)
+        if tx.committed:
+            self._announce(tx.committed)
 
     def _announce(self, events: list[Committed]) -> None:
         for event in events:
@@ -589,3 +601,11 @@ class Store:
                     # recovery (the dispatcher's at the next start; the delivery worker's
                     # and the scheduler's next look).
                     log.exception("telling %r about committed work failed", listener)
+
+
+def _call_after_commit(tx: Tx) -> None:
+    for callback in tx.after_commit:
+        try:
+            callback()
+        except Exception:  # committed all the same; the others still run
+            log.exception("an after-commit callback failed")

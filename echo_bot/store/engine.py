@@ -1,0 +1,394 @@
+"""What both engines share: jobs, the store thread that group-commits them, and how a
+batch runs inside one transaction.
+
+An engine hands ``run_begun`` a ``Session`` — its connection's transaction control —
+and the batch. The jobs of a batch run one after another with no savepoint between
+them; if one raises, the transaction is rolled back and the batch runs again, each job
+in a savepoint of its own, so the failing one is rolled back alone (a savepoint per
+job, every time, cost 10–15 % of a turn on SQLite; PostgreSQL needs them anyway to go on
+after a failed statement). So a job may run twice before it commits and must act only
+through its connection: ``Tx.on_commit`` is for what is to happen once committed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+from ..errors import StoreError
+
+T = TypeVar("T")
+
+MAX_BATCH = 128  # jobs committed together at most
+SAVEPOINT = "echo_bot_job"
+
+Outcome = tuple["Job", bool, Any]  # (job, ok, result or error)
+
+log = logging.getLogger(__name__)
+
+
+class Job:
+    """One piece of work for the store and where its outcome goes."""
+
+    __slots__ = (
+        "after_commit",
+        "fn",
+        "future",
+        "handed_off",
+        "in_transaction",
+        "loop",
+        "wrap_errors",
+    )
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        *,
+        in_transaction: bool,
+        wrap_errors: bool,
+        loop: asyncio.AbstractEventLoop | None,
+        after_commit: Callable[[Any], None] | None = None,
+    ) -> None:
+        self.fn = fn
+        self.after_commit = after_commit
+        self.in_transaction = in_transaction
+        self.wrap_errors = wrap_errors
+        self.loop = loop
+        # A loop job the loop passed to the store thread (SQLite: its write lock was taken).
+        self.handed_off = False
+        self.future: asyncio.Future[Any] | concurrent.futures.Future[Any] = (
+            loop.create_future() if loop is not None else concurrent.futures.Future()
+        )
+
+
+class Session(Protocol):
+    """A connection's transaction control, as ``run_begun`` needs it."""
+
+    handle: Any  # what each job is given
+    errors: type[BaseException] | tuple[type[BaseException], ...]  # the driver's
+
+    def execute(self, sql: str) -> object: ...
+
+    def alive(self) -> bool:
+        """The transaction still exists (SQLite ends it itself on disk full)."""
+        ...
+
+    def clean(self) -> bool:
+        """Alive, and every statement in it succeeded (PostgreSQL refuses more after a
+        failed one)."""
+        ...
+
+
+_STOP = object()
+
+
+class ThreadedEngine:
+    """The store thread: jobs queued from any thread or loop, run in batches, one
+    transaction each, on the connection ``_thread_session`` gives."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[Job | object] = queue.SimpleQueue()
+        self._worker: threading.Thread | None = None
+        self._worker_lock = threading.Lock()
+        self._closed = False
+        self._handed_off = 0  # loop jobs the store thread has not finished yet
+        self._thread_name = "echo-bot-store"
+
+    # -- what each engine has ------------------------------------------------------------
+    engine = ""  # "sqlite" | "postgres"
+    path: Path | None = None  # SQLite's file; None for a server
+
+    async def open(self) -> None:
+        raise NotImplementedError
+
+    def open_sync(self) -> None:
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        raise NotImplementedError
+
+    def close_sync(self) -> None:
+        raise NotImplementedError
+
+    async def run(
+        self,
+        fn: Callable[[Any], T],
+        *,
+        slow: bool = False,
+        after_commit: Callable[[T], None] | None = None,
+    ) -> T:
+        raise NotImplementedError
+
+    # -- for the engines -------------------------------------------------------------
+    def _thread_session(self) -> Session | None:
+        """The store thread's session, None when there is none (not open)."""
+        raise NotImplementedError
+
+    def _begin(self, session: Session) -> None:
+        session.execute("BEGIN")
+
+    def _store_error(self, job: Job, exc: BaseException, session: Session | None) -> BaseException:
+        return store_error(job, exc, session.errors if session is not None else ())
+
+    # -- running work ----------------------------------------------------------------
+    def run_sync(self, fn: Callable[[Any], T]) -> T:
+        """``run`` for management commands without an event loop (driver errors as is).
+
+        Refused on a thread that runs an event loop: it would block the loop (and, on
+        SQLite, wait for the whole busy timeout when called inside a loop job that holds
+        the write lock)."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return self._submit_sync(fn, in_transaction=True, wrap_errors=False)
+        raise StoreError("run_sync called on an event loop's thread: await run() instead")
+
+    async def _submit(
+        self,
+        fn: Callable[..., T],
+        *,
+        in_transaction: bool,
+        after_commit: Callable[[T], None] | None = None,
+    ) -> T:
+        job = Job(
+            fn,
+            in_transaction=in_transaction,
+            wrap_errors=True,
+            loop=asyncio.get_running_loop(),
+            after_commit=after_commit,
+        )
+        self._enqueue(job)
+        return await job.future  # type: ignore[no-any-return]
+
+    def _submit_sync(
+        self, fn: Callable[..., T], *, in_transaction: bool, wrap_errors: bool = True
+    ) -> T:
+        job = Job(fn, in_transaction=in_transaction, wrap_errors=wrap_errors, loop=None)
+        self._enqueue(job)
+        return job.future.result()  # type: ignore[union-attr,no-any-return]
+
+    def _enqueue(self, job: Job) -> None:
+        with self._worker_lock:
+            if self._closed:
+                raise StoreError("the store is closed")
+            if self._worker is None:
+                self._worker = threading.Thread(
+                    target=self._serve, name=self._thread_name, daemon=True
+                )
+                self._worker.start()
+            self._jobs.put(job)
+
+    def _stop_worker(self) -> None:
+        with self._worker_lock:
+            self._closed = True
+            self._jobs.put(_STOP)
+
+    def _serve(self) -> None:
+        held: Job | object | None = None
+        while True:
+            job = held if held is not None else self._jobs.get()
+            held = None
+            if job is _STOP:
+                return
+            assert isinstance(job, Job)
+            if not job.in_transaction:
+                self._deliver([(job, *_call(job.fn))])
+                continue
+            batch = [job]
+            while len(batch) < MAX_BATCH:
+                try:
+                    following = self._jobs.get_nowait()
+                except queue.Empty:
+                    break
+                if following is _STOP or not following.in_transaction:  # type: ignore[union-attr]
+                    held = following
+                    break
+                batch.append(following)  # type: ignore[arg-type]
+            try:
+                outcomes = self._run_batch(batch)
+            except BaseException as exc:  # nothing may leave a caller waiting forever
+                outcomes = [(j, False, exc) for j in batch]
+            try:
+                self._deliver(outcomes)
+            except BaseException:  # the store thread must go on serving
+                log.exception("handing store results back failed")
+
+    def _run_batch(self, batch: list[Job]) -> list[Outcome]:
+        """Run the jobs in one transaction on the store thread's connection."""
+        # A cancelled caller's job is not run (its outcome only settles the count).
+        live: list[Job] = []
+        dropped: list[Outcome] = []
+        for job in batch:
+            if job.future.cancelled():
+                dropped.append((job, False, None))
+            else:
+                live.append(job)
+        if not live:
+            return dropped
+        for together in (True, False):
+            try:
+                session = self._thread_session()
+            except Exception as exc:  # PostgreSQL: the connection was lost, and still is
+                return dropped + [(job, False, self._store_error(job, exc, None)) for job in live]
+            if session is None:
+                refused = StoreError("the store is not open")
+                return dropped + [(job, False, refused) for job in live]
+            try:
+                self._begin(session)
+            except Exception as exc:
+                failed = [(job, False, self._store_error(job, exc, session)) for job in live]
+                return dropped + failed
+            # BEGIN may have waited for a lock (SQLite: up to the busy timeout): a caller
+            # that gave up meanwhile is not run either.
+            dropped += [(job, False, None) for job in live if job.future.cancelled()]
+            live = [job for job in live if not job.future.cancelled()]
+            if not live:
+                session.execute("ROLLBACK")
+                return dropped
+            outcomes = run_begun(session, live, together=together and len(live) > 1)
+            if outcomes is not None:
+                return dropped + outcomes
+        raise AssertionError("the second pass always has outcomes")
+
+    def _deliver(self, outcomes: list[Outcome]) -> None:
+        """Hand each job its outcome: one wake-up per event loop for the whole batch."""
+        by_loop: dict[asyncio.AbstractEventLoop, list[Outcome]] = {}
+        for outcome in outcomes:
+            job = outcome[0]
+            if job.loop is None:
+                settle(outcome)
+            else:
+                by_loop.setdefault(job.loop, []).append(outcome)
+        for loop, some in by_loop.items():
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is waiting
+                loop.call_soon_threadsafe(self._settle_all, some)
+
+    def _settle_all(self, outcomes: list[Outcome]) -> None:
+        """On the jobs' loop, after the COMMIT: run each committed job's
+        ``after_commit``, then set each future, in the order the jobs ran. Every
+        outcome is settled whatever a hook raises (a BaseException is raised again
+        once all are)."""
+        raised: BaseException | None = None
+        for job, ok, value in outcomes:
+            if ok and job.after_commit is not None:
+                try:
+                    job.after_commit(value)
+                except Exception:  # committed all the same
+                    log.exception("a store job's after-commit hook failed")
+                except BaseException as exc:
+                    raised = raised or exc
+        for outcome in outcomes:
+            if outcome[0].handed_off:
+                outcome[0].handed_off = False
+                self._handed_off -= 1
+            try:
+                settle(outcome)
+            except Exception:  # one bad outcome must not leave the others waiting
+                log.exception("handing a store result back failed")
+                if not outcome[0].future.done():
+                    outcome[0].future.set_exception(StoreError("store error: no result"))
+        if raised is not None:
+            raise raised
+
+
+def run_begun(session: Session, batch: list[Job], *, together: bool) -> list[Outcome] | None:
+    """Run the jobs in the transaction just begun, then COMMIT; an outcome for each.
+
+    ``together``: one after another with nothing between them, betting that none
+    fails. If one raises, the transaction is rolled back and None returned: the caller
+    begins again and runs the batch with ``together=False``, each job in a savepoint of
+    its own, so the failing one is rolled back alone. (A savepoint per job cost 10–15 %
+    of a turn's CPU on SQLite: it copies every page a job first touches into its
+    sub-journal.) So a job may run twice before it commits: it must act only through
+    its connection — see ``Tx.on_commit`` for what is to happen once committed."""
+    alone = len(batch) == 1 or together
+    handle, execute = session.handle, session.execute
+    outcomes: list[Outcome] = []
+    culprit: Job | None = None
+    try:
+        for job in batch:
+            culprit = job
+            if not alone:
+                execute(f"SAVEPOINT {SAVEPOINT}")
+            try:
+                value = job.fn(handle)
+                if not session.clean():
+                    if not session.alive():
+                        # The job caught an error after which the engine rolled the
+                        # transaction back: what the batch did before is gone.
+                        raise StoreError("store error: the transaction was rolled back")
+                    # PostgreSQL: one of its statements failed and the job went on.
+                    raise StoreError("store error: a statement of this job failed")
+            except Exception as exc:
+                if not session.alive():  # the engine rolled all of it back
+                    raise
+                if together:
+                    execute("ROLLBACK")
+                    return None
+                execute("ROLLBACK" if alone else f"ROLLBACK TO {SAVEPOINT}")
+                if not alone:
+                    execute(f"RELEASE {SAVEPOINT}")
+                outcomes.append((job, False, store_error(job, exc, session.errors)))
+            else:
+                if not alone:
+                    execute(f"RELEASE {SAVEPOINT}")
+                outcomes.append((job, True, value))
+        culprit = None
+        if session.alive():  # not when a lone job failed and was rolled back
+            execute("COMMIT")
+    except BaseException as exc:
+        # The transaction is lost (or would not commit, or a job raised something that
+        # is not an error): nothing of the batch is stored. The job that raised gets its
+        # error; the others are told their work was rolled back with it.
+        if session.alive():
+            with contextlib.suppress(Exception):
+                execute("ROLLBACK")
+        error = store_error(culprit or batch[0], exc, session.errors)
+        rolled_back = StoreError(f"store error: rolled back with another job ({exc!r})")
+        return [
+            (job, False, error if job is culprit or culprit is None else rolled_back)
+            for job in batch
+        ]
+    return outcomes
+
+
+def _call(fn: Callable[[], Any]) -> tuple[bool, Any]:
+    try:
+        return True, fn()
+    except BaseException as exc:
+        return False, exc
+
+
+def store_error(
+    job: Job,
+    exc: BaseException,
+    errors: type[BaseException] | tuple[type[BaseException], ...],
+) -> BaseException:
+    """The driver's errors as StoreError (unless the job asked for them as they are)."""
+    if job.wrap_errors and errors and isinstance(exc, errors):
+        error = StoreError(f"store error: {exc}")
+        error.__cause__ = exc
+        return error
+    return exc
+
+
+def settle(outcome: Outcome) -> None:
+    job, ok, value = outcome
+    future = job.future
+    if future.cancelled():
+        return
+    if ok:
+        future.set_result(value)
+    elif isinstance(value, StopIteration):  # a future refuses StopIteration
+        error = RuntimeError(f"store job raised {value!r}")
+        error.__cause__ = value
+        future.set_exception(error)
+    else:
+        future.set_exception(value)

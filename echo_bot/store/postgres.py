@@ -1,0 +1,248 @@
+"""The PostgreSQL engine: one database shared by any number of echo-bot instances.
+
+Imported only when ``[storage] engine = "postgres"`` (the driver comes with the
+``postgres`` extra). The driver is psycopg 3, used synchronously on the store thread:
+a unit of work is a plain function running its statements one after another
+(``fn(tx)``), the contract both engines keep, and every PostgreSQL round trip is off the
+event loop by construction. asyncpg would make every repository a coroutine and add a
+task switch per statement; see docs/ARCHITECTURE.md for the measurement.
+
+Jobs are group-committed as on SQLite (``engine.run_begun``: a batch in one
+transaction, run again with a savepoint per job when one fails, which PostgreSQL
+needs: after a failed statement it refuses every other until a rollback). The
+connection is opened at start (the schema migrated under an advisory lock, so
+instances starting at once migrate once) and opened again before the next batch when
+it was lost: while the database is unreachable each job fails with a StoreError, and
+nothing is acknowledged that was not committed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from functools import lru_cache
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+import psycopg
+from psycopg.pq import TransactionStatus
+
+from ..errors import StoreError
+from .engine import Session, ThreadedEngine
+from .schema import SchemaTooNew, migrate
+from .sql import POSTGRES
+
+CONNECT_TIMEOUT = 5  # seconds
+# pg_advisory_xact_lock key held while the schema is migrated ("echo" in ASCII).
+MIGRATION_LOCK = 0x6563686F
+
+T = TypeVar("T")
+
+log = logging.getLogger(__name__)
+
+
+class Row(tuple[Any, ...]):
+    """A result row read by position or by column name, as ``sqlite3.Row`` is."""
+
+    _index: dict[str, int]
+
+    def __new__(cls, values: Sequence[Any], index: dict[str, int]) -> Row:
+        row = super().__new__(cls, values)
+        row._index = index
+        return row
+
+    def __getitem__(self, key: Any) -> Any:  # type: ignore[override]
+        if isinstance(key, str):
+            return tuple.__getitem__(self, self._index[key])
+        return tuple.__getitem__(self, key)
+
+    def keys(self) -> list[str]:
+        return list(self._index)
+
+
+def _rows(cursor: Any) -> Any:
+    index = {column.name: i for i, column in enumerate(cursor.description or ())}
+    return lambda values: Row(values, index)
+
+
+@lru_cache(maxsize=2048)
+def _placeholders(sql: str) -> str:
+    """The store's ``?`` placeholders as psycopg's ``%s`` (a literal ``%`` doubled)."""
+    return sql.replace("%", "%%").replace("?", "%s")
+
+
+class PgHandle:
+    """What a job is given on PostgreSQL: ``sql.SqlDb``'s ``execute`` and ``conn``."""
+
+    __slots__ = ("_conn",)
+    dialect = POSTGRES
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self._conn = conn
+
+    @property
+    def conn(self) -> PgHandle:
+        return self
+
+    def execute(self, sql: str, parameters: Sequence[Any] = ()) -> Any:
+        if not parameters:
+            return self._conn.execute(sql)
+        return self._conn.execute(_placeholders(sql), parameters)
+
+    def executemany(self, sql: str, parameters: Iterable[Sequence[Any]]) -> Any:
+        cursor = self._conn.cursor()
+        cursor.executemany(_placeholders(sql), list(parameters))
+        return cursor
+
+
+class PgSession:
+    """The store thread's connection, its transaction control for ``run_begun``."""
+
+    __slots__ = ("conn", "handle")
+    errors = psycopg.Error
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self.conn, self.handle = conn, PgHandle(conn)
+
+    def execute(self, sql: str) -> object:
+        return self.conn.execute(sql)
+
+    def alive(self) -> bool:
+        status = self.conn.info.transaction_status
+        return status in (TransactionStatus.INTRANS, TransactionStatus.INERROR)
+
+    def clean(self) -> bool:
+        return self.conn.info.transaction_status == TransactionStatus.INTRANS
+
+
+def describe_url(url: str) -> str:
+    """``host:port/database`` of a PostgreSQL URL, for messages: never its password."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or "localhost"
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        return "the configured database"
+    database = parts.path.lstrip("/") or "(default database)"
+    return f"{host}{port}/{database}"
+
+
+class PostgresDatabase(ThreadedEngine):
+    """The PostgreSQL engine (see the module doc). Every job runs on the store thread."""
+
+    engine = "postgres"
+
+    def __init__(self, url: str, *, durability: str = "normal") -> None:
+        super().__init__()
+        self._thread_name = "echo-bot-postgres"
+        self._url = url
+        self._durability = durability
+        self.where = describe_url(url)
+        self._session: PgSession | None = None
+        self._opened = False
+
+    # -- lifecycle -------------------------------------------------------------------
+    async def open(self) -> None:
+        await self._submit(self._open, in_transaction=False)
+
+    def open_sync(self) -> None:
+        self._submit_sync(self._open, in_transaction=False)
+
+    def _connect(self) -> PgSession:
+        try:
+            conn = psycopg.connect(
+                self._url,
+                autocommit=True,  # BEGIN and COMMIT are ours (engine.run_begun)
+                connect_timeout=CONNECT_TIMEOUT,
+                row_factory=_rows,
+                application_name="echo-bot",
+            )
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot reach the database {self.where}: {_reason(exc)}") from None
+        except ValueError as exc:  # a URL psycopg cannot read
+            raise StoreError(f"the database URL is not valid: {exc}") from None
+        if self._durability == "full":
+            conn.execute("SET synchronous_commit = on")
+        return PgSession(conn)
+
+    def _open(self) -> None:
+        session = self._connect()
+        try:
+            session.execute("BEGIN")
+            session.conn.execute("SELECT pg_advisory_xact_lock(%s)", [MIGRATION_LOCK])
+            migrate(session.handle)
+            session.execute("COMMIT")
+        except SchemaTooNew as exc:
+            session.conn.close()
+            raise StoreError(f"the database {self.where}: {exc}") from None
+        except psycopg.Error as exc:
+            session.conn.close()
+            raise StoreError(f"cannot open the database {self.where}: {_reason(exc)}") from None
+        self._session, self._opened = session, True
+
+    async def close(self) -> None:
+        if self._worker is None or self._closed:
+            return
+        try:
+            await self._submit(self._close, in_transaction=False)
+        finally:
+            self._stop_worker()
+        worker = self._worker
+        if worker is not None:
+            await asyncio.to_thread(worker.join)
+
+    def close_sync(self) -> None:
+        if self._worker is None or self._closed:
+            return
+        try:
+            self._submit_sync(self._close, in_transaction=False)
+        finally:
+            self._stop_worker()
+        if self._worker is not None:
+            self._worker.join()
+
+    def _close(self) -> None:
+        if self._session is not None:
+            self._session.conn.close()
+            self._session = None
+        self._opened = False
+
+    # -- running work ----------------------------------------------------------------
+    async def run(
+        self,
+        fn: Callable[[Any], T],
+        *,
+        slow: bool = False,
+        after_commit: Callable[[T], None] | None = None,
+    ) -> T:
+        """Run ``fn(handle)`` in a transaction on the store thread; the result once
+        committed (``slow`` changes nothing here: every job is off the loop)."""
+        return await self._submit(fn, in_transaction=True, after_commit=after_commit)
+
+    def _thread_session(self) -> Session | None:
+        if not self._opened:
+            return None
+        session = self._session
+        if session is None or session.conn.broken or session.conn.closed:
+            # Lost (the server restarted, the network broke): connect again for this
+            # batch; if that fails too, the batch fails and the next one tries again.
+            if session is not None:
+                session.conn.close()
+                self._session = None
+            self._session = session = self._connect()
+            log.warning("reconnected to the database %s", self.where)
+        return session
+
+    def _store_error(self, job: Any, exc: BaseException, session: Session | None) -> BaseException:
+        if isinstance(exc, psycopg.Error) and job.wrap_errors:
+            error = StoreError(f"store error ({self.where}): {_reason(exc)}")
+            error.__cause__ = exc
+            return error
+        return super()._store_error(job, exc, session)
+
+
+def _reason(exc: BaseException) -> str:
+    """psycopg's message on one line (it may span several)."""
+    text = " ".join(str(exc).split())
+    return text or type(exc).__name__

@@ -1,0 +1,68 @@
+"""What the store's SQL modules need of a connection, whichever engine holds it.
+
+The SQL is written once, in the subset SQLite and PostgreSQL share (``?`` placeholders,
+``INSERT … ON CONFLICT``, ``RETURNING``, aliased subqueries), and handed to a
+``SqlDb``: SQLite's is sqlite-utils' ``Database``; PostgreSQL's is ``PgHandle``
+(``store/postgres.py``), which turns ``?`` into the driver's placeholder. The few
+expressions the two spell differently (reading a JSON field, the day of a timestamp)
+come from the functions below, chosen by the handle's ``dialect``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, Protocol
+
+SQLITE = "sqlite"
+POSTGRES = "postgres"
+
+
+class Cursor(Protocol):
+    @property
+    def rowcount(self) -> int: ...
+
+    def fetchone(self) -> Any: ...
+
+    def fetchall(self) -> list[Any]: ...
+
+    def __iter__(self) -> Iterator[Any]: ...
+
+
+class Connection(Protocol):
+    def execute(self, sql: str, parameters: Sequence[Any] = ..., /) -> Cursor: ...
+
+    def executemany(self, sql: str, parameters: Iterable[Sequence[Any]], /) -> Any: ...
+
+
+class SqlDb(Protocol):
+    """A connection inside a transaction: ``execute`` and the raw ``conn``."""
+
+    @property
+    def conn(self) -> Connection: ...
+
+    def execute(self, sql: str, parameters: Sequence[Any] = ...) -> Cursor: ...
+
+
+def dialect(db: object) -> str:
+    return getattr(db, "dialect", SQLITE)
+
+
+def json_text(db: object, column: str, *path: str) -> str:
+    """SQL for the text (or number) at ``path`` inside the JSON held in ``column``."""
+    if dialect(db) == POSTGRES:
+        return f"({column}::jsonb #>> '{{{','.join(path)}}}')"
+    return f"json_extract({column}, '$.{'.'.join(path)}')"
+
+
+def json_number(db: object, column: str, *path: str) -> str:
+    """SQL for the number at ``path`` inside the JSON held in ``column``."""
+    if dialect(db) == POSTGRES:
+        return f"({json_text(db, column, *path)})::double precision"
+    return json_text(db, column, *path)
+
+
+def utc_day(db: object, column: str) -> str:
+    """SQL for the UTC day (YYYY-MM-DD) of the Unix time in ``column``."""
+    if dialect(db) == POSTGRES:
+        return f"to_char(to_timestamp({column}) AT TIME ZONE 'UTC', 'YYYY-MM-DD')"
+    return f"date({column}, 'unixepoch')"

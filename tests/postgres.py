@@ -1,0 +1,59 @@
+"""A real PostgreSQL server for the tests: a fresh database per test.
+
+``ECHO_BOT_TEST_POSTGRES`` names a role that may create databases, as a URL
+(``.ci/run`` starts the server and sets it; the default below is what the README's
+set-up creates). Where the server cannot be reached, the PostgreSQL tests fail under CI
+(``CI`` set) or when the variable was set — never a silent skip there — and are skipped,
+saying why, on a developer's machine without it.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+
+ENV = "ECHO_BOT_TEST_POSTGRES"
+DEFAULT_URL = "postgresql://echo_bot_test:echo_bot_test@127.0.0.1:5432/postgres"
+
+
+def admin_url() -> str:
+    return os.environ.get(ENV) or DEFAULT_URL
+
+
+def with_database(url: str, name: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path=f"/{name}"))
+
+
+def _unreachable(reason: str) -> None:
+    message = f"PostgreSQL at {ENV} is not reachable: {reason}"
+    if os.environ.get("CI") or os.environ.get(ENV):
+        pytest.fail(message, pytrace=False)
+    pytest.skip(message + " (start it as the README's Development section says)")
+
+
+@contextmanager
+def fresh_database() -> Iterator[str]:
+    """A new, empty database on the test server; its URL. Dropped afterwards."""
+    try:
+        import psycopg
+    except ImportError as exc:  # the test extra brings it
+        _unreachable(f"psycopg is not installed ({exc})")
+        raise
+    admin = admin_url()
+    name = f"echo_bot_test_{secrets.token_hex(6)}"
+    try:
+        with psycopg.connect(admin, autocommit=True, connect_timeout=5) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+    except psycopg.Error as exc:
+        _unreachable(" ".join(str(exc).split()))
+    try:
+        yield with_database(admin, name)
+    finally:
+        with psycopg.connect(admin, autocommit=True, connect_timeout=5) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

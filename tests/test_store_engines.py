@@ -1,0 +1,299 @@
+"""The engine contract, on both engines (SQLite, and a real PostgreSQL server): results
+only after COMMIT, a failing job rolled back alone with its own error, the driver's
+errors as StoreError, a lost transaction failing its batch, no job stranding its
+callers, and a batch run again after a failure committing and announcing each unit of
+work once. What only one engine does (SQLite's loop connection and write lock) is in
+tests/test_store_batch.py."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from echo_bot.errors import StoreError
+from echo_bot.secrets import Masker
+from echo_bot.store import ChatTimezoneChanged, Database, Store, Tx
+from echo_bot.store.engine import ThreadedEngine
+from tests.postgres import fresh_database
+
+Job = Callable[[Any], Any]
+SCRATCH = "CREATE TABLE scratch (id INTEGER PRIMARY KEY, v TEXT)"
+
+
+@dataclass
+class Engine:
+    """An opened engine and a second connection that sees only what was committed."""
+
+    name: str
+    db: Any
+    committed: Callable[[], dict[int, str]]
+    make: Callable[[], Any]  # another engine on the same store, not opened
+
+
+@contextlib.contextmanager
+def _sqlite(tmp_path: Path) -> Iterator[tuple[Callable[[], Any], Callable[[], dict[int, str]]]]:
+    path = tmp_path / "engine.sqlite3"
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    with contextlib.closing(conn):
+        yield (
+            lambda: Database(path),
+            lambda: dict(conn.execute("SELECT id, v FROM scratch").fetchall()),
+        )
+
+
+@contextlib.contextmanager
+def _postgres() -> Iterator[tuple[Callable[[], Any], Callable[[], dict[int, str]]]]:
+    import psycopg
+
+    from echo_bot.store.postgres import PostgresDatabase
+
+    with fresh_database() as url, psycopg.connect(url, autocommit=True) as conn:
+        yield (
+            lambda: PostgresDatabase(url),
+            lambda: dict(conn.execute("SELECT id, v FROM scratch").fetchall()),
+        )
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def engine(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Engine]:
+    with _sqlite(tmp_path) if request.param == "sqlite" else _postgres() as (make, committed):
+        db = make()
+        await db.open()
+        try:
+            await db.run(lambda d: d.execute(SCRATCH))
+            yield Engine(request.param, db, committed, make)
+        finally:
+            await db.close()
+
+
+def insert(i: int, value: str | None = None) -> Job:
+    def job(d: Any) -> int:
+        d.execute("INSERT INTO scratch (id, v) VALUES (?, ?)", [i, value or f"row {i}"])
+        return i
+
+    return job
+
+
+async def together(db: ThreadedEngine, jobs: list[Job], *, slow: bool = False) -> list[Any]:
+    """Jobs launched at once: the engine commits them in as few batches as it can."""
+    return await asyncio.gather(
+        *(db.run(job, slow=slow) for job in jobs),  # type: ignore[attr-defined]
+        return_exceptions=True,
+    )
+
+
+@pytest.mark.parametrize("slow", [False, True])
+async def test_many_concurrent_jobs_are_all_committed_sharing_transactions(
+    engine: Engine, slow: bool
+) -> None:
+    seen_uncommitted: list[bool] = []
+
+    def job(i: int) -> Job:
+        def run(d: Any) -> int:
+            insert(i)(d)
+            here = d.execute("SELECT COUNT(*) FROM scratch").fetchone()[0]
+            seen_uncommitted.append(here > len(engine.committed()) + 1)
+            return i
+
+        return run
+
+    assert await together(engine.db, [job(i) for i in range(200)], slow=slow) == list(range(200))
+    assert engine.committed() == {i: f"row {i}" for i in range(200)}
+    assert any(seen_uncommitted)  # the jobs did share transactions
+
+
+async def test_a_job_that_raises_is_rolled_back_alone_with_its_own_error(engine: Engine) -> None:
+    error = ValueError("bad input for job 25")
+
+    def failing(d: Any) -> None:
+        insert(25)(d)
+        d.execute("UPDATE scratch SET v = 'clobbered'")
+        raise error
+
+    results = await together(engine.db, [failing if i == 25 else insert(i) for i in range(50)])
+    assert results[25] is error
+    assert results[:25] + results[26:] == [i for i in range(50) if i != 25]
+    assert engine.committed() == {i: f"row {i}" for i in range(50) if i != 25}
+
+
+async def test_a_driver_error_is_a_store_error_and_the_others_commit(engine: Engine) -> None:
+    await engine.db.run(insert(1, "original"))
+
+    def duplicate(d: Any) -> None:
+        insert(1000)(d)  # rolled back with the failing insert
+        insert(1, "duplicate")(d)
+
+    jobs = [insert(i) for i in range(2, 40)]
+    results = await together(engine.db, [*jobs[:10], duplicate, *jobs[10:]])
+    failed = results.pop(10)
+    assert isinstance(failed, StoreError), failed
+    assert "unique" in str(failed).lower() or "duplicate" in str(failed).lower()
+    assert results == list(range(2, 40))
+    stored = engine.committed()
+    assert stored[1] == "original" and 1000 not in stored and len(stored) == 39
+
+
+async def test_a_job_that_goes_on_after_a_failed_statement_is_not_told_it_succeeded(
+    engine: Engine,
+) -> None:
+    await engine.db.run(insert(1))
+
+    def swallows(d: Any) -> str:
+        d.execute("INSERT INTO scratch (id, v) VALUES (5, 'before')")
+        with contextlib.suppress(Exception):
+            if engine.name == "sqlite":  # OR ROLLBACK: SQLite ends the whole transaction
+                d.execute("INSERT OR ROLLBACK INTO scratch (id, v) VALUES (1, 'clash')")
+            else:  # PostgreSQL refuses every statement after a failed one
+                d.execute("INSERT INTO scratch (id, v) VALUES (1, 'clash')")
+        return "ok"
+
+    results = await together(engine.db, [insert(2), swallows, insert(3)])
+    assert isinstance(results[1], StoreError)
+    assert 5 not in engine.committed()
+    if engine.name == "postgres":  # rolled back alone: the others committed
+        assert results[0] == 2 and results[2] == 3
+    assert await engine.db.run(insert(6)) == 6  # and the store goes on
+
+
+async def test_a_result_arrives_only_once_its_row_is_committed(engine: Engine) -> None:
+    async def write_then_look(i: int) -> str | None:
+        await engine.db.run(insert(i))
+        return engine.committed().get(i)
+
+    seen = await asyncio.gather(*(write_then_look(i) for i in range(30)))
+    assert seen == [f"row {i}" for i in range(30)]
+
+
+class Interrupt(BaseException):
+    """Not an Exception: what a job could raise that is not an error (say, SystemExit)."""
+
+
+async def test_a_job_raising_a_base_exception_leaves_the_store_usable(engine: Engine) -> None:
+    def interrupted(d: Any) -> None:
+        d.execute("INSERT INTO scratch (id, v) VALUES (1, 'interrupted')")
+        raise Interrupt()
+
+    db = engine.db
+    outcomes = await asyncio.gather(
+        db.run(insert(2)), db.run(interrupted), db.run(insert(3)), return_exceptions=True
+    )
+    assert isinstance(outcomes[1], Interrupt)
+    stored = engine.committed()
+    assert 1 not in stored
+    for i, outcome in ((2, outcomes[0]), (3, outcomes[2])):
+        assert (i in stored) == (outcome == i)
+        if outcome != i:
+            assert isinstance(outcome, StoreError) and "rolled back" in str(outcome)
+    assert await db.run(insert(4)) == 4
+    assert engine.committed()[4] == "row 4"
+
+
+async def test_a_job_raising_stop_iteration_does_not_strand_the_others(engine: Engine) -> None:
+    def runs_dry(d: Any) -> None:
+        next(iter(d.execute("SELECT id FROM scratch WHERE id = -1").fetchall()))
+
+    async with asyncio.timeout(10):
+        outcomes = await together(engine.db, [insert(1), runs_dry, insert(2)])
+    assert outcomes[0] == 1 and outcomes[2] == 2
+    assert isinstance(outcomes[1], RuntimeError) and "StopIteration" in str(outcomes[1])
+    assert engine.committed() == {1: "row 1", 2: "row 2"}
+
+
+async def test_each_job_gets_its_own_result(engine: Engine) -> None:
+    def job(i: int) -> Job:
+        return lambda d: (i, d.execute("SELECT id * id FROM scratch WHERE id = ?", [i]).fetchone())
+
+    await together(engine.db, [insert(i) for i in range(100)])
+    results = await together(engine.db, [job(i) for i in range(100)])
+    assert [(i, row[0]) for i, row in results] == [(i, i * i) for i in range(100)]
+
+
+async def test_run_after_close_is_refused(engine: Engine) -> None:
+    db = engine.make()
+    await db.open()
+    assert await db.run(lambda d: d.execute("SELECT COUNT(*) FROM scratch").fetchone()[0]) == 0
+    await db.close()
+    with pytest.raises(StoreError, match="closed"):
+        await db.run(lambda d: d.execute("SELECT 1").fetchone()[0])
+    await db.close()  # closing twice is harmless
+
+
+async def test_run_sync_from_plain_threads_without_an_event_loop(engine: Engine) -> None:
+    def in_threads() -> dict[int, list[int]]:
+        db = engine.make()
+        db.open_sync()
+        try:
+            results: dict[int, list[int]] = {}
+
+            def worker(n: int) -> None:
+                results[n] = [db.run_sync(insert(n * 100 + k)) for k in range(20)]
+
+            threads = [threading.Thread(target=worker, args=(n,)) for n in range(8)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            # The driver's own errors come back as they are (management commands).
+            with pytest.raises(Exception, match=r"(?i)unique|duplicate") as caught:
+                db.run_sync(insert(0))
+            assert not isinstance(caught.value, StoreError)
+            with pytest.raises(ValueError, match="nope"):
+                db.run_sync(lambda d: (insert(5000)(d), int("nope")))
+            return results
+        finally:
+            db.close_sync()
+
+    results = await asyncio.to_thread(in_threads)
+    assert results == {n: [n * 100 + k for k in range(20)] for n in range(8)}
+    assert len(engine.committed()) == 160 and max(engine.committed()) == 719
+
+
+async def test_run_sync_is_refused_on_the_event_loop_thread(engine: Engine) -> None:
+    with pytest.raises(StoreError, match="event loop"):
+        engine.db.run_sync(lambda d: 1)
+
+
+@pytest.mark.parametrize("slow", [False, True])
+async def test_a_batch_run_again_after_a_failure_commits_and_announces_each_unit_once(
+    engine: Engine, slow: bool
+) -> None:
+    """A unit of work runs twice when another in its batch fails (the first run rolled
+    back): what it committed is announced once, its ``on_commit`` called once."""
+    store = Store(engine.make(), Masker())
+    await store.open()
+    announced: list[str] = []
+    store.subscribe(ChatTimezoneChanged, lambda event: announced.append(event.session_key))
+    kept: list[int] = []
+
+    def unit(i: int) -> Callable[[Tx], int]:
+        def fn(tx: Tx) -> int:
+            tx.reminders.set_chat_timezone(f"cli:{i}", "Asia/Tokyo")
+            tx.on_commit(lambda: kept.append(i))
+            if i == 5:
+                raise ValueError("unit 5 fails after its write")
+            return i
+
+        return fn
+
+    try:
+        results = await asyncio.gather(
+            *(store.run(unit(i), slow=slow) for i in range(10)), return_exceptions=True
+        )
+        assert str(results.pop(5)) == "unit 5 fails after its write"
+        assert results == [i for i in range(10) if i != 5]
+        assert sorted(kept) == [i for i in range(10) if i != 5]
+        assert sorted(announced) == sorted(f"cli:{i}" for i in range(10) if i != 5)
+        zones = await store.run(
+            lambda tx: [tx.reminders.chat_timezone(f"cli:{i}") for i in range(10)]
+        )
+        assert zones == ["Asia/Tokyo"] * 5 + [None] + ["Asia/Tokyo"] * 4
+    finally:
+        await store.close()
