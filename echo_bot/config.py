@@ -84,6 +84,8 @@ class BotConfig(Section):
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     log_format: Literal["text", "json"] = "text"
     durability: Literal["normal", "full"] = "normal"
+    # This process among those sharing a store (status, audit); default host-pid.
+    instance: str | None = Field(None, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._-]+$")
     max_concurrent_turns: int = Field(8, ge=1, le=1000)
     shutdown_timeout: Duration = timedelta(seconds=10)
 
@@ -304,6 +306,10 @@ class CronJob(Section):
 
 
 class StorageConfig(Section):
+    # "sqlite": one file in the state directory (one machine). "postgres": a database
+    # shared by any number of instances, its URL in the variable named by url_env.
+    engine: Literal["sqlite", "postgres"] = "sqlite"
+    url_env: str = Field("ECHO_BOT_DATABASE_URL", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     # Finished work older than this is pruned daily; never less than 7 days (webhook
     # and Telegram deduplication keys live in the same rows).
     retention: Duration = timedelta(days=30)
@@ -463,6 +469,8 @@ def secret_env_names(config: Config) -> list[str]:
     if config.webhook.admin_token_env:
         names.append(config.webhook.admin_token_env)
     names += [r.secret_env for r in config.webhook.routes if r.secret_env]
+    if config.storage.engine == "postgres":
+        names.append(config.storage.url_env)  # it holds the database password
     return list(dict.fromkeys(names))
 
 
@@ -516,5 +524,11 @@ def check_environment(loaded: LoadedConfig, environ: Mapping[str, str] | None = 
         for index, route in enumerate(config.webhook.routes):
             if route.secret_env:
                 need(f"webhook.routes[{index}].secret_env", route.secret_env, "the route's secret")
+    if config.storage.engine == "postgres":
+        need(
+            "storage.url_env",
+            config.storage.url_env,
+            "the PostgreSQL URL, postgresql://user:password@host:5432/database",
+        )
     if problems:
         raise ConfigError("\n".join(problems))

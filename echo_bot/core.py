@@ -29,7 +29,7 @@ from .errors import ConfigError
 from .events import OutboundMessage
 from .reminders import ReminderService
 from .secrets import Masker
-from .store import DB_FILENAME, Database, Store
+from .store import Store, make_database
 from .store.approvals import ApprovalRow
 from .tools.base import Tool
 from .tools.builtin import builtin_tools
@@ -70,11 +70,13 @@ def build_core(loaded: LoadedConfig, state_dir: Path, environ: Mapping[str, str]
     check_environment(loaded, environ)
     masker = Masker.from_environment(secret_env_names(config), environ)
     workspace = (config.tools.workspace or state_dir / "workspace").expanduser().resolve()
-    store = Store(
-        Database(state_dir / DB_FILENAME, durability=config.bot.durability),
-        masker,
-        instance=process_instance(),
+    database = make_database(
+        config.storage.engine,
+        state_dir=state_dir,
+        durability=config.bot.durability,
+        url=environ.get(config.storage.url_env),
     )
+    store = Store(database, masker, instance=config.bot.instance or process_instance())
     reminders = ReminderService(
         store,
         timezone=config.bot.timezone,

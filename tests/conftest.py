@@ -5,8 +5,9 @@ import os
 import subprocess
 import sys
 import tomllib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,11 +17,30 @@ from echo_bot.app import Daemon, build_core
 from echo_bot.brains.base import Brain
 from echo_bot.config import LoadedConfig, parse_config
 from echo_bot.events import Address, Sender
-from echo_bot.store import Database
+from echo_bot.store import DB_FILENAME, Database, Engine, make_database
 from echo_bot.tools.base import Tool, ToolContext
 from tests.fakes.channel import RecordingChannel
+from tests.postgres import fresh_database
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# The PostgreSQL database ``running_bot`` uses instead of the state dir's SQLite file.
+ON_POSTGRES: ContextVar[str | None] = ContextVar("ON_POSTGRES", default=None)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def on_both_engines(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Run the test once on each engine: on PostgreSQL every ``running_bot`` of the
+    test shares one fresh database (a restart finds what the last run stored)."""
+    if request.param == "sqlite":
+        yield "sqlite"
+        return
+    with fresh_database() as url:
+        token = ON_POSTGRES.set(url)
+        try:
+            yield "postgres"
+        finally:
+            ON_POSTGRES.reset(token)
 
 
 @dataclass
@@ -32,6 +52,14 @@ class Bot:
     @property
     def db(self) -> Database:
         return self.daemon.core.store.database
+
+
+def store_engine(state_dir: Path) -> Engine:
+    """Another engine (not opened) on the store ``running_bot(state_dir)`` uses."""
+    url = ON_POSTGRES.get()
+    if url is not None:
+        return make_database("postgres", state_dir=state_dir, url=url)
+    return Database(state_dir / DB_FILENAME)
 
 
 @asynccontextmanager
@@ -47,9 +75,14 @@ async def running_bot(
     channel_options: dict[str, dict[str, object]] | None = None,
 ) -> AsyncIterator[Bot]:
     """The real core on a temp state dir, with a recording channel in place of a chat."""
-    config = parse_config(tomllib.loads(config_text), "test.toml")
-    loaded = LoadedConfig(config=config, path=state_dir / "test.toml")
+    raw = tomllib.loads(config_text)
     env = dict(environ or {})
+    postgres_url = ON_POSTGRES.get()
+    if postgres_url is not None:  # a test run on both engines (the on_both_engines fixture)
+        raw.setdefault("storage", {})["engine"] = "postgres"
+        env["ECHO_BOT_DATABASE_URL"] = postgres_url
+    config = parse_config(raw, "test.toml")
+    loaded = LoadedConfig(config=config, path=state_dir / "test.toml")
     core = build_core(loaded, state_dir, env)
     for tool in tools:  # extra tools a test declares (slow, failing, chatty…)
         core.registry.register(tool)

@@ -10,14 +10,20 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
+import pytest
+
 from echo_bot.brains.base import BrainContext, BrainReply
 from echo_bot.conversation import ChatMessage, ToolCall
 from echo_bot.events import InboundStatus, OutboundMessage, new_id
 from echo_bot.store.audit import read_audit
 from echo_bot.store.inbox import get_inbound
 from echo_bot.tools.base import Risk, Tool, ToolContext, ToolGroup, ToolResult
-from tests.conftest import Bot, running_bot
+from tests.conftest import Bot, running_bot, store_engine
 from tests.fakes.channel import RecordingChannel
+
+# Each test runs on SQLite and on a real PostgreSQL server.
+pytestmark = pytest.mark.usefixtures("on_both_engines")
+
 
 CODING = """
 [tools]
@@ -468,7 +474,6 @@ async def test_every_message_is_taken_once_whether_handed_over_or_found_by_the_p
     wrote)."""
     from echo_bot import metrics
     from echo_bot.events import Address, InboundMessage, Sender
-    from echo_bot.store import Database
     from echo_bot.store.inbox import add_inbound
 
     def taken() -> float:
@@ -481,8 +486,8 @@ async def test_every_message_is_taken_once_whether_handed_over_or_found_by_the_p
     async with running_bot(state_dir, tools=[SleepTool()]) as bot:
         before = taken()
         # Another process (a management command, say) commits to the same store file.
-        other = Database(bot.db.path)
-        await other.open()
+        other = store_engine(bot.state_dir)
+        await asyncio.to_thread(other.open_sync)  # as a management command opens it
         elsewhere = [
             InboundMessage(
                 address=Address(channel="cli", chat_id=f"other{i % 3}"),
@@ -500,7 +505,7 @@ async def test_every_message_is_taken_once_whether_handed_over_or_found_by_the_p
                 asyncio.gather(*(other.run(lambda db, m=m: add_inbound(db, m)) for m in elsewhere)),
             )
         finally:
-            await other.close()
+            await asyncio.to_thread(other.close_sync)
         ids = [*here, *(m.id for m in elsewhere)]
         for inbound_id in ids:
             await bot.channel.reply_to(inbound_id)
@@ -516,7 +521,6 @@ async def test_a_tool_call_turn_stored_past_its_step_is_reported_not_planned_aga
     turn in the next; a crash between them left the turn at step 1 with its call done.
     After the restart the call's stored result is reported (it ran), not planned again."""
     from echo_bot.events import Address, InboundKind, InboundMessage, Sender, ToolCallRequest
-    from echo_bot.store import Database
     from echo_bot.store import turns as turn_store
     from echo_bot.store.inbox import add_inbound
 
@@ -537,7 +541,7 @@ async def test_a_tool_call_turn_stored_past_its_step_is_reported_not_planned_aga
         turn_store.set_call(db, call.id, turn_store.DONE, result=result)
         turn_store.set_turn(db, inbound.id, step=1)
 
-    store = Database(state_dir / "echo-bot.sqlite3")
+    store = store_engine(state_dir)
     await store.open()
     try:
         await store.run(interrupted)

@@ -31,6 +31,10 @@ from echo_bot.tools.base import Risk, Tool, ToolContext, ToolGroup, ToolResult
 from tests.conftest import Bot, running_bot
 from tests.fakes.channel import RecordingChannel
 
+# Each test runs on SQLite and on a real PostgreSQL server.
+pytestmark = pytest.mark.usefixtures("on_both_engines")
+
+
 CODING = """
 [tools]
 profile = "coding"

@@ -10,6 +10,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
+import pytest
+
 from echo_bot.events import (
     Address,
     InboundKind,
@@ -20,6 +22,10 @@ from echo_bot.events import (
     new_id,
 )
 from tests.conftest import Bot, running_bot
+
+# Each test runs on SQLite and on a real PostgreSQL server.
+pytestmark = pytest.mark.usefixtures("on_both_engines")
+
 
 ID = re.compile(r"\(id ([0-9a-f]{8})\)")
 # "Monday 30 November 2026 at 09:28 (UTC)"

@@ -20,8 +20,9 @@ import pytest
 
 from echo_bot.errors import StoreError
 from echo_bot.secrets import Masker
-from echo_bot.store import ChatTimezoneChanged, Database, Store, Tx
+from echo_bot.store import DB_FILENAME, ChatTimezoneChanged, Database, Store, Tx
 from echo_bot.store.engine import ThreadedEngine
+from tests.conftest import echo_bot_env, run_echo_bot, running_bot
 from tests.postgres import fresh_database
 
 Job = Callable[[Any], Any]
@@ -218,7 +219,7 @@ async def test_each_job_gets_its_own_result(engine: Engine) -> None:
 
 async def test_run_after_close_is_refused(engine: Engine) -> None:
     db = engine.make()
-    await db.open()
+    await asyncio.to_thread(db.open_sync)  # beside the daemon's engine (PostgreSQL: one)
     assert await db.run(lambda d: d.execute("SELECT COUNT(*) FROM scratch").fetchone()[0]) == 0
     await db.close()
     with pytest.raises(StoreError, match="closed"):
@@ -267,8 +268,7 @@ async def test_a_batch_run_again_after_a_failure_commits_and_announces_each_unit
 ) -> None:
     """A unit of work runs twice when another in its batch fails (the first run rolled
     back): what it committed is announced once, its ``on_commit`` called once."""
-    store = Store(engine.make(), Masker())
-    await store.open()
+    store = Store(engine.db, Masker())  # opened (and closed) by the fixture
     announced: list[str] = []
     store.subscribe(ChatTimezoneChanged, lambda event: announced.append(event.session_key))
     kept: list[int] = []
@@ -283,17 +283,81 @@ async def test_a_batch_run_again_after_a_failure_commits_and_announces_each_unit
 
         return fn
 
-    try:
-        results = await asyncio.gather(
-            *(store.run(unit(i), slow=slow) for i in range(10)), return_exceptions=True
+    results = await asyncio.gather(
+        *(store.run(unit(i), slow=slow) for i in range(10)), return_exceptions=True
+    )
+    assert str(results.pop(5)) == "unit 5 fails after its write"
+    assert results == [i for i in range(10) if i != 5]
+    assert sorted(kept) == [i for i in range(10) if i != 5]
+    assert sorted(announced) == sorted(f"cli:{i}" for i in range(10) if i != 5)
+    zones = await store.run(lambda tx: [tx.reminders.chat_timezone(f"cli:{i}") for i in range(10)])
+    assert zones == ["Asia/Tokyo"] * 5 + [None] + ["Asia/Tokyo"] * 4
+
+
+async def test_a_daemon_on_either_engine_answers_and_keeps_its_turns(
+    state_dir: Path, on_both_engines: str
+) -> None:
+    """``[storage] engine = "postgres"`` puts every turn in the database (no SQLite file
+    in the state dir); a restart finds the history there."""
+    async with running_bot(state_dir) as bot:
+        assert bot.db.engine == on_both_engines
+        first = await bot.channel.say('/tool current_time {"timezone": "UTC"}')
+        assert "UTC" in (await bot.channel.reply_to(first)).text
+    async with running_bot(state_dir) as bot:
+        stored = await bot.db.run(
+            lambda d: d.execute("SELECT status FROM inbox WHERE id = ?", [first]).fetchone()[0]
         )
-        assert str(results.pop(5)) == "unit 5 fails after its write"
-        assert results == [i for i in range(10) if i != 5]
-        assert sorted(kept) == [i for i in range(10) if i != 5]
-        assert sorted(announced) == sorted(f"cli:{i}" for i in range(10) if i != 5)
-        zones = await store.run(
-            lambda tx: [tx.reminders.chat_timezone(f"cli:{i}") for i in range(10)]
-        )
-        assert zones == ["Asia/Tokyo"] * 5 + [None] + ["Asia/Tokyo"] * 4
-    finally:
-        await store.close()
+        assert stored == "done"
+    assert (state_dir / DB_FILENAME).exists() == (on_both_engines == "sqlite")
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        (None, "ECHO_BOT_DATABASE_URL is not set"),
+        ("notaurl", "postgresql://user:password@host"),
+        ("postgresql://echo_bot_test:wrong@127.0.0.1:1/none", "cannot reach the database"),
+    ],
+)
+def test_a_bad_database_url_is_one_clear_line_and_exit_2(
+    tmp_path: Path, url: str | None, expected: str
+) -> None:
+    config = tmp_path / "echo-bot.toml"
+    config.write_text('[storage]\nengine = "postgres"\n')
+    env = echo_bot_env(**({"ECHO_BOT_DATABASE_URL": url} if url else {}))
+    if url is None:
+        env.pop("ECHO_BOT_DATABASE_URL", None)
+    done = run_echo_bot(
+        "run", "--config", str(config), "--state-dir", str(tmp_path / "state"), env=env
+    )
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and expected in lines[0], done.stderr
+    assert "wrong" not in done.stderr  # the password is never shown
+
+
+async def test_a_second_daemon_on_one_postgres_database_is_refused() -> None:
+    """Until instances coordinate, one daemon per database; a management command (which
+    opens without a loop) works beside it, and once the first stops another may start."""
+    from echo_bot.store.postgres import PostgresDatabase
+
+    with fresh_database() as url:
+        first, second = PostgresDatabase(url), PostgresDatabase(url)
+        await first.open()
+        try:
+            with pytest.raises(StoreError, match="another echo-bot daemon is running"):
+                await second.open()
+            manager = PostgresDatabase(url)
+            await asyncio.to_thread(manager.open_sync)
+            assert (
+                await asyncio.to_thread(
+                    manager.run_sync, lambda d: d.execute("SELECT 1").fetchone()[0]
+                )
+                == 1
+            )
+            await asyncio.to_thread(manager.close_sync)
+        finally:
+            await first.close()
+        third = PostgresDatabase(url)
+        await third.open()
+        await third.close()

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from echo_bot.events import DecisionVerb, approval_action
 from tests.conftest import running_bot
+
+# Each test runs on SQLite and on a real PostgreSQL server.
+pytestmark = pytest.mark.usefixtures("on_both_engines")
+
 
 SHELL = """
 [tools]

@@ -279,7 +279,7 @@ class CallExecutor:
         stored = result.to_json()
         tx.turns.set_call(call.id, DONE, result=stored)
         outcome = "ok" if result.ok else str(result.error_code or "failed")
-        tx.on_commit(metrics.TOOL_CALLS.labels(call.name, outcome).inc)
+        tx.on_commit(lambda: metrics.TOOL_CALLS.labels(call.name, outcome).inc())
         tx.audit.write(
             "tool.result",
             trace_id=inbound.trace_id,

@@ -128,7 +128,7 @@ class ApprovalGate:
             prompt_outbound_id=prompt.id,
             expires_at=expires_at,
         )
-        tx.on_commit(metrics.APPROVALS.labels("requested").inc)
+        tx.on_commit(lambda: metrics.APPROVALS.labels("requested").inc())
         tx.audit.write(
             "approval.requested",
             trace_id=trace_id,
@@ -288,7 +288,7 @@ class ApprovalGate:
         status = DENIED if verb is DecisionVerb.DENY else APPROVED
         if not tx.approvals.decide(row.id, status, verb=verb.value, decided_by=who):
             return DecisionOutcome(False, "Already decided.", "decided", row)
-        tx.on_commit(metrics.APPROVALS.labels(status).inc)
+        tx.on_commit(lambda: metrics.APPROVALS.labels(status).inc())
         if verb is DecisionVerb.ALLOW_FOR:
             # Never longer than the button offered: its data can be forged.
             seconds = min(decision.allow_for_seconds or ALLOW_FOR_SECONDS, ALLOW_FOR_SECONDS)
@@ -403,7 +403,7 @@ class ApprovalGate:
     def _expire(self, tx: Tx, row: ApprovalRow) -> DecisionOutcome:
         if not tx.approvals.decide(row.id, EXPIRED, verb=None, decided_by=None):
             return DecisionOutcome(False, "Already decided.", "decided", row)
-        tx.on_commit(metrics.APPROVALS.labels("expired").inc)
+        tx.on_commit(lambda: metrics.APPROVALS.labels("expired").inc())
         tx.audit.write(
             "approval.expired",
             trace_id=row.trace_id,

@@ -4,6 +4,9 @@ repositories on ``tx``; nothing outside this package speaks SQL or imports the d
 (``tests/test_store_boundary.py``). What it may import from here: this package's names
 below, and row types and constants of its modules."""
 
+from pathlib import Path
+
+from ..errors import ConfigError
 from .committed import (
     ChatTimezoneChanged,
     Committed,
@@ -12,16 +15,41 @@ from .committed import (
     ReminderChanged,
 )
 from .db import DB_FILENAME, Database, backup_to
+from .engine import ThreadedEngine as Engine
 from .inbox import InboxRow, SqliteInbox
 from .inspect import FileCheck, QueuedOutbound, check_file, queued_outbound
 from .outbox import OutboxRow, SqliteOutbox
 from .tx import Store, Tx
+
+
+def make_database(
+    engine: str, *, state_dir: Path, durability: str = "normal", url: str | None = None
+) -> Engine:
+    """The engine ``[storage] engine`` names: SQLite's file in ``state_dir``, or the
+    PostgreSQL database at ``url`` (its driver imported only then)."""
+    if engine == "postgres":
+        try:
+            from .postgres import PostgresDatabase
+        except ImportError as exc:
+            raise ConfigError(
+                'storage.engine = "postgres" needs the PostgreSQL driver:'
+                f" pip install 'echo-bot[postgres]' ({exc})"
+            ) from None
+        if not url or not url.startswith(("postgresql://", "postgres://")):
+            raise ConfigError(
+                'storage.engine = "postgres": storage.url_env must name a variable that'
+                " holds a postgresql://user:password@host:5432/database URL"
+            )
+        return PostgresDatabase(url, durability=durability)
+    return Database(state_dir / DB_FILENAME, durability=durability)
+
 
 __all__ = [
     "DB_FILENAME",
     "ChatTimezoneChanged",
     "Committed",
     "Database",
+    "Engine",
     "FileCheck",
     "InboundCommitted",
     "InboxRow",
@@ -35,5 +63,6 @@ __all__ = [
     "Tx",
     "backup_to",
     "check_file",
+    "make_database",
     "queued_outbound",
 ]

@@ -7,7 +7,7 @@ import secrets
 import time
 from dataclasses import dataclass
 
-from sqlite_utils import Database as SqlDb
+from .sql import SqlDb, json_text
 
 CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I
 CODE_LENGTH = 8
@@ -49,9 +49,9 @@ def paired_users(db: SqlDb) -> list[PairedUser]:
     """Everyone added by pairing, oldest first, with the name they last wrote under."""
     rows = db.execute(
         "SELECT a.channel, a.user_id, a.added_at, ("
-        " SELECT json_extract(i.payload, '$.sender.name') FROM inbox i"
+        f" SELECT {json_text(db, 'i.payload', 'sender', 'name')} FROM inbox i"
         " WHERE i.channel = a.channel AND i.kind = 'message'"
-        " AND json_extract(i.payload, '$.sender.id') = a.user_id"
+        f" AND {json_text(db, 'i.payload', 'sender', 'id')} = a.user_id"
         " ORDER BY i.seq DESC LIMIT 1)"
         " FROM allowed_users a ORDER BY a.added_at, a.channel, a.user_id"
     ).fetchall()
@@ -90,7 +90,8 @@ def try_pair(db: SqlDb, channel: str, user_id: str, code: str, now: float | None
         )
         return "locked" if failures + 1 >= MAX_FAILURES_PER_HOUR else "wrong"
     db.execute(
-        "INSERT OR IGNORE INTO allowed_users (channel, user_id, added_at, via) VALUES (?, ?, ?, ?)",
+        "INSERT INTO allowed_users (channel, user_id, added_at, via) VALUES (?, ?, ?, ?)"
+        " ON CONFLICT DO NOTHING",
         [channel, user_id, now, "pairing"],
     )
     return "paired"

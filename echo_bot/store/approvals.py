@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from sqlite_utils import Database as SqlDb
+from .sql import SqlDb
 
 PENDING, APPROVED, DENIED, EXPIRED = "pending", "approved", "denied", "expired"
 

@@ -7,9 +7,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from sqlite_utils import Database as SqlDb
-
 from ..secrets import Masker
+from .sql import SqlDb, json_number, json_text, utc_day
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,16 +78,13 @@ def write_rows(db: SqlDb, rows: list[AuditValues]) -> None:
         )
 
 
-_TOKENS = (
-    "COALESCE(json_extract(data, '$.details.prompt_tokens'), 0)"
-    " + COALESCE(json_extract(data, '$.details.completion_tokens'), 0)"
-)
-
-
 def tokens_since(db: SqlDb, ts: float) -> int:
     """LLM tokens (prompt + completion) recorded since ``ts``."""
+    prompt = json_number(db, "data", "details", "prompt_tokens")
+    completion = json_number(db, "data", "details", "completion_tokens")
     row = db.execute(
-        f"SELECT COALESCE(SUM({_TOKENS}), 0) FROM audit WHERE kind = 'brain.decision' AND ts >= ?",
+        f"SELECT COALESCE(SUM(COALESCE({prompt}, 0) + COALESCE({completion}, 0)), 0)"
+        " FROM audit WHERE kind = 'brain.decision' AND ts >= ?",
         [ts],
     ).fetchone()
     return int(row[0])
@@ -106,17 +102,18 @@ class UsageRow:
 
 
 def usage_by_day(db: SqlDb) -> list[UsageRow]:
+    model = json_text(db, "data", "details", "model")
     rows = db.execute(
-        "SELECT date(ts, 'unixepoch') AS day, COALESCE(session_key, '-'),"
-        " COALESCE(json_extract(data, '$.details.model'), '-'), COUNT(*),"
-        " COALESCE(SUM(json_extract(data, '$.details.prompt_tokens')), 0),"
-        " COALESCE(SUM(json_extract(data, '$.details.completion_tokens')), 0),"
-        " COALESCE(AVG(json_extract(data, '$.details.latency_ms')), 0)"
+        f"SELECT {utc_day(db, 'ts')} AS day, COALESCE(session_key, '-') AS session,"
+        f" {model} AS model, COUNT(*),"
+        f" COALESCE(SUM({json_number(db, 'data', 'details', 'prompt_tokens')}), 0),"
+        f" COALESCE(SUM({json_number(db, 'data', 'details', 'completion_tokens')}), 0),"
+        f" COALESCE(AVG({json_number(db, 'data', 'details', 'latency_ms')}), 0)"
         " FROM audit WHERE kind = 'brain.decision'"
-        " AND json_extract(data, '$.details.model') IS NOT NULL"
-        " GROUP BY day, session_key, 3 ORDER BY day, session_key"
+        f" AND {model} IS NOT NULL"
+        " GROUP BY 1, 2, 3 ORDER BY 1, 2"
     ).fetchall()
-    return [UsageRow(r[0], r[1], r[2], r[3], r[4], r[5], float(r[6])) for r in rows]
+    return [UsageRow(r[0], r[1], r[2], int(r[3]), int(r[4]), int(r[5]), float(r[6])) for r in rows]
 
 
 def read_audit(db: SqlDb, *, tail: int = 50, trace_id: str | None = None) -> list[AuditRow]:
@@ -129,7 +126,7 @@ def read_audit(db: SqlDb, *, tail: int = 50, trace_id: str | None = None) -> lis
     else:
         rows = db.execute(
             "SELECT * FROM (SELECT seq, ts, trace_id, session_key, kind, data FROM audit"
-            " ORDER BY seq DESC LIMIT ?) ORDER BY seq",
+            " ORDER BY seq DESC LIMIT ?) AS newest ORDER BY seq",
             [tail],
         ).fetchall()
     return [AuditRow(r[0], r[1], r[2], r[3], r[4], json.loads(r[5])) for r in rows]

@@ -24,18 +24,14 @@ same group commit on a worker thread, 3.6k with one commit per request through
   thread has finished every job handed over so, new loop jobs follow them there, so
   jobs commit in the order they were submitted; then they run on the loop again.
 
-Both paths group-commit the same way. The jobs of a batch run one after another with
-no savepoint between them; if one raises, the transaction is rolled back and the batch
-runs again, each job in a savepoint of its own (a savepoint per job, every time, cost
-10–15 % of a turn). So a job may run twice before it commits and must act only through
-its connection. A job that raises is rolled back alone (its savepoint) and gets its
-error; SQLite's errors come back as StoreError (``run_sync``:
-as they are). If SQLite abandons the whole transaction (disk full, I/O error), a job
-raises something that is not an Exception, or the COMMIT fails, every job of the batch
-fails — none of it was committed: the culprit gets its own error, the others a
-StoreError saying they were rolled back with another job. No job's exception ever
-leaves the flush into the event loop. A job whose caller was cancelled before its batch
-ran is not run.
+Both paths group-commit the same way (``engine.run_begun``: the batch runs in one
+transaction, again with a savepoint per job when one fails). SQLite's errors come back
+as StoreError (``run_sync``: as they are). If SQLite abandons the whole transaction
+(disk full, I/O error), a job raises something that is not an Exception, or the COMMIT
+fails, every job of the batch fails — none of it was committed: the culprit gets its own
+error, the others a StoreError saying they were rolled back with another job. No job's
+exception ever leaves the flush into the event loop. A job whose caller was cancelled
+before its batch ran is not run.
 
 Checkpoints (copying the WAL back into the database file, with an fsync) run on a
 third connection in a thread of their own, every ``CHECKPOINT_INTERVAL`` seconds, not
@@ -48,29 +44,27 @@ disk).
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import logging
 import os
-import queue
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from sqlite_utils import Database as SqliteUtilsDatabase
 
 from ..errors import StoreError
 from ..hardening import PRIVATE_FILE, make_private
+from .engine import MAX_BATCH, Job, Outcome, Session, ThreadedEngine, run_begun, store_error
 from .schema import migrate
 
 T = TypeVar("T")
 
 DB_FILENAME = "echo-bot.sqlite3"
 CHECKPOINT_INTERVAL = 1.0  # seconds between WAL checkpoints (PASSIVE, off the commit path)
-MAX_BATCH = 128  # jobs committed together at most
 BUSY_TIMEOUT_MS = 10_000  # how long the store thread waits for another writer
 # Past this, the checkpointer truncates the WAL (a PASSIVE checkpoint under steady writes
 # never lets it restart, and nothing else would shrink it). Writers wait for the TRUNCATE
@@ -80,59 +74,37 @@ WAL_LIMIT = 256 * 1024 * 1024
 # What SQLite keeps of the WAL file when it starts over (journal_size_limit).
 WAL_KEEP = 64 * 1024 * 1024
 
-_SAVEPOINT = "echo_bot_job"
 _LOCK_TAKEN = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
-
-Outcome = tuple["_Job", bool, Any]  # (job, ok, result or error)
-
-
-class _Job:
-    """One piece of work for the store and where its outcome goes."""
-
-    __slots__ = (
-        "after_commit",
-        "fn",
-        "future",
-        "handed_off",
-        "in_transaction",
-        "loop",
-        "wrap_errors",
-    )
-
-    def __init__(
-        self,
-        fn: Callable[..., Any],
-        *,
-        in_transaction: bool,
-        wrap_errors: bool,
-        loop: asyncio.AbstractEventLoop | None,
-        after_commit: Callable[[Any], None] | None = None,
-    ) -> None:
-        self.fn = fn
-        self.after_commit = after_commit
-        self.in_transaction = in_transaction
-        self.wrap_errors = wrap_errors
-        self.loop = loop
-        # A loop job the loop passed to the store thread (its write lock was taken).
-        self.handed_off = False
-        self.future: asyncio.Future[Any] | concurrent.futures.Future[Any] = (
-            loop.create_future() if loop is not None else concurrent.futures.Future()
-        )
-
-
-_STOP = object()
 
 log = logging.getLogger(__name__)
 
 
-class Database:
+class SqliteSession:
+    """One SQLite connection's transaction control, for ``engine.run_begun``."""
+
+    __slots__ = ("conn", "execute", "handle")
+    errors = sqlite3.Error
+
+    def __init__(self, conn: sqlite3.Connection, handle: SqliteUtilsDatabase) -> None:
+        self.conn, self.handle, self.execute = conn, handle, conn.execute
+
+    def alive(self) -> bool:
+        return self.conn.in_transaction
+
+    # A failed statement leaves an SQLite transaction as it was (or ends it).
+    clean = alive
+
+
+class Database(ThreadedEngine):
+    """The SQLite engine (see the module doc)."""
+
+    engine = "sqlite"
+
     def __init__(self, path: Path, *, durability: str = "normal") -> None:
+        super().__init__()
+        self._thread_name = "echo-bot-sqlite"
         self.path = path
         self._durability = durability
-        self._jobs: queue.SimpleQueue[_Job | object] = queue.SimpleQueue()
-        self._worker: threading.Thread | None = None
-        self._worker_lock = threading.Lock()
-        self._closed = False
         # The store thread's connection (slow jobs, run_sync, hand-offs, migrations).
         self._conn: sqlite3.Connection | None = None
         # sqlite-utils' wrapper of the connection, made once: making one runs a PRAGMA
@@ -143,9 +115,10 @@ class Database:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_conn: sqlite3.Connection | None = None
         self._loop_wrapped: SqliteUtilsDatabase | None = None
-        self._pending: list[_Job] = []
+        self._session: SqliteSession | None = None
+        self._loop_session: SqliteSession | None = None
+        self._pending: list[Job] = []
         self._flush_scheduled = False
-        self._handed_off = 0  # loop jobs the store thread has not finished yet
         self._closing = False
         self._checkpointer: threading.Thread | None = None
         self._stop_checkpoints = threading.Event()
@@ -182,6 +155,7 @@ class Database:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._make_private()
             self._conn, self._wrapped = self._connect()
+            self._session = SqliteSession(self._conn, self._wrapped)
             self._thread = threading.current_thread()
             with self.transaction() as db:
                 migrate(db)
@@ -195,6 +169,7 @@ class Database:
                 conn.execute("PRAGMA wal_autocheckpoint = 0")
                 conn.execute("PRAGMA busy_timeout = 0")
                 self._loop_conn = conn
+                self._loop_session = SqliteSession(conn, self._loop_wrapped)
         except sqlite3.Error as exc:
             self._close_connections()
             raise StoreError(f"cannot open the store {self.path}: {exc}") from exc
@@ -272,11 +247,6 @@ class Database:
         if self._worker is not None:
             self._worker.join()
 
-    def _stop_worker(self) -> None:
-        with self._worker_lock:
-            self._closed = True
-            self._jobs.put(_STOP)
-
     def _close(self) -> None:
         self._stop_checkpoints.set()
         if self._checkpointer is not None:
@@ -289,6 +259,7 @@ class Database:
             self._loop_conn.close()
             self._loop_conn = None
             self._loop_wrapped = None
+            self._loop_session = None
         if self._conn is not None:
             # The last connection to close checkpoints the whole WAL (and removes it).
             with contextlib.suppress(sqlite3.Error):
@@ -296,6 +267,7 @@ class Database:
             self._conn.close()
             self._conn = None
             self._wrapped = None
+            self._session = None
 
     # -- running work ----------------------------------------------------------------
     async def run(
@@ -319,24 +291,12 @@ class Database:
         loop = asyncio.get_running_loop()
         if slow or loop is not self._loop or self._closing or self._loop_conn is None:
             return await self._submit(fn, in_transaction=True, after_commit=after_commit)
-        job = _Job(fn, in_transaction=True, wrap_errors=True, loop=loop, after_commit=after_commit)
+        job = Job(fn, in_transaction=True, wrap_errors=True, loop=loop, after_commit=after_commit)
         self._pending.append(job)
         if not self._flush_scheduled:
             self._flush_scheduled = True
             loop.call_soon(self._flush)
         return await job.future  # type: ignore[no-any-return]
-
-    def run_sync(self, fn: Callable[[SqliteUtilsDatabase], T]) -> T:
-        """``run`` for management commands without an event loop (SQLite errors as is).
-
-        Refused on a thread that runs an event loop: it would block the loop — for the
-        whole busy timeout, and then fail, when called inside a loop job that holds the
-        write lock."""
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return self._submit_sync(fn, in_transaction=True, wrap_errors=False)
-        raise StoreError("run_sync called on an event loop's thread: await run() instead")
 
     # -- on the event loop -----------------------------------------------------------
     def _flush(self) -> None:
@@ -363,26 +323,26 @@ class Database:
             outcomes = [(job, False, exc) for job in batch]
         self._settle_all(outcomes)
 
-    def _run_on_loop(self, batch: list[_Job]) -> list[Outcome] | None:
+    def _run_on_loop(self, batch: list[Job]) -> list[Outcome] | None:
         """The batch's outcomes, or None if another connection holds the write lock."""
-        conn, wrapped = self._loop_conn, self._loop_wrapped
-        if conn is None or wrapped is None:
+        session = self._loop_session
+        if session is None:
             return [(job, False, StoreError("the store is not open")) for job in batch]
         outcomes: list[Outcome] | None = None
         for together in (len(batch) > 1, False):
             try:
-                conn.execute("BEGIN IMMEDIATE")
+                session.execute("BEGIN IMMEDIATE")
             except sqlite3.Error as exc:
                 if getattr(exc, "sqlite_errorcode", 0) & 0xFF in _LOCK_TAKEN:
                     return None
-                return [(job, False, _store_error(job, exc)) for job in batch]
-            outcomes = _run_begun(conn, wrapped, batch, together=together)
+                return [(job, False, store_error(job, exc, sqlite3.Error)) for job in batch]
+            outcomes = run_begun(session, batch, together=together)
             if outcomes is not None:
                 break
         assert outcomes is not None  # the second pass always has them
         return outcomes
 
-    def _hand_off(self, batch: list[_Job]) -> None:
+    def _hand_off(self, batch: list[Job]) -> None:
         """Send loop jobs to the store thread, which waits for the lock (in order)."""
         with self._worker_lock:
             if self._closed or self._worker is None:
@@ -395,142 +355,11 @@ class Database:
             self._handed_off += len(batch)
 
     # -- on the store thread ---------------------------------------------------------
-    async def _submit(
-        self,
-        fn: Callable[..., T],
-        *,
-        in_transaction: bool,
-        after_commit: Callable[[T], None] | None = None,
-    ) -> T:
-        job = _Job(
-            fn,
-            in_transaction=in_transaction,
-            wrap_errors=True,
-            loop=asyncio.get_running_loop(),
-            after_commit=after_commit,
-        )
-        self._enqueue(job)
-        return await job.future  # type: ignore[no-any-return]
+    def _thread_session(self) -> Session | None:
+        return self._session
 
-    def _submit_sync(
-        self, fn: Callable[..., T], *, in_transaction: bool, wrap_errors: bool = True
-    ) -> T:
-        job = _Job(fn, in_transaction=in_transaction, wrap_errors=wrap_errors, loop=None)
-        self._enqueue(job)
-        return job.future.result()  # type: ignore[union-attr,no-any-return]
-
-    def _enqueue(self, job: _Job) -> None:
-        with self._worker_lock:
-            if self._closed:
-                raise StoreError("the store is closed")
-            if self._worker is None:
-                self._worker = threading.Thread(
-                    target=self._serve, name="echo-bot-sqlite", daemon=True
-                )
-                self._worker.start()
-            self._jobs.put(job)
-
-    def _serve(self) -> None:
-        held: _Job | object | None = None
-        while True:
-            job = held if held is not None else self._jobs.get()
-            held = None
-            if job is _STOP:
-                return
-            assert isinstance(job, _Job)
-            if not job.in_transaction:
-                self._deliver([(job, *_call(job.fn))])
-                continue
-            batch = [job]
-            while len(batch) < MAX_BATCH:
-                try:
-                    following = self._jobs.get_nowait()
-                except queue.Empty:
-                    break
-                if following is _STOP or not following.in_transaction:  # type: ignore[union-attr]
-                    held = following
-                    break
-                batch.append(following)  # type: ignore[arg-type]
-            try:
-                outcomes = self._run_batch(batch)
-            except BaseException as exc:  # nothing may leave a caller waiting forever
-                outcomes = [(j, False, exc) for j in batch]
-            try:
-                self._deliver(outcomes)
-            except BaseException:  # the store thread must go on serving
-                log.exception("handing store results back failed")
-
-    def _run_batch(self, batch: list[_Job]) -> list[Outcome]:
-        """Run the jobs in one transaction on the store thread's connection."""
-        conn, wrapped = self._conn, self._wrapped
-        if conn is None or wrapped is None:
-            return [(job, False, StoreError("the store is not open")) for job in batch]
-        # A cancelled caller's job is not run (its outcome only settles the count).
-        live: list[_Job] = []
-        dropped: list[Outcome] = []
-        for job in batch:
-            if job.future.cancelled():
-                dropped.append((job, False, None))
-            else:
-                live.append(job)
-        if not live:
-            return dropped
-        for together in (True, False):
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-            except sqlite3.Error as exc:
-                return dropped + [(job, False, _store_error(job, exc)) for job in live]
-            # BEGIN may have waited for another writer's lock (up to the busy timeout):
-            # a caller that gave up meanwhile is not run either.
-            dropped += [(job, False, None) for job in live if job.future.cancelled()]
-            live = [job for job in live if not job.future.cancelled()]
-            if not live:
-                conn.execute("ROLLBACK")
-                return dropped
-            outcomes = _run_begun(conn, wrapped, live, together=together and len(live) > 1)
-            if outcomes is not None:
-                return dropped + outcomes
-        raise AssertionError("the second pass always has outcomes")
-
-    def _deliver(self, outcomes: list[Outcome]) -> None:
-        """Hand each job its outcome: one wake-up per event loop for the whole batch."""
-        by_loop: dict[asyncio.AbstractEventLoop, list[Outcome]] = {}
-        for outcome in outcomes:
-            job = outcome[0]
-            if job.loop is None:
-                _settle(outcome)
-            else:
-                by_loop.setdefault(job.loop, []).append(outcome)
-        for loop, some in by_loop.items():
-            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is waiting
-                loop.call_soon_threadsafe(self._settle_all, some)
-
-    def _settle_all(self, outcomes: list[Outcome]) -> None:
-        """On the jobs' loop, after the COMMIT: run each committed job's
-        ``after_commit``, then set each future, in the order the jobs ran. Every
-        outcome is settled whatever a hook raises (a BaseException is raised again
-        once all are)."""
-        raised: BaseException | None = None
-        for job, ok, value in outcomes:
-            if ok and job.after_commit is not None:
-                try:
-                    job.after_commit(value)
-                except Exception:  # committed all the same
-                    log.exception("a store job's after-commit hook failed")
-                except BaseException as exc:
-                    raised = raised or exc
-        for outcome in outcomes:
-            if outcome[0].handed_off:
-                outcome[0].handed_off = False
-                self._handed_off -= 1
-            try:
-                _settle(outcome)
-            except Exception:  # one bad outcome must not leave the others waiting
-                log.exception("handing a store result back failed")
-                if not outcome[0].future.done():
-                    outcome[0].future.set_exception(StoreError("store error: no result"))
-        if raised is not None:
-            raise raised
+    def _begin(self, session: Session) -> None:
+        session.execute("BEGIN IMMEDIATE")
 
     @contextmanager
     def transaction(self) -> Iterator[SqliteUtilsDatabase]:
@@ -548,99 +377,6 @@ class Database:
             raise
         else:
             conn.execute("COMMIT")
-
-
-def _run_begun(
-    conn: sqlite3.Connection,
-    wrapped: SqliteUtilsDatabase,
-    batch: list[_Job],
-    *,
-    together: bool,
-) -> list[Outcome] | None:
-    """Run the jobs in the transaction just begun, then COMMIT; an outcome for each.
-
-    ``together``: one after another with nothing between them, betting that none
-    fails. If one raises, the transaction is rolled back and None returned: the caller
-    begins again and runs the batch with ``together=False``, each job in a savepoint of
-    its own, so the failing one is rolled back alone. (A savepoint per job cost 10–15 %
-    of a turn's CPU: SQLite copies every page a job first touches into its
-    sub-journal.) So a job may run twice before it commits: it must act only through
-    its connection — see ``Tx.on_commit`` for what is to happen once committed."""
-    alone = len(batch) == 1 or together
-    outcomes: list[Outcome] = []
-    culprit: _Job | None = None
-    try:
-        for job in batch:
-            culprit = job
-            if not alone:
-                conn.execute(f"SAVEPOINT {_SAVEPOINT}")
-            try:
-                value = job.fn(wrapped)
-            except Exception as exc:
-                if not conn.in_transaction:  # SQLite rolled all of it back
-                    raise
-                if together:
-                    conn.execute("ROLLBACK")
-                    return None
-                conn.execute("ROLLBACK" if alone else f"ROLLBACK TO {_SAVEPOINT}")
-                if not alone:
-                    conn.execute(f"RELEASE {_SAVEPOINT}")
-                outcomes.append((job, False, _store_error(job, exc)))
-            else:
-                if not conn.in_transaction:
-                    # The job caught an error after which SQLite had rolled the
-                    # transaction back: what it did before is gone.
-                    raise StoreError("store error: the transaction was rolled back")
-                if not alone:
-                    conn.execute(f"RELEASE {_SAVEPOINT}")
-                outcomes.append((job, True, value))
-        culprit = None
-        if conn.in_transaction:  # not when a lone job failed and was rolled back
-            conn.execute("COMMIT")
-    except BaseException as exc:
-        # The transaction is lost (or would not commit, or a job raised something that
-        # is not an error): nothing of the batch is stored. The job that raised gets its
-        # error; the others are told their work was rolled back with it.
-        if conn.in_transaction:
-            with contextlib.suppress(sqlite3.Error):
-                conn.execute("ROLLBACK")
-        error = _store_error(culprit or batch[0], exc)
-        rolled_back = StoreError(f"store error: rolled back with another job ({exc!r})")
-        return [
-            (job, False, error if job is culprit or culprit is None else rolled_back)
-            for job in batch
-        ]
-    return outcomes
-
-
-def _call(fn: Callable[[], Any]) -> tuple[bool, Any]:
-    try:
-        return True, fn()
-    except BaseException as exc:
-        return False, exc
-
-
-def _store_error(job: _Job, exc: BaseException) -> BaseException:
-    if job.wrap_errors and isinstance(exc, sqlite3.Error):
-        error = StoreError(f"store error: {exc}")
-        error.__cause__ = exc
-        return error
-    return exc
-
-
-def _settle(outcome: Outcome) -> None:
-    job, ok, value = outcome
-    future = job.future
-    if future.cancelled():
-        return
-    if ok:
-        future.set_result(value)
-    elif isinstance(value, StopIteration):  # a future refuses StopIteration
-        error = RuntimeError(f"store job raised {value!r}")
-        error.__cause__ = value
-        future.set_exception(error)
-    else:
-        future.set_exception(value)
 
 
 def backup_to(source: Path, target: Path) -> int:

@@ -6,7 +6,7 @@ and the batch. The jobs of a batch run one after another with no savepoint betwe
 them; if one raises, the transaction is rolled back and the batch runs again, each job
 in a savepoint of its own, so the failing one is rolled back alone (a savepoint per
 job, every time, cost 10–15 % of a turn on SQLite; PostgreSQL needs them anyway to go on
-after a failed statement). So a job may run twice before it commits and must act only
+after a failed statement). So a job may run more than once before it commits and must act only
 through its connection: ``Tx.on_commit`` is for what is to happen once committed.
 """
 
@@ -306,8 +306,10 @@ def run_begun(session: Session, batch: list[Job], *, together: bool) -> list[Out
     begins again and runs the batch with ``together=False``, each job in a savepoint of
     its own, so the failing one is rolled back alone. (A savepoint per job cost 10–15 %
     of a turn's CPU on SQLite: it copies every page a job first touches into its
-    sub-journal.) So a job may run twice before it commits: it must act only through
-    its connection — see ``Tx.on_commit`` for what is to happen once committed."""
+    sub-journal.) So a job may run more than once before it commits (up to four times:
+    a loop batch that fails, then finds the write lock taken, runs again on the store
+    thread): it must act only through its connection — see ``Tx.on_commit`` for what is
+    to happen once committed."""
     alone = len(batch) == 1 or together
     handle, execute = session.handle, session.execute
     outcomes: list[Outcome] = []

@@ -14,10 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sqlite_utils import Database as SqlDb
-
 from ..bus import Published
 from ..events import InboundMessage, InboundStatus
+from .sql import SqlDb
 
 if TYPE_CHECKING:
     from .tx import Store

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sqlite_utils import Database as SqlDb
+from .sql import SqlDb
 
 
 def set_daemon_info(db: SqlDb, info: dict[str, Any]) -> None:

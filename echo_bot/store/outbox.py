@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sqlite_utils import Database as SqlDb
-
 from ..events import OutboundMessage, Receipt
+from .sql import SqlDb
 
 if TYPE_CHECKING:
     from .tx import Store
@@ -79,19 +77,19 @@ def due_heads(
     one read: every chat's head (only a chat's head can be due: a message behind one
     waiting out a retry is not), with its payload when it is due."""
     marks = ",".join("?" for _ in names)
+    not_busy = f"AND chat_key NOT IN ({','.join('?' for _ in busy)})" if busy else ""
     heads = db.execute(
         f"""
         SELECT o.seq, CASE WHEN o.next_attempt_at <= ? THEN o.payload END, o.attempts,
                o.next_attempt_at, h.queued
         FROM outbox o
         JOIN (SELECT MIN(seq) AS head, COUNT(*) AS queued FROM outbox
-              WHERE status = 'queued' AND channel IN ({marks})
-                AND chat_key NOT IN (SELECT value FROM json_each(?))
+              WHERE status = 'queued' AND channel IN ({marks}) {not_busy}
               GROUP BY chat_key) h
           ON o.seq = h.head
         ORDER BY o.seq
         """,
-        [now, *names, json.dumps(busy)],
+        [now, *names, *busy],
     ).fetchall()
     rows: list[OutboxRow] = []
     next_at: float | None = None  # of the heads not returned
@@ -118,7 +116,10 @@ def mark_sent(db: SqlDb, message: OutboundMessage, receipt: Receipt) -> None:
         [now, message.id],
     )
     db.execute(
-        "INSERT OR REPLACE INTO receipts VALUES (?, ?, ?, ?)",
+        "INSERT INTO receipts (outbound_id, channel, channel_message_id, delivered_at)"
+        " VALUES (?, ?, ?, ?) ON CONFLICT (outbound_id) DO UPDATE SET"
+        " channel = excluded.channel, channel_message_id = excluded.channel_message_id,"
+        " delivered_at = excluded.delivered_at",
         [message.id, message.to.channel, receipt.channel_message_id, now],
     )
 
@@ -163,12 +164,13 @@ def enqueue_outbound(db: SqlDb, message: OutboundMessage) -> OutboxRow | None:
         "SELECT 1 FROM outbox WHERE status = 'queued' AND channel = ? AND chat_key = ? LIMIT 1",
         [message.to.channel, chat_key],
     ).fetchone()
-    cursor = db.conn.execute(
+    stored = db.conn.execute(
         "INSERT INTO outbox (id, channel, chat_key, payload, status, next_attempt_at,"
-        " created_at) VALUES (?, ?, ?, ?, 'queued', ?, ?) ON CONFLICT(id) DO NOTHING",
+        " created_at) VALUES (?, ?, ?, ?, 'queued', ?, ?) ON CONFLICT(id) DO NOTHING"
+        " RETURNING seq",
         [message.id, message.to.channel, chat_key, payload, now, now],
-    )
-    if ahead is not None or cursor.rowcount != 1 or cursor.lastrowid is None:
+    ).fetchone()
+    if ahead is not None or stored is None:
         return None
     # As ``due`` would read it back: what is sent is what was stored.
-    return OutboxRow(cursor.lastrowid, OutboundMessage.model_validate_json(payload), 0)
+    return OutboxRow(stored[0], OutboundMessage.model_validate_json(payload), 0)

@@ -36,6 +36,9 @@ from .sql import POSTGRES
 CONNECT_TIMEOUT = 5  # seconds
 # pg_advisory_xact_lock key held while the schema is migrated ("echo" in ASCII).
 MIGRATION_LOCK = 0x6563686F
+# Held by a daemon's connection for as long as it runs ("echr"): one daemon per database
+# until the instances coordinate (leases for sessions, the poller, reminders).
+DAEMON_LOCK = 0x65636872
 
 T = TypeVar("T")
 
@@ -141,12 +144,16 @@ class PostgresDatabase(ThreadedEngine):
         self.where = describe_url(url)
         self._session: PgSession | None = None
         self._opened = False
+        self._exclusive = False
 
     # -- lifecycle -------------------------------------------------------------------
     async def open(self) -> None:
+        """Open for a daemon: refused while another daemon holds the database."""
+        self._exclusive = True
         await self._submit(self._open, in_transaction=False)
 
     def open_sync(self) -> None:
+        """Open for a management command, beside a running daemon."""
         self._submit_sync(self._open, in_transaction=False)
 
     def _connect(self) -> PgSession:
@@ -164,6 +171,15 @@ class PostgresDatabase(ThreadedEngine):
             raise StoreError(f"the database URL is not valid: {exc}") from None
         if self._durability == "full":
             conn.execute("SET synchronous_commit = on")
+        if (
+            self._exclusive
+            and not conn.execute("SELECT pg_try_advisory_lock(%s)", [DAEMON_LOCK]).fetchone()[0]
+        ):
+            conn.close()
+            raise StoreError(
+                f"another echo-bot daemon is running on the database {self.where}: one"
+                " daemon per database for now (management commands work beside it)"
+            )
         return PgSession(conn)
 
     def _open(self) -> None:

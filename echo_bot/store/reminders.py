@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from sqlite_utils import Database as SqlDb
+from .sql import SqlDb
 
 ACTIVE, DONE, MISSED, CANCELLED = "active", "done", "missed", "cancelled"
 
@@ -119,6 +119,7 @@ def set_cron_last(db: SqlDb, job: str, occurrence: float) -> None:
     db.execute(
         "INSERT INTO cron_state (job, last_occurrence) VALUES (?, ?)"
         " ON CONFLICT(job) DO UPDATE SET"
-        " last_occurrence = MAX(last_occurrence, excluded.last_occurrence)",
+        " last_occurrence = CASE WHEN excluded.last_occurrence > cron_state.last_occurrence"
+        " THEN excluded.last_occurrence ELSE cron_state.last_occurrence END",
         [job, occurrence],
     )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sqlite_utils import Database as SqlDb
+from .sql import SqlDb
 
 
 def prune(db: SqlDb, before: float) -> dict[str, int]:

@@ -13,9 +13,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from sqlite_utils import Database as SqlDb
-
 from ..conversation import ChatMessage, ToolCall
+from .sql import SqlDb
 
 # tool call statuses
 PLANNED, WAITING, APPROVED, STARTED, DONE = "planned", "waiting", "approved", "started", "done"
@@ -67,13 +66,12 @@ def turn_of_inbound(db: SqlDb, inbound_id: str) -> tuple[str, TurnRow | None] | 
 
 def create_turn(db: SqlDb, turn_id: str, session_key: str, trace_id: str) -> TurnRow:
     now = time.time()
-    changes = db.conn.total_changes
-    db.execute(
+    cursor = db.execute(
         "INSERT INTO turns (id, session_key, trace_id, step, status, created_at, updated_at)"
         " VALUES (?, ?, ?, 0, 'running', ?, ?) ON CONFLICT(id) DO NOTHING",
         [turn_id, session_key, trace_id, now, now],
     )
-    if db.conn.total_changes == changes:  # it existed already
+    if cursor.rowcount != 1:  # it existed already
         row = get_turn(db, turn_id)
         assert row is not None
         return row
@@ -281,7 +279,7 @@ def repeats(db: SqlDb, turn_id: str, hashes: list[str]) -> int:
     marks = ",".join("?" for _ in hashes)
     row = db.execute(
         f"SELECT MAX(n) FROM (SELECT COUNT(*) AS n FROM tool_calls WHERE turn_id = ?"
-        f" AND args_hash IN ({marks}) GROUP BY args_hash)",
+        f" AND args_hash IN ({marks}) GROUP BY args_hash) AS counted",
         [turn_id, *hashes],
     ).fetchone()
     return int(row[0] or 0)

@@ -16,8 +16,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Generic, TypeVar, overload
 
-from sqlite_utils import Database as SqlDb
-
 from ..bus import Published
 from ..conversation import ChatMessage, ToolCall
 from ..events import InboundMessage, InboundStatus, OutboundMessage, Receipt
@@ -38,7 +36,8 @@ from .committed import (
     OutboundCommitted,
     ReminderChanged,
 )
-from .db import Database
+from .engine import ThreadedEngine
+from .sql import SqlDb
 
 T = TypeVar("T")
 E = TypeVar("E", bound=Committed)
@@ -516,7 +515,9 @@ class MetaRepo:
 class Store:
     """The store as the core sees it: units of work and what they committed."""
 
-    def __init__(self, database: Database, masker: Masker, *, instance: str | None = None) -> None:
+    def __init__(
+        self, database: ThreadedEngine, masker: Masker, *, instance: str | None = None
+    ) -> None:
         self.database = database
         self.masker = masker
         # Which process this is, written on each inbound it adds: a daemon's own rows
@@ -526,7 +527,8 @@ class Store:
         self._subscribers: dict[type[Committed], list[Callable[[Any], None]]] = {}
 
     @property
-    def path(self) -> Path:
+    def path(self) -> Path | None:
+        """SQLite's file; None on PostgreSQL."""
         return self.database.path
 
     async def open(self) -> None:
