@@ -9,6 +9,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
@@ -16,10 +17,11 @@ from typing import TypeVar
 from .approvals.display import decider, escape_text, render_call, show_json
 from .config import LoadedConfig, WebhookRoute, llm_enabled, secrets_in_use, telegram_enabled
 from .durations import format_duration
+from .errors import ConfigError
 from .events import Address, ApprovalDecision, DecisionVerb, InboundKind, InboundMessage, Sender
 from .secrets import Masker
 from .statedir import daemon_pid
-from .store import DB_FILENAME, Database, Store, Tx, backup_to
+from .store import DB_FILENAME, Database, Store, Tx, backup_to, make_database
 from .store.approvals import PENDING, ApprovalRow
 
 T = TypeVar("T")
@@ -36,15 +38,51 @@ def _clock(ts: float | None) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def _with_store(state_dir: Path, fn: Callable[[Tx], T], *, create: bool = False) -> T:
-    """``fn(tx)`` in one transaction on the store in ``state_dir``; ``create``: make the
+@dataclass(frozen=True, slots=True)
+class StoreAt:
+    """Where the management commands find the store: the state directory's SQLite file,
+    or the PostgreSQL database of ``[storage] engine = "postgres"`` (``url``)."""
+
+    state_dir: Path
+    url: str | None = None
+
+    @classmethod
+    def of(cls, loaded: LoadedConfig, state_dir: Path, environ: Mapping[str, str]) -> StoreAt:
+        storage = loaded.config.storage
+        if storage.engine != "postgres":
+            return cls(state_dir)
+        url = environ.get(storage.url_env)
+        if not url:
+            raise ConfigError(
+                f"storage.url_env: environment variable {storage.url_env} is not set (the"
+                " PostgreSQL URL, postgresql://user:password@host:5432/database)"
+            )
+        return cls(state_dir, url)
+
+    @property
+    def path(self) -> Path:
+        return self.state_dir / DB_FILENAME
+
+    def describe(self) -> str:
+        if self.url is None:
+            return str(self.path)
+        from .store.postgres import describe_url
+
+        return f"PostgreSQL {describe_url(self.url)}"
+
+
+def _with_store(at: StoreAt, fn: Callable[[Tx], T], *, create: bool = False) -> T:
+    """``fn(tx)`` in one transaction on the store ``at``; ``create``: make the SQLite
     store if there is none yet, else there is nothing to read (exit with why)."""
-    path = state_dir / DB_FILENAME
-    if not create and not path.exists():
-        raise SystemExit(f"echo-bot: no store at {path} (has the daemon ever run here?)")
+    if at.url is not None:
+        database = make_database("postgres", state_dir=at.state_dir, url=at.url)
+    else:
+        if not create and not at.path.exists():
+            raise SystemExit(f"echo-bot: no store at {at.path} (has the daemon ever run here?)")
+        database = Database(at.path)
     # These commands write no audit rows, so the store has nothing to mask; what they
     # print is masked on the way out (secrets.masked_output).
-    store = Store(Database(path), Masker())
+    store = Store(database, Masker())
     store.open_sync()
     try:
         return store.run_sync(fn)
@@ -98,9 +136,9 @@ def check_config(loaded: LoadedConfig, state_dir: Path, env: Mapping[str, str]) 
 
 
 # -- approvals ----------------------------------------------------------------------------
-def approvals_command(state_dir: Path, action: str, approval_id: str | None, wait: float) -> int:
+def approvals_command(at: StoreAt, action: str, approval_id: str | None, wait: float) -> int:
     if action == "list":
-        rows = _with_store(state_dir, lambda tx: tx.approvals.list())
+        rows = _with_store(at, lambda tx: tx.approvals.list())
         if not rows:
             print("No approvals are pending.")
             return 0
@@ -122,7 +160,7 @@ def approvals_command(state_dir: Path, action: str, approval_id: str | None, wai
             file=sys.stderr,
         )
         return 2
-    matches = _with_store(state_dir, lambda tx: _approvals_by_prefix(tx, wanted))
+    matches = _with_store(at, lambda tx: _approvals_by_prefix(tx, wanted))
     if len(matches) > 1:
         shown = ", ".join(matches[:_AMBIGUOUS_SHOWN])
         more = (
@@ -136,7 +174,7 @@ def approvals_command(state_dir: Path, action: str, approval_id: str | None, wai
             file=sys.stderr,
         )
         return 2
-    row = _with_store(state_dir, lambda tx: tx.approvals.get(matches[0]) if matches else None)
+    row = _with_store(at, lambda tx: tx.approvals.get(matches[0]) if matches else None)
     if row is None:
         print(f"echo-bot: unknown approval request {approval_id}")
         return 1
@@ -154,7 +192,7 @@ def approvals_command(state_dir: Path, action: str, approval_id: str | None, wai
     if time.time() >= row.expires_at:
         print(f"echo-bot: request {row.id} has expired; nothing changed")
         return 1
-    return _submit_decision(state_dir, row.id, action, wait)
+    return _submit_decision(at, row.id, action, wait)
 
 
 def _approvals_by_prefix(tx: Tx, prefix: str) -> list[str]:
@@ -185,7 +223,7 @@ def _show(row: ApprovalRow) -> None:
         print(f"decided:   {what} at {_clock(row.decided_at)}")
 
 
-def _submit_decision(state_dir: Path, approval_id: str, action: str, wait: float) -> int:
+def _submit_decision(at: StoreAt, approval_id: str, action: str, wait: float) -> int:
     user = getpass.getuser()
     verb = DecisionVerb.APPROVE_ONCE if action == "approve" else DecisionVerb.DENY
     message = InboundMessage(
@@ -201,14 +239,14 @@ def _submit_decision(state_dir: Path, approval_id: str, action: str, wait: float
         ),
         external_id=f"admin-{os.getpid()}-{time.time_ns()}",
     )
-    _with_store(state_dir, lambda tx: tx.inbox.add(message))
-    pid = daemon_pid(state_dir)
-    if pid is None:
+    _with_store(at, lambda tx: tx.inbox.add(message))
+    pid = daemon_pid(at.state_dir)
+    if pid is None and at.url is None:
         print(f"Decision recorded ({action}); no daemon is running — it applies when one starts.")
         return 0
     deadline = time.monotonic() + wait
     while time.monotonic() < deadline:
-        row = _with_store(state_dir, lambda tx: tx.inbox.get(message.id))
+        row = _with_store(at, lambda tx: tx.inbox.get(message.id))
         if row is not None and row.status.terminal:
             if row.status == "done":
                 done = "Approved" if verb is DecisionVerb.APPROVE_ONCE else "Denied"
@@ -217,17 +255,20 @@ def _submit_decision(state_dir: Path, approval_id: str, action: str, wait: float
             print(f"echo-bot: refused: {row.error}")
             return 1
         time.sleep(0.2)
+    if pid is None:  # PostgreSQL: a daemon elsewhere applies it when it sees it
+        print(f"Decision recorded ({action}); no daemon has applied it yet.")
+        return 0
     print(f"Decision submitted; the daemon (pid {pid}) has not applied it yet.")
     return 0
 
 
 # -- reminders ----------------------------------------------------------------------------
-def reminders_command(state_dir: Path, action: str, reminder_id: str | None) -> int:
+def reminders_command(at: StoreAt, action: str, reminder_id: str | None) -> int:
     from .reminders import render_list
     from .store.reminders import CANCELLED
 
     if action == "list":
-        rows = _with_store(state_dir, lambda tx: tx.reminders.active())
+        rows = _with_store(at, lambda tx: tx.reminders.active())
         if not rows:
             print("No active reminders.")
             return 0
@@ -247,7 +288,7 @@ def reminders_command(state_dir: Path, action: str, reminder_id: str | None) -> 
             return f"echo-bot: reminder {wanted} is already {row.status}"
         return ""
 
-    problem = _with_store(state_dir, cancel)
+    problem = _with_store(at, cancel)
     if problem:
         print(problem)
         return 1
@@ -256,18 +297,16 @@ def reminders_command(state_dir: Path, action: str, reminder_id: str | None) -> 
 
 
 # -- webhooks -----------------------------------------------------------------------------
-def webhook_deliveries(state_dir: Path, route: str | None, delivery: str | None, limit: int) -> int:
+def webhook_deliveries(at: StoreAt, route: str | None, delivery: str | None, limit: int) -> int:
     if delivery:
-        info = _with_store(state_dir, lambda tx: tx.inbox.describe(delivery))
+        info = _with_store(at, lambda tx: tx.inbox.describe(delivery))
         if info is None or info.get("channel") != "webhook":
             print(f"echo-bot: no webhook delivery {delivery}")
             return 1
         print(json.dumps(info, indent=2, ensure_ascii=False))
         return 0
     session = f"webhook:{route}" if route else None
-    rows = _with_store(
-        state_dir, lambda tx: tx.inbox.recent("webhook", session_key=session, limit=limit)
-    )
+    rows = _with_store(at, lambda tx: tx.inbox.recent("webhook", session_key=session, limit=limit))
     if not rows:
         print("No webhook deliveries.")
         return 0
@@ -337,21 +376,23 @@ def _github_event(route: WebhookRoute, event: str | None) -> str | None:
 
 
 # -- status and backup --------------------------------------------------------------------
-def status_command(state_dir: Path) -> int:
-    pid = daemon_pid(state_dir)
+def status_command(at: StoreAt) -> int:
+    pid = daemon_pid(at.state_dir)
     info, counts, upcoming = _with_store(
-        state_dir,
+        at,
         lambda tx: (tx.meta.daemon_info(), tx.meta.queue_counts(), tx.reminders.active()[:5]),
     )
     if pid is not None:
         uptime = int(time.time() - float(info.get("started_at", time.time())))
         print(f"daemon: running, pid {pid}, up {uptime // 3600} h {uptime % 3600 // 60} min")
+    elif at.url is not None:
+        print("daemon: not running here (on PostgreSQL it may run on another machine)")
     else:
         print("daemon: not running")
     if info:
         print(f"version: {info.get('version')}; brain: {info.get('brain')}; "
               f"channels: {', '.join(info.get('channels') or []) or 'none'}")  # fmt: skip
-    print(f"state: {state_dir / DB_FILENAME}")
+    print(f"state: {at.describe()}")
     print(
         f"inbox: {counts['inbox_pending']} pending, {counts['waiting_approval']} waiting for "
         f"approval; outbox: {counts['outbox_queued']} queued, {counts['outbox_failed']} failed"
@@ -363,9 +404,17 @@ def status_command(state_dir: Path) -> int:
     return 0
 
 
-def backup_command(state_dir: Path, target: Path) -> int:
+def backup_command(at: StoreAt, target: Path) -> int:
     """A directory ``target`` gets a new, timestamped file inside it (UTC)."""
-    source = state_dir / DB_FILENAME
+    if at.url is not None:
+        print(
+            f"echo-bot: the store is {at.describe()}: back it up with PostgreSQL's own"
+            " tools (pg_dump, or the server's continuous archiving); echo-bot backup"
+            " copies a SQLite store",
+            file=sys.stderr,
+        )
+        return 2
+    source = at.path
     if not source.exists():
         print(f"echo-bot: no store at {source}", file=sys.stderr)
         return 1
@@ -390,7 +439,7 @@ def backup_name(directory: Path) -> Path:
 
 
 # -- pairing ------------------------------------------------------------------------------
-def pair_command(loaded: LoadedConfig, state_dir: Path, environ: Mapping[str, str]) -> int:
+def pair_command(loaded: LoadedConfig, at: StoreAt, environ: Mapping[str, str]) -> int:
     """``environ``: the environment with systemd credentials filled in (a token given
     only as a credential switches Telegram on too)."""
     if not telegram_enabled(loaded, environ):
@@ -401,7 +450,7 @@ def pair_command(loaded: LoadedConfig, state_dir: Path, environ: Mapping[str, st
         )
         print(f"echo-bot: pair: Telegram is off, so no code could be used ({how})", file=sys.stderr)
         return 2
-    code = _with_store(state_dir, lambda tx: tx.access.new_pairing_code(), create=True)
+    code = _with_store(at, lambda tx: tx.access.new_pairing_code(), create=True)
     print(f"Pairing code: {code}")
     print("Valid for 10 minutes, once. Send it to the bot on Telegram as:")
     print(f"  /pair {code}")
@@ -409,9 +458,9 @@ def pair_command(loaded: LoadedConfig, state_dir: Path, environ: Mapping[str, st
     return 0
 
 
-def pairings_command(loaded: LoadedConfig, state_dir: Path, action: str, user: str | None) -> int:
+def pairings_command(loaded: LoadedConfig, at: StoreAt, action: str, user: str | None) -> int:
     if action == "list":
-        rows = _with_store(state_dir, lambda tx: tx.access.paired_users())
+        rows = _with_store(at, lambda tx: tx.access.paired_users())
         if not rows:
             print("No paired users.")
             return 0
@@ -425,7 +474,7 @@ def pairings_command(loaded: LoadedConfig, state_dir: Path, action: str, user: s
         return 2
     channel, _, user_id = user.rpartition(":")
     channel = channel or "telegram"
-    if not _with_store(state_dir, lambda tx: tx.access.revoke(channel, user_id)):
+    if not _with_store(at, lambda tx: tx.access.revoke(channel, user_id)):
         configured = channel == "telegram" and user_id in {
             str(u) for u in loaded.config.telegram.allowed_users
         }
@@ -437,10 +486,10 @@ def pairings_command(loaded: LoadedConfig, state_dir: Path, action: str, user: s
 
 
 # -- audit --------------------------------------------------------------------------------
-def audit_command(state_dir: Path, tail: int, trace: str | None, *, usage: bool = False) -> int:
+def audit_command(at: StoreAt, tail: int, trace: str | None, *, usage: bool = False) -> int:
     if usage:
-        return _usage(state_dir)
-    rows = _with_store(state_dir, lambda tx: tx.audit.read(tail=tail, trace_id=trace))
+        return _usage(at)
+    rows = _with_store(at, lambda tx: tx.audit.read(tail=tail, trace_id=trace))
     for row in rows:
         data = " ".join(
             f"{k}={_audit_value(v)}" for k, v in row.data.items() if v not in (None, "", [], {})
@@ -449,8 +498,8 @@ def audit_command(state_dir: Path, tail: int, trace: str | None, *, usage: bool 
     return 0
 
 
-def _usage(state_dir: Path) -> int:
-    rows = _with_store(state_dir, lambda tx: tx.audit.usage_by_day())
+def _usage(at: StoreAt) -> int:
+    rows = _with_store(at, lambda tx: tx.audit.usage_by_day())
     if not rows:
         print("No LLM calls recorded.")
         return 0

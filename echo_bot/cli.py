@@ -215,40 +215,45 @@ def _manage(
         from .admin import check_config
 
         return check_config(loaded, state_dir, environ)
+    if args.command == "webhook" and args.webhook_command != "deliveries":
+        from .admin import webhook_send
+
+        return webhook_send(loaded, args.route, args.data, args.event, environ)
+    from .admin import StoreAt
+
+    at = StoreAt.of(loaded, state_dir, environ)  # the state dir's file, or PostgreSQL
     if args.command == "approvals":
         from .admin import approvals_command
 
-        return approvals_command(state_dir, args.action, args.id, args.wait)
+        return approvals_command(at, args.action, args.id, args.wait)
     if args.command == "status":
         from .admin import status_command
 
-        return status_command(state_dir)
+        return status_command(at)
     if args.command == "backup":
         from .admin import backup_command
 
-        return backup_command(state_dir, args.path)
+        return backup_command(at, args.path)
     if args.command == "webhook":
-        from .admin import webhook_deliveries, webhook_send
+        from .admin import webhook_deliveries
 
-        if args.webhook_command == "deliveries":
-            return webhook_deliveries(state_dir, args.route, args.id, args.limit)
-        return webhook_send(loaded, args.route, args.data, args.event, environ)
+        return webhook_deliveries(at, args.route, args.id, args.limit)
     if args.command == "reminders":
         from .admin import reminders_command
 
-        return reminders_command(state_dir, args.action, args.id)
+        return reminders_command(at, args.action, args.id)
     if args.command == "pair":
         from .admin import pair_command
 
-        return pair_command(loaded, state_dir, environ)
+        return pair_command(loaded, at, environ)
     if args.command == "pairings":
         from .admin import pairings_command
 
-        return pairings_command(loaded, state_dir, args.action, args.user)
+        return pairings_command(loaded, at, args.action, args.user)
     if args.command == "audit":
         from .admin import audit_command
 
-        return audit_command(state_dir, args.tail, args.trace, usage=args.usage)
+        return audit_command(at, args.tail, args.trace, usage=args.usage)
     raise AssertionError(args.command)
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from echo_bot.admin import approvals_command
+from echo_bot.admin import StoreAt, approvals_command
 from echo_bot.approvals import ApprovalGate
 from echo_bot.approvals.display import (
     CALL_LIMIT,
@@ -131,7 +131,8 @@ async def admin(state_dir: Path, action: str, request_id: str | None, capsys: An
     """``echo-bot approvals`` beside the running daemon: a command of its own, on a thread
     of its own (never on the daemon's event loop)."""
     capsys.readouterr()
-    assert await asyncio.to_thread(approvals_command, state_dir, action, request_id, 0.0) == 0
+    at = StoreAt(state_dir)
+    assert await asyncio.to_thread(approvals_command, at, action, request_id, 0.0) == 0
     return str(capsys.readouterr().out)
 
 

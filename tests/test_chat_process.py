@@ -1,4 +1,5 @@
-"""`echo-bot chat` and `echo-bot run` as real processes on real SQLite files."""
+"""`echo-bot chat` and `echo-bot run` as real processes on real SQLite files (and, where
+said, on a real PostgreSQL database)."""
 
 from __future__ import annotations
 
@@ -6,11 +7,13 @@ import re
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import echo_bot_cmd, echo_bot_env, run_echo_bot
+from tests.postgres import fresh_database
 from tests.proc import EchoBotProcess
 
 SHELL_CONFIG = """
@@ -28,6 +31,19 @@ def config(tmp_path: Path) -> Path:
     path = tmp_path / "config.toml"
     path.write_text(SHELL_CONFIG)
     return path
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Path, dict[str, str]]]:
+    """The shell config on each engine, and the environment its processes get."""
+    path = tmp_path / f"config-{request.param}.toml"
+    if request.param == "sqlite":
+        path.write_text(SHELL_CONFIG)
+        yield path, echo_bot_env()
+        return
+    with fresh_database() as url:
+        path.write_text(SHELL_CONFIG + '[storage]\nengine = "postgres"\n')
+        yield path, echo_bot_env(ECHO_BOT_DATABASE_URL=url)
 
 
 def count_runs(state_dir: Path) -> int:
@@ -86,10 +102,14 @@ def test_second_daemon_on_the_same_state_dir_is_refused(tmp_path: Path) -> None:
         first.cleanup()
 
 
-def test_pending_approval_survives_kill_and_runs_exactly_once(tmp_path: Path, config: Path) -> None:
+def test_pending_approval_survives_kill_and_runs_exactly_once(
+    tmp_path: Path, engine: tuple[Path, dict[str, str]]
+) -> None:
+    config, env = engine
     state = tmp_path / "st"
     args = ("chat", "--config", str(config), "--state-dir", str(state))
-    first = EchoBotProcess(*args)
+    manage = ("--config", str(config), "--state-dir", str(state))
+    first = EchoBotProcess(*args, env=env)
     try:
         first.expect_stderr(r"^state: ")
         first.send(COUNT)
@@ -100,20 +120,20 @@ def test_pending_approval_survives_kill_and_runs_exactly_once(tmp_path: Path, co
         first.cleanup()
     assert count_runs(state) == 0
 
-    listed = run_echo_bot("approvals", "list", "--state-dir", str(state))
-    assert request_id in listed.stdout
+    listed = run_echo_bot("approvals", "list", *manage, env=env)
+    assert request_id in listed.stdout, listed.stdout + listed.stderr
 
-    second = EchoBotProcess(*args)
+    second = EchoBotProcess(*args, env=env)
     try:
         second.expect_stderr(r"^state: ")
-        approved = run_echo_bot("approvals", "approve", request_id, "--state-dir", str(state))
+        approved = run_echo_bot("approvals", "approve", request_id, *manage, env=env)
         assert approved.returncode == 0, approved.stdout + approved.stderr
         assert f"Approved: {request_id}" in approved.stdout
         second.expect_stdout(r"exit code 0")
-        again = run_echo_bot("approvals", "approve", request_id, "--state-dir", str(state))
+        again = run_echo_bot("approvals", "approve", request_id, *manage, env=env)
         assert again.returncode == 1
         assert "already approved" in again.stdout
-        denied = run_echo_bot("approvals", "deny", request_id, "--state-dir", str(state))
+        denied = run_echo_bot("approvals", "deny", request_id, *manage, env=env)
         assert denied.returncode == 1
         second.close_stdin()
         assert second.wait() == 0
@@ -123,11 +143,14 @@ def test_pending_approval_survives_kill_and_runs_exactly_once(tmp_path: Path, co
     assert sum("exit code 0" in line for line in second.stdout_lines) == 1
 
 
-def test_interrupted_side_effect_is_reported_not_rerun(tmp_path: Path, config: Path) -> None:
+def test_interrupted_side_effect_is_reported_not_rerun(
+    tmp_path: Path, engine: tuple[Path, dict[str, str]]
+) -> None:
+    config, env = engine
     state = tmp_path / "st"
     args = ("chat", "--config", str(config), "--state-dir", str(state))
     slow = '/tool shell_exec {"argv": ["sh", "-c", "echo ran >> count.txt; sleep 3"]}'
-    first = EchoBotProcess(*args)
+    first = EchoBotProcess(*args, env=env)
     try:
         first.expect_stderr(r"^state: ")
         first.send(slow)
@@ -142,7 +165,7 @@ def test_interrupted_side_effect_is_reported_not_rerun(tmp_path: Path, config: P
         first.cleanup()
     assert count_runs(state) == 1
 
-    second = EchoBotProcess(*args)
+    second = EchoBotProcess(*args, env=env)
     try:
         second.expect_stdout(r"OUTCOME_UNKNOWN")
         second.close_stdin()
@@ -173,3 +196,34 @@ def test_sigint_stops_run_cleanly(tmp_path: Path) -> None:
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_management_commands_read_a_postgres_store(tmp_path: Path) -> None:
+    """status, audit and reminders read the database the config names; backup says
+    PostgreSQL's own tools do that; a missing URL is one line."""
+    state = tmp_path / "st"
+    with fresh_database() as url:
+        config = tmp_path / "pg.toml"
+        config.write_text('[storage]\nengine = "postgres"\n')
+        env = echo_bot_env(ECHO_BOT_DATABASE_URL=url)
+        chat = run_echo_bot(
+            "chat", "--config", str(config), "--state-dir", str(state),
+            input="what time is it?\nremind me in 2 hours to stretch\n", env=env,
+        )  # fmt: skip
+        assert chat.returncode == 0, chat.stderr
+        assert not (state / "echo-bot.sqlite3").exists()
+        manage = ("--config", str(config), "--state-dir", str(state))
+        status = run_echo_bot("status", *manage, env=env)
+        assert status.returncode == 0, status.stderr
+        assert "state: PostgreSQL 127.0.0.1" in status.stdout
+        assert "reminders active: 1" in status.stdout
+        assert "echo_bot_test:" not in status.stdout  # never the password
+        audit = run_echo_bot("audit", "--tail", "50", *manage, env=env)
+        assert audit.returncode == 0 and "brain.decision" in audit.stdout, audit.stderr
+        reminders = run_echo_bot("reminders", "list", *manage, env=env)
+        assert "stretch" in reminders.stdout, reminders.stdout + reminders.stderr
+        backup = run_echo_bot("backup", str(tmp_path / "copy"), *manage, env=env)
+        assert backup.returncode == 2 and "pg_dump" in backup.stderr
+        missing = run_echo_bot("status", *manage)
+        assert missing.returncode == 2
+        assert "ECHO_BOT_DATABASE_URL is not set" in missing.stderr

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache
 from typing import Any, TypeVar
@@ -39,6 +40,7 @@ MIGRATION_LOCK = 0x6563686F
 # Held by a daemon's connection for as long as it runs ("echr"): one daemon per database
 # until the instances coordinate (leases for sessions, the poller, reminders).
 DAEMON_LOCK = 0x65636872
+LOCK_WAIT = 3.0  # seconds a starting daemon waits for the daemon lock
 
 T = TypeVar("T")
 
@@ -171,10 +173,7 @@ class PostgresDatabase(ThreadedEngine):
             raise StoreError(f"the database URL is not valid: {exc}") from None
         if self._durability == "full":
             conn.execute("SET synchronous_commit = on")
-        if (
-            self._exclusive
-            and not conn.execute("SELECT pg_try_advisory_lock(%s)", [DAEMON_LOCK]).fetchone()[0]
-        ):
+        if self._exclusive and not _hold_daemon_lock(conn):
             conn.close()
             raise StoreError(
                 f"another echo-bot daemon is running on the database {self.where}: one"
@@ -256,6 +255,18 @@ class PostgresDatabase(ThreadedEngine):
             error.__cause__ = exc
             return error
         return super()._store_error(job, exc, session)
+
+
+def _hold_daemon_lock(conn: psycopg.Connection[Any]) -> bool:
+    """Take the daemon lock, waiting a moment for it: a daemon killed just now holds it
+    until the server notices that its connection is gone."""
+    deadline = time.monotonic() + LOCK_WAIT
+    while True:
+        if conn.execute("SELECT pg_try_advisory_lock(%s)", [DAEMON_LOCK]).fetchone()[0]:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.2)
 
 
 def _reason(exc: BaseException) -> str:
