@@ -39,6 +39,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -58,6 +59,8 @@ from echo_bot.events import (  # noqa: E402
 CHANNEL = "bench"
 TEXT = "what time is it?"
 TURN_TIMEOUT = 30.0  # one turn, at most
+# What `bash .ci/postgres` sets up (and the tests use by default).
+DEFAULT_POSTGRES = "postgresql://echo_bot_test:echo_bot_test@127.0.0.1:5432/postgres"
 
 
 def config_text(sessions: int) -> str:
@@ -182,17 +185,76 @@ async def queue_floor(sessions: int, warmup: float, seconds: float) -> Result:
         await asyncio.gather(task, return_exceptions=True)
 
 
+@dataclass
+class Target:
+    """Which engine the core runs on: SQLite in each case's state dir, or a fresh
+    PostgreSQL database per case made through ``admin_url`` (a role that may create
+    databases)."""
+
+    engine: str = "sqlite"
+    admin_url: str | None = None
+    made: list[str] = field(default_factory=list)
+
+    def environ(self, state_dir: Path) -> dict[str, str]:
+        if self.engine == "sqlite":
+            return {}
+        import psycopg
+
+        assert self.admin_url is not None
+        name = f"echo_bot_bench_{state_dir.name.replace('-', '_')}_{os.getpid()}"
+        with psycopg.connect(self.admin_url, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            conn.execute(f'CREATE DATABASE "{name}"')
+        self.made.append(name)
+        url = urlunsplit(urlsplit(self.admin_url)._replace(path=f"/{name}"))
+        return {"ECHO_BOT_DATABASE_URL": url}
+
+    def counts(self, state_dir: Path, environ: dict[str, str]) -> dict[str, int]:
+        queries = {
+            "inbox": "SELECT COUNT(*) FROM inbox",
+            "done": "SELECT COUNT(*) FROM inbox WHERE status = 'done'",
+            "tool_calls": "SELECT COUNT(*) FROM tool_calls WHERE name = 'current_time'",
+            "outbox_sent": "SELECT COUNT(*) FROM outbox WHERE status = 'sent'",
+        }
+        if self.engine == "sqlite":
+            with contextlib.closing(sqlite3.connect(state_dir / "echo-bot.sqlite3")) as conn:
+                return {k: conn.execute(q).fetchone()[0] for k, q in queries.items()}
+        import psycopg
+
+        with psycopg.connect(environ["ECHO_BOT_DATABASE_URL"]) as pg:
+            return {k: pg.execute(q).fetchone()[0] for k, q in queries.items()}  # type: ignore[index]
+
+    def cleanup(self) -> None:
+        if not self.made:
+            return
+        import psycopg
+
+        with psycopg.connect(self.admin_url or "", autocommit=True) as conn:
+            for name in self.made:
+                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+TARGET = Target()
+
+
 @contextlib.asynccontextmanager
 async def running_core(
     sessions: int, state_dir: Path, statements: list[str] | None = None
 ) -> AsyncIterator[Callable[[int], Awaitable[bool]]]:
     """The daemon as ``echo-bot run`` builds it, and one turn of session N as a function.
     ``statements``: collect every SQL statement its store runs (traced)."""
-    config = parse_config(tomllib.loads(config_text(sessions)), "bench/turns.py")
-    core = build_core(LoadedConfig(config=config, path=None), state_dir, {})
+    text = config_text(sessions) + f'\n[storage]\nengine = "{TARGET.engine}"\n'
+    config = parse_config(tomllib.loads(text), "bench/turns.py")
+    environ = TARGET.environ(state_dir)
+    core = build_core(LoadedConfig(config=config, path=None), state_dir, environ)
     channel = NoopChannel()
     daemon = Daemon(
-        core, channel_names=[], environ={}, banner=False, extra_channels=[channel], freeze_heap=True
+        core,
+        channel_names=[],
+        environ=environ,
+        banner=False,
+        extra_channels=[channel],
+        freeze_heap=True,
     )
     run = asyncio.create_task(daemon.run())
     try:
@@ -223,6 +285,10 @@ async def running_core(
     finally:
         daemon.request_stop()
         await asyncio.wait_for(run, 30)
+        LAST_COUNTS[state_dir] = TARGET.counts(state_dir, environ)
+
+
+LAST_COUNTS: dict[Path, dict[str, int]] = {}  # what each case's store held at its end
 
 
 async def core_case(
@@ -236,7 +302,7 @@ async def core_case(
         finally:
             if profile is not None:
                 profile.disable()
-    return result, store_counts(state_dir)
+    return result, LAST_COUNTS[state_dir]
 
 
 async def count_statements(state_dir: Path, turns: int) -> list[str]:
@@ -257,20 +323,6 @@ def statement_kind(sql: str) -> str:
     """A statement with its values replaced, cut to its first 80 characters."""
     sql = re.sub(r"'[^']*'", "?", " ".join(sql.split()))
     return re.sub(r"\b\d+(\.\d+)?\b", "N", sql)[:80]
-
-
-def store_counts(state_dir: Path) -> dict[str, int]:
-    conn = sqlite3.connect(state_dir / "echo-bot.sqlite3")
-    try:
-        one = lambda sql: conn.execute(sql).fetchone()[0]  # noqa: E731
-        return {
-            "inbox": one("SELECT COUNT(*) FROM inbox"),
-            "done": one("SELECT COUNT(*) FROM inbox WHERE status = 'done'"),
-            "tool_calls": one("SELECT COUNT(*) FROM tool_calls WHERE name = 'current_time'"),
-            "outbox_sent": one("SELECT COUNT(*) FROM outbox WHERE status = 'sent'"),
-        }
-    finally:
-        conn.close()
 
 
 def table(header: list[str], rows: list[list[str]]) -> str:
@@ -307,6 +359,7 @@ async def amain(args: argparse.Namespace) -> int:
         statements = await count_statements(traced, traced_turns)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+        TARGET.cleanup()
 
     rows = []
     for sessions, floor, core, _counts in measured:
@@ -328,7 +381,8 @@ async def amain(args: argparse.Namespace) -> int:
         rows.append([str(sessions), "**echo-bot − floor**", "", "", f"**{overhead:.3f}**", ""])
     print(
         f"turns: {', '.join(str(s) for s in args.sessions)} concurrent session(s), "
-        f"{args.duration:g} s measured after {args.warmup:g} s warm-up per case, {args.cpu}\n"
+        f"{args.duration:g} s measured after {args.warmup:g} s warm-up per case, {args.cpu}, "
+        f"store: {TARGET.engine}\n"
     )
     print(table(["sessions", "case", "turns", "turns/s", "p50 ms", "p99 ms"], rows))
     print()
@@ -386,6 +440,14 @@ def main(argv: list[str] | None = None) -> int:
         "--sessions", default="1,16", help="concurrent sessions, a case each (1,16)"
     )
     parser.add_argument("--no-pin", action="store_true", help="do not pin to one CPU")
+    parser.add_argument(
+        "--engine", choices=["sqlite", "postgres"], default="sqlite", help="the store (sqlite)"
+    )
+    parser.add_argument(
+        "--database-url",
+        default=os.environ.get("ECHO_BOT_TEST_POSTGRES", DEFAULT_POSTGRES),
+        help="postgres: a role that may create databases (one is made per case)",
+    )
     parser.add_argument("--profile", action="store_true", help="cProfile the largest case")
     parser.add_argument("--profile-lines", type=int, default=25)
     args = parser.parse_args(argv)
@@ -396,6 +458,7 @@ def main(argv: list[str] | None = None) -> int:
     args.duration = max(0.5, min(args.duration, 300.0))
     args.sessions = sorted({max(1, min(int(n), 1000)) for n in args.sessions.split(",")})
     args.cpu = "not pinned" if args.no_pin else pin_to_one_cpu()
+    TARGET.engine, TARGET.admin_url = args.engine, args.database_url
     with contextlib.suppress(KeyboardInterrupt):
         return asyncio.run(amain(args))
     return 1

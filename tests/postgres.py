@@ -37,6 +37,21 @@ def _unreachable(reason: str) -> None:
     pytest.skip(message + " (start it as the README's Development section says)")
 
 
+def reachable_admin_url() -> str:
+    """The test server's admin URL once it answers (else fail or skip, as above)."""
+    try:
+        import psycopg
+    except ImportError as exc:
+        _unreachable(f"psycopg is not installed ({exc})")
+        raise
+    try:
+        with psycopg.connect(admin_url(), connect_timeout=5):
+            pass
+    except psycopg.Error as exc:
+        _unreachable(" ".join(str(exc).split()))
+    return admin_url()
+
+
 @contextmanager
 def fresh_database() -> Iterator[str]:
     """A new, empty database on the test server; its URL. Dropped afterwards."""

@@ -13,6 +13,7 @@ import sys
 import pytest
 
 from tests.conftest import ROOT, echo_bot_env
+from tests.postgres import reachable_admin_url
 
 
 def run_quick(script: str, *extra: str, timeout: float = 240) -> str:
@@ -53,6 +54,27 @@ def test_turns_quick() -> None:
     output = run_quick("turns.py")
     assert_markdown_table(output, "sessions")
     assert "asyncio.Queue" in output
+
+
+@pytest.mark.timeout(300)
+def test_turns_quick_on_postgres() -> None:
+    admin = reachable_admin_url()
+    output = run_quick("turns.py", "--engine", "postgres", "--database-url", admin)
+    assert_markdown_table(output, "sessions")
+    assert "store: postgres" in output
+    assert ", 0 replies sent" not in output
+
+
+def test_pg_driver_runs() -> None:
+    admin = reachable_admin_url()
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "pg_driver.py"), "--statements", "200",
+         "--database-url", admin],
+        capture_output=True, text=True, timeout=120, env=echo_bot_env(), cwd=ROOT,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert_markdown_table(result.stdout, "driver")
+    assert "psycopg 3, sync (the store's)" in result.stdout
 
 
 @pytest.mark.timeout(300)

@@ -80,25 +80,34 @@ def _placeholders(sql: str) -> str:
 class PgHandle:
     """What a job is given on PostgreSQL: ``sql.SqlDb``'s ``execute`` and ``conn``."""
 
-    __slots__ = ("_conn",)
+    __slots__ = ("_conn", "_trace")
     dialect = POSTGRES
 
     def __init__(self, conn: psycopg.Connection[Any]) -> None:
         self._conn = conn
+        self._trace: Callable[[str], object] | None = None
 
     @property
     def conn(self) -> PgHandle:
         return self
 
     def execute(self, sql: str, parameters: Sequence[Any] = ()) -> Any:
+        if self._trace is not None:
+            self._trace(sql)
         if not parameters:
             return self._conn.execute(sql)
         return self._conn.execute(_placeholders(sql), parameters)
 
     def executemany(self, sql: str, parameters: Iterable[Sequence[Any]]) -> Any:
+        if self._trace is not None:
+            self._trace(sql)
         cursor = self._conn.cursor()
         cursor.executemany(_placeholders(sql), list(parameters))
         return cursor
+
+    def set_trace_callback(self, trace: Callable[[str], object] | None) -> None:
+        """Call ``trace(sql)`` before each statement, as ``sqlite3``'s does (bench/)."""
+        self._trace = trace
 
 
 class PgSession:
@@ -111,7 +120,7 @@ class PgSession:
         self.conn, self.handle = conn, PgHandle(conn)
 
     def execute(self, sql: str) -> object:
-        return self.conn.execute(sql)
+        return self.handle.execute(sql)
 
     def alive(self) -> bool:
         status = self.conn.info.transaction_status
