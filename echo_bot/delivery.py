@@ -16,7 +16,7 @@ from typing import Protocol
 
 from . import metrics
 from .bus import Channel
-from .errors import ChannelError
+from .errors import ChannelError, log_retrying
 from .events import OutboundMessage, Receipt
 from .secrets import Masker
 from .store import OutboundCommitted, Store
@@ -159,7 +159,7 @@ class DeliveryWorker:
                     self.channels, self.clock(), busy=self._in_flight
                 )
             except Exception:
-                log.exception("reading the outbox failed; retrying")
+                log_retrying(log, "reading the outbox failed; retrying")
                 rows, next_at = [], None
             for row in rows:
                 key = str(row.message.to)

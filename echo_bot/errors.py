@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+import sys
+
 # The exit status of a command whose output closed early (`| head`): 128 + SIGPIPE, as
 # for Unix tools killed by that signal.
 EXIT_OUTPUT_CLOSED = 141
@@ -39,6 +42,12 @@ class StoreError(EchoBotError):
     exit_code = 2
 
 
+class StoreUnavailable(StoreError):
+    """The store cannot be reached now (PostgreSQL: the connection was lost or the
+    server is down); nothing of the failed work was committed, and the same work may
+    succeed once it is back."""
+
+
 class ChannelError(EchoBotError):
     """A channel failed to deliver. ``retryable`` says whether trying again may help."""
 
@@ -54,3 +63,13 @@ class DecisionRefused(EchoBotError):
     def __init__(self, reason: str, *, code: str) -> None:
         super().__init__(reason)
         self.code = code
+
+
+def log_retrying(log: logging.Logger, message: str, *args: object) -> None:
+    """Log the error being handled before a loop tries again: one warning line when the
+    store is away for now (it repeats until it is back), else the whole traceback."""
+    error = sys.exc_info()[1]
+    if isinstance(error, StoreUnavailable):
+        log.warning(message + " (%s)", *args, error)
+    else:
+        log.exception(message, *args)

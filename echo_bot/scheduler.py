@@ -25,6 +25,7 @@ from . import metrics
 from .bus import Bus
 from .config import CronJob
 from .crontab import cron_trigger, next_after
+from .errors import log_retrying
 from .events import (
     Address,
     InboundKind,
@@ -137,7 +138,7 @@ class Scheduler:
         try:
             following = await self.store.run(lambda tx: self._fire(tx, reminder_id, occurrence))
         except Exception:
-            log.exception("reminder %s could not fire; retrying in 5 s", reminder_id)
+            log_retrying(log, "reminder %s could not fire; retrying in 5 s", reminder_id)
             self.healthy = False
             await asyncio.sleep(5)
             self.reschedule(reminder_id)

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import secrets
 import sqlite3
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
@@ -22,8 +24,9 @@ from echo_bot.errors import StoreError
 from echo_bot.secrets import Masker
 from echo_bot.store import DB_FILENAME, ChatTimezoneChanged, Database, Store, Tx
 from echo_bot.store.engine import ThreadedEngine
-from tests.conftest import echo_bot_env, run_echo_bot, running_bot
-from tests.postgres import fresh_database
+from echo_bot.tools.base import Risk, Tool, ToolContext, ToolGroup, ToolResult
+from tests.conftest import ON_POSTGRES, echo_bot_env, run_echo_bot, running_bot
+from tests.postgres import admin_url, fresh_database
 
 Job = Callable[[Any], Any]
 SCRATCH = "CREATE TABLE scratch (id INTEGER PRIMARY KEY, v TEXT)"
@@ -361,3 +364,67 @@ async def test_a_second_daemon_on_one_postgres_database_is_refused() -> None:
         third = PostgresDatabase(url)
         await third.open()
         await third.close()
+
+
+class Nap(Tool):
+    """A read tool that takes its time (long enough to take the database away)."""
+
+    name: ClassVar[str] = "nap"
+    description: ClassVar[str] = "Sleep a little, then say so."
+    parameters: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {"seconds": {"type": "number"}},
+        "required": ["seconds"],
+        "additionalProperties": False,
+    }
+    risk: ClassVar[Risk] = Risk.READ
+    group: ClassVar[ToolGroup] = "basic"
+
+    async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        await asyncio.sleep(args["seconds"])
+        return ToolResult.success("napped")
+
+
+async def test_a_turn_pauses_while_its_database_is_away_and_finishes_once_it_is_back(
+    state_dir: Path,
+) -> None:
+    """The daemon's role may not log in for a while and its connection is cut in the
+    middle of a turn: the turn waits (no failure, no "something went wrong") and is
+    answered once, after the database is back; the next message just works."""
+    import psycopg
+
+    role, password = f"echo_bot_away_{secrets.token_hex(3)}", secrets.token_hex(8)
+    with fresh_database() as url, psycopg.connect(admin_url(), autocommit=True) as admin:
+        parts = urlsplit(url)
+        admin.execute(f"CREATE ROLE {role} LOGIN PASSWORD '{password}'")
+        try:
+            admin.execute(f"GRANT {role} TO CURRENT_USER")
+            admin.execute(f'ALTER DATABASE "{parts.path[1:]}" OWNER TO {role}')
+            netloc = f"{role}:{password}@{parts.hostname}:{parts.port or 5432}"
+            token = ON_POSTGRES.set(urlunsplit(parts._replace(netloc=netloc)))
+            try:
+                async with running_bot(state_dir, tools=[Nap()]) as bot:
+                    turn = await bot.channel.say('/tool nap {"seconds": 0.5}')
+                    admin.execute(f"ALTER ROLE {role} NOLOGIN")
+                    admin.execute(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s",
+                        [role],
+                    )
+                    await asyncio.sleep(2.0)  # the nap is over; the turn cannot go on
+                    assert not [m for m in bot.channel.sent if m.kind == "reply"]
+                    admin.execute(f"ALTER ROLE {role} LOGIN")
+                    reply = await bot.channel.reply_to(turn, timeout=30)
+                    assert reply.text.endswith("napped")
+                    later = await bot.channel.say('/tool current_time {"timezone": "UTC"}')
+                    assert "UTC" in (await bot.channel.reply_to(later)).text
+                    replies = [m for m in bot.channel.sent if m.kind == "reply"]
+                    assert len(replies) == 2 and "went wrong" not in str(replies)
+            finally:
+                ON_POSTGRES.reset(token)
+        finally:
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s",
+                [role],
+            )
+            admin.execute(f'DROP DATABASE IF EXISTS "{parts.path[1:]}" WITH (FORCE)')
+            admin.execute(f"DROP ROLE IF EXISTS {role}")

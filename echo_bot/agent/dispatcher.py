@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from .. import metrics
 from ..approvals import ApprovalGate, DecisionOutcome
+from ..errors import StoreUnavailable, log_retrying
 from ..events import InboundKind, InboundMessage, InboundStatus, OutboundKind, OutboundMessage
 from ..store import InboundCommitted, Store, Tx
 from .runner import TurnRunner
@@ -27,6 +28,10 @@ POLL_PAGE = 500
 # behind those it keeps ids, so a flood of deliveries costs little memory while it waits.
 KEEP_QUEUED_MESSAGES = 64
 EXPIRY_INTERVAL = 1.0
+# A turn whose store went away waits this long before trying again, doubling up to the
+# second (PostgreSQL restarting, the network between).
+STORE_RETRY_FIRST = 0.5
+STORE_RETRY_MAX = 15.0
 
 
 class InboxFeed(Protocol):
@@ -142,7 +147,7 @@ class Dispatcher:
                         self._last_seq, POLL_PAGE
                     )
                 except Exception:
-                    log.exception("reading the inbox failed; retrying")
+                    log_retrying(log, "reading the inbox failed; retrying")
                     await asyncio.sleep(1)
                     break
                 self._last_seq = max(self._last_seq, last)
@@ -210,13 +215,26 @@ class Dispatcher:
     async def _advance(self, inbound: InboundMessage | str) -> None:
         known = inbound if isinstance(inbound, InboundMessage) else None
         inbound_id = known.id if known is not None else str(inbound)
-        try:
-            await self.runner.advance(inbound_id, known)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # task boundary: record, tell the user, go on
-            log.exception("turn %s failed", inbound_id)
-            await self._fail(inbound_id, exc)
+        pause = STORE_RETRY_FIRST
+        while True:
+            try:
+                await self.runner.advance(inbound_id, known)
+                return
+            except asyncio.CancelledError:
+                raise
+            except StoreUnavailable as exc:
+                # Nothing of the failed step was committed and every step is a
+                # checkpoint: the turn goes on from the last one once the store is back
+                # (while stopping, it stays in the inbox for the next start).
+                if self._stopping:
+                    return
+                log.warning("turn %s paused (%s); again in %.1f s", inbound_id, exc, pause)
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, STORE_RETRY_MAX)
+            except Exception as exc:  # task boundary: record, tell the user, go on
+                log.exception("turn %s failed", inbound_id)
+                await self._fail(inbound_id, exc)
+                return
 
     async def _fail(self, inbound_id: str, exc: Exception) -> None:
         def write(tx: Tx) -> None:
@@ -291,7 +309,7 @@ class Dispatcher:
             try:
                 turns = await self.store.run(self.gate.expire_due)
             except Exception:
-                log.exception("expiring approvals failed; retrying")
+                log_retrying(log, "expiring approvals failed; retrying")
                 continue
             if turns:
                 self._resume(turns)

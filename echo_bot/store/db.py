@@ -84,6 +84,7 @@ class SqliteSession:
 
     __slots__ = ("conn", "execute", "handle")
     errors = sqlite3.Error
+    unavailable = ()  # a file is there or not: nothing to wait for
 
     def __init__(self, conn: sqlite3.Connection, handle: SqliteUtilsDatabase) -> None:
         self.conn, self.handle, self.execute = conn, handle, conn.execute

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from ..errors import StoreError
+from ..errors import StoreError, StoreUnavailable
 
 T = TypeVar("T")
 
@@ -73,6 +73,8 @@ class Session(Protocol):
 
     handle: Any  # what each job is given
     errors: type[BaseException] | tuple[type[BaseException], ...]  # the driver's
+    # Of those, the ones that mean "the store cannot be reached now" (StoreUnavailable).
+    unavailable: tuple[type[BaseException], ...]
 
     def execute(self, sql: str) -> object: ...
 
@@ -135,7 +137,9 @@ class ThreadedEngine:
         session.execute("BEGIN")
 
     def _store_error(self, job: Job, exc: BaseException, session: Session | None) -> BaseException:
-        return store_error(job, exc, session.errors if session is not None else ())
+        if session is None:
+            return store_error(job, exc, ())
+        return store_error(job, exc, session.errors, session.unavailable)
 
     # -- running work ----------------------------------------------------------------
     def run_sync(self, fn: Callable[[Any], T]) -> T:
@@ -337,7 +341,9 @@ def run_begun(session: Session, batch: list[Job], *, together: bool) -> list[Out
                 execute("ROLLBACK" if alone else f"ROLLBACK TO {SAVEPOINT}")
                 if not alone:
                     execute(f"RELEASE {SAVEPOINT}")
-                outcomes.append((job, False, store_error(job, exc, session.errors)))
+                outcomes.append(
+                    (job, False, store_error(job, exc, session.errors, session.unavailable))
+                )
             else:
                 if not alone:
                     execute(f"RELEASE {SAVEPOINT}")
@@ -352,8 +358,9 @@ def run_begun(session: Session, batch: list[Job], *, together: bool) -> list[Out
         if session.alive():
             with contextlib.suppress(Exception):
                 execute("ROLLBACK")
-        error = store_error(culprit or batch[0], exc, session.errors)
-        rolled_back = StoreError(f"store error: rolled back with another job ({exc!r})")
+        error = store_error(culprit or batch[0], exc, session.errors, session.unavailable)
+        kind = StoreUnavailable if isinstance(error, StoreUnavailable) else StoreError
+        rolled_back = kind(f"store error: rolled back with another job ({exc!r})")
         return [
             (job, False, error if job is culprit or culprit is None else rolled_back)
             for job in batch
@@ -372,10 +379,13 @@ def store_error(
     job: Job,
     exc: BaseException,
     errors: type[BaseException] | tuple[type[BaseException], ...],
+    unavailable: tuple[type[BaseException], ...] = (),
 ) -> BaseException:
-    """The driver's errors as StoreError (unless the job asked for them as they are)."""
+    """The driver's errors as StoreError — StoreUnavailable for those in ``unavailable``
+    — unless the job asked for them as they are."""
     if job.wrap_errors and errors and isinstance(exc, errors):
-        error = StoreError(f"store error: {exc}")
+        kind = StoreUnavailable if unavailable and isinstance(exc, unavailable) else StoreError
+        error = kind(f"store error: {' '.join(str(exc).split()) or type(exc).__name__}")
         error.__cause__ = exc
         return error
     return exc

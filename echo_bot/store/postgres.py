@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 import psycopg
 from psycopg.pq import TransactionStatus
 
-from ..errors import StoreError
+from ..errors import StoreError, StoreUnavailable
 from .engine import Session, ThreadedEngine
 from .schema import SchemaTooNew, migrate
 from .sql import POSTGRES
@@ -115,6 +115,8 @@ class PgSession:
 
     __slots__ = ("conn", "handle")
     errors = psycopg.Error
+    # The connection broke, the server went away or refused us: it may come back.
+    unavailable = (psycopg.OperationalError,)
 
     def __init__(self, conn: psycopg.Connection[Any]) -> None:
         self.conn, self.handle = conn, PgHandle(conn)
@@ -177,7 +179,9 @@ class PostgresDatabase(ThreadedEngine):
                 application_name="echo-bot",
             )
         except psycopg.Error as exc:
-            raise StoreError(f"cannot reach the database {self.where}: {_reason(exc)}") from None
+            raise StoreUnavailable(
+                f"cannot reach the database {self.where}: {_reason(exc)}"
+            ) from None
         except ValueError as exc:  # a URL psycopg cannot read
             raise StoreError(f"the database URL is not valid: {exc}") from None
         if self._durability == "full":
@@ -258,9 +262,25 @@ class PostgresDatabase(ThreadedEngine):
             log.warning("reconnected to the database %s", self.where)
         return session
 
+    def _begin(self, session: Session) -> None:
+        """BEGIN; when the connection turns out lost (the server restarted while it was
+        idle), connect again and BEGIN on the new one: nothing of the batch was sent."""
+        assert isinstance(session, PgSession)
+        try:
+            session.execute("BEGIN")
+        except psycopg.OperationalError:
+            if not (session.conn.broken or session.conn.closed):
+                raise
+            fresh = self._connect()
+            session.conn.close()
+            session.conn, session.handle = fresh.conn, fresh.handle
+            log.warning("reconnected to the database %s", self.where)
+            session.execute("BEGIN")
+
     def _store_error(self, job: Any, exc: BaseException, session: Session | None) -> BaseException:
         if isinstance(exc, psycopg.Error) and job.wrap_errors:
-            error = StoreError(f"store error ({self.where}): {_reason(exc)}")
+            kind = StoreUnavailable if isinstance(exc, psycopg.OperationalError) else StoreError
+            error = kind(f"store error ({self.where}): {_reason(exc)}")
             error.__cause__ = exc
             return error
         return super()._store_error(job, exc, session)
