@@ -428,6 +428,39 @@ def backup_command(at: StoreAt, target: Path) -> int:
     return 0
 
 
+def store_copy_command(
+    loaded: LoadedConfig, state_dir: Path, environ: Mapping[str, str], to: str
+) -> int:
+    """Copy the stopped SQLite store of ``state_dir`` into the empty PostgreSQL database
+    that ``[storage] url_env`` names (whatever ``engine`` says: this is how one moves)."""
+    from .statedir import StateLock
+
+    if to != "postgres":
+        raise ConfigError(f"store copy --to {to}: only postgres is supported")
+    name = loaded.config.storage.url_env
+    url = environ.get(name)
+    if not url or not url.startswith(("postgresql://", "postgres://")):
+        raise ConfigError(
+            f"storage.url_env: environment variable {name} must hold the target's URL,"
+            " postgresql://user:password@host:5432/database"
+        )
+    from .store.copy import copy_sqlite_to_postgres
+    from .store.postgres import describe_url
+
+    source = state_dir / DB_FILENAME
+    with StateLock(state_dir):  # no daemon may write the source meanwhile
+        copied = copy_sqlite_to_postgres(source, url)
+    print(f"Copied {source} to PostgreSQL {describe_url(url)}; rows per table, verified:")
+    width = max(len(c.name) for c in copied)
+    for table in copied:
+        print(f"  {table.name.ljust(width)}  {table.target}")
+    print(
+        'Next: set [storage] engine = "postgres" in the config and start the daemon;'
+        f" {source} is left as it was."
+    )
+    return 0
+
+
 def backup_name(directory: Path) -> Path:
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     target = directory / f"echo-bot-{stamp}.sqlite3"

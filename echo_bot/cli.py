@@ -124,6 +124,16 @@ def _parser() -> argparse.ArgumentParser:
     send.add_argument("route")
     send.add_argument("--data", type=Path, required=True, help="a JSON file")
     send.add_argument("--event", default=None, help="X-GitHub-Event for github routes")
+    store = sub.add_parser("store", parents=[common], help="move the store to another engine")
+    store_sub = store.add_subparsers(
+        dest="store_command", required=True, metavar="ACTION", action=_Commands
+    )
+    copy = store_sub.add_parser(
+        "copy",
+        parents=[common],
+        help="copy a stopped SQLite store into an empty PostgreSQL database",
+    )
+    copy.add_argument("--to", required=True, choices=["postgres"], help="the target engine")
     reminders = sub.add_parser("reminders", parents=[common], help="list or cancel reminders")
     reminders.add_argument("action", choices=["list", "cancel"])
     reminders.add_argument("id", nargs="?", help="the reminder id (cancel)")
@@ -215,6 +225,10 @@ def _manage(
         from .admin import check_config
 
         return check_config(loaded, state_dir, environ)
+    if args.command == "store":
+        from .admin import store_copy_command
+
+        return store_copy_command(loaded, state_dir, environ, args.to)
     if args.command == "webhook" and args.webhook_command != "deliveries":
         from .admin import webhook_send
 

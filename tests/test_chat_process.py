@@ -227,3 +227,55 @@ def test_management_commands_read_a_postgres_store(tmp_path: Path) -> None:
         missing = run_echo_bot("status", *manage)
         assert missing.returncode == 2
         assert "ECHO_BOT_DATABASE_URL is not set" in missing.stderr
+
+
+def test_store_copy_moves_a_stopped_store_to_postgres_and_the_work_goes_on(
+    tmp_path: Path, config: Path
+) -> None:
+    """A pending approval, a reminder and the history made on SQLite: `store copy --to
+    postgres` copies them (counts verified), refuses a database that is not empty and
+    a state dir in use; a daemon on PostgreSQL then runs the approved call once."""
+    state = tmp_path / "st"
+    args = ("--config", str(config), "--state-dir", str(state))
+    first = EchoBotProcess("chat", *args)
+    try:
+        first.expect_stderr(r"^state: ")
+        first.send("remind me in 3 hours to stretch")
+        first.expect_stdout(r"(?i)remind")
+        first.send(COUNT)
+        prompt = first.expect_stdout(r"^Approve shell_exec")
+        request_id = re.search(r"request ([0-9a-f]{32})", prompt).group(1)  # type: ignore[union-attr]
+        with fresh_database() as url:
+            env = echo_bot_env(ECHO_BOT_DATABASE_URL=url)
+            busy = run_echo_bot("store", "copy", "--to", "postgres", *args, env=env)
+            assert busy.returncode == 2 and "in use" in busy.stderr, busy.stderr
+            first.kill9()
+            first.cleanup()
+
+            copied = run_echo_bot("store", "copy", "--to", "postgres", *args, env=env)
+            assert copied.returncode == 0, copied.stderr
+            assert re.search(r"approvals\s+1\b", copied.stdout), copied.stdout
+            assert re.search(r"reminders\s+1\b", copied.stdout), copied.stdout
+            again = run_echo_bot("store", "copy", "--to", "postgres", *args, env=env)
+            assert again.returncode == 2 and "not empty" in again.stderr, again.stderr
+
+            pg_config = tmp_path / "pg.toml"
+            pg_config.write_text(config.read_text() + '[storage]\nengine = "postgres"\n')
+            pg_args = ("--config", str(pg_config), "--state-dir", str(state))
+            listed = run_echo_bot("reminders", "list", *pg_args, env=env)
+            assert "stretch" in listed.stdout, listed.stdout + listed.stderr
+            second = EchoBotProcess("chat", *pg_args, env=env)
+            try:
+                second.expect_stderr(r"^state: ")
+                approved = run_echo_bot("approvals", "approve", request_id, *pg_args, env=env)
+                assert approved.returncode == 0, approved.stdout + approved.stderr
+                second.expect_stdout(r"exit code 0")
+                second.send("what time is it?")
+                second.expect_stdout(r"^It is ")
+                second.close_stdin()
+                assert second.wait() == 0
+            finally:
+                second.cleanup()
+    finally:
+        first.cleanup()
+    assert count_runs(state) == 1

@@ -19,9 +19,14 @@ LEAF_ALLOWED_THIRD_PARTY = {"pydantic"}
 # What a channel may import from the core: its public API.
 CHANNEL_API = {"echo_bot.events", "echo_bot.bus", "echo_bot.config", "echo_bot.errors"}
 # Libraries the core must import lazily (inside functions), never at module level…
-LAZY_ONLY = {"aiogram", "openai", "aiohttp", "apscheduler"}
+LAZY_ONLY = {"aiogram", "openai", "aiohttp", "apscheduler", "psycopg"}
 # …except in modules that are themselves only imported inside functions.
-LAZY_MODULES = {"echo_bot.http", "echo_bot.tools.builtin.web_guard"}
+LAZY_MODULES = {
+    "echo_bot.http",
+    "echo_bot.tools.builtin.web_guard",
+    "echo_bot.store.postgres",
+    "echo_bot.store.copy",
+}
 
 
 def module_name(path: Path) -> str:
@@ -137,7 +142,7 @@ def test_heavy_sdks_are_never_imported_at_module_level_by_the_core() -> None:
     assert offenders == []
 
 
-def test_a_run_without_telegram_or_llm_never_imports_aiogram_or_openai(tmp_path: Path) -> None:
+def test_a_run_without_telegram_llm_or_postgres_never_imports_their_sdks(tmp_path: Path) -> None:
     """Start the real daemon on embedded defaults, then look at sys.modules."""
     script = f"""
 import asyncio, os, sys
@@ -155,7 +160,7 @@ async def main():
 
 asyncio.run(main())
 # The scheduler (APScheduler, ~50 ms) always runs: reminders can be set at any time.
-lazy = {{"aiogram", "openai", "aiohttp", "dateparser"}}
+lazy = {{"aiogram", "openai", "aiohttp", "dateparser", "psycopg"}}
 heavy = sorted(m for m in sys.modules if m.split(".")[0] in lazy)
 print("HEAVY:", ",".join(heavy))
 """
