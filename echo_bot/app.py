@@ -34,7 +34,7 @@ from .config import (
 )
 from .core import Core, build_core
 from .delivery import DeliveryWorker
-from .errors import ConfigError
+from .errors import ConfigError, StoreUnavailable
 from .events import Address, OutboundKind, OutboundMessage
 from .scheduler import Scheduler
 from .sdnotify import Notifier
@@ -43,6 +43,10 @@ from .store import DB_FILENAME, SqliteInbox, SqliteOutbox, Tx
 from .tools.builtin import SendMessageTool
 
 log = logging.getLogger(__name__)
+
+# While the store cannot be reached at start: wait this long, doubling up to the second.
+STORE_RETRY_FIRST = 1.0
+STORE_RETRY_MAX = 30.0
 
 # name → "module:Class", imported only when the channel is enabled.
 CHANNELS: dict[str, str] = {
@@ -190,6 +194,27 @@ class Daemon:
         finally:
             lock.release()
 
+    async def _open_store(self, http: Any) -> bool:
+        """Open the store; while it cannot be reached (PostgreSQL down or far), wait and
+        try again (1 s, doubling to 30 s) with /healthz and every request answered 503.
+        False when asked to stop meanwhile; a refusal that waiting cannot mend (a wrong
+        password, no such database) is raised: one line, exit code 2."""
+        pause = STORE_RETRY_FIRST
+        while True:
+            try:
+                await self.core.store.open()
+                return True
+            except StoreUnavailable as exc:
+                log.warning("the store is unavailable (%s); trying again in %.0f s", exc, pause)
+                self.notifier.status("waiting for the store")
+                if http is not None:
+                    http.serve_not_ready("store")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), pause)
+            if self._stop.is_set():
+                return False
+            pause = min(pause * 2, STORE_RETRY_MAX)
+
     async def _bind_http(self, config: Config) -> Any:
         if not http_reasons(config, self.channel_names):
             if "telegram" in self.channel_names:  # it used to open one in polling mode
@@ -211,7 +236,8 @@ class Daemon:
             loop.add_signal_handler(sig, self._on_signal)
         loop.add_signal_handler(signal.SIGHUP, self._on_hup)
         self.notifier.status("opening the store")
-        await core.store.open()
+        if not await self._open_store(http):
+            return self.exit_code  # asked to stop while it waited for the store
         inbox, outbox = SqliteInbox(core.store), SqliteOutbox(core.store)
         bus = Bus(inbox, outbox)
         gate = core.gate

@@ -27,6 +27,7 @@ import asyncio
 import contextlib
 import errno
 import hmac
+import json
 import logging
 import os
 import resource
@@ -75,6 +76,19 @@ REFUSAL = (
     b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: %d\r\nContent-Length: 0\r\n"
     b"Connection: close\r\n\r\n" % RETRY_AFTER
 )
+
+
+def not_ready_response(component: str) -> bytes:
+    """What every request gets while the daemon waits for ``component`` at start: 503
+    with the /healthz body, so a load balancer sees it degraded and senders retry."""
+    body = json.dumps(
+        {"status": "degraded", "components": {component: {"status": "unavailable"}}}
+    ).encode()
+    return (
+        b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: %d\r\n"
+        b"Content-Type: application/json\r\nContent-Length: %d\r\n"
+        b"Connection: close\r\n\r\n%s" % (RETRY_AFTER, len(body), body)
+    )
 
 
 def error_response(status: int, reason: str, headers: dict[str, str] | None = None) -> web.Response:
@@ -392,6 +406,7 @@ class HttpServer:
         self._bodies = BodySlots(config.max_concurrent_bodies)
         self._trouble = Throttle(log)
         self._peak = 0  # most connections open at once since memory was last trimmed
+        self._not_ready: bytes | None = None  # answering 503 to all while starting
         self._quiet = _QuietErrors(self._trouble)
         self.counts = {
             "refused": 0,
@@ -479,10 +494,21 @@ class HttpServer:
         if not self._sockets:
             await self.bind()
         loop = asyncio.get_running_loop()
+        self._not_ready = None
         for sock in self._sockets:
+            loop.remove_reader(sock.fileno())  # serve_not_ready may have added it
             loop.add_reader(sock.fileno(), self._accept, sock)
         self.port = self._sockets[0].getsockname()[1] if self._sockets else self.config.port
         log.info("HTTP server listening on %s:%s", self.config.host, self.port)
+
+    def serve_not_ready(self, component: str) -> None:
+        """Until :meth:`start`, answer every connection on the bound address with 503
+        (``component`` unavailable): the daemon waits for it at start."""
+        self._not_ready = not_ready_response(component)
+        loop = asyncio.get_running_loop()
+        for sock in self._sockets:
+            loop.remove_reader(sock.fileno())
+            loop.add_reader(sock.fileno(), self._accept, sock)
 
     async def bind(self) -> None:
         """Take the address now, before anything else starts: :class:`ListenError` (one
@@ -609,6 +635,11 @@ class HttpServer:
 
     def _admit(self, conn: socket.socket) -> None:
         conn.setblocking(False)
+        if self._not_ready is not None:
+            with contextlib.suppress(OSError):
+                conn.send(self._not_ready)
+            conn.close()
+            return
         if len(self._connections) >= self.max_connections and not self._replace_idle():
             self.counts["refused"] += 1
             self._trouble.note(

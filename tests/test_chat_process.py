@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import echo_bot_cmd, echo_bot_env, run_echo_bot
 from tests.postgres import fresh_database
-from tests.proc import EchoBotProcess
+from tests.proc import EchoBotProcess, free_port
 
 SHELL_CONFIG = """
 [tools]
@@ -279,3 +279,71 @@ def test_store_copy_moves_a_stopped_store_to_postgres_and_the_work_goes_on(
     finally:
         first.cleanup()
     assert count_runs(state) == 1
+
+
+def _healthz(port: int) -> tuple[int, dict[str, object]]:
+    import json
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as refused:
+        return refused.code, json.loads(refused.read())
+
+
+def test_a_daemon_started_while_its_database_is_away_waits_degraded_then_runs(
+    tmp_path: Path,
+) -> None:
+    """The database refuses connections at start: the daemon does not exit; /healthz
+    (and every other request) answers 503 with the store unavailable; once the database
+    is back the daemon opens it and is healthy. SIGTERM while waiting exits 0."""
+    import psycopg
+
+    from tests.postgres import admin_url
+
+    port = free_port()
+    with fresh_database() as url, psycopg.connect(admin_url(), autocommit=True) as admin:
+        name = url.rsplit("/", 1)[1]
+        admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
+        config = tmp_path / "pg.toml"
+        config.write_text(
+            f'[http]\nenabled = true\nport = {port}\n[storage]\nengine = "postgres"\n'
+        )
+        env = echo_bot_env(ECHO_BOT_DATABASE_URL=url)
+        args = ("run", "--config", str(config), "--state-dir", str(tmp_path / "st"))
+        daemon = EchoBotProcess(*args, env=env)
+        try:
+            daemon.expect_stderr(r"the store is unavailable")
+            deadline = time.monotonic() + 15
+            while True:
+                try:
+                    status, body = _healthz(port)
+                    break
+                except OSError:
+                    assert time.monotonic() < deadline
+                    time.sleep(0.1)
+            assert status == 503
+            assert body == {
+                "status": "degraded",
+                "components": {"store": {"status": "unavailable"}},
+            }
+            admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
+            deadline = time.monotonic() + 30
+            while _healthz(port)[0] != 200:
+                assert time.monotonic() < deadline, daemon.stderr_lines[-5:]
+                time.sleep(0.2)
+            assert daemon.terminate() == 0
+        finally:
+            daemon.cleanup()
+        admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", [name]
+        )
+        waiting = EchoBotProcess(*args, env=env)
+        try:
+            waiting.expect_stderr(r"the store is unavailable")
+            assert waiting.terminate() == 0
+        finally:
+            waiting.cleanup()

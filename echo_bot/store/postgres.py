@@ -169,7 +169,11 @@ class PostgresDatabase(ThreadedEngine):
         """Open for a management command, beside a running daemon."""
         self._submit_sync(self._open, in_transaction=False)
 
-    def _connect(self) -> PgSession:
+    def _connect(self, *, starting: bool = False) -> PgSession:
+        """A new session. ``starting``: a refusal that waiting will not mend (wrong
+        password, no such database or role) is a StoreError (the daemon stops with one
+        line); everything else — and, once running, every refusal — StoreUnavailable
+        (the work waits for the database)."""
         try:
             conn = psycopg.connect(
                 self._url,
@@ -179,9 +183,8 @@ class PostgresDatabase(ThreadedEngine):
                 application_name="echo-bot",
             )
         except psycopg.Error as exc:
-            raise StoreUnavailable(
-                f"cannot reach the database {self.where}: {_reason(exc)}"
-            ) from None
+            kind = StoreError if starting and _refused_for_good(exc) else StoreUnavailable
+            raise kind(f"cannot reach the database {self.where}: {_reason(exc)}") from None
         except ValueError as exc:  # a URL psycopg cannot read
             raise StoreError(f"the database URL is not valid: {exc}") from None
         if self._durability == "full":
@@ -195,7 +198,7 @@ class PostgresDatabase(ThreadedEngine):
         return PgSession(conn)
 
     def _open(self) -> None:
-        session = self._connect()
+        session = self._connect(starting=True)
         try:
             session.execute("BEGIN")
             session.conn.execute("SELECT pg_advisory_xact_lock(%s)", [MIGRATION_LOCK])
@@ -296,6 +299,25 @@ def _hold_daemon_lock(conn: psycopg.Connection[Any]) -> bool:
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.2)
+
+
+# SQLSTATEs of a refused connection that only a change of config mends.
+_REFUSED_FOR_GOOD = {
+    "28000",  # invalid authorization (no such role, not allowed in pg_hba.conf)
+    "28P01",  # wrong password
+    "3D000",  # no such database
+    "42501",  # no privilege to connect
+}
+
+
+def _refused_for_good(exc: BaseException) -> bool:
+    if getattr(exc, "sqlstate", None) in _REFUSED_FOR_GOOD:
+        return True
+    # At connect time psycopg may leave sqlstate unset; the server's words then.
+    text = str(exc)
+    return "password authentication failed" in text or (
+        "does not exist" in text and ("database" in text or "role" in text)
+    )
 
 
 def _reason(exc: BaseException) -> str:
