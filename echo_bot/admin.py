@@ -27,6 +27,8 @@ from .store.approvals import PENDING, ApprovalRow
 T = TypeVar("T")
 
 ADMIN_ADDRESS = Address(channel="cli", chat_id="admin")
+# A daemon refreshes its instance row every 5 s; unseen for longer than this, it is gone.
+INSTANCE_GONE_AFTER = 15.0
 # A request id may be shortened to a unique prefix of at least this many characters.
 MIN_ID_PREFIX = 6
 _AMBIGUOUS_SHOWN = 10
@@ -378,9 +380,14 @@ def _github_event(route: WebhookRoute, event: str | None) -> str | None:
 # -- status and backup --------------------------------------------------------------------
 def status_command(at: StoreAt) -> int:
     pid = daemon_pid(at.state_dir)
-    info, counts, upcoming = _with_store(
+    info, counts, upcoming, instances = _with_store(
         at,
-        lambda tx: (tx.meta.daemon_info(), tx.meta.queue_counts(), tx.reminders.active()[:5]),
+        lambda tx: (
+            tx.meta.daemon_info(),
+            tx.meta.queue_counts(),
+            tx.reminders.active()[:5],
+            tx.meta.instances(),
+        ),
     )
     if pid is not None:
         uptime = int(time.time() - float(info.get("started_at", time.time())))
@@ -393,6 +400,20 @@ def status_command(at: StoreAt) -> int:
         print(f"version: {info.get('version')}; brain: {info.get('brain')}; "
               f"channels: {', '.join(info.get('channels') or []) or 'none'}")  # fmt: skip
     print(f"state: {at.describe()}")
+    now = time.time()
+    live = [i for i in instances if now - i.seen_at <= INSTANCE_GONE_AFTER]
+    gone = [i for i in instances if now - i.seen_at > INSTANCE_GONE_AFTER]
+    if live or gone:
+        print(f"instances: {len(live)} live" + (f", {len(gone)} gone" if gone else ""))
+    for row in live:
+        up = int(now - row.started_at)
+        print(
+            f"  {escape_text(row.name)}: {escape_text(row.host)}, pid {row.pid},"
+            f" {row.version}, up {up // 3600} h {up % 3600 // 60} min,"
+            f" seen {int(now - row.seen_at)} s ago"
+        )
+    for row in gone:
+        print(f"  {escape_text(row.name)}: gone (last seen {_clock(row.seen_at)})")
     print(
         f"inbox: {counts['inbox_pending']} pending, {counts['waiting_approval']} waiting for "
         f"approval; outbox: {counts['outbox_queued']} queued, {counts['outbox_failed']} failed"

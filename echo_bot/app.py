@@ -10,9 +10,11 @@ import importlib
 import logging
 import os
 import signal
+import socket
 import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -34,12 +36,13 @@ from .config import (
 )
 from .core import Core, build_core
 from .delivery import DeliveryWorker
-from .errors import ConfigError, StoreUnavailable
+from .errors import ConfigError, StoreUnavailable, log_retrying
 from .events import Address, OutboundKind, OutboundMessage
 from .scheduler import Scheduler
 from .sdnotify import Notifier
 from .statedir import StateLock
-from .store import DB_FILENAME, SqliteInbox, SqliteOutbox, Tx
+from .store import SqliteInbox, SqliteOutbox, Tx
+from .store.meta import InstanceRow
 from .tools.builtin import SendMessageTool
 
 log = logging.getLogger(__name__)
@@ -47,6 +50,9 @@ log = logging.getLogger(__name__)
 # While the store cannot be reached at start: wait this long, doubling up to the second.
 STORE_RETRY_FIRST = 1.0
 STORE_RETRY_MAX = 30.0
+# How often a daemon refreshes its row in `instances` (`status` counts one unseen for
+# three beats as gone: admin.INSTANCE_GONE_AFTER).
+INSTANCE_BEAT = 5.0
 
 # name → "module:Class", imported only when the channel is enabled.
 CHANNELS: dict[str, str] = {
@@ -120,6 +126,8 @@ class Daemon:
         self.scheduler: Scheduler | None = None
         self.notifier = Notifier(self.environ)
         self._housekeeping: asyncio.Task[None] | None = None
+        self._heartbeat: asyncio.Task[None] | None = None
+        self._instance_row: InstanceRow | None = None
         self._reloads: set[asyncio.Task[list[str]]] = set()
         self._live: dict[str, Any] = {}
         self._started = asyncio.Event()
@@ -338,7 +346,8 @@ class Daemon:
                 "channels": [c.name for c in self.channels],
                 "brain": brain_label(brain, config),
             }
-            await core.store.run(lambda tx: tx.meta.set_daemon_info(info))
+            await core.store.run(lambda tx: self._started_here(tx, info))
+            self._heartbeat = asyncio.create_task(self._beat(), name="instance-heartbeat")
             self.notifier.ready(
                 f"running: brain {brain_label(brain, config)}; "
                 f"channels {', '.join(self.channel_names) or 'none'}"
@@ -367,9 +376,10 @@ class Daemon:
                     await channel.stop()
             if http is not None:
                 await http.stop()
-            if self._housekeeping is not None:
-                self._housekeeping.cancel()
-                await asyncio.gather(self._housekeeping, return_exceptions=True)
+            for task in (self._housekeeping, self._heartbeat):
+                if task is not None:
+                    task.cancel()
+                    await asyncio.gather(task, return_exceptions=True)
             if self.scheduler is not None:
                 await self.scheduler.stop()
             await dispatcher.stop(config.bot.shutdown_timeout.total_seconds())
@@ -377,6 +387,10 @@ class Daemon:
             for close in self._closers:
                 with contextlib.suppress(Exception):
                     await close()
+            if self._instance_row is not None:  # it leaves the list of live daemons
+                name = self._instance_row.name
+                with contextlib.suppress(Exception):
+                    await core.store.run(lambda tx: tx.meta.instance_gone(name))
             await core.store.close()
             await self.notifier.close()
             for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
@@ -491,6 +505,41 @@ class Daemon:
         )
         return restart
 
+    def _started_here(self, tx: Tx, info: dict[str, Any]) -> None:
+        tx.meta.set_daemon_info(info)
+        now = time.time()
+        row = InstanceRow(
+            name=self.core.store.instance or f"{socket.gethostname()}-{os.getpid()}",
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            version=__version__,
+            started_at=self.started_at,
+            seen_at=now,
+        )
+        tx.meta.instance_seen(row)
+        tx.audit.write(
+            "daemon.started",
+            trace_id=None,
+            session_key=None,
+            instance=row.name,
+            version=__version__,
+            channels=info["channels"],
+        )
+        tx.on_commit(lambda: setattr(self, "_instance_row", row))
+
+    async def _beat(self) -> None:
+        """Refresh this daemon's row in ``instances`` (``status`` lists the live ones)."""
+        while True:
+            await asyncio.sleep(INSTANCE_BEAT)
+            row = self._instance_row
+            if row is None:
+                continue
+            seen = replace(row, seen_at=time.time())
+            try:
+                await self.core.store.run(lambda tx, seen=seen: tx.meta.instance_seen(seen))
+            except Exception:  # the store may be away for a while: next beat
+                log_retrying(log, "refreshing this daemon's instance row failed")
+
     async def _prune_daily(self, retention: float) -> None:
         """Prune finished work older than the retention, at start and then daily."""
         while True:
@@ -513,7 +562,7 @@ class Daemon:
         chat = "; /help lists commands" if "cli" in self.channel_names else ""
         print(
             f"echo-bot {__version__} — config: {source}; brain: {brain}; channels: {channels}\n"
-            f"state: {core.state_dir / DB_FILENAME}\n"
+            f"state: {core.store.database.describe()}\n"
             f"stop with Ctrl+C or `kill {os.getpid()}`{chat}",
             file=sys.stderr,
             flush=True,

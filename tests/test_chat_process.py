@@ -347,3 +347,26 @@ def test_a_daemon_started_while_its_database_is_away_waits_degraded_then_runs(
             assert waiting.terminate() == 0
         finally:
             waiting.cleanup()
+
+
+def test_status_lists_the_live_daemons_by_their_instance_name(
+    tmp_path: Path, engine: tuple[Path, dict[str, str]]
+) -> None:
+    base, env = engine
+    config = tmp_path / "named.toml"
+    config.write_text('[bot]\ninstance = "bot-a"\n' + base.read_text())
+    args = ("--config", str(config), "--state-dir", str(tmp_path / "st"))
+    daemon = EchoBotProcess("run", *args, env=env)
+    try:
+        daemon.expect_stderr(r"started")
+        status = run_echo_bot("status", *args, env=env)
+        assert status.returncode == 0, status.stderr
+        assert "instances: 1 live" in status.stdout, status.stdout
+        assert re.search(rf"^  bot-a: .*, pid {daemon.proc.pid}, ", status.stdout, re.M)
+        assert daemon.terminate() == 0
+    finally:
+        daemon.cleanup()
+    after = run_echo_bot("status", *args, env=env)
+    assert "instances:" not in after.stdout  # it left the list when it stopped
+    audit = run_echo_bot("audit", "--tail", "5", *args, env=env)
+    assert 'daemon.started     instance="bot-a"' in audit.stdout, audit.stdout

@@ -107,6 +107,10 @@ class ThreadedEngine:
     engine = ""  # "sqlite" | "postgres"
     path: Path | None = None  # SQLite's file; None for a server
 
+    def describe(self) -> str:
+        """Where the store is, for people (never a password)."""
+        return str(self.path)
+
     async def open(self) -> None:
         raise NotImplementedError
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from .sql import SqlDb
@@ -14,6 +15,38 @@ def set_daemon_info(db: SqlDb, info: dict[str, Any]) -> None:
         " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
         [json.dumps(info)],
     )
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceRow:
+    name: str
+    host: str
+    pid: int
+    version: str
+    started_at: float
+    seen_at: float
+
+
+def instance_seen(db: SqlDb, row: InstanceRow) -> None:
+    db.execute(
+        "INSERT INTO instances (name, host, pid, version, started_at, seen_at)"
+        " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET host = excluded.host,"
+        " pid = excluded.pid, version = excluded.version, started_at = excluded.started_at,"
+        " seen_at = excluded.seen_at",
+        [row.name, row.host, row.pid, row.version, row.started_at, row.seen_at],
+    )
+
+
+def instance_gone(db: SqlDb, name: str) -> None:
+    db.execute("DELETE FROM instances WHERE name = ?", [name])
+
+
+def instances(db: SqlDb) -> list[InstanceRow]:
+    rows = db.execute(
+        "SELECT name, host, pid, version, started_at, seen_at FROM instances"
+        " ORDER BY seen_at DESC, name"
+    ).fetchall()
+    return [InstanceRow(r[0], r[1], int(r[2]), r[3], float(r[4]), float(r[5])) for r in rows]
 
 
 def daemon_info(db: SqlDb) -> dict[str, Any]:

@@ -159,6 +159,9 @@ class PostgresDatabase(ThreadedEngine):
         self._opened = False
         self._exclusive = False
 
+    def describe(self) -> str:
+        return f"PostgreSQL {self.where}"
+
     # -- lifecycle -------------------------------------------------------------------
     async def open(self) -> None:
         """Open for a daemon: refused while another daemon holds the database."""

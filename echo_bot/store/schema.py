@@ -258,7 +258,25 @@ def _v7(db: Database) -> None:
     _ddl(db, "CREATE INDEX audit_kind_ts ON audit(kind, ts)")
 
 
-MIGRATIONS: list[Callable[[Database], None]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7]
+def _v8(db: Database) -> None:
+    """The daemons that use this store, each refreshing its row while it runs: on a
+    shared PostgreSQL database, `status` lists the live ones."""
+    _run_script(
+        db,
+        """
+        CREATE TABLE instances (
+            name TEXT PRIMARY KEY,
+            host TEXT NOT NULL,
+            pid INTEGER NOT NULL,
+            version TEXT NOT NULL,
+            started_at REAL NOT NULL,
+            seen_at REAL NOT NULL
+        )
+        """,
+    )
+
+
+MIGRATIONS: list[Callable[[Database], None]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8]
 
 
 def migrate(db: Database) -> int:

@@ -507,6 +507,18 @@ class MetaRepo:
     def queue_counts(self) -> dict[str, int]:
         return meta_sql.queue_counts(self._db)
 
+    def instance_seen(self, row: meta_sql.InstanceRow) -> None:
+        """This daemon is alive (its row made or refreshed)."""
+        meta_sql.instance_seen(self._db, row)
+
+    def instance_gone(self, name: str) -> None:
+        meta_sql.instance_gone(self._db, name)
+
+    def instances(self) -> list[meta_sql.InstanceRow]:
+        """Every daemon that has used the store and not left, the most recently seen
+        first (one whose ``seen_at`` is old died without saying so)."""
+        return meta_sql.instances(self._db)
+
     def prune(self, before: float) -> dict[str, int]:
         """Delete finished rows last touched before ``before``; counts per table."""
         return retention.prune(self._db, before)
