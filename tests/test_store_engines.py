@@ -319,7 +319,10 @@ async def test_a_daemon_on_either_engine_answers_and_keeps_its_turns(
     [
         (None, "ECHO_BOT_DATABASE_URL is not set"),
         ("notaurl", "postgresql://user:password@host"),
-        ("postgresql://echo_bot_test:wrong@127.0.0.1:1/none", "cannot reach the database"),
+        # Refused for good (a closed port instead makes the daemon wait: see
+        # test_a_daemon_started_while_its_database_is_away_waits_degraded_then_runs).
+        ("postgresql://echo_bot_test:wrong@127.0.0.1:5432/postgres", "password authentication"),
+        ("postgresql://echo_bot_test:echo_bot_test@127.0.0.1:5432/no_such_db", "does not exist"),
     ],
 )
 def test_a_bad_database_url_is_one_clear_line_and_exit_2(

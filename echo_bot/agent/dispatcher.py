@@ -9,8 +9,8 @@ import asyncio
 import collections
 import contextlib
 import logging
-from collections.abc import Sequence
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Protocol, TypeVar
 
 from .. import metrics
 from ..approvals import ApprovalGate, DecisionOutcome
@@ -32,6 +32,8 @@ EXPIRY_INTERVAL = 1.0
 # second (PostgreSQL restarting, the network between).
 STORE_RETRY_FIRST = 0.5
 STORE_RETRY_MAX = 15.0
+
+T = TypeVar("T")
 
 
 class InboxFeed(Protocol):
@@ -215,26 +217,34 @@ class Dispatcher:
     async def _advance(self, inbound: InboundMessage | str) -> None:
         known = inbound if isinstance(inbound, InboundMessage) else None
         inbound_id = known.id if known is not None else str(inbound)
+        try:
+            # Nothing of a failed step was committed and every step is a checkpoint: the
+            # turn goes on from the last one once the store is back.
+            await self._once_the_store_is_back(
+                f"turn {inbound_id}", lambda: self.runner.advance(inbound_id, known)
+            )
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # task boundary: record, tell the user, go on
+            log.exception("turn %s failed", inbound_id)
+            await self._fail(inbound_id, exc)
+
+    async def _once_the_store_is_back(
+        self, what: str, attempt: Callable[[], Awaitable[T]]
+    ) -> T | None:
+        """``attempt()``, again while it fails with StoreUnavailable (after 0.5 s, doubling
+        to 15 s); None when the dispatcher stops meanwhile (the work stays in the inbox
+        for the next start)."""
         pause = STORE_RETRY_FIRST
         while True:
             try:
-                await self.runner.advance(inbound_id, known)
-                return
-            except asyncio.CancelledError:
-                raise
+                return await attempt()
             except StoreUnavailable as exc:
-                # Nothing of the failed step was committed and every step is a
-                # checkpoint: the turn goes on from the last one once the store is back
-                # (while stopping, it stays in the inbox for the next start).
                 if self._stopping:
-                    return
-                log.warning("turn %s paused (%s); again in %.1f s", inbound_id, exc, pause)
+                    return None
+                log.warning("%s paused (%s); again in %.1f s", what, exc, pause)
                 await asyncio.sleep(pause)
                 pause = min(pause * 2, STORE_RETRY_MAX)
-            except Exception as exc:  # task boundary: record, tell the user, go on
-                log.exception("turn %s failed", inbound_id)
-                await self._fail(inbound_id, exc)
-                return
 
     async def _fail(self, inbound_id: str, exc: Exception) -> None:
         def write(tx: Tx) -> None:
@@ -283,7 +293,9 @@ class Dispatcher:
             return outcome
 
         try:
-            outcome = await self.store.run(apply)
+            outcome = await self._once_the_store_is_back(
+                f"decision {message.id}", lambda: self.store.run(apply)
+            )
         except Exception:
             log.exception("applying decision %s failed", message.id)
             return
@@ -298,7 +310,9 @@ class Dispatcher:
             task.add_done_callback(self._forget)
 
     async def _resume_one(self, turn_id: str) -> None:
-        row = await self.store.run(lambda tx: tx.inbox.get(turn_id))
+        row = await self._once_the_store_is_back(
+            f"resuming turn {turn_id}", lambda: self.store.run(lambda tx: tx.inbox.get(turn_id))
+        )
         if row is not None and not row.status.terminal:
             # It arrived before what its session queued meanwhile: it goes first.
             self.schedule(row.message.session_key, turn_id, first=True)
