@@ -21,7 +21,16 @@ from .errors import ConfigError
 from .events import Address, ApprovalDecision, DecisionVerb, InboundKind, InboundMessage, Sender
 from .secrets import Masker
 from .statedir import daemon_pid
-from .store import DB_FILENAME, Database, Store, Tx, backup_to, make_database
+from .store import (
+    DB_FILENAME,
+    Database,
+    Store,
+    Tx,
+    backup_to,
+    copy_sqlite_to_postgres,
+    describe_url,
+    make_database,
+)
 from .store.approvals import PENDING, ApprovalRow
 
 T = TypeVar("T")
@@ -68,8 +77,6 @@ class StoreAt:
     def describe(self) -> str:
         if self.url is None:
             return str(self.path)
-        from .store.postgres import describe_url
-
         return f"PostgreSQL {describe_url(self.url)}"
 
 
@@ -465,9 +472,6 @@ def store_copy_command(
             f"storage.url_env: environment variable {name} must hold the target's URL,"
             " postgresql://user:password@host:5432/database"
         )
-    from .store.copy import copy_sqlite_to_postgres
-    from .store.postgres import describe_url
-
     source = state_dir / DB_FILENAME
     with StateLock(state_dir):  # no daemon may write the source meanwhile
         copied = copy_sqlite_to_postgres(source, url)

@@ -562,7 +562,7 @@ class Daemon:
         chat = "; /help lists commands" if "cli" in self.channel_names else ""
         print(
             f"echo-bot {__version__} — config: {source}; brain: {brain}; channels: {channels}\n"
-            f"state: {core.store.database.describe()}\n"
+            f"state: {core.store.describe()}\n"
             f"stop with Ctrl+C or `kill {os.getpid()}`{chat}",
             file=sys.stderr,
             flush=True,

@@ -4,7 +4,10 @@ repositories on ``tx``; nothing outside this package speaks SQL or imports the d
 (``tests/test_store_boundary.py``). What it may import from here: this package's names
 below, and row types and constants of its modules."""
 
+from __future__ import annotations
+
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
 from .committed import (
@@ -19,7 +22,11 @@ from .engine import ThreadedEngine as Engine
 from .inbox import InboxRow, SqliteInbox
 from .inspect import FileCheck, QueuedOutbound, check_file, queued_outbound
 from .outbox import OutboxRow, SqliteOutbox
+from .sql import describe_url
 from .tx import Store, Tx
+
+if TYPE_CHECKING:
+    from .copy import CopiedTable
 
 
 def make_database(
@@ -44,6 +51,13 @@ def make_database(
     return Database(state_dir / DB_FILENAME, durability=durability)
 
 
+def copy_sqlite_to_postgres(source: Path, url: str) -> list[CopiedTable]:
+    """``echo-bot store copy --to postgres`` (``store/copy.py``; the driver only now)."""
+    from .copy import copy_sqlite_to_postgres as copy
+
+    return copy(source, url)
+
+
 __all__ = [
     "DB_FILENAME",
     "ChatTimezoneChanged",
@@ -63,6 +77,8 @@ __all__ = [
     "Tx",
     "backup_to",
     "check_file",
+    "copy_sqlite_to_postgres",
+    "describe_url",
     "make_database",
     "queued_outbound",
 ]

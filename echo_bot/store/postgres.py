@@ -24,7 +24,6 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache
 from typing import Any, TypeVar
-from urllib.parse import urlsplit
 
 import psycopg
 from psycopg.pq import TransactionStatus
@@ -32,7 +31,7 @@ from psycopg.pq import TransactionStatus
 from ..errors import StoreError, StoreUnavailable
 from .engine import Session, ThreadedEngine
 from .schema import SchemaTooNew, migrate
-from .sql import POSTGRES
+from .sql import POSTGRES, describe_url
 
 CONNECT_TIMEOUT = 5  # seconds
 # pg_advisory_xact_lock key held while the schema is migrated ("echo" in ASCII).
@@ -130,18 +129,6 @@ class PgSession:
 
     def clean(self) -> bool:
         return self.conn.info.transaction_status == TransactionStatus.INTRANS
-
-
-def describe_url(url: str) -> str:
-    """``host:port/database`` of a PostgreSQL URL, for messages: never its password."""
-    try:
-        parts = urlsplit(url)
-        host = parts.hostname or "localhost"
-        port = f":{parts.port}" if parts.port else ""
-    except ValueError:
-        return "the configured database"
-    database = parts.path.lstrip("/") or "(default database)"
-    return f"{host}{port}/{database}"
 
 
 class PostgresDatabase(ThreadedEngine):

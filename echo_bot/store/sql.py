@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 SQLITE = "sqlite"
 POSTGRES = "postgres"
@@ -66,3 +67,15 @@ def utc_day(db: object, column: str) -> str:
     if dialect(db) == POSTGRES:
         return f"to_char(to_timestamp({column}) AT TIME ZONE 'UTC', 'YYYY-MM-DD')"
     return f"date({column}, 'unixepoch')"
+
+
+def describe_url(url: str) -> str:
+    """``host:port/database`` of a PostgreSQL URL, for messages: never its password."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or "localhost"
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        return "the configured database"
+    database = parts.path.lstrip("/") or "(default database)"
+    return f"{host}{port}/{database}"

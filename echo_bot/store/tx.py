@@ -538,6 +538,10 @@ class Store:
         self.instance = instance
         self._subscribers: dict[type[Committed], list[Callable[[Any], None]]] = {}
 
+    def describe(self) -> str:
+        """Where the store is, for people (never a password)."""
+        return self.database.describe()
+
     @property
     def path(self) -> Path | None:
         """SQLite's file; None on PostgreSQL."""
