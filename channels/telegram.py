@@ -70,6 +70,7 @@ TYPING_MAX = 120.0
 TYPING_CHATS = 1000  # chats shown typing at once, at most
 TYPING_TURNS = 100_000  # queued turns remembered for them, at most
 STARTUP_TIMEOUT = 15.0
+STANDBY_CHECK = 5.0  # seconds between looks at the poller lease while another daemon polls
 
 
 @dataclass
@@ -110,6 +111,8 @@ class TelegramChannel:
         self.access = setup.access
         self.http = setup.http
         self.poll_timeout = int(setup.options.get("poll_timeout", 25))
+        self.hold = setup.hold
+        self.standby = False  # another daemon polls this bot now
         self.secret = setup.environ.get(config.webhook_secret_env, "")
         self.dp = Dispatcher()
         self.dp.include_router(self._router())
@@ -196,6 +199,8 @@ class TelegramChannel:
 
     def health(self) -> dict[str, object]:
         state: dict[str, object] = {"status": self._status, "mode": self.config.mode}
+        if self.standby:
+            state["poller"] = "another daemon"
         if self.username:
             state["bot"] = f"@{self.username}"
         if self._last_error:
@@ -224,6 +229,10 @@ class TelegramChannel:
         offset: int | None = None
         delay = 1.0
         while True:
+            if self.hold is not None and not await self._may_poll():
+                offset = None  # the poller's offset confirmed what it stored; ask afresh
+                await asyncio.sleep(STANDBY_CHECK)
+                continue
             try:
                 updates = await self.bot(
                     GetUpdates(
@@ -259,6 +268,21 @@ class TelegramChannel:
                 except Exception:  # a bad update must not stall the queue forever
                     log.exception("telegram: update %s could not be handled", update.update_id)
                 offset = update.update_id + 1
+
+    async def _may_poll(self) -> bool:
+        """With several daemons on one store, one polls this bot at a time; the others
+        stand by and take over once its lease lapses (what it had not confirmed is
+        fetched again and deduplicated by update_id)."""
+        assert self.hold is not None
+        try:
+            polling = await self.hold(f"telegram-poller:{self.bot.id}")
+        except Exception as exc:  # the store is away: nobody can store updates anyway
+            self._degrade(f"cannot tell whether to poll: {exc}")
+            return False
+        if polling == self.standby:  # changed
+            log.info("telegram: %s", "polling now" if polling else "another daemon polls")
+        self.standby = not polling
+        return polling
 
     async def _webhook(self, request: Any) -> Any:
         from aiohttp import web

@@ -16,6 +16,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 from . import __version__
@@ -25,6 +26,7 @@ from .agent.calls import CallExecutor
 from .brains.base import Brain, BrainContext
 from .brains.rules import RulesBrain
 from .bus import Bus, Channel, ChannelSetup
+from .cluster import BEAT, Cluster
 from .commands import CommandRegistry
 from .config import (
     Config,
@@ -52,7 +54,9 @@ STORE_RETRY_FIRST = 1.0
 STORE_RETRY_MAX = 30.0
 # How often a daemon refreshes its row in `instances` (`status` counts one unseen for
 # three beats as gone: admin.INSTANCE_GONE_AFTER).
-INSTANCE_BEAT = 5.0
+INSTANCE_BEAT = BEAT
+# With several daemons on one store: how often reminders set elsewhere are looked for.
+SCHEDULE_RESYNC = 15.0
 
 # name → "module:Class", imported only when the channel is enabled.
 CHANNELS: dict[str, str] = {
@@ -60,6 +64,24 @@ CHANNELS: dict[str, str] = {
     "telegram": "channels.telegram:TelegramChannel",
     "webhook": "channels.webhook:WebhookChannel",
 }
+
+
+def boot_id() -> str:
+    """This machine's current boot ('' where the kernel does not say)."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's: alive
+        return True
+    return True
 
 
 def http_reasons(config: Config, channel_names: Sequence[str]) -> list[str]:
@@ -244,8 +266,14 @@ class Daemon:
             loop.add_signal_handler(sig, self._on_signal)
         loop.add_signal_handler(signal.SIGHUP, self._on_hup)
         self.notifier.status("opening the store")
-        if not await self._open_store(http):
-            return self.exit_code  # asked to stop while it waited for the store
+        if not await self._open_store(http):  # asked to stop while it waited for it
+            await core.store.close()
+            return self.exit_code
+        # Alive in the store before anything takes work: the leases of a shared store
+        # are held for as long as this row is fresh.
+        await core.store.run(self._register_instance)
+        self._heartbeat = asyncio.create_task(self._beat(), name="instance-heartbeat")
+        cluster = Cluster(core.store, self._instance_name()) if core.store.shared else None
         inbox, outbox = SqliteInbox(core.store), SqliteOutbox(core.store)
         bus = Bus(inbox, outbox)
         gate = core.gate
@@ -268,19 +296,20 @@ class Daemon:
             config=config.brain,
         )
         # Both subscribe to the store: new inbound runs, queued outbound is sent.
-        delivery = DeliveryWorker(outbox, store=core.store, masker=core.masker)
+        delivery = DeliveryWorker(outbox, store=core.store, masker=core.masker, cluster=cluster)
         dispatcher = Dispatcher(
             store=core.store,
             inbox=inbox,
             runner=runner,
             gate=gate,
             max_concurrent=config.bot.max_concurrent_turns,
+            cluster=cluster,
         )
         commands = [(c.name, c.help) for c in core.commands.all()]
         if http is not None:
             admin_env = config.webhook.admin_token_env
             http.protect_health(core.masker, self.environ.get(admin_env, "") if admin_env else "")
-            http.add_health("store", lambda: {"status": "ok"})
+            http.add_health("store", core.store.health)
             http.add_route("GET", "/metrics", self._metrics)
         access = StoreAccess(core.store, config)
         self._live = {"executor": executor, "gate": gate, "access": access}
@@ -299,6 +328,7 @@ class Daemon:
                 cron_jobs=config.cron,
                 timezone=config.bot.timezone,
                 grace=config.scheduler.grace,
+                resync=SCHEDULE_RESYNC if cluster is not None else None,
             )
             await scheduler.start()
             self.scheduler = scheduler
@@ -323,6 +353,7 @@ class Daemon:
                     pending_prompts=self._pending_prompts,
                     started_at=self.started_at,
                     detach=partial(delivery.remove_channel, name),
+                    hold=cluster.take if cluster is not None else None,
                 )
                 to_start.append(cls(setup))
             for channel in to_start + self.extra_channels:
@@ -347,7 +378,6 @@ class Daemon:
                 "brain": brain_label(brain, config),
             }
             await core.store.run(lambda tx: self._started_here(tx, info))
-            self._heartbeat = asyncio.create_task(self._beat(), name="instance-heartbeat")
             self.notifier.ready(
                 f"running: brain {brain_label(brain, config)}; "
                 f"channels {', '.join(self.channel_names) or 'none'}"
@@ -505,27 +535,40 @@ class Daemon:
         )
         return restart
 
-    def _started_here(self, tx: Tx, info: dict[str, Any]) -> None:
-        tx.meta.set_daemon_info(info)
-        now = time.time()
+    def _instance_name(self) -> str:
+        return self.core.store.instance or f"{socket.gethostname()}-{os.getpid()}"
+
+    def _register_instance(self, tx: Tx) -> None:
+        boot = boot_id()
+        for other in tx.meta.instances():
+            # A daemon of this machine's current boot whose process is gone (killed,
+            # crashed) gives up its leases at once, not after the lease time: a restart
+            # goes on with its sessions without waiting.
+            mine = boot and other.boot_id == boot and other.pid != os.getpid()
+            if mine and not process_alive(other.pid):
+                tx.meta.instance_gone(other.name)
         row = InstanceRow(
-            name=self.core.store.instance or f"{socket.gethostname()}-{os.getpid()}",
+            name=self._instance_name(),
             host=socket.gethostname(),
+            boot_id=boot,
             pid=os.getpid(),
             version=__version__,
             started_at=self.started_at,
-            seen_at=now,
+            seen_at=time.time(),
         )
         tx.meta.instance_seen(row)
+        tx.on_commit(lambda: setattr(self, "_instance_row", row))
+
+    def _started_here(self, tx: Tx, info: dict[str, Any]) -> None:
+        tx.meta.set_daemon_info(info)
         tx.audit.write(
             "daemon.started",
             trace_id=None,
             session_key=None,
-            instance=row.name,
+            instance=self._instance_name(),
             version=__version__,
             channels=info["channels"],
         )
-        tx.on_commit(lambda: setattr(self, "_instance_row", row))
 
     async def _beat(self) -> None:
         """Refresh this daemon's row in ``instances`` (``status`` lists the live ones)."""

@@ -126,6 +126,10 @@ class ChannelSetup:
     # detach() tells the delivery worker this channel takes nothing more in this run (a
     # terminal whose output closed): its messages wait in the outbox, none is failed.
     detach: Callable[[], None] | None = None
+    # hold(name): whether this daemon may do now the work only one daemon may do at a
+    # time (polling a Telegram bot), with several daemons on one store; it asks again
+    # every few seconds. None: one daemon, always.
+    hold: Callable[[str], Awaitable[bool]] | None = None
 
 
 @runtime_checkable

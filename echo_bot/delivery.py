@@ -16,6 +16,7 @@ from typing import Protocol
 
 from . import metrics
 from .bus import Channel
+from .cluster import BEAT, DELIVERY, Cluster
 from .errors import ChannelError, log_retrying
 from .events import OutboundMessage, Receipt
 from .secrets import Masker
@@ -69,6 +70,7 @@ class DeliveryWorker:
         clock: Callable[[], float] = time.time,
         max_attempts: int = MAX_ATTEMPTS,
         masker: Masker | None = None,
+        cluster: Cluster | None = None,
     ) -> None:
         self.outbox = outbox
         # Every text a chat receives leaves through here: the last place to mask a
@@ -86,6 +88,12 @@ class DeliveryWorker:
         self._fresh: set[str] = set()  # chats queued to since the current look began
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
+        # With several daemons on one store, only the one holding the delivery lease
+        # sends (each chat's order and Telegram's limits hold for the whole cluster);
+        # the others keep trying to take it, and take over when its holder is gone.
+        self.cluster = cluster
+        self.sending = cluster is None
+        self._lease_task: asyncio.Task[None] | None = None
         self.delivered = 0
         store.subscribe(OutboundCommitted, self._queued)  # every commit that queued outbound
 
@@ -113,13 +121,31 @@ class DeliveryWorker:
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._loop(), name="delivery")
+        if self.cluster is not None:
+            self._lease_task = asyncio.create_task(
+                self._keep_lease(self.cluster), name="delivery-lease"
+            )
+
+    async def _keep_lease(self, cluster: Cluster) -> None:
+        while True:
+            try:
+                sending = await cluster.take(DELIVERY)
+            except Exception:
+                log_retrying(log, "taking the delivery lease failed")
+                sending = False
+            if sending and not self.sending:
+                log.info("this daemon delivers the outbox now (%s)", cluster.name)
+                self._wake.set()
+            self.sending = sending
+            await asyncio.sleep(BEAT)
 
     async def stop(self, grace: float = 5.0) -> None:
         """Let sends in flight finish (bounded), then stop."""
         self._stopping = True
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        for task in (self._task, self._lease_task):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         pending = list(self._in_flight.values())
         if pending:
             _done, late = await asyncio.wait(pending, timeout=grace)
@@ -137,6 +163,7 @@ class DeliveryWorker:
         key = str(row.message.to)
         if (
             self._stopping
+            or not self.sending
             or self._task is None
             or key in self._in_flight
             or row.message.to.channel not in self.channels
@@ -151,6 +178,11 @@ class DeliveryWorker:
             self._wake.clear()
             # Outbound committed from here on may be missing from the look below.
             self._fresh.clear()
+            if not self.sending:  # another daemon delivers; the lease task wakes this
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(IDLE_WAIT):
+                        await self._wake.wait()
+                continue
             try:
                 # Chats with a send in flight are left out: their next message waits for
                 # it, and the send wakes this loop when it is done. Counting their heads

@@ -55,8 +55,13 @@ class Scheduler:
         timezone: str,
         grace: timedelta,
         clock: Callable[[], float] = time.time,
+        resync: float | None = None,
     ) -> None:
         self.store = store
+        # With several daemons on one store, a reminder set through another one is only
+        # in the store: every ``resync`` seconds the timers are set again from it (each
+        # occurrence still fires once: the fire marker decides).
+        self.resync = resync
         self.bus = bus
         self.cron_jobs = {job.name: job for job in cron_jobs}
         self.timezone = timezone
@@ -77,6 +82,21 @@ class Scheduler:
             await self._arm(row)
         for job in self.cron_jobs.values():
             await self._start_cron(job)
+        if self.resync is not None:
+            self._spawn(self._resync_loop(self.resync))
+
+    async def _resync_loop(self, every: float) -> None:
+        while True:
+            await asyncio.sleep(every)
+            try:
+                rows = await self.store.run(lambda tx: tx.reminders.active())
+            except Exception:
+                log_retrying(log, "reading the reminders failed; retrying")
+                continue
+            armed = {job.id for job in self._aps.get_jobs()} if self._aps is not None else set()
+            for row in rows:
+                if f"reminder:{row.id}" not in armed and self._aps is not None:
+                    await self._arm(row)
 
     async def stop(self) -> None:
         self.store.unsubscribe(ReminderChanged, self._changed)

@@ -14,6 +14,7 @@ from typing import Any, Protocol, TypeVar
 
 from .. import metrics
 from ..approvals import ApprovalGate, DecisionOutcome
+from ..cluster import Cluster, session_lease
 from ..errors import StoreUnavailable, log_retrying
 from ..events import InboundKind, InboundMessage, InboundStatus, OutboundKind, OutboundMessage
 from ..store import InboundCommitted, Store, Tx
@@ -60,6 +61,7 @@ class Dispatcher:
         runner: TurnRunner,
         gate: ApprovalGate,
         max_concurrent: int,
+        cluster: Cluster | None = None,
     ) -> None:
         if store.instance is None:
             # Its own rows would look like another process's: the poll would run them
@@ -70,6 +72,11 @@ class Dispatcher:
         self.runner = runner
         self.gate = gate
         self._max_concurrent = max_concurrent
+        # With several daemons on one store: a session's turns run only where its lease
+        # is held, and the poll reads every claimable row; ``_known`` is what this one
+        # has queued or running already (the poll skips it).
+        self.cluster = cluster
+        self._known: set[str] = set()
         # Each session's turns to run, in order: the message itself when it was handed over
         # in memory, else its inbox id (recovery, resumed turns). Only sessions with
         # queued turns have an entry.
@@ -138,6 +145,9 @@ class Dispatcher:
 
     # -- reading the inbox ----------------------------------------------------------------
     async def _poll_loop(self) -> None:
+        if self.cluster is not None:
+            await self._claim_loop(self.cluster)
+            return
         while True:
             # Only other processes' rows are read here (a management command's decision,
             # say); this process's own arrive by InboundCommitted.
@@ -155,10 +165,33 @@ class Dispatcher:
                 self._last_seq = max(self._last_seq, last)
                 self.accept(messages)
 
+    async def _claim_loop(self, cluster: Cluster) -> None:
+        """With several daemons: every POLL_INTERVAL, the accepted (or orphaned running)
+        rows whose session no other live daemon holds, whoever wrote them — so work
+        committed by one daemon for a session another drives reaches the driver, and a
+        dead daemon's sessions are taken over once its lease has lapsed."""
+        while True:
+            await asyncio.sleep(POLL_INTERVAL)
+            try:
+                found = await self.store.run(
+                    lambda tx: tx.inbox.claimable(cluster.name, cluster.alive_since(), POLL_PAGE)
+                )
+            except Exception:
+                log_retrying(log, "reading the inbox failed; retrying")
+                await asyncio.sleep(1)
+                continue
+            fresh = [m for m in found if m.id not in self._known]
+            if fresh:
+                self.accept(fresh)
+
     def _dispatch(self, message: InboundMessage) -> None:
         if self._stopping:  # it stays accepted in the inbox: the next start runs it
             return
         if message.kind == InboundKind.APPROVAL_DECISION:
+            if self.cluster is not None:
+                if message.id in self._known:
+                    return
+                self._known.add(message.id)
             task = asyncio.create_task(self._decide(message), name=f"decision-{message.id}")
             self._tasks.append(task)
             task.add_done_callback(self._forget)
@@ -186,6 +219,8 @@ class Dispatcher:
             queue = self._queues[session_key] = collections.deque()
             if session_key not in self._running:
                 self._ready.append(session_key)
+        if self.cluster is not None:
+            self._known.add(inbound if isinstance(inbound, str) else inbound.id)
         if not isinstance(inbound, str) and len(queue) >= KEEP_QUEUED_MESSAGES:
             inbound = inbound.id  # a long backlog holds ids, not whole messages
         if first:
@@ -206,13 +241,51 @@ class Dispatcher:
             )
 
     async def _run_turn(self, session_key: str, inbound: InboundMessage | str) -> None:
+        inbound_id = inbound if isinstance(inbound, str) else inbound.id
+        held = False
         try:
-            await self._advance(inbound)
+            held = self.cluster is None or await self._hold(session_key)
+            if held:
+                await self._advance(inbound)
         finally:
             del self._running[session_key]
+            self._known.discard(inbound_id)
             if session_key in self._queues:
                 self._ready.append(session_key)  # its next turn: at the back of the line
+            elif held and self.cluster is not None and not self._stopping:
+                self._spawn(self._let_go(session_key))
             self._start_ready()
+
+    async def _hold(self, session_key: str) -> bool:
+        """Take (or keep) the session's lease; when another live daemon holds it, drop
+        what is queued here for it: that daemon's poll finds it in the inbox."""
+        assert self.cluster is not None
+        cluster = self.cluster
+        held = await self._once_the_store_is_back(
+            f"session {session_key}", lambda: cluster.take(session_lease(session_key))
+        )
+        if held:
+            return True
+        for queued in self._queues.pop(session_key, ()):
+            self._known.discard(queued if isinstance(queued, str) else queued.id)
+        with contextlib.suppress(ValueError):
+            self._ready.remove(session_key)
+        return False
+
+    async def _let_go(self, session_key: str) -> None:
+        """Release an idle session's lease (kept while work for it waits in the inbox)."""
+        assert self.cluster is not None
+        if session_key in self._queues or session_key in self._running:
+            return
+        try:
+            await self.cluster.release_session(session_key)
+        except Exception:  # it lapses with this daemon, or is taken again on next use
+            log_retrying(log, "releasing session %s failed", session_key)
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.append(task)
+        task.add_done_callback(self._forget)
 
     async def _advance(self, inbound: InboundMessage | str) -> None:
         known = inbound if isinstance(inbound, InboundMessage) else None
@@ -267,6 +340,26 @@ class Dispatcher:
 
     # -- approvals ------------------------------------------------------------------------
     async def _decide(self, message: InboundMessage) -> None:
+        if self.cluster is None:
+            await self._apply_decision(message)
+            return
+        # Decided where its chat's session is held, as that chat's turns are: never by
+        # two daemons at once (each would find it accepted and decide it).
+        session_key = message.session_key
+        held = False
+        try:
+            cluster = self.cluster
+            held = await self._once_the_store_is_back(
+                f"decision {message.id}", lambda: cluster.take(session_lease(session_key))
+            )
+            if held:
+                await self._apply_decision(message)
+        finally:
+            self._known.discard(message.id)
+        if held and session_key not in self._queues and session_key not in self._running:
+            await self._let_go(session_key)
+
+    async def _apply_decision(self, message: InboundMessage) -> None:
         decision = message.decision
         if decision is None:
             failed, why = InboundStatus.FAILED, "no decision given"
@@ -275,8 +368,15 @@ class Dispatcher:
 
         def apply(tx: Tx) -> DecisionOutcome | None:
             current = tx.inbox.status_of(message.id)
-            if current is None or current[0] != InboundStatus.ACCEPTED:
-                return None  # applied already
+            if current is None:
+                return None
+            if current[0] != InboundStatus.ACCEPTED:
+                # Applied already — maybe by a COMMIT whose answer was lost, so the turn
+                # it decided may never have been resumed: resume it (a no-op if it was).
+                row = tx.approvals.get(decision.request_id)
+                if current[0] != InboundStatus.DONE or row is None or row.status == "pending":
+                    return None
+                return DecisionOutcome(True, "Applied already.", row.status, row, [row.turn_id])
             outcome = self.gate.decide(tx, decision)
             status = InboundStatus.DONE if outcome.ok else InboundStatus.FAILED
             tx.inbox.set_status(message.id, status, None if outcome.ok else outcome.message)

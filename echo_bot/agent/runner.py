@@ -18,6 +18,7 @@ from .. import metrics
 from ..brains.base import Brain, BrainContext, BrainReply
 from ..config import BrainConfig
 from ..conversation import ChatMessage, ToolCall
+from ..errors import StoreUnavailable
 from ..events import InboundKind, InboundMessage, InboundStatus, OutboundMessage, new_id
 from ..logs import current_session, current_trace
 from ..secrets import Masker
@@ -294,6 +295,8 @@ class TurnRunner:
         )
         try:
             reply = await self.brain.step(conversation, tools, context)
+        except StoreUnavailable:  # the store is away (the budget read): the turn waits
+            raise
         except Exception as exc:  # a task boundary: the turn fails, the daemon goes on
             log.exception("brain %s failed on turn %s", self.brain.name, turn.id)
             text = f"Sorry, I could not think this through: {type(exc).__name__}."

@@ -47,6 +47,17 @@ def make_database(
                 'storage.engine = "postgres": storage.url_env must name a variable that'
                 " holds a postgresql://user:password@host:5432/database URL"
             )
+        from psycopg import ProgrammingError
+        from psycopg.conninfo import conninfo_to_dict
+
+        try:
+            conninfo_to_dict(url)
+        except ProgrammingError:  # its words may quote the URL, password and all
+            raise ConfigError(
+                "storage.url_env: the database URL cannot be read; expected"
+                " postgresql://user:password@host:5432/database (percent-encode any"
+                " special characters in the password)"
+            ) from None
         return PostgresDatabase(url, durability=durability)
     return Database(state_dir / DB_FILENAME, durability=durability)
 

@@ -64,10 +64,13 @@ def copy_sqlite_to_postgres(source: Path, url: str) -> list[CopiedTable]:
                     + ", ".join(f"{c.name}: {c.source} → {c.target}" for c in wrong)
                     + "); nothing was committed"
                 )
+            # Past every seq SQLite ever handed out (pruned rows' too), as it would go on.
+            used = dict(src.execute("SELECT name, seq FROM sqlite_sequence").fetchall())
             for table in _SEQUENCED:
                 dst.execute(
                     f"SELECT setval(pg_get_serial_sequence('{table}', 'seq'),"
-                    f" COALESCE((SELECT MAX(seq) FROM {table}), 0) + 1, false)"
+                    f" GREATEST(COALESCE((SELECT MAX(seq) FROM {table}), 0), %s) + 1, false)",
+                    [int(used.get(table) or 0)],
                 )
     except psycopg.Error as exc:
         raise StoreError(

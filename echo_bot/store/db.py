@@ -84,7 +84,9 @@ class SqliteSession:
 
     __slots__ = ("conn", "execute", "handle")
     errors = sqlite3.Error
-    unavailable = ()  # a file is there or not: nothing to wait for
+
+    def unavailable(self, exc: BaseException) -> bool:
+        return False  # a file is there or not: nothing to wait for
 
     def __init__(self, conn: sqlite3.Connection, handle: SqliteUtilsDatabase) -> None:
         self.conn, self.handle, self.execute = conn, handle, conn.execute
@@ -336,7 +338,7 @@ class Database(ThreadedEngine):
             except sqlite3.Error as exc:
                 if getattr(exc, "sqlite_errorcode", 0) & 0xFF in _LOCK_TAKEN:
                     return None
-                return [(job, False, store_error(job, exc, sqlite3.Error)) for job in batch]
+                return [(job, False, store_error(job, exc, session)) for job in batch]
             outcomes = run_begun(session, batch, together=together)
             if outcomes is not None:
                 break

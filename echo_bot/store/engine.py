@@ -73,8 +73,11 @@ class Session(Protocol):
 
     handle: Any  # what each job is given
     errors: type[BaseException] | tuple[type[BaseException], ...]  # the driver's
-    # Of those, the ones that mean "the store cannot be reached now" (StoreUnavailable).
-    unavailable: tuple[type[BaseException], ...]
+
+    def unavailable(self, exc: BaseException) -> bool:
+        """Whether the driver's ``exc`` means the store cannot be reached now (then a
+        StoreUnavailable: the same work may succeed once it is back)."""
+        ...
 
     def execute(self, sql: str) -> object: ...
 
@@ -102,6 +105,7 @@ class ThreadedEngine:
         self._closed = False
         self._handed_off = 0  # loop jobs the store thread has not finished yet
         self._thread_name = "echo-bot-store"
+        self._away: str | None = None  # why the last batch found the store unavailable
 
     # -- what each engine has ------------------------------------------------------------
     engine = ""  # "sqlite" | "postgres"
@@ -110,6 +114,11 @@ class ThreadedEngine:
     def describe(self) -> str:
         """Where the store is, for people (never a password)."""
         return str(self.path)
+
+    def health(self) -> dict[str, object]:
+        """For /healthz: degraded while the last batch found the store unavailable."""
+        away = self._away
+        return {"status": "ok"} if away is None else {"status": "degraded", "error": away}
 
     async def open(self) -> None:
         raise NotImplementedError
@@ -141,9 +150,7 @@ class ThreadedEngine:
         session.execute("BEGIN")
 
     def _store_error(self, job: Job, exc: BaseException, session: Session | None) -> BaseException:
-        if session is None:
-            return store_error(job, exc, ())
-        return store_error(job, exc, session.errors, session.unavailable)
+        return store_error(job, exc, session)
 
     # -- running work ----------------------------------------------------------------
     def run_sync(self, fn: Callable[[Any], T]) -> T:
@@ -223,6 +230,11 @@ class ThreadedEngine:
                 outcomes = self._run_batch(batch)
             except BaseException as exc:  # nothing may leave a caller waiting forever
                 outcomes = [(j, False, exc) for j in batch]
+            away = next((v for _j, ok, v in outcomes if isinstance(v, StoreUnavailable)), None)
+            if away is not None:
+                self._away = str(away)
+            elif any(ok for _j, ok, _v in outcomes):
+                self._away = None
             try:
                 self._deliver(outcomes)
             except BaseException:  # the store thread must go on serving
@@ -345,9 +357,7 @@ def run_begun(session: Session, batch: list[Job], *, together: bool) -> list[Out
                 execute("ROLLBACK" if alone else f"ROLLBACK TO {SAVEPOINT}")
                 if not alone:
                     execute(f"RELEASE {SAVEPOINT}")
-                outcomes.append(
-                    (job, False, store_error(job, exc, session.errors, session.unavailable))
-                )
+                outcomes.append((job, False, store_error(job, exc, session)))
             else:
                 if not alone:
                     execute(f"RELEASE {SAVEPOINT}")
@@ -362,7 +372,7 @@ def run_begun(session: Session, batch: list[Job], *, together: bool) -> list[Out
         if session.alive():
             with contextlib.suppress(Exception):
                 execute("ROLLBACK")
-        error = store_error(culprit or batch[0], exc, session.errors, session.unavailable)
+        error = store_error(culprit or batch[0], exc, session)
         kind = StoreUnavailable if isinstance(error, StoreUnavailable) else StoreError
         rolled_back = kind(f"store error: rolled back with another job ({exc!r})")
         return [
@@ -379,16 +389,11 @@ def _call(fn: Callable[[], Any]) -> tuple[bool, Any]:
         return False, exc
 
 
-def store_error(
-    job: Job,
-    exc: BaseException,
-    errors: type[BaseException] | tuple[type[BaseException], ...],
-    unavailable: tuple[type[BaseException], ...] = (),
-) -> BaseException:
-    """The driver's errors as StoreError — StoreUnavailable for those in ``unavailable``
-    — unless the job asked for them as they are."""
-    if job.wrap_errors and errors and isinstance(exc, errors):
-        kind = StoreUnavailable if unavailable and isinstance(exc, unavailable) else StoreError
+def store_error(job: Job, exc: BaseException, session: Session | None) -> BaseException:
+    """The driver's errors as StoreError — StoreUnavailable for those that mean the
+    store is away — unless the job asked for them as they are."""
+    if job.wrap_errors and session is not None and isinstance(exc, session.errors):
+        kind = StoreUnavailable if session.unavailable(exc) else StoreError
         error = kind(f"store error: {' '.join(str(exc).split()) or type(exc).__name__}")
         error.__cause__ = exc
         return error

@@ -166,6 +166,28 @@ def accepted_from_others(
     return [r.message for r in rows], max(seq, newest), False
 
 
+def claimable(db: SqlDb, instance: str, alive_since: float, limit: int) -> list[InboundMessage]:
+    """With several daemons on one store: accepted or running rows, oldest first, whose
+    session no other live instance holds (``store/leases.py``) — new work of sessions
+    nobody drives or this instance drives, and the turns of an instance that died."""
+    cursor = db.execute(
+        "SELECT * FROM inbox i WHERE i.status IN (?, ?) AND NOT EXISTS ("
+        " SELECT 1 FROM leases l JOIN instances n ON n.name = l.instance"
+        " WHERE l.name = 'session:' || i.session_key AND l.instance <> ?"
+        " AND n.seen_at >= ?) ORDER BY i.seq LIMIT ?",
+        [InboundStatus.ACCEPTED, InboundStatus.RUNNING, instance, alive_since, limit],
+    )
+    return [_row(dict(r)).message for r in cursor.fetchall()]
+
+
+def has_accepted(db: SqlDb, session_key: str) -> bool:
+    row = db.execute(
+        "SELECT 1 FROM inbox WHERE status = ? AND session_key = ? LIMIT 1",
+        [InboundStatus.ACCEPTED, session_key],
+    ).fetchone()
+    return row is not None
+
+
 def unfinished_rows(db: SqlDb) -> tuple[list[InboundMessage], int]:
     """Every unfinished inbound in arrival order, and the newest seq (one snapshot)."""
     marks = ",".join("?" for _ in UNFINISHED)

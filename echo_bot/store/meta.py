@@ -21,6 +21,7 @@ def set_daemon_info(db: SqlDb, info: dict[str, Any]) -> None:
 class InstanceRow:
     name: str
     host: str
+    boot_id: str  # the running kernel's: a pid names one process only within one boot
     pid: int
     version: str
     started_at: float
@@ -29,11 +30,11 @@ class InstanceRow:
 
 def instance_seen(db: SqlDb, row: InstanceRow) -> None:
     db.execute(
-        "INSERT INTO instances (name, host, pid, version, started_at, seen_at)"
-        " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET host = excluded.host,"
-        " pid = excluded.pid, version = excluded.version, started_at = excluded.started_at,"
-        " seen_at = excluded.seen_at",
-        [row.name, row.host, row.pid, row.version, row.started_at, row.seen_at],
+        "INSERT INTO instances (name, host, boot_id, pid, version, started_at, seen_at)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET host = excluded.host,"
+        " boot_id = excluded.boot_id, pid = excluded.pid, version = excluded.version,"
+        " started_at = excluded.started_at, seen_at = excluded.seen_at",
+        [row.name, row.host, row.boot_id, row.pid, row.version, row.started_at, row.seen_at],
     )
 
 
@@ -43,10 +44,10 @@ def instance_gone(db: SqlDb, name: str) -> None:
 
 def instances(db: SqlDb) -> list[InstanceRow]:
     rows = db.execute(
-        "SELECT name, host, pid, version, started_at, seen_at FROM instances"
+        "SELECT name, host, boot_id, pid, version, started_at, seen_at FROM instances"
         " ORDER BY seen_at DESC, name"
     ).fetchall()
-    return [InstanceRow(r[0], r[1], int(r[2]), r[3], float(r[4]), float(r[5])) for r in rows]
+    return [InstanceRow(r[0], r[1], r[2], int(r[3]), r[4], float(r[5]), float(r[6])) for r in rows]
 
 
 def daemon_info(db: SqlDb) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache
@@ -76,6 +77,22 @@ def _placeholders(sql: str) -> str:
     return sql.replace("%", "%%").replace("?", "%s")
 
 
+# PostgreSQL's text refuses U+0000, and its JSON types the escape \u0000 (SQLite takes
+# both): a NUL a user or a model sent is stored as U+FFFD, in plain text and in JSON.
+_JSON_NUL = re.compile(r"(?<!\\)((?:\\\\)*)\\u0000")
+
+
+def _without_nul(parameters: Sequence[Any]) -> Sequence[Any]:
+    if not any(isinstance(p, str) and ("\x00" in p or "\\u0000" in p) for p in parameters):
+        return parameters
+    return [_nul_free(p) if isinstance(p, str) else p for p in parameters]
+
+
+def _nul_free(text: str) -> str:
+    text = text.replace("\x00", "\ufffd")
+    return _JSON_NUL.sub(lambda m: m.group(1) + "\\ufffd", text) if "\\u0000" in text else text
+
+
 class PgHandle:
     """What a job is given on PostgreSQL: ``sql.SqlDb``'s ``execute`` and ``conn``."""
 
@@ -95,13 +112,13 @@ class PgHandle:
             self._trace(sql)
         if not parameters:
             return self._conn.execute(sql)
-        return self._conn.execute(_placeholders(sql), parameters)
+        return self._conn.execute(_placeholders(sql), _without_nul(parameters))
 
     def executemany(self, sql: str, parameters: Iterable[Sequence[Any]]) -> Any:
         if self._trace is not None:
             self._trace(sql)
         cursor = self._conn.cursor()
-        cursor.executemany(_placeholders(sql), list(parameters))
+        cursor.executemany(_placeholders(sql), [_without_nul(p) for p in parameters])
         return cursor
 
     def set_trace_callback(self, trace: Callable[[str], object] | None) -> None:
@@ -114,8 +131,15 @@ class PgSession:
 
     __slots__ = ("conn", "handle")
     errors = psycopg.Error
-    # The connection broke, the server went away or refused us: it may come back.
-    unavailable = (psycopg.OperationalError,)
+
+    def unavailable(self, exc: BaseException) -> bool:
+        """The connection broke or the server is going away, not a statement that will
+        fail again (a key too long for its index, a deadlock, a full disk)."""
+        return (
+            self.conn.broken
+            or self.conn.closed
+            or str(getattr(exc, "sqlstate", "") or "").startswith(_GONE)
+        )
 
     def __init__(self, conn: psycopg.Connection[Any]) -> None:
         self.conn, self.handle = conn, PgHandle(conn)
@@ -171,20 +195,35 @@ class PostgresDatabase(ThreadedEngine):
                 connect_timeout=CONNECT_TIMEOUT,
                 row_factory=_rows,
                 application_name="echo-bot",
+                # A network that drops packets fails a statement within about half a
+                # minute instead of holding the store thread for the kernel's ~15.
+                keepalives=1,
+                keepalives_idle=10,
+                keepalives_interval=5,
+                keepalives_count=3,
+                tcp_user_timeout=30_000,
             )
+        except psycopg.ProgrammingError:  # a URL psycopg cannot read: its words may quote it
+            raise StoreError(
+                "the database URL is not valid (see storage.url_env): expected"
+                " postgresql://user:password@host:5432/database"
+            ) from None
         except psycopg.Error as exc:
             kind = StoreError if starting and _refused_for_good(exc) else StoreUnavailable
             raise kind(f"cannot reach the database {self.where}: {_reason(exc)}") from None
-        except ValueError as exc:  # a URL psycopg cannot read
-            raise StoreError(f"the database URL is not valid: {exc}") from None
-        if self._durability == "full":
-            conn.execute("SET synchronous_commit = on")
-        if self._exclusive and not _hold_daemon_lock(conn):
+        except ValueError:
+            raise StoreError("the database URL is not valid (see storage.url_env)") from None
+        try:
+            if self._durability == "full":
+                conn.execute("SET synchronous_commit = on")
+            if self._exclusive and not _hold_daemon_lock(conn):
+                raise StoreError(
+                    f"another echo-bot daemon is running on the database {self.where}: one"
+                    " daemon per database for now (management commands work beside it)"
+                )
+        except BaseException:
             conn.close()
-            raise StoreError(
-                f"another echo-bot daemon is running on the database {self.where}: one"
-                " daemon per database for now (management commands work beside it)"
-            )
+            raise
         return PgSession(conn)
 
     def _open(self) -> None:
@@ -272,7 +311,8 @@ class PostgresDatabase(ThreadedEngine):
 
     def _store_error(self, job: Any, exc: BaseException, session: Session | None) -> BaseException:
         if isinstance(exc, psycopg.Error) and job.wrap_errors:
-            kind = StoreUnavailable if isinstance(exc, psycopg.OperationalError) else StoreError
+            gone = session is not None and session.unavailable(exc)
+            kind = StoreUnavailable if gone or isinstance(exc, StoreUnavailable) else StoreError
             error = kind(f"store error ({self.where}): {_reason(exc)}")
             error.__cause__ = exc
             return error
@@ -290,6 +330,10 @@ def _hold_daemon_lock(conn: psycopg.Connection[Any]) -> bool:
             return False
         time.sleep(0.2)
 
+
+# SQLSTATE classes of a connection that is gone: 08 connection exception, 57P0x the
+# server shutting down or not yet accepting connections.
+_GONE = ("08", "57P01", "57P02", "57P03")
 
 # SQLSTATEs of a refused connection that only a change of config mends.
 _REFUSED_FOR_GOOD = {

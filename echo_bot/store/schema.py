@@ -267,6 +267,7 @@ def _v8(db: Database) -> None:
         CREATE TABLE instances (
             name TEXT PRIMARY KEY,
             host TEXT NOT NULL,
+            boot_id TEXT NOT NULL,
             pid INTEGER NOT NULL,
             version TEXT NOT NULL,
             started_at REAL NOT NULL,
@@ -276,7 +277,23 @@ def _v8(db: Database) -> None:
     )
 
 
-MIGRATIONS: list[Callable[[Database], None]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8]
+def _v9(db: Database) -> None:
+    """Leases among the daemons sharing the store (``store/leases.py``): valid while the
+    holder's ``instances`` row is fresh."""
+    _run_script(
+        db,
+        """
+        CREATE TABLE leases (
+            name TEXT PRIMARY KEY,
+            instance TEXT NOT NULL,
+            taken_at REAL NOT NULL
+        );
+        CREATE INDEX leases_instance ON leases(instance)
+        """,
+    )
+
+
+MIGRATIONS: list[Callable[[Database], None]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8, _v9]
 
 
 def migrate(db: Database) -> int:

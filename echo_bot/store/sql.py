@@ -57,8 +57,12 @@ def json_text(db: object, column: str, *path: str) -> str:
 
 def json_number(db: object, column: str, *path: str) -> str:
     """SQL for the number at ``path`` inside the JSON held in ``column``."""
-    if dialect(db) == POSTGRES:
-        return f"({json_text(db, column, *path)})::double precision"
+    if dialect(db) == POSTGRES:  # NULL unless it is a number (as SQLite sums it as 0)
+        value = f"({column}::jsonb #> '{{{','.join(path)}}}')"
+        return (
+            f"(CASE WHEN jsonb_typeof({value}) = 'number'"
+            f" THEN ({value} #>> '{{}}')::double precision END)"
+        )
     return json_text(db, column, *path)
 
 

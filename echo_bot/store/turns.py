@@ -289,8 +289,8 @@ def taken_and_repeats(
     db: SqlDb, turn_id: str, ids: list[str], hashes: list[str]
 ) -> tuple[set[str], int]:
     """``taken_call_ids(ids)`` and ``repeats(turn_id, hashes)`` in one read."""
-    if not ids and not hashes:
-        return set(), 0
+    if not ids or not hashes:  # `IN ()` is no SQL to PostgreSQL
+        return taken_call_ids(db, ids) if ids else set(), repeats(db, turn_id, hashes)
     id_marks = ",".join("?" for _ in ids)
     hash_marks = ",".join("?" for _ in hashes)
     rows = db.execute(

@@ -24,6 +24,7 @@ from . import access as access_sql
 from . import approvals as approval_sql
 from . import audit as audit_sql
 from . import inbox as inbox_sql
+from . import leases as lease_sql
 from . import meta as meta_sql
 from . import outbox as outbox_sql
 from . import reminders as reminder_sql
@@ -95,6 +96,7 @@ class Tx:
     audit = _Repo(lambda tx: AuditRepo(tx._db, tx._masker))
     access = _Repo(lambda tx: AccessRepo(tx._db))
     meta = _Repo(lambda tx: MetaRepo(tx._db))
+    leases = _Repo(lambda tx: LeaseRepo(tx._db))
 
     def announce(self, event: Committed) -> None:
         self.committed.append(event)
@@ -138,6 +140,12 @@ class InboxRepo:
 
     def get(self, inbound_id: str) -> inbox_sql.InboxRow | None:
         return inbox_sql.get_inbound(self._db, inbound_id)
+
+    def claimable(self, instance: str, alive_since: float, limit: int) -> list[InboundMessage]:
+        return inbox_sql.claimable(self._db, instance, alive_since, limit)
+
+    def has_accepted(self, session_key: str) -> bool:
+        return inbox_sql.has_accepted(self._db, session_key)
 
     def unfinished(self) -> tuple[list[InboundMessage], int]:
         """Every unfinished inbound in arrival order, and the newest seq."""
@@ -524,6 +532,24 @@ class MetaRepo:
         return retention.prune(self._db, before)
 
 
+class LeaseRepo:
+    """Leases among the daemons sharing the store (``store/leases.py``)."""
+
+    __slots__ = ("_db",)
+
+    def __init__(self, db: SqlDb) -> None:
+        self._db = db
+
+    def take(self, name: str, instance: str, now: float, alive_since: float) -> bool:
+        return lease_sql.take(self._db, name, instance, now, alive_since)
+
+    def release(self, name: str, instance: str) -> bool:
+        return lease_sql.release(self._db, name, instance)
+
+    def holders(self, alive_since: float) -> dict[str, list[str]]:
+        return lease_sql.holders(self._db, alive_since)
+
+
 class Store:
     """The store as the core sees it: units of work and what they committed."""
 
@@ -541,6 +567,14 @@ class Store:
     def describe(self) -> str:
         """Where the store is, for people (never a password)."""
         return self.database.describe()
+
+    def health(self) -> dict[str, object]:
+        return self.database.health()
+
+    @property
+    def shared(self) -> bool:
+        """Whether several daemons may use this store at once (PostgreSQL)."""
+        return self.database.engine == "postgres"
 
     @property
     def path(self) -> Path | None:

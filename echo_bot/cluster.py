@@ -1,0 +1,63 @@
+"""This daemon among the daemons that share one PostgreSQL store.
+
+Each daemon keeps its row in ``instances`` fresh (every ``BEAT`` seconds); a lease held
+by a daemon whose row is older than ``LEASE`` seconds is free for the taking, so the
+work of a daemon that died is taken over within about that time, and nothing is renewed
+lease by lease. What is held: each session a daemon is driving (``session:<key>``: one
+daemon runs a session's turns at a time, in order), the outbox (``delivery``: one daemon
+sends, so each chat's messages leave in order and Telegram's limits hold for the whole
+cluster). With one daemon on a store (SQLite) there is no ``Cluster`` at all.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from .store import Store, Tx
+
+BEAT = 5.0  # seconds between refreshes of this daemon's instance row
+LEASE = 15.0  # a daemon unseen this long is gone: its leases are free
+
+
+def session_lease(session_key: str) -> str:
+    return f"session:{session_key}"
+
+
+DELIVERY = "delivery"
+
+
+class Cluster:
+    def __init__(
+        self,
+        store: Store,
+        name: str,
+        *,
+        lease: float = LEASE,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store, self.name, self.lease, self.clock = store, name, lease, clock
+
+    def alive_since(self) -> float:
+        return self.clock() - self.lease
+
+    def take_in(self, tx: Tx, lease: str) -> bool:
+        return tx.leases.take(lease, self.name, self.clock(), self.alive_since())
+
+    async def take(self, lease: str) -> bool:
+        """Hold ``lease`` (or go on holding it); False while another live daemon does."""
+        return await self.store.run(lambda tx: self.take_in(tx, lease))
+
+    async def release(self, lease: str) -> None:
+        await self.store.run(lambda tx: tx.leases.release(lease, self.name))
+
+    async def release_session(self, session_key: str) -> bool:
+        """Let the session go unless accepted work for it waits in the inbox (committed by
+        another daemon meanwhile: this one's poll brings it here). True if released."""
+
+        def let_go(tx: Tx) -> bool:
+            if tx.inbox.has_accepted(session_key):
+                return False
+            return tx.leases.release(session_lease(session_key), self.name)
+
+        return await self.store.run(let_go)
