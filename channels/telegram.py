@@ -112,7 +112,7 @@ class TelegramChannel:
         self.http = setup.http
         self.poll_timeout = int(setup.options.get("poll_timeout", 25))
         self.hold = setup.hold
-        self.standby = False  # another daemon polls this bot now
+        self.standby: bool | None = None  # another daemon polls this bot now (None: not asked)
         self.secret = setup.environ.get(config.webhook_secret_env, "")
         self.dp = Dispatcher()
         self.dp.include_router(self._router())
@@ -279,7 +279,7 @@ class TelegramChannel:
         except Exception as exc:  # the store is away: nobody can store updates anyway
             self._degrade(f"cannot tell whether to poll: {exc}")
             return False
-        if polling == self.standby:  # changed
+        if self.standby is None or polling == self.standby:  # the first answer, or a change
             log.info("telegram: %s", "polling now" if polling else "another daemon polls")
         self.standby = not polling
         return polling

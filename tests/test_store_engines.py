@@ -342,33 +342,6 @@ def test_a_bad_database_url_is_one_clear_line_and_exit_2(
     assert "wrong" not in done.stderr  # the password is never shown
 
 
-async def test_a_second_daemon_on_one_postgres_database_is_refused() -> None:
-    """Until instances coordinate, one daemon per database; a management command (which
-    opens without a loop) works beside it, and once the first stops another may start."""
-    from echo_bot.store.postgres import PostgresDatabase
-
-    with fresh_database() as url:
-        first, second = PostgresDatabase(url), PostgresDatabase(url)
-        await first.open()
-        try:
-            with pytest.raises(StoreError, match="another echo-bot daemon is running"):
-                await second.open()
-            manager = PostgresDatabase(url)
-            await asyncio.to_thread(manager.open_sync)
-            assert (
-                await asyncio.to_thread(
-                    manager.run_sync, lambda d: d.execute("SELECT 1").fetchone()[0]
-                )
-                == 1
-            )
-            await asyncio.to_thread(manager.close_sync)
-        finally:
-            await first.close()
-        third = PostgresDatabase(url)
-        await third.open()
-        await third.close()
-
-
 class Nap(Tool):
     """A read tool that takes its time (long enough to take the database away)."""
 

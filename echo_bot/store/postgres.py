@@ -12,8 +12,9 @@ transaction, run again with a savepoint per job when one fails, which PostgreSQL
 needs: after a failed statement it refuses every other until a rollback). The
 connection is opened at start (the schema migrated under an advisory lock, so
 instances starting at once migrate once) and opened again before the next batch when
-it was lost: while the database is unreachable each job fails with a StoreError, and
-nothing is acknowledged that was not committed.
+it was lost: while the database is unreachable each job fails with StoreUnavailable,
+and nothing is acknowledged that was not committed. How several daemons share the work
+of one database is ``echo_bot/cluster.py``'s.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-import time
 from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache
 from typing import Any, TypeVar
@@ -37,10 +37,6 @@ from .sql import POSTGRES, describe_url
 CONNECT_TIMEOUT = 5  # seconds
 # pg_advisory_xact_lock key held while the schema is migrated ("echo" in ASCII).
 MIGRATION_LOCK = 0x6563686F
-# Held by a daemon's connection for as long as it runs ("echr"): one daemon per database
-# until the instances coordinate (leases for sessions, the poller, reminders).
-DAEMON_LOCK = 0x65636872
-LOCK_WAIT = 3.0  # seconds a starting daemon waits for the daemon lock
 
 T = TypeVar("T")
 
@@ -168,19 +164,16 @@ class PostgresDatabase(ThreadedEngine):
         self.where = describe_url(url)
         self._session: PgSession | None = None
         self._opened = False
-        self._exclusive = False
 
     def describe(self) -> str:
         return f"PostgreSQL {self.where}"
 
     # -- lifecycle -------------------------------------------------------------------
     async def open(self) -> None:
-        """Open for a daemon: refused while another daemon holds the database."""
-        self._exclusive = True
         await self._submit(self._open, in_transaction=False)
 
     def open_sync(self) -> None:
-        """Open for a management command, beside a running daemon."""
+        """For management commands (no event loop)."""
         self._submit_sync(self._open, in_transaction=False)
 
     def _connect(self, *, starting: bool = False) -> PgSession:
@@ -216,11 +209,6 @@ class PostgresDatabase(ThreadedEngine):
         try:
             if self._durability == "full":
                 conn.execute("SET synchronous_commit = on")
-            if self._exclusive and not _hold_daemon_lock(conn):
-                raise StoreError(
-                    f"another echo-bot daemon is running on the database {self.where}: one"
-                    " daemon per database for now (management commands work beside it)"
-                )
         except BaseException:
             conn.close()
             raise
@@ -317,18 +305,6 @@ class PostgresDatabase(ThreadedEngine):
             error.__cause__ = exc
             return error
         return super()._store_error(job, exc, session)
-
-
-def _hold_daemon_lock(conn: psycopg.Connection[Any]) -> bool:
-    """Take the daemon lock, waiting a moment for it: a daemon killed just now holds it
-    until the server notices that its connection is gone."""
-    deadline = time.monotonic() + LOCK_WAIT
-    while True:
-        if conn.execute("SELECT pg_try_advisory_lock(%s)", [DAEMON_LOCK]).fetchone()[0]:
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.2)
 
 
 # SQLSTATE classes of a connection that is gone: 08 connection exception, 57P0x the

@@ -1,0 +1,265 @@
+"""Three `echo-bot run` processes on one PostgreSQL database, as on three machines: the
+fake Bot API for Telegram, signed webhooks spread over all three, one of them killed
+(SIGKILL) in the middle. Every delivery runs its side effect once, every chat message is
+answered once, the Telegram bot is polled by one daemon at a time and taken over when
+that one dies."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import signal
+import sys
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from tests.conftest import ROOT, echo_bot_env
+from tests.fakes.telegram_api import FakeTelegramAPI
+from tests.postgres import fresh_database
+from tests.proc import free_port
+
+TOKEN = "123456:CLUSTER-test-token"
+OWNER = 42
+SECRET = "whsec_" + base64.b64encode(b"cluster-standard-webhooks-secret").decode()
+COMMAND = ["sh", "-c", "echo ran >> count.txt"]
+NAMES = ("bot-a", "bot-b", "bot-c")
+
+
+def config(api: FakeTelegramAPI, name: str, port: int, workspace: Path) -> str:
+    argv = json.dumps(COMMAND)
+    return f"""
+[bot]
+instance = "{name}"
+[storage]
+engine = "postgres"
+[telegram]
+enabled = true
+api_base = "{api.base_url}"
+allowed_users = [{OWNER}]
+[http]
+port = {port}
+[tools]
+profile = "coding"
+workspace = "{workspace}"
+[tools.shell]
+enabled = true
+allow_commands = ["sh -c *"]
+[webhook]
+enabled = true
+
+[[webhook.routes]]
+name = "count"
+auth = "standard"
+secret_env = "COUNT_SECRET"
+tool = "shell_exec"
+args = {{ argv = {argv} }}
+deliver_to = "telegram:{OWNER}"
+"""
+
+
+class Daemon:
+    def __init__(self, name: str, config: Path, state: Path, url: str, port: int) -> None:
+        self.name, self.config, self.state, self.url, self.port = name, config, state, url, port
+        self.proc: asyncio.subprocess.Process | None = None
+        self.lines: list[str] = []
+        self._reader: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self.proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "echo_bot", "run",
+            "--config", str(self.config), "--state-dir", str(self.state),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+            env=echo_bot_env(
+                TELEGRAM_BOT_TOKEN=TOKEN, COUNT_SECRET=SECRET, ECHO_BOT_DATABASE_URL=self.url
+            ),
+            cwd=ROOT,
+        )  # fmt: skip
+        ready = asyncio.get_running_loop().create_future()
+        self._reader = asyncio.create_task(self._read(ready))
+        async with asyncio.timeout(30):
+            await ready
+
+    async def _read(self, ready: asyncio.Future[None]) -> None:
+        assert self.proc is not None and self.proc.stderr is not None
+        while line := (await self.proc.stderr.readline()).decode():
+            self.lines.append(line.rstrip())
+            if line.startswith("stop with") and not ready.done():
+                ready.set_result(None)
+        if not ready.done():
+            ready.set_exception(AssertionError(f"{self.name} exited:\n" + "\n".join(self.lines)))
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.returncode is None
+
+    async def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        await self.proc.wait()
+
+    async def stop(self) -> int:
+        assert self.proc is not None
+        if self.proc.returncode is None:
+            self.proc.send_signal(signal.SIGTERM)
+        code = await asyncio.wait_for(self.proc.wait(), 30)
+        if self._reader is not None:
+            await asyncio.gather(self._reader, return_exceptions=True)
+        return code
+
+
+@contextlib.asynccontextmanager
+async def cluster(
+    tmp_path: Path,
+) -> AsyncIterator[tuple[FakeTelegramAPI, list[Daemon], Path, str]]:
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    with fresh_database() as url:
+        async with FakeTelegramAPI(token=TOKEN) as api:
+            daemons = []
+            for name in NAMES:
+                port = free_port()
+                path = tmp_path / f"{name}.toml"
+                path.write_text(config(api, name, port, workspace))
+                daemons.append(Daemon(name, path, tmp_path / name, url, port))
+            try:
+                for daemon in daemons:
+                    await daemon.start()
+                yield api, daemons, workspace, url
+            finally:
+                for daemon in daemons:
+                    if daemon.proc is not None:
+                        with contextlib.suppress(Exception):
+                            await daemon.stop()
+
+
+def signed(body: bytes, msg_id: str) -> dict[str, str]:
+    from standardwebhooks.webhooks import Webhook
+
+    now = datetime.now(UTC)
+    return {
+        "Content-Type": "application/json",
+        "webhook-id": msg_id,
+        "webhook-timestamp": str(int(now.timestamp())),
+        "webhook-signature": Webhook(SECRET).sign(msg_id, now, body.decode()),
+    }
+
+
+async def deliver(session: aiohttp.ClientSession, daemons: list[Daemon], n: int) -> str:
+    """Delivery ``n`` to daemon n % 3, or — as a sender retries — to the next one while
+    that one is down; the daemon that answered 202."""
+    body = json.dumps({"n": n}).encode()
+    for attempt in range(30):
+        daemon = daemons[(n + attempt) % len(daemons)]
+        url = f"http://127.0.0.1:{daemon.port}/hooks/count"
+        with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+            async with session.post(url, data=body, headers=signed(body, f"msg-{n}")) as answer:
+                if answer.status in (200, 202):
+                    return daemon.name
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"delivery {n} was never accepted")
+
+
+async def until(ready: object, timeout: float, state: object) -> None:
+    """Wait for ``ready()``; on time-out fail with ``state()`` (what each daemon said)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not ready():  # type: ignore[operator]
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(state())  # type: ignore[operator]
+        await asyncio.sleep(0.1)
+
+
+async def press_approve(api: FakeTelegramAPI) -> None:
+    """The owner taps Approve on every prompt as it arrives (whichever daemon sent it,
+    whichever polls the press)."""
+    pressed: set[int] = set()
+    while True:
+        for call in api.calls_of("sendMessage"):
+            markup = call.params.get("reply_markup")
+            if not markup or call.response is None or not call.response.get("ok"):
+                continue
+            markup = json.loads(markup) if isinstance(markup, str) else markup
+            message_id = call.response["result"]["message_id"]
+            if message_id in pressed:
+                continue
+            pressed.add(message_id)
+            approve = markup["inline_keyboard"][0][0]["callback_data"]
+            api.push_callback(approve, user_id=OWNER, message_id=message_id, chat_id=OWNER)
+        await asyncio.sleep(0.2)
+
+
+def stored(url: str) -> str:
+    """What the database holds: for a failure's message."""
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        inbox = conn.execute(
+            "SELECT kind, status, instance, COUNT(*) FROM inbox GROUP BY 1, 2, 3 ORDER BY 1, 2, 3"
+        ).fetchall()
+        approvals = conn.execute("SELECT status, COUNT(*) FROM approvals GROUP BY 1").fetchall()
+        leases = conn.execute("SELECT name, instance FROM leases ORDER BY 1").fetchall()
+        outbox = conn.execute("SELECT status, COUNT(*) FROM outbox GROUP BY 1").fetchall()
+    return f"inbox {inbox}\napprovals {approvals}\nleases {leases}\noutbox {outbox}"
+
+
+def runs(workspace: Path) -> int:
+    path = workspace / "count.txt"
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def results(api: FakeTelegramAPI) -> list[str]:
+    return [t for t in api.sent_texts(OWNER) if "exit code 0" in t]
+
+
+@pytest.mark.timeout(240)
+async def test_three_daemons_share_one_database_and_survive_a_kill(tmp_path: Path) -> None:
+    async with cluster(tmp_path) as (api, daemons, workspace, url):
+        presser = asyncio.create_task(press_approve(api))
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
+            first = await asyncio.gather(*(deliver(session, daemons, n) for n in range(12)))
+            assert set(first) == set(NAMES)  # spread over all three
+            for n in range(3):
+                api.push_message(f"what time is it? #{n}", user_id=OWNER)
+
+            def state() -> str:
+                said = "\n".join(f"{d.name}: {line}" for d in daemons for line in d.lines[-15:])
+                return f"runs {runs(workspace)}, results {len(results(api))}\n{stored(url)}\n{said}"
+
+            await until(lambda: runs(workspace) >= 12 and len(results(api)) >= 12, 60, state)
+
+            # Kill the daemon that polls Telegram (and so may deliver too) mid-stream.
+            poller = next(d for d in daemons if any("polling now" in x for x in d.lines))
+            sending = asyncio.gather(*(deliver(session, daemons, n) for n in range(12, 30)))
+            await asyncio.sleep(0.3)
+            await poller.kill()
+            await sending
+            for n in range(3, 6):
+                api.push_message(f"what time is it? #{n}", user_id=OWNER)
+
+            await until(lambda: runs(workspace) >= 30 and len(results(api)) >= 30, 90, state)
+
+            def answered() -> list[str]:
+                return [t for t in api.sent_texts(OWNER) if t.startswith("It is")]
+
+            await until(lambda: len(answered()) >= 6, 60, state)
+            await asyncio.sleep(2.0)  # room for a duplicate to show up
+        presser.cancel()
+
+        assert runs(workspace) == 30, "a delivery ran its command twice or not at all"
+        # At-least-once for a send in flight at the kill: one repeat per chat at most.
+        assert 30 <= len(results(api)) <= 31, results(api)
+        assert len(answered()) == 6, answered()
+        survivors = [d for d in daemons if d.alive]
+        assert len(survivors) == 2
+        assert any("polling now" in line for d in survivors for line in d.lines), (
+            "no daemon took over polling Telegram"
+        )
+        for daemon in survivors:
+            assert await daemon.stop() == 0
