@@ -353,7 +353,7 @@ class Daemon:
                     pending_prompts=self._pending_prompts,
                     started_at=self.started_at,
                     detach=partial(delivery.remove_channel, name),
-                    hold=cluster.take if cluster is not None else None,
+                    hold=self._hold_for(cluster, config) if cluster is not None else None,
                 )
                 to_start.append(cls(setup))
             for channel in to_start + self.extra_channels:
@@ -534,6 +534,12 @@ class Daemon:
             "config reloaded" + (" (some changes need a restart)" if restart else "")
         )
         return restart
+
+    @staticmethod
+    def _hold_for(cluster: Cluster, config: Config) -> Callable[[str], Awaitable[bool]]:
+        """What a channel asks before its one-daemon-at-a-time work (the poller)."""
+        poller_lease = config.telegram.lease.total_seconds()
+        return lambda name: cluster.take(name, within=poller_lease)
 
     def _instance_name(self) -> str:
         return self.core.store.instance or f"{socket.gethostname()}-{os.getpid()}"

@@ -41,12 +41,15 @@ class Cluster:
     def alive_since(self) -> float:
         return self.clock() - self.lease
 
-    def take_in(self, tx: Tx, lease: str) -> bool:
-        return tx.leases.take(lease, self.name, self.clock(), self.alive_since())
+    def take_in(self, tx: Tx, lease: str, within: float | None = None) -> bool:
+        now = self.clock()
+        alive_since = now - (self.lease if within is None else within)
+        return tx.leases.take(lease, self.name, now, alive_since)
 
-    async def take(self, lease: str) -> bool:
-        """Hold ``lease`` (or go on holding it); False while another live daemon does."""
-        return await self.store.run(lambda tx: self.take_in(tx, lease))
+    async def take(self, lease: str, within: float | None = None) -> bool:
+        """Hold ``lease`` (or go on holding it); False while another live daemon does.
+        ``within``: its holder counts as gone when unseen this long (default ``lease``)."""
+        return await self.store.run(lambda tx: self.take_in(tx, lease, within))
 
     async def release(self, lease: str) -> None:
         await self.store.run(lambda tx: tx.leases.release(lease, self.name))

@@ -162,6 +162,9 @@ class TelegramConfig(Section):
     token_env: EnvName = "TELEGRAM_BOT_TOKEN"
     api_base: str = "https://api.telegram.org"
     mode: Literal["polling", "webhook"] = "polling"
+    # Several daemons on one PostgreSQL store: one polls; when it dies, another takes
+    # over once it has been unseen this long (at least 10 s: daemons are seen every 5).
+    lease: Duration = Field(timedelta(seconds=15), ge=timedelta(seconds=10))
     webhook_url: str | None = None
     webhook_secret_env: EnvName = "TELEGRAM_WEBHOOK_SECRET"
     allowed_users: list[int] = Field(default_factory=list)

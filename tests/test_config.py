@@ -45,6 +45,21 @@ ROUTE_BASE = 'name = "gh"\nauth = "github"\nsecret_env = "GH_SECRET"\n'
     [
         pytest.param("bogus = 1", "bogus", "unknown key", id="unknown-top-level"),
         pytest.param(
+            "[telegram]\nlease = '5s'",
+            "telegram.lease",
+            "greater than or equal to 10 seconds",
+            id="lease-too-short",
+        ),
+        pytest.param(
+            "[storage]\nengine = 'mysql'",
+            "storage.engine",
+            "'sqlite' or 'postgres'",
+            id="unknown-engine",
+        ),
+        pytest.param(
+            "[bot]\ninstance = 'a b'", "bot.instance", "pattern", id="instance-with-a-space"
+        ),
+        pytest.param(
             "[tools.shell]\nenabeld = true", "tools.shell.enabeld", "unknown key", id="nested"
         ),
         pytest.param(
