@@ -65,6 +65,14 @@ def test_turns_quick_on_postgres() -> None:
     assert ", 0 replies sent" not in output
 
 
+@pytest.mark.timeout(300)
+def test_scaleout_quick() -> None:
+    admin = reachable_admin_url()
+    output = run_quick("scaleout.py", "--database-url", admin)
+    assert_markdown_table(output, "instances")
+    assert "throughput ÷ 1 instance: 1: 1.00, 2:" in output
+
+
 def test_pg_driver_runs() -> None:
     admin = reachable_admin_url()
     result = subprocess.run(
