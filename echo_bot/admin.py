@@ -415,12 +415,12 @@ def status_command(at: StoreAt) -> int:
     for row in live:
         up = int(now - row.started_at)
         print(
-            f"  {escape_text(row.name)}: {escape_text(row.host)}, pid {row.pid},"
+            f"  {escape_text(row.label)}: {escape_text(row.host)}, pid {row.pid},"
             f" {row.version}, up {up // 3600} h {up % 3600 // 60} min,"
             f" seen {int(now - row.seen_at)} s ago"
         )
     for row in gone:
-        print(f"  {escape_text(row.name)}: gone (last seen {_clock(row.seen_at)})")
+        print(f"  {escape_text(row.label)}: gone (last seen {_clock(row.seen_at)})")
     print(
         f"inbox: {counts['inbox_pending']} pending, {counts['waiting_approval']} waiting for "
         f"approval; outbox: {counts['outbox_queued']} queued, {counts['outbox_failed']} failed"

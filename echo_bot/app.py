@@ -67,11 +67,15 @@ CHANNELS: dict[str, str] = {
 
 
 def boot_id() -> str:
-    """This machine's current boot ('' where the kernel does not say)."""
+    """This machine's current boot and this process's pid namespace ('' where the kernel
+    does not say): two daemons with the same one see each other's pids (containers on one
+    host share the boot, not the pids)."""
     try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        pids = os.stat("/proc/self/ns/pid").st_ino
     except OSError:
         return ""
+    return f"{boot}/{pids}"
 
 
 def process_alive(pid: int) -> bool:
@@ -284,6 +288,7 @@ class Daemon:
             gate=gate,
             directory=core.directory,
             masker=core.masker,
+            fence=cluster.fence if cluster is not None else None,
         )
         brain = self._build_brain(core.commands, bus)
         runner = TurnRunner(
@@ -406,10 +411,9 @@ class Daemon:
                     await channel.stop()
             if http is not None:
                 await http.stop()
-            for task in (self._housekeeping, self._heartbeat):
-                if task is not None:
-                    task.cancel()
-                    await asyncio.gather(task, return_exceptions=True)
+            if self._housekeeping is not None:
+                self._housekeeping.cancel()
+                await asyncio.gather(self._housekeeping, return_exceptions=True)
             if self.scheduler is not None:
                 await self.scheduler.stop()
             await dispatcher.stop(config.bot.shutdown_timeout.total_seconds())
@@ -417,7 +421,12 @@ class Daemon:
             for close in self._closers:
                 with contextlib.suppress(Exception):
                     await close()
-            if self._instance_row is not None:  # it leaves the list of live daemons
+            # Alive (and holding its leases) until its turns and sends are done: then it
+            # leaves the list of live daemons, and its leases are free at once.
+            if self._heartbeat is not None:
+                self._heartbeat.cancel()
+                await asyncio.gather(self._heartbeat, return_exceptions=True)
+            if self._instance_row is not None:
                 name = self._instance_row.name
                 with contextlib.suppress(Exception):
                     await core.store.run(lambda tx: tx.meta.instance_gone(name))
@@ -542,7 +551,12 @@ class Daemon:
         return lambda name: cluster.take(name, within=poller_lease)
 
     def _instance_name(self) -> str:
+        """This process's unique name in the store (what holds its leases)."""
         return self.core.store.instance or f"{socket.gethostname()}-{os.getpid()}"
+
+    def _instance_label(self) -> str:
+        """What people see: ``[bot] instance``, else host-pid."""
+        return self.core.loaded.config.bot.instance or f"{socket.gethostname()}-{os.getpid()}"
 
     def _register_instance(self, tx: Tx) -> None:
         boot = boot_id()
@@ -555,6 +569,7 @@ class Daemon:
                 tx.meta.instance_gone(other.name)
         row = InstanceRow(
             name=self._instance_name(),
+            label=self._instance_label(),
             host=socket.gethostname(),
             boot_id=boot,
             pid=os.getpid(),
@@ -571,7 +586,7 @@ class Daemon:
             "daemon.started",
             trace_id=None,
             session_key=None,
-            instance=self._instance_name(),
+            instance=self._instance_label(),
             version=__version__,
             channels=info["channels"],
         )

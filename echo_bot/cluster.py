@@ -11,9 +11,7 @@ cluster). With one daemon on a store (SQLite) there is no ``Cluster`` at all.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-
+from .errors import LeaseLost
 from .store import Store, Tx
 
 BEAT = 5.0  # seconds between refreshes of this daemon's instance row
@@ -28,28 +26,26 @@ DELIVERY = "delivery"
 
 
 class Cluster:
-    def __init__(
-        self,
-        store: Store,
-        name: str,
-        *,
-        lease: float = LEASE,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self.store, self.name, self.lease, self.clock = store, name, lease, clock
-
-    def alive_since(self) -> float:
-        return self.clock() - self.lease
+    def __init__(self, store: Store, name: str, *, lease: float = LEASE) -> None:
+        # Liveness is judged by the database's clock (store/sql.py db_clock): the
+        # daemons' own clocks may be seconds apart.
+        self.store, self.name, self.lease = store, name, lease
 
     def take_in(self, tx: Tx, lease: str, within: float | None = None) -> bool:
-        now = self.clock()
-        alive_since = now - (self.lease if within is None else within)
-        return tx.leases.take(lease, self.name, now, alive_since)
+        return tx.leases.take(lease, self.name, self.lease if within is None else within)
 
     async def take(self, lease: str, within: float | None = None) -> bool:
         """Hold ``lease`` (or go on holding it); False while another live daemon does.
         ``within``: its holder counts as gone when unseen this long (default ``lease``)."""
         return await self.store.run(lambda tx: self.take_in(tx, lease, within))
+
+    def fence(self, tx: Tx, session_key: str) -> None:
+        """Raise LeaseLost unless this daemon still holds the session (in the transaction
+        that marks a side-effecting call started: no daemon that lost a session starts
+        one of its calls, and one taking it over waits for that commit, then finds the
+        call started and reports it OUTCOME_UNKNOWN instead of running it again)."""
+        if not tx.leases.held(session_lease(session_key), self.name):
+            raise LeaseLost(f"session {session_key} is driven by another daemon now")
 
     async def release(self, lease: str) -> None:
         await self.store.run(lambda tx: tx.leases.release(lease, self.name))

@@ -76,7 +76,9 @@ def build_core(loaded: LoadedConfig, state_dir: Path, environ: Mapping[str, str]
         durability=config.bot.durability,
         url=environ.get(config.storage.url_env),
     )
-    store = Store(database, masker, instance=config.bot.instance or process_instance())
+    # The store knows this process by a name no other can have (leases are held by it);
+    # [bot] instance is only the label people see (every machine may share one config).
+    store = Store(database, masker, instance=process_instance())
     reminders = ReminderService(
         store,
         timezone=config.bot.timezone,

@@ -93,6 +93,7 @@ class DeliveryWorker:
         # the others keep trying to take it, and take over when its holder is gone.
         self.cluster = cluster
         self.sending = cluster is None
+        self._sending_until = 0.0
         self._lease_task: asyncio.Task[None] | None = None
         self.delivered = 0
         store.subscribe(OutboundCommitted, self._queued)  # every commit that queued outbound
@@ -137,7 +138,12 @@ class DeliveryWorker:
                 log.info("this daemon delivers the outbox now (%s)", cluster.name)
                 self._wake.set()
             self.sending = sending
+            # Trusted only until a little before another daemon could take it over.
+            self._sending_until = time.monotonic() + cluster.lease - BEAT - 2.0
             await asyncio.sleep(BEAT)
+
+    def _may_send(self) -> bool:
+        return self.sending and (self.cluster is None or time.monotonic() < self._sending_until)
 
     async def stop(self, grace: float = 5.0) -> None:
         """Let sends in flight finish (bounded), then stop."""
@@ -163,7 +169,7 @@ class DeliveryWorker:
         key = str(row.message.to)
         if (
             self._stopping
-            or not self.sending
+            or not self._may_send()
             or self._task is None
             or key in self._in_flight
             or row.message.to.channel not in self.channels
@@ -178,7 +184,7 @@ class DeliveryWorker:
             self._wake.clear()
             # Outbound committed from here on may be missing from the look below.
             self._fresh.clear()
-            if not self.sending:  # another daemon delivers; the lease task wakes this
+            if not self._may_send():  # another daemon delivers; the lease task wakes this
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(IDLE_WAIT):
                         await self._wake.wait()

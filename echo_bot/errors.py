@@ -49,6 +49,11 @@ class StoreUnavailable(StoreError):
     succeed once it is back."""
 
 
+class LeaseLost(EchoBotError):
+    """Another daemon on the shared store holds what this one was working on (it took a
+    session over while this one was cut off): this one must stop at once."""
+
+
 class ChannelError(EchoBotError):
     """A channel failed to deliver. ``retryable`` says whether trying again may help."""
 

@@ -13,7 +13,7 @@ import asyncio
 import hashlib
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -56,8 +56,11 @@ class CallExecutor:
         gate: ApprovalGate,
         directory: ApproverDirectory,
         masker: Masker,
+        fence: Callable[[Tx, str], None] | None = None,
     ) -> None:
         self.store = store
+        # With several daemons: raises LeaseLost unless this one still holds the session.
+        self.fence = fence
         self.registry = registry
         self.policy = policy
         self.gate = gate
@@ -303,7 +306,14 @@ class CallExecutor:
         results wait, see the module doc)."""
         side_effect = tool.risk_for(call.args) != Risk.READ
         if side_effect:
-            await self.store.run(lambda tx: tx.turns.set_call(call.id, STARTED))
+            fence, session = self.fence, inbound.session_key
+
+            def start(tx: Tx) -> None:
+                if fence is not None:
+                    fence(tx, session)
+                tx.turns.set_call(call.id, STARTED)
+
+            await self.store.run(start)
         result = await self.registry.execute(tool.name, call.args, self.context(inbound, call))
         result.output = self.masker.mask(result.output)
         # A read-only call may run again after a crash, unless someone approved it once.

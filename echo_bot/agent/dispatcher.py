@@ -15,7 +15,7 @@ from typing import Any, Protocol, TypeVar
 from .. import metrics
 from ..approvals import ApprovalGate, DecisionOutcome
 from ..cluster import Cluster, session_lease
-from ..errors import StoreUnavailable, log_retrying
+from ..errors import LeaseLost, StoreUnavailable, log_retrying
 from ..events import InboundKind, InboundMessage, InboundStatus, OutboundKind, OutboundMessage
 from ..store import InboundCommitted, Store, Tx
 from .runner import TurnRunner
@@ -174,7 +174,7 @@ class Dispatcher:
             await asyncio.sleep(POLL_INTERVAL)
             try:
                 found = await self.store.run(
-                    lambda tx: tx.inbox.claimable(cluster.name, cluster.alive_since(), POLL_PAGE)
+                    lambda tx: tx.inbox.claimable(cluster.name, cluster.lease, POLL_PAGE)
                 )
             except Exception:
                 log_retrying(log, "reading the inbox failed; retrying")
@@ -298,6 +298,8 @@ class Dispatcher:
             )
         except asyncio.CancelledError:
             raise
+        except LeaseLost as exc:  # the daemon that took the session over goes on with it
+            log.warning("turn %s left to another daemon: %s", inbound_id, exc)
         except Exception as exc:  # task boundary: record, tell the user, go on
             log.exception("turn %s failed", inbound_id)
             await self._fail(inbound_id, exc)

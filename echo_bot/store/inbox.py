@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from ..bus import Published
 from ..events import InboundMessage, InboundStatus
-from .sql import SqlDb
+from .sql import SqlDb, db_clock
 
 if TYPE_CHECKING:
     from .tx import Store
@@ -166,25 +166,27 @@ def accepted_from_others(
     return [r.message for r in rows], max(seq, newest), False
 
 
-def claimable(db: SqlDb, instance: str, alive_since: float, limit: int) -> list[InboundMessage]:
+def claimable(db: SqlDb, instance: str, lease: float, limit: int) -> list[InboundMessage]:
     """With several daemons on one store: the rows with work to do, oldest first, whose
     session no other live instance holds (``store/leases.py``) — new work of sessions
     nobody drives or this instance drives, the turns of an instance that died, and turns
     waiting for approvals that are all decided now (the decision may have reached a
     daemon that could not take the turn's session then)."""
     cursor = db.execute(
-        "SELECT * FROM inbox i WHERE (i.status IN (?, ?) OR (i.status = ? AND NOT EXISTS ("
+        "SELECT * FROM inbox i WHERE (i.status IN (?, ?) OR (i.status = ?"
+        "  AND EXISTS (SELECT 1 FROM approvals a WHERE a.turn_id = i.id)"
+        "  AND NOT EXISTS ("
         "  SELECT 1 FROM approvals a WHERE a.turn_id = i.id AND a.status = 'pending')))"
         " AND NOT EXISTS ("
         " SELECT 1 FROM leases l JOIN instances n ON n.name = l.instance"
         " WHERE l.name = 'session:' || i.session_key AND l.instance <> ?"
-        " AND n.seen_at >= ?) ORDER BY i.seq LIMIT ?",
+        f" AND n.seen_at >= {db_clock(db)} - ?) ORDER BY i.seq LIMIT ?",
         [
             InboundStatus.ACCEPTED,
             InboundStatus.RUNNING,
             InboundStatus.WAITING_APPROVAL,
             instance,
-            alive_since,
+            lease,
             limit,
         ],
     )

@@ -9,19 +9,32 @@ by the row's lock, and only one of them gets it.
 
 from __future__ import annotations
 
-from .sql import SqlDb
+from .sql import POSTGRES, SqlDb, db_clock, dialect
 
 
-def take(db: SqlDb, name: str, instance: str, now: float, alive_since: float) -> bool:
-    """Hold ``name`` for ``instance``; False while another live instance holds it."""
+def take(db: SqlDb, name: str, instance: str, lease: float) -> bool:
+    """Hold ``name`` for ``instance``; False while another instance seen within the last
+    ``lease`` seconds (by the database's clock) holds it."""
+    clock = db_clock(db)
     row = db.execute(
-        "INSERT INTO leases (name, instance, taken_at) VALUES (?, ?, ?)"
+        f"INSERT INTO leases (name, instance, taken_at) VALUES (?, ?, {clock})"
         " ON CONFLICT (name) DO UPDATE SET instance = excluded.instance,"
         " taken_at = excluded.taken_at"
         " WHERE leases.instance = excluded.instance OR NOT EXISTS ("
-        "  SELECT 1 FROM instances i WHERE i.name = leases.instance AND i.seen_at >= ?)"
+        "  SELECT 1 FROM instances i WHERE i.name = leases.instance"
+        f"  AND i.seen_at >= {clock} - ?)"
         " RETURNING instance",
-        [name, instance, now, alive_since],
+        [name, instance, lease],
+    ).fetchone()
+    return row is not None
+
+
+def held(db: SqlDb, name: str, instance: str) -> bool:
+    """Whether ``instance`` still holds ``name`` — on PostgreSQL with the row locked until
+    the transaction ends, so a daemon taking it over waits for what this one commits."""
+    lock = " FOR UPDATE" if dialect(db) == POSTGRES else ""
+    row = db.execute(
+        f"SELECT 1 FROM leases WHERE name = ? AND instance = ?{lock}", [name, instance]
     ).fetchone()
     return row is not None
 
@@ -31,12 +44,12 @@ def release(db: SqlDb, name: str, instance: str) -> bool:
     return cursor.rowcount == 1
 
 
-def holders(db: SqlDb, alive_since: float) -> dict[str, list[str]]:
+def holders(db: SqlDb, lease: float) -> dict[str, list[str]]:
     """The leases each live instance holds, by instance."""
     rows = db.execute(
         "SELECT l.instance, l.name FROM leases l JOIN instances i ON i.name = l.instance"
-        " WHERE i.seen_at >= ? ORDER BY l.instance, l.name",
-        [alive_since],
+        f" WHERE i.seen_at >= {db_clock(db)} - ? ORDER BY l.instance, l.name",
+        [lease],
     ).fetchall()
     held: dict[str, list[str]] = {}
     for instance, name in rows:

@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from .sql import SqlDb
+from .sql import SqlDb, db_clock
 
 
 def set_daemon_info(db: SqlDb, info: dict[str, Any]) -> None:
@@ -19,7 +19,8 @@ def set_daemon_info(db: SqlDb, info: dict[str, Any]) -> None:
 
 @dataclass(frozen=True, slots=True)
 class InstanceRow:
-    name: str
+    name: str  # this process's, unique: what holds its leases
+    label: str  # [bot] instance, or host-pid: what people see
     host: str
     boot_id: str  # the running kernel's: a pid names one process only within one boot
     pid: int
@@ -30,11 +31,20 @@ class InstanceRow:
 
 def instance_seen(db: SqlDb, row: InstanceRow) -> None:
     db.execute(
-        "INSERT INTO instances (name, host, boot_id, pid, version, started_at, seen_at)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET host = excluded.host,"
-        " boot_id = excluded.boot_id, pid = excluded.pid, version = excluded.version,"
-        " started_at = excluded.started_at, seen_at = excluded.seen_at",
-        [row.name, row.host, row.boot_id, row.pid, row.version, row.started_at, row.seen_at],
+        "INSERT INTO instances (name, label, host, boot_id, pid, version, started_at, seen_at)"
+        f" VALUES (?, ?, ?, ?, ?, ?, ?, {db_clock(db)}) ON CONFLICT (name) DO UPDATE SET"
+        " label = excluded.label, host = excluded.host, boot_id = excluded.boot_id,"
+        " pid = excluded.pid, version = excluded.version, started_at = excluded.started_at,"
+        " seen_at = excluded.seen_at",
+        [
+            row.name,
+            row.label,
+            row.host,
+            row.boot_id,
+            row.pid,
+            row.version,
+            row.started_at,
+        ],
     )
 
 
@@ -44,10 +54,12 @@ def instance_gone(db: SqlDb, name: str) -> None:
 
 def instances(db: SqlDb) -> list[InstanceRow]:
     rows = db.execute(
-        "SELECT name, host, boot_id, pid, version, started_at, seen_at FROM instances"
+        "SELECT name, label, host, boot_id, pid, version, started_at, seen_at FROM instances"
         " ORDER BY seen_at DESC, name"
     ).fetchall()
-    return [InstanceRow(r[0], r[1], r[2], int(r[3]), r[4], float(r[5]), float(r[6])) for r in rows]
+    return [
+        InstanceRow(r[0], r[1], r[2], r[3], int(r[4]), r[5], float(r[6]), float(r[7])) for r in rows
+    ]
 
 
 def daemon_info(db: SqlDb) -> dict[str, Any]:

@@ -127,7 +127,7 @@ def mark_sent(db: SqlDb, message: OutboundMessage, receipt: Receipt) -> None:
 def mark_retry(db: SqlDb, outbound_id: str, error: str, next_attempt_at: float) -> None:
     db.execute(
         "UPDATE outbox SET attempts = attempts + 1, last_error = ?, next_attempt_at = ?"
-        " WHERE id = ?",
+        " WHERE id = ? AND status = 'queued'",
         [error, next_attempt_at, outbound_id],
     )
 
@@ -142,7 +142,7 @@ def note_error(db: SqlDb, outbound_id: str, error: str) -> None:
 def mark_failed(db: SqlDb, outbound_id: str, error: str) -> None:
     db.execute(
         "UPDATE outbox SET status = 'failed', attempts = attempts + 1, last_error = ?,"
-        " finished_at = ? WHERE id = ?",
+        " finished_at = ? WHERE id = ? AND status = 'queued'",  # never over a sent one
         [error, time.time(), outbound_id],
     )
 

@@ -266,6 +266,7 @@ def _v8(db: Database) -> None:
         """
         CREATE TABLE instances (
             name TEXT PRIMARY KEY,
+            label TEXT NOT NULL,
             host TEXT NOT NULL,
             boot_id TEXT NOT NULL,
             pid INTEGER NOT NULL,

@@ -66,6 +66,14 @@ def json_number(db: object, column: str, *path: str) -> str:
     return json_text(db, column, *path)
 
 
+def db_clock(db: object) -> str:
+    """SQL for the database's own clock, Unix seconds: the one clock every daemon sharing
+    the store reads (theirs may be seconds apart; a lease must not be)."""
+    if dialect(db) == POSTGRES:
+        return "extract(epoch from clock_timestamp())::double precision"
+    return "((julianday('now') - 2440587.5) * 86400.0)"
+
+
 def utc_day(db: object, column: str) -> str:
     """SQL for the UTC day (YYYY-MM-DD) of the Unix time in ``column``."""
     if dialect(db) == POSTGRES:

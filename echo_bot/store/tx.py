@@ -141,8 +141,8 @@ class InboxRepo:
     def get(self, inbound_id: str) -> inbox_sql.InboxRow | None:
         return inbox_sql.get_inbound(self._db, inbound_id)
 
-    def claimable(self, instance: str, alive_since: float, limit: int) -> list[InboundMessage]:
-        return inbox_sql.claimable(self._db, instance, alive_since, limit)
+    def claimable(self, instance: str, lease: float, limit: int) -> list[InboundMessage]:
+        return inbox_sql.claimable(self._db, instance, lease, limit)
 
     def has_accepted(self, session_key: str) -> bool:
         return inbox_sql.has_accepted(self._db, session_key)
@@ -540,14 +540,17 @@ class LeaseRepo:
     def __init__(self, db: SqlDb) -> None:
         self._db = db
 
-    def take(self, name: str, instance: str, now: float, alive_since: float) -> bool:
-        return lease_sql.take(self._db, name, instance, now, alive_since)
+    def take(self, name: str, instance: str, lease: float) -> bool:
+        return lease_sql.take(self._db, name, instance, lease)
+
+    def held(self, name: str, instance: str) -> bool:
+        return lease_sql.held(self._db, name, instance)
 
     def release(self, name: str, instance: str) -> bool:
         return lease_sql.release(self._db, name, instance)
 
-    def holders(self, alive_since: float) -> dict[str, list[str]]:
-        return lease_sql.holders(self._db, alive_since)
+    def holders(self, lease: float) -> dict[str, list[str]]:
+        return lease_sql.holders(self._db, lease)
 
 
 class Store:
