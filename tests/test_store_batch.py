@@ -21,7 +21,7 @@ from sqlite_utils import Database as SqlDb
 
 from echo_bot.errors import StoreError
 from echo_bot.secrets import Masker
-from echo_bot.store import ChatTimezoneChanged, Database, Store, Tx
+from echo_bot.store import Database, Store
 from echo_bot.store.db import BUSY_TIMEOUT_MS, MAX_BATCH
 
 Job = Callable[[SqlDb], Any]
@@ -128,42 +128,6 @@ async def test_an_sqlite_error_comes_back_as_store_error_and_the_others_commit(
     assert committed(reader) == expected
 
 
-@pytest.mark.parametrize("slow", [False, True])
-async def test_a_batch_run_again_after_a_failure_commits_and_announces_each_unit_once(
-    tmp_path: Path, slow: bool
-) -> None:
-    store = Store(Database(tmp_path / "again.sqlite3"), Masker())
-    await store.open()
-    announced: list[str] = []
-    store.subscribe(ChatTimezoneChanged, lambda event: announced.append(event.session_key))
-    kept: list[int] = []
-
-    def unit(i: int) -> Callable[[Tx], int]:
-        def fn(tx: Tx) -> int:
-            tx.reminders.set_chat_timezone(f"cli:{i}", "Asia/Tokyo")
-            tx.on_commit(lambda: kept.append(i))
-            if i == 5:
-                raise ValueError("unit 5 fails after its write")
-            return i
-
-        return fn
-
-    try:
-        results = await asyncio.gather(
-            *(store.run(unit(i), slow=slow) for i in range(10)), return_exceptions=True
-        )
-        assert str(results.pop(5)) == "unit 5 fails after its write"
-        assert results == [i for i in range(10) if i != 5]
-        assert sorted(kept) == [i for i in range(10) if i != 5]
-        assert sorted(announced) == sorted(f"cli:{i}" for i in range(10) if i != 5)
-        zones = await store.run(
-            lambda tx: [tx.reminders.chat_timezone(f"cli:{i}") for i in range(10)]
-        )
-        assert zones == ["Asia/Tokyo"] * 5 + [None] + ["Asia/Tokyo"] * 4
-    finally:
-        await store.close()
-
-
 async def test_each_job_gets_its_own_result(db: Database) -> None:
     def job(i: int) -> Job:
         return lambda d: (i, d.execute("SELECT ? * ?", [i, i]).fetchone()[0])
@@ -184,34 +148,6 @@ async def test_a_result_arrives_only_once_its_row_is_committed(
 
     seen = await asyncio.gather(*(write_then_look(i) for i in range(30)))
     assert seen == [f"row {i}" for i in range(30)]
-
-
-def test_run_sync_from_plain_threads_without_an_event_loop(tmp_path: Path) -> None:
-    db = Database(tmp_path / "sync.sqlite3")
-    db.open_sync()
-    try:
-        db.run_sync(lambda d: d.execute("CREATE TABLE scratch (id INTEGER PRIMARY KEY, v TEXT)"))
-        results: dict[int, list[int]] = {}
-
-        def worker(n: int) -> None:
-            results[n] = [db.run_sync(insert(n * 100 + k)) for k in range(20)]
-
-        threads = [threading.Thread(target=worker, args=(n,)) for n in range(8)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        assert results == {n: [n * 100 + k for k in range(20)] for n in range(8)}
-        # SQLite's own errors come back as they are (management commands report them).
-        with pytest.raises(sqlite3.IntegrityError, match="UNIQUE"):
-            db.run_sync(insert(0))
-        with pytest.raises(ValueError, match="nope"):
-            db.run_sync(lambda d: (insert(5000)(d), int("nope")))
-        assert db.run_sync(lambda d: d.execute("SELECT COUNT(*) FROM scratch").fetchone()[0]) == 160
-    finally:
-        db.close_sync()
-    with contextlib.closing(sqlite3.connect(db.path)) as conn:
-        assert conn.execute("SELECT COUNT(*), MAX(id) FROM scratch").fetchone() == (160, 719)
 
 
 async def test_run_after_close_is_refused(tmp_path: Path) -> None:

@@ -232,23 +232,7 @@ class Database(ThreadedEngine):
             self._closing = True
             while self._pending:
                 self._flush()
-        try:
-            await self._submit(self._close, in_transaction=False)
-        finally:
-            self._stop_worker()
-        worker = self._worker
-        if worker is not None:
-            await asyncio.to_thread(worker.join)
-
-    def close_sync(self) -> None:
-        if self._worker is None or self._closed:
-            return
-        try:
-            self._submit_sync(self._close, in_transaction=False)
-        finally:
-            self._stop_worker()
-        if self._worker is not None:
-            self._worker.join()
+        await self._close_on_thread()
 
     def _close(self) -> None:
         self._stop_checkpoints.set()

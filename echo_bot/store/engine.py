@@ -130,6 +130,28 @@ class ThreadedEngine:
         raise NotImplementedError
 
     def close_sync(self) -> None:
+        if self._worker is None or self._closed:
+            return
+        try:
+            self._submit_sync(self._close, in_transaction=False)
+        finally:
+            self._stop_worker()
+        if self._worker is not None:
+            self._worker.join()
+
+    async def _close_on_thread(self) -> None:
+        """Run ``_close`` on the store thread (after every job queued before it), then
+        end the thread."""
+        try:
+            await self._submit(self._close, in_transaction=False)
+        finally:
+            self._stop_worker()
+        worker = self._worker
+        if worker is not None:
+            await asyncio.to_thread(worker.join)
+
+    def _close(self) -> None:
+        """Close the connections, on the store thread."""
         raise NotImplementedError
 
     async def run(

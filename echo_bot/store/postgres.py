@@ -19,7 +19,6 @@ of one database is ``echo_bot/cluster.py``'s.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 from collections.abc import Callable, Iterable, Sequence
@@ -230,25 +229,8 @@ class PostgresDatabase(ThreadedEngine):
         self._session, self._opened = session, True
 
     async def close(self) -> None:
-        if self._worker is None or self._closed:
-            return
-        try:
-            await self._submit(self._close, in_transaction=False)
-        finally:
-            self._stop_worker()
-        worker = self._worker
-        if worker is not None:
-            await asyncio.to_thread(worker.join)
-
-    def close_sync(self) -> None:
-        if self._worker is None or self._closed:
-            return
-        try:
-            self._submit_sync(self._close, in_transaction=False)
-        finally:
-            self._stop_worker()
-        if self._worker is not None:
-            self._worker.join()
+        if self._worker is not None and not self._closed:
+            await self._close_on_thread()
 
     def _close(self) -> None:
         if self._session is not None:
