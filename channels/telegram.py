@@ -70,7 +70,7 @@ TYPING_MAX = 120.0
 TYPING_CHATS = 1000  # chats shown typing at once, at most
 TYPING_TURNS = 100_000  # queued turns remembered for them, at most
 STARTUP_TIMEOUT = 15.0
-STANDBY_CHECK = 5.0  # seconds between looks at the poller lease while another daemon polls
+STANDBY_CHECK = 1.0  # seconds between looks at the poller lease while another daemon polls
 
 
 @dataclass

@@ -73,6 +73,16 @@ def test_scaleout_quick() -> None:
     assert "throughput ÷ 1 instance: 1: 1.00, 2:" in output
 
 
+@pytest.mark.timeout(300)
+def test_cluster_soak_quick() -> None:
+    """Two daemons on one database, three SIGKILLs: the script's own checks must pass
+    (it exits 1 otherwise, and run_quick fails on that)."""
+    admin = reachable_admin_url()
+    output = run_quick("cluster_soak.py", "--database-url", admin)
+    assert_markdown_table(output, "check")
+    assert "\nOK in " in output
+
+
 def test_pg_driver_runs() -> None:
     admin = reachable_admin_url()
     result = subprocess.run(
