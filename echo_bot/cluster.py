@@ -6,7 +6,9 @@ work of a daemon that died is taken over within about that time, and nothing is 
 lease by lease. What is held: each session a daemon is driving (``session:<key>``: one
 daemon runs a session's turns at a time, in order), the outbox (``delivery``: one daemon
 sends, so each chat's messages leave in order and Telegram's limits hold for the whole
-cluster). With one daemon on a store (SQLite) there is no ``Cluster`` at all.
+cluster), a Telegram bot's polling (``telegram-poller:<bot id>``). With one daemon on a
+store (SQLite) there is no ``Cluster`` at all. docs/ARCHITECTURE.md ("Several daemons
+on one database") has the whole picture.
 """
 
 from __future__ import annotations

@@ -166,8 +166,9 @@ class Dispatcher:
                 self.accept(messages)
 
     async def _claim_loop(self, cluster: Cluster) -> None:
-        """With several daemons: every POLL_INTERVAL, the accepted (or orphaned running)
-        rows whose session no other live daemon holds, whoever wrote them — so work
+        """With several daemons: every POLL_INTERVAL, the rows with work to do (accepted,
+        orphaned running, waiting on approvals now all decided: ``inbox.claimable``)
+        whose session no other live daemon holds, whoever wrote them — so work
         committed by one daemon for a session another drives reaches the driver, and a
         dead daemon's sessions are taken over once its lease has lapsed."""
         while True:
