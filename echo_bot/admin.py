@@ -387,13 +387,14 @@ def _github_event(route: WebhookRoute, event: str | None) -> str | None:
 # -- status and backup --------------------------------------------------------------------
 def status_command(at: StoreAt) -> int:
     pid = daemon_pid(at.state_dir)
-    info, counts, upcoming, instances = _with_store(
+    info, counts, upcoming, instances, held = _with_store(
         at,
         lambda tx: (
             tx.meta.daemon_info(),
             tx.meta.queue_counts(),
             tx.reminders.active()[:5],
             tx.meta.instances(),
+            tx.leases.holders(INSTANCE_GONE_AFTER),
         ),
     )
     if pid is not None:
@@ -417,7 +418,7 @@ def status_command(at: StoreAt) -> int:
         print(
             f"  {escape_text(row.label)}: {escape_text(row.host)}, pid {row.pid},"
             f" {row.version}, up {up // 3600} h {up % 3600 // 60} min,"
-            f" seen {int(now - row.seen_at)} s ago"
+            f" seen {int(now - row.seen_at)} s ago{_holding(held.get(row.name, []))}"
         )
     for row in gone:
         print(f"  {escape_text(row.label)}: gone (last seen {_clock(row.seen_at)})")
@@ -430,6 +431,18 @@ def status_command(at: StoreAt) -> int:
     for row in upcoming:
         print(f"  next: {_clock(row.next_at)}  {row.id}  {row.text[:60]}")
     return 0
+
+
+def _holding(leases: list[str]) -> str:
+    """What a live daemon holds, for `status`: the poller, the outbox, its sessions."""
+    sessions = sum(1 for name in leases if name.startswith("session:"))
+    parts = [
+        "polls Telegram" if any(n.startswith("telegram-poller:") for n in leases) else "",
+        "delivers the outbox" if "delivery" in leases else "",
+        f"drives {sessions} session(s)" if sessions else "",
+    ]
+    shown = "; ".join(p for p in parts if p)
+    return f"; {shown}" if shown else ""
 
 
 def backup_command(at: StoreAt, target: Path) -> int:
