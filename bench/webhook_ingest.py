@@ -43,6 +43,7 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -57,6 +58,8 @@ ROUTE = "bench"
 # most 100,000 a minute (the config's bound on rate_limit), less than one route could
 # take in a run. One turn at a time runs for all of them, as for one route.
 ROUTES = 8
+# What `bash .ci/postgres` sets up (and the tests use by default).
+DEFAULT_POSTGRES = "postgresql://echo_bot_test:echo_bot_test@127.0.0.1:5432/postgres"
 MAX_CLIENT_REQUESTS = 5_000_000  # the Python load client stops here whatever the time
 
 WRK_SCRIPT = r"""
@@ -265,17 +268,32 @@ port = {port}
 
 [webhook]
 enabled = true
+
+[storage]
+engine = "{"postgres" if POSTGRES_URL else "sqlite"}"
 {routes}"""
+
+
+# --engine postgres: the database made for this run (None: SQLite in the state dir).
+POSTGRES_URL: str | None = None
 
 
 def daemon_env() -> dict[str, str]:
     keep = {"PATH", "HOME", "LANG", "LC_ALL", "PYTHONPATH", "VIRTUAL_ENV", "TMPDIR"}
     env = {k: v for k, v in os.environ.items() if k in keep}
     env.update({"PYTHONUNBUFFERED": "1", SECRET_ENV: SECRET})
+    if POSTGRES_URL:
+        env["ECHO_BOT_DATABASE_URL"] = POSTGRES_URL
     return env
 
 
 def inbox_counts(state_dir: Path) -> dict[str, int]:
+    if POSTGRES_URL:
+        import psycopg
+
+        with psycopg.connect(POSTGRES_URL) as pg:
+            found = pg.execute("SELECT status, COUNT(*) FROM inbox GROUP BY status").fetchall()
+        return {str(status): int(count) for status, count in found}
     path = state_dir / "echo-bot.sqlite3"
     if not path.exists():
         return {}
@@ -553,7 +571,8 @@ def run(args: argparse.Namespace) -> int:
         "commit": "reference: (a) + one SQLite commit per request (worker thread), 202",
         "group": "reference: (a) + group commit to SQLite on a worker thread, 202",
         "loop": "reference: (a) + group commit to SQLite on the event-loop thread, 202",
-        "b": "(b) echo-bot webhook: bearer, commit, 202",
+        "b": "(b) echo-bot webhook: bearer, commit, 202"
+        + (" (PostgreSQL)" if POSTGRES_URL else ""),
     }
     rows = [
         [
@@ -625,6 +644,14 @@ def main(argv: list[str] | None = None) -> int:
         help="cProfile echo-bot's event-loop thread during the measured load into FILE"
         " (pstats; slows it down) and print its top entries",
     )  # fmt: skip
+    parser.add_argument(
+        "--engine", choices=["sqlite", "postgres"], default="sqlite", help="(b)'s store"
+    )
+    parser.add_argument(
+        "--database-url",
+        default=os.environ.get("ECHO_BOT_TEST_POSTGRES", DEFAULT_POSTGRES),
+        help="postgres: a role that may create databases (one is made for the run)",
+    )
     parser.add_argument("--profiled-daemon", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     parser.add_argument("--serve-bare", nargs=3, help=argparse.SUPPRESS)
     parser.add_argument("--client", nargs=4, help=argparse.SUPPRESS)
@@ -648,7 +675,26 @@ def main(argv: list[str] | None = None) -> int:
         args.drain_timeout = 20.0 if args.quick else 120.0
     if args.generator == "auto":
         args.generator = "wrk" if shutil.which("wrk") else "python"
-    return run(args)
+    if args.engine == "sqlite":
+        return run(args)
+    return on_postgres(args)
+
+
+def on_postgres(args: argparse.Namespace) -> int:
+    """``run`` with (b) on a PostgreSQL database made for it (and dropped after)."""
+    import psycopg
+
+    global POSTGRES_URL
+    name = f"echo_bot_bench_ingest_{os.getpid()}"
+    with psycopg.connect(args.database_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    POSTGRES_URL = urlunsplit(urlsplit(args.database_url)._replace(path=f"/{name}"))
+    try:
+        return run(args)
+    finally:
+        with psycopg.connect(args.database_url, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 if __name__ == "__main__":

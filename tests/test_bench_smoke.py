@@ -50,6 +50,17 @@ def test_webhook_ingest_quick() -> None:
 
 
 @pytest.mark.timeout(300)
+def test_webhook_ingest_quick_on_postgres() -> None:
+    admin = reachable_admin_url()
+    output = run_quick(
+        "webhook_ingest.py", "--engine", "postgres", "--database-url", admin, "--generator",
+        "python",
+    )  # fmt: skip
+    assert_markdown_table(output, "case")
+    assert "(PostgreSQL)" in output and "a bug" not in output
+
+
+@pytest.mark.timeout(300)
 def test_turns_quick() -> None:
     output = run_quick("turns.py")
     assert_markdown_table(output, "sessions")
