@@ -337,6 +337,8 @@ class Daemon:
             )
             await scheduler.start()
             self.scheduler = scheduler
+            if cluster is not None:
+                core.store.on_wake(partial(self._woken, dispatcher, delivery, scheduler))
             self._housekeeping = asyncio.create_task(
                 self._prune_daily(config.storage.retention.total_seconds())
             )
@@ -543,6 +545,19 @@ class Daemon:
             "config reloaded" + (" (some changes need a restart)" if restart else "")
         )
         return restart
+
+    @staticmethod
+    def _woken(
+        dispatcher: Dispatcher, delivery: DeliveryWorker, scheduler: Scheduler, kinds: str
+    ) -> None:
+        """Another daemon on the shared store committed work (LISTEN/NOTIFY)."""
+        every = kinds == "*"  # the listener (re)connected: it may have missed some
+        if every or "inbound" in kinds:
+            dispatcher.wake()
+        if every or "outbound" in kinds:
+            delivery.wake()
+        if every or "reminder" in kinds:
+            scheduler.wake()
 
     @staticmethod
     def _hold_for(cluster: Cluster, config: Config) -> Callable[[str], Awaitable[bool]]:

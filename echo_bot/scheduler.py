@@ -62,6 +62,7 @@ class Scheduler:
         # in the store: every ``resync`` seconds the timers are set again from it (each
         # occurrence still fires once: the fire marker decides).
         self.resync = resync
+        self._resync_now = asyncio.Event()
         self.bus = bus
         self.cron_jobs = {job.name: job for job in cron_jobs}
         self.timezone = timezone
@@ -85,9 +86,16 @@ class Scheduler:
         if self.resync is not None:
             self._spawn(self._resync_loop(self.resync))
 
+    def wake(self) -> None:
+        """Another daemon changed a reminder: set the timers from the store now."""
+        self._resync_now.set()
+
     async def _resync_loop(self, every: float) -> None:
         while True:
-            await asyncio.sleep(every)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(every):
+                    await self._resync_now.wait()
+            self._resync_now.clear()
             try:
                 rows = await self.store.run(lambda tx: tx.reminders.active())
             except Exception:

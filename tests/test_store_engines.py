@@ -404,3 +404,46 @@ async def test_a_turn_pauses_while_its_database_is_away_and_finishes_once_it_is_
             )
             admin.execute(f'DROP DATABASE IF EXISTS "{parts.path[1:]}" WITH (FORCE)')
             admin.execute(f"DROP ROLE IF EXISTS {role}")
+
+
+async def test_work_committed_by_one_daemon_wakes_the_others_and_a_rollback_does_not() -> None:
+    """LISTEN/NOTIFY: what a unit of work announces (inbound, outbound, reminders) reaches
+    every store listening on the same database once committed — never when rolled back."""
+    from echo_bot.events import Address, InboundMessage, Sender, new_id
+    from echo_bot.store.postgres import PostgresDatabase
+
+    with fresh_database() as url:
+        writer, listener = (
+            Store(PostgresDatabase(url), Masker()),
+            Store(PostgresDatabase(url), Masker()),
+        )
+        await writer.open()
+        await listener.open()
+        heard: asyncio.Queue[str] = asyncio.Queue()
+        listener.on_wake(heard.put_nowait)
+        try:
+            async with asyncio.timeout(10):
+                assert await heard.get() == "*"  # listening now
+            message = InboundMessage(
+                address=Address(channel="cli", chat_id="a"),
+                sender=Sender(id="owner"),
+                text="hello",
+                external_id=new_id(),
+            )
+
+            def add_then_fail(tx: Tx) -> None:
+                tx.inbox.add(message)
+                raise ValueError("rolled back")
+
+            with pytest.raises(ValueError):
+                await writer.run(add_then_fail)
+            await writer.run(lambda tx: tx.reminders.set_chat_timezone("cli:a", "UTC"))
+            async with asyncio.timeout(10):
+                assert await heard.get() == "timezone"  # the rolled-back inbound: nothing
+            await writer.run(lambda tx: tx.inbox.add(message))
+            async with asyncio.timeout(10):
+                assert await heard.get() == "inbound"
+            assert heard.empty()
+        finally:
+            await writer.close()
+            await listener.close()

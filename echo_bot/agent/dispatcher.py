@@ -24,6 +24,8 @@ log = logging.getLogger(__name__)
 
 # Management commands in other processes commit to the inbox; we look every so often.
 POLL_INTERVAL = 0.5
+# With several daemons: the claim poll's interval when nothing wakes it (NOTIFY does).
+CLAIM_POLL = 2.0
 POLL_PAGE = 500
 # A session's queue keeps at most this many whole messages (saves reading them back);
 # behind those it keeps ids, so a flood of deliveries costs little memory while it waits.
@@ -77,6 +79,7 @@ class Dispatcher:
         # has queued or running already (the poll skips it).
         self.cluster = cluster
         self._known: set[str] = set()
+        self._claim_now = asyncio.Event()  # set by wake(): another daemon committed work
         # Each session's turns to run, in order: the message itself when it was handed over
         # in memory, else its inbox id (recovery, resumed turns). Only sessions with
         # queued turns have an entry.
@@ -172,7 +175,12 @@ class Dispatcher:
         committed by one daemon for a session another drives reaches the driver, and a
         dead daemon's sessions are taken over once its lease has lapsed."""
         while True:
-            await asyncio.sleep(POLL_INTERVAL)
+            # Woken by LISTEN/NOTIFY when any daemon commits inbound; the timer is the
+            # safety net for a notification lost with a connection.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(CLAIM_POLL):
+                    await self._claim_now.wait()
+            self._claim_now.clear()
             try:
                 found = await self.store.run(
                     lambda tx: tx.inbox.claimable(cluster.name, cluster.lease, POLL_PAGE)
@@ -184,6 +192,10 @@ class Dispatcher:
             fresh = [m for m in found if m.id not in self._known]
             if fresh:
                 self.accept(fresh)
+
+    def wake(self) -> None:
+        """Look for claimable work now (another daemon committed some)."""
+        self._claim_now.set()
 
     def _dispatch(self, message: InboundMessage) -> None:
         if self._stopping:  # it stays accepted in the inbox: the next start runs it

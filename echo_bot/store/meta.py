@@ -62,6 +62,15 @@ def instances(db: SqlDb) -> list[InstanceRow]:
     ]
 
 
+WAKE_CHANNEL = "echo_bot"  # PostgreSQL's LISTEN/NOTIFY channel between the daemons
+
+
+def notify(db: SqlDb, what: str) -> None:
+    """Tell every daemon listening (PostgreSQL) what this transaction committed, once it
+    commits: NOTIFY is delivered at COMMIT, and never for a rollback."""
+    db.execute(f"SELECT pg_notify('{WAKE_CHANNEL}', ?)", [what])
+
+
 def daemon_info(db: SqlDb) -> dict[str, Any]:
     row = db.execute("SELECT value FROM meta WHERE key = 'daemon'").fetchone()
     return json.loads(row[0]) if row else {}

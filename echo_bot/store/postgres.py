@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache
 from typing import Any, TypeVar
@@ -30,6 +31,7 @@ from psycopg.pq import TransactionStatus
 
 from ..errors import StoreError, StoreUnavailable
 from .engine import Session, ThreadedEngine
+from .meta import WAKE_CHANNEL
 from .schema import SchemaTooNew, migrate
 from .sql import POSTGRES, describe_url
 
@@ -163,9 +165,38 @@ class PostgresDatabase(ThreadedEngine):
         self.where = describe_url(url)
         self._session: PgSession | None = None
         self._opened = False
+        self._listener: threading.Thread | None = None
+        self._stop_listening = threading.Event()
 
     def describe(self) -> str:
         return f"PostgreSQL {self.where}"
+
+    def listen(self, wake: Callable[[str], None]) -> None:
+        """``wake(payload)`` (on a thread of its own) for every NOTIFY on the channel the
+        daemons share, on a connection of its own; "*" each time it (re)connects."""
+        if self._listener is not None:
+            return
+        self._listener = threading.Thread(
+            target=self._listen, args=(wake,), name="echo-bot-postgres-listen", daemon=True
+        )
+        self._listener.start()
+
+    def _listen(self, wake: Callable[[str], None]) -> None:
+        while not self._stop_listening.is_set():
+            try:
+                with psycopg.connect(
+                    self._url, autocommit=True, connect_timeout=CONNECT_TIMEOUT,
+                    keepalives=1, keepalives_idle=10, keepalives_interval=5,
+                    keepalives_count=3, application_name="echo-bot listen",
+                ) as conn:  # fmt: skip
+                    conn.execute(f"LISTEN {WAKE_CHANNEL}")
+                    wake("*")
+                    while not self._stop_listening.is_set():
+                        for note in conn.notifies(timeout=1.0):
+                            wake(note.payload)
+            except psycopg.Error as exc:
+                log.debug("listening for other daemons failed (%s); again in 1 s", exc)
+                self._stop_listening.wait(1.0)
 
     # -- lifecycle -------------------------------------------------------------------
     async def open(self) -> None:
@@ -233,6 +264,10 @@ class PostgresDatabase(ThreadedEngine):
             await self._close_on_thread()
 
     def _close(self) -> None:
+        self._stop_listening.set()
+        if self._listener is not None:
+            self._listener.join(timeout=5)
+            self._listener = None
         if self._session is not None:
             self._session.conn.close()
             self._session = None

@@ -11,6 +11,8 @@ cancelled meanwhile, and never for work that was rolled back.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -38,7 +40,7 @@ from .committed import (
     ReminderChanged,
 )
 from .engine import ThreadedEngine
-from .sql import SqlDb
+from .sql import POSTGRES, SqlDb, dialect
 
 T = TypeVar("T")
 E = TypeVar("E", bound=Committed)
@@ -110,10 +112,23 @@ class Tx:
         self.after_commit.append(callback)
 
     def flush(self) -> None:
-        """Write what was held back (the audit rows), in the transaction still open."""
+        """Write what was held back (the audit rows), in the transaction still open; on
+        PostgreSQL, wake the other daemons for what it commits (``Store.on_wake``)."""
         audit: AuditRepo | None = self.__dict__.get("audit")  # only if it was used
         if audit is not None:
             audit.flush()
+        if self.committed and dialect(self._db) == POSTGRES:
+            kinds = {_WAKES[type(event)] for event in self.committed}
+            meta_sql.notify(self._db, ",".join(sorted(kinds)))
+
+
+# What a committed event wakes in the other daemons (dispatcher, delivery, scheduler).
+_WAKES: dict[type[Committed], str] = {
+    InboundCommitted: "inbound",
+    OutboundCommitted: "outbound",
+    ReminderChanged: "reminder",
+    ChatTimezoneChanged: "timezone",
+}
 
 
 class InboxRepo:
@@ -573,6 +588,21 @@ class Store:
 
     def health(self) -> dict[str, object]:
         return self.database.health()
+
+    def on_wake(self, callback: Callable[[str], None]) -> None:
+        """On PostgreSQL, call ``callback(kinds)`` on this loop whenever any daemon
+        commits work ("inbound", "outbound", "reminder", "timezone", comma-separated;
+        "*" after the listener (re)connected: something may have been missed)."""
+        listen = getattr(self.database, "listen", None)
+        if listen is None:
+            return
+        loop = asyncio.get_running_loop()
+
+        def wake(kinds: str) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed
+                loop.call_soon_threadsafe(callback, kinds)
+
+        listen(wake)
 
     @property
     def shared(self) -> bool:
