@@ -14,7 +14,14 @@ from urllib.parse import quote
 
 from .config import DEFAULT_OPENAI_BASE_URL, LoadedConfig, llm_enabled, telegram_enabled
 from .errors import ConfigError, EchoBotError
-from .store import DB_FILENAME, check_file, queued_outbound
+from .store import (
+    DB_FILENAME,
+    DatabaseCheck,
+    check_database,
+    check_file,
+    describe_url,
+    queued_outbound,
+)
 
 OK, WARN, FAIL = "ok", "warn", "FAIL"
 TIMEOUT = 5.0  # seconds for each peer; the peers are asked at once
@@ -80,12 +87,42 @@ def _check_store(state_dir: Path) -> tuple[str, str]:
     return OK, f"{path}: integrity ok"
 
 
-def _check_outbox(state_dir: Path, running: frozenset[str]) -> tuple[str, str] | None:
+def _check_database(url: str) -> tuple[tuple[str, str], DatabaseCheck]:
+    """The PostgreSQL store ([storage] engine = "postgres"), read only."""
+    found = check_database(url)
+    where = f"PostgreSQL {describe_url(url)}"
+    if found.error is not None:
+        return (FAIL, found.error), found
+    if found.schema is None:
+        return (OK, f"{where}: no schema yet (created at first start)"), found
+    if found.schema > found.expected:
+        return (
+            FAIL,
+            f"{where}: schema version {found.schema}, newer than this echo-bot"
+            f" ({found.expected}); upgrade echo-bot",
+        ), found
+    behind = (
+        f", migrated to {found.expected} at the next start" if found.schema < found.expected else ""
+    )
+    return (
+        OK,
+        f"{where}: schema version {found.schema}{behind}; {found.live} daemon(s) live",
+    ), found
+
+
+def _check_outbox(
+    state_dir: Path, running: frozenset[str], database: DatabaseCheck | None = None
+) -> tuple[str, str] | None:
     """Messages queued for a channel this config does not run are never delivered."""
     path = state_dir / DB_FILENAME
-    if not path.exists():
+    if database is not None:
+        if database.error is not None or database.schema is None:
+            return None
+        found = database.queued
+    elif not path.exists():
         return None
-    found = queued_outbound(path)
+    else:
+        found = queued_outbound(path)
     if found.error is not None:
         return WARN, f"cannot read the outbox of {path}: {found.error}"
     queued = found.by_channel
@@ -180,7 +217,17 @@ def run_doctor(
         except EchoBotError as exc:
             checks.append(("config", FAIL, str(exc)))
     checks.append(("state dir", *_check_state_dir(state_dir)))
-    checks.append(("store", *_check_store(state_dir)))
+    database: DatabaseCheck | None = None
+    storage = loaded.config.storage if loaded is not None else None
+    if storage is not None and storage.engine == "postgres":
+        url = environ.get(storage.url_env, "")
+        if url:
+            result, database = _check_database(url)
+            checks.append(("store", *result))
+        else:
+            checks.append(("store", FAIL, f"{storage.url_env} is not set (the database URL)"))
+    else:
+        checks.append(("store", *_check_store(state_dir)))
     if loaded is not None:
         config = loaded.config
         running = {"webhook"} if config.webhook.enabled else set()
@@ -197,7 +244,7 @@ def run_doctor(
             )
         if probes:
             checks += asyncio.run(_probe_peers(probes))
-        outbox = _check_outbox(state_dir, frozenset(running))
+        outbox = _check_outbox(state_dir, frozenset(running), database)
         if outbox is not None:
             checks.append(("outbox", *outbox))
     width = max(len(name) for name, _s, _t in checks)

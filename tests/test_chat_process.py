@@ -224,6 +224,15 @@ def test_management_commands_read_a_postgres_store(tmp_path: Path) -> None:
         assert "stretch" in reminders.stdout, reminders.stdout + reminders.stderr
         backup = run_echo_bot("backup", str(tmp_path / "copy"), *manage, env=env)
         assert backup.returncode == 2 and "pg_dump" in backup.stderr
+        doctor = run_echo_bot("doctor", *manage, env=env)
+        assert doctor.returncode == 0, doctor.stdout + doctor.stderr
+        assert re.search(
+            r"\[  ok\] store +PostgreSQL 127\.0\.0\.1:\d+/\w+: schema version \d+;", doctor.stdout
+        ), doctor.stdout
+        wrong = url.replace("echo_bot_test:echo_bot_test@", "echo_bot_test:not-it@")
+        refused = run_echo_bot("doctor", *manage, env=echo_bot_env(ECHO_BOT_DATABASE_URL=wrong))
+        assert refused.returncode == 1 and "[FAIL] store" in refused.stdout
+        assert "not-it" not in refused.stdout
         missing = run_echo_bot("status", *manage)
         assert missing.returncode == 2
         assert "ECHO_BOT_DATABASE_URL is not set" in missing.stderr

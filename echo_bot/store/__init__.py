@@ -20,7 +20,14 @@ from .committed import (
 from .db import DB_FILENAME, Database, backup_to
 from .engine import ThreadedEngine as Engine
 from .inbox import InboxRow, SqliteInbox
-from .inspect import FileCheck, QueuedOutbound, check_file, queued_outbound
+from .inspect import (
+    DatabaseCheck,
+    FileCheck,
+    QueuedOutbound,
+    check_database,
+    check_file,
+    queued_outbound,
+)
 from .outbox import OutboxRow, SqliteOutbox
 from .sql import describe_url
 from .tx import Store, Tx
@@ -74,6 +81,7 @@ __all__ = [
     "ChatTimezoneChanged",
     "Committed",
     "Database",
+    "DatabaseCheck",
     "Engine",
     "FileCheck",
     "InboundCommitted",
@@ -87,6 +95,7 @@ __all__ = [
     "Store",
     "Tx",
     "backup_to",
+    "check_database",
     "check_file",
     "copy_sqlite_to_postgres",
     "describe_url",

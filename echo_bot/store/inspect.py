@@ -57,3 +57,56 @@ def queued_outbound(path: Path) -> QueuedOutbound:
             return QueuedOutbound(by_channel=queued_by_channel(SqlDb(conn)))
     except sqlite3.Error as exc:
         return QueuedOutbound(error=str(exc))
+
+
+@dataclass(frozen=True, slots=True)
+class DatabaseCheck:
+    """A read-only look at a PostgreSQL store: ``error`` when it cannot be read; else its
+    schema version (None: no schema yet), this echo-bot's, the daemons seen within the
+    last 15 s, and the outbound waiting per channel."""
+
+    error: str | None = None
+    schema: int | None = None
+    expected: int = 0
+    live: int = 0
+    queued: QueuedOutbound = field(default_factory=QueuedOutbound)
+
+
+def check_database(url: str) -> DatabaseCheck:
+    """Connect (read only, no migration), read the facts; never quotes the password."""
+    import psycopg
+
+    from .schema import MIGRATIONS
+    from .sql import describe_url
+
+    expected = len(MIGRATIONS)
+    try:
+        with psycopg.connect(url, autocommit=True, connect_timeout=int(TIMEOUT)) as conn:
+            conn.execute("SET default_transaction_read_only = on")
+            exists = conn.execute("SELECT to_regclass('meta') IS NOT NULL").fetchone()
+            if not exists or not exists[0]:
+                return DatabaseCheck(expected=expected)
+            row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+            schema = int(row[0]) if row else None
+            live = 0
+            if conn.execute("SELECT to_regclass('instances') IS NOT NULL").fetchone()[0]:
+                live = conn.execute(
+                    "SELECT COUNT(*) FROM instances"
+                    " WHERE seen_at >= extract(epoch from clock_timestamp()) - 15"
+                ).fetchone()[0]
+            queued = dict(
+                conn.execute(
+                    "SELECT channel, COUNT(*) FROM outbox WHERE status = 'queued' GROUP BY channel"
+                ).fetchall()
+            )
+    except psycopg.ProgrammingError:
+        return DatabaseCheck(error="the database URL cannot be read", expected=expected)
+    except psycopg.Error as exc:
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        return DatabaseCheck(error=f"cannot reach {describe_url(url)}: {reason}", expected=expected)
+    return DatabaseCheck(
+        schema=schema,
+        expected=expected,
+        live=int(live),
+        queued=QueuedOutbound(by_channel={str(k): int(v) for k, v in queued.items()}),
+    )
