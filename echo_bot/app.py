@@ -40,6 +40,7 @@ from .core import Core, build_core
 from .delivery import DeliveryWorker
 from .errors import ConfigError, StoreUnavailable, log_retrying
 from .events import Address, OutboundKind, OutboundMessage
+from .reminders import ReminderService
 from .scheduler import Scheduler
 from .sdnotify import Notifier
 from .statedir import StateLock
@@ -338,7 +339,9 @@ class Daemon:
             await scheduler.start()
             self.scheduler = scheduler
             if cluster is not None:
-                core.store.on_wake(partial(self._woken, dispatcher, delivery, scheduler))
+                core.store.on_wake(
+                    partial(self._woken, dispatcher, delivery, scheduler, core.reminders)
+                )
             self._housekeeping = asyncio.create_task(
                 self._prune_daily(config.storage.retention.total_seconds())
             )
@@ -548,10 +551,16 @@ class Daemon:
 
     @staticmethod
     def _woken(
-        dispatcher: Dispatcher, delivery: DeliveryWorker, scheduler: Scheduler, kinds: str
+        dispatcher: Dispatcher,
+        delivery: DeliveryWorker,
+        scheduler: Scheduler,
+        reminders: ReminderService,
+        kinds: str,
     ) -> None:
         """Another daemon on the shared store committed work (LISTEN/NOTIFY)."""
         every = kinds == "*"  # the listener (re)connected: it may have missed some
+        if every or "timezone" in kinds:
+            reminders.forget_zones()
         if every or "inbound" in kinds:
             dispatcher.wake()
         if every or "outbound" in kinds:

@@ -76,6 +76,12 @@ class ReminderService:
         self._zone_changes += 1
         self._zones[event.session_key] = event.timezone
 
+    def forget_zones(self) -> None:
+        """Another daemon on the shared store changed a chat's zone (which one, its
+        notification does not say): read each again when next asked."""
+        self._zone_changes += 1
+        self._zones.clear()
+
     async def set_timezone(self, chat: Address, name: str) -> Outcome:
         zone = zone_of(name.strip())
         if zone is None or not name.strip():

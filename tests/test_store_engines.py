@@ -447,3 +447,28 @@ async def test_work_committed_by_one_daemon_wakes_the_others_and_a_rollback_does
         finally:
             await writer.close()
             await listener.close()
+
+
+async def test_a_chat_time_zone_set_through_one_daemon_is_used_by_the_others(
+    tmp_path: Path,
+) -> None:
+    """Each daemon keeps chats' zones in memory; one set through another daemon on the
+    same database reaches it by NOTIFY, not only at its next start."""
+    from echo_bot.events import Address
+
+    chat = Address(channel="cli", chat_id="x")
+    with fresh_database() as url:
+        token = ON_POSTGRES.set(url)
+        try:
+            (tmp_path / "a").mkdir()
+            (tmp_path / "b").mkdir()
+            async with running_bot(tmp_path / "a") as a, running_bot(tmp_path / "b") as b:
+                zones_b = b.daemon.core.reminders
+                assert await zones_b.timezone_for(chat) == "UTC"  # read, and kept
+                outcome = await a.daemon.core.reminders.set_timezone(chat, "Asia/Tokyo")
+                assert outcome.ok
+                async with asyncio.timeout(10):
+                    while await zones_b.timezone_for(chat) != "Asia/Tokyo":
+                        await asyncio.sleep(0.05)
+        finally:
+            ON_POSTGRES.reset(token)
