@@ -84,7 +84,8 @@ class BotConfig(Section):
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     log_format: Literal["text", "json"] = "text"
     durability: Literal["normal", "full"] = "normal"
-    # This process among those sharing a store (status, audit); default host-pid.
+    # A label for this process among those sharing a store (status, audit): only shown;
+    # default host-pid.
     instance: str | None = Field(None, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._-]+$")
     max_concurrent_turns: int = Field(8, ge=1, le=1000)
     shutdown_timeout: Duration = timedelta(seconds=10)
