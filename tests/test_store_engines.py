@@ -472,3 +472,43 @@ async def test_a_chat_time_zone_set_through_one_daemon_is_used_by_the_others(
                         await asyncio.sleep(0.05)
         finally:
             ON_POSTGRES.reset(token)
+
+
+async def test_a_deadlock_between_two_daemons_is_store_unavailable_and_the_other_commits() -> None:
+    """Two daemons' transactions in each other's way: PostgreSQL rolls one back; that job
+    fails with StoreUnavailable (the dispatcher tries a turn again from its checkpoint)
+    and the other commits."""
+    from echo_bot.errors import StoreUnavailable
+    from echo_bot.store.postgres import PostgresDatabase
+
+    with fresh_database() as url:
+        a, b = PostgresDatabase(url), PostgresDatabase(url)
+        await a.open()
+        await b.open()
+        try:
+            await a.run(lambda d: d.execute(SCRATCH))
+            await a.run(
+                lambda d: d.execute("INSERT INTO scratch (id, v) VALUES (1, 'a'), (2, 'b')")
+            )
+            both = threading.Barrier(2)
+
+            def crossing(first: int, second: int) -> Job:
+                def run(d: Any) -> int:
+                    d.execute("UPDATE scratch SET v = 'x' WHERE id = ?", [first])
+                    both.wait(10)  # each holds its first row now
+                    d.execute("UPDATE scratch SET v = 'y' WHERE id = ?", [second])
+                    return first
+
+                return run
+
+            results = await asyncio.gather(
+                a.run(crossing(1, 2)), b.run(crossing(2, 1)), return_exceptions=True
+            )
+            failed = [r for r in results if isinstance(r, BaseException)]
+            assert len(failed) == 1 and isinstance(failed[0], StoreUnavailable), results
+            assert "deadlock" in str(failed[0]).lower()
+            assert await a.run(lambda d: d.execute("SELECT 1").fetchone()[0]) == 1
+            assert await b.run(lambda d: d.execute("SELECT 1").fetchone()[0]) == 1
+        finally:
+            await a.close()
+            await b.close()

@@ -324,9 +324,12 @@ class PostgresDatabase(ThreadedEngine):
         return super()._store_error(job, exc, session)
 
 
-# SQLSTATE classes of a connection that is gone: 08 connection exception, 57P0x the
-# server shutting down or not yet accepting connections.
-_GONE = ("08", "57P01", "57P02", "57P03")
+# SQLSTATEs after which the same work may succeed if tried again: 08 connection
+# exception, 57P0x the server shutting down or not yet accepting connections, and two
+# daemons' transactions in each other's way (40001 serialisation failure, 40P01
+# deadlock: the server rolled one back). Their jobs fail with StoreUnavailable, which
+# the dispatcher retries from the turn's checkpoint.
+_GONE = ("08", "57P01", "57P02", "57P03", "40001", "40P01")
 
 # SQLSTATEs of a refused connection that only a change of config mends.
 _REFUSED_FOR_GOOD = {
