@@ -12,6 +12,7 @@ through its connection: ``Tx.on_commit`` is for what is to happen once committed
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import concurrent.futures
 import contextlib
@@ -94,7 +95,7 @@ class Session(Protocol):
 _STOP = object()
 
 
-class ThreadedEngine:
+class ThreadedEngine(abc.ABC):
     """The store thread: jobs queued from any thread or loop, run in batches, one
     transaction each, on the connection ``_thread_session`` gives."""
 
@@ -120,14 +121,17 @@ class ThreadedEngine:
         away = self._away
         return {"status": "ok"} if away is None else {"status": "degraded", "error": away}
 
+    @abc.abstractmethod
     async def open(self) -> None:
-        raise NotImplementedError
+        """Open the store (a daemon's: on its event loop)."""
 
+    @abc.abstractmethod
     def open_sync(self) -> None:
-        raise NotImplementedError
+        """Open the store for a management command (no event loop)."""
 
+    @abc.abstractmethod
     async def close(self) -> None:
-        raise NotImplementedError
+        """Finish what is queued, close the connections, end the store thread."""
 
     def close_sync(self) -> None:
         if self._worker is None or self._closed:
@@ -150,10 +154,11 @@ class ThreadedEngine:
         if worker is not None:
             await asyncio.to_thread(worker.join)
 
+    @abc.abstractmethod
     def _close(self) -> None:
         """Close the connections, on the store thread."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     async def run(
         self,
         fn: Callable[[Any], T],
@@ -161,12 +166,12 @@ class ThreadedEngine:
         slow: bool = False,
         after_commit: Callable[[T], None] | None = None,
     ) -> T:
-        raise NotImplementedError
+        """``fn(handle)`` in a transaction; its result once committed."""
 
     # -- for the engines -------------------------------------------------------------
+    @abc.abstractmethod
     def _thread_session(self) -> Session | None:
         """The store thread's session, None when there is none (not open)."""
-        raise NotImplementedError
 
     def _begin(self, session: Session) -> None:
         session.execute("BEGIN")
