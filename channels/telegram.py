@@ -71,6 +71,10 @@ TYPING_CHATS = 1000  # chats shown typing at once, at most
 TYPING_TURNS = 100_000  # queued turns remembered for them, at most
 STARTUP_TIMEOUT = 15.0
 STANDBY_CHECK = 1.0  # seconds between looks at the poller lease while another daemon polls
+# A stored offset older than this is not used: Telegram keeps unconfirmed updates for 24
+# hours only, and after a week without updates it numbers the next ones afresh, maybe
+# below an old offset (which would confirm them unseen).
+OFFSET_MAX_AGE = 23 * 3600.0
 
 
 @dataclass
@@ -112,6 +116,7 @@ class TelegramChannel:
         self.http = setup.http
         self.poll_timeout = int(setup.options.get("poll_timeout", 25))
         self.hold = setup.hold
+        self.recall, self.remember = setup.recall, setup.remember
         self.standby: bool | None = None  # another daemon polls this bot now (None: not asked)
         self.secret = setup.environ.get(config.webhook_secret_env, "")
         self.dp = Dispatcher()
@@ -227,12 +232,15 @@ class TelegramChannel:
     # -- receiving ------------------------------------------------------------------------
     async def _poll_loop(self) -> None:
         offset: int | None = None
+        resume = True  # go on from the offset the last poller stored
         delay = 1.0
         while True:
             if self.hold is not None and not await self._may_poll():
-                offset = None  # the poller's offset confirmed what it stored; ask afresh
+                resume = True  # another daemon polls: its offset will be in the store
                 await asyncio.sleep(STANDBY_CHECK)
                 continue
+            if resume:
+                offset, resume = await self._stored_offset(), False
             try:
                 updates = await self.bot(
                     GetUpdates(
@@ -268,6 +276,41 @@ class TelegramChannel:
                 except Exception:  # a bad update must not stall the queue forever
                     log.exception("telegram: update %s could not be handled", update.update_id)
                 offset = update.update_id + 1
+            if updates and offset is not None:
+                await self._store_offset(offset)
+
+    async def _stored_offset(self) -> int | None:
+        """Where the last poller of this bot stopped (this daemon before a restart, or
+        another daemon), so that what it stored is not fetched again. None, and Telegram's
+        own unconfirmed updates (deduplicated by update_id), when nothing is stored, the
+        store cannot say, or the offset is older than OFFSET_MAX_AGE."""
+        if self.recall is None:
+            return None
+        try:
+            stored = await self.recall(self._offset_name)
+        except Exception as exc:
+            log.warning("telegram: the stored offset could not be read (%s); asking afresh", exc)
+            return None
+        if stored is None:
+            return None
+        offset, stored_at = stored
+        if time.time() - stored_at > OFFSET_MAX_AGE:
+            return None
+        return offset
+
+    async def _store_offset(self, offset: int) -> None:
+        """Keep the offset past what is stored: it is a shortcut, not the record (the inbox
+        is), so a failure to keep it costs a few updates fetched again, never one lost."""
+        if self.remember is None:
+            return
+        try:
+            await self.remember(self._offset_name, offset)
+        except Exception as exc:
+            log.debug("telegram: offset %s not stored: %s", offset, exc)
+
+    @property
+    def _offset_name(self) -> str:
+        return f"telegram-offset:{self.bot.id}"
 
     async def _may_poll(self) -> bool:
         """With several daemons on one store, one polls this bot at a time; the others
@@ -275,7 +318,10 @@ class TelegramChannel:
         fetched again and deduplicated by update_id)."""
         assert self.hold is not None
         try:
-            polling = await self.hold(f"telegram-poller:{self.bot.id}")
+            # Its holder counts as gone after lease - STANDBY_CHECK unseen: with this
+            # look every STANDBY_CHECK, the poll is taken over within [telegram] lease.
+            within = self.config.lease.total_seconds() - STANDBY_CHECK
+            polling = await self.hold(f"telegram-poller:{self.bot.id}", within)
         except Exception as exc:  # the store is away: nobody can store updates anyway
             self._degrade(f"cannot tell whether to poll: {exc}")
             return False

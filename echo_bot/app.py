@@ -44,7 +44,7 @@ from .reminders import ReminderService
 from .scheduler import Scheduler
 from .sdnotify import Notifier
 from .statedir import StateLock
-from .store import SqliteInbox, SqliteOutbox, Tx
+from .store import SqliteInbox, SqliteOutbox, Store, Tx
 from .store.meta import InstanceRow
 from .tools.builtin import SendMessageTool
 
@@ -298,6 +298,7 @@ class Daemon:
             registry=core.registry,
             exposed=lambda: core.exposed,
             executor=executor,
+            fence=cluster.fence if cluster is not None else None,
             masker=core.masker,
             config=config.brain,
         )
@@ -363,7 +364,9 @@ class Daemon:
                     pending_prompts=self._pending_prompts,
                     started_at=self.started_at,
                     detach=partial(delivery.remove_channel, name),
-                    hold=self._hold_for(cluster, config) if cluster is not None else None,
+                    hold=partial(self._hold, cluster) if cluster is not None else None,
+                    recall=partial(self._recall, core.store),
+                    remember=partial(self._remember, core.store),
                 )
                 to_start.append(cls(setup))
             for channel in to_start + self.extra_channels:
@@ -569,10 +572,17 @@ class Daemon:
             scheduler.wake()
 
     @staticmethod
-    def _hold_for(cluster: Cluster, config: Config) -> Callable[[str], Awaitable[bool]]:
+    async def _recall(store: Store, name: str) -> tuple[int, float] | None:
+        return await store.run(lambda tx: tx.meta.position(name))
+
+    @staticmethod
+    async def _remember(store: Store, name: str, value: int) -> None:
+        await store.run(lambda tx: tx.meta.set_position(name, value))
+
+    @staticmethod
+    async def _hold(cluster: Cluster, name: str, within: float) -> bool:
         """What a channel asks before its one-daemon-at-a-time work (the poller)."""
-        poller_lease = config.telegram.lease.total_seconds()
-        return lambda name: cluster.take(name, within=poller_lease)
+        return await cluster.take(name, within=within)
 
     def _instance_name(self) -> str:
         """This process's unique name in the store (what holds its leases)."""

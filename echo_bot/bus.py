@@ -126,10 +126,16 @@ class ChannelSetup:
     # detach() tells the delivery worker this channel takes nothing more in this run (a
     # terminal whose output closed): its messages wait in the outbox, none is failed.
     detach: Callable[[], None] | None = None
-    # hold(name): whether this daemon may do now the work only one daemon may do at a
-    # time (polling a Telegram bot), with several daemons on one store; it asks again
-    # every few seconds. None: one daemon, always.
-    hold: Callable[[str], Awaitable[bool]] | None = None
+    # hold(name, within): whether this daemon may do now the work only one daemon may do
+    # at a time (polling a Telegram bot), with several daemons on one store; a holder
+    # unseen ``within`` seconds counts as gone. It asks again every few seconds. None:
+    # one daemon, always.
+    hold: Callable[[str, float], Awaitable[bool]] | None = None
+    # recall(name) / remember(name, value): a reader's position kept in the store (the
+    # Telegram poller's offset), with when it was stored, so that the next poller —
+    # after a restart, or another daemon's — goes on from it.
+    recall: Callable[[str], Awaitable[tuple[int, float] | None]] | None = None
+    remember: Callable[[str, int], Awaitable[None]] | None = None
 
 
 @runtime_checkable

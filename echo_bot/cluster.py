@@ -41,11 +41,25 @@ class Cluster:
         ``within``: its holder counts as gone when unseen this long (default ``lease``)."""
         return await self.store.run(lambda tx: self.take_in(tx, lease, within))
 
+    async def take_session(self, session_key: str, inbound_id: str) -> list[str] | None:
+        """Hold the session to run its turn ``inbound_id``: None while another live daemon
+        drives it, else the session's turns with work to do that arrived before it
+        (oldest first), which run first so that the session keeps its order."""
+
+        def take(tx: Tx) -> list[str] | None:
+            if not self.take_in(tx, session_lease(session_key)):
+                return None
+            return tx.inbox.earlier_turns(session_key, inbound_id)
+
+        return await self.store.run(take)
+
     def fence(self, tx: Tx, session_key: str) -> None:
-        """Raise LeaseLost unless this daemon still holds the session (in the transaction
-        that marks a side-effecting call started: no daemon that lost a session starts
-        one of its calls, and one taking it over waits for that commit, then finds the
-        call started and reports it OUTCOME_UNKNOWN instead of running it again)."""
+        """Raise LeaseLost unless this daemon still holds the session. In the transaction
+        of every checkpoint of a turn (the runner's, and the one that marks a
+        side-effecting call started): a daemon that lost a session — stalled past its
+        lease — writes nothing more to it and starts none of its calls, and one taking
+        it over waits for that commit (the lease row is locked), then finds a started
+        call and reports it OUTCOME_UNKNOWN instead of running it again."""
         if not tx.leases.held(session_lease(session_key), self.name):
             raise LeaseLost(f"session {session_key} is driven by another daemon now")
 

@@ -5,7 +5,9 @@
 # DIR: nothing of the checkout (under /home, hidden by ProtectHome=yes) is needed.
 #
 #   sudo systemd/install.sh [DIR]
+#   sudo EXTRAS=postgres systemd/install.sh     # with the PostgreSQL driver
 #
+# EXTRAS names the package's extras to install too (comma-separated, e.g. postgres);
 # PYTHON picks the interpreter (default python3); VENV_OPTIONS are passed to
 # `python -m venv` (e.g. --system-site-packages); pip reads its own PIP_* variables.
 # tests/test_systemd.py runs this very script into a temporary DIR.
@@ -14,6 +16,10 @@ set -eu
 src=$(cd "$(dirname "$0")/.." && pwd -P)
 dest=${1:-/opt/echo-bot}
 python=${PYTHON:-python3}
+extras=${EXTRAS:-}
+case $extras in
+*[!a-z0-9,-]*) echo "install.sh: EXTRAS is a comma-separated list of names, not $extras" >&2; exit 2 ;;
+esac
 
 case $dest in
 /*) ;;
@@ -70,5 +76,5 @@ if [ ! -x "$venv/bin/python" ]; then
     # shellcheck disable=SC2086  # VENV_OPTIONS are separate words on purpose
     "$python" -m venv ${VENV_OPTIONS:-} "$venv"
 fi
-"$venv/bin/python" -m pip install --disable-pip-version-check --upgrade "$dest"
+"$venv/bin/python" -m pip install --disable-pip-version-check --upgrade "$dest${extras:+[$extras]}"
 echo "Installed echo-bot into $dest: the service runs $venv/bin/echo-bot"

@@ -11,6 +11,7 @@ import base64
 import contextlib
 import json
 import signal
+import socket
 import sys
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
@@ -20,6 +21,7 @@ import aiohttp
 import pytest
 
 from tests.conftest import ROOT, echo_bot_env
+from tests.fakes.openai_api import FakeOpenAI, Reply
 from tests.fakes.telegram_api import FakeTelegramAPI
 from tests.postgres import fresh_database
 from tests.proc import free_port
@@ -31,9 +33,11 @@ COMMAND = ["sh", "-c", "echo ran >> count.txt"]
 NAMES = ("bot-a", "bot-b", "bot-c")
 
 
-def config(api: FakeTelegramAPI, name: str, port: int, workspace: Path) -> str:
+def config(api: FakeTelegramAPI, name: str, port: int, workspace: Path, extra: str = "") -> str:
     argv = json.dumps(COMMAND)
-    return f"""
+    return (
+        extra
+        + f"""
 [bot]
 instance = "{name}"
 [storage]
@@ -61,6 +65,7 @@ tool = "shell_exec"
 args = {{ argv = {argv} }}
 deliver_to = "telegram:{OWNER}"
 """
+    )
 
 
 class Daemon:
@@ -96,6 +101,17 @@ class Daemon:
         if not ready.done():
             ready.set_exception(AssertionError(f"{self.name} exited:\n" + "\n".join(self.lines)))
 
+    def said(self, text: str) -> bool:
+        return any(text in line for line in self.lines)
+
+    def said_all(self) -> str:
+        return f"{self.name}:\n" + "\n".join(self.lines)
+
+    def holds_as(self, instance: str) -> bool:
+        """Whether ``instance``, a name in the store (host-pid-random), is this daemon."""
+        assert self.proc is not None
+        return instance.startswith(f"{socket.gethostname()}-{self.proc.pid}-")
+
     @property
     def alive(self) -> bool:
         return self.proc is not None and self.proc.returncode is None
@@ -117,20 +133,25 @@ class Daemon:
 
 @contextlib.asynccontextmanager
 async def cluster(
-    tmp_path: Path,
+    tmp_path: Path, names: tuple[str, ...] = NAMES, extra: str = ""
 ) -> AsyncIterator[tuple[FakeTelegramAPI, list[Daemon], Path, str]]:
+    """Daemons ``names`` started in this order on one fresh database (the first polls
+    Telegram); ``extra``: more config for each (tables before the others)."""
     workspace = tmp_path / "workspace"
     workspace.mkdir()
     with fresh_database() as url:
         async with FakeTelegramAPI(token=TOKEN) as api:
             daemons = []
-            for name in NAMES:
+            for name in names:
                 port = free_port()
                 path = tmp_path / f"{name}.toml"
-                path.write_text(config(api, name, port, workspace))
+                path.write_text(config(api, name, port, workspace, extra))
                 daemons.append(Daemon(name, path, tmp_path / name, url, port))
             try:
-                for daemon in daemons:
+                poller = daemons[0]
+                await poller.start()
+                await until(lambda: poller.said("polling now"), 20, poller.said_all)
+                for daemon in daemons[1:]:
                     await daemon.start()
                 yield api, daemons, workspace, url
             finally:
@@ -263,3 +284,64 @@ async def test_three_daemons_share_one_database_and_survive_a_kill(tmp_path: Pat
         )
         for daemon in survivors:
             assert await daemon.stop() == 0
+
+
+@pytest.mark.timeout(180)
+async def test_a_stalled_daemon_writes_nothing_to_a_session_another_took_over(
+    tmp_path: Path,
+) -> None:
+    """A daemon frozen mid-turn (SIGSTOP: a paused VM, a long GC) past its lease loses
+    the session to another, which finishes the turn; thawed, the first one's answer
+    comes in, and every checkpoint it would write is fenced: the chat gets one reply,
+    the other daemon's, and the turn's history holds one answer."""
+    async with FakeOpenAI(model="gpt-test") as llm:
+        llm.hang(30, then=Reply("the frozen daemon's answer"))
+        llm.reply("the answer of the daemon that took over")
+        extra = (
+            f'[brain]\nkind = "openai"\n[openai]\nbase_url = "{llm.base_url}"\n'
+            'model = "gpt-test"\ntimeout = "60s"\nmax_retries = 0\n'
+        )
+        async with cluster(tmp_path, ("bot-a", "bot-b"), extra) as (api, daemons, _ws, url):
+            api.push_message("hello", user_id=OWNER)
+            await until(lambda: llm.chat_requests(), 20, lambda: stored(url))
+            # Whichever daemon took the session (any may: the one that polled the message,
+            # or the other, woken by NOTIFY) is frozen waiting for its model's answer.
+            driver = session_holder(url)
+            first = next(d for d in daemons if d.holds_as(driver))
+            second = next(d for d in daemons if d is not first)
+            assert first.proc is not None
+            first.proc.send_signal(signal.SIGSTOP)
+            try:
+
+                def replies() -> list[str]:
+                    return [t for t in api.sent_texts(OWNER) if "answer" in t]
+
+                await until(replies, 45, lambda: stored(url) + second.said_all())
+            finally:
+                first.proc.send_signal(signal.SIGCONT)
+            assert replies() == ["the answer of the daemon that took over"]
+            await until(lambda: first.said("left to another daemon"), 40, first.said_all)
+            await asyncio.sleep(2.0)  # room for a second reply to show up
+            assert replies() == ["the answer of the daemon that took over"]
+            assert answers_in_history(url) == ["the answer of the daemon that took over"]
+            for daemon in daemons:
+                assert await daemon.stop() == 0
+
+
+def session_holder(url: str) -> str:
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT instance FROM leases WHERE name LIKE 'session:%'").fetchone()
+    assert row is not None, "no daemon holds the session"
+    return str(row[0])
+
+
+def answers_in_history(url: str) -> list[str]:
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT content FROM messages WHERE role = 'assistant' ORDER BY seq"
+        ).fetchall()
+    return [r[0] for r in rows]

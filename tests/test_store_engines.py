@@ -512,3 +512,94 @@ async def test_a_deadlock_between_two_daemons_is_store_unavailable_and_the_other
         finally:
             await a.close()
             await b.close()
+
+
+async def test_a_stored_reader_position_only_moves_forward(engine: Engine) -> None:
+    """The Telegram poller's offset: a poller that lost its lease late may still write
+    the one it had; it never moves the position back."""
+    store = Store(engine.make(), Masker())
+    await store.open()
+    try:
+        assert await store.run(lambda tx: tx.meta.position("poller")) is None
+        for value in (5, 3, 9, 9, 7):
+            await store.run(lambda tx, v=value: tx.meta.set_position("poller", v))
+        stored = await store.run(lambda tx: tx.meta.position("poller"))
+        assert stored is not None and stored[0] == 9
+    finally:
+        await store.close()
+
+
+async def test_a_transaction_left_idle_by_a_frozen_daemon_frees_its_rows() -> None:
+    """A daemon frozen mid-transaction (a paused VM) must not hold its row locks for
+    good: the server ends a transaction of ours idle longer than a few seconds, the
+    daemon waiting on its rows goes on, and the frozen one's work fails as
+    StoreUnavailable (tried again from its checkpoint once it runs)."""
+    import time
+
+    from echo_bot.errors import StoreUnavailable
+    from echo_bot.store.postgres import IDLE_IN_TRANSACTION, PostgresDatabase
+
+    with fresh_database() as url:
+        frozen, other = PostgresDatabase(url), PostgresDatabase(url)
+        await frozen.open()
+        await other.open()
+        try:
+            await other.run(lambda d: d.execute(SCRATCH))
+            await other.run(lambda d: d.execute("INSERT INTO scratch (id, v) VALUES (1, 'a')"))
+            locked = threading.Event()
+
+            def freeze(d: Any) -> None:
+                d.execute("UPDATE scratch SET v = 'frozen' WHERE id = 1")
+                locked.set()
+                time.sleep(int(IDLE_IN_TRANSACTION.removesuffix("s")) + 3)
+                d.execute("SELECT 1")
+
+            stuck = asyncio.ensure_future(frozen.run(freeze))
+            await asyncio.to_thread(locked.wait, 10)
+            async with asyncio.timeout(20):
+                await other.run(lambda d: d.execute("UPDATE scratch SET v = 'b' WHERE id = 1"))
+            with pytest.raises(StoreUnavailable):
+                await stuck
+            assert (
+                await other.run(
+                    lambda d: d.execute("SELECT v FROM scratch WHERE id = 1").fetchone()[0]
+                )
+                == "b"
+            )
+            assert await frozen.run(lambda d: d.execute("SELECT 1").fetchone()[0]) == 1
+        finally:
+            await frozen.close()
+            await other.close()
+
+
+@pytest.mark.parametrize("engine_name", ["sqlite", "postgres"])
+async def test_a_store_of_a_newer_schema_is_refused_with_one_line_and_exit_2(
+    tmp_path: Path, engine_name: str
+) -> None:
+    """An instance older than the store (another machine upgraded first) does not start
+    on it: one line saying so, exit code 2 (systemd does not restart it in a loop)."""
+    from echo_bot.store.postgres import PostgresDatabase
+
+    state = tmp_path / "state"
+    state.mkdir()
+    config = tmp_path / "echo-bot.toml"
+    config.write_text(f'[storage]\nengine = "{engine_name}"\n')
+    with contextlib.ExitStack() as stack:
+        env = echo_bot_env()
+        if engine_name == "postgres":
+            env["ECHO_BOT_DATABASE_URL"] = url = stack.enter_context(fresh_database())
+            db: Any = PostgresDatabase(url)
+        else:
+            db = Database(state / DB_FILENAME)
+        await db.open()  # made and migrated by this echo-bot
+        try:
+            await db.run(
+                lambda d: d.execute("UPDATE meta SET value = '999' WHERE key = 'schema_version'")
+            )
+        finally:
+            await db.close()
+        args = ("run", "--config", str(config), "--state-dir", str(state))
+        done = await asyncio.to_thread(run_echo_bot, *args, env=env)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "schema version 999, newer than this echo-bot" in lines[0], lines

@@ -204,3 +204,15 @@ def test_install_script_refuses_a_directory_that_holds_something_else(tmp_path: 
                             capture_output=True, text=True, timeout=60)  # fmt: skip
     assert result.returncode == 2
     assert (elsewhere / "precious.txt").read_text() == "keep me"
+
+
+def test_install_script_refuses_extras_that_are_not_names(tmp_path: Path) -> None:
+    """EXTRAS goes into pip's requirement (`DIR[postgres]`): anything but names is refused
+    before anything is copied."""
+    prefix = tmp_path / "opt" / "echo-bot"
+    env = {**os.environ, "EXTRAS": "postgres] ../../elsewhere"}
+    result = subprocess.run([ROOT / "systemd" / "install.sh", prefix], env=env,
+                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert result.returncode == 2
+    assert "EXTRAS" in result.stderr
+    assert not prefix.exists()

@@ -176,3 +176,42 @@ port = {http_port}
     finally:
         proc.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(proc.wait(), 20) == 0
+
+
+async def test_a_restarted_poller_goes_on_from_the_offset_it_stored(tmp_path: Path) -> None:
+    """The poller keeps its offset in the store: after a kill, the next start asks
+    Telegram for what came after the last stored update (it does not fetch that again);
+    an offset stored over a day ago is not trusted (Telegram keeps updates 24 hours, and
+    numbers them afresh after a quiet week) and the poller asks afresh."""
+    state, config = tmp_path / "st", tmp_path / "config.toml"
+    async with FakeTelegramAPI(token=TOKEN) as api:
+        write_config(config, api)
+        first = await start_daemon(config, state)
+        try:
+            update_id = api.push_message("what time is it?", user_id=OWNER)
+            await delivered(state, "reply")
+        finally:
+            first.send_signal(signal.SIGKILL)
+            await first.wait()
+
+        async def first_offset_of_a_start() -> int | None:
+            polled = len(api.offsets)
+            daemon = await start_daemon(config, state)
+            try:
+                async with asyncio.timeout(20):
+                    while len(api.offsets) <= polled:
+                        await asyncio.sleep(0.05)
+            finally:
+                daemon.send_signal(signal.SIGTERM)
+                assert await asyncio.wait_for(daemon.wait(), 20) == 0
+            return api.offsets[polled]
+
+        assert await first_offset_of_a_start() == update_id + 1
+        with contextlib.closing(sqlite3.connect(state / "echo-bot.sqlite3")) as conn, conn:
+            key = "position:telegram-offset:123456"
+            (value,) = conn.execute("SELECT value FROM meta WHERE key = ?", [key]).fetchone()
+            stale = {**json.loads(value), "at": json.loads(value)["at"] - 2 * 86400}
+            conn.execute("UPDATE meta SET value = ? WHERE key = ?", [json.dumps(stale), key])
+        assert await first_offset_of_a_start() is None
+    replies = [t for t in api.sent_texts(OWNER) if t.startswith("It is")]
+    assert len(replies) == 1, "the update was handled again after a restart"

@@ -79,6 +79,7 @@ class Dispatcher:
         # has queued or running already (the poll skips it).
         self.cluster = cluster
         self._known: set[str] = set()
+        self._put_back: set[str] = set()  # queued again behind the session's earlier turns
         self._claim_now = asyncio.Event()  # set by wake(): another daemon committed work
         # Each session's turns to run, in order: the message itself when it was handed over
         # in memory, else its inbox id (recovery, resumed turns). Only sessions with
@@ -255,35 +256,63 @@ class Dispatcher:
 
     async def _run_turn(self, session_key: str, inbound: InboundMessage | str) -> None:
         inbound_id = inbound if isinstance(inbound, str) else inbound.id
-        held = False
+        held, later = False, False
         try:
-            held = self.cluster is None or await self._hold(session_key)
-            if held:
+            if self.cluster is None:
+                held = True
+            else:
+                earlier = await self._hold(session_key, inbound_id)
+                held = earlier is not None
+                # They arrived first: they run first, this one after them (once: a turn
+                # put back runs on its next go, whatever is still there).
+                if earlier and inbound_id not in self._put_back:
+                    later = True
+                    self._put_back.add(inbound_id)
+                    self._put_first(session_key, [*earlier, inbound])
+            if held and not later:
                 await self._advance(inbound)
         finally:
             del self._running[session_key]
-            self._known.discard(inbound_id)
+            if not later:
+                self._known.discard(inbound_id)
+                self._put_back.discard(inbound_id)
             if session_key in self._queues:
                 self._ready.append(session_key)  # its next turn: at the back of the line
             elif held and self.cluster is not None and not self._stopping:
                 self._spawn(self._let_go(session_key))
             self._start_ready()
 
-    async def _hold(self, session_key: str) -> bool:
-        """Take (or keep) the session's lease; when another live daemon holds it, drop
-        what is queued here for it: that daemon's poll finds it in the inbox."""
+    async def _hold(self, session_key: str, inbound_id: str) -> list[str] | None:
+        """Take (or keep) the session's lease to run ``inbound_id``: the session's turns
+        that arrived before it and wait (``Cluster.take_session``), or None when another
+        live daemon holds the session — then what is queued here for it is dropped: that
+        daemon's poll finds it in the inbox."""
         assert self.cluster is not None
         cluster = self.cluster
-        held = await self._once_the_store_is_back(
-            f"session {session_key}", lambda: cluster.take(session_lease(session_key))
+        earlier = await self._once_the_store_is_back(
+            f"session {session_key}", lambda: cluster.take_session(session_key, inbound_id)
         )
-        if held:
-            return True
+        if earlier is not None:
+            return earlier
         for queued in self._queues.pop(session_key, ()):
-            self._known.discard(queued if isinstance(queued, str) else queued.id)
+            queued_id = queued if isinstance(queued, str) else queued.id
+            self._known.discard(queued_id)
+            self._put_back.discard(queued_id)
         with contextlib.suppress(ValueError):
             self._ready.remove(session_key)
-        return False
+        return None
+
+    def _put_first(self, session_key: str, turns: Sequence[InboundMessage | str]) -> None:
+        """Queue ``turns`` at the front of the session's queue, in this order, each once
+        (one already queued further back moves forward)."""
+        ids = {t if isinstance(t, str) else t.id for t in turns}
+        queue = self._queues.get(session_key)
+        if queue is not None:
+            kept = [q for q in queue if (q if isinstance(q, str) else q.id) not in ids]
+            queue.clear()
+            queue.extend(kept)
+        for turn in reversed(turns):
+            self.schedule(session_key, turn, first=True)
 
     async def _let_go(self, session_key: str) -> None:
         """Release an idle session's lease (kept while work for it waits in the inbox)."""

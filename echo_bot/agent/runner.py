@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from functools import partial
+from typing import TypeVar
 
 from .. import metrics
 from ..brains.base import Brain, BrainContext, BrainReply
@@ -36,6 +37,8 @@ HISTORY_LIMIT = 200
 # looping; the turn ends with an honest message.
 MAX_IDENTICAL_CALLS = 2
 
+T = TypeVar("T")
+
 
 class TurnRunner:
     def __init__(
@@ -48,8 +51,12 @@ class TurnRunner:
         executor: CallExecutor,
         masker: Masker,
         config: BrainConfig,
+        fence: Callable[[Tx, str], None] | None = None,
     ) -> None:
         self.store = store
+        # With several daemons: raises LeaseLost in a checkpoint's transaction unless
+        # this daemon still drives the session (``Cluster.fence``).
+        self.fence = fence
         self.brain = brain
         self.registry = registry
         self.exposed = exposed
@@ -86,13 +93,16 @@ class TurnRunner:
                 settled = None
                 if outcome.calls:
                     if outcome.waiting:
-                        await self.store.run(partial(self._suspend, inbound=inbound, turn=turn))
+                        await self._checkpoint(
+                            inbound, partial(self._suspend, inbound=inbound, turn=turn)
+                        )
                         return
                     if direct:  # its one call is done: results and reply in one commit
                         await self._finish_direct(inbound, outcome.calls, outcome.unrecorded)
                         return
-                    turn, conversation = await self.store.run(
-                        partial(self._close_step, inbound=inbound, turn=turn, outcome=outcome)
+                    turn, conversation = await self._checkpoint(
+                        inbound,
+                        partial(self._close_step, inbound=inbound, turn=turn, outcome=outcome),
                     )
                     empty_step = True
                     continue
@@ -103,8 +113,8 @@ class TurnRunner:
                     done = await self.store.run(partial(_calls_of_first_step, turn_id=turn.id))
                     await self._finish_direct(inbound, done, [])
                     return
-                settled = await self.store.run(
-                    partial(self._plan_direct, inbound=inbound, turn=turn, tools=tools)
+                settled = await self._checkpoint(
+                    inbound, partial(self._plan_direct, inbound=inbound, turn=turn, tools=tools)
                 )
                 empty_step = False
                 continue
@@ -120,10 +130,11 @@ class TurnRunner:
             if reply is None:
                 return
             if reply.tool_calls:
-                settled = await self.store.run(
+                settled = await self._checkpoint(
+                    inbound,
                     partial(
                         self._persist_step, inbound=inbound, turn=turn, reply=reply, tools=tools
-                    )
+                    ),
                 )
                 if settled is None:
                     name = reply.tool_calls[0].name
@@ -147,6 +158,19 @@ class TurnRunner:
             return
 
     # -- checkpoints ----------------------------------------------------------------------
+    async def _checkpoint(self, inbound: InboundMessage, write: Callable[[Tx], T]) -> T:
+        """Commit ``write``, a checkpoint of ``inbound``'s turn — fenced when several
+        daemons share the store: only while this one still drives the session."""
+        fence = self.fence
+        if fence is None:
+            return await self.store.run(write)
+
+        def fenced(tx: Tx) -> T:
+            fence(tx, inbound.session_key)
+            return write(tx)
+
+        return await self.store.run(fenced)
+
     def _begin(
         self, tx: Tx, inbound_id: str, known: InboundMessage | None
     ) -> tuple[InboundMessage, TurnRow, list[ChatMessage] | None] | None:
@@ -163,6 +187,8 @@ class TurnRunner:
                 return None
             inbound = row.message
             turn = tx.turns.get(inbound.id)
+        if self.fence is not None:
+            self.fence(tx, inbound.session_key)
         conversation: list[ChatMessage] | None = None
         if turn is None:
             # Made running: no need to set that below.
@@ -364,7 +390,7 @@ class TurnRunner:
                 error=error,
             )
 
-        await self.store.run(write)
+        await self._checkpoint(inbound, write)
         metrics.TURN_SECONDS.observe(max(0.0, time.time() - inbound.received_at.timestamp()))
 
     async def _finish_direct(

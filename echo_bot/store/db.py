@@ -59,7 +59,7 @@ from sqlite_utils import Database as SqliteUtilsDatabase
 from ..errors import StoreError
 from ..hardening import PRIVATE_FILE, make_private
 from .engine import MAX_BATCH, Job, Outcome, Session, ThreadedEngine, run_begun, store_error
-from .schema import migrate
+from .schema import SchemaTooNew, migrate
 
 T = TypeVar("T")
 
@@ -173,6 +173,9 @@ class Database(ThreadedEngine):
                 conn.execute("PRAGMA busy_timeout = 0")
                 self._loop_conn = conn
                 self._loop_session = SqliteSession(conn, self._loop_wrapped)
+        except SchemaTooNew as exc:
+            self._close_connections()
+            raise StoreError(f"the store {self.path}: {exc}") from None
         except sqlite3.Error as exc:
             self._close_connections()
             raise StoreError(f"cannot open the store {self.path}: {exc}") from exc

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..bus import Published
-from ..events import InboundMessage, InboundStatus
+from ..events import InboundKind, InboundMessage, InboundStatus
 from .sql import SqlDb, db_clock
 
 if TYPE_CHECKING:
@@ -166,6 +166,17 @@ def accepted_from_others(
     return [r.message for r in rows], max(seq, newest), False
 
 
+# A row some daemon has to move on: new, running (on a daemon that may have died), or
+# waiting for approvals that are all decided now.
+_WORK_TO_DO = (
+    "(i.status IN (?, ?) OR (i.status = ?"
+    " AND EXISTS (SELECT 1 FROM approvals a WHERE a.turn_id = i.id)"
+    " AND NOT EXISTS ("
+    " SELECT 1 FROM approvals a WHERE a.turn_id = i.id AND a.status = 'pending')))"
+)
+_WORK_TO_DO_ARGS = (InboundStatus.ACCEPTED, InboundStatus.RUNNING, InboundStatus.WAITING_APPROVAL)
+
+
 def claimable(db: SqlDb, instance: str, lease: float, limit: int) -> list[InboundMessage]:
     """With several daemons on one store: the rows with work to do, oldest first, whose
     session no other live instance holds (``store/leases.py``) — new work of sessions
@@ -173,24 +184,25 @@ def claimable(db: SqlDb, instance: str, lease: float, limit: int) -> list[Inboun
     waiting for approvals that are all decided now (the decision may have reached a
     daemon that could not take the turn's session then)."""
     cursor = db.execute(
-        "SELECT * FROM inbox i WHERE (i.status IN (?, ?) OR (i.status = ?"
-        "  AND EXISTS (SELECT 1 FROM approvals a WHERE a.turn_id = i.id)"
-        "  AND NOT EXISTS ("
-        "  SELECT 1 FROM approvals a WHERE a.turn_id = i.id AND a.status = 'pending')))"
-        " AND NOT EXISTS ("
+        f"SELECT * FROM inbox i WHERE {_WORK_TO_DO} AND NOT EXISTS ("
         " SELECT 1 FROM leases l JOIN instances n ON n.name = l.instance"
         " WHERE l.name = 'session:' || i.session_key AND l.instance <> ?"
         f" AND n.seen_at >= {db_clock(db)} - ?) ORDER BY i.seq LIMIT ?",
-        [
-            InboundStatus.ACCEPTED,
-            InboundStatus.RUNNING,
-            InboundStatus.WAITING_APPROVAL,
-            instance,
-            lease,
-            limit,
-        ],
+        [*_WORK_TO_DO_ARGS, instance, lease, limit],
     )
     return [_row(dict(r)).message for r in cursor.fetchall()]
+
+
+def earlier_turns(db: SqlDb, session_key: str, inbound_id: str) -> list[str]:
+    """The session's turns with work to do that arrived before ``inbound_id``, oldest
+    first: what a daemon that has just taken the session runs before it (another daemon
+    committed them, or drove them and died), so the session's turns keep their order."""
+    cursor = db.execute(
+        f"SELECT i.id FROM inbox i WHERE {_WORK_TO_DO} AND i.session_key = ? AND i.kind <> ?"
+        " AND i.seq < (SELECT seq FROM inbox WHERE id = ?) ORDER BY i.seq",
+        [*_WORK_TO_DO_ARGS, session_key, InboundKind.APPROVAL_DECISION, inbound_id],
+    )
+    return [str(r[0]) for r in cursor.fetchall()]
 
 
 def has_accepted(db: SqlDb, session_key: str) -> bool:

@@ -62,6 +62,28 @@ def instances(db: SqlDb) -> list[InstanceRow]:
     ]
 
 
+def position(db: SqlDb, name: str) -> tuple[int, float] | None:
+    """A reader's stored position (a Telegram poller's offset) and when it was stored."""
+    row = db.execute("SELECT value FROM meta WHERE key = ?", [f"position:{name}"]).fetchone()
+    if row is None:
+        return None
+    stored = json.loads(row[0])
+    return int(stored["value"]), float(stored["at"])
+
+
+def set_position(db: SqlDb, name: str, value: int, at: float) -> None:
+    """Move a reader's position forward (never back: a poller that lost its lease late
+    may still write one it had)."""
+    current = position(db, name)
+    if current is not None and current[0] >= value:
+        return
+    db.execute(
+        "INSERT INTO meta (key, value) VALUES (?, ?)"
+        " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+        [f"position:{name}", json.dumps({"value": value, "at": at})],
+    )
+
+
 WAKE_CHANNEL = "echo_bot"  # PostgreSQL's LISTEN/NOTIFY channel between the daemons
 
 

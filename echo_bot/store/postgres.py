@@ -36,6 +36,7 @@ from .schema import SchemaTooNew, migrate
 from .sql import POSTGRES, describe_url
 
 CONNECT_TIMEOUT = 5  # seconds
+IDLE_IN_TRANSACTION = "5s"  # the longest a transaction of ours may sit idle (see _connect)
 # pg_advisory_xact_lock key held while the schema is migrated ("echo" in ASCII).
 MIGRATION_LOCK = 0x6563686F
 
@@ -237,6 +238,11 @@ class PostgresDatabase(ThreadedEngine):
         except ValueError:
             raise StoreError("the database URL is not valid (see storage.url_env)") from None
         try:
+            # A transaction of ours never waits on anything but this process between its
+            # statements: one left open longer is a daemon frozen mid-transaction (a
+            # paused VM, SIGSTOP). The server ends it, freeing the rows it locked, so the
+            # daemons taking over its sessions are not stuck behind it for good.
+            conn.execute(f"SET idle_in_transaction_session_timeout = '{IDLE_IN_TRANSACTION}'")
             if self._durability == "full":
                 conn.execute("SET synchronous_commit = on")
         except BaseException:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Generic, TypeVar, overload
@@ -158,6 +159,9 @@ class InboxRepo:
 
     def claimable(self, instance: str, lease: float, limit: int) -> list[InboundMessage]:
         return inbox_sql.claimable(self._db, instance, lease, limit)
+
+    def earlier_turns(self, session_key: str, inbound_id: str) -> list[str]:
+        return inbox_sql.earlier_turns(self._db, session_key, inbound_id)
 
     def has_accepted(self, session_key: str) -> bool:
         return inbox_sql.has_accepted(self._db, session_key)
@@ -536,6 +540,12 @@ class MetaRepo:
 
     def instance_gone(self, name: str) -> None:
         meta_sql.instance_gone(self._db, name)
+
+    def position(self, name: str) -> tuple[int, float] | None:
+        return meta_sql.position(self._db, name)
+
+    def set_position(self, name: str, value: int) -> None:
+        meta_sql.set_position(self._db, name, value, time.time())
 
     def instances(self) -> list[meta_sql.InstanceRow]:
         """Every daemon that has used the store and not left, the most recently seen

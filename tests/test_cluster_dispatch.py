@@ -1,0 +1,74 @@
+"""The dispatcher among daemons on one PostgreSQL database: a session's turns run in the
+order they arrived, whichever daemon committed them and whichever took the session."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, cast
+
+from echo_bot.agent.dispatcher import Dispatcher
+from echo_bot.agent.runner import TurnRunner
+from echo_bot.approvals import ApprovalGate
+from echo_bot.cluster import Cluster
+from echo_bot.events import Address, InboundMessage, InboundStatus, Sender, new_id
+from echo_bot.secrets import Masker
+from echo_bot.store import SqliteInbox, Store
+from tests.postgres import fresh_database
+
+
+class RecordingRunner:
+    """Runs a turn by recording it and marking its row done (the order is the point)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.ran: list[str] = []
+
+    async def advance(self, inbound_id: str, known: InboundMessage | None = None) -> None:
+        self.ran.append(inbound_id)
+        await self.store.run(lambda tx: tx.inbox.set_status(inbound_id, InboundStatus.DONE))
+
+
+def message(text: str) -> InboundMessage:
+    return InboundMessage(
+        address=Address(channel="cli", chat_id="owner"),
+        sender=Sender(id="owner"),
+        text=text,
+        external_id=new_id(),
+    )
+
+
+async def test_a_daemon_taking_a_session_runs_the_turns_that_arrived_before_first() -> None:
+    """Another daemon committed a message for the session (or drove it and died); this
+    daemon's own later message reaches its dispatcher first, in memory. Taking the
+    session, it runs the earlier one first."""
+    from echo_bot.store.postgres import PostgresDatabase
+
+    with fresh_database() as url:
+        other = Store(PostgresDatabase(url), Masker(), instance="other-1")
+        mine = Store(PostgresDatabase(url), Masker(), instance="mine-1")
+        await other.open()
+        await mine.open()
+        try:
+            earlier, later = message("first"), message("second")
+            await other.run(lambda tx: tx.inbox.add(earlier))
+            await mine.run(lambda tx: tx.inbox.add(later))
+            runner = RecordingRunner(mine)
+            dispatcher = Dispatcher(
+                store=mine,
+                inbox=SqliteInbox(mine),
+                runner=cast(TurnRunner, runner),
+                gate=cast(ApprovalGate, cast(Any, None)),  # no decisions here
+                max_concurrent=4,
+                cluster=Cluster(mine, "mine-1"),
+            )
+            dispatcher.accept([later])  # as a commit of this daemon hands it over
+            async with asyncio.timeout(10):
+                while len(runner.ran) < 2:
+                    await asyncio.sleep(0.02)
+            assert runner.ran == [earlier.id, later.id]
+            await asyncio.sleep(0.2)
+            assert runner.ran == [earlier.id, later.id], "a turn ran twice"
+            await dispatcher.stop()
+        finally:
+            await other.close()
+            await mine.close()
