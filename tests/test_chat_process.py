@@ -3,6 +3,7 @@ said, on a real PostgreSQL database)."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 import signal
 import subprocess
@@ -356,6 +357,43 @@ def test_a_daemon_started_while_its_database_is_away_waits_degraded_then_runs(
             assert waiting.terminate() == 0
         finally:
             waiting.cleanup()
+
+
+def test_a_database_out_of_connections_is_waited_for_with_a_clear_reason(
+    tmp_path: Path,
+) -> None:
+    """The server's connection limit reached (its max_connections, a role's or a
+    database's limit, a full pooler): the daemon waits degraded, saying so and what to
+    change, and starts once a connection is free."""
+    import psycopg
+
+    from tests.postgres import admin_url
+
+    port = free_port()
+    with fresh_database() as url, psycopg.connect(admin_url(), autocommit=True) as admin:
+        name = url.rsplit("/", 1)[1]
+        admin.execute(f'ALTER DATABASE "{name}" CONNECTION LIMIT 0')
+        config = tmp_path / "pg.toml"
+        config.write_text(
+            f'[http]\nenabled = true\nport = {port}\n[storage]\nengine = "postgres"\n'
+        )
+        env = echo_bot_env(ECHO_BOT_DATABASE_URL=url)
+        args = ("run", "--config", str(config), "--state-dir", str(tmp_path / "st"))
+        daemon = EchoBotProcess(*args, env=env)
+        try:
+            line = daemon.expect_stderr(r"the store is unavailable")
+            assert "too many connections" in line and "max_connections" in line, line
+            admin.execute(f'ALTER DATABASE "{name}" CONNECTION LIMIT -1')
+            deadline = time.monotonic() + 30
+            while True:
+                with contextlib.suppress(OSError):
+                    if _healthz(port)[0] == 200:
+                        break
+                assert time.monotonic() < deadline, daemon.stderr_lines[-5:]
+                time.sleep(0.2)
+            assert daemon.terminate() == 0
+        finally:
+            daemon.cleanup()
 
 
 def test_status_lists_the_live_daemons_by_their_instance_name(

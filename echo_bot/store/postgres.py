@@ -36,6 +36,7 @@ from .schema import SchemaTooNew, migrate
 from .sql import POSTGRES, describe_url
 
 CONNECT_TIMEOUT = 5  # seconds
+CONNECTIONS_PER_DAEMON = 2  # the store thread's, and the LISTEN thread's
 IDLE_IN_TRANSACTION = "5s"  # the longest a transaction of ours may sit idle (see _connect)
 # pg_advisory_xact_lock key held while the schema is migrated ("echo" in ASCII).
 MIGRATION_LOCK = 0x6563686F
@@ -357,6 +358,13 @@ def _refused_for_good(exc: BaseException) -> bool:
 
 
 def _reason(exc: BaseException) -> str:
-    """psycopg's message on one line (it may span several)."""
-    text = " ".join(str(exc).split())
-    return text or type(exc).__name__
+    """psycopg's message on one line (it may span several), with what to do about a
+    full server."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    if getattr(exc, "sqlstate", None) == "53300" or "too many connections" in text:
+        text += (
+            f" — the server's connection limit is reached; each echo-bot uses"
+            f" {CONNECTIONS_PER_DAEMON}: raise max_connections (or the role's or database's"
+            " CONNECTION LIMIT), or put a pooler in front"
+        )
+    return text
