@@ -101,9 +101,21 @@ class Scheduler:
             except Exception:
                 log_retrying(log, "reading the reminders failed; retrying")
                 continue
-            armed = {job.id for job in self._aps.get_jobs()} if self._aps is not None else set()
+            if self._aps is None:
+                continue
+            # Each reminder timer's occurrence (its second argument): one changed through
+            # another daemon (snoozed, moved earlier) is set again, one cancelled there
+            # is cleared.
+            armed = {
+                job.id: job.args[1]
+                for job in self._aps.get_jobs()
+                if job.id.startswith("reminder:")
+            }
+            active = {f"reminder:{row.id}" for row in rows}
+            for job_id in armed.keys() - active:
+                self._remove(job_id)
             for row in rows:
-                if f"reminder:{row.id}" not in armed and self._aps is not None:
+                if armed.get(f"reminder:{row.id}") != row.next_at:
                     await self._arm(row)
 
     async def stop(self) -> None:

@@ -490,3 +490,48 @@ async def test_a_cron_prompt_job_answers_in_its_deliver_to_chat(state_dir: Path)
         reply = await bot.channel.reply_to(inbound_id)
         assert reply.to == Address(channel="cli", chat_id="local")
         assert reply.text.startswith("It is ")
+
+
+async def test_a_resync_follows_reminders_changed_through_another_daemon(tmp_path: Path) -> None:
+    """With several daemons, a reminder changed through another one reaches this one's
+    timers only by the resync: one moved earlier is set for its new time (not left on
+    the old one, where it would do nothing), one cancelled is cleared."""
+    import time
+
+    path = tmp_path / "shared.sqlite3"
+    here, there = Store(Database(path), Masker()), Store(Database(path), Masker())
+    await here.open()
+    await there.open()
+    scheduler = Scheduler(
+        here, Bus(SqliteInbox(here), SqliteOutbox(here)),
+        cron_jobs=[], timezone="UTC", grace=timedelta(hours=1), resync=0.1,
+    )  # fmt: skip
+    service = ReminderService(there, timezone="UTC", languages=["en"], max_active=10)
+    try:
+        await scheduler.start()
+        moved = await service.create(CHAT, "owner", "stretch", when="in 1 hour")
+        dropped = await service.create(CHAT, "owner", "water", when="in 1 hour")
+        assert moved.reminder is not None and dropped.reminder is not None
+        async with asyncio.timeout(10):
+            while scheduler.health()["timers"] != 2:
+                await asyncio.sleep(0.05)
+        soon = time.time() + 1.0
+        moved_id, dropped_id = moved.reminder.id, dropped.reminder.id
+        await there.run(lambda tx: tx.reminders.advance(moved_id, soon))
+        await there.run(lambda tx: tx.reminders.set_status(dropped_id, "cancelled"))
+
+        def sent(db: Any) -> list[str]:
+            return [r[0] for r in db.execute("SELECT payload FROM outbox").fetchall()]
+
+        async with asyncio.timeout(10):
+            while not await here.database.run(sent):
+                await asyncio.sleep(0.05)
+        [payload] = await here.database.run(sent)
+        assert OutboundMessage.model_validate_json(payload).text == "⏰ stretch"
+        async with asyncio.timeout(10):
+            while scheduler.health()["timers"] != 0:
+                await asyncio.sleep(0.05)
+    finally:
+        await scheduler.stop()
+        await here.close()
+        await there.close()

@@ -190,9 +190,10 @@ class Dispatcher:
                 log_retrying(log, "reading the inbox failed; retrying")
                 await asyncio.sleep(1)
                 continue
-            fresh = [m for m in found if m.id not in self._known]
-            if fresh:
-                self.accept(fresh)
+            # Not counted again: the daemon that committed a row counted it.
+            for message in found:
+                if message.id not in self._known:
+                    self._dispatch(message)
 
     def wake(self) -> None:
         """Look for claimable work now (another daemon committed some)."""
