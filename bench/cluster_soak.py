@@ -449,7 +449,7 @@ async def run(knobs: Knobs, admin: str, work: Path, say: Any) -> tuple[bool, str
                 ("daemons, kills (of the poller)", f"{knobs.instances}, {len(kills)}"
                  f" ({poller_kills})", ""),
                 ("  polling taken over after a poller kill, within", f"{max(takeovers):.1f} s"
-                 if takeovers else "-", "≤ the lease (15 s) + 1 s"),
+                 if takeovers else "-", "≤ the lease (15 s)"),
                 ("webhook deliveries accepted", sum(driver.load.deliveries.values()),
                  f"= {knobs.deliveries}"),
                 ("  effect once", sum(1 for t in driver.load.deliveries if done[t] == 1), ""),

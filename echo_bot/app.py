@@ -56,6 +56,9 @@ STORE_RETRY_MAX = 30.0
 # How often a daemon refreshes its row in `instances` (`status` counts one unseen for
 # three beats as gone: admin.INSTANCE_GONE_AFTER).
 INSTANCE_BEAT = BEAT
+# The longest READY waits for the MCP servers' first connection; slower ones go on
+# connecting in the background (their tools appear when they are listed).
+MCP_START_BOUND = 5.0
 # With several daemons on one store: how often reminders set elsewhere are looked for.
 SCHEDULE_RESYNC = 15.0
 
@@ -327,6 +330,11 @@ class Daemon:
             )
 
         try:
+            if core.mcp is not None:  # before the turns: recovered ones may call their tools
+                self.notifier.status("starting MCP servers")
+                await core.mcp.start(bound=MCP_START_BOUND)
+                if http is not None:
+                    http.add_health("mcp", core.mcp.health)
             await dispatcher.start()
             await delivery.start()
             scheduler = Scheduler(
@@ -426,6 +434,8 @@ class Daemon:
                 await self.scheduler.stop()
             await dispatcher.stop(config.bot.shutdown_timeout.total_seconds())
             await delivery.stop()
+            if core.mcp is not None:
+                await core.mcp.stop()
             for close in self._closers:
                 with contextlib.suppress(Exception):
                     await close()

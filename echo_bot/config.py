@@ -326,6 +326,71 @@ class StorageConfig(Section):
         return value
 
 
+_MCP_SERVER_NAME = re.compile(r"^[A-Za-z0-9-]+(_[A-Za-z0-9-]+)*$")
+
+
+def _mcp_server_name(value: str) -> str:
+    # Its tools are named <server>__<tool>: a name with "__" (or a trailing "_") would
+    # make one server's tools look like another's.
+    if not _MCP_SERVER_NAME.match(value) or len(value) > 32:
+        raise ValueError(
+            "an MCP server's name is letters, digits, '-' and single '_' between them, at"
+            " most 32 characters (its tools are named <server>__<tool>)"
+        )
+    return value
+
+
+def _http_url(value: str | None) -> str | None:
+    if value is not None and not re.match(r"^https?://[^\s/]+", value):
+        raise ValueError("expected an http:// or https:// URL")
+    return value
+
+
+RiskName = Literal["read", "write", "dangerous"]
+
+
+class McpServerConfig(Section):
+    name: Annotated[str, AfterValidator(_mcp_server_name)]
+    # stdio: the server's command line, run without a shell; or streamable HTTP: its URL.
+    command: list[str] | None = Field(None, min_length=1)
+    url: Annotated[str | None, AfterValidator(_http_url)] = None
+    # Extra environment for a stdio server (the rest of ours is not passed on).
+    env: dict[str, str] = Field(default_factory=dict)
+    # Variables for a stdio server whose values are secrets: name in the server ←
+    # name of the variable in ours.
+    secret_env: dict[str, EnvName] = Field(default_factory=dict)
+    # HTTP headers for a streamable HTTP server, each from a variable of ours.
+    headers_env: dict[str, EnvName] = Field(default_factory=dict)
+    # Glob patterns of the server's tools to expose.
+    tools: list[str] = Field(default_factory=lambda: ["*"])
+    # Take a tool's risk from the server's annotations (readOnlyHint → read,
+    # destructiveHint = false → write, else dangerous) when `risk` does not name it.
+    trust_annotations: bool = False
+    # The owner's word on a tool's risk (by the server's tool name): always wins.
+    risk: dict[str, RiskName] = Field(default_factory=dict)
+    timeout: Duration = Field(timedelta(seconds=60), gt=timedelta(0))
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServerConfig:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("give exactly one of 'command' (stdio) or 'url' (streamable HTTP)")
+        if self.command is not None and self.headers_env:
+            raise ValueError("'headers_env' is for a server reached by 'url'")
+        if self.url is not None and (self.env or self.secret_env):
+            raise ValueError("'env' and 'secret_env' are for a server started by 'command'")
+        return self
+
+
+class McpConfig(Section):
+    servers: list[McpServerConfig] = Field(default_factory=list)
+
+    @field_validator("servers")
+    @classmethod
+    def _unique_servers(cls, servers: list[McpServerConfig]) -> list[McpServerConfig]:
+        _unique([s.name for s in servers])
+        return servers
+
+
 class Config(Section):
     bot: BotConfig = Field(default_factory=BotConfig)
     brain: BrainConfig = Field(default_factory=BrainConfig)
@@ -338,6 +403,7 @@ class Config(Section):
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
     storage: StorageConfig = Field(default_factory=StorageConfig)
     cron: list[CronJob] = Field(default_factory=list)
+    mcp: McpConfig = Field(default_factory=McpConfig)
 
     @field_validator("cron")
     @classmethod
@@ -475,6 +541,8 @@ def secret_env_names(config: Config) -> list[str]:
     names += [r.secret_env for r in config.webhook.routes if r.secret_env]
     if config.storage.engine == "postgres":
         names.append(config.storage.url_env)  # it holds the database password
+    for server in config.mcp.servers:
+        names += list(server.secret_env.values()) + list(server.headers_env.values())
     return list(dict.fromkeys(names))
 
 
@@ -528,6 +596,11 @@ def check_environment(loaded: LoadedConfig, environ: Mapping[str, str] | None = 
         for index, route in enumerate(config.webhook.routes):
             if route.secret_env:
                 need(f"webhook.routes[{index}].secret_env", route.secret_env, "the route's secret")
+    for index, server in enumerate(config.mcp.servers):
+        for inner, name in sorted(server.secret_env.items()):
+            need(f"mcp.servers[{index}].secret_env.{inner}", name, f"{server.name}'s secret")
+        for header, name in sorted(server.headers_env.items()):
+            need(f"mcp.servers[{index}].headers_env.{header}", name, f"{server.name}'s header")
     if config.storage.engine == "postgres":
         need(
             "storage.url_env",

@@ -27,6 +27,7 @@ from .config import (
 )
 from .errors import ConfigError
 from .events import OutboundMessage
+from .mcp.hub import McpHub
 from .reminders import ReminderService
 from .secrets import Masker
 from .store import Store, make_database
@@ -53,6 +54,7 @@ class Core:
     store: Store
     gate: ApprovalGate
     reminders: ReminderService
+    mcp: McpHub | None = None  # the MCP servers' tools, when any server is configured
     brain_name: str = "rules"
     extras: dict[str, Any] = field(default_factory=dict)
 
@@ -90,6 +92,7 @@ def build_core(loaded: LoadedConfig, state_dir: Path, environ: Mapping[str, str]
         config.tools, workspace=workspace, timezone=config.bot.timezone, reminders=reminders
     ):
         registry.register(tool)
+    hub = McpHub(config.mcp.servers, registry, environ) if config.mcp.servers else None
     registry.check_names(config.tools.allow, "tools.allow", source)
     registry.check_names(config.tools.deny, "tools.deny", source)
     policy = ApprovalPolicy(config.approvals, registry, source)
@@ -111,7 +114,8 @@ def build_core(loaded: LoadedConfig, state_dir: Path, environ: Mapping[str, str]
     register_core_commands(commands, pending, reprompt, reset)
     register_reminder_commands(commands, reminders)
     _check_references(loaded, registry, environ, source)
-    return Core(
+    core = Core(
+        mcp=hub,
         loaded=loaded,
         state_dir=state_dir,
         masker=masker,
@@ -124,6 +128,14 @@ def build_core(loaded: LoadedConfig, state_dir: Path, environ: Mapping[str, str]
         gate=gate,
         reminders=reminders,
     )
+    if hub is not None:  # a server's tools come and go: what the brain sees follows
+
+        def expose() -> None:
+            tools = config.tools
+            core.exposed = registry.exposed(tools.profile, tools.allow, tools.deny)
+
+        hub.on_change = expose
+    return core
 
 
 # How to switch on a built-in tool whose ``available()`` is False.
@@ -184,6 +196,8 @@ def _tool_problem(registry: ToolRegistry, user: _User) -> str | None:
     if user.tool is None:
         return None
     tool = registry.get(user.tool)
+    if tool is None and registry.reserved(user.tool):
+        return None  # an MCP server's: known once the server lists it
     if tool is None:
         known = ", ".join(sorted(t.name for t in registry))
         return f"{user.key}.tool: unknown tool {user.tool!r} (tools: {known})"

@@ -7,7 +7,7 @@ import tomllib
 
 from pydantic import BaseModel
 
-from echo_bot.config import Config, CronJob, WebhookRoute, parse_config
+from echo_bot.config import Config, CronJob, McpServerConfig, WebhookRoute, parse_config
 from tests.conftest import ROOT, echo_bot_env, run_echo_bot
 
 EXAMPLE = ROOT / "config.example.toml"
@@ -37,9 +37,10 @@ def test_example_documents_every_key() -> None:
         keys_of(Config)
         + [f"webhook.routes.{k}" for k in WebhookRoute.model_fields]
         + [f"cron.{k}" for k in CronJob.model_fields]
+        + [f"mcp.servers.{k}" for k in McpServerConfig.model_fields]
     ):
         name = key.rsplit(".", 1)[-1]
-        if name in {"routes", "cron"}:
+        if name in {"routes", "cron", "servers"}:
             continue
         if not re.search(rf"^#? ?{re.escape(name)} = ", text, re.M):
             missing.append(key)

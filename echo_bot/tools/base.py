@@ -33,6 +33,7 @@ class ErrorCode(StrEnum):
     UPSTREAM_ERROR = "UPSTREAM_ERROR"
     OUTCOME_UNKNOWN = "OUTCOME_UNKNOWN"
     TOOL_ERROR = "TOOL_ERROR"
+    TOOL_UNAVAILABLE = "TOOL_UNAVAILABLE"  # its server is down or has not listed it
     NOT_FOUND = "NOT_FOUND"
 
 
@@ -87,7 +88,7 @@ class ToolContext:
 
 
 # Which profile a tool belongs to (see ``registry.PROFILES``).
-ToolGroup = Literal["basic", "messaging", "coding", "extra"]
+ToolGroup = Literal["basic", "messaging", "coding", "extra", "mcp"]
 
 
 class Tool(ABC):

@@ -7,7 +7,7 @@ import asyncio
 import difflib
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from jsonschema import Draft202012Validator
@@ -39,6 +39,21 @@ class ToolRegistry:
         # when it runs, and a schema check is the larger part of a cheap tool's run.
         self._valid: dict[str, set[str]] = {}
         self.output_limit = output_limit
+        # Name prefixes whose tools come and go while the daemon runs (an MCP server's
+        # ``<server>__``), with why such a tool is not here now: config may name them
+        # before they are listed.
+        self._reserved: dict[str, Callable[[], str]] = {}
+
+    def reserve(self, prefix: str, why_missing: Callable[[], str]) -> None:
+        self._reserved[prefix] = why_missing
+
+    def reserved(self, name: str) -> bool:
+        return any(name.startswith(prefix) for prefix in self._reserved)
+
+    def unregister(self, name: str) -> None:
+        self._tools.pop(name, None)
+        self._validators.pop(name, None)
+        self._valid.pop(name, None)
 
     def register(self, tool: Tool) -> None:
         name = tool.name
@@ -70,6 +85,11 @@ class ToolRegistry:
         return difflib.get_close_matches(name, pool, n=3, cutoff=0.4)
 
     def not_found(self, name: str, candidates: Iterable[str] | None = None) -> ToolResult:
+        for prefix, why_missing in self._reserved.items():
+            if name.startswith(prefix):
+                return ToolResult.failure(
+                    ErrorCode.TOOL_UNAVAILABLE, f"the tool {name} is not available: {why_missing()}"
+                )
         close = self.closest(name, candidates)
         hint = f" Did you mean: {', '.join(close)}?" if close else ""
         return ToolResult.failure(
@@ -167,7 +187,9 @@ class ToolRegistry:
         allowed, denied = set(allow), set(deny)
         chosen = []
         for tool in self._tools.values():
-            in_profile = groups is None or tool.group in groups
+            # An MCP server's tools are exposed as its ``tools`` patterns say, in every
+            # profile: the owner chose them by configuring the server.
+            in_profile = groups is None or tool.group in groups or tool.group == "mcp"
             if not tool.available() or tool.name in denied:
                 continue
             if in_profile or tool.name in allowed:
@@ -175,7 +197,7 @@ class ToolRegistry:
         return chosen
 
     def check_names(self, names: Iterable[str], key: str, source: str) -> None:
-        unknown = [n for n in names if n not in self._tools]
+        unknown = [n for n in names if n not in self._tools and not self.reserved(n)]
         if unknown:
             raise ConfigError(
                 f"{source}: {key}: unknown tool(s) {', '.join(sorted(unknown))} "

@@ -1,0 +1,153 @@
+"""A tool of an MCP server, as a tool of ours: the registry checks its arguments against
+the server's schema, the gate asks by its risk, the executor runs it at most once."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Awaitable, Callable
+from typing import Any, ClassVar, Protocol
+
+from ..tools.base import ErrorCode, Risk, Tool, ToolContext, ToolGroup, ToolResult
+from .naming import RiskSource
+
+MAX_DESCRIPTION = 1024  # characters of the server's description the model sees
+KEEP_CONTENT_BYTES = 256 * 1024  # non-text content kept whole in the call's stored result
+# The registry's own timeout is the last resort: the call's own (the server's `timeout`)
+# ends first, so that the server is told to cancel.
+TIMEOUT_MARGIN = 5.0
+
+
+class NotConnected(Exception):
+    """The server is not connected: nothing was sent."""
+
+
+class LostDuringCall(Exception):
+    """The server went away after the call was sent: what it did is unknown."""
+
+
+class CallTimedOut(Exception):
+    """No answer in time (the server was told to cancel): what it did is unknown."""
+
+
+class Answer(Protocol):
+    is_error: bool
+    content: list[dict[str, Any]]
+
+
+class McpTool(Tool):
+    """Subclassed per tool by ``make_tool`` (a tool's declaration is class attributes)."""
+
+    group: ClassVar[ToolGroup] = "mcp"
+    server: ClassVar[str]
+    remote_name: ClassVar[str]  # its name on the server
+    risk_source: ClassVar[RiskSource]
+    call_timeout: ClassVar[float]
+    annotations: ClassVar[dict[str, Any]]
+    # call(remote_name, args, timeout): the server's answer, or one of the errors above.
+    call: Callable[[str, dict[str, Any], float], Awaitable[Answer]]
+
+    def __init__(self, call: Callable[[str, dict[str, Any], float], Awaitable[Answer]]) -> None:
+        self.call = call
+
+    async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        where = f"{self.remote_name} on the MCP server {self.server}"
+        unknown = self.risk != Risk.READ  # a call that may have changed something
+        try:
+            answer = await self.call(self.remote_name, args, self.call_timeout)
+        except NotConnected as exc:
+            return ToolResult.failure(
+                ErrorCode.TOOL_UNAVAILABLE, f"{where} is not available: {exc}", server=self.server
+            )
+        except LostDuringCall as exc:
+            if unknown:
+                return ToolResult.failure(
+                    ErrorCode.OUTCOME_UNKNOWN,
+                    f"{where}: the server went away during the call ({exc}); whether it"
+                    " acted is unknown, so it is not run again",
+                    server=self.server,
+                )
+            return ToolResult.failure(
+                ErrorCode.TOOL_UNAVAILABLE, f"{where}: the server went away ({exc})"
+            )
+        except CallTimedOut as exc:
+            if unknown:
+                return ToolResult.failure(
+                    ErrorCode.OUTCOME_UNKNOWN,
+                    f"{where}: {exc} (the server was told to cancel); whether it acted is"
+                    " unknown, so it is not run again",
+                    server=self.server,
+                )
+            return ToolResult.failure(ErrorCode.TIMEOUT, f"{where}: {exc}")
+        text, kept = render_content(answer.content)
+        data: dict[str, Any] = {"server": self.server, "tool": self.remote_name}
+        if kept:
+            data["content"] = kept
+        if answer.is_error:
+            return ToolResult.failure(ErrorCode.TOOL_ERROR, text or "(the tool failed)", **data)
+        return ToolResult.success(text or "(no output)", **data)
+
+
+def make_tool(
+    *,
+    name: str,
+    server: str,
+    remote_name: str,
+    description: str,
+    parameters: dict[str, Any],
+    annotations: dict[str, Any],
+    risk: Risk,
+    risk_source: RiskSource,
+    timeout: float,
+    call: Callable[[str, dict[str, Any], float], Awaitable[Answer]],
+) -> McpTool:
+    said = " ".join(description.split())[:MAX_DESCRIPTION]
+    attributes = {
+        "name": name,
+        # The server's words, marked as such (they are not ours, and never instructions).
+        "description": f"[{remote_name} from the MCP server {server}] {said}".rstrip(),
+        "parameters": parameters,
+        "annotations": annotations,
+        "risk": risk,
+        "risk_source": risk_source,
+        "server": server,
+        "remote_name": remote_name,
+        "call_timeout": timeout,
+        "timeout": timeout + TIMEOUT_MARGIN,
+    }
+    cls = type(f"McpTool[{name}]", (McpTool,), attributes)
+    tool: McpTool = cls(call)
+    return tool
+
+
+def render_content(content: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
+    """Text items joined as the output; every other item described in it (type, MIME
+    type, size) and kept, whole up to KEEP_CONTENT_BYTES, for the store."""
+    lines: list[str] = []
+    kept: list[dict[str, Any]] = []
+    for item in content:
+        kind = str(item.get("type", "unknown"))
+        if kind == "text":
+            lines.append(str(item.get("text", "")))
+            continue
+        size = _size(item)
+        mime = item.get("mimeType") or (item.get("resource") or {}).get("mimeType") or "?"
+        uri = item.get("uri") or (item.get("resource") or {}).get("uri")
+        where = f", {uri}" if uri else ""
+        lines.append(f"[{kind}: {mime}, {size:,} bytes{where}]")
+        if kind == "resource" and isinstance((item.get("resource") or {}).get("text"), str):
+            lines.append(item["resource"]["text"])
+        whole = size <= KEEP_CONTENT_BYTES
+        kept.append(item if whole else {k: v for k, v in item.items() if k not in ("data", "blob")})
+    return "\n".join(lines), kept
+
+
+def _size(item: dict[str, Any]) -> int:
+    encoded = item.get("data") or (item.get("resource") or {}).get("blob")
+    if isinstance(encoded, str):
+        try:
+            return len(base64.b64decode(encoded, validate=False))
+        except (binascii.Error, ValueError):
+            return len(encoded)
+    text = (item.get("resource") or {}).get("text")
+    return len(text.encode()) if isinstance(text, str) else 0

@@ -1,0 +1,358 @@
+"""MCP servers' tools through the same gate: a real MCP server process (the SDK's own
+server side, tests/fakes/mcp_notes_server.py) over stdio and streamable HTTP, the real
+core with a recording chat channel."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import pytest
+
+from echo_bot.config import parse_config
+from echo_bot.errors import ConfigError
+from echo_bot.events import DecisionVerb, approval_action
+from echo_bot.mcp.connection import RemoteTool
+from echo_bot.mcp.hub import McpHub
+from echo_bot.mcp.tool import McpTool
+from echo_bot.tools.base import Risk
+from echo_bot.tools.registry import ToolRegistry
+from tests.conftest import ROOT, Bot, running_bot
+
+SERVER = ROOT / "tests" / "fakes" / "mcp_notes_server.py"
+
+
+def stdio_config(notes: Path, extra: str = "", *, name: str = "notes") -> str:
+    return f"""
+[[mcp.servers]]
+name = "{name}"
+command = [{json.dumps(sys.executable)}, {json.dumps(str(SERVER))}, "stdio"]
+env = {{ NOTES_DIR = {json.dumps(str(notes))} }}
+timeout = "3s"
+{extra}
+"""
+
+
+async def eventually(check: Callable[[], Awaitable[bool] | bool], timeout: float = 15.0) -> None:
+    async with asyncio.timeout(timeout):
+        while True:
+            answer = check()
+            if await answer if isinstance(answer, Awaitable) else answer:
+                return
+            await asyncio.sleep(0.05)
+
+
+def mcp_state(bot: Bot) -> dict[str, object]:
+    hub = bot.daemon.core.mcp
+    assert hub is not None
+    servers = hub.health()["servers"]
+    assert isinstance(servers, dict)
+    return servers
+
+
+@contextlib.asynccontextmanager
+async def notes_bot(state_dir: Path, extra: str = "", config: str = "") -> AsyncIterator[Bot]:
+    notes = state_dir / "notes"
+    notes.mkdir(exist_ok=True)
+    async with running_bot(state_dir, stdio_config(notes, extra) + config) as bot:
+        await eventually(lambda: mcp_state(bot)["notes"]["state"] == "ready")  # type: ignore[index]
+        yield bot
+
+
+def added(state_dir: Path) -> list[str]:
+    log = state_dir / "notes" / "added.log"
+    return log.read_text().splitlines() if log.exists() else []
+
+
+ADD = '/tool notes__add_note {"title": "milk", "text": "buy milk"}'
+
+
+async def test_a_read_tool_runs_at_once_and_a_write_tool_asks_in_the_chat(state_dir: Path) -> None:
+    async with notes_bot(state_dir, "trust_annotations = true") as bot:
+        first = await bot.channel.say("/tool notes__list_notes {}")
+        assert "(no notes)" in (await bot.channel.reply_to(first)).text
+
+        asked = await bot.channel.say(ADD)
+        prompt = await bot.channel.prompt_for(asked)
+        assert "notes__add_note" in prompt.text and "milk" in prompt.text
+        assert added(state_dir) == []
+        await bot.channel.press(
+            approval_action(DecisionVerb.APPROVE_ONCE, prompt.metadata["approval_id"])
+        )
+        assert "added milk" in (await bot.channel.reply_to(asked)).text
+        assert added(state_dir) == ["milk"]
+
+        denied = await bot.channel.say('/tool notes__add_note {"title": "eggs", "text": "x"}')
+        prompt = await bot.channel.prompt_for(denied)
+        await bot.channel.press(approval_action(DecisionVerb.DENY, prompt.metadata["approval_id"]))
+        assert "APPROVAL_DENIED" in (await bot.channel.reply_to(denied)).text
+        assert added(state_dir) == ["milk"]
+
+
+async def test_bad_arguments_are_refused_before_the_server_sees_them(state_dir: Path) -> None:
+    async with notes_bot(state_dir, "trust_annotations = true") as bot:
+        for args in [
+            '{"title": ""}',
+            '{"title": 5, "text": "x"}',
+            '{"title": "a", "text": "b", "x": 1}',
+        ]:
+            inbound = await bot.channel.say(f"/tool notes__add_note {args}")
+            assert "INVALID_PARAMETER" in (await bot.channel.reply_to(inbound)).text
+        assert added(state_dir) == []
+
+
+async def test_an_error_result_and_other_content_reach_the_chat_described(state_dir: Path) -> None:
+    async with notes_bot(state_dir, 'risk = { fail = "read", picture = "read" }') as bot:
+        failed = await bot.channel.say("/tool notes__fail {}")
+        text = (await bot.channel.reply_to(failed)).text
+        assert "TOOL_ERROR" in text and "the notes are locked" in text
+        picture = await bot.channel.say("/tool notes__picture {}")
+        assert "[image: image/png, 70 bytes]" in (await bot.channel.reply_to(picture)).text
+
+
+def test_risk_comes_from_the_owner_then_trusted_annotations_then_write() -> None:
+    registry = ToolRegistry()
+    config = parse_config(
+        {"mcp": {"servers": [
+            {"name": "a", "command": ["x"], "risk": {"tidy": "read"}},
+            {"name": "b", "command": ["x"], "trust_annotations": True,
+             "risk": {"look": "dangerous"}},
+        ]}},
+        "t.toml",
+    )  # fmt: skip
+    hub = McpHub(config.mcp.servers, registry, {})
+    schema = {"type": "object"}
+    tools = [
+        RemoteTool("look", "", schema, {"readOnlyHint": True}),
+        RemoteTool("tidy", "", schema, {"destructiveHint": True}),
+        RemoteTool("edit", "", schema, {"readOnlyHint": False, "destructiveHint": False}),
+        RemoteTool("wipe", "", schema, {}),
+    ]
+    hub.install(hub.servers["a"], tools)
+    hub.install(hub.servers["b"], tools)
+    risks = {t.name: (t.risk, t.risk_source) for t in registry if isinstance(t, McpTool)}
+    assert risks == {
+        # a: annotations not trusted: the owner's word, else write
+        "a__look": (Risk.WRITE, "default"),
+        "a__tidy": (Risk.READ, "owner"),
+        "a__edit": (Risk.WRITE, "default"),
+        "a__wipe": (Risk.WRITE, "default"),
+        # b: trusted annotations never beat the owner's word
+        "b__look": (Risk.DANGEROUS, "owner"),
+        "b__tidy": (Risk.DANGEROUS, "annotation"),
+        "b__edit": (Risk.WRITE, "annotation"),
+        "b__wipe": (Risk.DANGEROUS, "annotation"),  # the spec's default: destructive
+    }
+
+
+def test_names_are_reduced_and_a_collision_leaves_the_second_out_naming_both() -> None:
+    registry = ToolRegistry()
+    config = parse_config({"mcp": {"servers": [{"name": "n", "command": ["x"]}]}}, "t.toml")
+    hub = McpHub(config.mcp.servers, registry, {})
+    schema = {"type": "object"}
+    long = "x" * 100
+    hub.install(
+        hub.servers["n"],
+        [
+            RemoteTool("a.b", "", schema),
+            RemoteTool("a b", "", schema),
+            RemoteTool(long, "", schema),
+        ],
+    )
+    assert registry.names() == sorted(["n__a_b", ("n__" + long)[:64]])
+    [problem] = hub.servers["n"].status.problems
+    assert "a b" in problem and "n__a_b" in problem and "a.b of n" in problem
+
+
+async def test_a_tool_with_a_broken_schema_is_left_out_and_the_rest_work(state_dir: Path) -> None:
+    notes = state_dir / "notes"
+    notes.mkdir()
+    config = stdio_config(notes, "trust_annotations = true").replace(
+        f"NOTES_DIR = {json.dumps(str(notes))}",
+        f'NOTES_DIR = {json.dumps(str(notes))}, NOTES_BAD_SCHEMA = "1"',
+    )
+    async with running_bot(state_dir, config) as bot:
+        await eventually(lambda: mcp_state(bot)["notes"]["state"] == "ready")  # type: ignore[index]
+        assert bot.daemon.core.registry.get("notes__broken") is None
+        hub = bot.daemon.core.mcp
+        assert hub is not None
+        assert any("broken" in p for p in hub.servers["notes"].status.problems)
+        inbound = await bot.channel.say("/tool notes__list_notes {}")
+        assert "(no notes)" in (await bot.channel.reply_to(inbound)).text
+
+
+async def test_a_server_that_dies_mid_call_is_outcome_unknown_and_comes_back(
+    state_dir: Path,
+) -> None:
+    async with notes_bot(state_dir, 'risk = { crash = "write", list_notes = "read" }') as bot:
+        inbound = await bot.channel.say("/tool notes__crash {}")
+        prompt = await bot.channel.prompt_for(inbound)
+        await bot.channel.press(
+            approval_action(DecisionVerb.APPROVE_ONCE, prompt.metadata["approval_id"])
+        )
+        reply = (await bot.channel.reply_to(inbound)).text
+        assert "OUTCOME_UNKNOWN" in reply and "not run again" in reply
+        down = await bot.channel.say("/tool notes__list_notes {}")
+        text = (await bot.channel.reply_to(down)).text
+        assert "TOOL_UNAVAILABLE" in text or "(no notes)" in text, text  # down, or back already
+        await eventually(lambda: mcp_state(bot)["notes"]["state"] == "ready")  # type: ignore[index]
+        again = await bot.channel.say("/tool notes__list_notes {}")
+        assert "(no notes)" in (await bot.channel.reply_to(again)).text
+
+
+async def test_a_call_past_its_timeout_is_cancelled_and_outcome_unknown(state_dir: Path) -> None:
+    async with notes_bot(state_dir, 'risk = { hang = "write" }') as bot:
+        inbound = await bot.channel.say('/tool notes__hang {"seconds": 60}')
+        prompt = await bot.channel.prompt_for(inbound)
+        await bot.channel.press(
+            approval_action(DecisionVerb.APPROVE_ONCE, prompt.metadata["approval_id"])
+        )
+        reply = (await bot.channel.reply_to(inbound, timeout=15)).text
+        assert "OUTCOME_UNKNOWN" in reply and "told to cancel" in reply
+        await eventually(lambda: (state_dir / "notes" / "cancelled").exists())
+
+
+async def test_a_changed_tool_list_reaches_the_registry(state_dir: Path) -> None:
+    async with notes_bot(state_dir, "trust_annotations = true") as bot:
+        assert bot.daemon.core.registry.get("notes__extra") is None
+        inbound = await bot.channel.say("/tool notes__grow {}")
+        assert "grown" in (await bot.channel.reply_to(inbound)).text
+        await eventually(lambda: bot.daemon.core.registry.get("notes__extra") is not None)
+        assert any(t.name == "notes__extra" for t in bot.daemon.core.exposed)
+
+
+async def test_a_stdio_server_gets_only_its_own_environment(state_dir: Path) -> None:
+    extra = 'secret_env = { NOTES_TOKEN = "ECHO_NOTES_TOKEN" }\nrisk = { env = "read" }'
+    notes = state_dir / "notes"
+    notes.mkdir()
+    environ = {"ECHO_NOTES_TOKEN": "s3cr3t-notes-token", "TELEGRAM_BOT_TOKEN": "123:tg-token"}
+    async with running_bot(state_dir, stdio_config(notes, extra), environ=environ) as bot:
+        await eventually(lambda: mcp_state(bot)["notes"]["state"] == "ready")  # type: ignore[index]
+        hub = bot.daemon.core.mcp
+        assert hub is not None
+        answer = await hub.servers["notes"].call("env", {}, 5)
+        seen = json.loads(answer.content[0]["text"])
+        assert seen["NOTES_TOKEN"] == "s3cr3t-notes-token"
+        assert str(notes) == seen["NOTES_DIR"]
+        assert "TELEGRAM_BOT_TOKEN" not in seen and "ECHO_NOTES_TOKEN" not in seen
+        assert set(seen) <= {"NOTES_TOKEN", "NOTES_DIR", "HOME", "LOGNAME", "PATH", "SHELL",
+                             "TERM", "USER", "LC_CTYPE"}  # fmt: skip
+        inbound = await bot.channel.say("/tool notes__env {}")
+        reply = (await bot.channel.reply_to(inbound)).text
+        assert "s3cr3t-notes-token" not in reply  # masked like every secret
+
+
+async def test_sampling_asked_by_a_server_is_declined_with_a_reason(state_dir: Path) -> None:
+    async with notes_bot(state_dir, 'risk = { ask_model = "read" }') as bot:
+        inbound = await bot.channel.say("/tool notes__ask_model {}")
+        reply = (await bot.channel.reply_to(inbound)).text
+        assert "does not support sampling yet" in reply
+
+
+async def test_a_server_that_cannot_start_is_down_and_its_tools_unavailable_at_once(
+    state_dir: Path,
+) -> None:
+    config = """
+[[mcp.servers]]
+name = "gone"
+command = ["/nonexistent/mcp-server"]
+
+[[cron]]
+name = "nightly"
+schedule = "0 3 29 2 *"
+tool = "gone__sync"
+deliver_to = "cli:local"
+"""
+    async with running_bot(state_dir, config) as bot:  # READY is not held back for long
+        await eventually(lambda: mcp_state(bot)["gone"]["state"] == "down")  # type: ignore[index]
+        assert "no such file" in str(mcp_state(bot)["gone"])
+        inbound = await bot.channel.say("/tool gone__sync {}")
+        reply = (await bot.channel.reply_to(inbound, timeout=5)).text
+        assert "TOOL_UNAVAILABLE" in reply and "gone is down" in reply
+
+
+@pytest.mark.parametrize(
+    ("server", "expected"),
+    [
+        ({"name": "a__b", "command": ["x"]}, "single '_'"),
+        ({"name": "a", "command": ["x"], "url": "http://127.0.0.1:1/mcp"}, "exactly one of"),
+        ({"name": "a"}, "exactly one of"),
+        ({"name": "a", "url": "ftp://h/mcp"}, "http:// or https://"),
+        ({"name": "a", "url": "http://h/mcp", "env": {"A": "1"}}, "started by 'command'"),
+        ({"name": "a", "command": ["x"], "headers_env": {"X": "Y"}}, "reached by 'url'"),
+        ({"name": "a", "command": ["x"], "risk": {"t": "harmless"}}, "risk"),
+        ({"name": "a", "command": ["x"], "timeout": "0s"}, "timeout"),
+        ({"name": "a", "command": ["x"], "secret_env": {"T": "not a name!"}}, "environment"),
+        ({"name": "a", "command": ["x"], "unknown": 1}, "unknown"),
+    ],
+)
+def test_bad_server_config_is_one_clear_error(server: dict[str, object], expected: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config({"mcp": {"servers": [server]}}, "t.toml")
+    assert expected in str(caught.value).lower() or expected in str(caught.value)
+
+
+def test_two_servers_of_one_name_are_refused() -> None:
+    with pytest.raises(ConfigError, match="duplicate"):
+        parse_config(
+            {
+                "mcp": {
+                    "servers": [{"name": "a", "command": ["x"]}, {"name": "a", "command": ["y"]}]
+                }
+            },
+            "t.toml",
+        )
+
+
+async def test_over_streamable_http_with_headers_from_the_environment(state_dir: Path) -> None:
+    notes = state_dir / "notes"
+    notes.mkdir()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, str(SERVER), "http",
+        stdout=asyncio.subprocess.PIPE,
+        env={"NOTES_DIR": str(notes), "PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        async with asyncio.timeout(20):
+            port = int((await proc.stdout.readline()).decode().strip().split("=")[1])
+        config = f"""
+[[mcp.servers]]
+name = "remote"
+url = "http://127.0.0.1:{port}/mcp"
+headers_env = {{ Authorization = "REMOTE_AUTH" }}
+trust_annotations = true
+"""
+        environ = {"REMOTE_AUTH": "Bearer remote-token"}
+        async with running_bot(state_dir, config, environ=environ) as bot:
+            await eventually(lambda: mcp_state(bot)["remote"]["state"] == "ready")  # type: ignore[index]
+            inbound = await bot.channel.say("/tool remote__list_notes {}")
+            assert "(no notes)" in (await bot.channel.reply_to(inbound)).text
+            proc.kill()
+            await proc.wait()
+            await eventually(lambda: mcp_state(bot)["remote"]["state"] == "down")  # type: ignore[index]
+            after = await bot.channel.say("/tool remote__list_notes {}")
+            assert "TOOL_UNAVAILABLE" in (await bot.channel.reply_to(after)).text
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+def test_a_plain_run_does_not_import_the_mcp_sdk(tmp_path: Path) -> None:
+    code = (
+        "import sys; from echo_bot.core import build_core; from echo_bot.config import"
+        " LoadedConfig, parse_config; from pathlib import Path;"
+        " build_core(LoadedConfig(config=parse_config({}, 't')), Path(sys.argv[1]), {});"
+        " print(sorted(m for m in sys.modules if m == 'mcp' or m.startswith('mcp.')))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
