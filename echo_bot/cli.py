@@ -134,6 +134,13 @@ def _parser() -> argparse.ArgumentParser:
         help="copy a stopped SQLite store into an empty PostgreSQL database",
     )
     copy.add_argument("--to", required=True, choices=["postgres"], help="the target engine")
+    mcp = sub.add_parser("mcp", parents=[common], help="the MCP servers and their tools")
+    mcp_sub = mcp.add_subparsers(
+        dest="mcp_command", required=True, metavar="ACTION", action=_Commands
+    )
+    mcp_sub.add_parser(
+        "list", parents=[common], help="each server's state, its tools, their risk and its source"
+    )
     reminders = sub.add_parser("reminders", parents=[common], help="list or cancel reminders")
     reminders.add_argument("action", choices=["list", "cancel"])
     reminders.add_argument("id", nargs="?", help="the reminder id (cancel)")
@@ -229,6 +236,10 @@ def _manage(
         from .admin import store_copy_command
 
         return store_copy_command(loaded, state_dir, environ, args.to)
+    if args.command == "mcp":
+        from .mcp.listing import mcp_list_command
+
+        return mcp_list_command(loaded, environ)
     if args.command == "webhook" and args.webhook_command != "deliveries":
         from .admin import webhook_send
 

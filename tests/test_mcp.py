@@ -22,7 +22,7 @@ from echo_bot.mcp.hub import McpHub
 from echo_bot.mcp.tool import McpTool
 from echo_bot.tools.base import Risk
 from echo_bot.tools.registry import ToolRegistry
-from tests.conftest import ROOT, Bot, running_bot
+from tests.conftest import ROOT, Bot, run_echo_bot, running_bot
 
 SERVER = ROOT / "tests" / "fakes" / "mcp_notes_server.py"
 
@@ -356,3 +356,27 @@ def test_a_plain_run_does_not_import_the_mcp_sdk(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_mcp_list_shows_each_server_its_tools_their_risk_and_its_source(tmp_path: Path) -> None:
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    config = tmp_path / "echo-bot.toml"
+    config.write_text(
+        stdio_config(notes, 'trust_annotations = true\nrisk = { purge = "read" }')
+        + '\n[[mcp.servers]]\nname = "gone"\ncommand = ["/nonexistent/mcp-server"]\n'
+    )
+    done = run_echo_bot("mcp", "list", "--config", str(config), "--state-dir", str(tmp_path / "s"))
+    assert done.returncode == 1, done.stderr  # one server is not ready
+    lines = done.stdout.splitlines()
+    assert lines[0] == "notes (stdio): ready, 10 tools"
+    rows = {line.split()[0]: line.split()[1:] for line in lines[1:] if line.startswith("  notes__")}
+    assert rows["notes__list_notes"] == ["read", "annotation"]
+    assert rows["notes__add_note"] == ["write", "annotation"]
+    assert rows["notes__purge"] == ["read", "owner"]
+    assert rows["notes__crash"] == ["dangerous", "annotation"]
+    assert "gone (stdio): down — cannot start /nonexistent/mcp-server: no such file" in lines
+    none = tmp_path / "none.toml"
+    none.write_text("")
+    quiet = run_echo_bot("mcp", "list", "--config", str(none), "--state-dir", str(tmp_path / "s"))
+    assert quiet.returncode == 0 and "no MCP servers configured" in quiet.stdout

@@ -14,7 +14,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import sys
+import os
+import threading
 from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
@@ -37,6 +38,7 @@ log = logging.getLogger(__name__)
 PING_EVERY = 2.0  # seconds between liveness pings of a connected server
 PING_TIMEOUT = 10.0
 LIST_TIMEOUT = 30.0
+STDERR_LINE = 1000  # characters of a line a server writes to stderr that are logged
 CLIENT = types.Implementation(name="echo-bot", version=__version__)
 
 
@@ -158,12 +160,32 @@ class Connection:
                 args=config.command[1:],
                 env=stdio_environment(config, self.environ),
             )
-            return stdio_client(params, errlog=sys.stderr)
+            return stdio_client(params, errlog=self._stderr_relay(stack))
         assert config.url is not None
         headers = {header: self.environ.get(var, "") for header, var in config.headers_env.items()}
         http = create_mcp_http_client(headers=headers)
         stack.push_async_callback(http.aclose)
         return streamable_http_client(config.url, http_client=http)
+
+    def _stderr_relay(self, stack: AsyncExitStack) -> Any:
+        """The server's stderr, for the SDK to give the process: a pipe whose lines a
+        thread logs as ours (``echo_bot.mcp.server.<name>``, so masked like every log
+        line: a server may print a secret it was given)."""
+        read_fd, write_fd = os.pipe()
+        writer = os.fdopen(write_fd, "w")
+        reader = os.fdopen(read_fd, "rb")
+        stack.callback(_close_quietly, writer)  # the child has its own copy
+        logger = logging.getLogger(f"echo_bot.mcp.server.{self.config.name}")
+
+        def relay() -> None:
+            with reader:
+                for raw in reader:
+                    line = raw.decode("utf-8", "replace").rstrip()[:STDERR_LINE]
+                    if line:
+                        logger.info("%s", line)
+
+        threading.Thread(target=relay, name=f"mcp-{self.config.name}-stderr", daemon=True).start()
+        return writer
 
     async def _watch(self, session: ClientSession) -> None:
         """Park until asked to stop, or until the server is found gone."""
@@ -258,6 +280,11 @@ class Connection:
     def _gone_if_closed(self, exc: MCPError) -> None:
         if exc.code == types.CONNECTION_CLOSED:
             self._broken.set()
+
+
+def _close_quietly(file: Any) -> None:
+    with contextlib.suppress(OSError):
+        file.close()
 
 
 def _remote_tool(item: Any) -> tuple[RemoteTool | None, str]:

@@ -166,15 +166,19 @@ def accepted_from_others(
     return [r.message for r in rows], max(seq, newest), False
 
 
-# A row some daemon has to move on: new, running (on a daemon that may have died), or
-# waiting for approvals that are all decided now.
-_WORK_TO_DO = (
-    "(i.status IN (?, ?) OR (i.status = ?"
-    " AND EXISTS (SELECT 1 FROM approvals a WHERE a.turn_id = i.id)"
-    " AND NOT EXISTS ("
-    " SELECT 1 FROM approvals a WHERE a.turn_id = i.id AND a.status = 'pending')))"
-)
-_WORK_TO_DO_ARGS = (InboundStatus.ACCEPTED, InboundStatus.RUNNING, InboundStatus.WAITING_APPROVAL)
+def _work_to_do(columns: str, where: str, params: Sequence[object]) -> tuple[str, list[object]]:
+    """The rows some daemon has to move on — new, running (on a daemon that may have
+    died), or waiting for approvals that are all decided now — that also match
+    ``where``: two ranges of the inbox_status index, not one OR over the whole inbox."""
+    sql = (
+        f"SELECT {columns} FROM inbox i WHERE i.status IN (?, ?) AND {where}"
+        f" UNION ALL SELECT {columns} FROM inbox i WHERE i.status = ? AND {where}"
+        " AND EXISTS (SELECT 1 FROM approvals a WHERE a.turn_id = i.id)"
+        " AND NOT EXISTS ("
+        " SELECT 1 FROM approvals a WHERE a.turn_id = i.id AND a.status = 'pending')"
+    )
+    args = [InboundStatus.ACCEPTED, InboundStatus.RUNNING, *params]
+    return sql, [*args, InboundStatus.WAITING_APPROVAL, *params]
 
 
 def claimable(db: SqlDb, instance: str, lease: float, limit: int) -> list[InboundMessage]:
@@ -183,13 +187,14 @@ def claimable(db: SqlDb, instance: str, lease: float, limit: int) -> list[Inboun
     nobody drives or this instance drives, the turns of an instance that died, and turns
     waiting for approvals that are all decided now (the decision may have reached a
     daemon that could not take the turn's session then)."""
-    cursor = db.execute(
-        f"SELECT * FROM inbox i WHERE {_WORK_TO_DO} AND NOT EXISTS ("
-        " SELECT 1 FROM leases l JOIN instances n ON n.name = l.instance"
+    sql, args = _work_to_do(
+        "*",
+        "NOT EXISTS (SELECT 1 FROM leases l JOIN instances n ON n.name = l.instance"
         " WHERE l.name = 'session:' || i.session_key AND l.instance <> ?"
-        f" AND n.seen_at >= {db_clock(db)} - ?) ORDER BY i.seq LIMIT ?",
-        [*_WORK_TO_DO_ARGS, instance, lease, limit],
+        f" AND n.seen_at >= {db_clock(db)} - ?)",
+        [instance, lease],
     )
+    cursor = db.execute(f"{sql} ORDER BY seq LIMIT ?", [*args, limit])
     return [_row(dict(r)).message for r in cursor.fetchall()]
 
 
@@ -197,12 +202,13 @@ def earlier_turns(db: SqlDb, session_key: str, inbound_id: str) -> list[str]:
     """The session's turns with work to do that arrived before ``inbound_id``, oldest
     first: what a daemon that has just taken the session runs before it (another daemon
     committed them, or drove them and died), so the session's turns keep their order."""
-    cursor = db.execute(
-        f"SELECT i.id FROM inbox i WHERE {_WORK_TO_DO} AND i.session_key = ? AND i.kind <> ?"
-        " AND i.seq < (SELECT seq FROM inbox WHERE id = ?) ORDER BY i.seq",
-        [*_WORK_TO_DO_ARGS, session_key, InboundKind.APPROVAL_DECISION, inbound_id],
+    sql, args = _work_to_do(
+        "i.seq, i.id",
+        "i.session_key = ? AND i.kind <> ? AND i.seq < (SELECT seq FROM inbox WHERE id = ?)",
+        [session_key, InboundKind.APPROVAL_DECISION, inbound_id],
     )
-    return [str(r[0]) for r in cursor.fetchall()]
+    cursor = db.execute(f"{sql} ORDER BY 1", args)
+    return [str(r[1]) for r in cursor.fetchall()]
 
 
 def has_accepted(db: SqlDb, session_key: str) -> bool:

@@ -137,6 +137,8 @@ async def call_tool(
         os._exit(3)
     if name == "hang":
         (NOTES / "hanging").write_text("")
+        with (NOTES / "hang.log").open("a") as log:  # one line per call that started
+            log.write("hang\n")
         try:
             await anyio.sleep(float(args.get("seconds", 3600)))
         except anyio.get_cancelled_exc_class():

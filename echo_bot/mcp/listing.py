@@ -1,0 +1,46 @@
+"""``echo-bot mcp list``: each configured server, its state, and its tools with their
+risk and where the risk came from (owner / annotation / default)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+
+from ..config import LoadedConfig
+from ..tools.registry import ToolRegistry
+from .hub import OPEN_TIMEOUT, McpHub
+from .tool import McpTool
+
+
+def mcp_list_command(loaded: LoadedConfig, environ: Mapping[str, str]) -> int:
+    """Connect to every server (their own processes, not the daemon's), print, stop.
+    Exit status 1 when a server is not ready."""
+    servers = loaded.config.mcp.servers
+    if not servers:
+        print("no MCP servers configured (add [[mcp.servers]] to the config)")
+        return 0
+    lines, ready = asyncio.run(_listing(loaded, environ))
+    print("\n".join(lines))
+    return 0 if ready else 1
+
+
+async def _listing(loaded: LoadedConfig, environ: Mapping[str, str]) -> tuple[list[str], bool]:
+    hub = McpHub(loaded.config.mcp.servers, ToolRegistry(), environ)
+    try:
+        await hub.start(bound=OPEN_TIMEOUT + 5)
+        lines: list[str] = []
+        for name, server in hub.servers.items():
+            status = server.status
+            state = status.state if status.state != "starting" else "not answering"
+            why = f" — {status.error}" if status.error else ""
+            count = f", {len(status.tools)} tools" if status.state == "ready" else ""
+            lines.append(f"{name} ({status.transport}): {state}{count}{why}")
+            tools: list[McpTool] = sorted(status.tools, key=lambda t: t.name)
+            width = max((len(t.name) for t in tools), default=0)
+            for tool in tools:
+                lines.append(f"  {tool.name:<{width}}  {tool.risk.value:<9}  {tool.risk_source}")
+            lines += [f"  left out: {problem}" for problem in status.problems]
+        ready = all(s.status.state == "ready" for s in hub.servers.values())
+        return lines, ready
+    finally:
+        await hub.stop()
