@@ -380,3 +380,54 @@ def test_mcp_list_shows_each_server_its_tools_their_risk_and_its_source(tmp_path
     none.write_text("")
     quiet = run_echo_bot("mcp", "list", "--config", str(none), "--state-dir", str(tmp_path / "s"))
     assert quiet.returncode == 0 and "no MCP servers configured" in quiet.stdout
+
+
+async def test_a_signed_webhook_route_can_call_an_mcp_tool_through_the_gate(
+    state_dir: Path,
+) -> None:
+    """A route whose tool is an MCP server's: the signed delivery is accepted, the call
+    waits for approval in the route's chat like any write tool, and runs once."""
+    import aiohttp
+
+    secret = "webhook-bearer-secret-for-notes"
+    notes = state_dir / "notes"
+    notes.mkdir()
+    config = (
+        stdio_config(notes, "trust_annotations = true")
+        + """
+[http]
+port = 0
+[webhook]
+enabled = true
+
+[[webhook.routes]]
+name = "note"
+auth = "bearer"
+secret_env = "NOTE_SECRET"
+tool = "notes__add_note"
+args = { title = "{payload[title]}", text = "from a webhook" }
+deliver_to = "cli:local"
+"""
+    )
+    async with running_bot(
+        state_dir, config, environ={"NOTE_SECRET": secret}, channels=["webhook"]
+    ) as bot:
+        await eventually(lambda: mcp_state(bot)["notes"]["state"] == "ready")  # type: ignore[index]
+        assert bot.daemon.http is not None
+        url = f"http://127.0.0.1:{bot.daemon.http.port}/hooks/note"
+        headers = {"Authorization": f"Bearer {secret}", "Content-Type": "application/json"}
+        async with aiohttp.ClientSession() as http:
+            async with http.post(url, data=b'{"title": "deploy"}', headers=headers) as answer:
+                assert answer.status == 202, await answer.text()
+            unsigned_headers = {"Content-Type": "application/json"}
+            async with http.post(url, data=b'{"title": "x"}', headers=unsigned_headers) as unsigned:
+                assert unsigned.status == 401
+        prompt = await bot.channel.wait_for(lambda m: m.kind == "approval")
+        assert "notes__add_note" in prompt.text and "deploy" in prompt.text
+        assert added(state_dir) == []
+        await bot.channel.press(
+            approval_action(DecisionVerb.APPROVE_ONCE, prompt.metadata["approval_id"])
+        )
+        result = await bot.channel.wait_for(lambda m: "added deploy" in m.text)
+        assert result.to == bot.channel.address()
+        assert added(state_dir) == ["deploy"]
