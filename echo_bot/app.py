@@ -40,6 +40,7 @@ from .core import Core, build_core
 from .delivery import DeliveryWorker
 from .errors import ConfigError, StoreUnavailable, log_retrying
 from .events import Address, OutboundKind, OutboundMessage
+from .mcp.hub import McpHub
 from .reminders import ReminderService
 from .scheduler import Scheduler
 from .sdnotify import Notifier
@@ -494,14 +495,31 @@ class Daemon:
         body = self.core.masker.mask(metrics.render(queues).decode()).encode()
         return web.Response(body=body, headers={"Content-Type": metrics.CONTENT_TYPE})
 
+    async def _reload_mcp(self, new: Config) -> None:
+        core = self.core
+        if core.mcp is None:  # the first server of this run
+            core.mcp = McpHub([], core.registry, self.environ)
+            tools = new.tools
+
+            def expose() -> None:
+                core.exposed = core.registry.exposed(tools.profile, tools.allow, tools.deny)
+
+            core.mcp.on_change = expose
+            if self.http is not None:
+                self.http.add_health("mcp", core.mcp.health)
+        changes = await core.mcp.reload(new.mcp.servers)
+        if changes:
+            log.info("SIGHUP: MCP servers: %s", ", ".join(changes))
+
     def _on_hup(self) -> None:
         task = asyncio.create_task(self.reload())
         self._reloads.add(task)
         task.add_done_callback(self._reloads.discard)
 
     async def reload(self) -> list[str]:
-        """SIGHUP: re-read the config file. Routes, cron jobs, allowlists, approvers and
-        the approval policy change live; anything else is reported as needing a restart.
+        """SIGHUP: re-read the config file. Routes, cron jobs, allowlists, approvers, the
+        approval policy and MCP servers change live; anything else is reported as
+        needing a restart.
         A bad file changes nothing."""
         core = self.core
         if core.loaded.path is None:
@@ -520,7 +538,7 @@ class Daemon:
         restart = [
             name
             for name in Config.model_fields
-            if name not in {"approvals", "webhook", "cron", "telegram", "tools"}
+            if name not in {"approvals", "webhook", "cron", "telegram", "tools", "mcp"}
             and getattr(old, name) != getattr(new, name)
         ]
         restart += [
@@ -552,6 +570,8 @@ class Daemon:
                     log.error("SIGHUP: webhook routes not reloaded: %s", exc)
         if self.scheduler is not None and old.cron != new.cron:
             self.scheduler.reload_cron(new.cron)
+        if old.mcp != new.mcp:
+            await self._reload_mcp(new)
         core.loaded = loaded
         log.info(
             "SIGHUP: config reloaded (routes, cron jobs, allowlists, approvers, approval policy)%s",

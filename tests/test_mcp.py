@@ -431,3 +431,38 @@ deliver_to = "cli:local"
         result = await bot.channel.wait_for(lambda m: "added deploy" in m.text)
         assert result.to == bot.channel.address()
         assert added(state_dir) == ["deploy"]
+
+
+async def test_sighup_adds_removes_and_restarts_servers_whose_config_changed(
+    state_dir: Path,
+) -> None:
+    notes, more = state_dir / "notes", state_dir / "more"
+    notes.mkdir()
+    more.mkdir()
+    first = stdio_config(notes, "trust_annotations = true")
+    async with running_bot(state_dir, first) as bot:
+        await eventually(lambda: mcp_state(bot)["notes"]["state"] == "ready")  # type: ignore[index]
+        path = bot.daemon.core.loaded.path
+        assert path is not None
+        registry = bot.daemon.core.registry
+        changed = stdio_config(notes, 'trust_annotations = true\nrisk = { purge = "read" }')
+        path.write_text(changed + stdio_config(more, "trust_annotations = true", name="more"))
+        await bot.daemon.reload()
+        await eventually(
+            lambda: (
+                {s["state"] for s in mcp_state(bot).values()} == {"ready"}  # type: ignore[index]
+                and len(mcp_state(bot)) == 2
+            )
+        )
+        purge = registry.get("notes__purge")
+        assert purge is not None and purge.risk == Risk.READ  # the new config's word
+        inbound = await bot.channel.say("/tool more__list_notes {}")
+        assert "(no notes)" in (await bot.channel.reply_to(inbound)).text
+
+        path.write_text(stdio_config(more, "trust_annotations = true", name="more"))
+        await bot.daemon.reload()
+        assert set(mcp_state(bot)) == {"more"}
+        assert not [n for n in registry.names() if n.startswith("notes__")]
+        assert not [t for t in bot.daemon.core.exposed if t.name.startswith("notes__")]
+        gone = await bot.channel.say("/tool notes__list_notes {}")
+        assert "TOOL_NOT_FOUND" in (await bot.channel.reply_to(gone)).text

@@ -197,6 +197,34 @@ class McpHub:
     async def stop(self) -> None:
         await asyncio.gather(*(s.stop() for s in self.servers.values()), return_exceptions=True)
 
+    async def reload(self, servers: Sequence[McpServerConfig]) -> list[str]:
+        """SIGHUP: start the servers added, stop the ones removed, restart the ones whose
+        config changed (their tools go and come back as they are listed). What changed,
+        one word each."""
+        wanted = {config.name: config for config in servers}
+        changes: list[str] = []
+        for name in list(self.servers):
+            server = self.servers[name]
+            if wanted.get(name) == server.config:
+                continue
+            await server.stop()
+            self._remove(server)
+            changes.append(f"{name} {'restarted' if name in wanted else 'removed'}")
+        for name, config in wanted.items():
+            if name not in self.servers:
+                self._add(config).start()
+                if not any(c.startswith(f"{name} ") for c in changes):
+                    changes.append(f"{name} added")
+        return changes
+
+    def _remove(self, server: McpServer) -> None:
+        for tool in server.status.tools:
+            self.registry.unregister(tool.name)
+        server.status.tools = []
+        self.registry.unreserve(naming.prefix(server.config.name))
+        del self.servers[server.config.name]
+        self.on_change()
+
     def install(self, server: McpServer, remote: Sequence[Any]) -> None:
         """Make ``server``'s tools in the registry what it lists now: new ones added,
         gone ones removed, changed ones replaced. A tool whose name another tool has

@@ -47,6 +47,9 @@ class ToolRegistry:
     def reserve(self, prefix: str, why_missing: Callable[[], str]) -> None:
         self._reserved[prefix] = why_missing
 
+    def unreserve(self, prefix: str) -> None:
+        self._reserved.pop(prefix, None)
+
     def reserved(self, name: str) -> bool:
         return any(name.startswith(prefix) for prefix in self._reserved)
 
