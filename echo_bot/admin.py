@@ -408,6 +408,10 @@ def status_command(at: StoreAt) -> int:
         print(f"version: {info.get('version')}; brain: {info.get('brain')}; "
               f"channels: {', '.join(info.get('channels') or []) or 'none'}")  # fmt: skip
     print(f"state: {at.describe()}")
+    for name, server in sorted((info.get("mcp") or {}).items()):
+        why = f" — {server['error']}" if server.get("error") else ""
+        tools = f", {server.get('tools', 0)} tools" if server.get("state") == "ready" else ""
+        print(f"mcp {escape_text(name)}: {server.get('state')}{tools}{escape_text(why)}")
     now = time.time()
     live = [i for i in instances if now - i.seen_at <= INSTANCE_GONE_AFTER]
     gone = [i for i in instances if now - i.seen_at > INSTANCE_GONE_AFTER]

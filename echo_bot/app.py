@@ -158,6 +158,8 @@ class Daemon:
         self.notifier = Notifier(self.environ)
         self._housekeeping: asyncio.Task[None] | None = None
         self._heartbeat: asyncio.Task[None] | None = None
+        self._stopping_mcp = False
+        self._mcp_writes: set[asyncio.Task[None]] = set()
         self._instance_row: InstanceRow | None = None
         self._reloads: set[asyncio.Task[list[str]]] = set()
         self._live: dict[str, Any] = {}
@@ -400,6 +402,9 @@ class Daemon:
                 "brain": brain_label(brain, config),
             }
             await core.store.run(lambda tx: self._started_here(tx, info))
+            if core.mcp is not None:
+                self._record_mcp(info)
+                core.mcp.on_state = partial(self._record_mcp, info)
             self.notifier.ready(
                 f"running: brain {brain_label(brain, config)}; "
                 f"channels {', '.join(self.channel_names) or 'none'}"
@@ -436,7 +441,9 @@ class Daemon:
             await dispatcher.stop(config.bot.shutdown_timeout.total_seconds())
             await delivery.stop()
             if core.mcp is not None:
+                self._stopping_mcp = True
                 await core.mcp.stop()
+                await asyncio.gather(*self._mcp_writes, return_exceptions=True)
             for close in self._closers:
                 with contextlib.suppress(Exception):
                     await close()
@@ -494,6 +501,22 @@ class Daemon:
         # Label values come from many places (tool names a model chose, …): mask them all.
         body = self.core.masker.mask(metrics.render(queues).decode()).encode()
         return web.Response(body=body, headers={"Content-Type": metrics.CONTENT_TYPE})
+
+    def _record_mcp(self, info: dict[str, Any]) -> None:
+        """Keep the MCP servers' states with the daemon's facts in the store (`status`
+        reads them there; state changes are rare)."""
+        hub = self.core.mcp
+        if hub is None or self._stopping_mcp:
+            return
+
+        async def write() -> None:
+            info["mcp"] = hub.summary()  # the newest, whichever write runs last
+            with contextlib.suppress(Exception):  # it is refreshed at the next change
+                await self.core.store.run(lambda tx: tx.meta.set_daemon_info(info))
+
+        task = asyncio.create_task(write())
+        self._mcp_writes.add(task)
+        task.add_done_callback(self._mcp_writes.discard)
 
     async def _reload_mcp(self, new: Config) -> None:
         core = self.core

@@ -197,6 +197,26 @@ async def _probe_peers(probes: list[tuple[str, Any]]) -> list[tuple[str, str, st
     ]
 
 
+def _check_mcp(servers: Any, environ: Mapping[str, str]) -> list[tuple[str, str, str]]:
+    """Each MCP server started as the daemon would start it (and stopped again)."""
+    from .mcp.listing import snapshot
+
+    checks = []
+    for status in asyncio.run(snapshot(servers, environ)):
+        name = f"mcp {status.name}"
+        if status.state != "ready":
+            why = status.error or "no answer to initialize"
+            checks.append((name, FAIL, f"{status.transport}: {why}"))
+            continue
+        text = f"{status.transport}: ready, {len(status.tools)} tools"
+        if status.problems:
+            left = "; ".join(status.problems)
+            checks.append((name, WARN, f"{text}; left out: {left}"))
+        else:
+            checks.append((name, OK, text))
+    return checks
+
+
 def run_doctor(
     loaded_or_error: LoadedConfig | EchoBotError,
     source: str,
@@ -244,6 +264,8 @@ def run_doctor(
             )
         if probes:
             checks += asyncio.run(_probe_peers(probes))
+        if config.mcp.servers:
+            checks += _check_mcp(config.mcp.servers, environ)
         outbox = _check_outbox(state_dir, frozenset(running), database)
         if outbox is not None:
             checks.append(("outbox", *outbox))

@@ -466,3 +466,34 @@ async def test_sighup_adds_removes_and_restarts_servers_whose_config_changed(
         assert not [t for t in bot.daemon.core.exposed if t.name.startswith("notes__")]
         gone = await bot.channel.say("/tool notes__list_notes {}")
         assert "TOOL_NOT_FOUND" in (await bot.channel.reply_to(gone)).text
+
+
+async def test_status_and_doctor_show_each_server(state_dir: Path, tmp_path: Path) -> None:
+    notes = state_dir / "notes"
+    notes.mkdir()
+    text = stdio_config(notes, "trust_annotations = true") + (
+        '\n[[mcp.servers]]\nname = "gone"\ncommand = ["/nonexistent/mcp-server"]\n'
+    )
+    async with running_bot(state_dir, text) as bot:
+        await eventually(lambda: mcp_state(bot)["notes"]["state"] == "ready")  # type: ignore[index]
+        await eventually(lambda: mcp_state(bot)["gone"]["state"] == "down")  # type: ignore[index]
+        config = tmp_path / "echo-bot.toml"
+        config.write_text(text)
+        args = ("--config", str(config), "--state-dir", str(state_dir))
+
+        async def status_lines() -> list[str]:
+            done = await asyncio.to_thread(run_echo_bot, "status", *args)
+            assert done.returncode == 0, done.stderr
+            return [line for line in done.stdout.splitlines() if line.startswith("mcp ")]
+
+        async def both_shown() -> bool:
+            return len(await status_lines()) == 2
+
+        await eventually(both_shown)
+        lines = await status_lines()
+        assert "mcp notes: ready, 10 tools" in lines
+        assert any(line.startswith("mcp gone: down — cannot start") for line in lines)
+    doctor = await asyncio.to_thread(run_echo_bot, "doctor", *args)
+    assert doctor.returncode == 1
+    assert "mcp notes  stdio: ready, 10 tools" in doctor.stdout
+    assert "[FAIL] mcp gone" in doctor.stdout and "no such file" in doctor.stdout

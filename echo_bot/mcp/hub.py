@@ -158,9 +158,12 @@ class McpServer:
         self.hub.install(self, chosen)
 
     def _set(self, state: State, error: str | None) -> None:
+        changed = (self.status.state, self.status.error) != (state, error)
         if self.status.state != state:
             self.status.since = time.time()
         self.status.state, self.status.error = state, error
+        if changed:
+            self.hub.on_state()
 
 
 class McpHub:
@@ -175,6 +178,8 @@ class McpHub:
         self.registry = registry
         self.environ = environ
         self.on_change = on_change
+        # Called when a server's state changes (the daemon records it for `status`).
+        self.on_state: Callable[[], None] = lambda: None
         self.servers: dict[str, McpServer] = {}
         for config in servers:
             self._add(config)
@@ -271,6 +276,13 @@ class McpHub:
             installed.append(tool)
         server.status.tools = installed
         self.on_change()
+
+    def summary(self) -> dict[str, dict[str, object]]:
+        """Each server's state, error and tool count (what `status` prints)."""
+        return {
+            name: {"state": s.status.state, "error": s.status.error, "tools": len(s.status.tools)}
+            for name, s in self.servers.items()
+        }
 
     def health(self) -> dict[str, object]:
         servers = {

@@ -4,11 +4,12 @@ risk and where the risk came from (owner / annotation / default)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
-from ..config import LoadedConfig
+from ..config import LoadedConfig, McpServerConfig
 from ..tools.registry import ToolRegistry
-from .hub import OPEN_TIMEOUT, McpHub
+from .hub import OPEN_TIMEOUT, McpHub, ServerStatus
 from .tool import McpTool
 
 
@@ -24,23 +25,34 @@ def mcp_list_command(loaded: LoadedConfig, environ: Mapping[str, str]) -> int:
     return 0 if ready else 1
 
 
-async def _listing(loaded: LoadedConfig, environ: Mapping[str, str]) -> tuple[list[str], bool]:
-    hub = McpHub(loaded.config.mcp.servers, ToolRegistry(), environ)
+async def snapshot(
+    servers: Sequence[McpServerConfig], environ: Mapping[str, str]
+) -> list[ServerStatus]:
+    """Start each server (its own process or session, not the daemon's), take its
+    state and tools once it has answered or failed, stop it."""
+    hub = McpHub(servers, ToolRegistry(), environ)
     try:
         await hub.start(bound=OPEN_TIMEOUT + 5)
-        lines: list[str] = []
-        for name, server in hub.servers.items():
-            status = server.status
-            state = status.state if status.state != "starting" else "not answering"
-            why = f" — {status.error}" if status.error else ""
-            count = f", {len(status.tools)} tools" if status.state == "ready" else ""
-            lines.append(f"{name} ({status.transport}): {state}{count}{why}")
-            tools: list[McpTool] = sorted(status.tools, key=lambda t: t.name)
-            width = max((len(t.name) for t in tools), default=0)
-            for tool in tools:
-                lines.append(f"  {tool.name:<{width}}  {tool.risk.value:<9}  {tool.risk_source}")
-            lines += [f"  left out: {problem}" for problem in status.problems]
-        ready = all(s.status.state == "ready" for s in hub.servers.values())
-        return lines, ready
+        # Copies: stopping the hub marks its servers stopped.
+        return [
+            replace(s.status, tools=list(s.status.tools), problems=list(s.status.problems))
+            for s in hub.servers.values()
+        ]
     finally:
         await hub.stop()
+
+
+async def _listing(loaded: LoadedConfig, environ: Mapping[str, str]) -> tuple[list[str], bool]:
+    statuses = await snapshot(loaded.config.mcp.servers, environ)
+    lines: list[str] = []
+    for status in statuses:
+        state = status.state if status.state != "starting" else "not answering"
+        why = f" — {status.error}" if status.error else ""
+        count = f", {len(status.tools)} tools" if status.state == "ready" else ""
+        lines.append(f"{status.name} ({status.transport}): {state}{count}{why}")
+        tools: list[McpTool] = sorted(status.tools, key=lambda t: t.name)
+        width = max((len(t.name) for t in tools), default=0)
+        for tool in tools:
+            lines.append(f"  {tool.name:<{width}}  {tool.risk.value:<9}  {tool.risk_source}")
+        lines += [f"  left out: {problem}" for problem in status.problems]
+    return lines, all(s.state == "ready" for s in statuses)
