@@ -51,7 +51,8 @@ from tests.fakes.notify import NotifySocket  # noqa: E402
 TOKEN = "123456:BENCH-footprint-token"
 HOOK_SECRET_ENV = "BENCH_HOOK_SECRET"
 START_TIMEOUT = 60.0
-WATCHED = ("aiogram", "openai")
+WATCHED = ("aiogram", "openai", "mcp")
+NOTES_SERVER = ROOT / "tests" / "fakes" / "mcp_notes_server.py"
 
 
 # ---------------------------------------------------------------------------------------
@@ -154,6 +155,21 @@ def config_a() -> tuple[str, dict[str, str]]:
         port=free_port(), secret_env=HOOK_SECRET_ENV, deliver_to="webhook:hook"
     )
     return text, {HOOK_SECRET_ENV: "bench-secret"}
+
+
+def config_c(notes: Path) -> tuple[str, dict[str, str]]:
+    """(a) with one stdio MCP server (the tests' notes server): the SDK imported, the
+    server spawned and listed before READY."""
+    text, env = config_a()
+    notes.mkdir(parents=True, exist_ok=True)
+    text += f"""
+[[mcp.servers]]
+name = "notes"
+command = ["{sys.executable}", "{NOTES_SERVER}", "stdio"]
+env = {{ NOTES_DIR = "{notes}" }}
+trust_annotations = true
+"""
+    return text, env
 
 
 def config_b(peers: FakePeers) -> tuple[str, dict[str, str]]:
@@ -332,20 +348,26 @@ def run(args: argparse.Namespace) -> int:
         peers.start()
         text, env = config_b(peers)
         results.append(measure("b", text, env, args, workdir))
+        text, env = config_c(workdir / "notes")
+        results.append(measure("c", text, env, args, workdir))
     finally:
         peers.stop()
         shutil.rmtree(workdir, ignore_errors=True)
 
-    a, b = results
+    a, b, c = results
     labels = {
         "a": "(a) webhook + cron, rules brain (no Telegram, no LLM)",
         "b": "(b) Telegram + webhook + cron + LLM",
+        "c": "(c) as (a), plus one stdio MCP server",
     }
     targets = {
         ("a", "start"): ("< 1 s", lambda m: Measured.median(m.daemon) < 1.0),
         ("a", "rss"): ("< 80 MB", lambda m: Measured.rss(m.daemon) < 80),
         ("b", "start"): ("≤ 1.2× floor", lambda m: ratio(m, "start") <= 1.2),
         ("b", "rss"): ("≤ 1.3× floor", lambda m: ratio(m, "rss") <= 1.3),
+        # Reported, no target: the daemon's own RSS (the server is a process of its own).
+        ("c", "start"): ("", lambda m: True),
+        ("c", "rss"): ("", lambda m: True),
     }
     rows = []
     for m in results:
@@ -365,7 +387,7 @@ def run(args: argparse.Namespace) -> int:
                     (f"{ours:.2f} s" if what == "start" else f"{ours:.1f} MB") + spread,
                     f"{floor:.2f} s" if what == "start" else f"{floor:.1f} MB",
                     f"{ratio(m, what):.2f}×",
-                    f"{target} — {'met' if check(m) else 'MISSED'}",
+                    f"{target} — {'met' if check(m) else 'MISSED'}" if target else "—",
                 ]
             )
     print(
@@ -386,6 +408,8 @@ def run(args: argparse.Namespace) -> int:
         + ("YES" if a.watched["openai"] else "no")
         + f" — (b) imports aiogram: {'yes' if b.watched['aiogram'] else 'NO'}, "
         + f"openai: {'yes' if b.watched['openai'] else 'NO'}"
+        + f" — mcp: (a) {'YES' if a.watched['mcp'] else 'no'}, (b)"
+        f" {'YES' if b.watched['mcp'] else 'no'}, (c) {'yes' if c.watched['mcp'] else 'NO'}"
     )
     for m in results:
         print(f"- ({m.name}) floor imports: {', '.join(m.libraries)}")

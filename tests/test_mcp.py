@@ -497,3 +497,37 @@ async def test_status_and_doctor_show_each_server(state_dir: Path, tmp_path: Pat
     assert doctor.returncode == 1
     assert "mcp notes  stdio: ready, 10 tools" in doctor.stdout
     assert "[FAIL] mcp gone" in doctor.stdout and "no such file" in doctor.stdout
+
+
+async def test_the_model_is_told_when_the_owner_denies_an_mcp_call(state_dir: Path) -> None:
+    """The scripted model asks for a write MCP tool; the owner denies it in the chat; the
+    model's next request carries APPROVAL_DENIED as that call's result; the server never
+    saw the call. Tool descriptions reach the model marked as the server's."""
+    from tests.fakes.openai_api import FakeOpenAI
+
+    notes = state_dir / "notes"
+    notes.mkdir()
+    async with FakeOpenAI(model="gpt-test") as llm:
+        llm.tool_calls([("notes__add_note", {"title": "milk", "text": "buy milk"})])
+        llm.reply("Understood, I did not add it.")
+        config = stdio_config(notes, "trust_annotations = true") + (
+            f'[brain]\nkind = "openai"\n[openai]\nbase_url = "{llm.base_url}"\n'
+            'model = "gpt-test"\nmax_retries = 0\n'
+        )
+        async with running_bot(state_dir, config) as bot:
+            await eventually(lambda: mcp_state(bot)["notes"]["state"] == "ready")  # type: ignore[index]
+            inbound = await bot.channel.say("note that I need milk")
+            prompt = await bot.channel.prompt_for(inbound)
+            await bot.channel.press(
+                approval_action(DecisionVerb.DENY, prompt.metadata["approval_id"])
+            )
+            reply = await bot.channel.reply_to(inbound)
+            assert reply.text == "Understood, I did not add it."
+        first, second = llm.chat_requests()
+        offered = {t["function"]["name"]: t["function"] for t in first["tools"]}
+        assert offered["notes__add_note"]["description"].startswith(
+            "[add_note from the MCP server notes]"
+        )
+        [told] = [m for m in second["messages"] if m["role"] == "tool"]
+        assert "APPROVAL_DENIED" in told["content"]
+    assert added(state_dir) == []
