@@ -54,6 +54,7 @@ if str(ROOT) not in sys.path:
 
 from bench.common import free_port  # noqa: E402
 from tests.fakes.telegram_api import FakeTelegramAPI  # noqa: E402
+from tests.postgres import drop_database  # noqa: E402
 
 TOKEN = "123456:CLUSTER-soak-token"
 OWNER = 42
@@ -496,8 +497,7 @@ async def run(knobs: Knobs, admin: str, work: Path, say: Any) -> tuple[bool, str
             if daemon.running:
                 with contextlib.suppress(Exception):
                     await daemon.kill()
-        with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        drop_database(admin, name)
 
 
 def main(argv: list[str] | None = None) -> int:

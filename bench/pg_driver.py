@@ -26,7 +26,14 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from tests.postgres import drop_database  # noqa: E402
 
 DEFAULT_POSTGRES = "postgresql://echo_bot_test:echo_bot_test@127.0.0.1:5432/postgres"
 INSERT = "INSERT INTO scratch (id, v) VALUES ({0}, {1})"
@@ -51,8 +58,7 @@ def scratch_database(admin_url: str) -> Iterator[str]:
             conn.execute("CREATE TABLE scratch (id BIGINT, v TEXT)")
         yield url
     finally:
-        with psycopg.connect(admin_url, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        drop_database(admin_url, name)
 
 
 def measure(label: str, n: int, run: Callable[[], None]) -> tuple[str, float, float]:

@@ -34,6 +34,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.common import free_port  # noqa: E402
+from tests.postgres import drop_database  # noqa: E402
 
 DEFAULT_POSTGRES = "postgresql://echo_bot_test:echo_bot_test@127.0.0.1:5432/postgres"
 SECRET, SECRET_ENV = "scaleout-secret", "SCALEOUT_SECRET"
@@ -199,8 +200,7 @@ async def run_case(admin: str, instances: int, warmup: float, seconds: float) ->
         for proc in procs:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(proc.wait(), 30)
-        with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        drop_database(admin, name)
 
 
 async def amain(args: argparse.Namespace) -> int:

@@ -55,6 +55,7 @@ from echo_bot.events import (  # noqa: E402
     Sender,
     new_id,
 )
+from tests.postgres import drop_database  # noqa: E402
 
 CHANNEL = "bench"
 TEXT = "what time is it?"
@@ -227,11 +228,9 @@ class Target:
     def cleanup(self) -> None:
         if not self.made:
             return
-        import psycopg
 
-        with psycopg.connect(self.admin_url or "", autocommit=True) as conn:
-            for name in self.made:
-                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        for name in self.made:
+            drop_database(self.admin_url or "", name)
 
 
 TARGET = Target()

@@ -15,8 +15,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from urllib.parse import urlsplit, urlunsplit
 
-import pytest
-
 ENV = "ECHO_BOT_TEST_POSTGRES"
 DEFAULT_URL = "postgresql://echo_bot_test:echo_bot_test@127.0.0.1:5432/postgres"
 
@@ -31,6 +29,8 @@ def with_database(url: str, name: str) -> str:
 
 
 def _unreachable(reason: str) -> None:
+    import pytest  # here: bench/ scripts use this module without pytest
+
     message = f"PostgreSQL at {ENV} is not reachable: {reason}"
     if os.environ.get("CI") or os.environ.get(ENV):
         pytest.fail(message, pytrace=False)
@@ -70,5 +70,24 @@ def fresh_database() -> Iterator[str]:
     try:
         yield with_database(admin, name)
     finally:
+        drop_database(admin, name)
+
+
+def drop_database(admin: str, name: str, *, patience: float = 60.0) -> None:
+    """DROP DATABASE … WITH (FORCE), again while an autovacuum worker is on it (it runs
+    as the server's superuser, which our role may not terminate: the drop fails with
+    InsufficientPrivilege until the worker is done)."""
+    import time
+
+    import psycopg
+
+    deadline = time.monotonic() + patience
+    while True:
         with psycopg.connect(admin, autocommit=True, connect_timeout=5) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            try:
+                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+                return
+            except psycopg.errors.InsufficientPrivilege:
+                if time.monotonic() > deadline:
+                    raise
+        time.sleep(0.5)
