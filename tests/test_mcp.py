@@ -531,3 +531,13 @@ async def test_the_model_is_told_when_the_owner_denies_an_mcp_call(state_dir: Pa
         [told] = [m for m in second["messages"] if m["role"] == "tool"]
         assert "APPROVAL_DENIED" in told["content"]
     assert added(state_dir) == []
+
+
+async def test_approvals_require_and_never_name_mcp_tools_as_any_other(state_dir: Path) -> None:
+    extra = 'trust_annotations = true\nrisk = { fail = "write" }'
+    policy = '[approvals]\nrequire = ["notes__list_notes"]\nnever = ["notes__fail"]\n'
+    async with notes_bot(state_dir, extra, policy) as bot:
+        asked = await bot.channel.say("/tool notes__list_notes {}")  # read, but required
+        await bot.channel.prompt_for(asked)
+        unasked = await bot.channel.say("/tool notes__fail {}")  # write, but never asks
+        assert "the notes are locked" in (await bot.channel.reply_to(unasked)).text
