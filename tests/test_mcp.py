@@ -247,11 +247,19 @@ async def test_a_stdio_server_gets_only_its_own_environment(state_dir: Path) -> 
         assert "s3cr3t-notes-token" not in reply  # masked like every secret
 
 
-async def test_sampling_asked_by_a_server_is_declined_with_a_reason(state_dir: Path) -> None:
-    async with notes_bot(state_dir, 'risk = { ask_model = "read" }') as bot:
+async def test_sampling_asked_by_a_server_is_declined_with_a_reason(
+    state_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with notes_bot(state_dir, 'risk = { ask_model = "read", ask_user = "read" }') as bot:
         inbound = await bot.channel.say("/tool notes__ask_model {}")
         reply = (await bot.channel.reply_to(inbound)).text
         assert "does not support sampling yet" in reply
+        inbound = await bot.channel.say("/tool notes__ask_user {}")
+        reply = (await bot.channel.reply_to(inbound)).text
+        assert "does not support elicitation yet" in reply
+    said = [r.getMessage() for r in caplog.records]
+    assert "mcp notes asked for sampling: declined (not supported yet)" in said
+    assert "mcp notes asked for elicitation: declined (not supported yet)" in said
 
 
 async def test_a_server_that_cannot_start_is_down_and_its_tools_unavailable_at_once(
@@ -369,7 +377,7 @@ def test_mcp_list_shows_each_server_its_tools_their_risk_and_its_source(tmp_path
     done = run_echo_bot("mcp", "list", "--config", str(config), "--state-dir", str(tmp_path / "s"))
     assert done.returncode == 1, done.stderr  # one server is not ready
     lines = done.stdout.splitlines()
-    assert lines[0] == "notes (stdio): ready, 10 tools"
+    assert lines[0] == "notes (stdio): ready, 11 tools"
     rows = {line.split()[0]: line.split()[1:] for line in lines[1:] if line.startswith("  notes__")}
     assert rows["notes__list_notes"] == ["read", "annotation"]
     assert rows["notes__add_note"] == ["write", "annotation"]
@@ -491,11 +499,11 @@ async def test_status_and_doctor_show_each_server(state_dir: Path, tmp_path: Pat
 
         await eventually(both_shown)
         lines = await status_lines()
-        assert "mcp notes: ready, 10 tools" in lines
+        assert "mcp notes: ready, 11 tools" in lines
         assert any(line.startswith("mcp gone: down — cannot start") for line in lines)
     doctor = await asyncio.to_thread(run_echo_bot, "doctor", *args)
     assert doctor.returncode == 1
-    assert "mcp notes  stdio: ready, 10 tools" in doctor.stdout
+    assert "mcp notes  stdio: ready, 11 tools" in doctor.stdout
     assert "[FAIL] mcp gone" in doctor.stdout and "no such file" in doctor.stdout
 
 

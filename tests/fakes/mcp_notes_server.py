@@ -8,7 +8,8 @@ Tools: ``list_notes`` (read-only by its annotations), ``add_note`` (not destruct
 ``purge`` (no annotations), ``picture`` (an image), ``fail`` (isError), ``crash`` (the
 process exits mid-call), ``hang`` (sleeps; a cancellation is written to
 ``NOTES_DIR/cancelled``), ``grow`` (adds a tool, then says the list changed), ``env``
-(the environment it was given), ``ask_model`` (asks the client for sampling). With
+(the environment it was given), ``ask_model`` and ``ask_user`` (ask the client for
+sampling, elicitation). With
 ``NOTES_BAD_SCHEMA=1`` it also lists ``broken``, whose schema is no JSON Schema.
 """
 
@@ -82,6 +83,7 @@ def _tools() -> dict[str, types.Tool]:
             annotations=types.ToolAnnotations(read_only_hint=True),
         ),
         types.Tool(name="ask_model", description="Asks for sampling.", input_schema=NOTHING),
+        types.Tool(name="ask_user", description="Asks for elicitation.", input_schema=NOTHING),
     ]
     if os.environ.get("NOTES_BAD_SCHEMA") == "1":
         # An object whose property type is no JSON-Schema type: the client must leave
@@ -161,6 +163,16 @@ async def call_tool(
         except MCPError as exc:
             return types.CallToolResult(content=[text(f"declined: {exc.message}")], is_error=True)
         return types.CallToolResult(content=[text("the client sampled")])
+    if name == "ask_user":
+        try:
+            await ctx.session.elicit_form(
+                message="Which notebook?",
+                requested_schema={"type": "object", "properties": {"n": {"type": "string"}}},
+                related_request_id=ctx.request_id,
+            )
+        except MCPError as exc:
+            return types.CallToolResult(content=[text(f"declined: {exc.message}")], is_error=True)
+        return types.CallToolResult(content=[text("the user answered")])
     if name == "extra":
         return types.CallToolResult(content=[text("extra ran")])
     raise MCPError(code=types.INVALID_PARAMS, message=f"no tool {name}")
