@@ -337,6 +337,22 @@ def stored(url: str) -> dict[str, Any]:
                     " reminder_fires f ON f.reminder_id = r.id GROUP BY r.text"
                 ).fetchall()
             ),
+            # Reminders whose reminder_create call was running at a kill: at most once,
+            # so never made (OUTCOME_UNKNOWN), as a delivery's command is never run twice.
+            "reminder_calls": {
+                str(json.loads(args).get("text")): f"call {status}: {str(result)[:80]}"
+                for args, status, result in conn.execute(
+                    "SELECT args, status, result FROM tool_calls WHERE name = 'reminder_create'"
+                ).fetchall()
+            },
+            "reminder_rows": dict(conn.execute("SELECT text, status FROM reminders").fetchall()),
+            "unknown_reminders": {
+                str(json.loads(row[0]).get("text"))
+                for row in conn.execute(
+                    "SELECT args FROM tool_calls WHERE name = 'reminder_create'"
+                    " AND result LIKE '%OUTCOME_UNKNOWN%'"
+                ).fetchall()
+            },
             "unknown": {
                 row[0]
                 for row in conn.execute(
@@ -422,9 +438,18 @@ async def run(knobs: Knobs, admin: str, work: Path, say: Any) -> tuple[bool, str
                 unanswered = [m for m in driver.load.messages if not got[m]]
                 if unanswered:
                     waiting.append(f"{len(unanswered)} messages unanswered")
-                unfired = [t for t in driver.load.reminders if not notices(api, t)]
+                unfired = [
+                    t
+                    for t in driver.load.reminders
+                    if not notices(api, t) and t not in db["unknown_reminders"]
+                ]
                 if unfired:
-                    waiting.append(f"{len(unfired)} reminders not delivered")
+                    why = "; ".join(
+                        f"{t}: row {db['reminder_rows'].get(t, 'none')},"
+                        f" {db['reminder_calls'].get(t, 'no call')}"
+                        for t in unfired
+                    )
+                    waiting.append(f"{len(unfired)} reminders not delivered ({why})")
                 for key in ("unfinished", "queued", "active_reminders"):
                     if db[key]:
                         waiting.append(f"{db[key]} {key}")
@@ -465,7 +490,10 @@ async def run(knobs: Knobs, admin: str, work: Path, say: Any) -> tuple[bool, str
                  f"≤ {len(kills)}"),
                 ("reminders fired once", sum(
                     1 for t in driver.load.reminders if db["fires"].get(t, 0) == 1),
-                 f"= {knobs.reminders}"),
+                 f"= {knobs.reminders} - OUTCOME_UNKNOWN"),
+                ("  reminder_create OUTCOME_UNKNOWN (running at a kill), none made", len(
+                    [t for t in driver.load.reminders if t in db["unknown_reminders"]
+                     and t not in db["fires"]]), ""),
                 ("  fired twice", fired_twice, "must be 0"),
                 ("  notice sent twice (in flight at a kill)", notices_twice, f"≤ {len(kills)}"),
                 ("unfinished / queued / failed outbound at the end",

@@ -96,6 +96,9 @@ class Scheduler:
                 async with asyncio.timeout(every):
                     await self._resync_now.wait()
             self._resync_now.clear()
+            if self._aps is None:
+                continue
+            before = self._armed()
             try:
                 rows = await self.store.run(lambda tx: tx.reminders.active())
             except Exception:
@@ -103,20 +106,25 @@ class Scheduler:
                 continue
             if self._aps is None:
                 continue
-            # Each reminder timer's occurrence (its second argument): one changed through
-            # another daemon (snoozed, moved earlier) is set again, one cancelled there
-            # is cleared.
-            armed = {
-                job.id: job.args[1]
-                for job in self._aps.get_jobs()
-                if job.id.startswith("reminder:")
-            }
+            # Each reminder timer's occurrence: one changed through another daemon
+            # (snoozed, moved earlier) is set again, one cancelled there is cleared. A
+            # timer this daemon set or cleared while the read ran is newer than the read:
+            # it is left as it is.
+            now = self._armed()
             active = {f"reminder:{row.id}" for row in rows}
-            for job_id in armed.keys() - active:
-                self._remove(job_id)
+            for job_id in before.keys() - active:
+                if now.get(job_id) == before[job_id]:
+                    self._remove(job_id)
             for row in rows:
-                if armed.get(f"reminder:{row.id}") != row.next_at:
+                job_id = f"reminder:{row.id}"
+                if now.get(job_id) == before.get(job_id) != row.next_at:
                     await self._arm(row)
+
+    def _armed(self) -> dict[str, float]:
+        """The occurrence each reminder timer is set for, by job id."""
+        if self._aps is None:
+            return {}
+        return {j.id: j.args[1] for j in self._aps.get_jobs() if j.id.startswith("reminder:")}
 
     async def stop(self) -> None:
         self.store.unsubscribe(ReminderChanged, self._changed)

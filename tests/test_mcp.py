@@ -427,6 +427,9 @@ deliver_to = "cli:local"
         async with aiohttp.ClientSession() as http:
             async with http.post(url, data=b'{"title": "deploy"}', headers=headers) as answer:
                 assert answer.status == 202, await answer.text()
+            async with http.get(url.replace("/hooks/note", "/healthz")) as health:
+                assert health.status == 200
+                assert (await health.json())["components"]["mcp"] == {"status": "ok"}
             unsigned_headers = {"Content-Type": "application/json"}
             async with http.post(url, data=b'{"title": "x"}', headers=unsigned_headers) as unsigned:
                 assert unsigned.status == 401
