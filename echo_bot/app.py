@@ -40,7 +40,6 @@ from .core import Core, build_core
 from .delivery import DeliveryWorker
 from .errors import ConfigError, StoreUnavailable, log_retrying
 from .events import Address, OutboundKind, OutboundMessage
-from .mcp.hub import McpHub
 from .reminders import ReminderService
 from .scheduler import Scheduler
 from .sdnotify import Notifier
@@ -521,6 +520,8 @@ class Daemon:
     async def _reload_mcp(self, new: Config) -> None:
         core = self.core
         if core.mcp is None:  # the first server of this run
+            from .mcp.hub import McpHub
+
             core.mcp = McpHub([], core.registry, self.environ)
             tools = new.tools
 

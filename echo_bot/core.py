@@ -10,7 +10,7 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .approvals import ApprovalGate, ApprovalPolicy, ApproverDirectory
 from .brains.core_commands import register_core_commands
@@ -27,7 +27,6 @@ from .config import (
 )
 from .errors import ConfigError
 from .events import OutboundMessage
-from .mcp.hub import McpHub
 from .reminders import ReminderService
 from .secrets import Masker
 from .store import Store, make_database
@@ -35,6 +34,9 @@ from .store.approvals import ApprovalRow
 from .tools.base import Tool
 from .tools.builtin import builtin_tools
 from .tools.registry import ToolRegistry
+
+if TYPE_CHECKING:
+    from .mcp.hub import McpHub
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +94,11 @@ def build_core(loaded: LoadedConfig, state_dir: Path, environ: Mapping[str, str]
         config.tools, workspace=workspace, timezone=config.bot.timezone, reminders=reminders
     ):
         registry.register(tool)
-    hub = McpHub(config.mcp.servers, registry, environ) if config.mcp.servers else None
+    hub: McpHub | None = None
+    if config.mcp.servers:  # imported only then: a plain run's footprint stays as it is
+        from .mcp.hub import McpHub
+
+        hub = McpHub(config.mcp.servers, registry, environ)
     registry.check_names(config.tools.allow, "tools.allow", source)
     registry.check_names(config.tools.deny, "tools.deny", source)
     policy = ApprovalPolicy(config.approvals, registry, source)

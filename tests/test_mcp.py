@@ -357,7 +357,8 @@ def test_a_plain_run_does_not_import_the_mcp_sdk(tmp_path: Path) -> None:
         "import sys; from echo_bot.core import build_core; from echo_bot.config import"
         " LoadedConfig, parse_config; from pathlib import Path;"
         " build_core(LoadedConfig(config=parse_config({}, 't')), Path(sys.argv[1]), {});"
-        " print(sorted(m for m in sys.modules if m == 'mcp' or m.startswith('mcp.')))"
+        " print(sorted(m for m in sys.modules if m.split('.')[0] == 'mcp'"
+        " or m.startswith('echo_bot.mcp')))"
     )
     done = subprocess.run(
         [sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=60
