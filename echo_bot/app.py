@@ -158,6 +158,7 @@ class Daemon:
         self._housekeeping: asyncio.Task[None] | None = None
         self._heartbeat: asyncio.Task[None] | None = None
         self._stopping_mcp = False
+        self._reload_lock = asyncio.Lock()
         self._mcp_writes: set[asyncio.Task[None]] = set()
         self._instance_row: InstanceRow | None = None
         self._reloads: set[asyncio.Task[list[str]]] = set()
@@ -544,7 +545,11 @@ class Daemon:
         """SIGHUP: re-read the config file. Routes, cron jobs, allowlists, approvers, the
         approval policy and MCP servers change live; anything else is reported as
         needing a restart.
-        A bad file changes nothing."""
+        A bad file changes nothing. Two signals in a row reload one after the other."""
+        async with self._reload_lock:
+            return await self._reload()
+
+    async def _reload(self) -> list[str]:
         core = self.core
         if core.loaded.path is None:
             log.info("SIGHUP: running on embedded defaults; there is no file to reload")

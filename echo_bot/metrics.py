@@ -8,9 +8,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 REGISTRY = CollectorRegistry()
 
 INBOUND = Counter(
-    "echo_bot_inbound_total",
-    "Inbound messages taken from the inbox (with several daemons: by the one that stored it)",
-    ["channel", "kind"],
+    "echo_bot_inbound_total", "Inbound messages taken from the inbox", ["channel", "kind"],
     registry=REGISTRY,
 )  # fmt: skip
 OUTBOUND = Counter(

@@ -281,7 +281,7 @@ deliver_to = "cli:local"
         assert "no such file" in str(mcp_state(bot)["gone"])
         inbound = await bot.channel.say("/tool gone__sync {}")
         reply = (await bot.channel.reply_to(inbound, timeout=5)).text
-        assert "TOOL_UNAVAILABLE" in reply and "gone is down" in reply
+        assert "TOOL_UNAVAILABLE" in reply and "gone is down" in reply, reply
 
 
 @pytest.mark.parametrize(
@@ -538,7 +538,7 @@ async def test_the_model_is_told_when_the_owner_denies_an_mcp_call(state_dir: Pa
         first, second = llm.chat_requests()
         offered = {t["function"]["name"]: t["function"] for t in first["tools"]}
         assert offered["notes__add_note"]["description"].startswith(
-            "[add_note from the MCP server notes]"
+            "[notes__add_note: a tool of the MCP server notes]"
         )
         [told] = [m for m in second["messages"] if m["role"] == "tool"]
         assert "APPROVAL_DENIED" in told["content"]
@@ -553,3 +553,34 @@ async def test_approvals_require_and_never_name_mcp_tools_as_any_other(state_dir
         await bot.channel.prompt_for(asked)
         unasked = await bot.channel.say("/tool notes__fail {}")  # write, but never asks
         assert "the notes are locked" in (await bot.channel.reply_to(unasked)).text
+
+
+async def test_an_approval_for_a_tool_whose_server_was_removed_ends_the_call_not_the_turn(
+    state_dir: Path,
+) -> None:
+    notes = state_dir / "notes"
+    notes.mkdir()
+    async with notes_bot(state_dir, "trust_annotations = true") as bot:
+        inbound = await bot.channel.say(ADD)
+        prompt = await bot.channel.prompt_for(inbound)
+        path = bot.daemon.core.loaded.path
+        assert path is not None
+        path.write_text("")  # the server is removed while the approval waits
+        await bot.daemon.reload()
+        await bot.channel.press(
+            approval_action(DecisionVerb.APPROVE_ONCE, prompt.metadata["approval_id"])
+        )
+        reply = (await bot.channel.reply_to(inbound)).text
+        assert "TOOL_NOT_FOUND" in reply and "notes__add_note" in reply
+    assert added(state_dir) == []
+
+
+def test_a_schema_that_checks_out_but_cannot_be_applied_is_an_invalid_call() -> None:
+    registry = ToolRegistry()
+    config = parse_config({"mcp": {"servers": [{"name": "n", "command": ["x"]}]}}, "t.toml")
+    hub = McpHub(config.mcp.servers, registry, {})
+    dangling = {"type": "object", "properties": {"x": {"$ref": "#/$defs/missing"}}}
+    hub.install(hub.servers["n"], [RemoteTool("t", "", dangling)])
+    invalid = registry.validate("n__t", {"x": 1})
+    assert invalid is not None and invalid.error_code == "INVALID_PARAMETER"
+    assert "cannot be applied" in invalid.output

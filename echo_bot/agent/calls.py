@@ -15,7 +15,7 @@ import json
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from .. import metrics
 from ..approvals import ApprovalGate, ApprovalPolicy, ApproverDirectory
@@ -28,6 +28,8 @@ from ..store.approvals import PENDING as REQUEST_PENDING
 from ..store.turns import APPROVED, DONE, PLANNED, STARTED, WAITING, CallRow, TurnRow
 from ..tools.base import ErrorCode, Risk, Tool, ToolContext, ToolResult
 from ..tools.registry import ToolRegistry
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +114,9 @@ class CallExecutor:
         has committed (the one that stored the step); otherwise they are settled here."""
         available = {tool.name: tool for tool in exposed}
         if settled is None:
-            calls = await self.store.run(lambda tx: self.settle_step(tx, inbound, turn, exposed))
+            calls = await self._write(
+                inbound, lambda tx: self.settle_step(tx, inbound, turn, exposed)
+            )
         else:
             calls = settled
         if any(c.status == WAITING for c in calls):
@@ -122,7 +126,16 @@ class CallExecutor:
         runnable = [c for c in calls if c.status == APPROVED]
         if not runnable:
             return StepOutcome(waiting=False, calls=calls)
-        tools = [available[c.name] for c in runnable]
+        gone = [c for c in runnable if (available.get(c.name) or self.registry.get(c.name)) is None]
+        if gone:  # its MCP server is down or dropped it since: nothing is sent
+            for call in gone:
+                result = self.registry.not_found(call.name)
+                await self._write(
+                    inbound, lambda tx, c=call, r=result: self._finish(tx, inbound, c, r)
+                )
+            return await self.run_step(inbound, turn, exposed)
+        tools = [available.get(c.name) or self.registry.get(c.name) for c in runnable]
+        assert all(tools)
         if all(t.risk_for(c.args) == Risk.READ for t, c in zip(tools, runnable, strict=True)):
             finished = await asyncio.gather(
                 *(self._run(inbound, t, c) for t, c in zip(tools, runnable, strict=True))
@@ -162,9 +175,8 @@ class CallExecutor:
         if call.status == WAITING:
             return self._check_approval(tx, inbound, call)
         if call.status == STARTED:
-            tool = available.get(call.name) or self.registry.get(call.name)
-            if tool is not None and tool.risk_for(call.args) == Risk.READ:
-                return _set(tx, call, APPROVED)
+            # Only a call with side effects is marked started (whatever its tool's risk
+            # says now: an MCP server's annotations may change): never run again.
             result = ToolResult.failure(
                 ErrorCode.OUTCOME_UNKNOWN,
                 f"{call.name} was running when echo-bot stopped; it may or may not have "
@@ -297,6 +309,19 @@ class CallExecutor:
         )
         return stored
 
+    async def _write(self, inbound: InboundMessage, write: Callable[[Tx], T]) -> T:
+        """Commit ``write`` for ``inbound``'s turn — with several daemons, only while this
+        one still drives its session (LeaseLost otherwise)."""
+        fence = self.fence
+        if fence is None:
+            return await self.store.run(write)
+
+        def fenced(tx: Tx) -> T:
+            fence(tx, inbound.session_key)
+            return write(tx)
+
+        return await self.store.run(fenced)
+
     # -- running ---------------------------------------------------------------------
     async def _run(
         self, inbound: InboundMessage, tool: Tool, call: CallRow
@@ -319,7 +344,7 @@ class CallExecutor:
         # A read-only call may run again after a crash, unless someone approved it once.
         record_now = side_effect or call.approval_id is not None
         if record_now:
-            await self.store.run(lambda tx: self._finish(tx, inbound, call, result))
+            await self._write(inbound, lambda tx: self._finish(tx, inbound, call, result))
         done = replace(call, status=DONE, result=result.to_json())
         return done, result, record_now
 

@@ -190,10 +190,9 @@ class Dispatcher:
                 log_retrying(log, "reading the inbox failed; retrying")
                 await asyncio.sleep(1)
                 continue
-            # Not counted again: the daemon that committed a row counted it.
-            for message in found:
-                if message.id not in self._known:
-                    self._dispatch(message)
+            fresh = [m for m in found if m.id not in self._known]
+            if fresh:
+                self.accept(fresh)
 
     def wake(self) -> None:
         """Look for claimable work now (another daemon committed some)."""

@@ -79,10 +79,12 @@ class Connection:
         environ: Mapping[str, str],
         *,
         on_tools_changed: Callable[[], None],
+        on_alive: Callable[[], None] = lambda: None,
     ) -> None:
         self.config = config
         self.environ = environ
         self.on_tools_changed = on_tools_changed
+        self.on_alive = on_alive  # a ping answered after a call found the session broken
         self.closed = asyncio.Event()  # set once the session is over, for whatever reason
         self.error: str | None = None  # why it ended (or never began), in one line
         self.server_name = ""
@@ -179,8 +181,8 @@ class Connection:
 
         def relay() -> None:
             with reader:
-                for raw in reader:
-                    line = raw.decode("utf-8", "replace").rstrip()[:STDERR_LINE]
+                while raw := reader.readline(STDERR_LINE):  # bounded: a line may never end
+                    line = raw.decode("utf-8", "replace").rstrip()
                     if line:
                         logger.info("%s", line)
 
@@ -196,11 +198,17 @@ class Connection:
             if self._stop.is_set():
                 return
             try:
-                await session.send_ping()  # the session's read timeout is off: ours bounds it
+                async with asyncio.timeout(PING_TIMEOUT):  # the session's own is off
+                    await session.send_ping()
             except MCPError as exc:
                 self.error = f"the server went away: {exc.message}"
                 return
-            self._broken.clear()
+            except TimeoutError:
+                self.error = f"the server stopped answering (no pong within {PING_TIMEOUT:g} s)"
+                return
+            if self._broken.is_set():  # a call failed, yet the session lives
+                self._broken.clear()
+                self.on_alive()
 
     # -- what the server sends us ---------------------------------------------------------
     async def _on_message(self, message: Any) -> None:
@@ -257,7 +265,7 @@ class Connection:
 
     async def call(self, tool: str, args: dict[str, Any], timeout: float) -> CallAnswer:
         session = self._session
-        if session is None:
+        if session is None or self.closed.is_set():
             raise NotConnected(self.error or "not connected")
         request = types.CallToolRequest(
             params=types.CallToolRequestParams(name=tool, arguments=args)

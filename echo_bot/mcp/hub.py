@@ -15,6 +15,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Literal
 
 from ..config import McpServerConfig
@@ -86,6 +87,11 @@ class McpServer:
             raise
         return answer
 
+    def _alive(self, connection: Any) -> None:
+        """A call found the session broken, yet it answers pings: ready again."""
+        if self._connection is connection and not connection.closed.is_set():
+            self._set("ready", None)
+
     def _why_down(self) -> str:
         state = self.status.state
         if state == "starting":
@@ -105,6 +111,7 @@ class McpServer:
         while True:
             began = time.monotonic()
             connection = Connection(self.config, self.environ, on_tools_changed=self._changed.set)
+            connection.on_alive = partial(self._alive, connection)
             self._connection = connection
             try:
                 await connection.open(OPEN_TIMEOUT)

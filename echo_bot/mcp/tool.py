@@ -3,6 +3,7 @@ the server's schema, the gate asks by its risk, the executor runs it at most onc
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 from collections.abc import Awaitable, Callable
@@ -51,41 +52,53 @@ class McpTool(Tool):
         self.call = call
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
-        where = f"{self.remote_name} on the MCP server {self.server}"
-        unknown = self.risk != Risk.READ  # a call that may have changed something
+        error: Exception
         try:
-            answer = await self.call(self.remote_name, args, self.call_timeout)
-        except NotConnected as exc:
+            # Bounded here too: a transport stuck writing (a full pipe) is no answer.
+            async with asyncio.timeout(self.call_timeout + 1):
+                answer = await self.call(self.remote_name, args, self.call_timeout)
+        except TimeoutError:
+            error = CallTimedOut(f"no answer within {self.call_timeout:g} s")
+        except (NotConnected, LostDuringCall, CallTimedOut) as exc:
+            error = exc
+        except Exception as exc:  # a malformed answer, a transport fault: it was sent
+            error = LostDuringCall(f"{type(exc).__name__}: {exc}")
+        else:
+            text, kept = render_content(answer.content)
+            data: dict[str, Any] = {"server": self.server, "tool": self.remote_name}
+            if kept:
+                data["content"] = kept
+            if answer.is_error:
+                return ToolResult.failure(ErrorCode.TOOL_ERROR, text or "(the tool failed)", **data)
+            return ToolResult.success(text or "(no output)", **data)
+        return self._failed(error)
+
+    def _failed(self, error: Exception) -> ToolResult:
+        where = f"{self.name} on the MCP server {self.server}"
+        unknown = self.risk != Risk.READ  # a call that may have changed something
+        if isinstance(error, NotConnected):
             return ToolResult.failure(
-                ErrorCode.TOOL_UNAVAILABLE, f"{where} is not available: {exc}", server=self.server
+                ErrorCode.TOOL_UNAVAILABLE, f"{where} is not available: {error}", server=self.server
             )
-        except LostDuringCall as exc:
+        if isinstance(error, LostDuringCall):
             if unknown:
                 return ToolResult.failure(
                     ErrorCode.OUTCOME_UNKNOWN,
-                    f"{where}: the server went away during the call ({exc}); whether it"
+                    f"{where}: the server went away during the call ({error}); whether it"
                     " acted is unknown, so it is not run again",
                     server=self.server,
                 )
             return ToolResult.failure(
-                ErrorCode.TOOL_UNAVAILABLE, f"{where}: the server went away ({exc})"
+                ErrorCode.TOOL_UNAVAILABLE, f"{where}: the server went away ({error})"
             )
-        except CallTimedOut as exc:
-            if unknown:
-                return ToolResult.failure(
-                    ErrorCode.OUTCOME_UNKNOWN,
-                    f"{where}: {exc} (the server was told to cancel); whether it acted is"
-                    " unknown, so it is not run again",
-                    server=self.server,
-                )
-            return ToolResult.failure(ErrorCode.TIMEOUT, f"{where}: {exc}")
-        text, kept = render_content(answer.content)
-        data: dict[str, Any] = {"server": self.server, "tool": self.remote_name}
-        if kept:
-            data["content"] = kept
-        if answer.is_error:
-            return ToolResult.failure(ErrorCode.TOOL_ERROR, text or "(the tool failed)", **data)
-        return ToolResult.success(text or "(no output)", **data)
+        if unknown:
+            return ToolResult.failure(
+                ErrorCode.OUTCOME_UNKNOWN,
+                f"{where}: {error} (the server was told to cancel); whether it acted is"
+                " unknown, so it is not run again",
+                server=self.server,
+            )
+        return ToolResult.failure(ErrorCode.TIMEOUT, f"{where}: {error}")
 
 
 def make_tool(
@@ -105,7 +118,7 @@ def make_tool(
     attributes = {
         "name": name,
         # The server's words, marked as such (they are not ours, and never instructions).
-        "description": f"[{remote_name} from the MCP server {server}] {said}".rstrip(),
+        "description": f"[{name}: a tool of the MCP server {server}] {said}".rstrip(),
         "parameters": parameters,
         "annotations": annotations,
         "risk": risk,

@@ -105,11 +105,20 @@ class ToolRegistry:
             return ToolResult.failure(
                 ErrorCode.INVALID_PARAMETER, f"arguments for {name} must be a JSON object"
             )
-        valid = self._valid[name]
+        valid, validator = self._valid.get(name), self._validators.get(name)
+        if valid is None or validator is None:  # unregistered meanwhile (an MCP server's)
+            return self.not_found(name)
         key = repr(args)
         if key in valid:
             return None
-        errors = sorted(self._validators[name].iter_errors(args), key=lambda e: list(e.path))
+        try:
+            errors = sorted(validator.iter_errors(args), key=lambda e: list(e.path))
+        except Exception as exc:  # a schema that checks out but cannot be applied
+            # (a dangling $ref from an MCP server): no call, an error the model can read
+            return ToolResult.failure(
+                ErrorCode.INVALID_PARAMETER,
+                f"the schema of {name} cannot be applied: {type(exc).__name__}",
+            )
         if not errors:
             if len(key) <= VALID_ARGS_MAX_CHARS:
                 if len(valid) >= VALID_ARGS_KEPT:
