@@ -15,6 +15,8 @@ import pytest
 from tests.conftest import ROOT, echo_bot_env
 from tests.postgres import reachable_admin_url
 
+pytestmark = pytest.mark.slow
+
 
 def run_quick(script: str, *extra: str, timeout: float = 240) -> str:
     result = subprocess.run(

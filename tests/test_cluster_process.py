@@ -26,6 +26,8 @@ from tests.fakes.telegram_api import FakeTelegramAPI
 from tests.postgres import fresh_database
 from tests.proc import free_port
 
+pytestmark = pytest.mark.slow
+
 TOKEN = "123456:CLUSTER-test-token"
 OWNER = 42
 SECRET = "whsec_" + base64.b64encode(b"cluster-standard-webhooks-secret").decode()

@@ -15,6 +15,8 @@ import pytest
 
 from tests.conftest import ROOT
 
+pytestmark = pytest.mark.slow
+
 
 def _load_soak() -> ModuleType:
     name = "echo_bot_bench_soak"
