@@ -310,17 +310,7 @@ class CallExecutor:
         return stored
 
     async def _write(self, inbound: InboundMessage, write: Callable[[Tx], T]) -> T:
-        """Commit ``write`` for ``inbound``'s turn — with several daemons, only while this
-        one still drives its session (LeaseLost otherwise)."""
-        fence = self.fence
-        if fence is None:
-            return await self.store.run(write)
-
-        def fenced(tx: Tx) -> T:
-            fence(tx, inbound.session_key)
-            return write(tx)
-
-        return await self.store.run(fenced)
+        return await run_fenced(self.store, self.fence, inbound.session_key, write)
 
     # -- running ---------------------------------------------------------------------
     async def _run(
@@ -347,6 +337,25 @@ class CallExecutor:
             await self._write(inbound, lambda tx: self._finish(tx, inbound, call, result))
         done = replace(call, status=DONE, result=result.to_json())
         return done, result, record_now
+
+
+async def run_fenced(
+    store: Store,
+    fence: Callable[[Tx, str], None] | None,
+    session_key: str,
+    write: Callable[[Tx], T],
+) -> T:
+    """Commit ``write``, a checkpoint of a turn of ``session_key`` — with several daemons
+    (``fence`` set: ``Cluster.fence``), only while this one still drives the session
+    (LeaseLost otherwise, and nothing of it is written)."""
+    if fence is None:
+        return await store.run(write)
+
+    def fenced(tx: Tx) -> T:
+        fence(tx, session_key)
+        return write(tx)
+
+    return await store.run(fenced)
 
 
 def _set(tx: Tx, call: CallRow, status: str, *, approval_id: str | None = None) -> CallRow:

@@ -27,7 +27,7 @@ from ..store import Store, Tx
 from ..store.turns import CallRow, TurnRow
 from ..tools.base import ErrorCode, Tool, ToolResult
 from ..tools.registry import ToolRegistry
-from .calls import CallExecutor, StepOutcome, args_hash
+from .calls import CallExecutor, StepOutcome, args_hash, run_fenced
 from .history import HistoryCache
 
 log = logging.getLogger(__name__)
@@ -159,17 +159,7 @@ class TurnRunner:
 
     # -- checkpoints ----------------------------------------------------------------------
     async def _checkpoint(self, inbound: InboundMessage, write: Callable[[Tx], T]) -> T:
-        """Commit ``write``, a checkpoint of ``inbound``'s turn — fenced when several
-        daemons share the store: only while this one still drives the session."""
-        fence = self.fence
-        if fence is None:
-            return await self.store.run(write)
-
-        def fenced(tx: Tx) -> T:
-            fence(tx, inbound.session_key)
-            return write(tx)
-
-        return await self.store.run(fenced)
+        return await run_fenced(self.store, self.fence, inbound.session_key, write)
 
     def _begin(
         self, tx: Tx, inbound_id: str, known: InboundMessage | None
