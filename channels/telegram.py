@@ -13,6 +13,7 @@ import hmac
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -37,6 +38,7 @@ from aiogram.types import (
     InlineKeyboardButton,
     InlineKeyboardMarkup,
     Message,
+    MessageEntity,
     ReplyParameters,
     Update,
 )
@@ -55,9 +57,11 @@ from echo_bot.events import (
     OutboundMessage,
     Receipt,
     Sender,
+    TextFormat,
     parse_approval_action,
 )
 
+from .telegram_markdown import Formatted, render_markdown, split_formatted
 from .telegram_render import Pacer, keyboard_rows, split_text
 
 log = logging.getLogger(__name__)
@@ -88,6 +92,21 @@ class _Typing:
 
 class CommitFailed(Exception):
     """The inbox did not take an update: it must not be acknowledged."""
+
+
+def message_parts(text: str, markdown: bool) -> list[Formatted]:
+    """The messages a text is sent as: Markdown rendered to entities (plain text if the
+    renderer fails on it), split within Telegram's length limit."""
+    if markdown:
+        try:
+            return split_formatted(render_markdown(text))
+        except Exception:  # markdown-it never should; a reply must go out regardless
+            log.exception("telegram: Markdown rendering failed; sending the text as written")
+    return [Formatted(part) for part in split_text(text)]
+
+
+def _entities(part: Formatted) -> list[MessageEntity]:
+    return [MessageEntity(**entity) for entity in part.entities()]
 
 
 def _clean(text: str) -> str:
@@ -608,24 +627,29 @@ class TelegramChannel:
         markup = self._markup(message)
         if message.edit_of is not None and message.edit_message_id:
             return await self._edit(chat_id, int(message.edit_message_id), message.text, markup)
-        parts = split_text(message.text)
+        parts = message_parts(message.text, message.format == TextFormat.MARKDOWN)
         sent = self._parts_sent.setdefault(message.id, [])
         reply_to = message.reply_to_message
         for index in range(len(sent), len(parts)):
             await self.pacer.wait(str(chat_id))
             last = index == len(parts) - 1
-            result = await self._call(
-                self.bot.send_message(
-                    chat_id=chat_id,
-                    text=parts[index],
-                    message_thread_id=thread,
-                    reply_markup=markup if last else None,
-                    reply_parameters=(
-                        ReplyParameters(message_id=int(reply_to), allow_sending_without_reply=True)
-                        if reply_to and reply_to.isdigit() and index == 0
-                        else None
-                    ),
-                )
+            part = parts[index]
+            fields: dict[str, Any] = {
+                "chat_id": chat_id,
+                "text": part.text,
+                "message_thread_id": thread,
+                "reply_markup": markup if last else None,
+                "reply_parameters": (
+                    ReplyParameters(message_id=int(reply_to), allow_sending_without_reply=True)
+                    if reply_to and reply_to.isdigit() and index == 0
+                    else None
+                ),
+            }
+            result = await self._formatted_call(
+                lambda entities, f=fields, p=part: self.bot.send_message(
+                    **f, entities=_entities(p) if entities else None
+                ),
+                bool(part.spans),
             )
             sent.append(result.message_id)
         self._parts_sent.pop(message.id, None)
@@ -662,6 +686,17 @@ class TelegramChannel:
             # Too old, not modified, deleted: the decision stands; the edit is cosmetic.
             log.info("telegram: edit of message %s in %s refused: %s", message_id, chat_id, exc)
         return Receipt(channel_message_id=str(message_id))
+
+    async def _formatted_call(self, request: Callable[[bool], Any], formatted: bool) -> Any:
+        """Send with entities; if Telegram refuses them, the same text plain (the
+        fallback for anything the renderer got wrong: a reply is never lost to it)."""
+        try:
+            return await self._call(request(formatted))
+        except ChannelError as exc:
+            if not formatted or exc.retryable or "entit" not in str(exc).lower():
+                raise
+            log.warning("telegram: formatting refused (%s); sending plain text", exc)
+        return await self._call(request(False))
 
     async def _call(self, request: Any) -> Any:
         """Await a Bot API call, mapping its errors onto the delivery worker's."""

@@ -155,12 +155,21 @@ class OutboundKind(StrEnum):
     NOTICE = "notice"
 
 
+class TextFormat(StrEnum):
+    """How a channel may show an outbound's text: as written, or rendered from Markdown
+    (model replies; a channel without formatting shows the Markdown as written)."""
+
+    PLAIN = "plain"
+    MARKDOWN = "markdown"
+
+
 class OutboundMessage(_Model):
     id: str = Field(default_factory=new_id)
     to: Address
     text: str
     buttons: list[list[Button]] = Field(default_factory=list)
     kind: OutboundKind = OutboundKind.REPLY
+    format: TextFormat = TextFormat.PLAIN
     reply_to_message: str | None = None
     edit_of: str | None = None
     # Filled by the delivery worker from the receipt of ``edit_of``: the channel's own id

@@ -20,7 +20,14 @@ from ..brains.base import Brain, BrainContext, BrainReply
 from ..config import BrainConfig
 from ..conversation import ChatMessage, ToolCall
 from ..errors import StoreUnavailable
-from ..events import InboundKind, InboundMessage, InboundStatus, OutboundMessage, new_id
+from ..events import (
+    InboundKind,
+    InboundMessage,
+    InboundStatus,
+    OutboundMessage,
+    TextFormat,
+    new_id,
+)
 from ..logs import current_session, current_trace
 from ..secrets import Masker
 from ..store import Store, Tx
@@ -366,7 +373,8 @@ class TurnRunner:
                 tx.turns.append_message(
                     inbound.session_key, turn.id, ChatMessage(role="assistant", content=text)
                 )
-            tx.outbox.add(self._reply(inbound, text))
+            markdown = decision is not None and decision.markdown
+            tx.outbox.add(self._reply(inbound, text, markdown=markdown))
             for extra in attachments:
                 tx.outbox.add(extra)
             tx.inbox.set_status(inbound.id, status, error, result=text)
@@ -404,10 +412,13 @@ class TurnRunner:
         error = None if result.ok else json.dumps({"error_code": result.error_code})
         await self._finish(inbound, turn, text, status, error, unrecorded=unrecorded)
 
-    def _reply(self, inbound: InboundMessage, text: str) -> OutboundMessage:
+    def _reply(
+        self, inbound: InboundMessage, text: str, *, markdown: bool = False
+    ) -> OutboundMessage:
         return OutboundMessage(
             to=inbound.respond_to,
             text=self.masker.mask(text),
+            format=TextFormat.MARKDOWN if markdown else TextFormat.PLAIN,
             reply_to_message=inbound.metadata.get("message_id") or inbound.external_id,
             trace_id=inbound.trace_id,
             metadata={"inbound_id": inbound.id},

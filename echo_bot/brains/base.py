@@ -29,6 +29,8 @@ class BrainReply:
     details: dict[str, object] = field(default_factory=dict)
     # Messages sent right after the final reply (e.g. approval prompts shown again).
     attachments: list[OutboundMessage] = field(default_factory=list)
+    # The text is Markdown (a model's answer): chat channels may show it formatted.
+    markdown: bool = False
 
 
 class Brain(Protocol):

@@ -91,7 +91,7 @@ class OpenAIBrain:
         text = (message.content or "").strip()
         if not text:
             raise LLMUnavailable("the model's answer was empty")
-        return BrainReply(text=text, route_reason="llm: answered", details=details)
+        return BrainReply(text=text, route_reason="llm: answered", details=details, markdown=True)
 
 
 def _tool_call(raw: Any) -> ToolCall:

@@ -239,6 +239,60 @@ def utf16_len(text: str) -> int:
     return len(text.encode("utf-16-le")) // 2
 
 
+ENTITY_TYPES = frozenset(
+    {"mention", "hashtag", "cashtag", "bot_command", "url", "email", "phone_number", "bold",
+     "italic", "underline", "strikethrough", "spoiler", "blockquote", "expandable_blockquote",
+     "code", "pre", "text_link", "text_mention", "custom_emoji"}
+)  # fmt: skip
+_STYLE_ENTITIES = frozenset({"bold", "italic", "underline", "strikethrough", "spoiler"})
+_QUOTES = frozenset({"blockquote", "expandable_blockquote"})
+_LINK_URL = re.compile(r"(https?|tg)://[^\s]+|mailto:[^\s]+", re.IGNORECASE)
+
+
+def check_entities(text: str, entities: list[JSON]) -> None:
+    """Telegram's rules for explicit entities (Bot API, "MessageEntity" and "Formatting
+    options"): inside the text in UTF-16 units, not cutting a surrogate pair; either nested
+    or apart; nothing inside code or pre; styles never around code or pre; no quote in a
+    quote; text_link with a URL. Raises EntityParseError as Telegram refuses them."""
+    size = utf16_len(text)
+    units = text.encode("utf-16-le")
+    spans: list[tuple[int, int, str]] = []
+    for index, entity in enumerate(entities):
+        if not isinstance(entity, dict):
+            raise EntityParseError(f"entity {index} is not an object")
+        kind, offset, length = entity.get("type"), entity.get("offset"), entity.get("length")
+        if kind not in ENTITY_TYPES:
+            raise EntityParseError(f"unsupported entity type {kind!r}")
+        if not isinstance(offset, int) or not isinstance(length, int) or offset < 0:
+            raise EntityParseError(f"entity {index} has a bad offset or length")
+        if length <= 0 or offset + length > size:
+            raise EntityParseError(f"entity {index} ({kind}) is outside the text")
+        for edge in (offset, offset + length):
+            if 0 < edge < size:
+                unit = int.from_bytes(units[2 * edge : 2 * edge + 2], "little")
+                if 0xDC00 <= unit <= 0xDFFF:
+                    raise EntityParseError(f"entity {index} cuts a character in two")
+        if kind == "text_link" and not _LINK_URL.fullmatch(str(entity.get("url") or "")):
+            raise EntityParseError(f"wrong URL in entity {index}")
+        spans.append((offset, offset + length, kind))
+    for i, (a_start, a_end, a_kind) in enumerate(spans):
+        for b_start, b_end, b_kind in spans[i + 1 :]:
+            if a_end <= b_start or b_end <= a_start:
+                continue
+            if a_start <= b_start and b_end <= a_end:
+                outer, inner = a_kind, b_kind
+            elif b_start <= a_start and a_end <= b_end:
+                outer, inner = b_kind, a_kind
+            else:
+                raise EntityParseError(f"entities {a_kind} and {b_kind} overlap")
+            if outer in ("code", "pre"):
+                raise EntityParseError(f"{inner} inside {outer}")
+            if outer in _STYLE_ENTITIES and inner in ("code", "pre"):
+                raise EntityParseError(f"{inner} inside {outer}")
+            if outer in _QUOTES and inner in _QUOTES:
+                raise EntityParseError("a quote inside a quote")
+
+
 @dataclass
 class _Open:
     name: str
@@ -609,6 +663,10 @@ def render_text(
 ) -> tuple[str, list[JSON]]:
     """What Telegram stores for a text: explicit entities win over parse_mode."""
     if entities:
+        try:
+            check_entities(text, entities)
+        except EntityParseError as exc:
+            raise ApiError(400, f"Bad Request: can't parse entities: {exc}") from None
         return text, list(entities)
     if not parse_mode:
         return text, []

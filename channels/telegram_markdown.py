@@ -1,0 +1,365 @@
+"""Markdown → Telegram text with message entities, and splitting it into messages.
+
+Model replies are Markdown. Telegram's own ``parse_mode`` rejects a whole message over
+one unbalanced ``*`` ("can't parse entities"), so replies are parsed here with
+markdown-it (CommonMark, which never fails on any input) and sent as plain text plus
+computed entities: there is nothing left for Telegram to parse.
+
+The entities respect Telegram's nesting rules: nothing inside ``code``/``pre``; bold,
+italic, strikethrough never around code; no quote inside a quote; only http(s), tg and
+mailto links. Offsets are computed in code points here and converted to UTF-16 code
+units (what Telegram counts) per message part.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from markdown_it import MarkdownIt
+from markdown_it.token import Token
+
+MAX_TEXT = 4096  # per message, in UTF-16 code units
+
+# Entity types that may wrap or sit inside others (except code and pre).
+_STYLES = frozenset({"bold", "italic", "underline", "strikethrough", "spoiler"})
+_CODE = frozenset({"code", "pre"})
+_LINK_SCHEMES = ("http://", "https://", "tg://", "mailto:")
+
+_PARSER = MarkdownIt("commonmark", {"html": False}).enable(["strikethrough", "table"])
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """One entity over ``text[start:end]`` (code points)."""
+
+    type: str
+    start: int
+    end: int
+    url: str | None = None
+    language: str | None = None
+
+    def as_entity(self, units: Sequence[int]) -> dict[str, Any]:
+        """As a Bot API MessageEntity; ``units[i]``: UTF-16 offset of code point i."""
+        entity: dict[str, Any] = {
+            "type": self.type,
+            "offset": units[self.start],
+            "length": units[self.end] - units[self.start],
+        }
+        if self.url is not None:
+            entity["url"] = self.url
+        if self.language:
+            entity["language"] = self.language
+        return entity
+
+
+@dataclass(frozen=True, slots=True)
+class Formatted:
+    text: str
+    spans: tuple[Span, ...] = ()
+
+    def entities(self) -> list[dict[str, Any]]:
+        units = utf16_offsets(self.text)
+        return [span.as_entity(units) for span in self.spans]
+
+
+def utf16_offsets(text: str) -> list[int]:
+    """``offsets[i]``: the UTF-16 offset of code point ``i`` (one entry past the end)."""
+    offsets = [0] * (len(text) + 1)
+    total = 0
+    for index, char in enumerate(text):
+        total += 2 if ord(char) > 0xFFFF else 1
+        offsets[index + 1] = total
+    return offsets
+
+
+class _Open:
+    __slots__ = ("language", "start", "type", "url")
+
+    def __init__(self, type_: str, url: str | None = None, language: str | None = None) -> None:
+        self.type, self.url, self.language = type_, url, language
+        self.start: int | None = None  # set where its first text lands
+
+
+class _Renderer:
+    """Walks markdown-it's tokens, writing text and collecting spans."""
+
+    def __init__(self) -> None:
+        self.pieces: list[str] = []
+        self.length = 0
+        self.spans: list[Span] = []
+        self.stack: list[_Open] = []
+        self.pending_break = 0  # newlines owed before the next text
+        self.lists: list[list[int | None]] = []  # per open list: [next number] or [None]
+        self.quote_depth = 0
+
+    # -- output -----------------------------------------------------------------------------
+    def emit(self, text: str) -> None:
+        if not text:
+            return
+        if self.pending_break and self.length:
+            self._write("\n" * self.pending_break)
+        self.pending_break = 0
+        for item in self.stack:
+            if item.start is None:
+                item.start = self.length
+        self._write(text)
+
+    def _write(self, text: str) -> None:
+        self.pieces.append(text)
+        self.length += len(text)
+
+    def block_break(self, lines: int) -> None:
+        self.pending_break = max(self.pending_break, lines)
+
+    def open(self, type_: str, url: str | None = None, language: str | None = None) -> None:
+        self.stack.append(_Open(type_, url, language))
+
+    def close(self, type_: str) -> None:
+        for index in range(len(self.stack) - 1, -1, -1):
+            if self.stack[index].type == type_:
+                item = self.stack.pop(index)
+                if item.start is not None and self.length > item.start:
+                    self.spans.append(
+                        Span(item.type, item.start, self.length, item.url, item.language)
+                    )
+                return
+
+    # -- tokens -----------------------------------------------------------------------------
+    def block(self, tokens: Sequence[Token]) -> None:
+        for token in tokens:
+            kind = token.type
+            if kind == "inline":
+                self.inline(token.children or [])
+            elif kind == "paragraph_close":
+                self.block_break(1 if token.hidden else 2)
+            elif kind == "heading_open":
+                self.open("bold")
+            elif kind == "heading_close":
+                self.close("bold")
+                self.block_break(2)
+            elif kind in ("bullet_list_open", "ordered_list_open"):
+                start = token.attrGet("start")
+                number = int(start) if kind == "ordered_list_open" and start else None
+                if kind == "ordered_list_open" and number is None:
+                    number = 1
+                self.lists.append([number])
+                self.block_break(1)
+            elif kind in ("bullet_list_close", "ordered_list_close"):
+                self.lists.pop()
+                self.block_break(2 if not self.lists else 1)
+            elif kind == "list_item_open":
+                self.block_break(1)
+                self.emit(self._bullet())
+            elif kind == "list_item_close":
+                self.block_break(1)
+            elif kind == "blockquote_open":
+                self.quote_depth += 1
+                if self.quote_depth == 1:  # Telegram has no quote inside a quote
+                    self.open("blockquote")
+            elif kind == "blockquote_close":
+                self.quote_depth -= 1
+                if self.quote_depth == 0:
+                    self.close("blockquote")
+                self.block_break(2)
+            elif kind in ("fence", "code_block"):
+                language = token.info.split()[0] if token.info.strip() else None
+                self.open("pre", language=_language(language))
+                self.emit(token.content.rstrip("\n") or " ")
+                self.close("pre")
+                self.block_break(2)
+            elif kind == "hr":
+                self.emit("———")
+                self.block_break(2)
+            elif kind in ("tr_close", "thead_close"):
+                self.block_break(1)
+            elif kind in ("th_open", "td_open"):
+                if self.pieces and not self.pending_break and self.pieces[-1] != "\n":
+                    self.emit(" | ")
+            elif kind == "table_close":
+                self.block_break(2)
+            elif kind == "html_block":
+                self.emit(token.content.rstrip("\n"))
+                self.block_break(2)
+
+    def _bullet(self) -> str:
+        current = self.lists[-1] if self.lists else [None]
+        indent = "   " * (len(self.lists) - 1)
+        if current[0] is None:
+            return f"{indent}• "
+        number = current[0]
+        current[0] = number + 1
+        return f"{indent}{number}. "
+
+    def inline(self, children: Sequence[Token]) -> None:
+        for token in children:
+            kind = token.type
+            if kind in ("text", "html_inline"):
+                self.emit(token.content)
+            elif kind == "code_inline":
+                self.open("code")
+                self.emit(token.content or " ")
+                self.close("code")
+            elif kind in ("softbreak", "hardbreak"):
+                self.emit("\n")
+            elif kind in ("strong_open", "em_open", "s_open"):
+                self.open(_STYLE_OF[kind])
+            elif kind in ("strong_close", "em_close", "s_close"):
+                self.close(_STYLE_OF[kind])
+            elif kind == "link_open":
+                href = str(token.attrGet("href") or "")
+                self.open("text_link" if _linkable(href) else "plain", url=href)
+            elif kind == "link_close":
+                self._close_link()
+            elif kind == "image":
+                src = str(token.attrGet("src") or "")
+                label = token.content or src
+                if _linkable(src):
+                    self.open("text_link", url=src)
+                    self.emit(label)
+                    self.close("text_link")
+                else:
+                    self.emit(label)
+
+    def _close_link(self) -> None:
+        for index in range(len(self.stack) - 1, -1, -1):
+            item = self.stack[index]
+            if item.type in ("text_link", "plain"):
+                if item.type == "plain":  # not a link Telegram takes: show where it pointed
+                    self.stack.pop(index)
+                    if item.url:
+                        self.emit(f" ({item.url})")
+                else:
+                    self.close("text_link")
+                return
+
+    def result(self) -> Formatted:
+        text = "".join(self.pieces)
+        return Formatted(text, tuple(_legal(self.spans)))
+
+
+_STYLE_OF = {
+    "strong_open": "bold",
+    "strong_close": "bold",
+    "em_open": "italic",
+    "em_close": "italic",
+    "s_open": "strikethrough",
+    "s_close": "strikethrough",
+}
+
+
+def _linkable(url: str) -> bool:
+    return url.lower().startswith(_LINK_SCHEMES) and len(url) <= 2048 and " " not in url
+
+
+def _language(word: str | None) -> str | None:
+    if not word:
+        return None
+    cleaned = "".join(ch for ch in word if ch.isalnum() or ch in "+-#_.")
+    return cleaned[:32] or None
+
+
+def _legal(spans: list[Span]) -> list[Span]:
+    """Spans Telegram accepts, sorted by start: code inside a link loses its entity (a
+    link may not contain code), anything inside code is dropped, and styles are cut
+    around code (a style may not contain code)."""
+    links = [s for s in spans if s.type == "text_link"]
+    codes = [
+        s
+        for s in spans
+        if s.type in _CODE and not any(k.start <= s.start and s.end <= k.end for k in links)
+    ]
+    kept: list[Span] = []
+    for span in spans:
+        if span.type in _CODE:
+            if span in codes and not any(
+                c is not span and c.start <= span.start and span.end <= c.end for c in codes
+            ):
+                kept.append(span)
+        elif not any(c.start <= span.start and span.end <= c.end for c in codes):
+            kept.extend(_outside(span, codes) if span.type in _STYLES else [span])
+    return sorted(kept, key=lambda s: (s.start, -s.end))
+
+
+def _outside(span: Span, codes: Sequence[Span]) -> list[Span]:
+    """``span`` without the parts that overlap any code span."""
+    pieces = [(span.start, span.end)]
+    for code in codes:
+        next_pieces = []
+        for start, end in pieces:
+            if code.end <= start or end <= code.start:
+                next_pieces.append((start, end))
+                continue
+            if start < code.start:
+                next_pieces.append((start, code.start))
+            if code.end < end:
+                next_pieces.append((code.end, end))
+        pieces = next_pieces
+    return [replace(span, start=s, end=e) for s, e in pieces if e > s]
+
+
+def render_markdown(source: str) -> Formatted:
+    """``source`` as Telegram shows Markdown: plain text plus entities."""
+    renderer = _Renderer()
+    renderer.block(_PARSER.parse(source))
+    formatted = renderer.result()
+    if not formatted.text.strip():
+        return Formatted(source)
+    return formatted
+
+
+# -- splitting ----------------------------------------------------------------------------
+def _fitting(text: str, start: int, limit: int) -> int:
+    """How many characters of ``text`` from ``start`` fit in ``limit`` UTF-16 units."""
+    units = 0
+    for index in range(start, len(text)):
+        units += 2 if ord(text[index]) > 0xFFFF else 1
+        if units > limit:
+            return index - start
+    return len(text) - start
+
+
+def _cuts(text: str, limit: int) -> list[tuple[int, int]]:
+    """(start, end) of each part: cut after a paragraph, else a line, else a word, else
+    anywhere; a part is at most ``limit`` UTF-16 units."""
+    parts: list[tuple[int, int]] = []
+    start = 0
+    while (size := _fitting(text, start, limit)) < len(text) - start:
+        size = max(1, size)
+        window = text[start : start + size]
+        cut = -1
+        for separator in ("\n\n", "\n", " "):
+            cut = window.rfind(separator)
+            if cut > size // 4:
+                cut += len(separator)
+                break
+        if cut <= size // 4:
+            cut = size
+        parts.append((start, start + cut))
+        start += cut
+    if start < len(text):
+        parts.append((start, len(text)))
+    return parts
+
+
+def split_formatted(formatted: Formatted, limit: int = MAX_TEXT) -> list[Formatted]:
+    """Messages of at most ``limit`` UTF-16 units each; never a character lost
+    (whitespace at a cut aside), none blank. An entity cut in two continues in the next
+    part (a long code block becomes two code blocks)."""
+    text = formatted.text if formatted.text.strip() else "(empty reply)"
+    parts: list[Formatted] = []
+    for start, end in _cuts(text, limit):
+        piece = text[start:end].rstrip()
+        lead = len(piece) - len(piece.lstrip("\n"))
+        body = piece[lead:]
+        if not body:
+            continue
+        low, high = start + lead, start + lead + len(body)
+        spans = tuple(
+            replace(span, start=max(span.start, low) - low, end=min(span.end, high) - low)
+            for span in formatted.spans
+            if span.start < high and span.end > low
+        )
+        parts.append(Formatted(body, tuple(s for s in spans if s.end > s.start)))
+    return parts or [Formatted("(empty reply)")]
