@@ -15,6 +15,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -43,16 +44,19 @@ from aiogram.types import (
     Update,
 )
 from aiogram.utils.token import TokenValidationError
+from aiohttp import ClientResponseError
 
 from echo_bot.bus import Bus, ChannelSetup
 from echo_bot.config import TelegramConfig
-from echo_bot.errors import ChannelError, ConfigError, StoreError
+from echo_bot.errors import ChannelError, ConfigError, MediaUnavailable, StoreError
 from echo_bot.events import (
     Address,
     ApprovalDecision,
+    Attachment,
     InboundKind,
     InboundMessage,
     InboundStatus,
+    MediaKind,
     OutboundKind,
     OutboundMessage,
     Receipt,
@@ -60,6 +64,7 @@ from echo_bot.events import (
     TextFormat,
     parse_approval_action,
 )
+from echo_bot.sizes import format_size
 
 from .telegram_markdown import Formatted, render_markdown, split_formatted
 from .telegram_render import Pacer, keyboard_rows, split_text
@@ -74,6 +79,8 @@ TYPING_MAX = 120.0
 TYPING_CHATS = 1000  # chats shown typing at once, at most
 TYPING_TURNS = 100_000  # queued turns remembered for them, at most
 STARTUP_TIMEOUT = 15.0
+DOWNLOAD_TIMEOUT = 110.0  # one file, whole (the core gives a try 120 s)
+DOWNLOAD_CHUNK = 256 * 1024
 STANDBY_CHECK = 1.0  # seconds between looks at the poller lease while another daemon polls
 # A stored offset older than this is not used: Telegram keeps unconfirmed updates for 24
 # hours only, and after a week without updates it numbers the next ones afresh, maybe
@@ -103,6 +110,94 @@ def message_parts(text: str, markdown: bool) -> list[Formatted]:
         except Exception:  # markdown-it never should; a reply must go out regardless
             log.exception("telegram: Markdown rendering failed; sending the text as written")
     return [Formatted(part) for part in split_text(text)]
+
+
+def read_media(message: Message, config: TelegramConfig) -> tuple[list[Attachment], list[str]]:
+    """A message's files (fetched later, during its turn) and short notes for what is
+    not a file: stickers, locations, contacts, polls. Nothing is silently dropped."""
+    found: list[Attachment] = []
+    if message.photo:
+        # The largest size that fits the download limit (or else the smallest: its
+        # fetch then says why it cannot be had).
+        sizes = sorted(message.photo, key=lambda p: p.width * p.height)
+        fitting = [p for p in sizes if (p.file_size or 0) <= config.max_download]
+        best = (fitting or sizes[:1])[-1]
+        found.append(_attachment(MediaKind.PHOTO, best.file_id, size=best.file_size))
+    for kind, item in (
+        (MediaKind.VOICE, message.voice),
+        (MediaKind.AUDIO, message.audio),
+        (MediaKind.VIDEO, message.video),
+        (MediaKind.VIDEO_NOTE, message.video_note),
+        (MediaKind.ANIMATION, message.animation),
+        (MediaKind.DOCUMENT, None if message.animation else message.document),
+    ):
+        if item is not None:
+            found.append(
+                _attachment(
+                    kind,
+                    item.file_id,
+                    name=getattr(item, "file_name", None),
+                    mime_type=getattr(item, "mime_type", None),
+                    size=item.file_size,
+                    duration=getattr(item, "duration", None),
+                )
+            )
+    notes = _notes(message)
+    if found and not config.media:
+        notes += [f"[{a.kind.value.replace('_', ' ')} not downloaded: [telegram] media is off]"
+                  for a in found]  # fmt: skip
+        found = []
+    return found, notes
+
+
+def _attachment(
+    kind: MediaKind,
+    file_id: str,
+    *,
+    name: str | None = None,
+    mime_type: str | None = None,
+    size: int | None = None,
+    duration: int | None = None,
+) -> Attachment:
+    return Attachment(
+        kind=kind,
+        file_ref=file_id[:512],
+        name=_clean(name)[:256] if name else None,
+        mime_type=_clean(mime_type)[:128] if mime_type else None,
+        size=size if size is None or size >= 0 else None,
+        duration=duration if duration is None or duration >= 0 else None,
+    )
+
+
+def _notes(message: Message) -> list[str]:
+    notes: list[str] = []
+    if message.sticker is not None:
+        sticker = message.sticker
+        label = f" {sticker.emoji}" if sticker.emoji else ""
+        notes.append(
+            f"[sticker{label}" + (f" from the set {sticker.set_name}]" if sticker.set_name else "]")
+        )
+    if message.venue is not None:
+        venue = message.venue
+        notes.append(
+            f"[venue: {venue.title}, {venue.address} "
+            f"({venue.location.latitude:.5f}, {venue.location.longitude:.5f})]"
+        )
+    elif message.location is not None:
+        where = message.location
+        live = " (live)" if where.live_period else ""
+        notes.append(f"[location{live}: {where.latitude:.5f}, {where.longitude:.5f}]")
+    if message.contact is not None:
+        contact = message.contact
+        name = " ".join(p for p in (contact.first_name, contact.last_name) if p)
+        notes.append(f"[contact: {name}, {contact.phone_number}]")
+    if message.poll is not None:
+        poll = message.poll
+        options = " / ".join(o.text for o in poll.options)
+        notes.append(f"[poll: {poll.question} — {options}]")
+    if message.dice is not None:
+        notes.append(f"[dice {message.dice.emoji}: {message.dice.value}]")
+    return [_clean(note)[:2000] for note in notes]
 
 
 def _entities(part: Formatted) -> list[MessageEntity]:
@@ -414,7 +509,8 @@ class TelegramChannel:
         if user is None or user.is_bot:
             return
         chat = self._address(message)
-        text = _clean(message.text) if message.text is not None else None
+        given = message.text if message.text is not None else message.caption
+        text = _clean(given) if given is not None else None
         group = message.chat.type != "private"
         if group and not self._addressed_to_me(message):
             return
@@ -434,16 +530,17 @@ class TelegramChannel:
         if command == "/start":
             await self._notice(chat, "Hello! Ask me anything, or send /help to see what I can do.")
             return
-        if text is None:
-            await self._notice(
-                chat, "Sorry, I only understand text messages for now.", message.message_id
-            )
-            return
+        attachments, notes = read_media(message, self.config)
+        if not attachments and not notes and text is None:
+            kind = str(message.content_type.value).replace("_", " ")
+            notes = [f"[a message of a kind I cannot read: {kind}]"]
+        text = "\n".join(part for part in [text, *notes] if part) or None
         inbound = InboundMessage(
             kind=InboundKind.MESSAGE,
             address=chat,
             sender=Sender(id=str(user.id), name=_clean(user.username or user.full_name)),
             text=text,
+            attachments=attachments,
             external_id=str(event_update.update_id),
             metadata={"message_id": str(message.message_id)},
         )
@@ -451,7 +548,7 @@ class TelegramChannel:
         self._start_typing(inbound_id, chat)
 
     def _addressed_to_me(self, message: Message) -> bool:
-        text = message.text or ""
+        text = message.text or message.caption or ""
         if text.startswith("/"):
             return True
         if self.username and f"@{self.username}".lower() in text.lower():
@@ -550,6 +647,49 @@ class TelegramChannel:
             await self.bot.answer_callback_query(query_id, text=text[:200])
         except (TelegramAPIError, OSError, TimeoutError) as exc:
             log.info("telegram: could not answer a button press: %s", exc)
+
+    # -- files ------------------------------------------------------------------------------
+    async def fetch_media(self, attachment: Attachment, destination: Path) -> int:
+        """Download a message's file (the core calls this during the turn) to
+        ``destination``, through a temporary name: there is a whole file or none."""
+        limit = self.config.max_download
+        over = f"over the {format_size(limit)} download limit ([telegram] max_download)"
+        if attachment.size is not None and attachment.size > limit:
+            raise MediaUnavailable(f"it is {format_size(attachment.size)}, {over}")
+        try:
+            file = await self.bot.get_file(attachment.file_ref)
+        except TelegramBadRequest as exc:  # "file is too big", "wrong file_id"…
+            raise MediaUnavailable(f"Telegram would not hand it over ({exc.message})") from None
+        if file.file_size is not None and file.file_size > limit:
+            raise MediaUnavailable(f"it is {format_size(file.file_size)}, {over}")
+        if not file.file_path:
+            raise MediaUnavailable("Telegram gave no path to download it from")
+        url = self.bot.session.api.file_url(self.bot.token, file.file_path)
+        partial = destination.with_name(destination.name + ".part")
+        handle = await asyncio.to_thread(partial.open, "wb")
+        size = 0
+        try:
+            try:
+                async for chunk in self.bot.session.stream_content(
+                    url, timeout=int(DOWNLOAD_TIMEOUT), chunk_size=DOWNLOAD_CHUNK
+                ):
+                    size += len(chunk)
+                    if size > limit:
+                        raise MediaUnavailable(f"it is {over}")
+                    await asyncio.to_thread(handle.write, chunk)
+            except ClientResponseError as exc:
+                if exc.status in (400, 403, 404):
+                    raise MediaUnavailable(
+                        f"Telegram has no such file any more (HTTP {exc.status})"
+                    ) from None
+                raise
+            await asyncio.to_thread(handle.close)
+            await asyncio.to_thread(partial.replace, destination)
+        finally:
+            if not handle.closed:
+                await asyncio.to_thread(handle.close)
+            await asyncio.to_thread(partial.unlink, missing_ok=True)
+        return size
 
     # -- typing -----------------------------------------------------------------------------
     # One indicator per chat, however many of its turns are queued: it shows while any of

@@ -25,7 +25,7 @@ from .agent import Dispatcher, TurnRunner
 from .agent.calls import CallExecutor
 from .brains.base import Brain, BrainContext
 from .brains.rules import RulesBrain
-from .bus import Bus, Channel, ChannelSetup
+from .bus import Bus, Channel, ChannelSetup, MediaSource
 from .cluster import BEAT, Cluster
 from .commands import CommandRegistry
 from .config import (
@@ -40,6 +40,7 @@ from .core import Core, build_core
 from .delivery import DeliveryWorker
 from .errors import ConfigError, StoreUnavailable, log_retrying
 from .events import Address, OutboundKind, OutboundMessage
+from .media.inbound import MediaPreparer, Transcribe
 from .reminders import ReminderService
 from .scheduler import Scheduler
 from .sdnotify import Notifier
@@ -218,6 +219,16 @@ class Daemon:
             timezone=config.bot.timezone,
         )
 
+    def _build_transcriber(self) -> Transcribe | None:
+        openai = self.core.loaded.config.openai
+        if openai.transcription_model is None:
+            return None
+        from .media.transcribe import Transcriber
+
+        transcriber = Transcriber(openai, self.environ.get(openai.api_key_env))
+        self._closers.append(transcriber.close)
+        return transcriber
+
     async def run(self) -> int:
         self.started_at = time.time()
         core = self.core
@@ -298,12 +309,14 @@ class Daemon:
             fence=cluster.fence if cluster is not None else None,
         )
         brain = self._build_brain(core.commands, bus)
+        media = MediaPreparer(core.workspace, transcribe=self._build_transcriber())
         runner = TurnRunner(
             store=core.store,
             brain=brain,
             registry=core.registry,
             exposed=lambda: core.exposed,
             executor=executor,
+            media=media,
             fence=cluster.fence if cluster is not None else None,
             masker=core.masker,
             config=config.brain,
@@ -384,6 +397,8 @@ class Daemon:
                 await channel.start(bus)
                 self.channels.append(channel)
                 delivery.add_channel(channel)
+                if isinstance(channel, MediaSource):
+                    media.add_source(channel)
             if http is not None:
                 await http.start()
                 self.http = http

@@ -11,9 +11,17 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from .events import Address, InboundMessage, InboundStatus, OutboundMessage, Receipt
+from .events import (
+    Address,
+    Attachment,
+    InboundMessage,
+    InboundStatus,
+    OutboundMessage,
+    Receipt,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,3 +161,16 @@ class Channel(Protocol):
     async def stop(self) -> None: ...
 
     def health(self) -> dict[str, object]: ...
+
+
+@runtime_checkable
+class MediaSource(Protocol):
+    """A channel whose messages carry files (``Attachment``), fetched during the turn."""
+
+    name: str
+
+    async def fetch_media(self, attachment: Attachment, destination: Path) -> int:
+        """Write the file to ``destination`` (complete, or not at all); its size in bytes.
+        Raises ``MediaUnavailable`` when trying again will not help, anything else when
+        it may (a network error)."""
+        ...

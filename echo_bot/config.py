@@ -30,9 +30,14 @@ from pydantic import (
 from .durations import format_duration, parse_duration
 from .errors import ConfigError
 from .events import Address
+from .sizes import format_size, parse_size
 
 Duration = Annotated[
     timedelta, BeforeValidator(parse_duration), PlainSerializer(format_duration, return_type=str)
+]
+
+ByteSize = Annotated[
+    int, BeforeValidator(parse_size), PlainSerializer(format_size, return_type=str)
 ]
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -112,6 +117,14 @@ class OpenAIConfig(Section):
     temperature: float | None = Field(None, ge=0, le=2)
     max_tokens: int | None = Field(None, ge=1)
     daily_token_budget: int | None = Field(None, ge=1)
+    # The model reads images: a photo sent in a chat goes to it as image input.
+    vision: bool = False
+    # Voice notes and audio are transcribed by this model through the same server's
+    # /audio/transcriptions endpoint (OpenAI's "whisper-1", or a local Whisper server).
+    transcription_model: str | None = Field(None, min_length=1, max_length=200)
+    # Where that endpoint is, when not on base_url (e.g. chat on Ollama, which does not
+    # transcribe, and a local Whisper server beside it).
+    transcription_base_url: str | None = None
 
 
 class ShellToolConfig(Section):
@@ -170,6 +183,12 @@ class TelegramConfig(Section):
     webhook_secret_env: EnvName = "TELEGRAM_WEBHOOK_SECRET"
     allowed_users: list[int] = Field(default_factory=list)
     approvers: list[int] | None = None
+    # Photos, voice notes, documents…: fetched during the turn and saved in the workspace
+    # (off: described by name and size only, nothing downloaded).
+    media: bool = True
+    # Telegram's cloud Bot API hands bots files of at most 20 MB; a local Bot API server
+    # allows more.
+    max_download: ByteSize = 20 * 1000**2
 
     @model_validator(mode="after")
     def _webhook_needs_url(self) -> TelegramConfig:

@@ -56,6 +56,7 @@ class Core:
     store: Store
     gate: ApprovalGate
     reminders: ReminderService
+    workspace: Path
     mcp: McpHub | None = None  # the MCP servers' tools, when any server is configured
     brain_name: str = "rules"
     extras: dict[str, Any] = field(default_factory=dict)
@@ -133,6 +134,7 @@ def build_core(loaded: LoadedConfig, state_dir: Path, environ: Mapping[str, str]
         store=store,
         gate=gate,
         reminders=reminders,
+        workspace=workspace,
     )
     if hub is not None:  # a server's tools come and go: what the brain sees follows
 

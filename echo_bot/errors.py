@@ -63,6 +63,14 @@ class ChannelError(EchoBotError):
         self.retry_after = retry_after
 
 
+class MediaUnavailable(ChannelError):
+    """A message's file cannot be fetched, and trying again will not help (too big, its
+    reference expired): the turn goes on with a note saying so."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, retryable=False)
+
+
 class DecisionRefused(EchoBotError):
     """An approval decision was refused: unknown id, already decided, expired, not allowed."""
 

@@ -118,12 +118,36 @@ class ToolCallRequest(_Model):
     args: dict[str, Any] = Field(default_factory=dict)
 
 
+class MediaKind(StrEnum):
+    PHOTO = "photo"
+    VOICE = "voice"
+    AUDIO = "audio"
+    VIDEO = "video"
+    VIDEO_NOTE = "video_note"
+    ANIMATION = "animation"
+    DOCUMENT = "document"
+
+
+class Attachment(_Model):
+    """A file sent with a message, by reference: the channel's id of it (a Telegram
+    ``file_id``) is committed with the message, and the file is fetched during the turn,
+    so a crash before the download loses nothing."""
+
+    kind: MediaKind
+    file_ref: str = Field(max_length=512)
+    name: str | None = Field(None, max_length=256)
+    mime_type: str | None = Field(None, max_length=128)
+    size: int | None = Field(None, ge=0)  # bytes, as the channel announced it
+    duration: int | None = Field(None, ge=0)  # seconds (voice, audio, video)
+
+
 class InboundMessage(_Model):
     id: str = Field(default_factory=new_id)
     kind: InboundKind = InboundKind.MESSAGE
     address: Address
     sender: Sender
     text: str | None = None
+    attachments: list[Attachment] = Field(default_factory=list, max_length=10)
     tool_call: ToolCallRequest | None = None
     decision: ApprovalDecision | None = None
     received_at: datetime = Field(default_factory=utcnow)

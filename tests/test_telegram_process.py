@@ -215,3 +215,37 @@ async def test_a_restarted_poller_goes_on_from_the_offset_it_stored(tmp_path: Pa
         assert await first_offset_of_a_start() is None
     replies = [t for t in api.sent_texts(OWNER) if t.startswith("It is")]
     assert len(replies) == 1, "the update was handled again after a restart"
+
+
+async def test_a_photo_whose_download_a_kill_cut_short_is_fetched_after_restart(
+    tmp_path: Path,
+) -> None:
+    state, config = tmp_path / "st", tmp_path / "config.toml"
+    photo = b"\xff\xd8\xff" + b"pixels" * 2000
+    async with FakeTelegramAPI(token=TOKEN) as api:
+        write_config(config, api)
+        api.hold_downloads()  # committed, asked for, never answered: then the kill
+        first = await start_daemon(config, state)
+        try:
+            api.push_message("", user_id=OWNER, content={"photo": api.photo(photo)})
+            async with asyncio.timeout(20):
+                while not api.downloads:
+                    await asyncio.sleep(0.05)
+        finally:
+            first.send_signal(signal.SIGKILL)
+            await first.wait()
+        assert not [c for c in api.calls_of("sendMessage") if "saved" in c.params["text"]]
+        api.release_downloads()
+        second = await start_daemon(config, state)
+        try:
+            await api.wait_for_call(
+                "sendMessage", lambda c: "photo is saved" in c.params.get("text", ""), timeout=20
+            )
+            await asyncio.sleep(1.0)  # room for any duplicate to show up
+        finally:
+            second.send_signal(signal.SIGTERM)
+            assert await asyncio.wait_for(second.wait(), 20) == 0
+    answers = [c for c in api.calls_of("sendMessage") if "photo is saved" in c.params["text"]]
+    assert len(answers) == 1
+    saved = [p for p in (state / "workspace" / "inbox").rglob("*") if p.is_file()]
+    assert [p.read_bytes() for p in saved] == [photo]  # whole, and no partial file left

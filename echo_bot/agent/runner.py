@@ -24,11 +24,13 @@ from ..events import (
     InboundKind,
     InboundMessage,
     InboundStatus,
+    OutboundKind,
     OutboundMessage,
     TextFormat,
     new_id,
 )
 from ..logs import current_session, current_trace
+from ..media.inbound import MediaPreparer, PreparedMessage
 from ..secrets import Masker
 from ..store import Store, Tx
 from ..store.turns import CallRow, TurnRow
@@ -58,9 +60,11 @@ class TurnRunner:
         executor: CallExecutor,
         masker: Masker,
         config: BrainConfig,
+        media: MediaPreparer,
         fence: Callable[[Tx, str], None] | None = None,
     ) -> None:
         self.store = store
+        self.media = media
         # With several daemons: raises LeaseLost in a checkpoint's transaction unless
         # this daemon still drives the session (``Cluster.fence``).
         self.fence = fence
@@ -76,7 +80,10 @@ class TurnRunner:
         """Move the turn of inbox row ``inbound_id`` as far as it can go now (``known``:
         the message itself, when the caller has it: then only its status is read)."""
         begun = await self.store.run(lambda tx: self._begin(tx, inbound_id, known))
-        if begun is None:
+        if isinstance(begun, InboundMessage):  # a new turn with files: ready them first
+            prepared = await self.media.prepare(begun)
+            begun = await self.store.run(lambda tx: self._begin(tx, inbound_id, known, prepared))
+        if begun is None or isinstance(begun, InboundMessage):
             return
         inbound, turn, conversation = begun
         current_trace.set(inbound.trace_id)
@@ -169,9 +176,15 @@ class TurnRunner:
         return await run_fenced(self.store, self.fence, inbound.session_key, write)
 
     def _begin(
-        self, tx: Tx, inbound_id: str, known: InboundMessage | None
-    ) -> tuple[InboundMessage, TurnRow, list[ChatMessage] | None] | None:
-        """Start or resume the turn; a new message turn comes with the history to think on."""
+        self,
+        tx: Tx,
+        inbound_id: str,
+        known: InboundMessage | None,
+        prepared: PreparedMessage | None = None,
+    ) -> tuple[InboundMessage, TurnRow, list[ChatMessage] | None] | InboundMessage | None:
+        """Start or resume the turn; a new message turn comes with the history to think on.
+        A new turn whose message has files is not started without them ``prepared``:
+        then the message is returned, to fetch them outside any transaction."""
         turn: TurnRow | None
         if known is not None:
             found = tx.turns.of_inbound(inbound_id)  # its status and its turn: one read
@@ -188,14 +201,17 @@ class TurnRunner:
             self.fence(tx, inbound.session_key)
         conversation: list[ChatMessage] | None = None
         if turn is None:
+            if inbound.kind == InboundKind.MESSAGE and inbound.attachments and prepared is None:
+                return inbound
             # Made running: no need to set that below.
             turn = tx.turns.create(inbound.id, inbound.session_key, inbound.trace_id)
             if inbound.kind == InboundKind.MESSAGE:
+                text = prepared.text if prepared is not None else inbound.text or ""
                 tx.turns.append_message(
-                    inbound.session_key,
-                    inbound.id,
-                    ChatMessage(role="user", content=inbound.text or ""),
+                    inbound.session_key, inbound.id, ChatMessage(role="user", content=text)
                 )
+                for notice in prepared.notices if prepared is not None else ():
+                    tx.outbox.add(self._notice(inbound, notice))
                 conversation = self.history.load(tx, inbound.session_key)
             else:
                 conversation = []  # direct calls have no conversation, but a fresh step
@@ -315,6 +331,7 @@ class TurnRunner:
             origin=inbound.address,
             sender=inbound.sender,
             step=turn.step,
+            images=tuple(self.media.images_of(inbound)),
         )
         try:
             reply = await self.brain.step(conversation, tools, context)
@@ -411,6 +428,16 @@ class TurnRunner:
         turn = TurnRow(inbound.id, inbound.session_key, inbound.trace_id, 0, "running")
         error = None if result.ok else json.dumps({"error_code": result.error_code})
         await self._finish(inbound, turn, text, status, error, unrecorded=unrecorded)
+
+    def _notice(self, inbound: InboundMessage, text: str) -> OutboundMessage:
+        """Said to the sender before the answer (what a voice note was heard as)."""
+        return OutboundMessage(
+            to=inbound.respond_to,
+            text=self.masker.mask(text),
+            kind=OutboundKind.NOTICE,
+            reply_to_message=inbound.metadata.get("message_id") or inbound.external_id,
+            trace_id=inbound.trace_id,
+        )
 
     def _reply(
         self, inbound: InboundMessage, text: str, *, markdown: bool = False

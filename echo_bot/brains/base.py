@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
 from ..conversation import ChatMessage, ToolCall
@@ -18,6 +19,9 @@ class BrainContext:
     origin: Address
     sender: Sender
     step: int
+    # Photos of this turn's message, saved in the workspace (absolute paths): a model
+    # that sees is shown them with the message.
+    images: tuple[Path, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,9 +7,13 @@ a malformed answer) becomes ``LLMUnavailable``; the routed brain then answers of
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import json
+import mimetypes
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from ..config import BrainConfig, OpenAIConfig
@@ -23,6 +27,7 @@ from .llm_prompt import build_messages
 PLACEHOLDER_KEY = "sk-no-key-configured"
 MAX_ARGUMENT_CHARS = 100_000
 MISSING_NAME = "missing_tool_name"  # stands in for a tool call without a function name
+MAX_IMAGE_BYTES = 10 * 1000**2  # a photo larger than this is described, not shown
 
 
 class LLMUnavailable(Exception):
@@ -52,6 +57,8 @@ class OpenAIBrain:
         self, conversation: Sequence[ChatMessage], tools: Sequence[Tool], context: BrainContext
     ) -> BrainReply:
         messages = build_messages(self.brain.system_prompt, conversation, self.brain.context_chars)
+        if self.config.vision and context.images:
+            await _show_images(messages, context.images)
         request: dict[str, Any] = {"model": self.config.model, "messages": messages}
         if tools:
             request["tools"] = [{"type": "function", "function": t.spec()} for t in tools]
@@ -92,6 +99,33 @@ class OpenAIBrain:
         if not text:
             raise LLMUnavailable("the model's answer was empty")
         return BrainReply(text=text, route_reason="llm: answered", details=details, markdown=True)
+
+
+async def _show_images(messages: list[dict[str, Any]], images: Sequence[Path]) -> None:
+    """The turn's photos as image content parts of its user message (the newest)."""
+    parts = await asyncio.to_thread(_image_parts, images)
+    if not parts:
+        return
+    for message in reversed(messages):
+        if message["role"] == "user":
+            text = message["content"] or ""
+            message["content"] = [{"type": "text", "text": text}, *parts]
+            return
+
+
+def _image_parts(images: Sequence[Path]) -> list[dict[str, Any]]:
+    parts = []
+    for path in images:
+        try:
+            if path.stat().st_size > MAX_IMAGE_BYTES:
+                continue  # described in the message text all the same
+            data = path.read_bytes()
+        except OSError:
+            continue
+        mime = mimetypes.guess_type(path.name)[0] or "image/jpeg"
+        url = f"data:{mime};base64,{base64.b64encode(data).decode()}"
+        parts.append({"type": "image_url", "image_url": {"url": url}})
+    return parts
 
 
 def _tool_call(raw: Any) -> ToolCall:

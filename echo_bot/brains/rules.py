@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from ..commands import CommandContext, CommandRegistry
 from ..conversation import ChatMessage, ToolCall
 from ..events import new_id
+from ..media.inbound import files_reply, split_notes
 from ..tools.base import Tool, words
 from .base import BrainContext, BrainReply
 
@@ -82,7 +83,10 @@ class RulesBrain:
                 route_reason="rules: reported tool results",
             )
         last = conversation[-1]
-        text = (last.content or "").strip()
+        words, notes = split_notes(last.content or "") if last.role == "user" else ("", [])
+        text = (words if notes else last.content or "").strip()
+        if notes and not text:  # files and nothing else: say where they are
+            return BrainReply(text=files_reply(notes), route_reason="rules: files received")
         parsed = self.commands.parse(text)
         if parsed is not None:
             name, rest = parsed
@@ -102,6 +106,11 @@ class RulesBrain:
             )
         match = match_tool(text, tools)
         if match is None:
+            if notes:
+                return BrainReply(
+                    text=files_reply(notes) + "\n\n" + NO_MATCH_HINT,
+                    route_reason="rules: files received, no trigger matched",
+                )
             return BrainReply(text=NO_MATCH_HINT, route_reason="rules: no trigger matched")
         tool, score = match
         args = tool.extract_args(text)

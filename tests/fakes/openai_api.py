@@ -202,6 +202,10 @@ class FakeOpenAI:
         self.requests: list[Recorded] = []
         self.rejected: list[str] = []  # why validation turned requests down
         self.unscripted = 0
+        # /v1/audio/transcriptions: what it was sent (model, file name, bytes), and the
+        # transcripts it answers with, in order.
+        self.transcriptions: list[tuple[str, str, bytes]] = []
+        self.transcripts: list[str | HttpError] = []
         self.responder: Responder | None = None
         self._script: list[Step] = []
         self._ids = itertools.count(1)
@@ -341,6 +345,8 @@ class FakeOpenAI:
         event.set()
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
+        if request.method == "POST" and request.path == "/v1/audio/transcriptions":
+            return await self._transcribe(request)
         raw = await request.read()
         body: Any = None
         parse_error = False
@@ -455,6 +461,27 @@ class FakeOpenAI:
                 return _json(raw, status, headers)
         raise TypeError(f"not a script step: {step!r}")
 
+    async def _transcribe(self, request: web.Request) -> web.StreamResponse:
+        """OpenAI's /v1/audio/transcriptions: multipart with ``file`` and ``model``; the
+        answer is the next of ``transcripts`` (an HttpError there fails the request)."""
+        if self.require_key and request.headers.get("Authorization") != f"Bearer {self.api_key}":
+            return _json(error_body("Incorrect API key provided.", code="invalid_api_key"), 401)
+        if not request.content_type.startswith("multipart/"):
+            return _json(error_body("Expected multipart/form-data", param="file"), 400)
+        form = await request.post()
+        upload, model = form.get("file"), form.get("model")
+        if not isinstance(upload, web.FileField) or not model:
+            return _json(error_body("file and model are required", param="file"), 400)
+        data = upload.file.read()
+        self.transcriptions.append((str(model), upload.filename, data))
+        self._pulse()
+        if not data:
+            return _json(error_body("The audio file is empty.", param="file"), 400)
+        answer = self.transcripts.pop(0) if self.transcripts else f"(speech in {upload.filename})"
+        if isinstance(answer, HttpError):
+            return await self._render({}, answer)
+        return _json({"text": answer})
+
     def _completion(self, request: JSON, step: Reply | ToolCalls) -> JSON:
         message: JSON = {"role": "assistant", "content": step.text, "refusal": None}
         produced = step.text or ""
@@ -533,6 +560,17 @@ def _check_content(where: str, content: Any, *, allow_none: bool = False) -> Non
     for i, part in enumerate(content):
         if not isinstance(part, dict) or not isinstance(part.get("type"), str):
             _fail(f"{where}.content[{i}]", f"a content part needs a 'type', got {part!r}")
+        if part["type"] == "text" and not isinstance(part.get("text"), str):
+            _fail(f"{where}.content[{i}]", "a text part needs its 'text'")
+        if part["type"] == "image_url":
+            url = (part.get("image_url") or {}).get("url")
+            if not isinstance(url, str) or not re.match(
+                r"(https?://|data:image/[a-z+.-]+;base64,)", url
+            ):
+                _fail(
+                    f"{where}.content[{i}]",
+                    f"an image part needs an http(s) or data URL, got {url!r:.80}",
+                )
 
 
 def _check_tool_calls(where: str, calls: Any, seen_ids: set[str]) -> list[str]:

@@ -48,6 +48,7 @@ BOT_FIRST_NAME = "Echo"
 MAX_TEXT_LENGTH = 4096  # UTF-16 code units, after entity parsing
 MAX_CAPTION_LENGTH = 1024
 MAX_CALLBACK_DATA_BYTES = 64
+MAX_DOWNLOAD_BYTES = 20 * 1024 * 1024  # getFile refuses bigger files ("file is too big")
 
 UNAUTHORIZED = "Unauthorized"
 TEXT_EMPTY = "Bad Request: message text is empty"
@@ -823,6 +824,12 @@ class FakeTelegramAPI:
         self.rate_limited = 0
         self.deleted_messages: list[tuple[ChatId, int]] = []
         self.inline_edits: list[JSON] = []  # params of edits by inline_message_id
+        self.downloads: list[str] = []  # file paths asked for at /file/bot<token>/<path>
+        self.files: dict[str, JSON] = {}  # file_id -> data, path, size
+        self._file_count = 0
+        self._download_faults: list[int] = []
+        self._download_gate = asyncio.Event()
+        self._download_gate.set()
 
         # What the test injected.
         self.pushed_updates: list[JSON] = []
@@ -863,6 +870,7 @@ class FakeTelegramAPI:
             "deleteMessage": self._delete_message,
             "answerCallbackQuery": self._answer_callback_query,
             "sendChatAction": self._send_chat_action,
+            "getFile": self._get_file,
         }
         for media_method in _MEDIA:
             self._handlers[media_method] = self._media_handler(media_method)
@@ -876,6 +884,7 @@ class FakeTelegramAPI:
     async def start(self) -> None:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_route("*", "/bot{token}/{method}", self._handle)
+        app.router.add_route("GET", "/file/bot{token}/{path:.+}", self._download)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -885,6 +894,7 @@ class FakeTelegramAPI:
 
     async def stop(self) -> None:
         self._closing = True  # pending long polls answer [] right away
+        self._download_gate.set()
         self._stopping.set()
         self._pulse()
         if self._runner is not None:
@@ -1015,12 +1025,14 @@ class FakeTelegramAPI:
         reply_to_message: int | JSON | None = None,
         entities: list[JSON] | None = None,
         chat_title: str | None = None,
+        content: JSON | None = None,
     ) -> int:
         """A user writes ``text``. ``reply_to_message`` is a stored message id or a raw dict.
 
         Group/supergroup chats default to ``chat_id = -(10**12 + user_id)``; a ``channel``
         chat produces a ``channel_post`` (no ``from``). Commands get a bot_command entity.
-        Returns the update_id (the message is ``api.pushed_updates[-1]``).
+        Returns the update_id (the message is ``api.pushed_updates[-1]``). ``content``
+        replaces the text: e.g. ``{"photo": api.photo(data), "caption": "…"}``.
         """
         user: JSON = {"id": user_id, "is_bot": False, "first_name": first_name}
         if username:
@@ -1041,7 +1053,7 @@ class FakeTelegramAPI:
             "message_id": self._take_message_id(chat_id),
             "date": int(time.time()),
             "chat": dict(chat),
-            "text": text,
+            **(content if content is not None else {"text": text}),
         }
         if chat_type == "channel":
             message["sender_chat"] = dict(chat)
@@ -1058,13 +1070,90 @@ class FakeTelegramAPI:
             message["reply_to_message"] = self._message_object(target, with_reply=False)
         elif reply_to_message is not None:
             message["reply_to_message"] = reply_to_message
-        if entities is None and text.startswith("/"):
+        if entities is None and content is None and text.startswith("/"):
             command = text.split(maxsplit=1)[0] if text.strip() else text
             entities = [{"type": "bot_command", "offset": 0, "length": utf16_len(command)}]
         if entities:
             message["entities"] = entities
         kind = "channel_post" if chat_type == "channel" else "message"
         return self.push_update({kind: message})
+
+    # -- files users send -----------------------------------------------------------------------
+    def add_file(self, data: bytes, name: str = "file.bin", *, size: int | None = None) -> JSON:
+        """A file on Telegram's servers: its description as messages carry it
+        (``file_id``, ``file_unique_id``, ``file_size``; ``size`` overrides the real size,
+        to announce a file that is too big without sending 20 MB)."""
+        self._file_count += 1
+        file_id = f"BQAC-file-{self._file_count}"
+        self.files[file_id] = {
+            "data": data,
+            "path": f"documents/file_{self._file_count}_{name}",
+            "size": len(data) if size is None else size,
+        }
+        return {
+            "file_id": file_id,
+            "file_unique_id": f"u{file_id}",
+            "file_size": self.files[file_id]["size"],
+        }
+
+    def photo(self, data: bytes, *, small: bytes = b"small") -> list[JSON]:
+        """The PhotoSize list of a photo: a thumbnail and the full size."""
+        return [
+            {**self.add_file(small, "thumb.jpg"), "width": 90, "height": 60},
+            {**self.add_file(data, "photo.jpg"), "width": 1280, "height": 853},
+        ]
+
+    def forget_file(self, file_id: str) -> None:
+        """The file is gone from Telegram's servers (its id no longer works)."""
+        self.files.pop(file_id, None)
+
+    def hold_downloads(self) -> None:
+        """File downloads wait (asked for, unanswered) until ``release_downloads``."""
+        self._download_gate.clear()
+
+    def release_downloads(self) -> None:
+        self._download_gate.set()
+
+    def fail_downloads(self, count: int = 1, *, status: int = 0) -> None:
+        """The next ``count`` file downloads fail: ``status`` 0 drops the connection."""
+        self._download_faults.extend([status] * count)
+
+    async def _get_file(self, params: JSON) -> JSON:
+        file_id = str(params.get("file_id") or "")
+        stored = self.files.get(file_id)
+        if stored is None:
+            raise ApiError(400, "Bad Request: invalid file_id")
+        if stored["size"] > MAX_DOWNLOAD_BYTES:
+            raise ApiError(400, "Bad Request: file is too big")
+        return {
+            "file_id": file_id,
+            "file_unique_id": f"u{file_id}",
+            "file_size": stored["size"],
+            "file_path": stored["path"],
+        }
+
+    async def _download(self, request: web.Request) -> web.StreamResponse:
+        path = request.match_info["path"]
+        self.downloads.append(path)
+        self._pulse()
+        await self._download_gate.wait()
+        if self._download_faults:
+            status = self._download_faults.pop(0)
+            if status == 0:
+                if request.transport is not None:
+                    request.transport.close()
+                return web.Response(status=500)
+            return web.Response(status=status, text="error")
+        if request.match_info["token"] != self.token:
+            return web.json_response(
+                {"ok": False, "error_code": 404, "description": "Not Found"}, status=404
+            )
+        stored = next((f for f in self.files.values() if f["path"] == path), None)
+        if stored is None:
+            return web.json_response(
+                {"ok": False, "error_code": 404, "description": "Not Found"}, status=404
+            )
+        return web.Response(body=stored["data"], content_type="application/octet-stream")
 
     def push_callback(
         self,

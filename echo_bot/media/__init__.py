@@ -1,0 +1,1 @@
+"""Files that arrive with messages: fetched during the turn, saved, transcribed."""

@@ -1,0 +1,260 @@
+"""The files a message carries, made ready for its turn: fetched, saved, transcribed.
+
+A message's attachments are committed by reference (``Attachment.file_ref``); this runs
+when its turn begins, before the user's message enters the history. It is repeatable:
+after a crash the turn begins again and fetches what is not saved yet (a saved file is
+complete: the channel writes it under a temporary name first). What cannot be fetched
+becomes a note in the message, never a failed turn.
+
+Files go to ``<workspace>/inbox/<UTC date>/<id>-<n>-<name>``: the path follows from the
+message alone, so a resumed turn finds what an earlier try saved.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from ..bus import MediaSource
+from ..errors import MediaUnavailable
+from ..events import Attachment, InboundMessage, MediaKind
+from ..sizes import format_size
+
+log = logging.getLogger(__name__)
+
+FETCH_ATTEMPTS = 3
+FETCH_BACKOFF = (1.0, 3.0)  # seconds before the 2nd and 3rd try
+FETCH_TIMEOUT = 120.0  # one try, whole file
+SOURCE_WAIT = 30.0  # at start-up a recovered turn may begin before its channel is up
+QUOTE_CHARS = 300  # of a transcript, shown back to the sender
+
+_NAMES = {
+    MediaKind.PHOTO: ("photo", ".jpg"),
+    MediaKind.VOICE: ("voice note", ".ogg"),
+    MediaKind.AUDIO: ("audio", ".mp3"),
+    MediaKind.VIDEO: ("video", ".mp4"),
+    MediaKind.VIDEO_NOTE: ("video note", ".mp4"),
+    MediaKind.ANIMATION: ("animation", ".mp4"),
+    MediaKind.DOCUMENT: ("document", ""),
+}
+_SAFE = re.compile(r"[^A-Za-z0-9._-]+")
+TRANSCRIPTION_HINT = (
+    "I saved your {what} but cannot listen to it: set [openai] transcription_model in the "
+    'config (for example "whisper-1", or a local Whisper server\'s model) to have voice '
+    "notes transcribed."
+)
+
+
+class TranscriptionFailed(Exception):
+    """The transcription endpoint gave no transcript this time."""
+
+
+Transcribe = Callable[[Path, str], Awaitable[str]]
+
+
+@dataclass(frozen=True, slots=True)
+class Saved:
+    attachment: Attachment
+    path: Path  # absolute
+    relative: str  # as the workspace's tools name it
+    size: int
+
+
+@dataclass(slots=True)
+class PreparedMessage:
+    """What the turn starts from: the user's message as the brain reads it, the images
+    a model that sees may be shown, and notices for the sender (sent first)."""
+
+    text: str
+    images: list[Saved] = field(default_factory=list)
+    notices: list[str] = field(default_factory=list)
+
+
+def safe_name(attachment: Attachment, index: int) -> str:
+    label, suffix = _NAMES[attachment.kind]
+    given = PurePosixPath((attachment.name or "").replace("\\", "/")).name
+    cleaned = _SAFE.sub("_", given).strip("._")[:80]
+    if not cleaned:
+        cleaned = label.replace(" ", "_") + suffix
+    return f"{index + 1}-{cleaned}"
+
+
+def saved_path(message: InboundMessage, index: int) -> PurePosixPath:
+    """Where attachment ``index`` of ``message`` is saved, relative to the workspace."""
+    day = message.received_at.strftime("%Y-%m-%d")
+    name = f"{message.id[-8:]}-{safe_name(message.attachments[index], index)}"
+    return PurePosixPath("inbox", day, name)
+
+
+class MediaPreparer:
+    def __init__(
+        self,
+        workspace: Path,
+        *,
+        transcribe: Transcribe | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self.workspace = workspace
+        self.transcribe = transcribe
+        self.sleep = sleep
+        self._sources: dict[str, MediaSource] = {}
+        self._arrived: dict[str, asyncio.Event] = {}
+
+    def add_source(self, source: MediaSource) -> None:
+        self._sources[source.name] = source
+        self._arrival(source.name).set()
+
+    def _arrival(self, name: str) -> asyncio.Event:
+        return self._arrived.setdefault(name, asyncio.Event())
+
+    def images_of(self, message: InboundMessage) -> list[Path]:
+        """The photos of ``message`` that are saved (absolute paths)."""
+        root = self.workspace.resolve()
+        found = []
+        for index, attachment in enumerate(message.attachments):
+            if attachment.kind == MediaKind.PHOTO:
+                path = root.joinpath(*saved_path(message, index).parts)
+                if path.is_file() and not path.is_symlink():
+                    found.append(path)
+        return found
+
+    async def prepare(self, message: InboundMessage) -> PreparedMessage:
+        prepared = PreparedMessage(text=message.text or "")
+        lines: list[str] = []
+        heard: list[str] = []
+        for index, attachment in enumerate(message.attachments):
+            what, _ = _NAMES[attachment.kind]
+            try:
+                saved = await self._fetch(message, index)
+            except MediaUnavailable as exc:
+                lines.append(f"[{what} not downloaded: {exc}]")
+                continue
+            if attachment.kind in (MediaKind.VOICE, MediaKind.AUDIO):
+                lines.append(await self._listen(saved, prepared, heard))
+                continue
+            if attachment.kind == MediaKind.PHOTO:
+                prepared.images.append(saved)
+            lines.append(f"[{what} saved: {saved.relative}, {_facts(saved)}]")
+        if heard:
+            prepared.text = "\n".join(part for part in [*heard, prepared.text] if part)
+        prepared.text = "\n".join(part for part in [prepared.text, *lines] if part)
+        return prepared
+
+    async def _listen(self, saved: Saved, prepared: PreparedMessage, heard: list[str]) -> str:
+        what, _ = _NAMES[saved.attachment.kind]
+        facts = f"{saved.relative}, {_facts(saved)}"
+        if self.transcribe is None:
+            prepared.notices.append(TRANSCRIPTION_HINT.format(what=what))
+            return f"[{what} saved: {facts}; not transcribed]"
+        try:
+            transcript = (await self.transcribe(saved.path, saved.path.name)).strip()
+        except TranscriptionFailed as exc:
+            log.warning("media: transcription of %s failed: %s", saved.relative, exc)
+            prepared.notices.append(f"I could not transcribe your {what}: {exc}")
+            return f"[{what} saved: {facts}; transcription failed: {exc}]"
+        if not transcript:
+            return f"[{what} saved: {facts}; no speech heard]"
+        heard.append(transcript)
+        shown = transcript if len(transcript) <= QUOTE_CHARS else transcript[:QUOTE_CHARS] + "…"
+        prepared.notices.append(f"🎙 “{shown}”")
+        return f"[{what} saved: {facts}; transcribed above]"
+
+    async def _fetch(self, message: InboundMessage, index: int) -> Saved:
+        attachment = message.attachments[index]
+        relative = saved_path(message, index)
+        target = await asyncio.to_thread(self._place, relative)
+        size = await asyncio.to_thread(_existing_size, target)
+        if size is not None:  # saved by an earlier try of this turn
+            return Saved(attachment, target, str(relative), size)
+        source = await self._source(message.address.channel)
+        failure = ""
+        for attempt in range(FETCH_ATTEMPTS):
+            if attempt:
+                await self.sleep(FETCH_BACKOFF[min(attempt - 1, len(FETCH_BACKOFF) - 1)])
+            try:
+                async with asyncio.timeout(FETCH_TIMEOUT):
+                    size = await source.fetch_media(attachment, target)
+            except MediaUnavailable:
+                raise
+            except Exception as exc:  # network, server: worth another try
+                failure = str(exc) or type(exc).__name__
+                log.info("media: fetching %s failed (try %d): %s", relative, attempt + 1, failure)
+                continue
+            return Saved(attachment, target, str(relative), size)
+        raise MediaUnavailable(f"it could not be fetched ({failure})")
+
+    async def _source(self, channel: str) -> MediaSource:
+        source = self._sources.get(channel)
+        if source is None:
+            try:
+                async with asyncio.timeout(SOURCE_WAIT):
+                    await self._arrival(channel).wait()
+            except TimeoutError:
+                raise MediaUnavailable(f"the {channel} channel is not running") from None
+            source = self._sources[channel]
+        return source
+
+    def _place(self, relative: PurePosixPath) -> Path:
+        """The absolute path for ``relative``, its directory made; refused if anything
+        on the way (a symbolic link a tool left in the workspace) leads outside it."""
+        root = self.workspace.resolve()
+        folder = root.joinpath(*relative.parts[:-1])
+        folder.mkdir(parents=True, exist_ok=True)
+        if folder.resolve() != folder or not folder.is_relative_to(root):
+            raise MediaUnavailable(f"{relative.parent} in the workspace is not a plain folder")
+        return folder / relative.name
+
+
+def _existing_size(path: Path) -> int | None:
+    try:
+        info = path.lstat()
+    except FileNotFoundError:
+        return None
+    return info.st_size if path.is_file() and not path.is_symlink() else None
+
+
+def _facts(saved: Saved) -> str:
+    facts = [format_size(saved.size)]
+    attachment = saved.attachment
+    if attachment.mime_type:
+        facts.insert(0, attachment.mime_type)
+    if attachment.duration:
+        facts.append(f"{attachment.duration} s")
+    if attachment.kind == MediaKind.DOCUMENT and attachment.name:
+        facts.insert(0, f"named {attachment.name!r}")
+    return ", ".join(facts)
+
+
+_NOTE = re.compile(
+    r"^\[(?P<what>" + "|".join(label for label, _ in _NAMES.values()) + r") "
+    r"(?P<state>saved|not downloaded): (?P<rest>.*)\]$"
+)
+
+
+def split_notes(text: str) -> tuple[str, list[str]]:
+    """A prepared message's own words, and its notes on files (the lines ``prepare``
+    added), apart."""
+    words, notes = [], []
+    for line in text.splitlines():
+        (notes if _NOTE.match(line) else words).append(line)
+    return "\n".join(words), notes
+
+
+def files_reply(notes: list[str]) -> str:
+    """What an offline brain can say about the files it got: where each is."""
+    lines = []
+    for note in notes:
+        match = _NOTE.match(note)
+        if match is None:
+            continue
+        what, rest = match["what"], match["rest"]
+        if match["state"] == "saved":
+            path, _, facts = rest.partition(", ")
+            lines.append(f"Your {what} is saved in the workspace as {path} ({facts}).")
+        else:
+            lines.append(f"I could not download your {what}: {rest}.")
+    return "\n".join(lines)
