@@ -81,6 +81,10 @@ class CliChannel:
         self._changed = asyncio.Event()
         self._input_ended = False
         self._output_closed = False
+        # A reply being written: its key (the turn's inbound id) and what of it is
+        # printed; its final message then prints only the rest.
+        self._streaming: tuple[str, str] | None = None
+        self._streamed: dict[str, str] = {}  # finished streams whose reply is still to come
 
     # -- Channel protocol -----------------------------------------------------------------
     async def start(self, bus: Bus) -> None:
@@ -120,6 +124,31 @@ class CliChannel:
         self._changed.set()
         return Receipt(channel_message_id=message.id)
 
+    # -- a reply as it is written -----------------------------------------------------------
+    async def show_preview(self, to: Address, key: str, text: str) -> None:
+        if self._output_closed:
+            return
+        printed = ""
+        if self._streaming is not None and self._streaming[0] == key:
+            printed = self._streaming[1]
+        if not text.startswith(printed):
+            return  # rewritten (another step): the final reply shows it whole
+        self._write(text[len(printed) :])
+        self._streaming = (key, text)
+
+    async def end_preview(self, to: Address, key: str) -> None:
+        if self._streaming is not None and self._streaming[0] == key:
+            self._streamed = {key: self._streaming[1]}  # the newest only
+            self._streaming = None
+            self._write("\n")
+
+    def _write(self, text: str) -> None:
+        try:
+            self._stdout.write(text)
+            self._stdout.flush()
+        except (OSError, ValueError) as exc:
+            self._output_gone(exc)
+
     # -- rendering ------------------------------------------------------------------------
     def _show(self, message: OutboundMessage) -> None:
         held = self._held(message)
@@ -139,6 +168,14 @@ class CliChannel:
             self._deferred = [p for p in self._deferred if _approval_id(p) != approval_id]
             self._print(f"{held}{message.metadata['outcome']} (request {approval_id})")
         else:
+            printed = self._streamed.pop(str(message.metadata.get("inbound_id", "")), None)
+            if printed and message.kind == OutboundKind.REPLY:
+                rest = message.text[len(printed) :] if message.text.startswith(printed) else None
+                if rest is None:
+                    self._print(message.text)  # not what was streamed: shown whole
+                elif rest.strip():
+                    self._print(rest.lstrip("\n"))
+                return
             self._print(held + message.text)
 
     def _held(self, message: OutboundMessage) -> str:

@@ -32,7 +32,7 @@ from aiogram.exceptions import (
     TelegramServerError,
     TelegramUnauthorizedError,
 )
-from aiogram.methods import GetUpdates
+from aiogram.methods import GetUpdates, SendMessageDraft
 from aiogram.types import (
     BotCommand,
     CallbackQuery,
@@ -40,6 +40,7 @@ from aiogram.types import (
     InlineKeyboardMarkup,
     Message,
     MessageEntity,
+    MessageGenerationStopped,
     ReplyParameters,
     Update,
 )
@@ -71,7 +72,7 @@ from .telegram_render import Pacer, keyboard_rows, split_text
 
 log = logging.getLogger(__name__)
 
-ALLOWED_UPDATES = ["message", "edited_message", "callback_query"]
+ALLOWED_UPDATES = ["message", "edited_message", "callback_query", "stopped_message_generation"]
 REFUSAL_INTERVAL = 600.0  # one refusal per unknown user per 10 minutes
 # Typing stops in a chat where nothing moved (no message in, no reply out) for this long:
 # a turn waiting on something slow does not type forever.
@@ -79,6 +80,14 @@ TYPING_MAX = 120.0
 TYPING_CHATS = 1000  # chats shown typing at once, at most
 TYPING_TURNS = 100_000  # queued turns remembered for them, at most
 STARTUP_TIMEOUT = 15.0
+# A reply being written: a draft (private chats) at most once a second, an edit of one
+# message (groups, where Telegram allows about 20 messages a minute) every 3 s.
+DRAFT_INTERVAL = 1.0
+EDIT_INTERVAL = 3.0
+PREVIEW_MARK = " ✍️"  # ends a group's preview message while the reply is written
+# A group's preview message left by a turn that sent no reply (it waits for an approval,
+# or failed) is deleted after this long; a reply sent meanwhile takes its place.
+PREVIEW_KEEP = 30.0
 DOWNLOAD_TIMEOUT = 110.0  # one file, whole (the core gives a try 120 s)
 DOWNLOAD_CHUNK = 256 * 1024
 STANDBY_CHECK = 1.0  # seconds between looks at the poller lease while another daemon polls
@@ -86,6 +95,19 @@ STANDBY_CHECK = 1.0  # seconds between looks at the poller lease while another d
 # hours only, and after a week without updates it numbers the next ones afresh, maybe
 # below an old offset (which would confirm them unseen).
 OFFSET_MAX_AGE = 23 * 3600.0
+
+
+@dataclass
+class _Preview:
+    """A reply being written in one chat: its draft id (private chats) or the message
+    edited as it grows (groups)."""
+
+    chat_id: int
+    thread: int | None
+    draft_id: int
+    message_id: int | None = None
+    broken: bool = False  # Telegram refused it: no more previews for this reply
+    shown: str = ""
 
 
 @dataclass
@@ -200,6 +222,20 @@ def _notes(message: Message) -> list[str]:
     return [_clean(note)[:2000] for note in notes]
 
 
+def preview_part(text: str, mark: str = "") -> Formatted:
+    """What a preview shows of a reply being written: its newest part that fits one
+    message (a long reply is sent as several), formatted, with ``mark`` after it."""
+    parts = message_parts(text, markdown=True)
+    last = parts[-1]
+    if not mark:
+        return last
+    return Formatted(last.text + mark, last.spans) if len(last.text) + len(mark) < 4000 else last
+
+
+def _is_hex(text: str) -> bool:
+    return bool(text) and all(c in "0123456789abcdef" for c in text)
+
+
 def _entities(part: Formatted) -> list[MessageEntity]:
     return [MessageEntity(**entity) for entity in part.entities()]
 
@@ -246,6 +282,11 @@ class TelegramChannel:
         self._typing_turns: dict[str, Address] = {}  # inbound id → its chat
         self._refused_at: dict[int, float] = {}
         self._parts_sent: dict[str, list[int]] = {}
+        self.stop_generation = setup.stop_generation
+        self._previews: dict[str, _Preview] = {}  # by key (the turn's inbound id)
+        self._drafts: dict[int, str] = {}  # draft id -> key, for the stop button
+        # Group preview messages of finished previews, until a reply takes their place.
+        self._left_previews: dict[str, tuple[_Preview, asyncio.TimerHandle]] = {}
         if config.mode == "webhook" and self.http is not None:
             self._webhook_path = urlsplit(config.webhook_url or "").path or "/telegram"
             # The secret token is a header: checked before the body is read (bounded).
@@ -473,6 +514,7 @@ class TelegramChannel:
         router.message.register(self._on_message)
         router.edited_message.register(self._on_edited)
         router.callback_query.register(self._on_callback)
+        router.stopped_message_generation.register(self._on_stop)
         return router
 
     async def _publish(self, message: InboundMessage) -> str:
@@ -648,6 +690,106 @@ class TelegramChannel:
         except (TelegramAPIError, OSError, TimeoutError) as exc:
             log.info("telegram: could not answer a button press: %s", exc)
 
+    # -- replies being written ---------------------------------------------------------------
+    async def show_preview(self, to: Address, key: str, text: str) -> None:
+        try:
+            chat_id = int(to.chat_id)
+        except ValueError:
+            return
+        state = self._previews.get(key)
+        if state is None:
+            if len(self._previews) >= TYPING_CHATS:
+                return
+            draft_id = int(key[-7:], 16) if _is_hex(key[-7:]) else hash(key) % 2**28
+            state = self._previews[key] = _Preview(
+                chat_id, int(to.thread_id) if to.thread_id else None, draft_id or 1
+            )
+            self._drafts[state.draft_id] = key
+        if state.broken:
+            return
+        private = chat_id > 0  # users' ids are positive, groups' negative
+        interval = DRAFT_INTERVAL if private else EDIT_INTERVAL
+        while True:  # only from spare budget: real messages never wait behind a preview
+            wait = self.pacer.preview(str(chat_id), interval)
+            if wait <= 0:
+                break
+            await asyncio.sleep(wait)
+        part = preview_part(text, PREVIEW_MARK if not private else "")
+        self._stop_typing_of(key)
+        try:
+            if private:
+                await self.bot(
+                    SendMessageDraft(
+                        chat_id=chat_id,
+                        draft_id=state.draft_id,
+                        message_thread_id=state.thread,
+                        text=part.text,
+                        entities=_entities(part) or None,
+                        can_stop=True,
+                    )
+                )
+            elif state.message_id is None:
+                sent = await self.bot.send_message(
+                    chat_id=chat_id, text=part.text, entities=_entities(part) or None,
+                    message_thread_id=state.thread,
+                )  # fmt: skip
+                state.message_id = sent.message_id
+            else:
+                await self.bot.edit_message_text(
+                    text=part.text, chat_id=chat_id, message_id=state.message_id,
+                    entities=_entities(part) or None,
+                )  # fmt: skip
+            state.shown = text
+        except TelegramRetryAfter as exc:
+            self.pacer.pause_previews(float(exc.retry_after))
+            log.info("telegram: previews paused %s s (429)", exc.retry_after)
+        except (TelegramNetworkError, TelegramServerError, OSError, TimeoutError):
+            pass  # the next text tries again
+        except AiogramError as exc:  # refused: this reply is not previewed any further
+            state.broken = True
+            log.info("telegram: preview in %s refused: %s", chat_id, exc)
+
+    async def end_preview(self, to: Address, key: str) -> None:
+        state = self._previews.pop(key, None)
+        if state is None:
+            return
+        self._drafts.pop(state.draft_id, None)
+        if state.message_id is not None:  # a group's preview message: the reply replaces it
+            loop = asyncio.get_running_loop()
+            timer = loop.call_later(PREVIEW_KEEP, self._drop_left_preview, key)
+            self._left_previews[key] = (state, timer)
+
+    def _drop_left_preview(self, key: str) -> None:
+        left = self._left_previews.pop(key, None)
+        if left is not None and left[0].message_id is not None:
+            self._spawn(self._delete(left[0].chat_id, left[0].message_id))
+
+    async def _delete(self, chat_id: int, message_id: int) -> None:
+        try:
+            await self.bot.delete_message(chat_id=chat_id, message_id=message_id)
+        except (AiogramError, OSError, TimeoutError) as exc:
+            log.info("telegram: a preview message in %s was not deleted: %s", chat_id, exc)
+
+    def _preview_message_of(self, message: OutboundMessage) -> int | None:
+        """The group preview message a reply takes the place of, if there is one."""
+        if message.kind != OutboundKind.REPLY:
+            return None
+        key = str(message.metadata.get("inbound_id", ""))
+        left = self._left_previews.pop(key, None)
+        if left is None:
+            return None
+        left[1].cancel()
+        return left[0].message_id
+
+    async def _on_stop(self, stopped_message_generation: MessageGenerationStopped) -> None:
+        event = stopped_message_generation
+        key = self._drafts.get(event.draft_id)
+        state = self._previews.get(key) if key is not None else None
+        if key is None or state is None or state.chat_id != event.chat.id:
+            return
+        if self.stop_generation is not None and self.stop_generation(key):
+            log.info("telegram: the reply being written in %s was stopped", event.chat.id)
+
     # -- files ------------------------------------------------------------------------------
     async def fetch_media(self, attachment: Attachment, destination: Path) -> int:
         """Download a message's file (the core calls this during the turn) to
@@ -741,7 +883,9 @@ class TelegramChannel:
         state.turns.clear()
 
     def _stop_typing(self, message: OutboundMessage) -> None:
-        inbound_id = str(message.metadata.get("inbound_id", ""))
+        self._stop_typing_of(str(message.metadata.get("inbound_id", "")))
+
+    def _stop_typing_of(self, inbound_id: str) -> None:
         chat = self._typing_turns.pop(inbound_id, None)
         state = self._typing.get(chat) if chat is not None else None
         if chat is None or state is None:
@@ -769,6 +913,24 @@ class TelegramChannel:
             return await self._edit(chat_id, int(message.edit_message_id), message.text, markup)
         parts = message_parts(message.text, message.format == TextFormat.MARKDOWN)
         sent = self._parts_sent.setdefault(message.id, [])
+        preview = self._preview_message_of(message) if not sent else None
+        if preview is not None:  # the reply takes the place of its preview message
+            await self.pacer.wait(str(chat_id))
+            first = parts[0]
+            try:
+                await self._formatted_call(
+                    lambda entities: self.bot.edit_message_text(
+                        text=first.text, chat_id=chat_id, message_id=preview,
+                        entities=_entities(first) if entities else None,
+                        reply_markup=markup if len(parts) == 1 else None,
+                    ),
+                    bool(first.spans),
+                )  # fmt: skip
+                sent.append(preview)
+            except ChannelError as exc:
+                if exc.retryable:
+                    raise
+                log.info("telegram: the preview message was not edited (%s); sending anew", exc)
         reply_to = message.reply_to_message
         for index in range(len(sent), len(parts)):
             await self.pacer.wait(str(chat_id))

@@ -80,6 +80,17 @@ class TokenBucket:
         self.tokens -= 1
         return 0.0 if self.tokens >= 0 else -self.tokens / self.rate
 
+    def wait_for_spare(self, reserve: float) -> float:
+        """Seconds until one token is spare above ``reserve`` (0.0: now); takes none."""
+        self._refill()
+        if self.tokens - 1 >= reserve:
+            return 0.0
+        return (reserve + 1 - self.tokens) / self.rate
+
+    def take(self) -> None:
+        self._refill()
+        self.tokens -= 1
+
     def spare(self, reserve: float) -> float:
         """Take one token only if at least ``reserve`` remain after it (then 0.0); else
         take none and return the seconds until one is spare."""
@@ -119,6 +130,8 @@ class Pacer:
         self._typing_reserve = overall / 2
         self._chats: dict[str, TokenBucket] = {}
         self._typed_at: dict[str, float] = {}
+        self._previewed_at: dict[str, float] = {}
+        self._previews_paused_until = 0.0
         self.clock = clock
 
     async def wait(self, chat: str) -> None:
@@ -134,6 +147,34 @@ class Pacer:
             if len(self._chats) > 10_000:  # forget idle chats
                 self._chats = {chat: bucket}
         return max(bucket.delay(), self._overall.delay())
+
+    def preview(self, chat: str, interval: float) -> float:
+        """May a preview (a draft, an edit of a reply being written) go to ``chat`` now?
+        0.0: yes, and it is counted; otherwise the seconds until it may. At most one per
+        ``interval`` per chat, and only from spare budget: one message of the chat's
+        own and half the overall burst are always left for real messages."""
+        now = self.clock()
+        wait = self._previewed_at.get(chat, -1e9) + interval - now
+        if now < self._previews_paused_until:
+            wait = max(wait, self._previews_paused_until - now)
+        bucket = self._chats.get(chat)
+        if bucket is None:
+            bucket = self._chats[chat] = TokenBucket(self._per_chat, self._chat_burst, self.clock)
+        wait = max(
+            wait, bucket.wait_for_spare(1), self._overall.wait_for_spare(self._typing_reserve)
+        )
+        if wait > 0:
+            return wait
+        bucket.take()
+        self._overall.take()
+        if len(self._previewed_at) > 10_000:  # forget idle chats
+            self._previewed_at = {}
+        self._previewed_at[chat] = now
+        return 0.0
+
+    def pause_previews(self, seconds: float) -> None:
+        """Telegram said 429 to a preview: none goes anywhere for ``seconds``."""
+        self._previews_paused_until = max(self._previews_paused_until, self.clock() + seconds)
 
     def typing(self, chat: str) -> float:
         """May a typing indicator go to ``chat`` now? 0.0: yes (and it is counted);

@@ -25,7 +25,7 @@ from .agent import Dispatcher, TurnRunner
 from .agent.calls import CallExecutor
 from .brains.base import Brain, BrainContext
 from .brains.rules import RulesBrain
-from .bus import Bus, Channel, ChannelSetup, MediaSource
+from .bus import Bus, Channel, ChannelSetup, MediaSource, PreviewSink
 from .cluster import BEAT, Cluster
 from .commands import CommandRegistry
 from .config import (
@@ -41,6 +41,7 @@ from .delivery import DeliveryWorker
 from .errors import ConfigError, StoreUnavailable, log_retrying
 from .events import Address, OutboundKind, OutboundMessage
 from .media.inbound import MediaPreparer, Transcribe
+from .previews import Previews
 from .reminders import ReminderService
 from .scheduler import Scheduler
 from .sdnotify import Notifier
@@ -310,6 +311,7 @@ class Daemon:
         )
         brain = self._build_brain(core.commands, bus)
         media = MediaPreparer(core.workspace, transcribe=self._build_transcriber())
+        previews = Previews(core.masker)
         runner = TurnRunner(
             store=core.store,
             brain=brain,
@@ -317,6 +319,7 @@ class Daemon:
             exposed=lambda: core.exposed,
             executor=executor,
             media=media,
+            previews=previews,
             fence=cluster.fence if cluster is not None else None,
             masker=core.masker,
             config=config.brain,
@@ -391,6 +394,7 @@ class Daemon:
                     hold=partial(self._hold, cluster) if cluster is not None else None,
                     recall=partial(self._recall, core.store),
                     remember=partial(self._remember, core.store),
+                    stop_generation=previews.stop,
                 )
                 to_start.append(cls(setup))
             for channel in to_start + self.extra_channels:
@@ -399,6 +403,8 @@ class Daemon:
                 delivery.add_channel(channel)
                 if isinstance(channel, MediaSource):
                     media.add_source(channel)
+                if isinstance(channel, PreviewSink):
+                    previews.add_sink(channel)
             if http is not None:
                 await http.start()
                 self.http = http

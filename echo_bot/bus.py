@@ -144,6 +144,9 @@ class ChannelSetup:
     # after a restart, or another daemon's — goes on from it.
     recall: Callable[[str], Awaitable[tuple[int, float] | None]] | None = None
     remember: Callable[[str, int], Awaitable[None]] | None = None
+    # stop_generation(key): the person asked to stop the reply being written for ``key``
+    # (a preview's key); False when none is being written any more.
+    stop_generation: Callable[[str], bool] | None = None
 
 
 @runtime_checkable
@@ -173,4 +176,21 @@ class MediaSource(Protocol):
         """Write the file to ``destination`` (complete, or not at all); its size in bytes.
         Raises ``MediaUnavailable`` when trying again will not help, anything else when
         it may (a network error)."""
+        ...
+
+
+@runtime_checkable
+class PreviewSink(Protocol):
+    """A channel that can show a reply while it is written (``echo_bot.previews``)."""
+
+    name: str
+
+    async def show_preview(self, to: Address, key: str, text: str) -> None:
+        """Show ``text`` (the whole reply so far) for ``key``; returns when the channel
+        is ready for the next text (it paces itself: texts in between are skipped)."""
+        ...
+
+    async def end_preview(self, to: Address, key: str) -> None:
+        """The reply for ``key`` is no longer being written (its final message, if any,
+        comes through ``send`` like every message)."""
         ...

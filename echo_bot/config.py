@@ -117,6 +117,9 @@ class OpenAIConfig(Section):
     temperature: float | None = Field(None, ge=0, le=2)
     max_tokens: int | None = Field(None, ge=1)
     daily_token_budget: int | None = Field(None, ge=1)
+    # Replies are streamed: a chat shows the reply growing as the model writes it (the
+    # final message is sent once, as without streaming).
+    stream: bool = True
     # The model reads images: a photo sent in a chat goes to it as image input.
     vision: bool = False
     # Voice notes and audio are transcribed by this model through the same server's

@@ -44,6 +44,19 @@ class Masker:
                 text = text.replace(value, MASK)
         return text
 
+    def mask_growing(self, text: str) -> str:
+        """``text`` masked, for a text that is still being written (a streamed reply):
+        an end that could be the start of a secret is held back, since the rest of the
+        secret may follow and the mask could not catch it in pieces."""
+        text = self.mask(text)
+        keep = len(text)
+        for value in self._values:
+            for size in range(min(len(value) - 1, len(text)), 0, -1):
+                if text.endswith(value[:size]):
+                    keep = min(keep, len(text) - size)
+                    break
+        return text[:keep]
+
     def mask_data(self, data: Any, *, by_key: bool = True) -> Any:
         """Mask strings inside JSON-like data, and (``by_key``) every value under a
         secret-named key.

@@ -44,10 +44,11 @@ def config(
     extra: str = "",
     timeout: str = "2s",
     max_retries: int = 0,
+    stream: str = "false",  # these tests read whole answers; tests/test_streaming.py streams
 ) -> str:
     return (
         f'[openai]\nbase_url = "{llm.base_url}"\nmodel = "{MODEL}"\n'
-        f'timeout = "{timeout}"\nmax_retries = {max_retries}\n{openai}\n'
+        f'timeout = "{timeout}"\nmax_retries = {max_retries}\nstream = {stream}\n{openai}\n'
         f'[brain]\nprobe_interval = "1s"\n{brain}\n{extra}'
     )
 

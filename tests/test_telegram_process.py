@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from tests.conftest import ROOT, echo_bot_env
+from tests.fakes.openai_api import FakeOpenAI
 from tests.fakes.telegram_api import FakeTelegramAPI
 
 TOKEN = "123456:PROCESS-test-token"
@@ -249,3 +250,41 @@ async def test_a_photo_whose_download_a_kill_cut_short_is_fetched_after_restart(
     assert len(answers) == 1
     saved = [p for p in (state / "workspace" / "inbox").rglob("*") if p.is_file()]
     assert [p.read_bytes() for p in saved] == [photo]  # whole, and no partial file left
+
+
+async def test_a_reply_cut_mid_stream_by_a_kill_is_delivered_once_after_restart(
+    tmp_path: Path,
+) -> None:
+    state, config = tmp_path / "st", tmp_path / "config.toml"
+    answer = " ".join(f"word{i}" for i in range(120))
+    async with FakeTelegramAPI(token=TOKEN) as api, FakeOpenAI() as llm:
+        write_config(config, api)
+        with config.open("a") as extra:
+            extra.write(
+                f'[openai]\nbase_url = "{llm.base_url}"\nmodel = "gpt-test"\nmax_retries = 0\n'
+                '[brain]\nkind = "openai"\n'
+            )
+        llm.reply(answer)
+        llm.reply(answer)
+        llm.stream_hold_after = 40  # a third written, shown as a draft, then the kill
+        first = await start_daemon(config, state)
+        try:
+            api.push_message("tell me a long story", user_id=OWNER)
+            await api.wait_for_call("sendMessageDraft", timeout=20)
+        finally:
+            first.send_signal(signal.SIGKILL)
+            await first.wait()
+        assert api.calls_of("sendMessage") == []  # nothing half-written was sent as a reply
+        llm.stream_hold_after = None
+        llm.stream_release.set()
+        second = await start_daemon(config, state)
+        try:
+            await api.wait_for_call(
+                "sendMessage", lambda c: c.params.get("text") == answer, timeout=20
+            )
+            await asyncio.sleep(1.0)  # room for any duplicate to show up
+        finally:
+            second.send_signal(signal.SIGTERM)
+            assert await asyncio.wait_for(second.wait(), 20) == 0
+    assert [c.params["text"] for c in api.calls_of("sendMessage")] == [answer]
+    assert len(llm.chat_requests()) == 2  # the turn was asked again from its checkpoint

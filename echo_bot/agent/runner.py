@@ -31,6 +31,7 @@ from ..events import (
 )
 from ..logs import current_session, current_trace
 from ..media.inbound import MediaPreparer, PreparedMessage
+from ..previews import Previews
 from ..secrets import Masker
 from ..store import Store, Tx
 from ..store.turns import CallRow, TurnRow
@@ -61,10 +62,12 @@ class TurnRunner:
         masker: Masker,
         config: BrainConfig,
         media: MediaPreparer,
+        previews: Previews | None = None,
         fence: Callable[[Tx, str], None] | None = None,
     ) -> None:
         self.store = store
         self.media = media
+        self.previews = previews
         # With several daemons: raises LeaseLost in a checkpoint's transaction unless
         # this daemon still drives the session (``Cluster.fence``).
         self.fence = fence
@@ -325,6 +328,11 @@ class TurnRunner:
         if conversation is None:
             load = partial(self.history.load, session_key=inbound.session_key)
             conversation = await self.store.run(load)
+        preview = (
+            self.previews.open(inbound.respond_to, inbound.id)
+            if self.previews is not None and inbound.kind == InboundKind.MESSAGE
+            else None
+        )
         context = BrainContext(
             trace_id=inbound.trace_id,
             session_key=inbound.session_key,
@@ -332,9 +340,14 @@ class TurnRunner:
             sender=inbound.sender,
             step=turn.step,
             images=tuple(self.media.images_of(inbound)),
+            preview=preview,
         )
         try:
-            reply = await self.brain.step(conversation, tools, context)
+            try:
+                reply = await self.brain.step(conversation, tools, context)
+            finally:
+                if preview is not None and self.previews is not None:
+                    await self.previews.close(preview)
         except StoreUnavailable:  # the store is away (the budget read): the turn waits
             raise
         except Exception as exc:  # a task boundary: the turn fails, the daemon goes on

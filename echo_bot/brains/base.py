@@ -12,6 +12,18 @@ from ..events import Address, OutboundMessage, Sender
 from ..tools.base import Tool
 
 
+class Preview(Protocol):
+    """A reply shown while it is written. Only a preview: the final reply is the record."""
+
+    def update(self, text: str) -> None:
+        """The whole text so far (cheap: shown when the channel's pace allows)."""
+        ...
+
+    async def stopped(self) -> None:
+        """Returns when the person asked to stop the reply being written."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class BrainContext:
     trace_id: str
@@ -22,6 +34,8 @@ class BrainContext:
     # Photos of this turn's message, saved in the workspace (absolute paths): a model
     # that sees is shown them with the message.
     images: tuple[Path, ...] = ()
+    # Where a brain that streams shows its reply as it is written (None: nowhere).
+    preview: Preview | None = None
 
 
 @dataclass(frozen=True, slots=True)

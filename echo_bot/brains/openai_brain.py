@@ -14,13 +14,14 @@ import mimetypes
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from ..config import BrainConfig, OpenAIConfig
 from ..conversation import ChatMessage, ToolCall
 from ..events import new_id
 from ..tools.base import Tool
-from .base import BrainContext, BrainReply
+from .base import BrainContext, BrainReply, Preview
 from .llm_prompt import build_messages
 
 # A key is required by the SDK even for keyless local servers.
@@ -53,6 +54,39 @@ class OpenAIBrain:
     async def close(self) -> None:
         await self.client.close()
 
+    async def _streamed(
+        self, request: dict[str, Any], preview: Preview | None
+    ) -> tuple[Any, Any, bool]:
+        """The answer read as a stream: (its message, usage, whether it was stopped).
+
+        The text is shown on ``preview`` as it grows; tool calls are assembled from
+        their pieces and used only once the stream is complete. A stop closes the
+        stream, which ends the generation at the server."""
+        stream = await self.client.chat.completions.create(
+            **request, stream=True, stream_options={"include_usage": True}
+        )
+        reading = _StreamedAnswer(preview)
+        try:
+            if preview is None:
+                await reading.read(stream)
+                return reading.message(), reading.usage, False
+            consume = asyncio.ensure_future(reading.read(stream))
+            stop = asyncio.ensure_future(preview.stopped())
+            try:
+                await asyncio.wait({consume, stop}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for task in (consume, stop):
+                    task.cancel()
+                await asyncio.gather(consume, stop, return_exceptions=True)
+            if consume.done() and not consume.cancelled() and consume.exception() is None:
+                return reading.message(), reading.usage, False
+            if stop.done() and not stop.cancelled():
+                return reading.message(), reading.usage, True
+            consume.result()  # its error
+            raise LLMUnavailable("the stream ended unexpectedly")
+        finally:
+            await stream.close()
+
     async def step(
         self, conversation: Sequence[ChatMessage], tools: Sequence[Tool], context: BrainContext
     ) -> BrainReply:
@@ -68,25 +102,38 @@ class OpenAIBrain:
         if self.config.max_tokens is not None:
             request["max_tokens"] = self.config.max_tokens
         started = time.perf_counter()
+        stopped = False
         try:
-            response = await self.client.chat.completions.create(**request)
+            if self.config.stream:
+                message, usage, stopped = await self._streamed(request, context.preview)
+            else:
+                response = await self.client.chat.completions.create(**request)
+                usage = getattr(response, "usage", None)
+                choices = getattr(response, "choices", None) or []
+                if not choices or getattr(choices[0], "message", None) is None:
+                    raise LLMUnavailable("the model's answer had no choices")
+                message = choices[0].message
         except self._errors as exc:
             raise LLMUnavailable(_describe(exc)) from exc
         except ValueError as exc:  # a 200 whose body is not JSON (a proxy's error page)
             raise LLMUnavailable(f"unreadable answer ({type(exc).__name__})") from exc
+        except OSError as exc:  # the connection broke mid-stream
+            raise LLMUnavailable(f"the stream broke ({type(exc).__name__})") from exc
         latency_ms = (time.perf_counter() - started) * 1000
         details: dict[str, object] = {
             "model": self.config.model,
             "latency_ms": round(latency_ms, 1),
         }
-        usage = getattr(response, "usage", None)
         if usage is not None:
             details["prompt_tokens"] = getattr(usage, "prompt_tokens", None) or 0
             details["completion_tokens"] = getattr(usage, "completion_tokens", None) or 0
-        choices = getattr(response, "choices", None) or []
-        if not choices or getattr(choices[0], "message", None) is None:
-            raise LLMUnavailable("the model's answer had no choices")
-        message = choices[0].message
+        if stopped:  # what was written until the stop is the reply; no call runs
+            written = (message.content or "").strip()
+            text = f"{written}\n\n(stopped)" if written else "(stopped before anything was written)"
+            details["stopped"] = True
+            return BrainReply(
+                text=text, route_reason="llm: stopped by the user", details=details, markdown=True
+            )
         calls = [_tool_call(raw) for raw in (message.tool_calls or [])]
         if calls:
             return BrainReply(
@@ -99,6 +146,59 @@ class OpenAIBrain:
         if not text:
             raise LLMUnavailable("the model's answer was empty")
         return BrainReply(text=text, route_reason="llm: answered", details=details, markdown=True)
+
+
+class _StreamedAnswer:
+    """Chunks of a streamed completion put together: content, and tool calls by index
+    (an id and name first, then their arguments in pieces)."""
+
+    def __init__(self, preview: Preview | None) -> None:
+        self.preview = preview
+        self.parts: list[str] = []
+        self.calls: dict[int, dict[str, str]] = {}
+        self.usage: Any = None
+        self.choices = 0
+
+    async def read(self, stream: Any) -> None:
+        async for chunk in stream:
+            if getattr(chunk, "usage", None) is not None:
+                self.usage = chunk.usage
+            for choice in getattr(chunk, "choices", None) or []:
+                if getattr(choice, "index", 0) != 0:
+                    continue
+                self.choices += 1
+                delta = getattr(choice, "delta", None)
+                if delta is None:
+                    continue
+                if delta.content:
+                    self.parts.append(delta.content)
+                    if self.preview is not None:
+                        self.preview.update("".join(self.parts))
+                for piece in delta.tool_calls or []:
+                    slot = self.calls.setdefault(
+                        piece.index, {"id": "", "name": "", "arguments": ""}
+                    )
+                    slot["id"] = piece.id or slot["id"]
+                    function = piece.function
+                    if function is not None:
+                        if function.name and function.name != slot["name"]:
+                            slot["name"] += function.name
+                        slot["arguments"] += function.arguments or ""
+
+    def message(self) -> Any:
+        if not self.choices:
+            raise LLMUnavailable(
+                "the streamed answer had no choices (a server that cannot stream needs "
+                "[openai] stream = false)"
+            )
+        calls = [
+            SimpleNamespace(
+                id=slot["id"] or None,
+                function=SimpleNamespace(name=slot["name"], arguments=slot["arguments"]),
+            )
+            for _, slot in sorted(self.calls.items())
+        ]
+        return SimpleNamespace(content="".join(self.parts) or None, tool_calls=calls)
 
 
 async def _show_images(messages: list[dict[str, Any]], images: Sequence[Path]) -> None:

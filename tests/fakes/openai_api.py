@@ -206,6 +206,19 @@ class FakeOpenAI:
         # transcripts it answers with, in order.
         self.transcriptions: list[tuple[str, str, bytes]] = []
         self.transcripts: list[str | HttpError] = []
+        # stream=true: content and arguments sent this many characters an event, this
+        # many seconds apart; how many streams began, events went out, and were cut.
+        self.stream_chunk_chars = 8
+        self.stream_delay = 0.0
+        self.streams = 0
+        self.stream_events = 0
+        self.streams_cut = 0
+        # Hold every stream before its event number ``stream_hold_after`` (None: never)
+        # until ``stream_release`` is set: a reply half written, for as long as a test
+        # needs. ``stream_holding`` counts the streams that got there.
+        self.stream_hold_after: int | None = None
+        self.stream_release = asyncio.Event()
+        self.stream_holding = 0
         self.responder: Responder | None = None
         self._script: list[Step] = []
         self._ids = itertools.count(1)
@@ -226,6 +239,7 @@ class FakeOpenAI:
 
     async def stop(self) -> None:
         self._wake.set()
+        self.stream_release.set()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -338,6 +352,12 @@ class FakeOpenAI:
             ) from None
         return list(self.requests)
 
+    async def wait_until(self, check: Callable[[], bool], timeout: float = 10.0) -> None:
+        """Wait until ``check()`` holds (looked at after every request and stream event)."""
+        async with asyncio.timeout(timeout):
+            while not check():
+                await self._changed.wait()
+
     # -- HTTP plumbing --------------------------------------------------------------------------
 
     def _pulse(self) -> None:
@@ -407,9 +427,6 @@ class FakeOpenAI:
             )
             return _json(error_body(message), 400), "bad_json"
         body: JSON = record.json
-        if body.get("stream"):
-            message = "FakeOpenAI does not implement stream=true"
-            return _json(error_body(message, param="stream"), 400), "unsupported"
         if self.validate:
             try:
                 assert_chat_shape(body)
@@ -428,7 +445,7 @@ class FakeOpenAI:
             return _json(self._completion(body, Reply(UNSCRIPTED_TEXT))), "unscripted"
         if isinstance(step, dict):
             return _json(step), "responder"
-        return await self._render(body, step), _step_name(step)
+        return await self._render(request, body, step), _step_name(step)
 
     async def _next_step(self, body: JSON) -> StepLike:
         if self._script:
@@ -440,8 +457,10 @@ class FakeOpenAI:
             return await answer
         return cast(StepLike, answer)
 
-    async def _render(self, body: JSON, step: Step) -> web.StreamResponse:
+    async def _render(self, request: web.Request, body: JSON, step: Step) -> web.StreamResponse:
         match step:
+            case Reply() | ToolCalls() if body.get("stream"):
+                return await self._stream(request, body, self._completion(body, step))
             case Reply() | ToolCalls():
                 return _json(self._completion(body, step))
             case HttpError(status=status, body=error, headers=headers):
@@ -452,7 +471,7 @@ class FakeOpenAI:
             case Hang(seconds=seconds, then=then):
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), seconds)
-                return _json(self._completion(body, then or Reply(LATE_TEXT)))
+                return await self._render(request, body, then or Reply(LATE_TEXT))
             case Raw(body=raw, status=status, headers=headers):
                 if isinstance(raw, str | bytes):
                     out = {"Content-Type": "application/json", **dict(headers or {})}
@@ -479,8 +498,65 @@ class FakeOpenAI:
             return _json(error_body("The audio file is empty.", param="file"), 400)
         answer = self.transcripts.pop(0) if self.transcripts else f"(speech in {upload.filename})"
         if isinstance(answer, HttpError):
-            return await self._render({}, answer)
+            return await self._render(request, {}, answer)
         return _json({"text": answer})
+
+    async def _stream(
+        self, http: web.Request, request: JSON, completion: JSON
+    ) -> web.StreamResponse:
+        """The completion as chat.completion.chunk server-sent events, as OpenAI streams
+        it: the role first, then the content ``stream_chunk_chars`` at a time, each tool
+        call as its id and name then its arguments in pieces, the finish reason, usage
+        when ``stream_options.include_usage``, and ``[DONE]``; ``stream_delay`` seconds
+        between events. A client that goes away mid-stream is counted in
+        ``streams_cut``."""
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        message, choice = completion["choices"][0]["message"], completion["choices"][0]
+        base = {k: completion[k] for k in ("id", "created", "model", "system_fingerprint")}
+        base["object"] = "chat.completion.chunk"
+        size = max(1, self.stream_chunk_chars)
+
+        def event(delta: JSON, finish: str | None = None) -> JSON:
+            return {**base, "choices": [{"index": 0, "delta": delta, "logprobs": None,
+                                         "finish_reason": finish}]}  # fmt: skip
+
+        events = [event({"role": "assistant", "content": ""})]
+        text = message.get("content") or ""
+        events += [event({"content": text[i : i + size]}) for i in range(0, len(text), size)]
+        for index, call in enumerate(message.get("tool_calls") or []):
+            head = {"index": index, "id": call["id"], "type": "function",
+                    "function": {"name": call["function"]["name"], "arguments": ""}}  # fmt: skip
+            events.append(event({"tool_calls": [head]}))
+            arguments = call["function"]["arguments"]
+            for i in range(0, len(arguments), size):
+                piece = {"index": index, "function": {"arguments": arguments[i : i + size]}}
+                events.append(event({"tool_calls": [piece]}))
+        events.append(event({}, choice["finish_reason"]))
+        if (request.get("stream_options") or {}).get("include_usage"):
+            events.append({**base, "choices": [], "usage": completion["usage"]})
+        self.streams += 1
+        try:
+            await response.prepare(http)
+            for index, item in enumerate(events):
+                if index == self.stream_hold_after:
+                    self.stream_holding += 1
+                    self._pulse()
+                    await self.stream_release.wait()
+                await response.write(f"data: {json.dumps(item)}\n\n".encode())
+                self.stream_events += 1
+                self._pulse()
+                if self.stream_delay:
+                    await asyncio.sleep(self.stream_delay)
+            await response.write(b"data: [DONE]\n\n")
+            await response.write_eof()
+        except ConnectionResetError:  # the client went away: the generation ends here
+            self.streams_cut += 1
+            self._pulse()
+        except asyncio.CancelledError:
+            self.streams_cut += 1
+            self._pulse()
+            raise
+        return response
 
     def _completion(self, request: JSON, step: Reply | ToolCalls) -> JSON:
         message: JSON = {"role": "assistant", "content": step.text, "refusal": None}
@@ -649,6 +725,8 @@ def assert_chat_shape(body: Any) -> None:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         _fail("messages", f"must be a non-empty list, got {messages!r}")
+    if "stream_options" in body and not body.get("stream"):
+        _fail("stream_options", "only allowed when stream is true")
 
     seen_ids: set[str] = set()
     open_calls: list[str] = []  # ids of the last assistant's calls not yet answered

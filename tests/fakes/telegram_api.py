@@ -167,6 +167,9 @@ class RateLimits:
     global_rate: float = 30.0
     global_burst: int = 30
     group_per_minute: int = 20  # extra limit for chats with a negative id (groups/channels)
+    # Edits and drafts count like messages (Telegram does not document their limits:
+    # counting them is the strict assumption).
+    count_edits: bool = True
 
 
 @dataclass
@@ -824,6 +827,7 @@ class FakeTelegramAPI:
         self.rate_limited = 0
         self.deleted_messages: list[tuple[ChatId, int]] = []
         self.inline_edits: list[JSON] = []  # params of edits by inline_message_id
+        self.drafts: list[JSON] = []  # sendMessageDraft calls that were accepted
         self.downloads: list[str] = []  # file paths asked for at /file/bot<token>/<path>
         self.files: dict[str, JSON] = {}  # file_id -> data, path, size
         self._file_count = 0
@@ -871,6 +875,7 @@ class FakeTelegramAPI:
             "answerCallbackQuery": self._answer_callback_query,
             "sendChatAction": self._send_chat_action,
             "getFile": self._get_file,
+            "sendMessageDraft": self._send_message_draft,
         }
         for media_method in _MEDIA:
             self._handlers[media_method] = self._media_handler(media_method)
@@ -1117,6 +1122,36 @@ class FakeTelegramAPI:
     def fail_downloads(self, count: int = 1, *, status: int = 0) -> None:
         """The next ``count`` file downloads fail: ``status`` 0 drops the connection."""
         self._download_faults.extend([status] * count)
+
+    async def _send_message_draft(self, params: JSON) -> bool:
+        """A draft shown in a private chat while a reply is written: kept in ``drafts``
+        (chat id, draft id, plain text, entities, can_stop)."""
+        chat_id = self._resolve_chat(params)
+        if not isinstance(chat_id, int) or chat_id <= 0:
+            raise ApiError(400, "Bad Request: drafts can be sent only to private chats")
+        draft_id = _as_int(params.get("draft_id"), "draft_id")
+        if draft_id == 0:
+            raise ApiError(400, "Bad Request: draft_id must be non-zero")
+        text = str(params.get("text") or "")
+        plain, entities = render_text(text, params.get("parse_mode"), params.get("entities"))
+        if utf16_len(plain) > MAX_TEXT_LENGTH:
+            raise ApiError(400, TEXT_TOO_LONG)
+        self._check_blocked(chat_id)
+        if self.limits.count_edits:
+            self._check_rate(chat_id)
+        self.drafts.append(
+            {"chat_id": chat_id, "draft_id": draft_id, "plain_text": plain, "entities": entities,
+             "can_stop": _as_bool(params.get("can_stop", False)), "at": time.monotonic()}
+        )  # fmt: skip
+        return True
+
+    def push_stop(self, chat_id: int, draft_id: int) -> int:
+        """The user presses the stop button of a draft: a stopped_message_generation
+        update. Returns its update_id."""
+        chat = self.chats.get(chat_id, {"id": chat_id, "type": "private", "first_name": "User"})
+        return self.push_update(
+            {"stopped_message_generation": {"chat": dict(chat), "draft_id": draft_id}}
+        )
 
     async def _get_file(self, params: JSON) -> JSON:
         file_id = str(params.get("file_id") or "")
@@ -1854,6 +1889,8 @@ class FakeTelegramAPI:
         record = self._editable(params)
         if record["media"] is not None:
             raise ApiError(400, "Bad Request: there is no text in the message to edit")
+        if self.limits.count_edits:
+            self._check_rate(record["chat_id"])
         if (
             record["plain_text"] == plain
             and record["entities"] == entities

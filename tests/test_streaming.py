@@ -1,0 +1,176 @@
+"""Replies that grow in the chat as the model writes them.
+
+The real openai SDK reads server-sent events from the fake OpenAI server (which can
+hold a stream half written); the real aiogram client sends drafts (private chats) and
+edits (groups) to the fake Bot API, which counts them against Telegram's rate limits.
+The final reply always goes through the outbox, once.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+from channels.cli import CliChannel
+from echo_bot.bus import ChannelSetup
+from echo_bot.events import Address, OutboundMessage
+from tests.fakes.openai_api import FakeOpenAI, Raw
+from tests.fakes.telegram_api import FakeTelegramAPI
+from tests.test_telegram import OWNER, reply_to, say, sends, telegram_bot
+
+MODEL = "gpt-test"
+ANSWER = " ".join(f"word{i}" for i in range(120))  # ~900 characters, no Markdown in it
+
+
+def llm_extra(llm: FakeOpenAI, openai: str = "") -> str:
+    return (
+        f'[openai]\nbase_url = "{llm.base_url}"\nmodel = "{MODEL}"\ntimeout = "5s"\n'
+        f'max_retries = 0\n{openai}\n[brain]\nkind = "openai"\n'
+    )
+
+
+async def half_written(llm: FakeOpenAI, api: FakeTelegramAPI, chat_id: int = OWNER) -> None:
+    """Wait until the stream is held and the chat shows part of the reply."""
+    await llm.wait_until(lambda: llm.stream_holding >= 1)
+
+
+async def test_a_streamed_reply_shows_drafts_then_one_final_message(state_dir: Path) -> None:
+    async with FakeOpenAI(model=MODEL) as llm:
+        llm.reply(ANSWER)
+        llm.stream_hold_after = 40  # about a third written
+        async with telegram_bot(state_dir, llm_extra(llm)) as (_bot, api):
+            message_id = say(api, "tell me a long story")
+            await llm.wait_until(lambda: llm.stream_holding == 1)
+            await api.wait_for_call("sendMessageDraft")
+            assert sends(api, OWNER) == []  # nothing final while it is written
+            llm.stream_release.set()
+            final = await reply_to(api, message_id, "word119")
+            assert final.params["text"] == ANSWER
+        request = llm.chat_requests()[-1]
+        assert request["stream"] is True
+        drafts = [d for d in api.drafts if d["chat_id"] == OWNER]
+        assert drafts and all(d["can_stop"] for d in drafts)
+        assert len({d["draft_id"] for d in drafts}) == 1
+        assert all(ANSWER.startswith(d["plain_text"]) for d in drafts)
+        assert [c for c in sends(api, OWNER)] == [final]  # one message: the record
+        assert api.rate_limited == 0
+
+
+async def test_the_stop_button_ends_generation_with_what_was_written(state_dir: Path) -> None:
+    async with FakeOpenAI(model=MODEL) as llm:
+        llm.reply(ANSWER)
+        llm.stream_hold_after = 30
+        async with telegram_bot(state_dir, llm_extra(llm)) as (_bot, api):
+            message_id = say(api, "tell me a long story")
+            await llm.wait_until(lambda: llm.stream_holding == 1)
+            draft = await api.wait_for_call("sendMessageDraft")
+            api.push_stop(OWNER, int(draft.params["draft_id"]))
+            final = await reply_to(api, message_id, "(stopped)")
+            llm.stream_release.set()  # the fake writes on and finds the connection closed
+            await llm.wait_until(lambda: llm.streams_cut == 1)  # the model call was cut
+        written = final.params["text"].removesuffix("\n\n(stopped)")
+        assert written and ANSWER.startswith(written) and written != ANSWER
+        assert len(sends(api, OWNER)) == 1
+
+
+async def test_a_group_sees_one_message_edited_as_it_grows(state_dir: Path) -> None:
+    group = -(10**12 + OWNER)
+    async with FakeOpenAI(model=MODEL) as llm:
+        llm.reply(ANSWER)
+        llm.stream_hold_after = 40
+        async with telegram_bot(state_dir, llm_extra(llm)) as (_bot, api):
+            say(api, "@echo_test_bot tell me a long story", chat_type="group")
+            await llm.wait_until(lambda: llm.stream_holding == 1)
+            preview = await api.wait_for_call("sendMessage", lambda c: c.ok)
+            assert preview.params["text"].endswith("✍️")
+            llm.stream_release.set()
+            preview_id = int(preview.response["result"]["message_id"])  # type: ignore[index]
+            await api.wait_for_call(
+                "editMessageText",
+                lambda c: c.ok and c.params["text"] == ANSWER,
+                timeout=15,
+            )
+            state = api.message(group, preview_id)
+            assert state is not None and state["plain_text"] == ANSWER
+        assert len(sends(api, group)) == 1  # the preview became the reply
+        assert api.drafts == [] and api.rate_limited == 0
+
+
+async def test_streamed_tool_calls_are_assembled_before_anything_runs(state_dir: Path) -> None:
+    async with FakeOpenAI(model=MODEL) as llm:
+        llm.stream_chunk_chars = 3
+        llm.tool_calls([("current_time", {"timezone": "Europe/Berlin"})], text="Checking… ")
+        llm.reply("It is late.")
+        async with telegram_bot(state_dir, llm_extra(llm)) as (_bot, api):
+            message_id = say(api, "what time is it in Berlin?")
+            await reply_to(api, message_id, "It is late.")
+        second = llm.chat_requests()[-1]["messages"]
+        call = next(m for m in second if m["role"] == "assistant")["tool_calls"][0]
+        assert call["function"]["name"] == "current_time"
+        assert json.loads(call["function"]["arguments"]) == {"timezone": "Europe/Berlin"}
+        result = next(m for m in second if m["role"] == "tool")["content"]
+        assert "Europe/Berlin" in result or "CET" in result or "+01" in result
+
+
+async def test_streaming_can_be_switched_off(state_dir: Path) -> None:
+    async with FakeOpenAI(model=MODEL) as llm:
+        llm.reply(ANSWER)
+        async with telegram_bot(state_dir, llm_extra(llm, "stream = false")) as (_bot, api):
+            message_id = say(api, "tell me a long story")
+            await reply_to(api, message_id, "word119")
+        assert "stream" not in llm.chat_requests()[-1]
+        assert api.drafts == []
+
+
+async def test_a_secret_never_shows_in_a_draft_even_in_part(state_dir: Path) -> None:
+    secret = "tg-secret-value-0123456789"
+    async with FakeOpenAI(model=MODEL) as llm:
+        llm.stream_chunk_chars = 4
+        llm.reply(f"The token is {secret} and that is all " + ANSWER)
+        extra = llm_extra(llm) + '[[webhook.routes]]\nname = "x"\nauth = "bearer"\n'
+        extra += 'secret_env = "HOOK_SECRET"\nprompt = "p"\n'
+        environ = {"HOOK_SECRET": secret}
+        async with telegram_bot(state_dir, extra, environ=environ) as (_bot, api):
+            message_id = say(api, "what is the token?")
+            final = await reply_to(api, message_id, "The token is")
+        assert secret not in final.params["text"]
+        for draft in api.drafts:
+            text = draft["plain_text"]
+            assert not any(secret[:n] in text for n in range(6, len(secret) + 1)), text
+
+
+async def test_a_broken_stream_falls_back_and_nothing_crashes(state_dir: Path) -> None:
+    async with FakeOpenAI(model=MODEL) as llm:
+        bad = "data: {not json\n\n"
+        llm.enqueue(Raw(bad, headers={"Content-Type": "text/event-stream"}))
+        async with telegram_bot(state_dir, llm_extra(llm)) as (_bot, api):
+            message_id = say(api, "what time is it?")
+            await reply_to(api, message_id, "It is")  # the offline brain answered
+            message_id = say(api, "and now?")
+            await reply_to(api, message_id)
+
+
+async def test_the_terminal_prints_a_reply_as_it_is_written() -> None:
+    out = io.StringIO()
+    channel = CliChannel(
+        ChannelSetup(
+            section=None,
+            request_stop=lambda *a: None,
+            environ={},
+            options={"stdin": io.StringIO(), "stdout": out, "interactive": False},
+            started_at=0.0,
+        )
+    )
+    here = Address(channel="cli", chat_id="local")
+    await channel.show_preview(here, "turn1", "Hello")
+    assert out.getvalue() == "Hello"
+    await channel.show_preview(here, "turn1", "Hello, wor")
+    assert out.getvalue() == "Hello, wor"
+    await channel.end_preview(here, "turn1")
+    await channel.send(
+        OutboundMessage(to=here, text="Hello, world.", metadata={"inbound_id": "turn1"})
+    )
+    assert out.getvalue() == "Hello, wor\nld.\n"
+    await channel.send(OutboundMessage(to=here, text="Next reply", metadata={"inbound_id": "t2"}))
+    assert out.getvalue().endswith("ld.\nNext reply\n")
