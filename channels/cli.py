@@ -167,6 +167,9 @@ class CliChannel:
             self._listed.discard(approval_id)
             self._deferred = [p for p in self._deferred if _approval_id(p) != approval_id]
             self._print(f"{held}{message.metadata['outcome']} (request {approval_id})")
+        elif message.file is not None:
+            caption = f": {message.text}" if message.text.strip() else ""
+            self._print(f"{held}📎 {message.file.name} ({message.file.size} bytes){caption}")
         else:
             printed = self._streamed.pop(str(message.metadata.get("inbound_id", "")), None)
             if printed and message.kind == OutboundKind.REPLY:

@@ -36,6 +36,7 @@ from aiogram.methods import GetUpdates, SendMessageDraft
 from aiogram.types import (
     BotCommand,
     CallbackQuery,
+    FSInputFile,
     InlineKeyboardButton,
     InlineKeyboardMarkup,
     Message,
@@ -88,6 +89,7 @@ PREVIEW_MARK = " ✍️"  # ends a group's preview message while the reply is wr
 # A group's preview message left by a turn that sent no reply (it waits for an approval,
 # or failed) is deleted after this long; a reply sent meanwhile takes its place.
 PREVIEW_KEEP = 30.0
+MAX_CAPTION = 1024  # UTF-16 units of a photo's or document's caption
 DOWNLOAD_TIMEOUT = 110.0  # one file, whole (the core gives a try 120 s)
 DOWNLOAD_CHUNK = 256 * 1024
 STANDBY_CHECK = 1.0  # seconds between looks at the poller lease while another daemon polls
@@ -911,6 +913,8 @@ class TelegramChannel:
         markup = self._markup(message)
         if message.edit_of is not None and message.edit_message_id:
             return await self._edit(chat_id, int(message.edit_message_id), message.text, markup)
+        if message.file is not None:
+            return await self._send_file(chat_id, thread, message, markup)
         parts = message_parts(message.text, message.format == TextFormat.MARKDOWN)
         sent = self._parts_sent.setdefault(message.id, [])
         preview = self._preview_message_of(message) if not sent else None
@@ -956,6 +960,45 @@ class TelegramChannel:
             sent.append(result.message_id)
         self._parts_sent.pop(message.id, None)
         return Receipt(channel_message_id=str(sent[-1]))
+
+    async def _send_file(
+        self,
+        chat_id: int,
+        thread: int | None,
+        message: OutboundMessage,
+        markup: InlineKeyboardMarkup | None,
+    ) -> Receipt:
+        """A document or photo (``send_file``), its text as the caption."""
+        assert message.file is not None
+        path = Path(message.file.path)
+        if not await asyncio.to_thread(path.is_file):
+            raise ChannelError(f"the file to send is gone ({message.file.name})", retryable=False)
+        caption = None
+        if message.text.strip():
+            markdown = message.format == TextFormat.MARKDOWN
+            caption = split_formatted(
+                render_markdown(message.text) if markdown else Formatted(message.text),
+                MAX_CAPTION,
+            )[0]
+        fields: dict[str, Any] = {
+            "chat_id": chat_id,
+            "message_thread_id": thread,
+            "caption": caption.text if caption else None,
+            "caption_entities": _entities(caption) if caption and caption.spans else None,
+            "reply_markup": markup,
+        }
+        upload = FSInputFile(path, filename=message.file.name)
+        await self.pacer.wait(str(chat_id))
+        if message.file.kind == MediaKind.PHOTO:
+            try:
+                result = await self._call(self.bot.send_photo(photo=upload, **fields))
+                return Receipt(channel_message_id=str(result.message_id))
+            except ChannelError as exc:
+                if exc.retryable:
+                    raise
+                log.info("telegram: the photo was refused (%s); sending it as a document", exc)
+        result = await self._call(self.bot.send_document(document=upload, **fields))
+        return Receipt(channel_message_id=str(result.message_id))
 
     @staticmethod
     def _markup(message: OutboundMessage) -> InlineKeyboardMarkup | None:

@@ -48,7 +48,7 @@ from .sdnotify import Notifier
 from .statedir import StateLock
 from .store import SqliteInbox, SqliteOutbox, Store, Tx
 from .store.meta import InstanceRow
-from .tools.builtin import SendMessageTool
+from .tools.builtin import SendFileTool, SendMessageTool
 
 log = logging.getLogger(__name__)
 
@@ -411,7 +411,7 @@ class Daemon:
             running = frozenset(c.name for c in self.channels)
             self._warn_unreachable(config, running)
             for tool in core.registry:
-                if isinstance(tool, SendMessageTool):
+                if isinstance(tool, SendMessageTool | SendFileTool):
                     tool.bind(bus.send, running)
             self.bus = bus
             self._started.set()

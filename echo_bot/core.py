@@ -92,7 +92,11 @@ def build_core(loaded: LoadedConfig, state_dir: Path, environ: Mapping[str, str]
     )
     registry = ToolRegistry(output_limit=config.tools.output_limit)
     for tool in builtin_tools(
-        config.tools, workspace=workspace, timezone=config.bot.timezone, reminders=reminders
+        config.tools,
+        workspace=workspace,
+        timezone=config.bot.timezone,
+        reminders=reminders,
+        outgoing=state_dir / "outgoing",
     ):
         registry.register(tool)
     hub: McpHub | None = None

@@ -12,6 +12,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Protocol
 
 from . import metrics
@@ -22,6 +23,8 @@ from .events import OutboundMessage, Receipt
 from .secrets import Masker
 from .store import OutboundCommitted, Store
 from .store.outbox import OutboxRow
+
+OUTGOING = "outgoing"  # the state directory's folder of files waiting to be sent
 
 log = logging.getLogger(__name__)
 
@@ -247,6 +250,7 @@ class DeliveryWorker:
                 await self._failed_attempt(row, f"{type(exc).__name__}: {exc}", True, None)
             else:
                 await self.outbox.mark_sent(message, receipt)
+                await _discard_copy(message)
                 look_again = key in self._more
                 self.delivered += 1
                 metrics.OUTBOUND.labels(message.to.channel, "sent").inc()
@@ -263,6 +267,7 @@ class DeliveryWorker:
         if not retryable or attempts >= self.max_attempts:
             metrics.OUTBOUND.labels(row.message.to.channel, "failed").inc()
             await self.outbox.mark_failed(row.message.id, error)
+            await _discard_copy(row.message)
             log.error(
                 "outbound %s to %s failed after %d attempt(s): %s",
                 row.message.id,
@@ -282,3 +287,12 @@ class DeliveryWorker:
             error,
             delay,
         )
+
+
+async def _discard_copy(message: OutboundMessage) -> None:
+    """A sent file's copy (``send_file`` made it for this message) is not needed once
+    the message is delivered or has failed."""
+    if message.file is not None:
+        path = Path(message.file.path)
+        if path.parent.name == OUTGOING:  # only ever a copy of ours
+            await asyncio.to_thread(path.unlink, missing_ok=True)

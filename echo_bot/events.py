@@ -187,6 +187,16 @@ class TextFormat(StrEnum):
     MARKDOWN = "markdown"
 
 
+class OutboundFile(_Model):
+    """A file sent with an outbound (its text is the caption): a copy made when the
+    sending was decided, sent from there and deleted once delivered or failed."""
+
+    path: str
+    name: str = Field(max_length=256)
+    kind: MediaKind = MediaKind.DOCUMENT  # PHOTO or DOCUMENT
+    size: int = Field(ge=0)
+
+
 class OutboundMessage(_Model):
     id: str = Field(default_factory=new_id)
     to: Address
@@ -194,6 +204,7 @@ class OutboundMessage(_Model):
     buttons: list[list[Button]] = Field(default_factory=list)
     kind: OutboundKind = OutboundKind.REPLY
     format: TextFormat = TextFormat.PLAIN
+    file: OutboundFile | None = None
     reply_to_message: str | None = None
     edit_of: str | None = None
     # Filled by the delivery worker from the receipt of ``edit_of``: the channel's own id

@@ -69,6 +69,7 @@ def test_builtin_tools_register_and_declare(workspace: Path) -> None:
         "file_read",
         "file_write",
         "http_request",
+        "send_file",
         "send_message",
         "shell_exec",
     ]
@@ -87,6 +88,7 @@ def test_switched_off_tools_report_unavailable(workspace: Path) -> None:
     assert set(tools) == {
         "current_time",
         "send_message",
+        "send_file",
         "shell_exec",
         "file_read",
         "file_write",

@@ -48,6 +48,8 @@ BOT_FIRST_NAME = "Echo"
 MAX_TEXT_LENGTH = 4096  # UTF-16 code units, after entity parsing
 MAX_CAPTION_LENGTH = 1024
 MAX_CALLBACK_DATA_BYTES = 64
+MAX_UPLOAD_PHOTO = 10 * 1024 * 1024  # what bots may upload: a photo, any other file
+MAX_UPLOAD_FILE = 50 * 1024 * 1024
 MAX_DOWNLOAD_BYTES = 20 * 1024 * 1024  # getFile refuses bigger files ("file is too big")
 
 UNAUTHORIZED = "Unauthorized"
@@ -1851,6 +1853,17 @@ class FakeTelegramAPI:
             )
             if utf16_len(plain) > MAX_CAPTION_LENGTH:
                 raise ApiError(400, CAPTION_TOO_LONG)
+            if isinstance(source, str) and source.startswith("attach://"):
+                attached = params.get(source.removeprefix("attach://"))
+                if not isinstance(attached, UploadedFile):
+                    raise ApiError(400, f"Bad Request: file {source!r} is not attached")
+                source = attached
+            if isinstance(source, UploadedFile):
+                limit = MAX_UPLOAD_PHOTO if media == "photo" else MAX_UPLOAD_FILE
+                if len(source.data) > limit:
+                    raise ApiError(413 if media != "photo" else 400, "Request Entity Too Large")
+                if not source.data:
+                    raise ApiError(400, "Bad Request: file must be non-empty")
             markup = self._check_markup(params.get("reply_markup"))
             reply_to = self._reply_target(chat_id, params)
             self._check_blocked(chat_id)

@@ -11,6 +11,7 @@ from .clock import CurrentTimeTool
 from .files import FileReadTool, FileWriteTool
 from .messaging import SendMessageTool
 from .reminders import ReminderCancelTool, ReminderCreateTool, ReminderListTool
+from .send_file import SendFileTool
 from .shell import ShellExecTool, argv_of
 from .web import HttpRequestTool
 
@@ -19,6 +20,7 @@ __all__ = [
     "FileReadTool",
     "FileWriteTool",
     "HttpRequestTool",
+    "SendFileTool",
     "SendMessageTool",
     "ShellExecTool",
     "argv_of",
@@ -32,6 +34,7 @@ def builtin_tools(
     workspace: Path,
     timezone: str,
     reminders: ReminderService | None = None,
+    outgoing: Path | None = None,
 ) -> list[Tool]:
     """Every built-in tool; switched-off ones say so through ``available()``."""
     extra: list[Tool] = []
@@ -45,6 +48,7 @@ def builtin_tools(
         *extra,
         CurrentTimeTool(timezone, chat_zone=reminders.timezone_for if reminders else None),
         SendMessageTool(),
+        SendFileTool(workspace, outgoing or workspace.parent / "outgoing"),
         ShellExecTool(config.shell, workspace),
         FileReadTool(workspace),
         FileWriteTool(workspace),

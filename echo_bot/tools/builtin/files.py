@@ -113,6 +113,35 @@ def _single_link(info: os.stat_result, raw: str) -> None:
         )
 
 
+def read_workspace_file(
+    workspace: Path, raw: str, limit: int
+) -> tuple[bytes, os.stat_result] | ToolResult:
+    """The first ``limit`` bytes of the regular file at workspace-relative ``raw`` and
+    its stat, opened without following any symlink; or the failure as a result."""
+    try:
+        root = workspace.resolve()
+        target = _resolve_inside(root, _relative(raw), raw)
+        parts = target.relative_to(root).parts
+        if not parts:
+            raise _Refused(ErrorCode.INVALID_PARAMETER, f"{raw} is the workspace itself")
+        dir_fd = _open_dirs(root, parts[:-1], create=False)
+        try:
+            flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | _CLOEXEC
+            fd = os.open(parts[-1], flags, dir_fd=dir_fd)
+        finally:
+            os.close(dir_fd)
+        with os.fdopen(fd, "rb") as handle:
+            info = os.fstat(handle.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                raise _not_regular(raw)
+            _single_link(info, raw)
+            return handle.read(limit), info
+    except _Refused as refused:
+        return refused.result
+    except OSError as exc:
+        return _os_failure(raw, exc)
+
+
 class FileReadTool(Tool):
     name: ClassVar[str] = "file_read"
     description: ClassVar[str] = (
@@ -146,28 +175,10 @@ class FileReadTool(Tool):
         return await asyncio.to_thread(self._read, args["path"], limit)
 
     def _read(self, raw: str, limit: int) -> ToolResult:
-        try:
-            root = self.workspace.resolve()
-            target = _resolve_inside(root, _relative(raw), raw)
-            parts = target.relative_to(root).parts
-            if not parts:
-                raise _Refused(ErrorCode.INVALID_PARAMETER, f"{raw} is the workspace itself")
-            dir_fd = _open_dirs(root, parts[:-1], create=False)
-            try:
-                flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | _CLOEXEC
-                fd = os.open(parts[-1], flags, dir_fd=dir_fd)
-            finally:
-                os.close(dir_fd)
-            with os.fdopen(fd, "rb") as handle:
-                info = os.fstat(handle.fileno())
-                if not stat.S_ISREG(info.st_mode):
-                    raise _not_regular(raw)
-                _single_link(info, raw)
-                data = handle.read(limit + 1)
-        except _Refused as refused:
-            return refused.result
-        except OSError as exc:
-            return _os_failure(raw, exc)
+        read = read_workspace_file(self.workspace, raw, limit + 1)
+        if isinstance(read, ToolResult):
+            return read
+        data, info = read
         truncated = len(data) > limit
         data = data[:limit]
         text = data.decode("utf-8", errors="replace")

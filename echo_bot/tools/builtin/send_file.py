@@ -1,0 +1,128 @@
+"""send_file: send a workspace file to a chat, as a document or a photo.
+
+Like send_message, its effect stays in the requester's own chat by default, so it does
+not ask there; a file for any other chat asks for approval. The file is copied when the
+call runs (opened without following symlinks, as file_read does) into the state
+directory's ``outgoing/``: what is sent is what the call read, even if the workspace
+changes before delivery. The delivery worker deletes the copy once the message is
+delivered or has failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from pathlib import Path, PurePosixPath
+from typing import Any, ClassVar
+
+from ...events import Address, MediaKind, OutboundFile, OutboundKind, OutboundMessage
+from ...sizes import format_size
+from ..base import ErrorCode, Risk, Tool, ToolContext, ToolGroup, ToolResult
+from .files import read_workspace_file
+from .messaging import OutboundSink
+
+# Telegram's limits for bots: 50 MB a document, 10 MB a photo.
+MAX_DOCUMENT = 50 * 1000**2
+MAX_PHOTO = 10 * 1000**2
+PHOTO_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".webp"})
+_SAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+class SendFileTool(Tool):
+    name: ClassVar[str] = "send_file"
+    description: ClassVar[str] = (
+        "Send a file from the workspace to a chat (the current one unless `to` names "
+        "another, as channel:chat_id), as a document, or as a photo (`as_photo`, for "
+        "images), with an optional caption."
+    )
+    parameters: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {
+            "path": {"type": "string", "minLength": 1, "maxLength": 4096},
+            "caption": {"type": "string", "maxLength": 1024},
+            "as_photo": {"type": "boolean"},
+            "to": {"type": "string", "minLength": 3, "maxLength": 200},
+        },
+        "required": ["path"],
+        "additionalProperties": False,
+    }
+    key_args: ClassVar[tuple[str, ...]] = ("path", "to")
+    risk: ClassVar[Risk] = Risk.WRITE
+    group: ClassVar[ToolGroup] = "messaging"
+    default_approval: ClassVar[str] = "origin_chat"  # type: ignore[assignment]
+    timeout: ClassVar[float] = 30.0
+    triggers: ClassVar[tuple[str, ...]] = ("send me the file", "send the file", "send file")
+
+    def __init__(self, workspace: Path, outgoing: Path) -> None:
+        self.workspace = workspace
+        self.outgoing = outgoing
+        self._sink: OutboundSink | None = None
+        self._channels: frozenset[str] = frozenset()
+
+    def bind(self, sink: OutboundSink, channels: frozenset[str]) -> None:
+        self._sink = sink
+        self._channels = channels
+
+    def approval_override(self, args: dict[str, Any], ctx: ToolContext) -> bool | None:
+        target = args.get("to")
+        if target and target != str(ctx.origin):
+            return True  # another chat: always ask
+        return None
+
+    async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        if self._sink is None:
+            return ToolResult.failure(ErrorCode.UPSTREAM_ERROR, "messaging is not connected")
+        try:
+            target = Address.parse(args["to"]) if args.get("to") else ctx.origin
+        except ValueError as exc:
+            return ToolResult.failure(ErrorCode.INVALID_PARAMETER, str(exc))
+        if target.channel not in self._channels:
+            known = ", ".join(sorted(self._channels)) or "none"
+            return ToolResult.failure(
+                ErrorCode.INVALID_PARAMETER,
+                f"no channel named {target.channel!r} is running (running: {known})",
+            )
+        raw = str(args["path"])
+        name = PurePosixPath(raw).name
+        photo = bool(args.get("as_photo", PurePosixPath(name).suffix.lower() in PHOTO_SUFFIXES))
+        limit = MAX_PHOTO if photo else MAX_DOCUMENT
+        read = await asyncio.to_thread(read_workspace_file, self.workspace, raw, limit + 1)
+        if isinstance(read, ToolResult):
+            return read
+        data, _info = read
+        if len(data) > limit:
+            what = "a photo" if photo else "a document"
+            return ToolResult.failure(
+                ErrorCode.INVALID_PARAMETER,
+                f"{raw} is over {format_size(limit)}, the most Telegram takes as {what}",
+            )
+        copy = await asyncio.to_thread(self._keep, ctx.idempotency_key or ctx.trace_id, name, data)
+        await self._sink(
+            OutboundMessage(
+                to=target,
+                text=str(args.get("caption") or ""),
+                kind=OutboundKind.NOTICE,
+                file=OutboundFile(
+                    path=str(copy),
+                    name=name[:256] or "file",
+                    kind=MediaKind.PHOTO if photo else MediaKind.DOCUMENT,
+                    size=len(data),
+                ),
+                trace_id=ctx.trace_id,
+                metadata={"sent_by_tool": ctx.idempotency_key},
+            )
+        )
+        what = "photo" if photo else "document"
+        return ToolResult.success(
+            f"Sent {raw} ({format_size(len(data))}) to {target} as a {what}.",
+            to=str(target),
+            path=raw,
+            bytes=len(data),
+        )
+
+    def _keep(self, key: str, name: str, data: bytes) -> Path:
+        self.outgoing.mkdir(mode=0o700, parents=True, exist_ok=True)
+        safe = _SAFE.sub("_", name).strip("._")[:80] or "file"
+        path = self.outgoing / f"{_SAFE.sub('_', key)[:64]}-{safe}"
+        path.write_bytes(data)
+        return path
