@@ -128,3 +128,8 @@ def test_fairness_quick() -> None:
     output = run_quick("fairness.py")
     assert_markdown_table(output, "case")
     assert "| one chat |" in output and "| burst then /tools |" in output
+
+
+def test_stream_previews_quick() -> None:
+    output = run_quick("stream_previews.py")
+    assert_markdown_table(output, "case")
