@@ -128,6 +128,7 @@ class CliChannel:
     async def show_preview(self, to: Address, key: str, text: str) -> None:
         if self._output_closed:
             return
+        text = text.lstrip()  # as the final reply will be
         printed = ""
         if self._streaming is not None and self._streaming[0] == key:
             printed = self._streaming[1]
@@ -173,6 +174,7 @@ class CliChannel:
         else:
             printed = self._streamed.pop(str(message.metadata.get("inbound_id", "")), None)
             if printed and message.kind == OutboundKind.REPLY:
+                printed = printed.rstrip()  # the final reply has no trailing space
                 rest = message.text[len(printed) :] if message.text.startswith(printed) else None
                 if rest is None:
                     self._print(message.text)  # not what was streamed: shown whole

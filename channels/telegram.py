@@ -12,6 +12,7 @@ import contextlib
 import hmac
 import json
 import logging
+import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from aiogram.client.session.aiohttp import AiohttpSession
 from aiogram.client.telegram import TelegramAPIServer
 from aiogram.exceptions import (
     AiogramError,
+    ClientDecodeError,
     TelegramAPIError,
     TelegramBadRequest,
     TelegramForbiddenError,
@@ -46,7 +48,7 @@ from aiogram.types import (
     Update,
 )
 from aiogram.utils.token import TokenValidationError
-from aiohttp import ClientResponseError
+from aiohttp import ClientError, ClientResponseError
 
 from echo_bot.bus import Bus, ChannelSetup
 from echo_bot.config import TelegramConfig
@@ -68,7 +70,7 @@ from echo_bot.events import (
 )
 from echo_bot.sizes import format_size
 
-from .telegram_markdown import Formatted, render_markdown, split_formatted
+from .telegram_markdown import MAX_TEXT, Formatted, render_markdown, split_formatted, utf16_offsets
 from .telegram_render import Pacer, keyboard_rows, split_text
 
 log = logging.getLogger(__name__)
@@ -89,6 +91,7 @@ PREVIEW_MARK = " ✍️"  # ends a group's preview message while the reply is wr
 # A group's preview message left by a turn that sent no reply (it waits for an approval,
 # or failed) is deleted after this long; a reply sent meanwhile takes its place.
 PREVIEW_KEEP = 30.0
+RENDER_ON_LOOP = 700  # characters of Markdown rendered on the loop (about 1 ms); more: a thread
 MAX_CAPTION = 1024  # UTF-16 units of a photo's or document's caption
 DOWNLOAD_TIMEOUT = 110.0  # one file, whole (the core gives a try 120 s)
 DOWNLOAD_CHUNK = 256 * 1024
@@ -224,14 +227,26 @@ def _notes(message: Message) -> list[str]:
     return [_clean(note)[:2000] for note in notes]
 
 
+async def _rendered(text: str, markdown: bool) -> list[Formatted]:
+    """``message_parts``, off the event loop unless short (about 1 ms per 700 chars)."""
+    if markdown and len(text) > RENDER_ON_LOOP:
+        return await asyncio.to_thread(message_parts, text, markdown)
+    return message_parts(text, markdown)
+
+
 def preview_part(text: str, mark: str = "") -> Formatted:
     """What a preview shows of a reply being written: its newest part that fits one
     message (a long reply is sent as several), formatted, with ``mark`` after it."""
+    if len(text) > 3 * MAX_TEXT:  # only the end is shown: only the end is rendered
+        tail = text[-2 * MAX_TEXT :]
+        paragraph = tail.find("\n\n")
+        text = tail[paragraph + 2 :] if 0 <= paragraph < MAX_TEXT else tail
     parts = message_parts(text, markdown=True)
     last = parts[-1]
     if not mark:
         return last
-    return Formatted(last.text + mark, last.spans) if len(last.text) + len(mark) < 4000 else last
+    fits = utf16_offsets(last.text)[-1] + len(mark.encode("utf-16-le")) // 2 <= MAX_TEXT
+    return Formatted(last.text + mark, last.spans) if fits else last
 
 
 def _is_hex(text: str) -> bool:
@@ -284,9 +299,10 @@ class TelegramChannel:
         self._typing_turns: dict[str, Address] = {}  # inbound id → its chat
         self._refused_at: dict[int, float] = {}
         self._parts_sent: dict[str, list[int]] = {}
+        self._unreadable: set[int] = set()  # update ids aiogram could not read
         self.stop_generation = setup.stop_generation
         self._previews: dict[str, _Preview] = {}  # by key (the turn's inbound id)
-        self._drafts: dict[int, str] = {}  # draft id -> key, for the stop button
+        self._drafts: dict[int, tuple[str, int]] = {}  # draft id -> key, chat: stop buttons
         # Group preview messages of finished previews, until a reply takes their place.
         self._left_previews: dict[str, tuple[_Preview, asyncio.TimerHandle]] = {}
         if config.mode == "webhook" and self.http is not None:
@@ -413,6 +429,16 @@ class TelegramChannel:
                 log.error("telegram: getUpdates answered 401; retrying in 60 s")
                 await asyncio.sleep(60)
                 continue
+            except ClientDecodeError:
+                # One update aiogram cannot read would fail every batch it is in, for
+                # ever: read this batch one update at a time and skip what cannot be read.
+                try:
+                    updates = await self._updates_one_by_one(offset)
+                except (AiogramError, TimeoutError, OSError, ValueError) as exc:
+                    self._degrade(f"getUpdates failed: {exc}")
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 60.0)
+                    continue
             except (AiogramError, TimeoutError, OSError) as exc:
                 self._degrade(f"getUpdates failed: {exc}")
                 await asyncio.sleep(delay)
@@ -422,6 +448,10 @@ class TelegramChannel:
                 log.info("telegram: connection restored")
             self._status, self._last_error, delay = "ok", None, 1.0
             for update in updates:
+                if update.update_id in self._unreadable:  # logged when read: skipped
+                    self._unreadable.discard(update.update_id)
+                    offset = update.update_id + 1
+                    continue
                 try:
                     await self.dp.feed_update(self.bot, update)
                 except CommitFailed:
@@ -435,6 +465,40 @@ class TelegramChannel:
                 offset = update.update_id + 1
             if updates and offset is not None:
                 await self._store_offset(offset)
+
+    async def _updates_one_by_one(self, offset: int | None) -> list[Update]:
+        """The batch at ``offset`` fetched as raw JSON and read update by update; one
+        that cannot be read is logged and stands in as a bare update, so the offset
+        moves past it (it is never handled)."""
+        session = await self.bot.session.create_session()
+        url = self.bot.session.api.api_url(self.bot.token, "getUpdates")
+        body = {"timeout": 0, "allowed_updates": ALLOWED_UPDATES}
+        if offset is not None:
+            body["offset"] = offset
+        async with asyncio.timeout(30), session.post(url, json=body) as response:
+            data = await response.json(content_type=None)
+        if (
+            not isinstance(data, dict)
+            or not data.get("ok")
+            or not isinstance(data.get("result"), list)
+        ):
+            raise ValueError("getUpdates gave no list of updates")
+        updates = []
+        for raw in data["result"]:
+            update_id = raw.get("update_id") if isinstance(raw, dict) else None
+            if not isinstance(update_id, int):
+                continue  # without an id nothing can be skipped past it either
+            try:
+                updates.append(Update.model_validate(raw, context={"bot": self.bot}))
+            except ValueError as exc:
+                kind = next((k for k in raw if k != "update_id"), "?")
+                log.warning(
+                    "telegram: update %s (%s) could not be read, skipped: %s",
+                    update_id, kind, str(exc).splitlines()[0],
+                )  # fmt: skip
+                updates.append(Update(update_id=update_id))
+                self._unreadable.add(update_id)
+        return updates
 
     async def _stored_offset(self) -> int | None:
         """Where the last poller of this bot stopped (this daemon before a restart, or
@@ -699,6 +763,11 @@ class TelegramChannel:
         except ValueError:
             return
         state = self._previews.get(key)
+        if state is None and key in self._left_previews:
+            # The turn's next step writes on: in the message its last step left.
+            state, timer = self._left_previews.pop(key)
+            timer.cancel()
+            self._previews[key] = state
         if state is None:
             if len(self._previews) >= TYPING_CHATS:
                 return
@@ -706,7 +775,9 @@ class TelegramChannel:
             state = self._previews[key] = _Preview(
                 chat_id, int(to.thread_id) if to.thread_id else None, draft_id or 1
             )
-            self._drafts[state.draft_id] = key
+            if len(self._drafts) >= TYPING_TURNS:
+                self._drafts.clear()
+            self._drafts[state.draft_id] = (key, chat_id)  # kept: a stop between steps counts
         if state.broken:
             return
         private = chat_id > 0  # users' ids are positive, groups' negative
@@ -716,7 +787,12 @@ class TelegramChannel:
             if wait <= 0:
                 break
             await asyncio.sleep(wait)
-        part = preview_part(text, PREVIEW_MARK if not private else "")
+        mark = PREVIEW_MARK if not private else ""
+        part = (
+            await asyncio.to_thread(preview_part, text, mark)
+            if len(text) > RENDER_ON_LOOP
+            else preview_part(text, mark)
+        )
         self._stop_typing_of(key)
         try:
             if private:
@@ -755,8 +831,10 @@ class TelegramChannel:
         state = self._previews.pop(key, None)
         if state is None:
             return
-        self._drafts.pop(state.draft_id, None)
         if state.message_id is not None:  # a group's preview message: the reply replaces it
+            earlier = self._left_previews.pop(key, None)
+            if earlier is not None:
+                earlier[1].cancel()
             loop = asyncio.get_running_loop()
             timer = loop.call_later(PREVIEW_KEEP, self._drop_left_preview, key)
             self._left_previews[key] = (state, timer)
@@ -777,18 +855,18 @@ class TelegramChannel:
         if message.kind != OutboundKind.REPLY:
             return None
         key = str(message.metadata.get("inbound_id", ""))
-        left = self._left_previews.pop(key, None)
+        left = self._left_previews.get(key)
         if left is None:
             return None
-        left[1].cancel()
+        left[1].cancel()  # no deletion now: the reply edits it (kept until that worked)
         return left[0].message_id
 
     async def _on_stop(self, stopped_message_generation: MessageGenerationStopped) -> None:
         event = stopped_message_generation
-        key = self._drafts.get(event.draft_id)
-        state = self._previews.get(key) if key is not None else None
-        if key is None or state is None or state.chat_id != event.chat.id:
+        known = self._drafts.get(event.draft_id)
+        if known is None or known[1] != event.chat.id:
             return
+        key = known[0]
         if self.stop_generation is not None and self.stop_generation(key):
             log.info("telegram: the reply being written in %s was stopped", event.chat.id)
 
@@ -809,7 +887,8 @@ class TelegramChannel:
         if not file.file_path:
             raise MediaUnavailable("Telegram gave no path to download it from")
         url = self.bot.session.api.file_url(self.bot.token, file.file_path)
-        partial = destination.with_name(destination.name + ".part")
+        # A name of its own: two tries at once (a turn taken over) never share a file.
+        partial = destination.with_name(f".{destination.name}.{secrets.token_hex(4)}.part")
         handle = await asyncio.to_thread(partial.open, "wb")
         size = 0
         try:
@@ -821,12 +900,14 @@ class TelegramChannel:
                     if size > limit:
                         raise MediaUnavailable(f"it is {over}")
                     await asyncio.to_thread(handle.write, chunk)
-            except ClientResponseError as exc:
+            except ClientResponseError as exc:  # its text has the URL, and so the token
                 if exc.status in (400, 403, 404):
                     raise MediaUnavailable(
                         f"Telegram has no such file any more (HTTP {exc.status})"
                     ) from None
-                raise
+                raise ChannelError(f"the download failed (HTTP {exc.status})") from None
+            except ClientError as exc:
+                raise ChannelError(f"the download failed ({type(exc).__name__})") from None
             await asyncio.to_thread(handle.close)
             await asyncio.to_thread(partial.replace, destination)
         finally:
@@ -915,7 +996,7 @@ class TelegramChannel:
             return await self._edit(chat_id, int(message.edit_message_id), message.text, markup)
         if message.file is not None:
             return await self._send_file(chat_id, thread, message, markup)
-        parts = message_parts(message.text, message.format == TextFormat.MARKDOWN)
+        parts = await _rendered(message.text, message.format == TextFormat.MARKDOWN)
         sent = self._parts_sent.setdefault(message.id, [])
         preview = self._preview_message_of(message) if not sent else None
         if preview is not None:  # the reply takes the place of its preview message
@@ -931,9 +1012,12 @@ class TelegramChannel:
                     bool(first.spans),
                 )  # fmt: skip
                 sent.append(preview)
+                self._left_previews.pop(str(message.metadata.get("inbound_id", "")), None)
             except ChannelError as exc:
                 if exc.retryable:
                     raise
+                self._left_previews.pop(str(message.metadata.get("inbound_id", "")), None)
+                self._spawn(self._delete(chat_id, preview))
                 log.info("telegram: the preview message was not edited (%s); sending anew", exc)
         reply_to = message.reply_to_message
         for index in range(len(sent), len(parts)):

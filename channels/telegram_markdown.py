@@ -13,6 +13,7 @@ units (what Telegram counts) per message part.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -263,39 +264,41 @@ def _language(word: str | None) -> str | None:
 def _legal(spans: list[Span]) -> list[Span]:
     """Spans Telegram accepts, sorted by start: code inside a link loses its entity (a
     link may not contain code), anything inside code is dropped, and styles are cut
-    around code (a style may not contain code)."""
-    links = [s for s in spans if s.type == "text_link"]
-    codes = [
-        s
-        for s in spans
-        if s.type in _CODE and not any(k.start <= s.start and s.end <= k.end for k in links)
-    ]
-    kept: list[Span] = []
+    around code (a style may not contain code). Code spans never overlap each other,
+    nor links each other (Markdown nests neither), so both are found by bisection."""
+    links = sorted((s for s in spans if s.type == "text_link"), key=lambda s: s.start)
+    link_starts = [s.start for s in links]
+
+    def in_link(span: Span) -> bool:
+        at = bisect.bisect_right(link_starts, span.start) - 1
+        return at >= 0 and span.end <= links[at].end
+
+    codes = sorted((s for s in spans if s.type in _CODE and not in_link(s)), key=lambda s: s.start)
+    starts, ends = [c.start for c in codes], [c.end for c in codes]
+    kept: list[Span] = list(codes)
     for span in spans:
         if span.type in _CODE:
-            if span in codes and not any(
-                c is not span and c.start <= span.start and span.end <= c.end for c in codes
-            ):
-                kept.append(span)
-        elif not any(c.start <= span.start and span.end <= c.end for c in codes):
-            kept.extend(_outside(span, codes) if span.type in _STYLES else [span])
+            continue
+        low, high = bisect.bisect_right(ends, span.start), bisect.bisect_left(starts, span.end)
+        if low < high and codes[low].start <= span.start and span.end <= codes[low].end:
+            continue  # inside code: not allowed
+        if span.type in _STYLES and low < high:
+            kept.extend(_outside(span, codes[low:high]))
+        else:
+            kept.append(span)
     return sorted(kept, key=lambda s: (s.start, -s.end))
 
 
 def _outside(span: Span, codes: Sequence[Span]) -> list[Span]:
-    """``span`` without the parts that overlap any code span."""
-    pieces = [(span.start, span.end)]
+    """``span`` without the parts that overlap these code spans (sorted, apart)."""
+    pieces = []
+    start = span.start
     for code in codes:
-        next_pieces = []
-        for start, end in pieces:
-            if code.end <= start or end <= code.start:
-                next_pieces.append((start, end))
-                continue
-            if start < code.start:
-                next_pieces.append((start, code.start))
-            if code.end < end:
-                next_pieces.append((code.end, end))
-        pieces = next_pieces
+        if code.start > start:
+            pieces.append((start, min(code.start, span.end)))
+        start = max(start, code.end)
+    if start < span.end:
+        pieces.append((start, span.end))
     return [replace(span, start=s, end=e) for s, e in pieces if e > s]
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 from .bus import PreviewSink
 from .events import Address
@@ -21,6 +22,8 @@ from .secrets import Masker
 log = logging.getLogger(__name__)
 
 MAX_LIVE = 1000  # previews at once, at most (one per turn asking its brain)
+CLOSE_WAIT = 10.0  # seconds a preview being shown may take to finish once closed
+STOP_KEPT = 3600.0  # a stop between steps counts this long (the turn's tools may be slow)
 
 
 class LivePreview:
@@ -30,12 +33,13 @@ class LivePreview:
         self._shown = ""
         self._changed = asyncio.Event()
         self._stopped = asyncio.Event()
+        self._closing = False
         self._task: asyncio.Task[None] | None = None
 
     def update(self, text: str) -> None:
         self._text = text
         self._changed.set()
-        if self._task is None:
+        if self._task is None and not self._closing:
             self._task = asyncio.create_task(self._pump(), name=f"preview-{self.key}")
 
     async def stopped(self) -> None:
@@ -44,10 +48,16 @@ class LivePreview:
     def stop(self) -> None:
         self._stopped.set()
 
+    @property
+    def is_stopped(self) -> bool:
+        return self._stopped.is_set()
+
     async def _pump(self) -> None:
-        while True:
+        while not self._closing:
             await self._changed.wait()
             self._changed.clear()
+            if self._closing:
+                return
             text = self.masker.mask_growing(self._text)  # a secret never shows, even in part
             if text == self._shown:
                 continue
@@ -58,23 +68,35 @@ class LivePreview:
             self._shown = text
 
     async def close(self) -> None:
-        if self._task is not None:
+        """No more texts; the one being shown is let finish (cut off at CLOSE_WAIT), so
+        the channel knows what it made (a group's preview message) before it ends."""
+        self._closing = True
+        self._changed.set()
+        if self._task is None:
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(self._task), CLOSE_WAIT)
+        except TimeoutError:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
-            try:
-                await self.sink.end_preview(self.to, self.key)
-            except Exception as exc:
-                log.debug("ending the preview of %s failed: %s", self.key, exc)
+        except Exception as exc:
+            log.debug("preview of %s ended badly: %s", self.key, exc)
+        try:
+            await self.sink.end_preview(self.to, self.key)
+        except Exception as exc:
+            log.debug("ending the preview of %s failed: %s", self.key, exc)
 
 
 class Previews:
     """The channels that show previews, and the previews live now (by key: the inbound
-    id of the turn)."""
+    id of the turn). A stop for a turn between its brain steps (its preview closed, its
+    tools running) is kept and ends the turn before its next step."""
 
     def __init__(self, masker: Masker) -> None:
         self.masker = masker
         self._sinks: dict[str, PreviewSink] = {}
         self._live: dict[str, LivePreview] = {}
+        self._stopped: dict[str, float] = {}  # key -> when: asked to stop between steps
 
     def add_sink(self, sink: PreviewSink) -> None:
         self._sinks[sink.name] = sink
@@ -92,9 +114,20 @@ class Previews:
         await preview.close()
 
     def stop(self, key: str) -> bool:
-        """Stop the reply being written for ``key``; False if none is being written."""
+        """Stop the reply being written for ``key`` (its turn, if between steps, ends
+        before the next); the channel asks only for keys it showed previews of."""
         preview = self._live.get(key)
-        if preview is None:
-            return False
-        preview.stop()
+        if preview is not None:
+            preview.stop()
+            return True
+        now = time.monotonic()
+        if len(self._stopped) >= MAX_LIVE:
+            self._stopped = {k: t for k, t in self._stopped.items() if now - t < STOP_KEPT}
+        if len(self._stopped) < MAX_LIVE:
+            self._stopped[key] = now
         return True
+
+    def take_stop(self, key: str) -> bool:
+        """Whether the turn of ``key`` was asked to stop between its steps (once)."""
+        when = self._stopped.pop(key, None)
+        return when is not None and time.monotonic() - when < STOP_KEPT

@@ -8,6 +8,7 @@ The final reply always goes through the outbox, once.
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 from pathlib import Path
@@ -17,6 +18,7 @@ from echo_bot.bus import ChannelSetup
 from echo_bot.events import Address, OutboundMessage
 from tests.fakes.openai_api import FakeOpenAI, Raw
 from tests.fakes.telegram_api import FakeTelegramAPI
+from tests.test_agent import GateTool
 from tests.test_telegram import OWNER, reply_to, say, sends, telegram_bot
 
 MODEL = "gpt-test"
@@ -28,11 +30,6 @@ def llm_extra(llm: FakeOpenAI, openai: str = "") -> str:
         f'[openai]\nbase_url = "{llm.base_url}"\nmodel = "{MODEL}"\ntimeout = "5s"\n'
         f'max_retries = 0\n{openai}\n[brain]\nkind = "openai"\n'
     )
-
-
-async def half_written(llm: FakeOpenAI, api: FakeTelegramAPI, chat_id: int = OWNER) -> None:
-    """Wait until the stream is held and the chat shows part of the reply."""
-    await llm.wait_until(lambda: llm.stream_holding >= 1)
 
 
 async def test_a_streamed_reply_shows_drafts_then_one_final_message(state_dir: Path) -> None:
@@ -174,3 +171,74 @@ async def test_the_terminal_prints_a_reply_as_it_is_written() -> None:
     assert out.getvalue() == "Hello, wor\nld.\n"
     await channel.send(OutboundMessage(to=here, text="Next reply", metadata={"inbound_id": "t2"}))
     assert out.getvalue().endswith("ld.\nNext reply\n")
+
+
+async def test_stops_for_nothing_and_unreadable_updates_change_nothing(state_dir: Path) -> None:
+    async with FakeOpenAI(model=MODEL) as llm:
+        llm.reply("Short answer.")
+        async with telegram_bot(state_dir, llm_extra(llm)) as (_bot, api):
+            api.push_stop(OWNER, 12345)  # no such draft
+            # Malformed (its chat has no type): aiogram cannot read it, nor its batch.
+            api.push_update({"stopped_message_generation": {"chat": {"id": 1}, "draft_id": 0}})
+            message_id = say(api, "hello")
+            final = await reply_to(api, message_id, "Short answer.")
+            assert "(stopped)" not in final.params["text"]
+
+
+def bot_texts(api: FakeTelegramAPI, chat_id: int) -> list[str]:
+    """What the chat shows now from the bot (after edits and deletions)."""
+    shown = [api.message(chat_id, m["message_id"]) for m in api.sent_messages(chat_id)]
+    return [m["plain_text"] for m in shown if m is not None]
+
+
+async def test_a_quick_group_reply_leaves_no_preview_behind(state_dir: Path) -> None:
+    group = -(10**12 + OWNER)
+    async with FakeOpenAI(model=MODEL) as llm:
+        llm.reply("Sure!")
+        async with telegram_bot(state_dir, llm_extra(llm)) as (_bot, api):
+            say(api, "@echo_test_bot can you?", chat_type="group")
+            async with asyncio.timeout(10):
+                while "Sure!" not in bot_texts(api, group):
+                    await asyncio.sleep(0.05)
+            await asyncio.sleep(0.5)
+            assert bot_texts(api, group) == ["Sure!"]
+
+
+async def test_a_group_reply_over_two_steps_is_one_message(state_dir: Path) -> None:
+    group = -(10**12 + OWNER)
+    gate = GateTool()
+    async with FakeOpenAI(model=MODEL) as llm:
+        llm.tool_calls([("wait_gate", {})], text="Let me look that up. ")
+        llm.reply(ANSWER)
+        async with telegram_bot(state_dir, llm_extra(llm), tools=[gate]) as (_bot, api):
+            say(api, "@echo_test_bot look it up", chat_type="group")
+            await asyncio.wait_for(gate.entered.wait(), 10)
+            await api.wait_for_call(
+                "sendMessage", lambda c: c.ok and "Let me look" in c.params["text"]
+            )
+            gate.release.set()
+            async with asyncio.timeout(15):
+                while ANSWER not in bot_texts(api, group):
+                    await asyncio.sleep(0.05)
+            await asyncio.sleep(0.5)
+            assert bot_texts(api, group) == [ANSWER]
+
+
+async def test_a_stop_while_tools_run_ends_the_turn_before_its_next_step(
+    state_dir: Path,
+) -> None:
+    gate = GateTool()
+    async with FakeOpenAI(model=MODEL) as llm:
+        llm.tool_calls([("wait_gate", {})], text="Let me look that up, this takes a while. ")
+        llm.reply("never asked for")
+        async with telegram_bot(state_dir, llm_extra(llm), tools=[gate]) as (_bot, api):
+            message_id = say(api, "look it up")
+            await asyncio.wait_for(gate.entered.wait(), 10)
+            draft = await api.wait_for_call("sendMessageDraft")
+            api.push_stop(OWNER, int(draft.params["draft_id"]))
+            await api.wait_for_call("getUpdates", after=len(api.calls))  # the stop was read
+            await api.wait_for_call("getUpdates", after=len(api.calls))
+            gate.release.set()
+            final = await reply_to(api, message_id, "(stopped)")
+        assert final.params["text"] == "(stopped)"
+        assert len(llm.chat_requests()) == 1  # no step after the stop

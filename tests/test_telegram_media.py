@@ -262,3 +262,24 @@ async def test_a_group_photo_with_a_mention_in_its_caption_is_answered(state_dir
         )
         await reply_to(api, message_id, "saved in the workspace", chat_id=group)
         assert len(saved_files(state_dir)) == 1  # the photo not addressed to the bot: left
+
+
+async def test_hostile_media_fields_get_an_answer_not_a_crash(state_dir: Path) -> None:
+    async with telegram_bot(state_dir) as (_bot, api):
+        document = {
+            **api.add_file(b"data", "f"),
+            "file_name": "n" * 10_000 + "\u0000\ud800.txt",
+            "mime_type": "text/\x00plain" + "x" * 500,
+            "file_size": -5,
+        }
+        voice = {**api.add_file(OGG), "duration": -3}
+        for content in (
+            {"document": document, "caption": "c" * 20_000},
+            {"voice": voice},
+            {"photo": []},
+            {"photo": [{"file_id": "", "file_unique_id": "", "width": 0, "height": 0}]},
+        ):
+            message_id = send(api, **content)
+            await reply_to(api, message_id)
+        message_id = say(api, "what time is it?")
+        await reply_to(api, message_id, "It is")

@@ -210,6 +210,8 @@ class TurnRunner:
             turn = tx.turns.create(inbound.id, inbound.session_key, inbound.trace_id)
             if inbound.kind == InboundKind.MESSAGE:
                 text = prepared.text if prepared is not None else inbound.text or ""
+                if prepared is not None:  # notes quote errors: no secret goes to history
+                    text = self.masker.mask(text)
                 tx.turns.append_message(
                     inbound.session_key, inbound.id, ChatMessage(role="user", content=text)
                 )
@@ -328,6 +330,9 @@ class TurnRunner:
         if conversation is None:
             load = partial(self.history.load, session_key=inbound.session_key)
             conversation = await self.store.run(load)
+        if self.previews is not None and self.previews.take_stop(inbound.id):
+            # Stopped while its tools ran: it ends here, with what it has said.
+            return BrainReply(text="(stopped)", route_reason="stopped by the user", markdown=True)
         preview = (
             self.previews.open(inbound.respond_to, inbound.id)
             if self.previews is not None and inbound.kind == InboundKind.MESSAGE

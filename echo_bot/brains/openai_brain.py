@@ -29,6 +29,8 @@ PLACEHOLDER_KEY = "sk-no-key-configured"
 MAX_ARGUMENT_CHARS = 100_000
 MISSING_NAME = "missing_tool_name"  # stands in for a tool call without a function name
 MAX_IMAGE_BYTES = 10 * 1000**2  # a photo larger than this is described, not shown
+MAX_STREAM_CHARS = 1_000_000  # a streamed answer longer than this is given up on
+PREVIEW_EVERY = 0.1  # seconds between the texts a streamed answer hands its preview
 
 
 class LLMUnavailable(Exception):
@@ -119,6 +121,8 @@ class OpenAIBrain:
             raise LLMUnavailable(f"unreadable answer ({type(exc).__name__})") from exc
         except OSError as exc:  # the connection broke mid-stream
             raise LLMUnavailable(f"the stream broke ({type(exc).__name__})") from exc
+        except (AttributeError, TypeError, KeyError) as exc:  # chunks of an odd shape
+            raise LLMUnavailable(f"unreadable answer ({type(exc).__name__})") from exc
         latency_ms = (time.perf_counter() - started) * 1000
         details: dict[str, object] = {
             "model": self.config.model,
@@ -155,35 +159,65 @@ class _StreamedAnswer:
     def __init__(self, preview: Preview | None) -> None:
         self.preview = preview
         self.parts: list[str] = []
-        self.calls: dict[int, dict[str, str]] = {}
+        self.size = 0
+        self.calls: list[dict[str, str]] = []
+        self._slots: dict[object, int] = {}  # the server's index of a call -> ours
         self.usage: Any = None
         self.choices = 0
+        self._shown_at = 0.0
 
     async def read(self, stream: Any) -> None:
         async for chunk in stream:
             if getattr(chunk, "usage", None) is not None:
                 self.usage = chunk.usage
             for choice in getattr(chunk, "choices", None) or []:
-                if getattr(choice, "index", 0) != 0:
+                if getattr(choice, "index", 0) not in (0, None):
                     continue
                 self.choices += 1
                 delta = getattr(choice, "delta", None)
                 if delta is None:
                     continue
                 if delta.content:
-                    self.parts.append(delta.content)
-                    if self.preview is not None:
-                        self.preview.update("".join(self.parts))
+                    self._text(delta.content)
                 for piece in delta.tool_calls or []:
-                    slot = self.calls.setdefault(
-                        piece.index, {"id": "", "name": "", "arguments": ""}
-                    )
-                    slot["id"] = piece.id or slot["id"]
-                    function = piece.function
-                    if function is not None:
-                        if function.name and function.name != slot["name"]:
-                            slot["name"] += function.name
-                        slot["arguments"] += function.arguments or ""
+                    self._call_piece(piece)
+            if self.size > MAX_STREAM_CHARS:
+                raise LLMUnavailable(f"the answer ran past {MAX_STREAM_CHARS} characters")
+        if self.preview is not None:
+            self.preview.update("".join(self.parts))
+
+    def _text(self, content: str) -> None:
+        self.parts.append(content)
+        self.size += len(content)
+        now = time.monotonic()
+        if self.preview is not None and now - self._shown_at >= PREVIEW_EVERY:
+            self._shown_at = now  # joined at most ten times a second, not per piece
+            self.preview.update("".join(self.parts))
+
+    def _call_piece(self, piece: Any) -> None:
+        """A piece of a tool call: by its index; without one (some servers), a piece
+        with a new id starts a call and any other continues the last."""
+        index = getattr(piece, "index", None)
+        given_id = getattr(piece, "id", None) or ""
+        if index is None:
+            last = self.calls[-1] if self.calls else None
+            starts = last is None or (given_id and given_id != last["id"])
+            key: object = ("unindexed", len(self.calls) if starts else len(self.calls) - 1)
+        else:
+            key = index
+        if key not in self._slots:
+            self._slots[key] = len(self.calls)
+            self.calls.append({"id": "", "name": "", "arguments": ""})
+        slot = self.calls[self._slots[key]]
+        slot["id"] = slot["id"] or given_id
+        function = getattr(piece, "function", None)
+        if function is None:
+            return
+        name = getattr(function, "name", None) or ""
+        if name and not (slot["name"] and name == slot["name"]):  # a repeat of it is not news
+            slot["name"] += name
+        slot["arguments"] += getattr(function, "arguments", None) or ""
+        self.size += len(name) + len(getattr(function, "arguments", None) or "")
 
     def message(self) -> Any:
         if not self.choices:
@@ -196,7 +230,7 @@ class _StreamedAnswer:
                 id=slot["id"] or None,
                 function=SimpleNamespace(name=slot["name"], arguments=slot["arguments"]),
             )
-            for _, slot in sorted(self.calls.items())
+            for slot in self.calls
         ]
         return SimpleNamespace(content="".join(self.parts) or None, tool_calls=calls)
 

@@ -31,6 +31,7 @@ FETCH_BACKOFF = (1.0, 3.0)  # seconds before the 2nd and 3rd try
 FETCH_TIMEOUT = 120.0  # one try, whole file
 SOURCE_WAIT = 30.0  # at start-up a recovered turn may begin before its channel is up
 QUOTE_CHARS = 300  # of a transcript, shown back to the sender
+MAX_TRANSCRIPT = 20_000  # characters of a transcript kept as the message
 
 _NAMES = {
     MediaKind.PHOTO: ("photo", ".jpg"),
@@ -133,6 +134,14 @@ class MediaPreparer:
             except MediaUnavailable as exc:
                 lines.append(f"[{what} not downloaded: {exc}]")
                 continue
+            except OSError as exc:  # the workspace cannot take it (full disk, permissions)
+                log.warning("media: %s of %s could not be saved: %s", what, message.id, exc)
+                lines.append(f"[{what} not downloaded: it could not be saved ({exc.strerror})]")
+                continue
+            except Exception as exc:  # a file is never worth a failed turn
+                log.exception("media: %s of %s could not be fetched", what, message.id)
+                lines.append(f"[{what} not downloaded: it failed ({type(exc).__name__})]")
+                continue
             if attachment.kind in (MediaKind.VOICE, MediaKind.AUDIO):
                 lines.append(await self._listen(saved, prepared, heard))
                 continue
@@ -152,12 +161,16 @@ class MediaPreparer:
             return f"[{what} saved: {facts}; not transcribed]"
         try:
             transcript = (await self.transcribe(saved.path, saved.path.name)).strip()
-        except TranscriptionFailed as exc:
+        except Exception as exc:  # a failed transcription never fails the turn
+            if not isinstance(exc, TranscriptionFailed):
+                log.exception("media: transcription of %s failed", saved.relative)
+                exc = TranscriptionFailed(f"the transcription failed ({type(exc).__name__})")
             log.warning("media: transcription of %s failed: %s", saved.relative, exc)
             prepared.notices.append(f"I could not transcribe your {what}: {exc}")
             return f"[{what} saved: {facts}; transcription failed: {exc}]"
         if not transcript:
             return f"[{what} saved: {facts}; no speech heard]"
+        transcript = transcript[:MAX_TRANSCRIPT]
         heard.append(transcript)
         shown = transcript if len(transcript) <= QUOTE_CHARS else transcript[:QUOTE_CHARS] + "…"
         prepared.notices.append(f"🎙 “{shown}”")
@@ -202,10 +215,13 @@ class MediaPreparer:
         """The absolute path for ``relative``, its directory made; refused if anything
         on the way (a symbolic link a tool left in the workspace) leads outside it."""
         root = self.workspace.resolve()
-        folder = root.joinpath(*relative.parts[:-1])
-        folder.mkdir(parents=True, exist_ok=True)
-        if folder.resolve() != folder or not folder.is_relative_to(root):
-            raise MediaUnavailable(f"{relative.parent} in the workspace is not a plain folder")
+        root.mkdir(parents=True, exist_ok=True)
+        folder = root
+        for part in relative.parts[:-1]:  # one at a time: never through a symlink
+            folder = folder / part
+            if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+                raise MediaUnavailable(f"{relative.parent} in the workspace is not a plain folder")
+            folder.mkdir(exist_ok=True)
         return folder / relative.name
 
 

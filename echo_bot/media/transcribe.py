@@ -32,9 +32,10 @@ class Transcriber:
         )
 
     async def __call__(self, path: Path, name: str) -> str:
-        data = await asyncio.to_thread(path.read_bytes)
-        if len(data) > MAX_AUDIO_BYTES:
+        size = (await asyncio.to_thread(path.stat)).st_size
+        if size > MAX_AUDIO_BYTES:
             raise TranscriptionFailed("the recording is over 25 MB, more than the API takes")
+        data = await asyncio.to_thread(path.read_bytes)
         try:
             result = await self.client.audio.transcriptions.create(
                 model=self.model, file=(name, data)

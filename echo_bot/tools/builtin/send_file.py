@@ -15,7 +15,7 @@ import re
 from pathlib import Path, PurePosixPath
 from typing import Any, ClassVar
 
-from ...events import Address, MediaKind, OutboundFile, OutboundKind, OutboundMessage
+from ...events import Address, MediaKind, OutboundFile, OutboundKind, OutboundMessage, new_id
 from ...sizes import format_size
 from ..base import ErrorCode, Risk, Tool, ToolContext, ToolGroup, ToolResult
 from .files import read_workspace_file
@@ -96,7 +96,7 @@ class SendFileTool(Tool):
                 ErrorCode.INVALID_PARAMETER,
                 f"{raw} is over {format_size(limit)}, the most Telegram takes as {what}",
             )
-        copy = await asyncio.to_thread(self._keep, ctx.idempotency_key or ctx.trace_id, name, data)
+        copy = await asyncio.to_thread(self._keep, name, data)
         await self._sink(
             OutboundMessage(
                 to=target,
@@ -120,9 +120,13 @@ class SendFileTool(Tool):
             bytes=len(data),
         )
 
-    def _keep(self, key: str, name: str, data: bytes) -> Path:
+    def _keep(self, name: str, data: bytes) -> Path:
+        """A copy under a name no other call can have, written whole before it counts."""
         self.outgoing.mkdir(mode=0o700, parents=True, exist_ok=True)
         safe = _SAFE.sub("_", name).strip("._")[:80] or "file"
-        path = self.outgoing / f"{_SAFE.sub('_', key)[:64]}-{safe}"
-        path.write_bytes(data)
+        path = self.outgoing / f"{new_id()}-{safe}"
+        partial = path.with_name(f".{path.name}.part")
+        with partial.open("xb") as handle:
+            handle.write(data)
+        partial.replace(path)
         return path
