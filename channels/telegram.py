@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 from aiogram import Bot, Dispatcher, Router
@@ -470,7 +470,7 @@ class TelegramChannel:
         """The batch at ``offset`` fetched as raw JSON and read update by update; one
         that cannot be read is logged and stands in as a bare update, so the offset
         moves past it (it is never handled)."""
-        session = await self.bot.session.create_session()
+        session = await cast(AiohttpSession, self.bot.session).create_session()
         url = self.bot.session.api.api_url(self.bot.token, "getUpdates")
         body = {"timeout": 0, "allowed_updates": ALLOWED_UPDATES}
         if offset is not None:
@@ -640,7 +640,8 @@ class TelegramChannel:
             return
         attachments, notes = read_media(message, self.config)
         if not attachments and not notes and text is None:
-            kind = str(message.content_type.value).replace("_", " ")
+            kind = str(getattr(message.content_type, "value", message.content_type))
+            kind = kind.replace("_", " ")
             notes = [f"[a message of a kind I cannot read: {kind}]"]
         text = "\n".join(part for part in [text, *notes] if part) or None
         inbound = InboundMessage(
@@ -710,12 +711,10 @@ class TelegramChannel:
             return
         verb, request_id, seconds = parsed
         chat = Address(channel="telegram", chat_id=str(message.chat.id))
-        if getattr(message, "message_thread_id", None) and getattr(
-            message, "is_topic_message", False
-        ):
-            chat = Address(
-                channel="telegram", chat_id=chat.chat_id, thread_id=str(message.message_thread_id)
-            )
+        # An InaccessibleMessage (too old for Telegram to show) has neither.
+        thread = getattr(message, "message_thread_id", None)
+        if thread and getattr(message, "is_topic_message", False):
+            chat = Address(channel="telegram", chat_id=chat.chat_id, thread_id=str(thread))
         presser = query.from_user
         decision = ApprovalDecision(
             request_id=request_id,
@@ -1035,12 +1034,11 @@ class TelegramChannel:
                     else None
                 ),
             }
-            result = await self._formatted_call(
-                lambda entities, f=fields, p=part: self.bot.send_message(
-                    **f, entities=_entities(p) if entities else None
-                ),
-                bool(part.spans),
-            )
+
+            def request(entities: bool, f: dict[str, Any] = fields, p: Formatted = part) -> Any:
+                return self.bot.send_message(**f, entities=_entities(p) if entities else None)
+
+            result = await self._formatted_call(request, bool(part.spans))
             sent.append(result.message_id)
         self._parts_sent.pop(message.id, None)
         return Receipt(channel_message_id=str(sent[-1]))

@@ -135,7 +135,8 @@ def tool_args(tool: str, args: dict[str, Any], sources: Mapping[str, Any]) -> di
     """The tool's arguments for one delivery. A ``command`` string is split first."""
     args = dict(args)
     if tool != "shell_exec":
-        return fill_args(args, sources)
+        filled: dict[str, Any] = fill_args(args, sources)
+        return filled
     if isinstance(args.get("command"), str):
         args["argv"] = shlex.split(args.pop("command"))
     return {

@@ -102,7 +102,8 @@ def _with_store(at: StoreAt, fn: Callable[[Tx], T], *, create: bool = False) -> 
 # -- check-config -------------------------------------------------------------------------
 def check_config(loaded: LoadedConfig, state_dir: Path, env: Mapping[str, str]) -> int:
     """``env``: the environment with the systemd credentials filled in."""
-    from .app import build_core, http_reasons
+    from .app import http_reasons
+    from .core import build_core
 
     core = build_core(loaded, state_dir, env)
     config = loaded.config
@@ -183,10 +184,11 @@ def approvals_command(at: StoreAt, action: str, approval_id: str | None, wait: f
             file=sys.stderr,
         )
         return 2
-    row = _with_store(at, lambda tx: tx.approvals.get(matches[0]) if matches else None)
-    if row is None:
+    found = _with_store(at, lambda tx: tx.approvals.get(matches[0]) if matches else None)
+    if found is None:
         print(f"echo-bot: unknown approval request {approval_id}")
         return 1
+    row = found
     if action == "show":
         _show(row)
         return 0
@@ -432,8 +434,8 @@ def status_command(at: StoreAt) -> int:
     )
     print(f"approvals pending: {counts['approvals_pending']}; "
           f"reminders active: {counts['reminders_active']}")  # fmt: skip
-    for row in upcoming:
-        print(f"  next: {_clock(row.next_at)}  {row.id}  {row.text[:60]}")
+    for reminder in upcoming:
+        print(f"  next: {_clock(reminder.next_at)}  {reminder.id}  {reminder.text[:60]}")
     return 0
 
 

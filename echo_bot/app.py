@@ -714,7 +714,7 @@ class Daemon:
                 continue
             seen = replace(row, seen_at=time.time())
             try:
-                await self.core.store.run(lambda tx, seen=seen: tx.meta.instance_seen(seen))
+                await self.core.store.run(partial(_instance_seen, seen=seen))
             except Exception:  # the store may be away for a while: next beat
                 log_retrying(log, "refreshing this daemon's instance row failed")
 
@@ -745,3 +745,7 @@ class Daemon:
             file=sys.stderr,
             flush=True,
         )
+
+
+def _instance_seen(tx: Tx, seen: InstanceRow) -> None:
+    tx.meta.instance_seen(seen)

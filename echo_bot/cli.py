@@ -311,8 +311,9 @@ def _doctor(args: argparse.Namespace) -> int:
 def _run_daemon(
     command: str, loaded: LoadedConfig, state_dir: Path, environ: dict[str, str]
 ) -> int:
-    from .app import Daemon, build_core
+    from .app import Daemon
     from .config import telegram_enabled
+    from .core import build_core
 
     core = build_core(loaded, state_dir, environ)
     tty = _stdin_is_terminal()

@@ -97,7 +97,7 @@ def cron_trigger(expression: str, timezone: ZoneInfo) -> Any:
 def next_after(expression: str, timezone: ZoneInfo, moment: datetime) -> datetime | None:
     """The first occurrence strictly after ``moment``."""
     trigger = cron_trigger(expression, timezone)
-    following = trigger.get_next_fire_time(None, moment)
+    following: datetime | None = trigger.get_next_fire_time(None, moment)
     if following is not None and following <= moment:
         following = trigger.get_next_fire_time(None, moment + timedelta(seconds=1))
     return following

@@ -15,6 +15,7 @@ import json
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, TypeVar
 
 from .. import metrics
@@ -131,11 +132,14 @@ class CallExecutor:
             for call in gone:
                 result = self.registry.not_found(call.name)
                 await self._write(
-                    inbound, lambda tx, c=call, r=result: self._finish(tx, inbound, c, r)
+                    inbound, partial(self._finish, inbound=inbound, call=call, result=result)
                 )
             return await self.run_step(inbound, turn, exposed)
-        tools = [available.get(c.name) or self.registry.get(c.name) for c in runnable]
-        assert all(tools)
+        tools: list[Tool] = []
+        for call in runnable:
+            tool = available.get(call.name) or self.registry.get(call.name)
+            assert tool is not None  # the gone ones were settled above
+            tools.append(tool)
         if all(t.risk_for(c.args) == Risk.READ for t, c in zip(tools, runnable, strict=True)):
             finished = await asyncio.gather(
                 *(self._run(inbound, t, c) for t, c in zip(tools, runnable, strict=True))

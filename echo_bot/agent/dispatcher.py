@@ -393,8 +393,10 @@ class Dispatcher:
         held = False
         try:
             cluster = self.cluster
-            held = await self._once_the_store_is_back(
-                f"decision {message.id}", lambda: cluster.take(session_lease(session_key))
+            held = bool(  # None: stopping meanwhile, the decision waits in the inbox
+                await self._once_the_store_is_back(
+                    f"decision {message.id}", lambda: cluster.take(session_lease(session_key))
+                )
             )
             if held:
                 await self._apply_decision(message)

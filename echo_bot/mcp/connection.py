@@ -218,7 +218,7 @@ class Connection:
             log.warning("mcp %s: %s", self.config.name, _one_line(message))
 
     async def _decline_sampling(
-        self, ctx: ClientRequestContext, params: types.CreateMessageRequestParams
+        self, context: ClientRequestContext, params: types.CreateMessageRequestParams
     ) -> types.ErrorData:
         log.warning("mcp %s asked for sampling: declined (not supported yet)", self.config.name)
         return types.ErrorData(
@@ -226,7 +226,7 @@ class Connection:
         )
 
     async def _decline_elicitation(
-        self, ctx: ClientRequestContext, params: types.ElicitRequestParams
+        self, context: ClientRequestContext, params: types.ElicitRequestParams
     ) -> types.ErrorData:
         log.warning("mcp %s asked for elicitation: declined (not supported yet)", self.config.name)
         return types.ErrorData(

@@ -254,7 +254,8 @@ _NOTE = re.compile(
 def split_notes(text: str) -> tuple[str, list[str]]:
     """A prepared message's own words, and its notes on files (the lines ``prepare``
     added), apart."""
-    words, notes = [], []
+    words: list[str] = []
+    notes: list[str] = []
     for line in text.splitlines():
         (notes if _NOTE.match(line) else words).append(line)
     return "\n".join(words), notes

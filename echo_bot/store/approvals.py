@@ -43,7 +43,7 @@ _COLUMNS = (
 )
 
 
-def _row(raw: tuple) -> ApprovalRow:  # type: ignore[type-arg]
+def _row(raw: tuple[Any, ...]) -> ApprovalRow:
     values = list(raw)
     values[5] = json.loads(values[5])
     values[8] = json.loads(values[8])
@@ -143,9 +143,10 @@ def due_for_expiry(db: SqlDb, now: float) -> list[str]:
 
 
 def next_expiry(db: SqlDb) -> float | None:
-    return db.execute("SELECT MIN(expires_at) FROM approvals WHERE status = 'pending'").fetchone()[
+    found = db.execute("SELECT MIN(expires_at) FROM approvals WHERE status = 'pending'").fetchone()[
         0
     ]
+    return None if found is None else float(found)
 
 
 def add_grant(db: SqlDb, session_key: str, tool: str, until: float, approval_id: str) -> None:

@@ -52,7 +52,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar, cast
 
 from sqlite_utils import Database as SqliteUtilsDatabase
 
@@ -102,6 +102,7 @@ class Database(ThreadedEngine):
     """The SQLite engine (see the module doc)."""
 
     engine = "sqlite"
+    path: Path  # never None here: SQLite is a file
 
     def __init__(self, path: Path, *, durability: str = "normal") -> None:
         super().__init__()
@@ -286,7 +287,7 @@ class Database(ThreadedEngine):
         if not self._flush_scheduled:
             self._flush_scheduled = True
             loop.call_soon(self._flush)
-        return await job.future  # type: ignore[no-any-return]
+        return cast(T, await cast("asyncio.Future[Any]", job.future))
 
     # -- on the event loop -----------------------------------------------------------
     def _flush(self) -> None:

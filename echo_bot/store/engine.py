@@ -21,7 +21,7 @@ import queue
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 from ..errors import StoreError, StoreUnavailable
 
@@ -73,7 +73,11 @@ class Session(Protocol):
     """A connection's transaction control, as ``run_begun`` needs it."""
 
     handle: Any  # what each job is given
-    errors: type[BaseException] | tuple[type[BaseException], ...]  # the driver's
+
+    @property
+    def errors(self) -> type[BaseException] | tuple[type[BaseException], ...]:
+        """The driver's exception classes."""
+        ...
 
     def unavailable(self, exc: BaseException) -> bool:
         """Whether the driver's ``exc`` means the store cannot be reached now (then a
@@ -207,14 +211,14 @@ class ThreadedEngine(abc.ABC):
             after_commit=after_commit,
         )
         self._enqueue(job)
-        return await job.future  # type: ignore[no-any-return]
+        return cast(T, await cast("asyncio.Future[Any]", job.future))
 
     def _submit_sync(
         self, fn: Callable[..., T], *, in_transaction: bool, wrap_errors: bool = True
     ) -> T:
         job = Job(fn, in_transaction=in_transaction, wrap_errors=wrap_errors, loop=None)
         self._enqueue(job)
-        return job.future.result()  # type: ignore[union-attr,no-any-return]
+        return cast(T, job.future.result())
 
     def _enqueue(self, job: Job) -> None:
         with self._worker_lock:
@@ -249,7 +253,7 @@ class ThreadedEngine(abc.ABC):
                     following = self._jobs.get_nowait()
                 except queue.Empty:
                     break
-                if following is _STOP or not following.in_transaction:  # type: ignore[union-attr]
+                if following is _STOP or not cast(Job, following).in_transaction:
                     held = following
                     break
                 batch.append(following)  # type: ignore[arg-type]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..bus import Published
 from ..events import InboundKind, InboundMessage, InboundStatus
@@ -30,7 +30,7 @@ class InboxRow:
     error: str | None
 
 
-def _row(raw: dict) -> InboxRow:  # type: ignore[type-arg]
+def _row(raw: dict[str, Any]) -> InboxRow:
     return InboxRow(
         seq=raw["seq"],
         message=InboundMessage.model_validate_json(raw["payload"]),

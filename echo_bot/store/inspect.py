@@ -8,6 +8,7 @@ import contextlib
 import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from sqlite_utils import Database as SqlDb
 
@@ -89,12 +90,17 @@ def check_database(url: str) -> DatabaseCheck:
             row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
             schema = int(row[0]) if row else None
             live = 0
-            if conn.execute("SELECT to_regclass('instances') IS NOT NULL").fetchone()[0]:
-                live = conn.execute(
-                    "SELECT COUNT(*) FROM instances"
-                    " WHERE seen_at >= extract(epoch from clock_timestamp()) - 15"
-                ).fetchone()[0]
-            queued = dict(
+            if _first(conn.execute("SELECT to_regclass('instances') IS NOT NULL").fetchone()):
+                live = int(
+                    _first(
+                        conn.execute(
+                            "SELECT COUNT(*) FROM instances"
+                            " WHERE seen_at >= extract(epoch from clock_timestamp()) - 15"
+                        ).fetchone()
+                    )
+                    or 0
+                )
+            queued: dict[str, int] = dict(
                 conn.execute(
                     "SELECT channel, COUNT(*) FROM outbox WHERE status = 'queued' GROUP BY channel"
                 ).fetchall()
@@ -110,3 +116,8 @@ def check_database(url: str) -> DatabaseCheck:
         live=int(live),
         queued=QueuedOutbound(by_channel={str(k): int(v) for k, v in queued.items()}),
     )
+
+
+def _first(row: tuple[Any, ...] | None) -> Any:
+    """The first column of a row read with fetchone (None: no row)."""
+    return row[0] if row else None

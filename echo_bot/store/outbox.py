@@ -149,10 +149,12 @@ def mark_failed(db: SqlDb, outbound_id: str, error: str) -> None:
 
 def pending_count(db: SqlDb, chat_key: str | None = None) -> int:
     if chat_key is None:
-        return db.execute("SELECT COUNT(*) FROM outbox WHERE status = 'queued'").fetchone()[0]
-    return db.execute(
-        "SELECT COUNT(*) FROM outbox WHERE status = 'queued' AND chat_key = ?", [chat_key]
-    ).fetchone()[0]
+        return int(db.execute("SELECT COUNT(*) FROM outbox WHERE status = 'queued'").fetchone()[0])
+    return int(
+        db.execute(
+            "SELECT COUNT(*) FROM outbox WHERE status = 'queued' AND chat_key = ?", [chat_key]
+        ).fetchone()[0]
+    )
 
 
 def enqueue_outbound(db: SqlDb, message: OutboundMessage) -> OutboxRow | None:

@@ -56,7 +56,7 @@ class Row(tuple[Any, ...]):
         row._index = index
         return row
 
-    def __getitem__(self, key: Any) -> Any:  # type: ignore[override]
+    def __getitem__(self, key: Any) -> Any:
         if isinstance(key, str):
             return tuple.__getitem__(self, self._index[key])
         return tuple.__getitem__(self, key)

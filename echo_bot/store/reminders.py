@@ -60,9 +60,11 @@ def active_reminders(db: SqlDb, chat: str | None = None) -> list[ReminderRow]:
 
 
 def count_active(db: SqlDb, chat: str) -> int:
-    return db.execute(
-        "SELECT COUNT(*) FROM reminders WHERE status = ? AND chat = ?", [ACTIVE, chat]
-    ).fetchone()[0]
+    return int(
+        db.execute(
+            "SELECT COUNT(*) FROM reminders WHERE status = ? AND chat = ?", [ACTIVE, chat]
+        ).fetchone()[0]
+    )
 
 
 def set_status(db: SqlDb, reminder_id: str, status: str, *, only_if: str = ACTIVE) -> bool:

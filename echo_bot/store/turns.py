@@ -81,7 +81,8 @@ def create_turn(db: SqlDb, turn_id: str, session_key: str, trace_id: str) -> Tur
 def set_turn(
     db: SqlDb, turn_id: str, *, step: int | None = None, status: str | None = None
 ) -> None:
-    sets, args = ["updated_at = ?"], [time.time()]
+    sets: list[str] = ["updated_at = ?"]
+    args: list[object] = [time.time()]
     if step is not None:
         sets.append("step = ?")
         args.append(step)

@@ -12,6 +12,7 @@ cancelled meanwhile, and never for work that was rolled back.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 import logging
 import time
@@ -302,7 +303,7 @@ class TurnRepo:
     ) -> None:
         turn_sql.set_call(self._db, call_id, status, result=result, approval_id=approval_id)
 
-    def taken_call_ids(self, ids: list[str]) -> set[str]:
+    def taken_call_ids(self, ids: list[str]) -> builtins.set[str]:
         return turn_sql.taken_call_ids(self._db, ids)
 
     def repeats(self, turn_id: str, hashes: list[str]) -> int:
@@ -310,7 +311,7 @@ class TurnRepo:
 
     def taken_and_repeats(
         self, turn_id: str, ids: list[str], hashes: list[str]
-    ) -> tuple[set[str], int]:
+    ) -> tuple[builtins.set[str], int]:
         """``taken_call_ids`` and ``repeats`` in one read."""
         return turn_sql.taken_and_repeats(self._db, turn_id, ids, hashes)
 
@@ -366,10 +367,10 @@ class ApprovalRepo:
     ) -> list[approval_sql.ApprovalRow]:
         return approval_sql.list_approvals(self._db, status, limit)
 
-    def pending_for(self, prompt_to: str) -> list[approval_sql.ApprovalRow]:
+    def pending_for(self, prompt_to: str) -> builtins.list[approval_sql.ApprovalRow]:
         return approval_sql.pending_for(self._db, prompt_to)
 
-    def ids_beginning(self, prefix: str) -> list[str]:
+    def ids_beginning(self, prefix: str) -> builtins.list[str]:
         """The ids of every request that begins with ``prefix``, oldest first."""
         return approval_sql.ids_beginning(self._db, prefix)
 
@@ -384,7 +385,7 @@ class ApprovalRepo:
         """Compare-and-set from pending; False when someone (or expiry) got there first."""
         return approval_sql.decide(self._db, approval_id, status, verb=verb, decided_by=decided_by)
 
-    def due_for_expiry(self, now: float) -> list[str]:
+    def due_for_expiry(self, now: float) -> builtins.list[str]:
         return approval_sql.due_for_expiry(self._db, now)
 
     def next_expiry(self) -> float | None:
@@ -590,7 +591,7 @@ class Store:
         # reach its dispatcher by InboundCommitted, the rest (None: a management
         # command) by its poll.
         self.instance = instance
-        self._subscribers: dict[type[Committed], list[Callable[[Any], None]]] = {}
+        self._subscribers: dict[type[Any], list[Callable[[Any], None]]] = {}
 
     def describe(self) -> str:
         """Where the store is, for people (never a password)."""

@@ -7,7 +7,7 @@ import asyncio
 import difflib
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from jsonschema import Draft202012Validator
@@ -80,7 +80,7 @@ class ToolRegistry:
     def names(self) -> list[str]:
         return sorted(self._tools)
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[Tool]:
         return iter(self._tools.values())
 
     def closest(self, name: str, candidates: Iterable[str] | None = None) -> list[str]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Awaitable, Callable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from ...events import Address, OutboundKind, OutboundMessage
 from ..base import ErrorCode, Risk, Tool, ToolContext, ToolGroup, ToolResult
@@ -36,7 +36,7 @@ class SendMessageTool(Tool):
     key_args: ClassVar[tuple[str, ...]] = ("to",)
     risk: ClassVar[Risk] = Risk.WRITE
     group: ClassVar[ToolGroup] = "messaging"
-    default_approval: ClassVar[str] = "origin_chat"  # type: ignore[assignment]
+    default_approval: ClassVar[Literal["policy", "origin_chat"]] = "origin_chat"
     timeout: ClassVar[float] = 10.0
     triggers: ClassVar[tuple[str, ...]] = ("send a message", "send message", "post a message")
     negative_triggers: ClassVar[tuple[str, ...]] = ("remind me",)

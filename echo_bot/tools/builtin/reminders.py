@@ -7,8 +7,9 @@ not ask for approval there. Reminders made by webhooks and cron go to their deli
 from __future__ import annotations
 
 import re
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
+from ...events import Address
 from ...reminders import ReminderService, render_list
 from ..base import ErrorCode, Risk, Tool, ToolContext, ToolGroup, ToolResult
 
@@ -26,7 +27,7 @@ _WHEN_LAST = re.compile(
 )
 
 
-def _chat(ctx: ToolContext):  # type: ignore[no-untyped-def]
+def _chat(ctx: ToolContext) -> Address:
     return ctx.respond_to or ctx.origin
 
 
@@ -51,7 +52,7 @@ class ReminderCreateTool(Tool):
     key_args: ClassVar[tuple[str, ...]] = ("when", "recurrence", "timezone")
     risk: ClassVar[Risk] = Risk.WRITE
     group: ClassVar[ToolGroup] = "messaging"
-    default_approval: ClassVar[str] = "origin_chat"  # type: ignore[assignment]
+    default_approval: ClassVar[Literal["policy", "origin_chat"]] = "origin_chat"
     timeout: ClassVar[float] = 15.0
     triggers: ClassVar[tuple[str, ...]] = ("remind me", "set a reminder", "reminder to")
     negative_triggers: ClassVar[tuple[str, ...]] = (
@@ -130,7 +131,7 @@ class ReminderCancelTool(Tool):
     key_args: ClassVar[tuple[str, ...]] = ("id",)
     risk: ClassVar[Risk] = Risk.WRITE
     group: ClassVar[ToolGroup] = "messaging"
-    default_approval: ClassVar[str] = "origin_chat"  # type: ignore[assignment]
+    default_approval: ClassVar[Literal["policy", "origin_chat"]] = "origin_chat"
     triggers: ClassVar[tuple[str, ...]] = (
         "cancel reminder",
         "cancel the reminder",

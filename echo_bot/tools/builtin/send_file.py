@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import re
 from pathlib import Path, PurePosixPath
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from ...events import Address, MediaKind, OutboundFile, OutboundKind, OutboundMessage, new_id
 from ...sizes import format_size
@@ -49,7 +49,7 @@ class SendFileTool(Tool):
     key_args: ClassVar[tuple[str, ...]] = ("path", "to")
     risk: ClassVar[Risk] = Risk.WRITE
     group: ClassVar[ToolGroup] = "messaging"
-    default_approval: ClassVar[str] = "origin_chat"  # type: ignore[assignment]
+    default_approval: ClassVar[Literal["policy", "origin_chat"]] = "origin_chat"
     timeout: ClassVar[float] = 30.0
     triggers: ClassVar[tuple[str, ...]] = ("send me the file", "send the file", "send file")
 
