@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import glob
 import hmac
 import json
 import logging
@@ -247,6 +248,12 @@ def preview_part(text: str, mark: str = "") -> Formatted:
         return last
     fits = utf16_offsets(last.text)[-1] + len(mark.encode("utf-16-le")) // 2 <= MAX_TEXT
     return Formatted(last.text + mark, last.spans) if fits else last
+
+
+def _drop_partials(saved: Path) -> None:
+    """The file is whole: partial downloads of it (a try a kill cut short) can go."""
+    for stale in saved.parent.glob(f".{glob.escape(saved.name)}.*.part"):
+        stale.unlink(missing_ok=True)
 
 
 def _is_hex(text: str) -> bool:
@@ -909,6 +916,7 @@ class TelegramChannel:
                 raise ChannelError(f"the download failed ({type(exc).__name__})") from None
             await asyncio.to_thread(handle.close)
             await asyncio.to_thread(partial.replace, destination)
+            await asyncio.to_thread(_drop_partials, destination)
         finally:
             if not handle.closed:
                 await asyncio.to_thread(handle.close)

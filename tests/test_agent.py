@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -18,7 +18,7 @@ from echo_bot.events import InboundStatus, OutboundMessage, new_id
 from echo_bot.store.audit import read_audit
 from echo_bot.store.inbox import get_inbound
 from echo_bot.tools.base import Risk, Tool, ToolContext, ToolGroup, ToolResult
-from tests.conftest import Bot, running_bot, store_engine
+from tests.conftest import Bot, eventually, running_bot, store_engine
 from tests.fakes.channel import RecordingChannel
 
 # Each test runs on SQLite and on a real PostgreSQL server.
@@ -36,13 +36,6 @@ async def inbox_status(bot: Bot, inbound_id: str) -> InboundStatus:
     row = await bot.db.run(lambda db: get_inbound(db, inbound_id))
     assert row is not None
     return row.status
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 10.0) -> None:
-    """Wait until ``check()`` holds (polling the store), or fail after ``timeout``."""
-    async with asyncio.timeout(timeout):
-        while not await check():
-            await asyncio.sleep(0.05)
 
 
 def replies_to(channel: RecordingChannel, inbound_id: str) -> list[OutboundMessage]:

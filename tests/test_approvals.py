@@ -3,9 +3,7 @@ what each decision does, and what can never be approved."""
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -28,7 +26,7 @@ from echo_bot.events import (
 from echo_bot.store.approvals import ApprovalRow, get_approval
 from echo_bot.store.inbox import get_inbound
 from echo_bot.tools.base import Risk, Tool, ToolContext, ToolGroup, ToolResult
-from tests.conftest import Bot, running_bot
+from tests.conftest import Bot, eventually, running_bot
 from tests.fakes.channel import RecordingChannel
 
 # Each test runs on SQLite and on a real PostgreSQL server.
@@ -84,13 +82,6 @@ async def inbox_status(bot: Bot, inbound_id: str) -> InboundStatus:
     row = await bot.db.run(lambda db: get_inbound(db, inbound_id))
     assert row is not None
     return row.status
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 10.0) -> None:
-    """Wait until ``check()`` holds (polling the store), or fail after ``timeout``."""
-    async with asyncio.timeout(timeout):
-        while not await check():
-            await asyncio.sleep(0.05)
 
 
 async def notice_for(channel: RecordingChannel, press_id: str) -> OutboundMessage:
@@ -296,9 +287,10 @@ async def test_decision_after_expiry_is_refused(state_dir: Path) -> None:
         inbound = await bot.channel.say("/run touch late.txt")
         prompt = await bot.channel.prompt_for(inbound)
         row = await approval(bot, prompt.metadata["approval_id"])
-        # Press just after the deadline: whether the decision or the sweeper sees the
-        # expiry first, the request must end expired and never approved.
-        await asyncio.sleep(max(0.0, row.expires_at - time.time()) + 0.01)
+        # Press just after the deadline (the gate's clock moved past it, no waiting):
+        # whether the decision or the sweeper sees the expiry first, the request must
+        # end expired and never approved.
+        bot.daemon.core.gate.clock = lambda: max(time.time(), row.expires_at + 0.01)
         press = await bot.channel.press(action_of(prompt, "Approve once"))
 
         notice = await notice_for(bot.channel, press)

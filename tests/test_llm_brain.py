@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, ClassVar
@@ -93,12 +93,6 @@ def assert_all_shaped(llm: FakeOpenAI) -> None:
 async def audit(bot: Bot, kind: str) -> list[AuditRow]:
     rows = await bot.db.run(lambda db: read_audit(db, tail=10_000))
     return [r for r in rows if r.kind == kind]
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 10.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not await check():
-            await asyncio.sleep(0.05)
 
 
 def workspace(bot: Bot) -> Path:

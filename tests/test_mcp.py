@@ -9,7 +9,7 @@ import contextlib
 import json
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -22,7 +22,7 @@ from echo_bot.mcp.hub import McpHub
 from echo_bot.mcp.tool import McpTool
 from echo_bot.tools.base import Risk
 from echo_bot.tools.registry import ToolRegistry
-from tests.conftest import ROOT, Bot, run_echo_bot, running_bot
+from tests.conftest import ROOT, Bot, eventually, run_echo_bot, running_bot
 
 SERVER = ROOT / "tests" / "fakes" / "mcp_notes_server.py"
 
@@ -36,15 +36,6 @@ env = {{ NOTES_DIR = {json.dumps(str(notes))} }}
 timeout = "3s"
 {extra}
 """
-
-
-async def eventually(check: Callable[[], Awaitable[bool] | bool], timeout: float = 15.0) -> None:
-    async with asyncio.timeout(timeout):
-        while True:
-            answer = check()
-            if await answer if isinstance(answer, Awaitable) else answer:
-                return
-            await asyncio.sleep(0.05)
 
 
 def mcp_state(bot: Bot) -> dict[str, object]:

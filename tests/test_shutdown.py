@@ -3,6 +3,7 @@ and the store stays consistent either way."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import sqlite3
 import time
@@ -21,6 +22,23 @@ allow_commands = ["sleep *"]
 """
 
 
+def wait_until_started(state: Path, timeout: float = 15.0) -> None:
+    """Until the store says a tool call has started (its process is running)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        store = f"file:{state / 'echo-bot.sqlite3'}?mode=ro"  # read-only: never made here
+        with (
+            contextlib.suppress(sqlite3.Error),
+            contextlib.closing(sqlite3.connect(store, uri=True)) as conn,
+        ):
+            if conn.execute(
+                "SELECT COUNT(*) FROM tool_calls WHERE started_at IS NOT NULL"
+            ).fetchone()[0]:
+                return
+        time.sleep(0.05)
+    raise AssertionError("no tool call started")
+
+
 def test_a_second_signal_exits_at_once_and_the_store_survives(tmp_path: Path) -> None:
     config = tmp_path / "config.toml"
     config.write_text(CONFIG)
@@ -30,7 +48,7 @@ def test_a_second_signal_exits_at_once_and_the_store_survives(tmp_path: Path) ->
     try:
         bot.expect_stderr(r"^state: ")
         bot.send("/run sleep 20")
-        time.sleep(1.0)  # the command is running now
+        wait_until_started(state)  # the command is running now
         bot.proc.send_signal(signal.SIGTERM)
         bot.expect_stderr(r"stopping")
         time.sleep(0.5)

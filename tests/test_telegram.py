@@ -11,7 +11,7 @@ import asyncio
 import re
 import time
 import tomllib
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -27,7 +27,7 @@ from echo_bot.errors import ConfigError
 from echo_bot.events import Address, Button, OutboundMessage, new_id
 from echo_bot.store.access import new_pairing_code
 from echo_bot.tools.base import Tool
-from tests.conftest import Bot, running_bot
+from tests.conftest import Bot, eventually, running_bot
 from tests.fakes.telegram_api import Call, FakeTelegramAPI, RateLimits, utf16_len
 
 TOKEN = "123456:TEST-token-value"
@@ -260,12 +260,6 @@ async def approval_status(bot: Bot, data: str) -> str:
     rows = await query(bot, "SELECT status FROM approvals WHERE id = ?", request_id)
     assert rows, f"no approval {request_id}"
     return str(rows[0][0])
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 10.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not await check():
-            await asyncio.sleep(0.05)
 
 
 def ran(bot: Bot) -> str | None:
