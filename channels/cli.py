@@ -55,7 +55,7 @@ OUTPUT_CLOSED = "the terminal's output is closed; kept for the next terminal cha
 class CliChannel:
     name = "cli"
 
-    def __init__(self, setup: ChannelSetup) -> None:
+    def __init__(self, setup: ChannelSetup[None]) -> None:
         options = setup.options
         self._stdin: TextIO = options.get("stdin", sys.stdin)
         self._stdout: TextIO = options.get("stdout", sys.stdout)

@@ -15,10 +15,10 @@ import json
 import logging
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 from urllib.parse import urlsplit
 
 from aiogram import Bot, Dispatcher, Router
@@ -75,6 +75,7 @@ from .telegram_markdown import MAX_TEXT, Formatted, render_markdown, split_forma
 from .telegram_render import Pacer, keyboard_rows, split_text
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 ALLOWED_UPDATES = ["message", "edited_message", "callback_query", "stopped_message_generation"]
 REFUSAL_INTERVAL = 600.0  # one refusal per unknown user per 10 minutes
@@ -273,8 +274,8 @@ def _clean(text: str) -> str:
 class TelegramChannel:
     name = "telegram"
 
-    def __init__(self, setup: ChannelSetup) -> None:
-        config: TelegramConfig = setup.section
+    def __init__(self, setup: ChannelSetup[TelegramConfig]) -> None:
+        config = setup.section
         self.config = config
         token = setup.environ.get(config.token_env, "")
         try:
@@ -1122,7 +1123,7 @@ class TelegramChannel:
             log.info("telegram: edit of message %s in %s refused: %s", message_id, chat_id, exc)
         return Receipt(channel_message_id=str(message_id))
 
-    async def _formatted_call(self, request: Callable[[bool], Any], formatted: bool) -> Any:
+    async def _formatted_call(self, request: Callable[[bool], Awaitable[T]], formatted: bool) -> T:
         """Send with entities; if Telegram refuses them, the same text plain (the
         fallback for anything the renderer got wrong: a reply is never lost to it)."""
         try:
@@ -1133,7 +1134,7 @@ class TelegramChannel:
             log.warning("telegram: formatting refused (%s); sending plain text", exc)
         return await self._call(request(False))
 
-    async def _call(self, request: Any) -> Any:
+    async def _call(self, request: Awaitable[T]) -> T:
         """Await a Bot API call, mapping its errors onto the delivery worker's."""
         try:
             return await request

@@ -70,8 +70,8 @@ class RateLimit:
 class WebhookChannel:
     name = "webhook"
 
-    def __init__(self, setup: ChannelSetup) -> None:
-        config: WebhookConfig = setup.section
+    def __init__(self, setup: ChannelSetup[WebhookConfig]) -> None:
+        config = setup.section
         self.config = config
         self.environ = setup.environ
         self.audit = setup.audit

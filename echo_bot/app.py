@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import __version__
 from .access import StoreAccess
@@ -49,6 +49,9 @@ from .statedir import StateLock
 from .store import SqliteInbox, SqliteOutbox, Store, Tx
 from .store.meta import InstanceRow
 from .tools.builtin import SendFileTool, SendMessageTool
+
+if TYPE_CHECKING:  # aiohttp is imported only when the server is needed
+    from .http import HttpServer
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +157,7 @@ class Daemon:
         self._brain = brain
         self._closers: list[Callable[[], Awaitable[None]]] = []
         self.bus: Bus | None = None
-        self.http: Any = None
+        self.http: HttpServer | None = None
         self.scheduler: Scheduler | None = None
         self.notifier = Notifier(self.environ)
         self._housekeeping: asyncio.Task[None] | None = None
@@ -247,7 +250,7 @@ class Daemon:
         finally:
             lock.release()
 
-    async def _open_store(self, http: Any) -> bool:
+    async def _open_store(self, http: HttpServer | None) -> bool:
         """Open the store; while it cannot be reached (PostgreSQL down or far), wait and
         try again (1 s, doubling to 30 s) with /healthz and every request answered 503.
         False when asked to stop meanwhile; a refusal that waiting cannot mend (a wrong
@@ -268,7 +271,7 @@ class Daemon:
                 return False
             pause = min(pause * 2, STORE_RETRY_MAX)
 
-    async def _bind_http(self, config: Config) -> Any:
+    async def _bind_http(self, config: Config) -> HttpServer | None:
         if not http_reasons(config, self.channel_names):
             if "telegram" in self.channel_names:  # it used to open one in polling mode
                 log.info(
@@ -282,7 +285,7 @@ class Daemon:
         await http.bind()
         return http
 
-    async def _run_locked(self, config: Any, http: Any) -> int:
+    async def _run_locked(self, config: Config, http: HttpServer | None) -> int:
         core = self.core
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):

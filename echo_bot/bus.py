@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 from .events import (
     Address,
@@ -22,6 +22,8 @@ from .events import (
     OutboundMessage,
     Receipt,
 )
+
+S = TypeVar("S")  # a channel's config section
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,10 +114,11 @@ class Routes(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
-class ChannelSetup:
-    """What ``app`` hands a channel at construction: its own config section and hooks."""
+class ChannelSetup(Generic[S]):
+    """What ``app`` hands a channel at construction: its own config section (``S``, e.g.
+    TelegramConfig; None for a channel without one) and hooks."""
 
-    section: Any
+    section: S
     # request_stop() ends the daemon; request_stop(code) also sets its exit status.
     request_stop: Callable[..., None]
     environ: Mapping[str, str]
@@ -155,7 +158,7 @@ class Channel(Protocol):
 
     name: str
 
-    def __init__(self, setup: ChannelSetup) -> None: ...
+    def __init__(self, setup: ChannelSetup[Any]) -> None: ...
 
     async def start(self, bus: Bus) -> None: ...
 

@@ -8,7 +8,7 @@ import os
 import secrets
 import socket
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -58,8 +58,6 @@ class Core:
     reminders: ReminderService
     workspace: Path
     mcp: McpHub | None = None  # the MCP servers' tools, when any server is configured
-    brain_name: str = "rules"
-    extras: dict[str, Any] = field(default_factory=dict)
 
 
 def process_instance() -> str:
