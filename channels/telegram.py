@@ -71,8 +71,8 @@ from echo_bot.events import (
 )
 from echo_bot.sizes import format_size
 
-from .telegram_markdown import MAX_TEXT, Formatted, render_markdown, split_formatted, utf16_offsets
-from .telegram_render import Pacer, keyboard_rows, split_text
+from .telegram_markdown import Formatted, render_markdown, split_formatted, utf16_offsets
+from .telegram_render import MAX_TEXT, Pacer, keyboard_rows, split_text
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -21,7 +21,7 @@ from typing import Any
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
-MAX_TEXT = 4096  # per message, in UTF-16 code units
+from .telegram_render import MAX_TEXT, cuts
 
 # Entity types that may wrap or sit inside others (except code and pre).
 _STYLES = frozenset({"bold", "italic", "underline", "strikethrough", "spoiler"})
@@ -313,46 +313,13 @@ def render_markdown(source: str) -> Formatted:
 
 
 # -- splitting ----------------------------------------------------------------------------
-def _fitting(text: str, start: int, limit: int) -> int:
-    """How many characters of ``text`` from ``start`` fit in ``limit`` UTF-16 units."""
-    units = 0
-    for index in range(start, len(text)):
-        units += 2 if ord(text[index]) > 0xFFFF else 1
-        if units > limit:
-            return index - start
-    return len(text) - start
-
-
-def _cuts(text: str, limit: int) -> list[tuple[int, int]]:
-    """(start, end) of each part: cut after a paragraph, else a line, else a word, else
-    anywhere; a part is at most ``limit`` UTF-16 units."""
-    parts: list[tuple[int, int]] = []
-    start = 0
-    while (size := _fitting(text, start, limit)) < len(text) - start:
-        size = max(1, size)
-        window = text[start : start + size]
-        cut = -1
-        for separator in ("\n\n", "\n", " "):
-            cut = window.rfind(separator)
-            if cut > size // 4:
-                cut += len(separator)
-                break
-        if cut <= size // 4:
-            cut = size
-        parts.append((start, start + cut))
-        start += cut
-    if start < len(text):
-        parts.append((start, len(text)))
-    return parts
-
-
 def split_formatted(formatted: Formatted, limit: int = MAX_TEXT) -> list[Formatted]:
     """Messages of at most ``limit`` UTF-16 units each; never a character lost
     (whitespace at a cut aside), none blank. An entity cut in two continues in the next
     part (a long code block becomes two code blocks)."""
     text = formatted.text if formatted.text.strip() else "(empty reply)"
     parts: list[Formatted] = []
-    for start, end in _cuts(text, limit):
+    for start, end in cuts(text, limit):
         piece = text[start:end].rstrip()
         lead = len(piece) - len(piece.lstrip("\n"))
         body = piece[lead:]

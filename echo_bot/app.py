@@ -48,7 +48,7 @@ from .sdnotify import Notifier
 from .statedir import StateLock
 from .store import SqliteInbox, SqliteOutbox, Store, Tx
 from .store.meta import InstanceRow
-from .tools.builtin import SendFileTool, SendMessageTool
+from .tools.builtin.messaging import ChatSender
 
 if TYPE_CHECKING:  # aiohttp is imported only when the server is needed
     from .http import HttpServer
@@ -414,7 +414,7 @@ class Daemon:
             running = frozenset(c.name for c in self.channels)
             self._warn_unreachable(config, running)
             for tool in core.registry:
-                if isinstance(tool, SendMessageTool | SendFileTool):
+                if isinstance(tool, ChatSender):
                     tool.bind(bus.send, running)
             self.bus = bus
             self._started.set()

@@ -18,7 +18,43 @@ OutboundSink = Callable[[OutboundMessage], Awaitable[None]]
 _SAYING = re.compile(r"(?:saying|that says|:)\s*(.+)$", re.IGNORECASE | re.DOTALL)
 
 
-class SendMessageTool(Tool):
+class ChatSender(Tool):
+    """A tool that sends to a chat through the bus: the requester's own unless ``to``
+    names another, which always asks. ``bind`` connects it once the daemon runs."""
+
+    def __init__(self) -> None:
+        self._sink: OutboundSink | None = None
+        self._channels: frozenset[str] = frozenset()
+
+    def bind(self, sink: OutboundSink, channels: frozenset[str]) -> None:
+        """Connect to the bus once the daemon has one (and knows its channels)."""
+        self._sink = sink
+        self._channels = channels
+
+    def approval_override(self, args: dict[str, Any], ctx: ToolContext) -> bool | None:
+        target = args.get("to")
+        if target and target != str(ctx.origin):
+            return True  # another chat: always ask
+        return None
+
+    def _target(self, args: dict[str, Any], ctx: ToolContext) -> Address | ToolResult:
+        """Where to send (a running channel's chat), or why not."""
+        if self._sink is None:
+            return ToolResult.failure(ErrorCode.UPSTREAM_ERROR, "messaging is not connected")
+        try:
+            target = Address.parse(args["to"]) if args.get("to") else ctx.origin
+        except ValueError as exc:
+            return ToolResult.failure(ErrorCode.INVALID_PARAMETER, str(exc))
+        if target.channel not in self._channels:
+            known = ", ".join(sorted(self._channels)) or "none"
+            return ToolResult.failure(
+                ErrorCode.INVALID_PARAMETER,
+                f"no channel named {target.channel!r} is running (running: {known})",
+            )
+        return target
+
+
+class SendMessageTool(ChatSender):
     name: ClassVar[str] = "send_message"
     description: ClassVar[str] = (
         "Send a text message to a chat (the current one unless `to` names another, "
@@ -41,38 +77,15 @@ class SendMessageTool(Tool):
     triggers: ClassVar[tuple[str, ...]] = ("send a message", "send message", "post a message")
     negative_triggers: ClassVar[tuple[str, ...]] = ("remind me",)
 
-    def __init__(self) -> None:
-        self._sink: OutboundSink | None = None
-        self._channels: frozenset[str] = frozenset()
-
-    def bind(self, sink: OutboundSink, channels: frozenset[str]) -> None:
-        """Connect to the bus once the daemon has one (and knows its channels)."""
-        self._sink = sink
-        self._channels = channels
-
-    def approval_override(self, args: dict[str, Any], ctx: ToolContext) -> bool | None:
-        target = args.get("to")
-        if target and target != str(ctx.origin):
-            return True  # another chat: always ask
-        return None
-
     def extract_args(self, text: str) -> dict[str, Any] | None:
         match = _SAYING.search(text)
         return {"text": match.group(1).strip()} if match and match.group(1).strip() else None
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
-        if self._sink is None:
-            return ToolResult.failure(ErrorCode.UPSTREAM_ERROR, "messaging is not connected")
-        try:
-            target = Address.parse(args["to"]) if args.get("to") else ctx.origin
-        except ValueError as exc:
-            return ToolResult.failure(ErrorCode.INVALID_PARAMETER, str(exc))
-        if target.channel not in self._channels:
-            known = ", ".join(sorted(self._channels)) or "none"
-            return ToolResult.failure(
-                ErrorCode.INVALID_PARAMETER,
-                f"no channel named {target.channel!r} is running (running: {known})",
-            )
+        target = self._target(args, ctx)
+        if isinstance(target, ToolResult):
+            return target
+        assert self._sink is not None  # _target says so
         await self._sink(
             OutboundMessage(
                 to=target,

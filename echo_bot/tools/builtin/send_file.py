@@ -15,11 +15,11 @@ import re
 from pathlib import Path, PurePosixPath
 from typing import Any, ClassVar, Literal
 
-from ...events import Address, MediaKind, OutboundFile, OutboundKind, OutboundMessage, new_id
+from ...events import MediaKind, OutboundFile, OutboundKind, OutboundMessage, new_id
 from ...sizes import format_size
-from ..base import ErrorCode, Risk, Tool, ToolContext, ToolGroup, ToolResult
+from ..base import ErrorCode, Risk, ToolContext, ToolGroup, ToolResult
 from .files import read_workspace_file
-from .messaging import OutboundSink
+from .messaging import ChatSender
 
 # Telegram's limits for bots: 50 MB a document, 10 MB a photo.
 MAX_DOCUMENT = 50 * 1000**2
@@ -28,7 +28,7 @@ PHOTO_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".webp"})
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
-class SendFileTool(Tool):
+class SendFileTool(ChatSender):
     name: ClassVar[str] = "send_file"
     description: ClassVar[str] = (
         "Send a file from the workspace to a chat (the current one unless `to` names "
@@ -54,34 +54,15 @@ class SendFileTool(Tool):
     triggers: ClassVar[tuple[str, ...]] = ("send me the file", "send the file", "send file")
 
     def __init__(self, workspace: Path, outgoing: Path) -> None:
+        super().__init__()
         self.workspace = workspace
         self.outgoing = outgoing
-        self._sink: OutboundSink | None = None
-        self._channels: frozenset[str] = frozenset()
-
-    def bind(self, sink: OutboundSink, channels: frozenset[str]) -> None:
-        self._sink = sink
-        self._channels = channels
-
-    def approval_override(self, args: dict[str, Any], ctx: ToolContext) -> bool | None:
-        target = args.get("to")
-        if target and target != str(ctx.origin):
-            return True  # another chat: always ask
-        return None
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
-        if self._sink is None:
-            return ToolResult.failure(ErrorCode.UPSTREAM_ERROR, "messaging is not connected")
-        try:
-            target = Address.parse(args["to"]) if args.get("to") else ctx.origin
-        except ValueError as exc:
-            return ToolResult.failure(ErrorCode.INVALID_PARAMETER, str(exc))
-        if target.channel not in self._channels:
-            known = ", ".join(sorted(self._channels)) or "none"
-            return ToolResult.failure(
-                ErrorCode.INVALID_PARAMETER,
-                f"no channel named {target.channel!r} is running (running: {known})",
-            )
+        target = self._target(args, ctx)
+        if isinstance(target, ToolResult):
+            return target
+        assert self._sink is not None  # _target says so
         raw = str(args["path"])
         name = PurePosixPath(raw).name
         photo = bool(args.get("as_photo", PurePosixPath(name).suffix.lower() in PHOTO_SUFFIXES))
