@@ -19,7 +19,7 @@ from typing import Any
 from aiohttp import web
 
 from echo_bot.bus import Bus, ChannelSetup
-from echo_bot.config import WebhookConfig, WebhookRoute
+from echo_bot.config import Config, WebhookConfig, WebhookRoute
 from echo_bot.errors import ConfigError, StoreError
 from echo_bot.events import (
     Address,
@@ -139,9 +139,9 @@ class WebhookChannel:
             if "{headers[" in (route.prompt or "") or "{headers[" in json.dumps(route.args)
         }
 
-    def reload(self, section: WebhookConfig) -> list[str]:
+    def reload(self, config: Config) -> list[str]:
         """Apply new routes live; return what needs a restart to take effect."""
-        self._install(section)
+        self._install(config.webhook)
         return [
             f"webhook route path {path} (new path outside /hooks/)"
             for path in self.routes

@@ -12,11 +12,12 @@ from .store import Store
 class StoreAccess:
     def __init__(self, store: Store, config: Config) -> None:
         self._store = store
-        self.configure(config)
+        self.reload(config)
 
-    def configure(self, config: Config) -> None:
+    def reload(self, config: Config) -> list[str]:
         """Take the configured allowlists (at start and on reload)."""
         self._configured = {"telegram": {str(u) for u in config.telegram.allowed_users}}
+        return []
 
     async def is_allowed(self, channel: str, user_id: str) -> bool:
         if user_id in self._configured.get(channel, set()):

@@ -170,6 +170,14 @@ class Channel(Protocol):
 
 
 @runtime_checkable
+class ShowsWhenReady(Protocol):
+    """A channel with something to show once the whole daemon is up (the terminal: the
+    approval prompts still pending there, after the banner)."""
+
+    async def ready(self) -> None: ...
+
+
+@runtime_checkable
 class MediaSource(Protocol):
     """A channel whose messages carry files (``Attachment``), fetched during the turn."""
 

@@ -27,6 +27,7 @@ from .config import (
 )
 from .errors import ConfigError
 from .events import OutboundMessage
+from .live import Live, LiveSettings
 from .reminders import ReminderService
 from .secrets import Masker
 from .store import Store, make_database
@@ -50,8 +51,7 @@ class Core:
     masker: Masker
     registry: ToolRegistry
     exposed: list[Tool]
-    policy: ApprovalPolicy
-    directory: ApproverDirectory
+    live: Live  # what SIGHUP changes: the approval policy, approvers and timeout
     commands: CommandRegistry
     store: Store
     gate: ApprovalGate
@@ -64,6 +64,14 @@ def process_instance() -> str:
     """This daemon among those that write the store: host and pid, and a few random
     characters that tell apart two daemons built in one process (tests do)."""
     return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+def live_settings(config: Config, policy: ApprovalPolicy) -> LiveSettings:
+    return LiveSettings(
+        policy=policy,
+        directory=ApproverDirectory(config),
+        approval_timeout=config.approvals.timeout,
+    )
 
 
 def build_core(loaded: LoadedConfig, state_dir: Path, environ: Mapping[str, str]) -> Core:
@@ -111,8 +119,8 @@ def build_core(loaded: LoadedConfig, state_dir: Path, environ: Mapping[str, str]
     async def pending() -> list[Any]:
         return await store.run(lambda tx: tx.approvals.list())
 
-    directory = ApproverDirectory(config)
-    gate = ApprovalGate(directory, masker, config.approvals.timeout)
+    live = Live(live_settings(config, policy))
+    gate = ApprovalGate(live, masker)
 
     async def reset(session_key: str) -> None:
         await store.run(lambda tx: tx.turns.reset_session(session_key))
@@ -130,8 +138,7 @@ def build_core(loaded: LoadedConfig, state_dir: Path, environ: Mapping[str, str]
         masker=masker,
         registry=registry,
         exposed=exposed,
-        policy=policy,
-        directory=directory,
+        live=live,
         commands=commands,
         store=store,
         gate=gate,

@@ -23,7 +23,7 @@ from zoneinfo import ZoneInfo
 
 from . import metrics
 from .bus import Bus
-from .config import CronJob
+from .config import Config, CronJob
 from .crontab import cron_trigger, next_after
 from .errors import log_retrying
 from .events import (
@@ -283,6 +283,12 @@ class Scheduler:
             misfire_grace_time=None,
             coalesce=True,
         )
+
+    def reload(self, config: Config) -> list[str]:
+        """Take the reloaded config's cron jobs, when they changed."""
+        if list(self.cron_jobs.values()) != config.cron:
+            self.reload_cron(config.cron)
+        return []
 
     def reload_cron(self, jobs: list[CronJob]) -> None:
         """Replace the cron jobs live (from a reloaded config); no catch-up for new ones."""

@@ -29,6 +29,7 @@ from echo_bot.config import parse_config
 from echo_bot.conversation import ChatMessage
 from echo_bot.errors import ConfigError
 from echo_bot.http import HttpServer
+from echo_bot.live import Reloadable
 from echo_bot.tools.base import Tool
 from echo_bot.webhook_client import sign_headers
 from tests.conftest import Bot, echo_bot_env, run_echo_bot, running_bot
@@ -1164,10 +1165,12 @@ async def test_routes_removed_or_added_by_a_reload_on_their_plain_paths(hooks: H
     reload the route list decides: a removed route answers 404 there, an added one is
     served by the catch-all, and the others go on as before."""
     channel = next(c for c in hooks.bot.daemon.channels if c.name == "webhook")
-    section = hooks.bot.daemon.core.loaded.config.webhook
-    kept = [route for route in section.routes if route.name != "bearer"]
+    config = hooks.bot.daemon.core.loaded.config
+    kept = [route for route in config.webhook.routes if route.name != "bearer"]
     added = kept[0].model_copy(update={"name": "late"})  # a github route, as gh
-    assert channel.reload(section.model_copy(update={"routes": [*kept, added]})) == []
+    section = config.webhook.model_copy(update={"routes": [*kept, added]})
+    assert isinstance(channel, Reloadable)
+    assert channel.reload(config.model_copy(update={"webhook": section})) == []
     answer = await hooks.bearer("bearer", {"ref": "gone"})
     assert answer.status == 404 and "route" in answer.json["error"]
     assert (await hooks.github("late", {"ref": "new"})).status == 202

@@ -19,8 +19,9 @@ from functools import partial
 from typing import Any, TypeVar
 
 from .. import metrics
-from ..approvals import ApprovalGate, ApprovalPolicy, ApproverDirectory
+from ..approvals import ApprovalGate
 from ..events import InboundMessage
+from ..live import Live
 from ..secrets import Masker
 from ..store import Store, Tx
 from ..store.approvals import APPROVED as REQUEST_APPROVED
@@ -55,9 +56,8 @@ class CallExecutor:
         *,
         store: Store,
         registry: ToolRegistry,
-        policy: ApprovalPolicy,
         gate: ApprovalGate,
-        directory: ApproverDirectory,
+        live: Live,
         masker: Masker,
         fence: Callable[[Tx, str], None] | None = None,
     ) -> None:
@@ -65,9 +65,8 @@ class CallExecutor:
         # With several daemons: raises LeaseLost unless this one still holds the session.
         self.fence = fence
         self.registry = registry
-        self.policy = policy
         self.gate = gate
-        self.directory = directory
+        self.live = live  # the policy and the approvers, as the last reload left them
         self.masker = masker
 
     def context(self, inbound: InboundMessage, call: CallRow) -> ToolContext:
@@ -208,11 +207,12 @@ class CallExecutor:
         if invalid is not None:
             return self._finish_settled(tx, inbound, call, invalid)
         ctx = self.context(inbound, call)
+        settings = self.live.current  # one policy and one set of approvers for the call
         # A grant can only waive consent, never ask for it: it is looked up only for a
         # call that would otherwise wait (most calls need none; that saves a read).
-        needed, reason = self.policy.needs_approval(tool, call.args, ctx, granted=False)
+        needed, reason = settings.policy.needs_approval(tool, call.args, ctx, granted=False)
         if needed and self.gate.granted(tx, inbound.address, inbound.sender.id, tool.name):
-            needed, reason = self.policy.needs_approval(tool, call.args, ctx, granted=True)
+            needed, reason = settings.policy.needs_approval(tool, call.args, ctx, granted=True)
         if not needed:
             return _set(tx, call, APPROVED)
         # One prompt for identical calls in the same step.
@@ -226,7 +226,9 @@ class CallExecutor:
         )
         if twin is not None:
             return _set(tx, call, WAITING, approval_id=twin.approval_id)
-        prompt_to = self.directory.route(tx, inbound.address, inbound.sender.id, inbound.reply_to)
+        prompt_to = settings.directory.route(
+            tx, inbound.address, inbound.sender.id, inbound.reply_to
+        )
         if prompt_to is None:
             result = ToolResult.failure(
                 ErrorCode.APPROVAL_UNAVAILABLE,

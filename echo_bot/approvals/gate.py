@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from .. import metrics
@@ -21,6 +21,7 @@ from ..events import (
     approval_action,
     new_id,
 )
+from ..live import Live
 from ..secrets import Masker
 from ..store import Tx
 from ..store.approvals import APPROVED, DENIED, EXPIRED, PENDING, ApprovalRow
@@ -37,7 +38,6 @@ from .display import (
     render_call,
     render_if_fits,
 )
-from .routing import ApproverDirectory
 
 ALLOW_FOR_SECONDS = 3600
 
@@ -60,14 +60,12 @@ class DecisionOutcome:
 class ApprovalGate:
     def __init__(
         self,
-        directory: ApproverDirectory,
+        live: Live,
         masker: Masker,
-        timeout: timedelta,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.directory = directory
+        self.live = live  # the approvers and the timeout, as the last reload left them
         self.masker = masker
-        self.timeout = timeout
         self.clock = clock
 
     # -- creating a request ------------------------------------------------------------
@@ -94,7 +92,7 @@ class ApprovalGate:
         declares as deciding (``key_args``) first — so every later view (the edited
         prompt, ``/approvals``, ``echo-bot approvals show``) shows that order too."""
         approval_id = new_id()
-        expires_at = self.clock() + self.timeout.total_seconds()
+        expires_at = self.clock() + self.live.current.approval_timeout.total_seconds()
         args = order_args(args, key_args)
         allow_for = self._allow_for_offered(tx, risk, requester.id, str(origin), str(prompt_to))
         prompt = self._prompt(
@@ -181,7 +179,7 @@ class ApprovalGate:
         be made from another chat (a routed prompt) or for someone who may not approve."""
         if risk != Risk.WRITE or prompt_to != origin:
             return False
-        return self.directory.is_approver(tx, Address.parse(origin), requester_id)
+        return self.live.current.directory.is_approver(tx, Address.parse(origin), requester_id)
 
     def _prompt(
         self,
@@ -349,7 +347,7 @@ class ApprovalGate:
             return True
         if str(decision.decided_by) != row.prompt_to:
             return False
-        return self.directory.is_approver(tx, decision.decided_by, decision.sender_id)
+        return self.live.current.directory.is_approver(tx, decision.decided_by, decision.sender_id)
 
     def _unshown(self, row: ApprovalRow) -> bool:
         """A call whose prompt offered only Deny (DESIGN: never approve unseen)."""
@@ -377,7 +375,7 @@ class ApprovalGate:
         whose origins have no approvers)."""
         if not tx.grants.holds(address.session_key, tool, self.clock()):
             return False
-        return self.directory.is_approver(tx, address, sender_id)
+        return self.live.current.directory.is_approver(tx, address, sender_id)
 
     def _edit_prompt(self, tx: Tx, row: ApprovalRow, outcome: str) -> None:
         if not row.prompt_outbound_id:

@@ -40,7 +40,7 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ...config import ShellToolConfig
+from ...config import Config, ShellToolConfig
 from ..base import ErrorCode, Risk, Tool, ToolContext, ToolGroup, ToolResult
 from .procs import CallProcesses
 
@@ -211,10 +211,15 @@ class ShellExecTool(Tool):
 
     def __init__(self, config: ShellToolConfig, workspace: Path) -> None:
         self.workspace = workspace
-        self.configure(config)
+        self._take(config)
 
-    def configure(self, config: ShellToolConfig) -> None:
-        """Take ``config`` (at start, and live when the config is reloaded)."""
+    def reload(self, config: Config) -> list[str]:
+        """``allow_commands``, the timeout and the output cap change live (switching the
+        tool on or off needs a restart: it is in or out of the registry)."""
+        self._take(config.tools.shell)
+        return []
+
+    def _take(self, config: ShellToolConfig) -> None:
         self.config = config
         # The registry's own deadline stays behind ours, so our kill runs first.
         self.timeout = config.timeout.total_seconds() + 5  # type: ignore[misc]

@@ -1,0 +1,64 @@
+"""What keeps a long-running daemon tidy and its owner told: finished work pruned after
+the retention (at start, then daily), and a warning for each address that names a
+channel this daemon does not run."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterable
+
+from .config import Config
+from .store import Store
+
+log = logging.getLogger(__name__)
+
+PRUNE_EVERY = 86400.0
+
+
+class Housekeeping:
+    def __init__(self, store: Store, *, retention: float) -> None:
+        self._store = store
+        self._retention = retention
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._prune_daily(), name="housekeeping")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def prune(self, before: float) -> dict[str, int]:
+        """Delete finished rows last touched before ``before``: a slow transaction."""
+        return await self._store.run(lambda tx: tx.meta.prune(before), slow=True)
+
+    async def _prune_daily(self) -> None:
+        while True:
+            try:
+                counts = await self.prune(before=time.time() - self._retention)
+                if any(counts.values()):
+                    log.info("pruned finished work older than the retention: %s", counts)
+            except Exception:  # housekeeping must never stop the daemon
+                log.exception("pruning failed; trying again tomorrow")
+            await asyncio.sleep(PRUNE_EVERY)
+
+
+def warn_unreachable(config: Config, running: Iterable[str]) -> None:
+    """Results for a channel that is not running wait in the outbox: say so."""
+    here = set(running)
+    targets = [(f"webhook route {r.name}", r.deliver_to) for r in config.webhook.routes]
+    targets += [(f"cron job {j.name}", j.deliver_to) for j in config.cron]
+    targets.append(("[approvals] default_chat", config.approvals.default_chat))
+    for what, address in targets:
+        channel = address.split(":", 1)[0] if address else None
+        if channel and channel not in here:
+            log.warning(
+                "%s delivers to %s, but the %s channel is not running here; its"
+                " messages wait in the outbox until it does",
+                what,
+                address,
+                channel,
+            )

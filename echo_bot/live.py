@@ -1,0 +1,67 @@
+"""What SIGHUP may change while the daemon runs, and how a part takes a new config.
+
+The approval policy, the approvers and the approval timeout are read together when a
+call is decided, so they live in one immutable ``LiveSettings`` that a reload replaces in
+one assignment: no call is ever decided with the policy of one file and the approvers of
+another. Parts that keep other live state (routes, allowlists, cron jobs, the shell's
+allowlist) implement ``Reloadable``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from .config import Config, TelegramConfig
+
+if TYPE_CHECKING:
+    from .approvals import ApprovalPolicy, ApproverDirectory
+
+
+@dataclass(frozen=True, slots=True)
+class LiveSettings:
+    policy: ApprovalPolicy
+    directory: ApproverDirectory
+    approval_timeout: timedelta
+
+
+class Live:
+    """Holds the current ``LiveSettings``; a reload assigns ``current`` a new one."""
+
+    __slots__ = ("current",)
+
+    def __init__(self, current: LiveSettings) -> None:
+        self.current = current
+
+
+@runtime_checkable
+class Reloadable(Protocol):
+    def reload(self, config: Config) -> list[str]:
+        """Take what ``config`` changes live; return the changes that need a restart
+        (empty: all applied). Raise ``ConfigError`` to keep the running settings."""
+        ...
+
+
+# What a reload applies while running; any other change needs a restart.
+LIVE_SECTIONS = frozenset({"approvals", "webhook", "cron", "telegram", "tools", "mcp"})
+LIVE_TELEGRAM = frozenset({"allowed_users", "approvers"})
+
+
+def restart_needed(old: Config, new: Config) -> list[str]:
+    """The changed keys a reload cannot apply: whole sections, Telegram's keys other
+    than its allowlists, and the tools other than the shell's live settings."""
+    changed = [
+        name
+        for name in Config.model_fields
+        if name not in LIVE_SECTIONS and getattr(old, name) != getattr(new, name)
+    ]
+    changed += [
+        f"telegram.{key}"
+        for key in TelegramConfig.model_fields
+        if key not in LIVE_TELEGRAM and getattr(old.telegram, key) != getattr(new.telegram, key)
+    ]
+    if old.tools.model_copy(update={"shell": new.tools.shell}) != new.tools or (
+        old.tools.shell.enabled != new.tools.shell.enabled
+    ):
+        changed.append("tools")
+    return changed
