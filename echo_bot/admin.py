@@ -18,9 +18,18 @@ from .approvals.display import decider, escape_text, render_call, show_json
 from .config import LoadedConfig, WebhookRoute, llm_enabled, secrets_in_use, telegram_enabled
 from .durations import format_duration
 from .errors import ConfigError
-from .events import Address, ApprovalDecision, DecisionVerb, InboundKind, InboundMessage, Sender
+from .events import (
+    Address,
+    ApprovalDecision,
+    DecisionVerb,
+    InboundKind,
+    InboundMessage,
+    InboundStatus,
+    Sender,
+)
 from .secrets import Masker
 from .statedir import daemon_pid
+from .statuses import ApprovalStatus, ReminderStatus
 from .store import (
     DB_FILENAME,
     Database,
@@ -31,7 +40,7 @@ from .store import (
     describe_url,
     make_database,
 )
-from .store.approvals import PENDING, ApprovalRow
+from .store.approvals import ApprovalRow
 
 T = TypeVar("T")
 
@@ -192,7 +201,7 @@ def approvals_command(at: StoreAt, action: str, approval_id: str | None, wait: f
     if action == "show":
         _show(row)
         return 0
-    if row.status != PENDING:
+    if row.status != ApprovalStatus.PENDING:
         who = decider(row.decided_by)
         print(
             f"echo-bot: request {row.id} is already {row.status}"
@@ -259,7 +268,7 @@ def _submit_decision(at: StoreAt, approval_id: str, action: str, wait: float) ->
     while time.monotonic() < deadline:
         row = _with_store(at, lambda tx: tx.inbox.get(message.id))
         if row is not None and row.status.terminal:
-            if row.status == "done":
+            if row.status == InboundStatus.DONE:
                 done = "Approved" if verb is DecisionVerb.APPROVE_ONCE else "Denied"
                 print(f"{done}: {approval_id}")
                 return 0
@@ -276,7 +285,6 @@ def _submit_decision(at: StoreAt, approval_id: str, action: str, wait: float) ->
 # -- reminders ----------------------------------------------------------------------------
 def reminders_command(at: StoreAt, action: str, reminder_id: str | None) -> int:
     from .reminders import render_list
-    from .store.reminders import CANCELLED
 
     if action == "list":
         rows = _with_store(at, lambda tx: tx.reminders.active())
@@ -295,7 +303,7 @@ def reminders_command(at: StoreAt, action: str, reminder_id: str | None) -> int:
         row = tx.reminders.get(wanted)
         if row is None:
             return f"echo-bot: no reminder {wanted}"
-        if not tx.reminders.set_status(wanted, CANCELLED):
+        if not tx.reminders.set_status(wanted, ReminderStatus.CANCELLED):
             return f"echo-bot: reminder {wanted} is already {row.status}"
         return ""
 

@@ -21,6 +21,7 @@ from .cluster import BEAT, DELIVERY, Cluster
 from .errors import ChannelError, log_retrying
 from .events import OutboundMessage, Receipt
 from .secrets import Masker
+from .statuses import OutboxStatus
 from .store import OutboundCommitted, Store
 from .store.outbox import OutboxRow
 
@@ -253,7 +254,7 @@ class DeliveryWorker:
                 await _discard_copy(message)
                 look_again = key in self._more
                 self.delivered += 1
-                metrics.OUTBOUND.labels(message.to.channel, "sent").inc()
+                metrics.OUTBOUND.labels(message.to.channel, OutboxStatus.SENT).inc()
         finally:
             self._in_flight.pop(key, None)
             self._more.discard(key)
@@ -265,7 +266,7 @@ class DeliveryWorker:
     ) -> None:
         attempts = row.attempts + 1
         if not retryable or attempts >= self.max_attempts:
-            metrics.OUTBOUND.labels(row.message.to.channel, "failed").inc()
+            metrics.OUTBOUND.labels(row.message.to.channel, OutboxStatus.FAILED).inc()
             await self.outbox.mark_failed(row.message.id, error)
             await _discard_copy(row.message)
             log.error(

@@ -16,8 +16,9 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from .crontab import next_after
 from .events import Address
+from .statuses import ReminderStatus
 from .store import ChatTimezoneChanged, Store, Tx
-from .store.reminders import ACTIVE, CANCELLED, ReminderRow
+from .store.reminders import ReminderRow
 from .timeparse import MAX_AHEAD, Recurrence, Unclear, When, describe, parse_recurrence, parse_when
 
 MAX_TEXT = 1000
@@ -146,7 +147,7 @@ class ReminderService:
             timezone=zone.key,
             recurrence=cron,
             next_at=due.timestamp(),
-            status=ACTIVE,
+            status=ReminderStatus.ACTIVE,
             created_at=self.clock(),
             fired_count=0,
             last_fired_at=None,
@@ -179,15 +180,15 @@ class ReminderService:
             row = tx.reminders.get(reminder_id)
             if row is None or (chat is not None and row.chat != str(chat)):
                 return None  # someone else's reminders are not even acknowledged
-            if row.status != ACTIVE:
+            if row.status != ReminderStatus.ACTIVE:
                 return row
-            tx.reminders.set_status(reminder_id, CANCELLED)
+            tx.reminders.set_status(reminder_id, ReminderStatus.CANCELLED)
             return row
 
         row = await self.store.run(write)
         if row is None:
             return Outcome(False, f"There is no reminder {reminder_id} in this chat.")
-        if row.status != ACTIVE:
+        if row.status != ReminderStatus.ACTIVE:
             return Outcome(False, f"Reminder {reminder_id} is already {row.status}.")
         return Outcome(True, f"Cancelled reminder {reminder_id}: “{row.text}”.", row)
 

@@ -36,8 +36,9 @@ from .events import (
     ToolCallRequest,
 )
 from .reminders import zone_of
+from .statuses import ReminderStatus
 from .store import ReminderChanged, Store, Tx
-from .store.reminders import ACTIVE, DONE, MISSED, ReminderRow
+from .store.reminders import ReminderRow
 from .timeparse import describe_lateness
 
 log = logging.getLogger(__name__)
@@ -154,7 +155,7 @@ class Scheduler:
 
         async def load() -> None:
             row = await self.store.run(lambda tx: tx.reminders.get(reminder_id))
-            if row is None or row.status != ACTIVE:
+            if row is None or row.status != ReminderStatus.ACTIVE:
                 self._remove(f"reminder:{reminder_id}")
             else:
                 await self._arm(row)
@@ -197,7 +198,7 @@ class Scheduler:
 
     def _fire(self, tx: Tx, reminder_id: str, occurrence: float) -> float | None:
         row = tx.reminders.get(reminder_id)
-        if row is None or row.status != ACTIVE or row.next_at != occurrence:
+        if row is None or row.status != ReminderStatus.ACTIVE or row.next_at != occurrence:
             return None
         now = self.clock()
         zone = zone_of(row.timezone) or ZoneInfo("UTC")
@@ -232,12 +233,14 @@ class Scheduler:
             ),
         )
         if row.recurrence is None:
-            tx.reminders.set_status(row.id, MISSED if missed else DONE)
+            tx.reminders.set_status(
+                row.id, ReminderStatus.MISSED if missed else ReminderStatus.DONE
+            )
             return None
         # Coalesce: however many runs were missed, the next one is computed from now.
         nxt = next_after(row.recurrence, zone, datetime.fromtimestamp(max(now, occurrence), zone))
         if nxt is None:
-            tx.reminders.set_status(row.id, DONE)
+            tx.reminders.set_status(row.id, ReminderStatus.DONE)
             return None
         tx.reminders.advance(row.id, nxt.timestamp())
         return nxt.timestamp()

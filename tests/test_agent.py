@@ -514,6 +514,7 @@ async def test_a_tool_call_turn_stored_past_its_step_is_reported_not_planned_aga
     turn in the next; a crash between them left the turn at step 1 with its call done.
     After the restart the call's stored result is reported (it ran), not planned again."""
     from echo_bot.events import Address, InboundKind, InboundMessage, Sender, ToolCallRequest
+    from echo_bot.statuses import CallStatus
     from echo_bot.store import turns as turn_store
     from echo_bot.store.inbox import add_inbound
 
@@ -531,7 +532,7 @@ async def test_a_tool_call_turn_stored_past_its_step_is_reported_not_planned_aga
         call = ToolCall(id=f"{inbound.id}-0", name="current_time", args={})
         turn_store.add_calls(db, inbound.id, 0, [(call, "hash")])
         result = ToolResult.success("It is the stored hour.").to_json()
-        turn_store.set_call(db, call.id, turn_store.DONE, result=result)
+        turn_store.set_call(db, call.id, CallStatus.DONE, result=result)
         turn_store.set_turn(db, inbound.id, step=1)
 
     store = store_engine(state_dir)

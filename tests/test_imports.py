@@ -20,6 +20,7 @@ LEAVES = {
     "echo_bot.conversation",
     "echo_bot.durations",
     "echo_bot.sizes",
+    "echo_bot.statuses",
 }
 LEAF_ALLOWED_THIRD_PARTY = {"pydantic"}
 # What a channel may import from the core: its public API.
@@ -29,6 +30,7 @@ CHANNEL_API = {
     "echo_bot.config",
     "echo_bot.errors",
     "echo_bot.sizes",
+    "echo_bot.statuses",
 }
 # Libraries the core must import lazily (inside functions), never at module level…
 LAZY_ONLY = {"aiogram", "openai", "aiohttp", "apscheduler", "psycopg"}

@@ -6,8 +6,9 @@ import time
 from pathlib import Path
 
 from echo_bot.secrets import MASK
+from echo_bot.statuses import ReminderStatus
 from echo_bot.store import DB_FILENAME, Database
-from echo_bot.store.reminders import ACTIVE, ReminderRow, insert_reminder
+from echo_bot.store.reminders import ReminderRow, insert_reminder
 from tests.conftest import echo_bot_env, run_echo_bot, running_bot
 
 TOKEN = "123456:AAE-masked-output-token-9d1"
@@ -34,8 +35,8 @@ def test_attack_status_prints_a_secret_from_the_store_masked(tmp_path: Path) -> 
     now = time.time()
     row = ReminderRow(
         id="r1", chat="telegram:42", owner="42", text=f"rotate {TOKEN} today",
-        timezone="UTC", recurrence=None, next_at=now + 3600, status=ACTIVE, created_at=now,
-        fired_count=0, last_fired_at=None, trace_id=None,
+        timezone="UTC", recurrence=None, next_at=now + 3600, status=ReminderStatus.ACTIVE,
+        created_at=now, fired_count=0, last_fired_at=None, trace_id=None,
     )  # fmt: skip
     try:
         db.run_sync(lambda conn: insert_reminder(conn, row))

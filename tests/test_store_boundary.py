@@ -315,8 +315,8 @@ def test_the_checker_names_the_line() -> None:
     "source",
     [
         "from .store import DB_FILENAME, Store, Tx, backup_to\n",
-        "from .store.reminders import ACTIVE, ReminderRow\n",
-        "from .store.approvals import PENDING, ApprovalRow\n",
+        "from .store.reminders import ReminderRow\n",
+        "from .store.approvals import ApprovalRow\n",
         "from .store.turns import CallRow\n",
         "from . import store\n",
         "def f():\n    '''SELECT a FROM t: a docstring may say so.'''\n",

@@ -23,11 +23,9 @@ from ..approvals import ApprovalGate
 from ..events import InboundMessage
 from ..live import Live
 from ..secrets import Masker
+from ..statuses import ApprovalStatus, CallStatus
 from ..store import Store, Tx
-from ..store.approvals import APPROVED as REQUEST_APPROVED
-from ..store.approvals import DENIED as REQUEST_DENIED
-from ..store.approvals import PENDING as REQUEST_PENDING
-from ..store.turns import APPROVED, DONE, PLANNED, STARTED, WAITING, CallRow, TurnRow
+from ..store.turns import CallRow, TurnRow
 from ..tools.base import ErrorCode, Risk, Tool, ToolContext, ToolResult
 from ..tools.registry import ToolRegistry
 
@@ -119,11 +117,11 @@ class CallExecutor:
             )
         else:
             calls = settled
-        if any(c.status == WAITING for c in calls):
+        if any(c.status == CallStatus.WAITING for c in calls):
             # DESIGN.md: the step resumes when every pending request is decided; nothing
             # of it runs before, so an approved call never runs ahead of a denied one.
             return StepOutcome(waiting=True, calls=calls)
-        runnable = [c for c in calls if c.status == APPROVED]
+        runnable = [c for c in calls if c.status == CallStatus.APPROVED]
         if not runnable:
             return StepOutcome(waiting=False, calls=calls)
         gone = [c for c in runnable if (available.get(c.name) or self.registry.get(c.name)) is None]
@@ -173,11 +171,11 @@ class CallExecutor:
         siblings: list[CallRow],
     ) -> CallRow:
         """Settle ``call``; the call as it is stored now."""
-        if call.status == PLANNED:
+        if call.status == CallStatus.PLANNED:
             return self._plan(tx, inbound, turn, call, available, siblings)
-        if call.status == WAITING:
+        if call.status == CallStatus.WAITING:
             return self._check_approval(tx, inbound, call)
-        if call.status == STARTED:
+        if call.status == CallStatus.STARTED:
             # Only a call with side effects is marked started (whatever its tool's risk
             # says now: an MCP server's annotations may change): never run again.
             result = ToolResult.failure(
@@ -214,7 +212,7 @@ class CallExecutor:
         if needed and self.gate.granted(tx, inbound.address, inbound.sender.id, tool.name):
             needed, reason = settings.policy.needs_approval(tool, call.args, ctx, granted=True)
         if not needed:
-            return _set(tx, call, APPROVED)
+            return _set(tx, call, CallStatus.APPROVED)
         # One prompt for identical calls in the same step.
         twin = next(
             (
@@ -225,7 +223,7 @@ class CallExecutor:
             None,
         )
         if twin is not None:
-            return _set(tx, call, WAITING, approval_id=twin.approval_id)
+            return _set(tx, call, CallStatus.WAITING, approval_id=twin.approval_id)
         prompt_to = settings.directory.route(
             tx, inbound.address, inbound.sender.id, inbound.reply_to
         )
@@ -253,7 +251,7 @@ class CallExecutor:
         )
         # Later identical siblings in this step reuse it (they see the new approval_id:
         # settle_step puts this row in their list).
-        return _set(tx, call, WAITING, approval_id=approval_id)
+        return _set(tx, call, CallStatus.WAITING, approval_id=approval_id)
 
     def _unavailable(self, name: str, available: dict[str, Tool]) -> ToolResult:
         known = self.registry.get(name)
@@ -269,14 +267,14 @@ class CallExecutor:
 
     def _check_approval(self, tx: Tx, inbound: InboundMessage, call: CallRow) -> CallRow:
         row = tx.approvals.get(call.approval_id or "")
-        if row is None or row.status == REQUEST_PENDING:
+        if row is None or row.status == ApprovalStatus.PENDING:
             return call
         if row.args_hash != call.args_hash:  # a decision binds to the exact call
             result = ToolResult.failure(ErrorCode.APPROVAL_DENIED, "approval does not match call")
             return self._finish_settled(tx, inbound, call, result)
-        if row.status == REQUEST_APPROVED:
-            return _set(tx, call, APPROVED)
-        if row.status == REQUEST_DENIED:
+        if row.status == ApprovalStatus.APPROVED:
+            return _set(tx, call, CallStatus.APPROVED)
+        if row.status == ApprovalStatus.DENIED:
             result = ToolResult.failure(
                 ErrorCode.APPROVAL_DENIED, f"{call.name} was denied by the approver."
             )
@@ -292,13 +290,13 @@ class CallExecutor:
     ) -> CallRow:
         """``_finish`` while settling: the call as stored (its result as read back)."""
         stored = self._finish(tx, inbound, call, result)
-        return replace(call, status=DONE, result=json.loads(json.dumps(stored)))
+        return replace(call, status=CallStatus.DONE, result=json.loads(json.dumps(stored)))
 
     def _finish(
         self, tx: Tx, inbound: InboundMessage, call: CallRow, result: ToolResult
     ) -> dict[str, Any]:
         stored = result.to_json()
-        tx.turns.set_call(call.id, DONE, result=stored)
+        tx.turns.set_call(call.id, CallStatus.DONE, result=stored)
         outcome = "ok" if result.ok else str(result.error_code or "failed")
         tx.on_commit(lambda: metrics.TOOL_CALLS.labels(call.name, outcome).inc())
         tx.audit.write(
@@ -332,7 +330,7 @@ class CallExecutor:
             def start(tx: Tx) -> None:
                 if fence is not None:
                     fence(tx, session)
-                tx.turns.set_call(call.id, STARTED)
+                tx.turns.set_call(call.id, CallStatus.STARTED)
 
             await self.store.run(start)
         result = await self.registry.execute(tool.name, call.args, self.context(inbound, call))
@@ -341,7 +339,7 @@ class CallExecutor:
         record_now = side_effect or call.approval_id is not None
         if record_now:
             await self._write(inbound, lambda tx: self._finish(tx, inbound, call, result))
-        done = replace(call, status=DONE, result=result.to_json())
+        done = replace(call, status=CallStatus.DONE, result=result.to_json())
         return done, result, record_now
 
 
@@ -364,7 +362,7 @@ async def run_fenced(
     return await store.run(fenced)
 
 
-def _set(tx: Tx, call: CallRow, status: str, *, approval_id: str | None = None) -> CallRow:
+def _set(tx: Tx, call: CallRow, status: CallStatus, *, approval_id: str | None = None) -> CallRow:
     """Move ``call`` to ``status`` in the store; the call as it is stored now."""
     tx.turns.set_call(call.id, status, approval_id=approval_id)
     if approval_id is None:

@@ -17,6 +17,7 @@ from ..approvals import ApprovalGate, DecisionOutcome
 from ..cluster import Cluster, session_lease
 from ..errors import LeaseLost, StoreUnavailable, log_retrying
 from ..events import InboundKind, InboundMessage, InboundStatus, OutboundKind, OutboundMessage
+from ..statuses import ApprovalStatus
 from ..store import InboundCommitted, Store, Tx
 from .runner import TurnRunner
 
@@ -420,9 +421,15 @@ class Dispatcher:
                 # Applied already — maybe by a COMMIT whose answer was lost, so the turn
                 # it decided may never have been resumed: resume it (a no-op if it was).
                 row = tx.approvals.get(decision.request_id)
-                if current[0] != InboundStatus.DONE or row is None or row.status == "pending":
+                if (
+                    current[0] != InboundStatus.DONE
+                    or row is None
+                    or row.status == ApprovalStatus.PENDING
+                ):
                     return None
-                return DecisionOutcome(True, "Applied already.", row.status, row, [row.turn_id])
+                return DecisionOutcome(
+                    "Applied already.", row, status=row.status, resume_turns=[row.turn_id]
+                )
             outcome = self.gate.decide(tx, decision)
             status = InboundStatus.DONE if outcome.ok else InboundStatus.FAILED
             tx.inbox.set_status(message.id, status, None if outcome.ok else outcome.message)
@@ -433,7 +440,7 @@ class Dispatcher:
                         to=message.address,
                         text=f"⚠️ {outcome.message}",
                         kind=OutboundKind.NOTICE,
-                        metadata={"inbound_id": message.id, "decision": outcome.code},
+                        metadata={"inbound_id": message.id, "refused": outcome.refused},
                     ),
                 )
             return outcome

@@ -33,6 +33,7 @@ from ..logs import current_session, current_trace
 from ..media.inbound import MediaPreparer, PreparedMessage
 from ..previews import Previews
 from ..secrets import Masker
+from ..statuses import TurnStatus
 from ..store import Store, Tx
 from ..store.turns import CallRow, TurnRow
 from ..tools.base import ErrorCode, Tool, ToolResult
@@ -230,16 +231,16 @@ class TurnRunner:
                 sender=inbound.sender.id,
                 text=inbound.text,
             )
-        elif turn.status in ("done", "failed"):
+        elif turn.status in (TurnStatus.DONE, TurnStatus.FAILED):
             return None
         tx.inbox.set_status(inbound.id, InboundStatus.RUNNING)
-        if turn.status != "running":
-            tx.turns.set(turn.id, status="running")
+        if turn.status != TurnStatus.RUNNING:
+            tx.turns.set(turn.id, status=TurnStatus.RUNNING)
         return inbound, turn, conversation
 
     def _suspend(self, tx: Tx, inbound: InboundMessage, turn: TurnRow) -> None:
         tx.inbox.set_status(inbound.id, InboundStatus.WAITING_APPROVAL)
-        tx.turns.set(turn.id, status="waiting")
+        tx.turns.set(turn.id, status=TurnStatus.WAITING)
 
     def _persist_step(
         self,
@@ -413,7 +414,8 @@ class TurnRunner:
             for extra in attachments:
                 tx.outbox.add(extra)
             tx.inbox.set_status(inbound.id, status, error, result=text)
-            tx.turns.set(turn.id, status="failed" if status == "failed" else "done")
+            failed = status == InboundStatus.FAILED
+            tx.turns.set(turn.id, status=TurnStatus.FAILED if failed else TurnStatus.DONE)
             tx.audit.write(
                 "turn.finished",
                 trace_id=inbound.trace_id,
@@ -443,7 +445,7 @@ class TurnRunner:
         if result.ok:
             status = InboundStatus.DONE
         text = f"{call.name}: " + self.result_text(result, call.id)
-        turn = TurnRow(inbound.id, inbound.session_key, inbound.trace_id, 0, "running")
+        turn = TurnRow(inbound.id, inbound.session_key, inbound.trace_id, 0, TurnStatus.RUNNING)
         error = None if result.ok else json.dumps({"error_code": result.error_code})
         await self._finish(inbound, turn, text, status, error, unrecorded=unrecorded)
 

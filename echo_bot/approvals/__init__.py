@@ -1,8 +1,8 @@
 """The approval gate: who is asked (policy), where the prompt goes (routing), and the
 lifecycle of a request (created, decided once, or expired)."""
 
-from .gate import ApprovalGate, DecisionOutcome
+from .gate import ApprovalGate, DecisionOutcome, Refusal
 from .policy import ApprovalPolicy
 from .routing import ApproverDirectory
 
-__all__ = ["ApprovalGate", "ApprovalPolicy", "ApproverDirectory", "DecisionOutcome"]
+__all__ = ["ApprovalGate", "ApprovalPolicy", "ApproverDirectory", "DecisionOutcome", "Refusal"]

@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any
 
 from .. import metrics
@@ -23,8 +24,9 @@ from ..events import (
 )
 from ..live import Live
 from ..secrets import Masker
+from ..statuses import ApprovalStatus
 from ..store import Tx
-from ..store.approvals import APPROVED, DENIED, EXPIRED, PENDING, ApprovalRow
+from ..store.approvals import ApprovalRow
 from ..tools.base import Risk
 from .display import (
     ADDRESS_CLIP,
@@ -48,13 +50,30 @@ def _clock_text(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%H:%M UTC")
 
 
+class Refusal(StrEnum):
+    """Why a decision changed nothing."""
+
+    UNKNOWN = "unknown"  # no such request
+    DECIDED = "decided"  # decided already (or expired) by someone else
+    FORBIDDEN = "forbidden"  # the sender may not decide it here
+    EXPIRED = "expired"  # its time was up (the request is expired by this decision)
+    VERB = "verb"  # the verb is not offered for this request
+
+
 @dataclass(slots=True)
 class DecisionOutcome:
-    ok: bool
+    """What applying a decision (or an expiry) did: the request's status afterwards, or
+    why nothing changed."""
+
     message: str
-    code: str = "ok"
     approval: ApprovalRow | None = None
+    status: ApprovalStatus | None = None  # the request's status after it, when applied
+    refused: Refusal | None = None
     resume_turns: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.refused is None
 
 
 class ApprovalGate:
@@ -254,14 +273,14 @@ class ApprovalGate:
         """Apply one decision (in the caller's transaction). Refusals change nothing."""
         row = tx.approvals.get(decision.request_id)
         if row is None:
-            return DecisionOutcome(False, "Unknown or expired request.", "unknown")
+            return DecisionOutcome("Unknown or expired request.", refused=Refusal.UNKNOWN)
         who = {
             "address": str(decision.decided_by),
             "sender_id": decision.sender_id,
             "via": decision.via,
         }
-        if row.status != PENDING:
-            return DecisionOutcome(False, f"Already decided: {row.status}.", "decided", row)
+        if row.status != ApprovalStatus.PENDING:
+            return DecisionOutcome(f"Already decided: {row.status}.", row, refused=Refusal.DECIDED)
         if not self._may_decide(tx, row, decision):
             tx.audit.write(
                 "approval.refused",
@@ -272,20 +291,21 @@ class ApprovalGate:
                 reason="not an approver here",
             )
             return DecisionOutcome(
-                False, "You are not allowed to decide this request.", "forbidden", row
+                "You are not allowed to decide this request.", row, refused=Refusal.FORBIDDEN
             )
         if row.expired_at(self.clock()):
             outcome = self._expire(tx, row)
-            outcome.ok, outcome.code = False, "expired"
-            outcome.message = "This request has expired."
+            if outcome.ok:  # expired now, by this decision: the turn goes on
+                outcome.refused = Refusal.EXPIRED
+                outcome.message = "This request has expired."
             return outcome
         refusal = self._refuse_verb(tx, row, decision)
         if refusal is not None:
-            return DecisionOutcome(False, refusal, "verb", row)
+            return DecisionOutcome(refusal, row, refused=Refusal.VERB)
         verb = decision.verb
-        status = DENIED if verb is DecisionVerb.DENY else APPROVED
+        status = ApprovalStatus.DENIED if verb is DecisionVerb.DENY else ApprovalStatus.APPROVED
         if not tx.approvals.decide(row.id, status, verb=verb.value, decided_by=who):
-            return DecisionOutcome(False, "Already decided.", "decided", row)
+            return DecisionOutcome("Already decided.", row, refused=Refusal.DECIDED)
         tx.on_commit(lambda: metrics.APPROVALS.labels(status).inc())
         if verb is DecisionVerb.ALLOW_FOR:
             # Never longer than the button offered: its data can be forged.
@@ -302,7 +322,7 @@ class ApprovalGate:
             verb=verb.value,
             decided_by=who,
         )
-        label = {APPROVED: "✅ Approved", DENIED: "❌ Denied"}[status]
+        label = {ApprovalStatus.APPROVED: "✅ Approved", ApprovalStatus.DENIED: "❌ Denied"}[status]
         text = f"{label} by {decider(who)} at {_clock_text(self.clock())}"
         if verb is DecisionVerb.ALLOW_FOR:
             text += (
@@ -311,11 +331,7 @@ class ApprovalGate:
             )
         self._edit_prompt(tx, row, text)
         return DecisionOutcome(
-            True,
-            f"{label.split(' ', 1)[1]}.",
-            status,
-            row,
-            resume_turns=[row.turn_id],
+            f"{label.split(' ', 1)[1]}.", row, status=status, resume_turns=[row.turn_id]
         )
 
     def _refuse_verb(self, tx: Tx, row: ApprovalRow, decision: ApprovalDecision) -> str | None:
@@ -399,9 +415,9 @@ class ApprovalGate:
 
     # -- expiry ------------------------------------------------------------------------
     def _expire(self, tx: Tx, row: ApprovalRow) -> DecisionOutcome:
-        if not tx.approvals.decide(row.id, EXPIRED, verb=None, decided_by=None):
-            return DecisionOutcome(False, "Already decided.", "decided", row)
-        tx.on_commit(lambda: metrics.APPROVALS.labels("expired").inc())
+        if not tx.approvals.decide(row.id, ApprovalStatus.EXPIRED, verb=None, decided_by=None):
+            return DecisionOutcome("Already decided.", row, refused=Refusal.DECIDED)
+        tx.on_commit(lambda: metrics.APPROVALS.labels(ApprovalStatus.EXPIRED).inc())
         tx.audit.write(
             "approval.expired",
             trace_id=row.trace_id,
@@ -409,7 +425,9 @@ class ApprovalGate:
             approval_id=row.id,
         )
         self._edit_prompt(tx, row, "⌛ Expired")
-        return DecisionOutcome(True, "Expired.", EXPIRED, row, resume_turns=[row.turn_id])
+        return DecisionOutcome(
+            "Expired.", row, status=ApprovalStatus.EXPIRED, resume_turns=[row.turn_id]
+        )
 
     def expire_due(self, tx: Tx) -> list[str]:
         """Expire every pending request whose time is up; return the turns to resume."""

@@ -7,9 +7,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from ..statuses import ApprovalStatus
 from .sql import SqlDb
-
-PENDING, APPROVED, DENIED, EXPIRED = "pending", "approved", "denied", "expired"
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,12 +25,15 @@ class ApprovalRow:
     origin: str
     prompt_to: str
     prompt_outbound_id: str | None
-    status: str
+    status: ApprovalStatus
     verb: str | None
     decided_by: dict[str, Any] | None
     decided_at: float | None
     created_at: float
     expires_at: float
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "status", ApprovalStatus(self.status))
 
     def expired_at(self, now: float) -> bool:
         return now >= self.expires_at
@@ -95,7 +97,9 @@ def get_approval(db: SqlDb, approval_id: str) -> ApprovalRow | None:
     return _row(tuple(raw)) if raw else None
 
 
-def list_approvals(db: SqlDb, status: str | None = PENDING, limit: int = 100) -> list[ApprovalRow]:
+def list_approvals(
+    db: SqlDb, status: ApprovalStatus | None = ApprovalStatus.PENDING, limit: int = 100
+) -> list[ApprovalRow]:
     if status is None:
         rows = db.execute(
             f"SELECT {_COLUMNS} FROM approvals ORDER BY created_at DESC LIMIT ?", [limit]
@@ -121,7 +125,7 @@ def pending_for(db: SqlDb, prompt_to: str) -> list[ApprovalRow]:
 def decide(
     db: SqlDb,
     approval_id: str,
-    status: str,
+    status: ApprovalStatus,
     *,
     verb: str | None,
     decided_by: dict[str, Any] | None,

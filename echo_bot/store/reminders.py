@@ -5,9 +5,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from ..statuses import ReminderStatus
 from .sql import SqlDb
-
-ACTIVE, DONE, MISSED, CANCELLED = "active", "done", "missed", "cancelled"
 
 _COLUMNS = (
     "id, chat, owner, text, timezone, recurrence, next_at, status, created_at, fired_count,"
@@ -24,11 +23,14 @@ class ReminderRow:
     timezone: str
     recurrence: str | None
     next_at: float
-    status: str
+    status: ReminderStatus
     created_at: float
     fired_count: int
     last_fired_at: float | None
     trace_id: str | None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "status", ReminderStatus(self.status))
 
 
 def insert_reminder(db: SqlDb, row: ReminderRow) -> None:
@@ -49,12 +51,13 @@ def get_reminder(db: SqlDb, reminder_id: str) -> ReminderRow | None:
 def active_reminders(db: SqlDb, chat: str | None = None) -> list[ReminderRow]:
     if chat is None:
         rows = db.execute(
-            f"SELECT {_COLUMNS} FROM reminders WHERE status = ? ORDER BY next_at", [ACTIVE]
+            f"SELECT {_COLUMNS} FROM reminders WHERE status = ? ORDER BY next_at",
+            [ReminderStatus.ACTIVE],
         ).fetchall()
     else:
         rows = db.execute(
             f"SELECT {_COLUMNS} FROM reminders WHERE status = ? AND chat = ? ORDER BY next_at",
-            [ACTIVE, chat],
+            [ReminderStatus.ACTIVE, chat],
         ).fetchall()
     return [ReminderRow(*r) for r in rows]
 
@@ -62,12 +65,19 @@ def active_reminders(db: SqlDb, chat: str | None = None) -> list[ReminderRow]:
 def count_active(db: SqlDb, chat: str) -> int:
     return int(
         db.execute(
-            "SELECT COUNT(*) FROM reminders WHERE status = ? AND chat = ?", [ACTIVE, chat]
+            "SELECT COUNT(*) FROM reminders WHERE status = ? AND chat = ?",
+            [ReminderStatus.ACTIVE, chat],
         ).fetchone()[0]
     )
 
 
-def set_status(db: SqlDb, reminder_id: str, status: str, *, only_if: str = ACTIVE) -> bool:
+def set_status(
+    db: SqlDb,
+    reminder_id: str,
+    status: ReminderStatus,
+    *,
+    only_if: ReminderStatus = ReminderStatus.ACTIVE,
+) -> bool:
     cursor = db.execute(
         "UPDATE reminders SET status = ? WHERE id = ? AND status = ?",
         [status, reminder_id, only_if],

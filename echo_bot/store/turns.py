@@ -14,10 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..conversation import ChatMessage, ToolCall
+from ..statuses import CallStatus, TurnStatus
 from .sql import SqlDb
-
-# tool call statuses
-PLANNED, WAITING, APPROVED, STARTED, DONE = "planned", "waiting", "approved", "started", "done"
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,7 +24,10 @@ class TurnRow:
     session_key: str
     trace_id: str
     step: int
-    status: str
+    status: TurnStatus
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "status", TurnStatus(self.status))
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,10 +39,13 @@ class CallRow:
     name: str
     args: dict[str, Any]
     args_hash: str
-    status: str
+    status: CallStatus
     approval_id: str | None
     result: dict[str, Any] | None
     error: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "status", CallStatus(self.status))
 
 
 def get_turn(db: SqlDb, turn_id: str) -> TurnRow | None:
@@ -75,11 +79,11 @@ def create_turn(db: SqlDb, turn_id: str, session_key: str, trace_id: str) -> Tur
         row = get_turn(db, turn_id)
         assert row is not None
         return row
-    return TurnRow(turn_id, session_key, trace_id, 0, "running")
+    return TurnRow(turn_id, session_key, trace_id, 0, TurnStatus.RUNNING)
 
 
 def set_turn(
-    db: SqlDb, turn_id: str, *, step: int | None = None, status: str | None = None
+    db: SqlDb, turn_id: str, *, step: int | None = None, status: TurnStatus | None = None
 ) -> None:
     sets: list[str] = ["updated_at = ?"]
     args: list[object] = [time.time()]
@@ -195,7 +199,17 @@ def add_calls(
         "INSERT INTO tool_calls (id, turn_id, step, idx, name, args, args_hash, status, error)"
         " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
         [
-            (call.id, turn_id, step, idx, call.name, args, args_hash, PLANNED, call.error)
+            (
+                call.id,
+                turn_id,
+                step,
+                idx,
+                call.name,
+                args,
+                args_hash,
+                CallStatus.PLANNED,
+                call.error,
+            )
             for call, idx, args, args_hash in stored
         ],
     )
@@ -208,7 +222,7 @@ def add_calls(
             name=call.name,
             args=json.loads(args),
             args_hash=args_hash,
-            status=PLANNED,
+            status=CallStatus.PLANNED,
             approval_id=None,
             result=None,
             error=call.error,
@@ -244,7 +258,7 @@ def calls_of_step(db: SqlDb, turn_id: str, step: int) -> list[CallRow]:
 def set_call(
     db: SqlDb,
     call_id: str,
-    status: str,
+    status: CallStatus,
     *,
     result: dict[str, Any] | None = None,
     approval_id: str | None = None,
@@ -252,7 +266,7 @@ def set_call(
     now = time.time()
     sets = ["status = ?"]
     args: list[Any] = [status]
-    if status == STARTED:
+    if status == CallStatus.STARTED:
         sets.append("started_at = ?")
         args.append(now)
     if result is not None:

@@ -24,6 +24,7 @@ from ..bus import Published
 from ..conversation import ChatMessage, ToolCall
 from ..events import InboundMessage, InboundStatus, OutboundMessage, Receipt
 from ..secrets import Masker
+from ..statuses import ApprovalStatus, CallStatus, ReminderStatus, TurnStatus
 from . import access as access_sql
 from . import approvals as approval_sql
 from . import audit as audit_sql
@@ -258,7 +259,9 @@ class TurnRepo:
     def create(self, turn_id: str, session_key: str, trace_id: str) -> turn_sql.TurnRow:
         return turn_sql.create_turn(self._db, turn_id, session_key, trace_id)
 
-    def set(self, turn_id: str, *, step: int | None = None, status: str | None = None) -> None:
+    def set(
+        self, turn_id: str, *, step: int | None = None, status: TurnStatus | None = None
+    ) -> None:
         turn_sql.set_turn(self._db, turn_id, step=step, status=status)
 
     def append_message(self, session_key: str, turn_id: str, message: ChatMessage) -> None:
@@ -296,7 +299,7 @@ class TurnRepo:
     def set_call(
         self,
         call_id: str,
-        status: str,
+        status: CallStatus,
         *,
         result: dict[str, Any] | None = None,
         approval_id: str | None = None,
@@ -363,7 +366,7 @@ class ApprovalRepo:
         return approval_sql.get_approval(self._db, approval_id)
 
     def list(
-        self, status: str | None = approval_sql.PENDING, limit: int = 100
+        self, status: ApprovalStatus | None = ApprovalStatus.PENDING, limit: int = 100
     ) -> list[approval_sql.ApprovalRow]:
         return approval_sql.list_approvals(self._db, status, limit)
 
@@ -377,7 +380,7 @@ class ApprovalRepo:
     def decide(
         self,
         approval_id: str,
-        status: str,
+        status: ApprovalStatus,
         *,
         verb: str | None,
         decided_by: dict[str, Any] | None,
@@ -427,7 +430,11 @@ class ReminderRepo:
         return reminder_sql.count_active(self._db, chat)
 
     def set_status(
-        self, reminder_id: str, status: str, *, only_if: str = reminder_sql.ACTIVE
+        self,
+        reminder_id: str,
+        status: ReminderStatus,
+        *,
+        only_if: ReminderStatus = ReminderStatus.ACTIVE,
     ) -> bool:
         changed = reminder_sql.set_status(self._db, reminder_id, status, only_if=only_if)
         if changed:
