@@ -342,7 +342,7 @@ class CliChannel:
             sender=self._sender,
             text=text,
             external_id=line_id,
-            metadata={"message_id": line_id},
+            message_id=line_id,
         )
         published = await self._bus.publish(message)
         self._awaiting.add(published.inbound_id)

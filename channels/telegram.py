@@ -659,7 +659,7 @@ class TelegramChannel:
             text=text,
             attachments=attachments,
             external_id=str(event_update.update_id),
-            metadata={"message_id": str(message.message_id)},
+            message_id=str(message.message_id),
         )
         inbound_id = await self._publish(inbound)
         self._start_typing(inbound_id, chat)
@@ -731,6 +731,7 @@ class TelegramChannel:
             sender_id=str(presser.id),
             via="telegram",
             allow_for_seconds=seconds,
+            answered=True,  # the button's popup says the outcome (_answer_outcome)
         )
         inbound_id = await self._publish(
             InboundMessage(
@@ -741,7 +742,7 @@ class TelegramChannel:
                 ),
                 decision=decision,
                 external_id=str(event_update.update_id),
-                metadata={"callback_query_id": query.id, "answered_inline": True},
+                metadata={"callback_query_id": query.id},
             )
         )
         self._spawn(self._answer_outcome(query.id, inbound_id))

@@ -256,6 +256,7 @@ def _submit_decision(at: StoreAt, approval_id: str, action: str, wait: float) ->
             decided_by=ADMIN_ADDRESS,
             sender_id=user,
             via="admin",
+            answered=True,  # printed by the command
         ),
         external_id=f"admin-{os.getpid()}-{time.time_ns()}",
     )

@@ -107,6 +107,9 @@ class ApprovalDecision(_Model):
     via: str
     allow_for_seconds: int | None = None
     decided_at: datetime = Field(default_factory=utcnow)
+    # The deciding channel tells the decider the outcome itself (a button's popup, the
+    # admin command's output), so a refusal sends no notice to the chat.
+    answered: bool = False
 
     @property
     def allow_for(self) -> timedelta | None:
@@ -153,7 +156,8 @@ class InboundMessage(_Model):
     received_at: datetime = Field(default_factory=utcnow)
     external_id: str | None = None
     reply_to: Address | None = None
-    reply_to_message: str | None = None
+    # The channel's own id of this message: what the answer quotes in the same chat.
+    message_id: str | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
     trace_id: str = Field(default_factory=new_id)
 
@@ -165,6 +169,11 @@ class InboundMessage(_Model):
     def respond_to(self) -> Address:
         """Where results of this inbound go (webhook and cron send them elsewhere)."""
         return self.reply_to or self.address
+
+    @property
+    def quoted_by_answer(self) -> str | None:
+        """The message an answer quotes: this one, when the answer goes to its chat."""
+        return self.message_id if self.respond_to == self.address else None
 
 
 class Button(_Model):

@@ -433,8 +433,7 @@ class Dispatcher:
             outcome = self.gate.decide(tx, decision)
             status = InboundStatus.DONE if outcome.ok else InboundStatus.FAILED
             tx.inbox.set_status(message.id, status, None if outcome.ok else outcome.message)
-            answered = decision.via == "admin" or message.metadata.get("answered_inline")
-            if not outcome.ok and not answered:
+            if not outcome.ok and not decision.answered:
                 tx.outbox.add(
                     OutboundMessage(
                         to=message.address,

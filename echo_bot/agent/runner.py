@@ -455,7 +455,7 @@ class TurnRunner:
             to=inbound.respond_to,
             text=self.masker.mask(text),
             kind=OutboundKind.NOTICE,
-            reply_to_message=inbound.metadata.get("message_id") or inbound.external_id,
+            reply_to_message=inbound.quoted_by_answer,
             trace_id=inbound.trace_id,
         )
 
@@ -466,7 +466,7 @@ class TurnRunner:
             to=inbound.respond_to,
             text=self.masker.mask(text),
             format=TextFormat.MARKDOWN if markdown else TextFormat.PLAIN,
-            reply_to_message=inbound.metadata.get("message_id") or inbound.external_id,
+            reply_to_message=inbound.quoted_by_answer,
             trace_id=inbound.trace_id,
             metadata={"inbound_id": inbound.id},
         )
