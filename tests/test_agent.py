@@ -497,22 +497,34 @@ async def test_every_message_is_taken_once_whether_handed_over_or_found_by_the_p
                 asyncio.gather(*(bot.channel.say(nap, chat=f"chat{i % 2}") for i in range(16))),
                 asyncio.gather(*(other.run(lambda db, m=m: add_inbound(db, m)) for m in elsewhere)),
             )
+            ids = [*here, *(m.id for m in elsewhere)]
+            for inbound_id in ids:
+                await bot.channel.reply_to(inbound_id)
+            # Two more polls, each proven by a row the other process commits now being
+            # answered (only the poll finds it): a row read twice would be taken again.
+            later = []
+            for n in range(2):
+                marker = InboundMessage(
+                    address=Address(channel="cli", chat_id=f"other{n}"),
+                    sender=Sender(id="owner"),
+                    text=nap,
+                    external_id=new_id(),
+                )
+                await other.run(lambda db, m=marker: add_inbound(db, m))
+                await bot.channel.reply_to(marker.id)
+                later.append(marker.id)
         finally:
             await asyncio.to_thread(other.close_sync)
-        ids = [*here, *(m.id for m in elsewhere)]
-        for inbound_id in ids:
-            await bot.channel.reply_to(inbound_id)
-        await asyncio.sleep(1.2)  # two more polls: a row read twice would be taken again
-        assert all(len(replies_to(bot.channel, i)) == 1 for i in ids)
-        assert taken() - before == len(ids)
+        assert all(len(replies_to(bot.channel, i)) == 1 for i in [*ids, *later])
+        assert taken() - before == len(ids) + len(later)
 
 
-async def test_a_tool_call_turn_stored_past_its_step_is_reported_not_planned_again(
+async def test_a_tool_call_turn_whose_call_is_done_is_reported_not_run_again(
     state_dir: Path,
 ) -> None:
-    """Earlier versions closed a webhook/cron call's step in one commit and finished the
-    turn in the next; a crash between them left the turn at step 1 with its call done.
-    After the restart the call's stored result is reported (it ran), not planned again."""
+    """A webhook/cron call's result is stored when it is done, and the turn finishes in
+    the next commit; a crash between them leaves the turn with its call done. After the
+    restart the call's stored result is reported (it ran), not planned or run again."""
     from echo_bot.events import Address, InboundKind, InboundMessage, Sender, ToolCallRequest
     from echo_bot.statuses import CallStatus
     from echo_bot.store import turns as turn_store
@@ -533,7 +545,6 @@ async def test_a_tool_call_turn_stored_past_its_step_is_reported_not_planned_aga
         turn_store.add_calls(db, inbound.id, 0, [(call, "hash")])
         result = ToolResult.success("It is the stored hour.").to_json()
         turn_store.set_call(db, call.id, CallStatus.DONE, result=result)
-        turn_store.set_turn(db, inbound.id, step=1)
 
     store = store_engine(state_dir)
     await store.open()

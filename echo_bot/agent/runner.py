@@ -11,7 +11,8 @@ import json
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from enum import Enum
 from functools import partial
 from typing import TypeVar
 
@@ -49,6 +50,22 @@ HISTORY_LIMIT = 200
 MAX_IDENTICAL_CALLS = 2
 
 T = TypeVar("T")
+
+
+class Phase(Enum):
+    """Where a message turn is: a step's calls to run, or the brain to ask."""
+
+    RUN_CALLS = "run calls"
+    THINK = "think"
+
+
+@dataclass
+class _Turn:
+    """A message turn as its phases leave it for the next."""
+
+    turn: TurnRow
+    conversation: list[ChatMessage] | None  # the history for the next brain step, if read
+    settled: list[CallRow] | None = None  # the step's calls as just stored and settled
 
 
 class TurnRunner:
@@ -97,83 +114,87 @@ class TurnRunner:
     async def _drive(
         self, inbound: InboundMessage, turn: TurnRow, conversation: list[ChatMessage] | None
     ) -> None:
-        direct = inbound.kind == InboundKind.TOOL_CALL
-        # Direct tool calls (webhook, cron) may name any available tool; brains see the
-        # profile's selection.
-        tools = [t for t in self.registry if t.available()] if direct else list(self.exposed())
-        # A step this process has just opened (a new turn, or the one after a closed
-        # step) has no calls yet: no need to look for them in the store.
-        empty_step = turn.step == 0 and conversation is not None
-        settled: list[CallRow] | None = None  # the step's calls, settled when it was stored
-        while True:
-            if not empty_step:
-                outcome = await self.executor.run_step(inbound, turn, tools, settled)
-                settled = None
-                if outcome.calls:
-                    if outcome.waiting:
-                        await self._checkpoint(
-                            inbound, partial(self._suspend, inbound=inbound, turn=turn)
-                        )
-                        return
-                    if direct:  # its one call is done: results and reply in one commit
-                        await self._finish_direct(inbound, outcome.calls, outcome.unrecorded)
-                        return
-                    turn, conversation = await self._checkpoint(
-                        inbound,
-                        partial(self._close_step, inbound=inbound, turn=turn, outcome=outcome),
-                    )
-                    empty_step = True
-                    continue
-            if direct:
-                if turn.step > 0:
-                    # Stored by an earlier version, which closed the step before finishing:
-                    # the call ran; report it rather than plan it again.
-                    done = await self.store.run(partial(_calls_of_first_step, turn_id=turn.id))
-                    await self._finish_direct(inbound, done, [])
-                    return
-                settled = await self._checkpoint(
-                    inbound, partial(self._plan_direct, inbound=inbound, turn=turn, tools=tools)
-                )
-                empty_step = False
-                continue
-            if turn.step >= self.config.max_steps:
-                text = (
-                    f"I stopped after {turn.step} steps without finishing. "
-                    "Ask again with a narrower request."
-                )
-                await self._finish(inbound, turn, text, InboundStatus.DONE, "max_steps reached")
-                return
-            reply = await self._ask_brain(inbound, turn, tools, conversation)
-            conversation = None
-            if reply is None:
-                return
-            if reply.tool_calls:
-                settled = await self._checkpoint(
-                    inbound,
-                    partial(
-                        self._persist_step, inbound=inbound, turn=turn, reply=reply, tools=tools
-                    ),
-                )
-                if settled is None:
-                    name = reply.tool_calls[0].name
-                    text = (
-                        f"I stopped: the same {name} call kept repeating without progress. "
-                        "Ask again, perhaps more specifically."
-                    )
-                    await self._finish(inbound, turn, text, InboundStatus.DONE, "repeated call")
-                    return
-                empty_step = False
-                continue
-            await self._finish(
-                inbound,
-                turn,
-                reply.text or "(no reply)",
-                InboundStatus.DONE,
-                None,
-                reply.attachments,
-                decision=reply,
-            )
+        if inbound.kind == InboundKind.TOOL_CALL:
+            await self._drive_direct(inbound, turn)
             return
+        # Derived from the checkpoint: a turn this process has just made has no calls
+        # yet (no need to look in the store); any other may have a step to run or
+        # resume.
+        at = _Turn(turn, conversation)
+        phase: Phase | None = Phase.RUN_CALLS
+        if turn.step == 0 and conversation is not None:
+            phase = Phase.THINK
+        while phase is not None:
+            if phase is Phase.RUN_CALLS:
+                phase = await self._run_calls(inbound, at)
+            else:
+                phase = await self._think(inbound, at)
+
+    async def _run_calls(self, inbound: InboundMessage, at: _Turn) -> Phase | None:
+        """Run what the step's calls may run; close the step when all have results."""
+        tools = list(self.exposed())
+        outcome = await self.executor.run_step(inbound, at.turn, tools, at.settled)
+        at.settled = None
+        if not outcome.calls:  # a step with no calls (resumed before its brain reply)
+            return Phase.THINK
+        if outcome.waiting:
+            await self._checkpoint(inbound, partial(self._suspend, inbound=inbound, turn=at.turn))
+            return None
+        at.turn, at.conversation = await self._checkpoint(
+            inbound, partial(self._close_step, inbound=inbound, turn=at.turn, outcome=outcome)
+        )
+        return Phase.THINK
+
+    async def _think(self, inbound: InboundMessage, at: _Turn) -> Phase | None:
+        """Ask the brain for the next step: calls to run, or the answer."""
+        turn = at.turn
+        if turn.step >= self.config.max_steps:
+            text = (
+                f"I stopped after {turn.step} steps without finishing. "
+                "Ask again with a narrower request."
+            )
+            await self._finish(inbound, turn, text, InboundStatus.DONE, "max_steps reached")
+            return None
+        tools = list(self.exposed())
+        reply = await self._ask_brain(inbound, turn, tools, at.conversation)
+        at.conversation = None
+        if reply is None:
+            return None
+        if not reply.tool_calls:
+            text = reply.text or "(no reply)"
+            await self._finish(
+                inbound, turn, text, InboundStatus.DONE, None, reply.attachments, decision=reply
+            )
+            return None
+        at.settled = await self._checkpoint(
+            inbound,
+            partial(self._persist_step, inbound=inbound, turn=turn, reply=reply, tools=tools),
+        )
+        if at.settled is None:
+            name = reply.tool_calls[0].name
+            text = (
+                f"I stopped: the same {name} call kept repeating without progress. "
+                "Ask again, perhaps more specifically."
+            )
+            await self._finish(inbound, turn, text, InboundStatus.DONE, "repeated call")
+            return None
+        return Phase.RUN_CALLS
+
+    async def _drive_direct(self, inbound: InboundMessage, turn: TurnRow) -> None:
+        """A direct tool call (webhook, cron): one step of one call, planned at the
+        first go; its result is the reply, stored with it in one commit."""
+        # It may name any available tool; brains see the profile's selection.
+        tools = [t for t in self.registry if t.available()]
+        outcome = await self.executor.run_step(inbound, turn, tools, None)
+        if not outcome.calls:  # not planned yet
+            settled = await self._checkpoint(
+                inbound, partial(self._plan_direct, inbound=inbound, turn=turn, tools=tools)
+            )
+            outcome = await self.executor.run_step(inbound, turn, tools, settled)
+        if outcome.waiting:
+            await self._checkpoint(inbound, partial(self._suspend, inbound=inbound, turn=turn))
+            return
+        await self._finish_direct(inbound, outcome.calls, outcome.unrecorded)
 
     # -- checkpoints ----------------------------------------------------------------------
     async def _checkpoint(self, inbound: InboundMessage, write: Callable[[Tx], T]) -> T:
@@ -470,7 +491,3 @@ class TurnRunner:
             trace_id=inbound.trace_id,
             metadata={"inbound_id": inbound.id},
         )
-
-
-def _calls_of_first_step(tx: Tx, turn_id: str) -> list[CallRow]:
-    return tx.turns.calls_of_step(turn_id, 0)
