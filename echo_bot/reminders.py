@@ -26,7 +26,9 @@ ZONES_KEPT = 4096  # chats whose time zone is kept in memory (the oldest read is
 
 
 @dataclass(frozen=True, slots=True)
-class Outcome:
+class ReminderAnswer:
+    """What a reminder request came to, in words for the asker (ok: it was done)."""
+
     ok: bool
     message: str
     reminder: ReminderRow | None = None
@@ -83,14 +85,14 @@ class ReminderService:
         self._zone_changes += 1
         self._zones.clear()
 
-    async def set_timezone(self, chat: Address, name: str) -> Outcome:
+    async def set_timezone(self, chat: Address, name: str) -> ReminderAnswer:
         zone = zone_of(name.strip())
         if zone is None or not name.strip():
-            return Outcome(
+            return ReminderAnswer(
                 False, f"Unknown timezone “{name}”. Use an IANA name like Europe/Berlin."
             )
         await self.store.run(lambda tx: tx.reminders.set_chat_timezone(str(chat), zone.key))
-        return Outcome(True, f"This chat now uses {zone.key} for times.")
+        return ReminderAnswer(True, f"This chat now uses {zone.key} for times.")
 
     async def create(
         self,
@@ -102,43 +104,43 @@ class ReminderService:
         recurrence: str | None = None,
         timezone: str | None = None,
         trace_id: str | None = None,
-    ) -> Outcome:
+    ) -> ReminderAnswer:
         text = " ".join(text.split())
         if not text:
-            return Outcome(False, "What should I remind you of? The text is empty.")
+            return ReminderAnswer(False, "What should I remind you of? The text is empty.")
         if len(text) > MAX_TEXT:
-            return Outcome(False, f"That reminder text is too long (at most {MAX_TEXT}).")
+            return ReminderAnswer(False, f"That reminder text is too long (at most {MAX_TEXT}).")
         zone_name = timezone or await self.timezone_for(chat)
         zone = zone_of(zone_name)
         if zone is None:
-            return Outcome(False, f"Unknown timezone “{zone_name}”. Use e.g. Europe/Berlin.")
+            return ReminderAnswer(False, f"Unknown timezone “{zone_name}”. Use e.g. Europe/Berlin.")
         now = datetime.fromtimestamp(self.clock(), UTC)
         cron: str | None = None
         described: str
         if recurrence:
             rule = parse_recurrence(recurrence)
             if isinstance(rule, Unclear):
-                return Outcome(False, rule.question)
+                return ReminderAnswer(False, rule.question)
             assert isinstance(rule, Recurrence)
             try:
                 first = next_after(rule.cron, zone, now.astimezone(zone))
             except ValueError as exc:
-                return Outcome(False, f"That schedule is not valid: {exc}.")
+                return ReminderAnswer(False, f"That schedule is not valid: {exc}.")
             if first is None:
-                return Outcome(False, "That schedule never fires.")
+                return ReminderAnswer(False, "That schedule never fires.")
             cron, due = rule.cron, first
             described = f"{rule.description} ({zone.key}); first on {describe(first)}"
         elif when:
             parsed = parse_when(when, zone, now, self.languages)
             if isinstance(parsed, Unclear):
-                return Outcome(False, parsed.question)
+                return ReminderAnswer(False, parsed.question)
             assert isinstance(parsed, When)
             due = parsed.at
             described = describe(due)
         else:
-            return Outcome(False, "When should I remind you? Give a time or a repetition.")
+            return ReminderAnswer(False, "When should I remind you? Give a time or a repetition.")
         if due - now > MAX_AHEAD:
-            return Outcome(False, "That is more than 5 years away.")
+            return ReminderAnswer(False, "That is more than 5 years away.")
         row = ReminderRow(
             id=secrets.token_hex(4),
             chat=str(chat),
@@ -161,18 +163,19 @@ class ReminderService:
             return True
 
         if not await self.store.run(write):
-            return Outcome(
+            return ReminderAnswer(
                 False,
                 f"This chat already has {self.max_active} active reminders, the most I keep. "
                 "Cancel some with /cancel ID first.",
             )
-        return Outcome(True, f"OK, I will remind you {described}: “{text}” (id {row.id}).", row)
+        said = f"OK, I will remind you {described}: “{text}” (id {row.id})."
+        return ReminderAnswer(True, said, row)
 
     async def list(self, chat: Address | None) -> list[ReminderRow]:
         key = str(chat) if chat is not None else None
         return await self.store.run(lambda tx: tx.reminders.active(key))
 
-    async def cancel(self, chat: Address | None, reminder_id: str) -> Outcome:
+    async def cancel(self, chat: Address | None, reminder_id: str) -> ReminderAnswer:
         """Cancel ``reminder_id``; from a chat, only that chat's own reminders."""
         reminder_id = reminder_id.strip().lower()
 
@@ -187,10 +190,10 @@ class ReminderService:
 
         row = await self.store.run(write)
         if row is None:
-            return Outcome(False, f"There is no reminder {reminder_id} in this chat.")
+            return ReminderAnswer(False, f"There is no reminder {reminder_id} in this chat.")
         if row.status != ReminderStatus.ACTIVE:
-            return Outcome(False, f"Reminder {reminder_id} is already {row.status}.")
-        return Outcome(True, f"Cancelled reminder {reminder_id}: “{row.text}”.", row)
+            return ReminderAnswer(False, f"Reminder {reminder_id} is already {row.status}.")
+        return ReminderAnswer(True, f"Cancelled reminder {reminder_id}: “{row.text}”.", row)
 
 
 def render_list(rows: list[ReminderRow]) -> str:

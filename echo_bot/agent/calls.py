@@ -4,7 +4,7 @@ A call moves planned → (waiting → approved | done) → started → done. Sid
 calls are marked "started" in their own commit before they run, and "done" with their
 result in the next one; a call found "started" later was interrupted by a crash and is
 reported OUTCOME_UNKNOWN, never re-run. Read-only calls are simply run again, so their
-results may wait for the commit that closes the step (``StepOutcome.unrecorded``).
+results may wait for the commit that closes the step (``StepProgress.unrecorded``).
 """
 
 from __future__ import annotations
@@ -40,7 +40,9 @@ def args_hash(name: str, args: dict[str, Any]) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class StepOutcome:
+class StepProgress:
+    """How far a step got: its calls as stored, and whether one waits for approval."""
+
     waiting: bool
     calls: list[CallRow]
     # Results of read-only calls, not yet stored: ``record`` them in the transaction that
@@ -105,7 +107,7 @@ class CallExecutor:
         turn: TurnRow,
         exposed: Sequence[Tool],
         settled: list[CallRow] | None = None,
-    ) -> StepOutcome:
+    ) -> StepProgress:
         """Advance every call of the turn's current step as far as it can go now.
 
         ``settled``: the step's calls as ``settle_step`` left them in a transaction that
@@ -120,10 +122,10 @@ class CallExecutor:
         if any(c.status == CallStatus.WAITING for c in calls):
             # DESIGN.md: the step resumes when every pending request is decided; nothing
             # of it runs before, so an approved call never runs ahead of a denied one.
-            return StepOutcome(waiting=True, calls=calls)
+            return StepProgress(waiting=True, calls=calls)
         runnable = [c for c in calls if c.status == CallStatus.APPROVED]
         if not runnable:
-            return StepOutcome(waiting=False, calls=calls)
+            return StepProgress(waiting=False, calls=calls)
         gone = [c for c in runnable if (available.get(c.name) or self.registry.get(c.name)) is None]
         if gone:  # its MCP server is down or dropped it since: nothing is sent
             for call in gone:
@@ -147,7 +149,7 @@ class CallExecutor:
             ]
         # Only this turn's worker moves its calls, so these are their current states.
         done = {call.id: call for call, _result, _recorded in finished}
-        return StepOutcome(
+        return StepProgress(
             waiting=False,
             calls=[done.get(c.id, c) for c in calls],
             unrecorded=[(call, result) for call, result, recorded in finished if not recorded],

@@ -39,7 +39,7 @@ from ..store import Store, Tx
 from ..store.turns import CallRow, TurnRow
 from ..tools.base import ErrorCode, Tool, ToolResult
 from ..tools.registry import ToolRegistry
-from .calls import CallExecutor, StepOutcome, args_hash, run_fenced
+from .calls import CallExecutor, StepProgress, args_hash, run_fenced
 from .history import HistoryCache
 
 log = logging.getLogger(__name__)
@@ -133,15 +133,15 @@ class TurnRunner:
     async def _run_calls(self, inbound: InboundMessage, at: _Turn) -> Phase | None:
         """Run what the step's calls may run; close the step when all have results."""
         tools = list(self.exposed())
-        outcome = await self.executor.run_step(inbound, at.turn, tools, at.settled)
+        progress = await self.executor.run_step(inbound, at.turn, tools, at.settled)
         at.settled = None
-        if not outcome.calls:  # a step with no calls (resumed before its brain reply)
+        if not progress.calls:  # a step with no calls (resumed before its brain reply)
             return Phase.THINK
-        if outcome.waiting:
+        if progress.waiting:
             await self._checkpoint(inbound, partial(self._suspend, inbound=inbound, turn=at.turn))
             return None
         at.turn, at.conversation = await self._checkpoint(
-            inbound, partial(self._close_step, inbound=inbound, turn=at.turn, outcome=outcome)
+            inbound, partial(self._close_step, inbound=inbound, turn=at.turn, progress=progress)
         )
         return Phase.THINK
 
@@ -185,16 +185,16 @@ class TurnRunner:
         first go; its result is the reply, stored with it in one commit."""
         # It may name any available tool; brains see the profile's selection.
         tools = [t for t in self.registry if t.available()]
-        outcome = await self.executor.run_step(inbound, turn, tools, None)
-        if not outcome.calls:  # not planned yet
+        progress = await self.executor.run_step(inbound, turn, tools, None)
+        if not progress.calls:  # not planned yet
             settled = await self._checkpoint(
                 inbound, partial(self._plan_direct, inbound=inbound, turn=turn, tools=tools)
             )
-            outcome = await self.executor.run_step(inbound, turn, tools, settled)
-        if outcome.waiting:
+            progress = await self.executor.run_step(inbound, turn, tools, settled)
+        if progress.waiting:
             await self._checkpoint(inbound, partial(self._suspend, inbound=inbound, turn=turn))
             return
-        await self._finish_direct(inbound, outcome.calls, outcome.unrecorded)
+        await self._finish_direct(inbound, progress.calls, progress.unrecorded)
 
     # -- checkpoints ----------------------------------------------------------------------
     async def _checkpoint(self, inbound: InboundMessage, write: Callable[[Tx], T]) -> T:
@@ -308,15 +308,15 @@ class TurnRunner:
         return self.executor.settle_step(tx, inbound, turn, tools, rows)
 
     def _close_step(
-        self, tx: Tx, inbound: InboundMessage, turn: TurnRow, outcome: StepOutcome
+        self, tx: Tx, inbound: InboundMessage, turn: TurnRow, progress: StepProgress
     ) -> tuple[TurnRow, list[ChatMessage] | None]:
         """Store the step's results, append them to history and move to the next step,
         atomically; a message turn gets the history for its next brain step in the same
         go."""
-        self.executor.record(tx, inbound, outcome.unrecorded)
+        self.executor.record(tx, inbound, progress.unrecorded)
         conversation = None
         if inbound.kind == InboundKind.MESSAGE:
-            for call in outcome.calls:
+            for call in progress.calls:
                 result = ToolResult.from_json(call.result or {"ok": False, "output": "no result"})
                 tx.turns.append_message(
                     inbound.session_key,

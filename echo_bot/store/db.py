@@ -58,7 +58,7 @@ from sqlite_utils import Database as SqliteUtilsDatabase
 
 from ..errors import StoreError
 from ..hardening import PRIVATE_FILE, make_private
-from .engine import MAX_BATCH, Job, Outcome, Session, ThreadedEngine, run_begun, store_error
+from .engine import MAX_BATCH, Job, JobDone, Session, ThreadedEngine, run_begun, store_error
 from .schema import SchemaTooNew, migrate
 
 T = TypeVar("T")
@@ -314,12 +314,12 @@ class Database(ThreadedEngine):
             outcomes = [(job, False, exc) for job in batch]
         self._settle_all(outcomes)
 
-    def _run_on_loop(self, batch: list[Job]) -> list[Outcome] | None:
+    def _run_on_loop(self, batch: list[Job]) -> list[JobDone] | None:
         """The batch's outcomes, or None if another connection holds the write lock."""
         session = self._loop_session
         if session is None:
             return [(job, False, StoreError("the store is not open")) for job in batch]
-        outcomes: list[Outcome] | None = None
+        outcomes: list[JobDone] | None = None
         for together in (len(batch) > 1, False):
             try:
                 session.execute("BEGIN IMMEDIATE")

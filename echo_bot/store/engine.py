@@ -30,7 +30,7 @@ T = TypeVar("T")
 MAX_BATCH = 128  # jobs committed together at most
 SAVEPOINT = "echo_bot_job"
 
-Outcome = tuple["Job", bool, Any]  # (job, ok, result or error)
+JobDone = tuple["Job", bool, Any]  # (job, ok, result or error)
 
 log = logging.getLogger(__name__)
 
@@ -271,11 +271,11 @@ class ThreadedEngine(abc.ABC):
             except BaseException:  # the store thread must go on serving
                 log.exception("handing store results back failed")
 
-    def _run_batch(self, batch: list[Job]) -> list[Outcome]:
+    def _run_batch(self, batch: list[Job]) -> list[JobDone]:
         """Run the jobs in one transaction on the store thread's connection."""
         # A cancelled caller's job is not run (its outcome only settles the count).
         live: list[Job] = []
-        dropped: list[Outcome] = []
+        dropped: list[JobDone] = []
         for job in batch:
             if job.future.cancelled():
                 dropped.append((job, False, None))
@@ -308,9 +308,9 @@ class ThreadedEngine(abc.ABC):
                 return dropped + outcomes
         raise AssertionError("the second pass always has outcomes")
 
-    def _deliver(self, outcomes: list[Outcome]) -> None:
+    def _deliver(self, outcomes: list[JobDone]) -> None:
         """Hand each job its outcome: one wake-up per event loop for the whole batch."""
-        by_loop: dict[asyncio.AbstractEventLoop, list[Outcome]] = {}
+        by_loop: dict[asyncio.AbstractEventLoop, list[JobDone]] = {}
         for outcome in outcomes:
             job = outcome[0]
             if job.loop is None:
@@ -321,7 +321,7 @@ class ThreadedEngine(abc.ABC):
             with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is waiting
                 loop.call_soon_threadsafe(self._settle_all, some)
 
-    def _settle_all(self, outcomes: list[Outcome]) -> None:
+    def _settle_all(self, outcomes: list[JobDone]) -> None:
         """On the jobs' loop, after the COMMIT: run each committed job's
         ``after_commit``, then set each future, in the order the jobs ran. Every
         outcome is settled whatever a hook raises (a BaseException is raised again
@@ -349,7 +349,7 @@ class ThreadedEngine(abc.ABC):
             raise raised
 
 
-def run_begun(session: Session, batch: list[Job], *, together: bool) -> list[Outcome] | None:
+def run_begun(session: Session, batch: list[Job], *, together: bool) -> list[JobDone] | None:
     """Run the jobs in the transaction just begun, then COMMIT; an outcome for each.
 
     ``together``: one after another with nothing between them, betting that none
@@ -363,7 +363,7 @@ def run_begun(session: Session, batch: list[Job], *, together: bool) -> list[Out
     to happen once committed."""
     alone = len(batch) == 1 or together
     handle, execute = session.handle, session.execute
-    outcomes: list[Outcome] = []
+    outcomes: list[JobDone] = []
     culprit: Job | None = None
     try:
         for job in batch:
@@ -431,7 +431,7 @@ def store_error(job: Job, exc: BaseException, session: Session | None) -> BaseEx
     return exc
 
 
-def settle(outcome: Outcome) -> None:
+def settle(outcome: JobDone) -> None:
     job, ok, value = outcome
     future = job.future
     if future.cancelled():
