@@ -3,7 +3,9 @@ said, on a real PostgreSQL database)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import os
 import re
 import signal
 import subprocess
@@ -13,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import echo_bot_cmd, echo_bot_env, run_echo_bot
+from tests.conftest import echo_bot_env, eventually, run_echo_bot
 from tests.postgres import fresh_database
 from tests.proc import EchoBotProcess, free_port
 
@@ -45,6 +47,18 @@ def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Pat
     with fresh_database() as url:
         path.write_text(SHELL_CONFIG + '[storage]\nengine = "postgres"\n')
         yield path, echo_bot_env(ECHO_BOT_DATABASE_URL=url)
+
+
+def processes_in(directory: Path) -> list[int]:
+    """The live processes whose working directory is ``directory`` (Linux /proc)."""
+    wanted = str(directory.resolve())
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):  # gone meanwhile, a zombie, not ours
+                if os.readlink(entry / "cwd") == wanted:
+                    found.append(int(entry.name))
+    return found
 
 
 def count_runs(state_dir: Path) -> int:
@@ -81,6 +95,8 @@ def test_run_without_terminal_keeps_running_until_a_signal(tmp_path: Path) -> No
         banner = bot.expect_stderr(r"^state: ")
         assert str(tmp_path / "st") in banner
         bot.expect_stderr(r"stop with Ctrl\+C")
+        # A bounded negative check: nothing the daemon does marks "end of input seen and
+        # ignored" (without a terminal it never reads stdin), so it is given a moment.
         time.sleep(1.0)
         assert bot.proc.poll() is None, "end of input must not stop the daemon"
         assert bot.terminate() == 0
@@ -173,30 +189,26 @@ def test_interrupted_side_effect_is_reported_not_rerun(
         assert second.wait() == 0
     finally:
         second.cleanup()
-    time.sleep(3.5)  # the orphaned `sleep 3` finishes; a re-run would append again
+    # Until the orphaned `sh -c …; sleep 3` (and any re-run) has finished: a re-run would
+    # have appended again by then.
+    workspace = state / "workspace"
+    asyncio.run(
+        eventually(
+            lambda: not processes_in(workspace), 30, f"no process left working in {workspace}"
+        )
+    )
     assert count_runs(state) == 1
 
 
 def test_sigint_stops_run_cleanly(tmp_path: Path) -> None:
-    proc = subprocess.Popen(
-        echo_bot_cmd("run", "--state-dir", str(tmp_path / "st")),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=echo_bot_env(),
-    )
+    bot = EchoBotProcess("run", "--state-dir", str(tmp_path / "st"), stdin=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 15
-        while not (tmp_path / "st" / "echo-bot.sqlite3").exists():
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-        time.sleep(0.3)
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(15) == 0
+        bot.expect_stderr(r"stop with Ctrl\+C")  # printed once started, signals handled
+        assert (tmp_path / "st" / "echo-bot.sqlite3").exists()
+        bot.proc.send_signal(signal.SIGINT)
+        assert bot.wait(15) == 0
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        bot.cleanup()
 
 
 def test_management_commands_read_a_postgres_store(tmp_path: Path) -> None:

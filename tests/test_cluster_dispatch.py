@@ -13,6 +13,7 @@ from echo_bot.cluster import Cluster
 from echo_bot.events import Address, InboundMessage, InboundStatus, Sender, new_id
 from echo_bot.secrets import Masker
 from echo_bot.store import SqliteInbox, Store
+from tests.conftest import eventually
 from tests.postgres import fresh_database
 
 
@@ -66,8 +67,13 @@ async def test_a_daemon_taking_a_session_runs_the_turns_that_arrived_before_firs
                 while len(runner.ran) < 2:
                     await asyncio.sleep(0.02)
             assert runner.ran == [earlier.id, later.id]
-            await asyncio.sleep(0.2)
-            assert runner.ran == [earlier.id, later.id], "a turn ran twice"
+            # A third message of the session, run after the two: a turn queued twice
+            # would have run again before it (a session's turns run in order).
+            third = message("third")
+            await mine.run(lambda tx: tx.inbox.add(third))
+            dispatcher.accept([third])
+            await eventually(lambda: len(runner.ran) >= 3, what="the third turn run")
+            assert runner.ran == [earlier.id, later.id, third.id], "a turn ran twice"
             await dispatcher.stop()
         finally:
             await other.close()

@@ -232,6 +232,19 @@ def stored(url: str) -> str:
     return f"inbox {inbox}\napprovals {approvals}\nleases {leases}\noutbox {outbox}"
 
 
+def settled(url: str) -> bool:
+    """Nothing left to do in the database: every inbound final, every outbound sent
+    (or failed for good)."""
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        (open_inbox,) = conn.execute(
+            "SELECT COUNT(*) FROM inbox WHERE status IN ('accepted', 'running', 'waiting_approval')"
+        ).fetchone()
+        (queued,) = conn.execute("SELECT COUNT(*) FROM outbox WHERE status = 'queued'").fetchone()
+    return open_inbox == 0 and queued == 0
+
+
 def runs(workspace: Path) -> int:
     path = workspace / "count.txt"
     return len(path.read_text().splitlines()) if path.exists() else 0
@@ -260,7 +273,8 @@ async def test_three_daemons_share_one_database_and_survive_a_kill(tmp_path: Pat
             # Kill the daemon that polls Telegram (and so may deliver too) mid-stream.
             poller = next(d for d in daemons if any("polling now" in x for x in d.lines))
             sending = asyncio.gather(*(deliver(session, daemons, n) for n in range(12, 30)))
-            await asyncio.sleep(0.3)
+            # Mid-stream: once the first of these deliveries has run its command.
+            await until(lambda: runs(workspace) > 12, 60, state)
             await poller.kill()
             await sending
             for n in range(3, 6):
@@ -272,7 +286,9 @@ async def test_three_daemons_share_one_database_and_survive_a_kill(tmp_path: Pat
                 return [t for t in api.sent_texts(OWNER) if t.startswith("It is")]
 
             await until(lambda: len(answered()) >= 6, 60, state)
-            await asyncio.sleep(2.0)  # room for a duplicate to show up
+            # Every row worked off (inbox final, outbox sent): a duplicate, had there
+            # been one, was sent before this.
+            await until(lambda: settled(url), 60, state)
         presser.cancel()
 
         assert runs(workspace) == 30, "a delivery ran its command twice or not at all"
@@ -323,7 +339,9 @@ async def test_a_stalled_daemon_writes_nothing_to_a_session_another_took_over(
                 first.proc.send_signal(signal.SIGCONT)
             assert replies() == ["the answer of the daemon that took over"]
             await until(lambda: first.said("left to another daemon"), 40, first.said_all)
-            await asyncio.sleep(2.0)  # room for a second reply to show up
+            # The frozen daemon's turn is over; every row worked off (inbox final, outbox
+            # sent): a second reply, had there been one, was sent before this.
+            await until(lambda: settled(url), 40, lambda: stored(url))
             assert replies() == ["the answer of the daemon that took over"]
             assert answers_in_history(url) == ["the answer of the daemon that took over"]
             for daemon in daemons:

@@ -17,6 +17,7 @@ from echo_bot.errors import ChannelError
 from echo_bot.events import Address, OutboundMessage, Receipt
 from echo_bot.secrets import Masker
 from echo_bot.store import Database, SqliteOutbox, Store
+from tests.conftest import eventually
 from tests.fakes.channel import RecordingChannel
 
 WAIT = 10.0  # an upper bound for "eventually", never a speed requirement
@@ -336,13 +337,18 @@ async def test_stop_lets_the_send_in_flight_finish(tmp_path: Path) -> None:
 
 
 class CountingOutbox(SqliteOutbox):
-    """The real outbox, counting how often the worker looks for due messages."""
+    """The real outbox, counting how often the worker looks for due messages (``looks``)
+    and how many of those looks have come back to it (``looked``)."""
 
     looks = 0
+    looked = 0
 
     async def due(self, *args: object, **kwargs: object):  # type: ignore[no-untyped-def,override]
         self.looks += 1
-        return await super().due(*args, **kwargs)  # type: ignore[arg-type]
+        try:
+            return await super().due(*args, **kwargs)  # type: ignore[arg-type]
+        finally:
+            self.looked += 1
 
 
 class SlowChannel(RecordingChannel):
@@ -402,7 +408,9 @@ async def test_the_worker_waits_quietly_while_a_chat_waits_out_a_retry(tmp_path:
         async with asyncio.timeout(WAIT):
             while not channel.attempts:
                 await asyncio.sleep(0.01)
-        await asyncio.sleep(1.0)  # a busy loop would make thousands of looks here
+        # A bounded negative check: a busy loop would make thousands of looks here, and
+        # nothing marks "the worker is waiting quietly" but the looks it does not make.
+        await asyncio.sleep(1.0)
         assert outbox.looks <= 5, outbox.looks
         assert channel.sent == []  # and nothing jumped the queue
     finally:
@@ -419,13 +427,12 @@ async def test_outbound_queued_through_the_store_wakes_the_worker(
     db = Database(tmp_path / "x.sqlite3")
     await db.open()
     store = Store(db, Masker())
-    worker = DeliveryWorker(SqliteOutbox(store), store=store)
+    worker = DeliveryWorker(CountingOutbox(store), store=store)
     channel = RecordingChannel("cli")
     worker.add_channel(channel)
     await worker.start()
     try:
-        for _ in range(20):  # let the worker's first look go by: it now waits an hour
-            await asyncio.sleep(0.01)
+        await settle_worker(worker)
         message = OutboundMessage(to=channel.address("a"), text="from a turn")
         await store.run(lambda tx: tx.outbox.add(message))
         await channel.wait_for(lambda m: m.text == "from a turn", WAIT)
@@ -463,7 +470,7 @@ async def hour_idle(
     db = Database(tmp_path / "x.sqlite3")
     await db.open()
     store = Store(db, Masker())
-    worker = DeliveryWorker(SqliteOutbox(store), store=store)
+    worker = DeliveryWorker(CountingOutbox(store), store=store)
     try:
         yield store, worker
     finally:
@@ -471,9 +478,15 @@ async def hour_idle(
         await db.close()
 
 
-async def settle_worker() -> None:
-    for _ in range(20):  # the worker's first look goes by: it now waits an hour
-        await asyncio.sleep(0.01)
+def looked(worker: DeliveryWorker) -> int:
+    """How many of the worker's looks for due messages have come back to it."""
+    assert isinstance(worker.outbox, CountingOutbox)
+    return worker.outbox.looked
+
+
+async def settle_worker(worker: DeliveryWorker) -> None:
+    """Until the worker's first look has come back to it: it now waits an hour."""
+    await eventually(lambda: looked(worker) >= 1, WAIT, "the worker's first look")
 
 
 async def test_a_message_queued_behind_a_send_in_flight_goes_right_after_it(
@@ -483,7 +496,7 @@ async def test_a_message_queued_behind_a_send_in_flight_goes_right_after_it(
     channel = GatedChannel("cli")
     worker.add_channel(channel)
     await worker.start()
-    await settle_worker()
+    await settle_worker(worker)
     to = channel.address("a")
     await store.run(lambda tx: tx.outbox.add(OutboundMessage(to=to, text="one")))
     await asyncio.wait_for(channel.entered.wait(), WAIT)
@@ -501,7 +514,7 @@ async def test_messages_queued_in_one_transaction_go_in_their_order(
     channel = RecordingChannel("cli")
     worker.add_channel(channel)
     await worker.start()
-    await settle_worker()
+    await settle_worker(worker)
     texts = ["reply", "attachment 1", "attachment 2"]
     messages = [OutboundMessage(to=channel.address("a"), text=t) for t in texts]
     await store.run(lambda tx: [tx.outbox.add(m) for m in messages])
@@ -516,14 +529,18 @@ async def test_a_new_message_never_overtakes_one_waiting_out_a_retry(
     channel = RateLimitedChannel("cli")  # the first send: retry in 5 s
     worker.add_channel(channel)
     await worker.start()
-    await settle_worker()
+    await settle_worker(worker)
     to = channel.address("a")
     await store.run(lambda tx: tx.outbox.add(OutboundMessage(to=to, text="first")))
     async with asyncio.timeout(WAIT):
         while not channel.attempts:
             await asyncio.sleep(0.01)
+    assert isinstance(worker.outbox, CountingOutbox)
+    seen = worker.outbox.looks  # looks begun so far; one begun after the commit is next
     await store.run(lambda tx: tx.outbox.add(OutboundMessage(to=to, text="second")))
-    await asyncio.sleep(0.3)
+    # The commit woke the worker (its chat has a message queued ahead): until a look
+    # begun after it has come back (looks run one at a time), or something was sent.
+    await eventually(lambda: looked(worker) > seen or channel.sent, WAIT, "a look after the commit")
     assert channel.sent == []
     assert [m.text for m in channel.attempts] == ["first"]
 
@@ -537,7 +554,7 @@ async def test_many_chats_queued_at_once_each_get_every_message_once_in_order(
     channel = RecordingChannel("cli")
     worker.add_channel(channel)
     await worker.start()
-    await settle_worker()
+    await settle_worker(worker)
     chats, per_chat = 12, 15
 
     async def writer(chat: int) -> None:
@@ -550,7 +567,15 @@ async def test_many_chats_queued_at_once_each_get_every_message_once_in_order(
 
     await asyncio.gather(*(writer(c) for c in range(chats)))
     sent = await wait_sent(channel, chats * per_chat)
-    await asyncio.sleep(0.2)  # nothing more comes
+
+    async def all_idle() -> bool:
+        for chat in range(chats):
+            if not await worker.idle(str(channel.address(f"c{chat}"))):
+                return False
+        return True
+
+    # Nothing queued or in flight for any chat: nothing more can come.
+    await eventually(all_idle, WAIT, "every chat idle")
     texts = [m.text for m in channel.sent]
     assert len(texts) == len(set(texts)) == chats * per_chat
     for chat in range(chats):
@@ -568,7 +593,7 @@ async def test_a_message_committed_with_the_look_that_starts_its_chat_is_not_lef
     store, worker = hour_idle
     channel = RecordingChannel("cli")
     await worker.start()
-    await settle_worker()
+    await settle_worker(worker)
     to = channel.address("a")
     # Queued while its channel is away: it stays queued.
     await store.run(lambda tx: tx.outbox.add(OutboundMessage(to=to, text="one")))

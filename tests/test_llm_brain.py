@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -401,8 +402,30 @@ async def test_a_tool_call_without_a_name_can_be_corrected(state_dir: Path) -> N
 
 
 # -- fallback to rules, and recovery --------------------------------------------------------
+class Clock:
+    """Real time plus a jump a test can add (so probe_interval passes at once)."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def __call__(self) -> float:
+        return time.time() + self.offset
+
+
+def routed_clock(bot: Bot) -> Clock:
+    """The clock the running brain (LLM first, rules when it fails) goes by, from now."""
+    from echo_bot.brains.routed import RoutedBrain
+
+    assert bot.daemon.runtime is not None
+    brain = bot.daemon.runtime.brain
+    assert isinstance(brain, RoutedBrain)
+    clock = brain.clock = Clock()  # its constructor's ``clock``, given after the fact
+    return clock
+
+
 async def test_500s_fall_back_to_rules_stay_there_and_recover(state_dir: Path) -> None:
     async with llm_bot(state_dir) as (llm, bot):
+        clock = routed_clock(bot)
         llm.error(500, times=2)
         reply = await ask(bot, "what time is it?")
         # Step 0 failed (rules chose the clock), step 1 failed too (rules report its result).
@@ -420,8 +443,8 @@ async def test_500s_fall_back_to_rules_stay_there_and_recover(state_dir: Path) -
         assert len(llm.requests) == seen
         assert "next probe" in (await audit(bot, "brain.decision"))[-1].data["route_reason"]
 
-        # After probe_interval the LLM is tried again, and answers.
-        await asyncio.sleep(1.2)
+        # After probe_interval (1 s) the LLM is tried again, and answers.
+        clock.offset += 1.2
         llm.reply("I am back.")
         assert (await ask(bot, "hello")).text == "I am back."
         llm.reply("Still here.")
@@ -432,6 +455,7 @@ async def test_500s_fall_back_to_rules_stay_there_and_recover(state_dir: Path) -
 
 async def test_an_endpoint_that_is_not_there_falls_back_and_recovers(state_dir: Path) -> None:
     async with llm_bot(state_dir) as (llm, bot):
+        clock = routed_clock(bot)
         await llm.down()
         reply = await ask(bot, "what time is it?")
         assert OFFLINE in reply.text and "It is " in reply.text
@@ -439,7 +463,7 @@ async def test_an_endpoint_that_is_not_there_falls_back_and_recovers(state_dir: 
         assert "APIConnectionError" in decisions[0].data["route_reason"]
 
         await llm.up()
-        await asyncio.sleep(1.2)  # probe_interval: sticky fallback after two failures
+        clock.offset += 1.2  # past probe_interval (1 s): sticky fallback after two failures
         llm.reply("Connected again.")
         assert (await ask(bot, "hello")).text == "Connected again."
         assert llm.chat_requests()[-1]["messages"][-1] == {"role": "user", "content": "hello"}

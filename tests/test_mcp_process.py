@@ -88,6 +88,17 @@ async def wait_for_file(path: Path, timeout: float = 30) -> None:
             await asyncio.sleep(0.05)
 
 
+async def answered_later(api: FakeTelegramAPI) -> None:
+    """A later message of the chat, answered: a chat's turns run in arrival order and its
+    messages go out in order, so whatever the earlier ones did (or did twice) is done."""
+    seen = len(api.calls)
+    api.push_message("/help", user_id=OWNER)  # a command: answered without the model
+    await api.wait_for_call(
+        "sendMessage", lambda c: "show this help" in c.params.get("text", ""), timeout=30,
+        after=seen,
+    )  # fmt: skip
+
+
 async def press_approve(api: FakeTelegramAPI, after: int = 0) -> tuple[str, int]:
     """The first approval prompt sent after call ``after``: its approve action, its id."""
     prompt = await api.wait_for_call(
@@ -130,7 +141,7 @@ async def test_a_pending_mcp_approval_survives_sigkill_and_the_tool_runs_once(
                 "sendMessage", lambda c: "Noted: milk." in c.params.get("text", ""),
                 timeout=30, after=seen,
             )  # fmt: skip
-            await asyncio.sleep(1.0)  # room for a second run to show up
+            await answered_later(api)  # a duplicate would have come before
         finally:
             second.send_signal(signal.SIGTERM)
             assert await asyncio.wait_for(second.wait(), 30) == 0
@@ -164,7 +175,7 @@ async def test_a_write_mcp_call_running_at_a_sigkill_is_outcome_unknown_after_re
             )
             told = json.dumps(llm.chat_requests()[-1]["messages"])
             assert "OUTCOME_UNKNOWN" in told
-            await asyncio.sleep(1.0)
+            await answered_later(api)  # a duplicate would have come before
         finally:
             second.send_signal(signal.SIGTERM)
             assert await asyncio.wait_for(second.wait(), 30) == 0

@@ -51,6 +51,8 @@ def test_a_second_signal_exits_at_once_and_the_store_survives(tmp_path: Path) ->
         wait_until_started(state)  # the command is running now
         bot.proc.send_signal(signal.SIGTERM)
         bot.expect_stderr(r"stopping")
+        # A bounded negative check: after "stopping" the daemon says nothing more while
+        # it waits for the turn, so the wait is given a moment to be seen.
         time.sleep(0.5)
         assert bot.proc.poll() is None, "the first signal waits for the running turn"
         started = time.monotonic()

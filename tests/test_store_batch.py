@@ -23,6 +23,7 @@ from echo_bot.errors import StoreError
 from echo_bot.secrets import Masker
 from echo_bot.store import Database, Store
 from echo_bot.store.db import BUSY_TIMEOUT_MS, MAX_BATCH
+from tests.conftest import eventually
 
 Job = Callable[[SqlDb], Any]
 
@@ -417,6 +418,9 @@ async def test_a_job_given_up_while_the_store_thread_waits_for_the_lock_does_not
     other.execute("BEGIN IMMEDIATE")  # another process's write lock
     try:
         waiting = asyncio.ensure_future(db.run(insert(7)))
+        # Kept: nothing public shows that the job was handed to the store thread and
+        # that the thread now waits in BEGIN (nor that it has seen the cancel), so each
+        # is given a moment. Too short a moment tests less; it never fails wrongly.
         await asyncio.sleep(0.3)  # handed to the store thread, which waits in BEGIN
         waiting.cancel()
         await asyncio.sleep(0.05)
@@ -444,7 +448,8 @@ def test_the_wal_is_cut_back_under_steady_writes(
             store.run_sync(insert(i, "x" * 10_000))
             biggest = max(biggest, wal.stat().st_size)
             time.sleep(0.0025)
-        time.sleep(0.3)
+        # Until the checkpointer (every 0.05 s here) has cut the WAL back.
+        asyncio.run(eventually(lambda: wal.stat().st_size <= 256 * 1024, what="the WAL cut back"))
         assert wal.stat().st_size <= 256 * 1024
     finally:
         store.close_sync()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import secrets
 import sqlite3
 import threading
@@ -25,7 +26,7 @@ from echo_bot.secrets import Masker
 from echo_bot.store import DB_FILENAME, ChatTimezoneChanged, Database, Store, Tx
 from echo_bot.store.engine import ThreadedEngine
 from echo_bot.tools.base import Risk, Tool, ToolContext, ToolGroup, ToolResult
-from tests.conftest import ON_POSTGRES, echo_bot_env, run_echo_bot, running_bot
+from tests.conftest import ON_POSTGRES, echo_bot_env, eventually, run_echo_bot, running_bot
 from tests.postgres import admin_url, fresh_database
 
 Job = Callable[[Any], Any]
@@ -362,13 +363,14 @@ class Nap(Tool):
 
 
 async def test_a_turn_pauses_while_its_database_is_away_and_finishes_once_it_is_back(
-    state_dir: Path,
+    state_dir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The daemon's role may not log in for a while and its connection is cut in the
     middle of a turn: the turn waits (no failure, no "something went wrong") and is
     answered once, after the database is back; the next message just works."""
     import psycopg
 
+    caplog.set_level(logging.WARNING, logger="echo_bot")
     role, password = f"echo_bot_away_{secrets.token_hex(3)}", secrets.token_hex(8)
     with fresh_database() as url, psycopg.connect(admin_url(), autocommit=True) as admin:
         parts = urlsplit(url)
@@ -386,7 +388,17 @@ async def test_a_turn_pauses_while_its_database_is_away_and_finishes_once_it_is_
                         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s",
                         [role],
                     )
-                    await asyncio.sleep(2.0)  # the nap is over; the turn cannot go on
+
+                    # The turn cannot go on (nor its session be taken): it says it waits.
+                    def paused() -> bool:
+                        return any(
+                            "paused" in (said := r.getMessage())
+                            and (turn in said or "session cli:local" in said)
+                            for r in caplog.records
+                            if r.name == "echo_bot.agent.dispatcher"
+                        )
+
+                    await eventually(paused, 30, "the turn paused")
                     assert not [m for m in bot.channel.sent if m.kind == "reply"]
                     admin.execute(f"ALTER ROLE {role} LOGIN")
                     reply = await bot.channel.reply_to(turn, timeout=30)

@@ -14,8 +14,10 @@ import json
 from pathlib import Path
 
 from channels.cli import CliChannel
+from channels.telegram import PREVIEW_MARK
 from echo_bot.bus import ChannelSetup
 from echo_bot.events import Address, OutboundMessage
+from tests.conftest import eventually
 from tests.fakes.openai_api import FakeOpenAI, Raw
 from tests.fakes.telegram_api import FakeTelegramAPI
 from tests.test_agent import GateTool
@@ -191,16 +193,20 @@ def bot_texts(api: FakeTelegramAPI, chat_id: int) -> list[str]:
     return [m["plain_text"] for m in shown if m is not None]
 
 
+def reply_in_place(api: FakeTelegramAPI, chat_id: int, text: str) -> bool:
+    """The reply is shown and no preview message is left (edited into the reply or
+    deleted)."""
+    shown = bot_texts(api, chat_id)
+    return text in shown and not any(t.endswith(PREVIEW_MARK.strip()) for t in shown)
+
+
 async def test_a_quick_group_reply_leaves_no_preview_behind(state_dir: Path) -> None:
     group = -(10**12 + OWNER)
     async with FakeOpenAI(model=MODEL) as llm:
         llm.reply("Sure!")
         async with telegram_bot(state_dir, llm_extra(llm)) as (_bot, api):
             say(api, "@echo_test_bot can you?", chat_type="group")
-            async with asyncio.timeout(10):
-                while "Sure!" not in bot_texts(api, group):
-                    await asyncio.sleep(0.05)
-            await asyncio.sleep(0.5)
+            await eventually(lambda: reply_in_place(api, group, "Sure!"), 10, "the reply alone")
             assert bot_texts(api, group) == ["Sure!"]
 
 
@@ -217,10 +223,7 @@ async def test_a_group_reply_over_two_steps_is_one_message(state_dir: Path) -> N
                 "sendMessage", lambda c: c.ok and "Let me look" in c.params["text"]
             )
             gate.release.set()
-            async with asyncio.timeout(15):
-                while ANSWER not in bot_texts(api, group):
-                    await asyncio.sleep(0.05)
-            await asyncio.sleep(0.5)
+            await eventually(lambda: reply_in_place(api, group, ANSWER), 15, "the reply alone")
             assert bot_texts(api, group) == [ANSWER]
 
 

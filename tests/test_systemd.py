@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from echo_bot.sdnotify import Notifier
-from tests.conftest import ROOT, echo_bot_env
+from tests.conftest import ROOT, echo_bot_env, eventually
 from tests.fakes.notify import NotifySocket
 from tests.proc import EchoBotProcess
 
@@ -79,6 +79,11 @@ def test_systemd_analyze_verify_accepts_the_unit(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
 
 
+def watchdog_pings(notify: NotifySocket, since: float = 0.0) -> int:
+    """How many WATCHDOG=1 the socket has received (at or after ``since``, monotonic)."""
+    return sum(1 for at, line in list(notify.received) if line == "WATCHDOG=1" and at >= since)
+
+
 def test_ready_watchdog_and_stopping_arrive_in_order(tmp_path: Path) -> None:
     notify = NotifySocket(tmp_path / "notify.sock")
     env = echo_bot_env(NOTIFY_SOCKET=str(notify.path), WATCHDOG_USEC="400000")
@@ -86,7 +91,7 @@ def test_ready_watchdog_and_stopping_arrive_in_order(tmp_path: Path) -> None:
                          stdin=subprocess.DEVNULL)  # fmt: skip
     try:
         notify.wait_for("READY=1")
-        time.sleep(1.0)
+        asyncio.run(eventually(lambda: watchdog_pings(notify) >= 3, what="three watchdog pings"))
         assert bot.terminate() == 0
         notify.wait_for("STOPPING=1")
     finally:
@@ -95,7 +100,7 @@ def test_ready_watchdog_and_stopping_arrive_in_order(tmp_path: Path) -> None:
     lines = notify.lines()
     ready, stopping = lines.index("READY=1"), lines.index("STOPPING=1")
     pings = [i for i, line in enumerate(lines) if line == "WATCHDOG=1"]
-    assert len(pings) >= 3  # every 0.2 s for about a second
+    assert len(pings) >= 3  # every 0.2 s while it runs
     assert ready < pings[0] and pings[-1] < stopping
     assert any(line.startswith("STATUS=") for line in lines[:ready])
 
@@ -105,13 +110,14 @@ async def test_a_blocked_event_loop_stops_the_watchdog_pings(tmp_path: Path) -> 
     notifier = Notifier({"NOTIFY_SOCKET": str(notify.path), "WATCHDOG_USEC": "100000"})
     notifier.start_watchdog()
     try:
-        await asyncio.sleep(0.3)
+        await eventually(lambda: watchdog_pings(notify) >= 2, what="pings before the block")
         time.sleep(1.0)  # the loop is blocked: no ping may be sent meanwhile
         blocked_until = time.monotonic()
-        await asyncio.sleep(0.3)
+        await eventually(
+            lambda: watchdog_pings(notify, since=blocked_until) >= 2, what="pings after the block"
+        )
     finally:
         await notifier.close()
-    time.sleep(0.2)
     notify.close()
     times = [t for t, line in notify.received if line == "WATCHDOG=1"]
     assert len(times) >= 4

@@ -70,6 +70,17 @@ async def delivered(state: Path, kind: str) -> None:
             await asyncio.sleep(0.05)
 
 
+async def answered_later(api: FakeTelegramAPI) -> None:
+    """A later message of the chat, answered: a chat's turns run in arrival order and its
+    messages go out in order, so whatever the earlier ones did (or did twice) is done."""
+    seen = len(api.calls)
+    api.push_message("/help", user_id=OWNER)  # a command: answered without the model
+    await api.wait_for_call(
+        "sendMessage", lambda c: "show this help" in c.params.get("text", ""), timeout=30,
+        after=seen,
+    )  # fmt: skip
+
+
 def count_runs(state: Path) -> int:
     path = state / "workspace" / "count.txt"
     return len(path.read_text().splitlines()) if path.exists() else 0
@@ -109,7 +120,7 @@ async def test_pending_approval_survives_sigkill_and_runs_once(tmp_path: Path) -
             assert edit.params["text"].startswith("✅ Approved")
             assert int(edit.params["message_id"]) == prompt_id
             await api.wait_for_call("answerCallbackQuery", timeout=20, after=seen)
-            await asyncio.sleep(1.0)  # room for any duplicate to show up
+            await answered_later(api)  # a duplicate would have come before
         finally:
             second.send_signal(signal.SIGTERM)
             assert await asyncio.wait_for(second.wait(), 20) == 0
@@ -242,7 +253,7 @@ async def test_a_photo_whose_download_a_kill_cut_short_is_fetched_after_restart(
             await api.wait_for_call(
                 "sendMessage", lambda c: "photo is saved" in c.params.get("text", ""), timeout=20
             )
-            await asyncio.sleep(1.0)  # room for any duplicate to show up
+            await answered_later(api)  # a duplicate would have come before
         finally:
             second.send_signal(signal.SIGTERM)
             assert await asyncio.wait_for(second.wait(), 20) == 0
@@ -282,9 +293,11 @@ async def test_a_reply_cut_mid_stream_by_a_kill_is_delivered_once_after_restart(
             await api.wait_for_call(
                 "sendMessage", lambda c: c.params.get("text") == answer, timeout=20
             )
-            await asyncio.sleep(1.0)  # room for any duplicate to show up
+            await answered_later(api)  # a duplicate would have come before
         finally:
             second.send_signal(signal.SIGTERM)
             assert await asyncio.wait_for(second.wait(), 20) == 0
-    assert [c.params["text"] for c in api.calls_of("sendMessage")] == [answer]
+    texts = [c.params["text"] for c in api.calls_of("sendMessage")]
+    # The answer once, then only the later /help's reply.
+    assert len(texts) == 2 and texts[0] == answer and "show this help" in texts[1], texts
     assert len(llm.chat_requests()) == 2  # the turn was asked again from its checkpoint
