@@ -25,17 +25,16 @@ from aiogram.types import (
     InlineKeyboardButton,
     InlineKeyboardMarkup,
     Message,
+    MessageEntity,
     ReplyKeyboardRemove,
 )
 from aiohttp import web
 
 from tests.fakes.telegram_api import (
     NOT_MODIFIED,
-    EntityParseError,
+    PARSE_MODE_UNSUPPORTED,
     FakeTelegramAPI,
     UploadedFile,
-    parse_html,
-    parse_markdown_v2,
 )
 
 TOKEN = "123:ABC"
@@ -153,25 +152,34 @@ async def test_edit_message_text(api: FakeTelegramAPI, bot: Bot) -> None:
     assert isinstance(with_kb, Message) and with_kb.reply_markup is not None
 
 
-async def test_parse_modes(api: FakeTelegramAPI, bot: Bot) -> None:
-    with pytest.raises(TelegramBadRequest, match="can't parse entities") as info:
-        await bot.send_message(USER, "<b>bold</b> <blink>no</blink>", parse_mode="HTML")
-    assert 'Unsupported start tag "blink"' in info.value.message
+async def test_parse_mode_is_refused_and_explicit_entities_are_checked(
+    api: FakeTelegramAPI, bot: Bot
+) -> None:
+    # The channel sends plain text with explicit entities: a parse_mode is a regression.
+    with pytest.raises(TelegramBadRequest, match="parse_mode is not supported") as info:
+        await bot.send_message(USER, "<b>bold</b>", parse_mode="HTML")
+    assert info.value.message == PARSE_MODE_UNSUPPORTED
+    with pytest.raises(TelegramBadRequest, match="parse_mode is not supported"):
+        await bot.send_document(
+            USER, BufferedInputFile(b"x", filename="x.txt"), caption="*x*", parse_mode="Markdown"
+        )
+    sent = await bot.send_message(USER, "plain")
+    with pytest.raises(TelegramBadRequest, match="parse_mode is not supported"):
+        await bot.edit_message_text(
+            "<i>x</i>", chat_id=USER, message_id=sent.message_id, parse_mode="HTML"
+        )
     with pytest.raises(TelegramBadRequest, match="can't parse entities"):
-        await bot.send_message(USER, "<b>unclosed", parse_mode="HTML")
-    with pytest.raises(TelegramBadRequest, match="can't parse entities"):
-        await bot.send_message(USER, "Done. 1+1=2!", parse_mode="MarkdownV2")
-    assert api.sent_messages() == []  # failed sends have no effect
+        await bot.send_message(
+            USER, "ab", entities=[MessageEntity(type="bold", offset=1, length=5)]
+        )
+    assert [m["text"] for m in api.sent_messages()] == ["plain"]  # refused sends: no effect
 
-    good = await bot.send_message(USER, "<b>bold</b> &lt;tag&gt;", parse_mode="HTML")
+    good = await bot.send_message(
+        USER, "bold <tag>", entities=[MessageEntity(type="bold", offset=0, length=4)]
+    )
     assert good.text == "bold <tag>"
     assert good.entities is not None and good.entities[0].type == "bold"
-    escaped = await bot.send_message(USER, r"Done\. *1\+1\=2*\!", parse_mode="MarkdownV2")
-    assert escaped.text == "Done. 1+1=2!"
-    plain = await bot.send_message(USER, "Done. 1+1=2! <b>")  # the plain-text fallback
-    assert plain.text == "Done. 1+1=2! <b>"
-    assert api.sent_messages()[0]["text"] == "<b>bold</b> &lt;tag&gt;"  # raw, as the bot sent it
-    assert api.sent_messages()[0]["plain_text"] == "bold <tag>"
+    assert api.sent_messages()[-1]["plain_text"] == "bold <tag>"
 
 
 async def test_text_limits_and_blocked_chat(api: FakeTelegramAPI, bot: Bot) -> None:
@@ -432,8 +440,7 @@ async def test_files_and_reply_keyboards(api: FakeTelegramAPI, bot: Bot) -> None
     doc = await bot.send_document(
         USER,
         BufferedInputFile(b"log line", filename="log.txt"),
-        caption="<b>log</b>",
-        parse_mode="HTML",
+        caption="log",
     )
     assert doc.document is not None and doc.caption == "log"
     call = api.calls_of("sendDocument")[0]
@@ -453,48 +460,3 @@ async def test_chat_action_and_unknown_methods(api: FakeTelegramAPI, bot: Bot) -
     assert await bot.send_chat_action(USER, "typing")
     assert await bot.pin_chat_message(USER, 1)  # generic fallback: recorded, answers true
     assert api.calls_of("pinChatMessage")[0].params == {"chat_id": USER, "message_id": 1}
-
-
-# -- the entity parsers on their own ----------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("text", "plain"),
-    [
-        ("<b>a</b><i>b</i>", "ab"),
-        ('<a href="https://x.test/?a=1&amp;b=2">x</a>', "x"),
-        ('<span class="tg-spoiler">s</span>', "s"),
-        ('<pre><code class="language-py">x = 1</code></pre>', "x = 1"),
-        ("a &amp; b &#65; &", "a & b A &"),
-    ],
-)
-def test_parse_html_accepts(text: str, plain: str) -> None:
-    assert parse_html(text)[0] == plain
-
-
-@pytest.mark.parametrize(
-    "text", ["<b>x", "x</b>", "<b>x</i>", "1 < 2", "<div>x</div>", "<span>x</span>", "<b x"]
-)
-def test_parse_html_rejects(text: str) -> None:
-    with pytest.raises(EntityParseError):
-        parse_html(text)
-
-
-@pytest.mark.parametrize(
-    ("text", "plain"),
-    [
-        (r"*b* _i_ __u__ ~s~ ||p||", "b i u s p"),
-        (r"[link](https://x.test/a\)b)", "link"),
-        ("`a.b` ```py\nx.y```", "a.b x.y"),
-        (r"1\.5 \- ok\!", "1.5 - ok!"),
-        (">quoted\nplain", "quoted\nplain"),
-    ],
-)
-def test_parse_markdown_v2_accepts(text: str, plain: str) -> None:
-    assert parse_markdown_v2(text)[0] == plain
-
-
-@pytest.mark.parametrize("text", ["end.", "a-b", "*open", "`code", "[x](y", "(x)", "a|b"])
-def test_parse_markdown_v2_rejects(text: str) -> None:
-    with pytest.raises(EntityParseError):
-        parse_markdown_v2(text)

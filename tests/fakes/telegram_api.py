@@ -29,7 +29,7 @@ import math
 import re
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Self
 
 import aiohttp
@@ -45,7 +45,7 @@ BOT_ID = 999
 BOT_USERNAME = "echo_test_bot"
 BOT_FIRST_NAME = "Echo"
 
-MAX_TEXT_LENGTH = 4096  # UTF-16 code units, after entity parsing
+MAX_TEXT_LENGTH = 4096  # UTF-16 code units
 MAX_CAPTION_LENGTH = 1024
 MAX_CALLBACK_DATA_BYTES = 64
 MAX_UPLOAD_PHOTO = 10 * 1024 * 1024  # what bots may upload: a photo, any other file
@@ -56,6 +56,7 @@ UNAUTHORIZED = "Unauthorized"
 TEXT_EMPTY = "Bad Request: message text is empty"
 TEXT_TOO_LONG = "Bad Request: message is too long"
 CAPTION_TOO_LONG = "Bad Request: message caption is too long"
+PARSE_MODE_UNSUPPORTED = "Bad Request: parse_mode is not supported by this fake"
 NOT_MODIFIED = (
     "Bad Request: message is not modified: specified new message content and reply markup "
     "are exactly the same as a current content and reply markup of the message"
@@ -91,16 +92,12 @@ _DEFAULT_DESCRIPTIONS = {
     502: "Bad Gateway",
 }
 
-# Form fields that are strings in the Bot API: never JSON-decode them ("123" stays "123").
+# Form fields of the methods handled below that are strings in the Bot API: never
+# JSON-decode them ("123" stays "123").
 # fmt: off
 _STRING_FIELDS = frozenset({
-    "text", "caption", "parse_mode", "callback_query_id", "inline_query_id", "inline_message_id",
-    "url", "secret_token", "ip_address", "action", "language_code", "business_connection_id",
-    "message_effect_id", "emoji", "name", "title", "description", "short_description", "query",
-    "next_offset", "payload", "currency", "provider_token", "start_parameter", "custom_title",
-    "invite_link", "question", "address", "phone_number", "first_name", "last_name", "vcard",
-    "file_id", "photo", "document", "audio", "video", "voice", "animation", "video_note",
-    "sticker", "thumbnail", "cover", "error_message", "shipping_query_id", "pre_checkout_query_id",
+    "text", "caption", "parse_mode", "callback_query_id", "url", "secret_token", "action",
+    "language_code", "file_id", "photo", "document",
 })
 # fmt: on
 
@@ -155,9 +152,6 @@ class UploadedFile:
 class Webhook:
     url: str
     secret_token: str | None = None
-    drop_pending_updates: bool = False
-    allowed_updates: list[str] | None = None
-    max_connections: int | None = None
 
 
 @dataclass
@@ -169,9 +163,8 @@ class RateLimits:
     global_rate: float = 30.0
     global_burst: int = 30
     group_per_minute: int = 20  # extra limit for chats with a negative id (groups/channels)
-    # Edits and drafts count like messages (Telegram does not document their limits:
-    # counting them is the strict assumption).
-    count_edits: bool = True
+    # Edits and drafts count like messages: Telegram does not document their limits, and
+    # counting them is the strict assumption.
 
 
 @dataclass
@@ -218,22 +211,8 @@ class _TokenBucket:
         self.tokens -= 1
 
 
-class MessageStore(dict[tuple[ChatId, int], JSON]):
-    """Messages keyed by ``(chat_id, message_id)``.
-
-    As a convenience ``store[message_id]`` also works when exactly one chat has that id.
-    """
-
-    def __missing__(self, key: object) -> JSON:
-        if isinstance(key, int):
-            found = [record for (_, mid), record in self.items() if mid == key]
-            if len(found) == 1:
-                return found[0]
-        raise KeyError(key)
-
-
 # ---------------------------------------------------------------------------------------------
-# Entity parsing (parse_mode) — enough of Telegram's rules to reject what Telegram rejects
+# Explicit entities — enough of Telegram's rules to reject what Telegram rejects
 # ---------------------------------------------------------------------------------------------
 
 
@@ -299,390 +278,21 @@ def check_entities(text: str, entities: list[JSON]) -> None:
                 raise EntityParseError("a quote inside a quote")
 
 
-@dataclass
-class _Open:
-    name: str
-    type: str | None
-    start: int  # UTF-16 offset in the output
-    at: int  # index in the source
-    extra: dict[str, Any] = field(default_factory=dict)
+def checked_entities(text: str, parse_mode: Any, entities: Any) -> list[JSON]:
+    """The entities Telegram stores for a text sent with explicit ``entities``.
 
-
-class _Builder:
-    def __init__(self, source: str) -> None:
-        self.source = source
-        self.parts: list[str] = []
-        self.offset = 0
-        self.entities: list[JSON] = []
-
-    def emit(self, text: str) -> None:
-        self.parts.append(text)
-        self.offset += utf16_len(text)
-
-    def add(self, type_: str | None, start: int, end: int | None = None, **extra: Any) -> None:
-        end = self.offset if end is None else end
-        if type_ is not None and end > start:
-            self.entities.append({"type": type_, "offset": start, "length": end - start, **extra})
-
-    def byte(self, index: int) -> int:
-        return len(self.source[:index].encode())
-
-    def result(self) -> tuple[str, list[JSON]]:
-        return "".join(self.parts), sorted(self.entities, key=lambda e: (e["offset"], -e["length"]))
-
-
-_HTML_TAGS: dict[str, str | None] = {
-    "b": "bold",
-    "strong": "bold",
-    "i": "italic",
-    "em": "italic",
-    "u": "underline",
-    "ins": "underline",
-    "s": "strikethrough",
-    "strike": "strikethrough",
-    "del": "strikethrough",
-    "tg-spoiler": "spoiler",
-    "span": "spoiler",
-    "a": "text_link",
-    "code": "code",
-    "pre": "pre",
-    "blockquote": "blockquote",
-    "tg-emoji": "custom_emoji",
-}
-_HTML_CHAR_REF = re.compile(r"&(?:(lt|gt|amp|quot)|#(\d{1,7})|#[xX]([0-9a-fA-F]{1,6}));")
-_HTML_NAMED = {"lt": "<", "gt": ">", "amp": "&", "quot": '"'}
-_HTML_TAG_NAME = re.compile(r"[a-zA-Z][a-zA-Z0-9-]*")
-_HTML_END_TAG = re.compile(r"</([a-zA-Z0-9-]*)\s*>")
-_HTML_ATTR = re.compile(
-    r"\s+([a-zA-Z_][a-zA-Z0-9_-]*)(?:\s*=\s*(?:\"([^\"]*)\"|'([^']*)'|([^\s\"'>]+)))?"
-)
-_HTML_PLAIN_RUN = re.compile(r"[^<&]+")
-
-
-def _html_char(match: re.Match[str]) -> str:
-    named, dec, hexa = match.groups()
-    if named:
-        return _HTML_NAMED[named]
-    return chr(int(dec) if dec else int(hexa, 16))
-
-
-def _html_unescape(value: str) -> str:
-    return _HTML_CHAR_REF.sub(_html_char, value)
-
-
-def parse_html(text: str) -> tuple[str, list[JSON]]:
-    """Telegram's HTML parse mode: returns (plain text, entities) or raises EntityParseError."""
-    out = _Builder(text)
-    stack: list[_Open] = []
-    i, n = 0, len(text)
-    while i < n:
-        ch = text[i]
-        if ch == "&":
-            ref = _HTML_CHAR_REF.match(text, i)
-            out.emit(_html_char(ref) if ref else "&")
-            i = ref.end() if ref else i + 1
-            continue
-        if ch != "<":
-            run = _HTML_PLAIN_RUN.match(text, i)
-            assert run is not None
-            out.emit(run.group(0))
-            i = run.end()
-            continue
-        if text.startswith("</", i):
-            end = _HTML_END_TAG.match(text, i)
-            if end is None:
-                raise EntityParseError(f"Can't find end of end tag at byte offset {out.byte(i)}")
-            name = end.group(1).lower()
-            if not stack:
-                raise EntityParseError(f"Unexpected end tag at byte offset {out.byte(i)}")
-            top = stack.pop()
-            if top.name != name:
-                raise EntityParseError(
-                    f'Unmatched end tag at byte offset {out.byte(i)}, expected "</{top.name}>", '
-                    f'found "</{name}>"'
-                )
-            out.add(top.type, top.start, **top.extra)
-            i = end.end()
-            continue
-        tag = _HTML_TAG_NAME.match(text, i + 1)
-        name = tag.group(0).lower() if tag else ""
-        if tag is None or name not in _HTML_TAGS:
-            raise EntityParseError(f'Unsupported start tag "{name}" at byte offset {out.byte(i)}')
-        j = tag.end()
-        attrs: dict[str, str] = {}
-        while (attr := _HTML_ATTR.match(text, j)) is not None:
-            value = next((g for g in attr.groups()[1:] if g is not None), "")
-            attrs[attr.group(1).lower()] = _html_unescape(value)
-            j = attr.end()
-        while j < n and text[j].isspace():
-            j += 1
-        if j >= n or text[j] != ">":
-            raise EntityParseError(f"Unclosed start tag at byte offset {out.byte(i)}")
-        type_: str | None = _HTML_TAGS[name]
-        extra: dict[str, Any] = {}
-        if name == "a":
-            href = attrs.get("href", "")
-            type_ = "text_link" if href else None
-            if href:
-                extra["url"] = href
-        elif name == "span" and attrs.get("class") != "tg-spoiler":
-            raise EntityParseError(
-                f'Tag "span" must have class "tg-spoiler" at byte offset {out.byte(i)}'
-            )
-        elif name == "tg-emoji":
-            if "emoji-id" not in attrs:
-                raise EntityParseError(
-                    f'Tag "tg-emoji" must have attribute "emoji-id" at byte offset {out.byte(i)}'
-                )
-            extra["custom_emoji_id"] = attrs["emoji-id"]
-        elif name == "code" and stack and stack[-1].name == "pre":
-            language = attrs.get("class", "")
-            if language.startswith("language-"):
-                stack[-1].extra["language"] = language.removeprefix("language-")
-                type_ = None
-        elif name == "blockquote" and "expandable" in attrs:
-            type_ = "expandable_blockquote"
-        stack.append(_Open(name, type_, out.offset, i, extra))
-        i = j + 1
-    if stack:
-        raise EntityParseError(f'Can\'t find end tag corresponding to start tag "{stack[-1].name}"')
-    return out.result()
-
-
-_MDV2_RESERVED = frozenset("_*[]()~`>#+-=|{}.!")
-_MDV2_TOGGLES = (
-    ("||", "spoiler"),
-    ("__", "underline"),
-    ("*", "bold"),
-    ("_", "italic"),
-    ("~", "strikethrough"),
-)
-_MD_NAMES = {
-    "bold": "Bold",
-    "italic": "Italic",
-    "underline": "Underline",
-    "strikethrough": "Strikethrough",
-    "spoiler": "Spoiler",
-    "text_link": "TextUrl",
-    "custom_emoji": "CustomEmoji",
-}
-
-
-def _scan_until(text: str, start: int, closer: str) -> tuple[str, int] | None:
-    """Read an escaped span up to ``closer``: (unescaped content, index of closer)."""
-    parts: list[str] = []
-    j, n = start, len(text)
-    while j < n:
-        if text[j] == "\\" and j + 1 < n and 1 <= ord(text[j + 1]) <= 126:
-            parts.append(text[j + 1])
-            j += 2
-        elif text.startswith(closer, j):
-            return "".join(parts), j
-        else:
-            parts.append(text[j])
-            j += 1
-    return None
-
-
-def _split_language(content: str) -> tuple[str, str]:
-    if "\n" in content:
-        first, rest = content.split("\n", 1)
-        if first and not any(c.isspace() for c in first):
-            return first, rest
-    return "", content
-
-
-def parse_markdown_v2(text: str) -> tuple[str, list[JSON]]:
-    """Telegram's MarkdownV2: returns (plain text, entities) or raises EntityParseError."""
-    out = _Builder(text)
-    stack: list[_Open] = []
-    quote_start: int | None = None
-    line_end = 0
-    line_start = True
-    i, n = 0, len(text)
-    while i < n:
-        ch = text[i]
-        if line_start:
-            line_start = False
-            if ch == ">":
-                if quote_start is None:
-                    quote_start = out.offset
-                i += 1
-                continue
-            if quote_start is not None:
-                out.add("blockquote", quote_start, line_end)
-                quote_start = None
-        if ch == "\n":
-            line_end = out.offset
-            out.emit("\n")
-            line_start = True
-            i += 1
-            continue
-        if ch == "\\":
-            if i + 1 < n and 1 <= ord(text[i + 1]) <= 126:
-                out.emit(text[i + 1])
-                i += 2
-            else:
-                out.emit("\\")
-                i += 1
-            continue
-        if ch == "`":
-            fence = "```" if text.startswith("```", i) else "`"
-            scanned = _scan_until(text, i + len(fence), fence)
-            if scanned is None:
-                kind = "Pre" if fence == "```" else "Code"
-                raise EntityParseError(
-                    f"Can't find end of {kind} entity at byte offset {out.byte(i)}"
-                )
-            content, close = scanned
-            start = out.offset
-            if fence == "```":
-                language, content = _split_language(content)
-                out.emit(content)
-                out.add("pre", start, **({"language": language} if language else {}))
-            else:
-                out.emit(content)
-                out.add("code", start)
-            i = close + len(fence)
-            continue
-        toggle = next(((m, t) for m, t in _MDV2_TOGGLES if text.startswith(m, i)), None)
-        if toggle is not None:
-            marker, type_ = toggle
-            if any(o.type == type_ for o in stack):
-                top = stack[-1]
-                if top.type != type_:
-                    raise EntityParseError(
-                        f"Can't find end of {_MD_NAMES.get(top.type or '', top.name)} entity "
-                        f"at byte offset {out.byte(top.at)}"
-                    )
-                stack.pop()
-                out.add(type_, top.start)
-            else:
-                stack.append(_Open(marker, type_, out.offset, i))
-            i += len(marker)
-            continue
-        if ch == "[" or text.startswith("![", i):
-            type_ = "text_link" if ch == "[" else "custom_emoji"
-            stack.append(_Open("[", type_, out.offset, i))
-            i += 1 if ch == "[" else 2
-            continue
-        if ch == "]" and stack and stack[-1].name == "[":
-            top = stack.pop()
-            if text.startswith("(", i + 1):
-                scanned = _scan_until(text, i + 2, ")")
-                if scanned is None:
-                    raise EntityParseError(f"Can't find end of a URL at byte offset {out.byte(i)}")
-                url, close = scanned
-                if top.type == "custom_emoji":
-                    out.add("custom_emoji", top.start, custom_emoji_id=url.rpartition("=")[2])
-                else:
-                    out.add("text_link", top.start, url=url)
-                i = close + 1
-            else:
-                i += 1
-            continue
-        if ch in _MDV2_RESERVED:
-            raise EntityParseError(
-                f"Character '{ch}' is reserved and must be escaped with the preceding '\\'"
-            )
-        out.emit(ch)
-        i += 1
-    if stack:
-        first = stack[0]
-        raise EntityParseError(
-            f"Can't find end of {_MD_NAMES.get(first.type or '', first.name)} entity "
-            f"at byte offset {out.byte(first.at)}"
-        )
-    if quote_start is not None:
-        out.add("blockquote", quote_start)
-    return out.result()
-
-
-def parse_markdown(text: str) -> tuple[str, list[JSON]]:
-    """Legacy Markdown: *bold*, _italic_, `code`, ```pre```, [text](url); no nesting."""
-    out = _Builder(text)
-    i, n = 0, len(text)
-
-    def unclosed(at: int) -> EntityParseError:
-        return EntityParseError(
-            f"Can't find end of the entity starting at byte offset {out.byte(at)}"
-        )
-
-    while i < n:
-        ch = text[i]
-        if ch == "\\" and i + 1 < n and text[i + 1] in "_*`[":
-            out.emit(text[i + 1])
-            i += 2
-        elif ch in "*_":
-            close = text.find(ch, i + 1)
-            if close < 0:
-                raise unclosed(i)
-            start = out.offset
-            out.emit(text[i + 1 : close])
-            out.add("bold" if ch == "*" else "italic", start)
-            i = close + 1
-        elif ch == "`":
-            fence = "```" if text.startswith("```", i) else "`"
-            close = text.find(fence, i + len(fence))
-            if close < 0:
-                raise unclosed(i)
-            content = text[i + len(fence) : close]
-            start = out.offset
-            if fence == "```":
-                language, content = _split_language(content)
-                out.emit(content)
-                out.add("pre", start, **({"language": language} if language else {}))
-            else:
-                out.emit(content)
-                out.add("code", start)
-            i = close + len(fence)
-        elif ch == "[":
-            close = text.find("]", i + 1)
-            if close < 0:
-                raise unclosed(i)
-            if text.startswith("(", close + 1):
-                end = text.find(")", close + 2)
-                if end < 0:
-                    raise unclosed(i)
-                start = out.offset
-                out.emit(text[i + 1 : close])
-                out.add("text_link", start, url=text[close + 2 : end])
-                i = end + 1
-            else:
-                out.emit(text[i : close + 1])
-                i = close + 1
-        else:
-            out.emit(ch)
-            i += 1
-    return out.result()
-
-
-_PARSERS: dict[str, Callable[[str], tuple[str, list[JSON]]]] = {
-    "html": parse_html,
-    "markdownv2": parse_markdown_v2,
-    "markdown": parse_markdown,
-}
-
-
-def render_text(
-    text: str, parse_mode: str | None, entities: list[JSON] | None = None
-) -> tuple[str, list[JSON]]:
-    """What Telegram stores for a text: explicit entities win over parse_mode."""
-    if entities:
-        try:
-            check_entities(text, entities)
-        except EntityParseError as exc:
-            raise ApiError(400, f"Bad Request: can't parse entities: {exc}") from None
-        return text, list(entities)
-    if not parse_mode:
-        return text, []
-    parser = _PARSERS.get(parse_mode.lower())
-    if parser is None:
-        raise ApiError(400, f"Bad Request: unsupported parse_mode {parse_mode!r}")
+    The channel never sends ``parse_mode`` (it computes the entities itself), so one
+    arriving is a regression: refused with a 400 rather than parsed.
+    """
+    if parse_mode is not None:
+        raise ApiError(400, PARSE_MODE_UNSUPPORTED)
+    if not entities:
+        return []
     try:
-        return parser(text)
+        check_entities(text, entities)
     except EntityParseError as exc:
         raise ApiError(400, f"Bad Request: can't parse entities: {exc}") from None
+    return list(entities)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -744,46 +354,6 @@ _MEDIA: dict[str, tuple[str, Callable[[str], Any]]] = {
         lambda fid: [{"file_id": fid, "file_unique_id": f"u{fid}", "width": 90, "height": 90}],
     ),
     "sendDocument": ("document", lambda fid: {"file_id": fid, "file_unique_id": f"u{fid}"}),
-    "sendAudio": (
-        "audio",
-        lambda fid: {"file_id": fid, "file_unique_id": f"u{fid}", "duration": 1},
-    ),
-    "sendVoice": (
-        "voice",
-        lambda fid: {"file_id": fid, "file_unique_id": f"u{fid}", "duration": 1},
-    ),
-    "sendVideo": (
-        "video",
-        lambda fid: {
-            "file_id": fid,
-            "file_unique_id": f"u{fid}",
-            "width": 90,
-            "height": 90,
-            "duration": 1,
-        },
-    ),
-    "sendAnimation": (
-        "animation",
-        lambda fid: {
-            "file_id": fid,
-            "file_unique_id": f"u{fid}",
-            "width": 90,
-            "height": 90,
-            "duration": 1,
-        },
-    ),
-    "sendSticker": (
-        "sticker",
-        lambda fid: {
-            "file_id": fid,
-            "file_unique_id": f"u{fid}",
-            "type": "regular",
-            "width": 512,
-            "height": 512,
-            "is_animated": False,
-            "is_video": False,
-        },
-    ),
 }
 
 
@@ -799,36 +369,29 @@ class FakeTelegramAPI:
         self,
         token: str = "123:ABC",
         *,
-        bot_id: int = BOT_ID,
-        username: str = BOT_USERNAME,
-        first_name: str = BOT_FIRST_NAME,
-        first_update_id: int = 1,
         enforce_limits: bool = False,
         limits: RateLimits | None = None,
-        max_poll_timeout: float | None = None,
     ) -> None:
         self.token = token
         self.bot_user: JSON = {
-            "id": bot_id,
+            "id": BOT_ID,
             "is_bot": True,
-            "first_name": first_name,
-            "username": username,
+            "first_name": BOT_FIRST_NAME,
+            "username": BOT_USERNAME,
         }
         self.enforce_limits = enforce_limits
         self.limits = limits or RateLimits()
-        self.max_poll_timeout = max_poll_timeout
 
         # What the bot did.
         self.calls: list[Call] = []
         self.offsets: list[int | None] = []  # offset of every getUpdates (None when absent)
-        self.messages_by_id = MessageStore()  # current state (after edits/deletes)
+        # current state (after edits/deletes)
+        self.messages_by_id: dict[tuple[ChatId, int], JSON] = {}
         self.callback_answers: dict[str, JSON] = {}
         self.commands: dict[tuple[str, str], list[JSON]] = {}  # (scope json, lang) -> cmds
         self.webhook: Webhook | None = None
         self.allowed_updates: list[str] | None = None
         self.rate_limited = 0
-        self.deleted_messages: list[tuple[ChatId, int]] = []
-        self.inline_edits: list[JSON] = []  # params of edits by inline_message_id
         self.drafts: list[JSON] = []  # sendMessageDraft calls that were accepted
         self.downloads: list[str] = []  # file paths asked for at /file/bot<token>/<path>
         self.files: dict[str, JSON] = {}  # file_id -> data, path, size
@@ -840,19 +403,17 @@ class FakeTelegramAPI:
         # What the test injected.
         self.pushed_updates: list[JSON] = []
         self.filtered_updates: list[JSON] = []  # pushed but excluded by allowed_updates
-        self.webhook_deliveries: list[tuple[str, JSON, int]] = []
         self.chats: dict[ChatId, JSON] = {}
         self.blocked_chats: set[ChatId] = set()
 
         self._sent: list[JSON] = []
         self._pending: list[JSON] = []
-        self._next_update_id = first_update_id
+        self._next_update_id = 1
         self._next_message_ids: dict[ChatId, int] = {}
         self._next_callback = 1
         self._open_callbacks: set[str] = set()
         self._faults: dict[str, list[_Fault]] = {}
         self._delays: dict[str, list[float]] = {}
-        self._results: dict[str, Any] = {}
         self._poll_generation = 0
         self._closing = False
         self._stopping = asyncio.Event()
@@ -869,7 +430,6 @@ class FakeTelegramAPI:
             "getWebhookInfo": self._get_webhook_info,
             "setMyCommands": self._set_my_commands,
             "getMyCommands": self._get_my_commands,
-            "deleteMyCommands": self._delete_my_commands,
             "sendMessage": self._send_message,
             "editMessageText": self._edit_message_text,
             "editMessageReplyMarkup": self._edit_message_reply_markup,
@@ -919,9 +479,9 @@ class FakeTelegramAPI:
     def server(self) -> TelegramAPIServer:
         return TelegramAPIServer.from_base(self.base_url)
 
-    def make_bot(self, token: str | None = None, **kwargs: Any) -> Bot:
+    def make_bot(self, token: str | None = None) -> Bot:
         """A real aiogram Bot pointed at this server (use ``async with`` to close it)."""
-        return Bot(token or self.token, session=AiohttpSession(api=self.server), **kwargs)
+        return Bot(token or self.token, session=AiohttpSession(api=self.server))
 
     # -- inspection -----------------------------------------------------------------------------
 
@@ -974,9 +534,8 @@ class FakeTelegramAPI:
     def sent_messages(self, chat_id: ChatId | None = None) -> list[JSON]:
         """Messages the bot sent, as they were when sent (see ``messages_by_id`` for edits).
 
-        Keys: method, message_id, chat_id, date, text (raw, as the bot sent it), caption,
-        plain_text (after parse_mode), entities, parse_mode, reply_markup,
-        reply_to_message_id, message_thread_id.
+        Keys: method, message_id, chat_id, date, text, caption, plain_text (the text or
+        caption), entities, reply_markup, reply_to_message_id, message_thread_id, media.
         """
         return [copy.deepcopy(m) for m in self._sent if chat_id is None or m["chat_id"] == chat_id]
 
@@ -1029,17 +588,16 @@ class FakeTelegramAPI:
         username: str | None = None,
         first_name: str = "User",
         message_thread_id: int | None = None,
-        reply_to_message: int | JSON | None = None,
+        reply_to_message: int | None = None,
         entities: list[JSON] | None = None,
-        chat_title: str | None = None,
         content: JSON | None = None,
     ) -> int:
-        """A user writes ``text``. ``reply_to_message`` is a stored message id or a raw dict.
+        """A user writes ``text``. ``reply_to_message`` is the id of a stored message.
 
-        Group/supergroup chats default to ``chat_id = -(10**12 + user_id)``; a ``channel``
-        chat produces a ``channel_post`` (no ``from``). Commands get a bot_command entity.
-        Returns the update_id (the message is ``api.pushed_updates[-1]``). ``content``
-        replaces the text: e.g. ``{"photo": api.photo(data), "caption": "…"}``.
+        Group/supergroup chats default to ``chat_id = -(10**12 + user_id)``. Commands get a
+        bot_command entity. Returns the update_id (the message is
+        ``api.pushed_updates[-1]``). ``content`` replaces the text: e.g.
+        ``{"photo": api.photo(data), "caption": "…"}``.
         """
         user: JSON = {"id": user_id, "is_bot": False, "first_name": first_name}
         if username:
@@ -1052,7 +610,7 @@ class FakeTelegramAPI:
             if username:
                 chat["username"] = username
         else:
-            chat["title"] = chat_title or self.chats.get(chat_id, {}).get("title", "Test chat")
+            chat["title"] = self.chats.get(chat_id, {}).get("title", "Test chat")
             if chat_type == "supergroup" and message_thread_id is not None:
                 chat["is_forum"] = True
         self.chats[chat_id] = chat
@@ -1060,30 +618,24 @@ class FakeTelegramAPI:
             "message_id": self._take_message_id(chat_id),
             "date": int(time.time()),
             "chat": dict(chat),
+            "from": user,
             **(content if content is not None else {"text": text}),
         }
-        if chat_type == "channel":
-            message["sender_chat"] = dict(chat)
-        else:
-            message["from"] = user
         if message_thread_id is not None:
             message["message_thread_id"] = message_thread_id
             if chat.get("is_forum"):
                 message["is_topic_message"] = True
-        if isinstance(reply_to_message, int):
+        if reply_to_message is not None:
             target = self.message(chat_id, reply_to_message)
             if target is None:
                 raise ValueError(f"no stored message {reply_to_message} in chat {chat_id}")
             message["reply_to_message"] = self._message_object(target, with_reply=False)
-        elif reply_to_message is not None:
-            message["reply_to_message"] = reply_to_message
         if entities is None and content is None and text.startswith("/"):
             command = text.split(maxsplit=1)[0] if text.strip() else text
             entities = [{"type": "bot_command", "offset": 0, "length": utf16_len(command)}]
         if entities:
             message["entities"] = entities
-        kind = "channel_post" if chat_type == "channel" else "message"
-        return self.push_update({kind: message})
+        return self.push_update({"message": message})
 
     # -- files users send -----------------------------------------------------------------------
     def add_file(self, data: bytes, name: str = "file.bin", *, size: int | None = None) -> JSON:
@@ -1135,14 +687,13 @@ class FakeTelegramAPI:
         if draft_id == 0:
             raise ApiError(400, "Bad Request: draft_id must be non-zero")
         text = str(params.get("text") or "")
-        plain, entities = render_text(text, params.get("parse_mode"), params.get("entities"))
-        if utf16_len(plain) > MAX_TEXT_LENGTH:
+        entities = checked_entities(text, params.get("parse_mode"), params.get("entities"))
+        if utf16_len(text) > MAX_TEXT_LENGTH:
             raise ApiError(400, TEXT_TOO_LONG)
         self._check_blocked(chat_id)
-        if self.limits.count_edits:
-            self._check_rate(chat_id)
+        self._check_rate(chat_id)
         self.drafts.append(
-            {"chat_id": chat_id, "draft_id": draft_id, "plain_text": plain, "entities": entities,
+            {"chat_id": chat_id, "draft_id": draft_id, "plain_text": text, "entities": entities,
              "can_stop": _as_bool(params.get("can_stop", False)), "at": time.monotonic()}
         )  # fmt: skip
         return True
@@ -1199,9 +750,6 @@ class FakeTelegramAPI:
         user_id: int = 42,
         message_id: int | None,
         chat_id: int | None = None,
-        callback_id: str | None = None,
-        username: str | None = None,
-        first_name: str = "User",
     ) -> tuple[int, str]:
         """A user presses an inline button carrying ``data`` on a stored bot message.
 
@@ -1210,15 +758,11 @@ class FakeTelegramAPI:
         """
         if chat_id is None:
             chat_id = user_id
-        if callback_id is None:
-            callback_id = str(4_000_000_000 + self._next_callback)
-            self._next_callback += 1
-        user: JSON = {"id": user_id, "is_bot": False, "first_name": first_name}
-        if username:
-            user["username"] = username
+        callback_id = str(4_000_000_000 + self._next_callback)
+        self._next_callback += 1
         query: JSON = {
             "id": callback_id,
-            "from": user,
+            "from": {"id": user_id, "is_bot": False, "first_name": "User"},
             "chat_instance": f"{abs(chat_id)}{self.bot_user['id']}",
             "data": data,
         }
@@ -1275,25 +819,19 @@ class FakeTelegramAPI:
         """Delay the answer to the next ``count`` calls; their effect happens at once."""
         self._delays.setdefault(method, []).extend([seconds] * count)
 
-    def set_result(self, method: str, result: Any) -> None:
-        """What an otherwise unhandled method answers (default ``True``)."""
-        self._results[method] = result
-
     async def deliver_webhook(
         self,
         url: str | None,
         update: JSON | int,
         secret_token: str | None = REGISTERED,
-        *,
-        timeout: float = 10.0,
     ) -> int:
         """POST an update to the bot's webhook like Telegram does; returns the HTTP status.
 
         ``url=None`` uses the URL from setWebhook. ``update`` is a raw update dict (an
         update_id is assigned if missing) or the update_id of a pending pushed update, which
         is then removed from the queue on a 2xx answer. ``secret_token`` defaults to the one
-        given to setWebhook; ``None`` sends no X-Telegram-Bot-Api-Secret-Token header. A
-        method in the answer body (aiogram's webhook reply) is executed as a bot call.
+        given to setWebhook; ``None`` sends no X-Telegram-Bot-Api-Secret-Token header. The
+        answer body is read and dropped (the channel answers webhooks with no method).
         """
         if url is None:
             if self.webhook is None:
@@ -1319,28 +857,14 @@ class FakeTelegramAPI:
                 url,
                 data=json.dumps(body),
                 headers=headers,
-                timeout=aiohttp.ClientTimeout(total=timeout),
+                timeout=aiohttp.ClientTimeout(total=10.0),
             ) as resp,
         ):
             status = resp.status
-            reply = await self._read_webhook_reply(resp)
-        self.webhook_deliveries.append((url, body, status))
+            await resp.read()
         if 200 <= status < 300 and isinstance(update, int):
             self._pending = [u for u in self._pending if u["update_id"] != update]
-        if reply is not None:
-            method, params = reply
-            await self._process(method, params, self.token)
         return status
-
-    async def flush_webhook(self) -> list[int]:
-        """Deliver every pending update to the registered webhook, stopping at a failure."""
-        statuses: list[int] = []
-        for update_id in [u["update_id"] for u in self._pending]:
-            status = await self.deliver_webhook(None, update_id)
-            statuses.append(status)
-            if not 200 <= status < 300:
-                break
-        return statuses
 
     # -- HTTP plumbing --------------------------------------------------------------------------
 
@@ -1392,27 +916,15 @@ class FakeTelegramAPI:
             return 401, ApiError(401, UNAUTHORIZED).payload()
         handler = self._handlers.get(call.method)
         try:
-            if handler is None:
-                result = copy.deepcopy(self._results.get(call.method, True))
-            else:
-                result = await handler(call.params)
+            # A method the fake does not model is recorded and answers true.
+            result = True if handler is None else await handler(call.params)
         except ApiError as exc:
             return exc.status, exc.payload()
         return 200, {"ok": True, "result": result}
 
-    async def _process(self, method: str, params: JSON, token: str) -> Call:
-        """Run a call that did not come over HTTP (a webhook reply)."""
-        method = self._canonical.get(method.lower(), method)
-        call = Call(method=method, params=params, at=time.monotonic(), token=token)
-        self.calls.append(call)
-        self._pulse()
-        call.status, call.response = await self._answer(call)
-        self._pulse()
-        return call
-
     @staticmethod
     async def _read_params(request: web.Request) -> JSON:
-        params: JSON = {key: _decode_field(key, value) for key, value in request.query.items()}
+        params: JSON = {}
         if not request.body_exists:
             return params
         if request.content_type == "application/json":
@@ -1432,27 +944,6 @@ class FakeTelegramAPI:
             else:
                 params[key] = _decode_field(key, str(value))
         return params
-
-    @staticmethod
-    async def _read_webhook_reply(resp: aiohttp.ClientResponse) -> tuple[str, JSON] | None:
-        if resp.content_type == "application/json":
-            data = await resp.json()
-            if isinstance(data, dict) and "method" in data:
-                params = {k: v for k, v in data.items() if k != "method"}
-                return str(data["method"]), params
-            return None
-        if resp.content_type.startswith("multipart/"):
-            reader = aiohttp.MultipartReader.from_response(resp)
-            fields: JSON = {}
-            while (part := await reader.next()) is not None:
-                if isinstance(part, aiohttp.BodyPartReader) and part.name:
-                    fields[part.name] = await part.text()
-            if "method" in fields:
-                method = str(fields.pop("method"))
-                return method, {k: _decode_field(k, v) for k, v in fields.items()}
-            return None
-        await resp.read()
-        return None
 
     def _take_fault(self, method: str) -> _Fault | None:
         queue = self._faults.get(method)
@@ -1497,7 +988,6 @@ class FakeTelegramAPI:
             "caption": message.get("caption"),
             "plain_text": message.get("text") or message.get("caption") or "",
             "entities": message.get("entities", []),
-            "parse_mode": None,
             "reply_markup": message.get("reply_markup"),
             "reply_to_message_id": reply.get("message_id") if isinstance(reply, dict) else None,
             "message_thread_id": message.get("message_thread_id"),
@@ -1517,11 +1007,6 @@ class FakeTelegramAPI:
 
     def _resolve_chat(self, params: JSON) -> ChatId:
         raw = params.get("chat_id")
-        if isinstance(raw, str) and raw.startswith("@"):
-            for chat_id, chat in self.chats.items():
-                if chat.get("username", "").lower() == raw[1:].lower():
-                    return chat_id
-            raise ApiError(400, CHAT_NOT_FOUND)
         if raw is None or raw == "":
             raise ApiError(400, "Bad Request: chat_id is empty")
         try:
@@ -1676,7 +1161,6 @@ class FakeTelegramAPI:
             "caption": params.get("caption") if media is not None else None,
             "plain_text": plain,
             "entities": entities,
-            "parse_mode": params.get("parse_mode") or None,
             "reply_markup": markup,
             "reply_to_message_id": reply_to,
             "message_thread_id": None if thread is None else _as_int(thread, "message_thread_id"),
@@ -1721,15 +1205,11 @@ class FakeTelegramAPI:
         self.offsets.append(offset)
         limit = min(100, max(1, _as_int(params.get("limit", 100), "limit")))
         wait = max(0.0, float(params.get("timeout", 0) or 0))
-        if self.max_poll_timeout is not None:
-            wait = min(wait, self.max_poll_timeout)
         if "allowed_updates" in params:
             allowed = params["allowed_updates"]
             self.allowed_updates = list(allowed) if isinstance(allowed, list) else None
         if offset is not None and offset > 0:
             self._pending = [u for u in self._pending if u["update_id"] >= offset]
-        elif offset is not None and offset < 0:
-            self._pending = self._pending[offset:]
         self._poll_generation += 1
         generation = self._poll_generation
         self._pulse()  # a poll still waiting is now superseded
@@ -1748,8 +1228,7 @@ class FakeTelegramAPI:
         secret = params.get("secret_token")
         if secret is not None and not re.fullmatch(r"[A-Za-z0-9_-]{1,256}", str(secret)):
             raise ApiError(400, "Bad Request: secret token contains unallowed characters")
-        drop = _as_bool(params.get("drop_pending_updates", False))
-        if drop:
+        if _as_bool(params.get("drop_pending_updates", False)):
             self._pending.clear()
         allowed = params.get("allowed_updates")
         if isinstance(allowed, list):
@@ -1757,14 +1236,7 @@ class FakeTelegramAPI:
         if not url:
             self.webhook = None
             return True
-        max_connections = params.get("max_connections")
-        self.webhook = Webhook(
-            url=str(url),
-            secret_token=None if secret is None else str(secret),
-            drop_pending_updates=drop,
-            allowed_updates=allowed if isinstance(allowed, list) else None,
-            max_connections=None if max_connections is None else int(max_connections),
-        )
+        self.webhook = Webhook(url=str(url), secret_token=None if secret is None else str(secret))
         self._pulse()
         return True
 
@@ -1775,17 +1247,11 @@ class FakeTelegramAPI:
         return True
 
     async def _get_webhook_info(self, params: JSON) -> JSON:
-        info: JSON = {
+        return {
             "url": self.webhook.url if self.webhook else "",
             "has_custom_certificate": False,
             "pending_update_count": len(self._pending),
         }
-        if self.webhook is not None:
-            if self.webhook.max_connections is not None:
-                info["max_connections"] = self.webhook.max_connections
-            if self.webhook.allowed_updates is not None:
-                info["allowed_updates"] = self.webhook.allowed_updates
-        return info
 
     async def _set_my_commands(self, params: JSON) -> bool:
         commands = params.get("commands")
@@ -1809,17 +1275,13 @@ class FakeTelegramAPI:
     async def _get_my_commands(self, params: JSON) -> list[JSON]:
         return self.my_commands(params.get("scope"), str(params.get("language_code") or ""))
 
-    async def _delete_my_commands(self, params: JSON) -> bool:
-        key = (self._scope_key(params.get("scope")), str(params.get("language_code") or ""))
-        self.commands.pop(key, None)
-        return True
-
     async def _send_message(self, params: JSON) -> JSON:
         chat_id = self._resolve_chat(params)
         text = params.get("text")
         if text is None or text == "":
             raise ApiError(400, TEXT_EMPTY)
-        plain, entities = render_text(str(text), params.get("parse_mode"), params.get("entities"))
+        plain = str(text)
+        entities = checked_entities(plain, params.get("parse_mode"), params.get("entities"))
         if not plain.strip():
             raise ApiError(400, TEXT_EMPTY)
         if utf16_len(plain) > MAX_TEXT_LENGTH:
@@ -1847,9 +1309,9 @@ class FakeTelegramAPI:
             source = params.get(media)
             if source is None or source == "":
                 raise ApiError(400, f"Bad Request: there is no {media} in the request")
-            caption = str(params.get("caption") or "")
-            plain, entities = render_text(
-                caption, params.get("parse_mode"), params.get("caption_entities")
+            plain = str(params.get("caption") or "")
+            entities = checked_entities(
+                plain, params.get("parse_mode"), params.get("caption_entities")
             )
             if utf16_len(plain) > MAX_CAPTION_LENGTH:
                 raise ApiError(400, CAPTION_TOO_LONG)
@@ -1886,24 +1348,21 @@ class FakeTelegramAPI:
 
         return handler
 
-    async def _edit_message_text(self, params: JSON) -> JSON | bool:
+    async def _edit_message_text(self, params: JSON) -> JSON:
         text = params.get("text")
         if text is None or text == "":
             raise ApiError(400, TEXT_EMPTY)
-        plain, entities = render_text(str(text), params.get("parse_mode"), params.get("entities"))
+        plain = str(text)
+        entities = checked_entities(plain, params.get("parse_mode"), params.get("entities"))
         if not plain.strip():
             raise ApiError(400, TEXT_EMPTY)
         if utf16_len(plain) > MAX_TEXT_LENGTH:
             raise ApiError(400, TEXT_TOO_LONG)
         markup = self._check_markup(params.get("reply_markup"))
-        if params.get("inline_message_id"):
-            self.inline_edits.append(params)
-            return True
         record = self._editable(params)
         if record["media"] is not None:
             raise ApiError(400, "Bad Request: there is no text in the message to edit")
-        if self.limits.count_edits:
-            self._check_rate(record["chat_id"])
+        self._check_rate(record["chat_id"])
         if (
             record["plain_text"] == plain
             and record["entities"] == entities
@@ -1912,20 +1371,16 @@ class FakeTelegramAPI:
             raise ApiError(400, NOT_MODIFIED)
         # Like Telegram: an edit without reply_markup removes the inline keyboard.
         record.update(
-            text=str(text),
+            text=plain,
             plain_text=plain,
             entities=entities,
-            parse_mode=params.get("parse_mode") or None,
             reply_markup=markup,
             edit_date=int(time.time()),
         )
         return self._message_object(record)
 
-    async def _edit_message_reply_markup(self, params: JSON) -> JSON | bool:
+    async def _edit_message_reply_markup(self, params: JSON) -> JSON:
         markup = self._check_markup(params.get("reply_markup"))
-        if params.get("inline_message_id"):
-            self.inline_edits.append(params)
-            return True
         record = self._editable(params)
         if _inline_markup(record["reply_markup"]) == _inline_markup(markup):
             raise ApiError(400, NOT_MODIFIED)
@@ -1937,7 +1392,6 @@ class FakeTelegramAPI:
         message_id = _as_int(params.get("message_id"), "message_id")
         if self.messages_by_id.pop((chat_id, message_id), None) is None:
             raise ApiError(400, DELETE_NOT_FOUND)
-        self.deleted_messages.append((chat_id, message_id))
         return True
 
     async def _answer_callback_query(self, params: JSON) -> bool:
