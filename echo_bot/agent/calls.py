@@ -39,6 +39,10 @@ def args_hash(name: str, args: dict[str, Any]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
+# A call run: the call as done, its result, and whether that result is committed yet.
+_Ran = tuple[CallRow, ToolResult, bool]
+
+
 @dataclass(frozen=True, slots=True)
 class StepProgress:
     """How far a step got: its calls as stored, and whether one waits for approval."""
@@ -126,7 +130,8 @@ class CallExecutor:
         runnable = [c for c in calls if c.status == CallStatus.APPROVED]
         if not runnable:
             return StepProgress(waiting=False, calls=calls)
-        gone = [c for c in runnable if (available.get(c.name) or self.registry.get(c.name)) is None]
+        pairs = [(available.get(c.name) or self.registry.get(c.name), c) for c in runnable]
+        gone = [call for tool, call in pairs if tool is None]
         if gone:  # its MCP server is down or dropped it since: nothing is sent
             for call in gone:
                 result = self.registry.not_found(call.name)
@@ -134,19 +139,7 @@ class CallExecutor:
                     inbound, partial(self._finish, inbound=inbound, call=call, result=result)
                 )
             return await self.run_step(inbound, turn, exposed)
-        tools: list[Tool] = []
-        for call in runnable:
-            tool = available.get(call.name) or self.registry.get(call.name)
-            assert tool is not None  # the gone ones were settled above
-            tools.append(tool)
-        if all(t.risk_for(c.args) == Risk.READ for t, c in zip(tools, runnable, strict=True)):
-            finished = await asyncio.gather(
-                *(self._run(inbound, t, c) for t, c in zip(tools, runnable, strict=True))
-            )
-        else:
-            finished = [
-                await self._run(inbound, t, c) for t, c in zip(tools, runnable, strict=True)
-            ]
+        finished = await self._run_all(inbound, [(t, c) for t, c in pairs if t is not None])
         # Only this turn's worker moves its calls, so these are their current states.
         done = {call.id: call for call, _result, _recorded in finished}
         return StepProgress(
@@ -154,6 +147,15 @@ class CallExecutor:
             calls=[done.get(c.id, c) for c in calls],
             unrecorded=[(call, result) for call, result, recorded in finished if not recorded],
         )
+
+    async def _run_all(
+        self, inbound: InboundMessage, pairs: list[tuple[Tool, CallRow]]
+    ) -> list[_Ran]:
+        """A step of read-only calls runs them together; one with any write runs its
+        calls one after the other, in order."""
+        if all(tool.risk_for(call.args) == Risk.READ for tool, call in pairs):
+            return list(await asyncio.gather(*(self._run(inbound, t, c) for t, c in pairs)))
+        return [await self._run(inbound, t, c) for t, c in pairs]
 
     def record(
         self, tx: Tx, inbound: InboundMessage, results: list[tuple[CallRow, ToolResult]]
@@ -319,9 +321,7 @@ class CallExecutor:
         return await run_fenced(self.store, self.fence, inbound.session_key, write)
 
     # -- running ---------------------------------------------------------------------
-    async def _run(
-        self, inbound: InboundMessage, tool: Tool, call: CallRow
-    ) -> tuple[CallRow, ToolResult, bool]:
+    async def _run(self, inbound: InboundMessage, tool: Tool, call: CallRow) -> _Ran:
         """Run one approved call: the call as done, its result, and whether that is
         committed yet (always for side effects and approved calls; other read-only
         results wait, see the module doc)."""

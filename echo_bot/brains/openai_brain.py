@@ -92,6 +92,21 @@ class OpenAIBrain:
     async def step(
         self, conversation: Sequence[ChatMessage], tools: Sequence[Tool], context: BrainContext
     ) -> BrainReply:
+        request = await self._request(conversation, tools, context)
+        started = time.perf_counter()
+        message, usage, stopped = await self._ask(request, context)
+        details: dict[str, object] = {
+            "model": self.config.model,
+            "latency_ms": round((time.perf_counter() - started) * 1000, 1),
+        }
+        if usage is not None:
+            details["prompt_tokens"] = getattr(usage, "prompt_tokens", None) or 0
+            details["completion_tokens"] = getattr(usage, "completion_tokens", None) or 0
+        return _reply(message, stopped, details)
+
+    async def _request(
+        self, conversation: Sequence[ChatMessage], tools: Sequence[Tool], context: BrainContext
+    ) -> dict[str, Any]:
         messages = build_messages(self.brain.system_prompt, conversation, self.brain.context_chars)
         if self.config.vision and context.images:
             await _show_images(messages, context.images)
@@ -103,18 +118,19 @@ class OpenAIBrain:
             request["temperature"] = self.config.temperature
         if self.config.max_tokens is not None:
             request["max_tokens"] = self.config.max_tokens
-        started = time.perf_counter()
-        stopped = False
+        return request
+
+    async def _ask(self, request: dict[str, Any], context: BrainContext) -> tuple[Any, Any, bool]:
+        """The model's message, its usage, and whether the user stopped it; whatever
+        goes wrong on the way is ``LLMUnavailable`` (the rules brain answers)."""
         try:
             if self.config.stream:
-                message, usage, stopped = await self._streamed(request, context.preview)
-            else:
-                response = await self.client.chat.completions.create(**request)
-                usage = getattr(response, "usage", None)
-                choices = getattr(response, "choices", None) or []
-                if not choices or getattr(choices[0], "message", None) is None:
-                    raise LLMUnavailable("the model's answer had no choices")
-                message = choices[0].message
+                return await self._streamed(request, context.preview)
+            response = await self.client.chat.completions.create(**request)
+            choices = getattr(response, "choices", None) or []
+            if not choices or getattr(choices[0], "message", None) is None:
+                raise LLMUnavailable("the model's answer had no choices")
+            return choices[0].message, getattr(response, "usage", None), False
         except self._errors as exc:
             raise LLMUnavailable(_describe(exc)) from exc
         except ValueError as exc:  # a 200 whose body is not JSON (a proxy's error page)
@@ -123,33 +139,28 @@ class OpenAIBrain:
             raise LLMUnavailable(f"the stream broke ({type(exc).__name__})") from exc
         except (AttributeError, TypeError, KeyError) as exc:  # chunks of an odd shape
             raise LLMUnavailable(f"unreadable answer ({type(exc).__name__})") from exc
-        latency_ms = (time.perf_counter() - started) * 1000
-        details: dict[str, object] = {
-            "model": self.config.model,
-            "latency_ms": round(latency_ms, 1),
-        }
-        if usage is not None:
-            details["prompt_tokens"] = getattr(usage, "prompt_tokens", None) or 0
-            details["completion_tokens"] = getattr(usage, "completion_tokens", None) or 0
-        if stopped:  # what was written until the stop is the reply; no call runs
-            written = (message.content or "").strip()
-            text = f"{written}\n\n(stopped)" if written else "(stopped before anything was written)"
-            details["stopped"] = True
-            return BrainReply(
-                text=text, route_reason="llm: stopped by the user", details=details, markdown=True
-            )
-        calls = [_tool_call(raw) for raw in (message.tool_calls or [])]
-        if calls:
-            return BrainReply(
-                text=message.content or None,
-                tool_calls=calls,
-                route_reason=f"llm: {len(calls)} tool call(s)",
-                details=details,
-            )
-        text = (message.content or "").strip()
-        if not text:
-            raise LLMUnavailable("the model's answer was empty")
-        return BrainReply(text=text, route_reason="llm: answered", details=details, markdown=True)
+
+
+def _reply(message: Any, stopped: bool, details: dict[str, object]) -> BrainReply:
+    if stopped:  # what was written until the stop is the reply; no call runs
+        written = (message.content or "").strip()
+        text = f"{written}\n\n(stopped)" if written else "(stopped before anything was written)"
+        details["stopped"] = True
+        return BrainReply(
+            text=text, route_reason="llm: stopped by the user", details=details, markdown=True
+        )
+    calls = [_tool_call(raw) for raw in (message.tool_calls or [])]
+    if calls:
+        return BrainReply(
+            text=message.content or None,
+            tool_calls=calls,
+            route_reason=f"llm: {len(calls)} tool call(s)",
+            details=details,
+        )
+    text = (message.content or "").strip()
+    if not text:
+        raise LLMUnavailable("the model's answer was empty")
+    return BrainReply(text=text, route_reason="llm: answered", details=details, markdown=True)
 
 
 class _StreamedAnswer:

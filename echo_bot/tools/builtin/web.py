@@ -19,11 +19,15 @@ import ipaddress
 import re
 from collections.abc import Iterable
 from contextlib import suppress
-from typing import Any, ClassVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urlsplit
 
 from ...config import HttpToolConfig
 from ..base import ErrorCode, Risk, Tool, ToolContext, ToolGroup, ToolResult
+
+if TYPE_CHECKING:
+    from yarl import URL
 
 METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
 READ_METHODS = frozenset({"GET", "HEAD"})
@@ -172,21 +176,23 @@ class HttpRequestTool(Tool):
         )
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
-        url = str(args["url"])
         method = str(args.get("method") or "GET").upper()
         headers = dict(args.get("headers") or {})
-        body = args.get("body")
-        refused = self.check_url(url)
+        target = self._target(str(args["url"]), headers)
+        if isinstance(target, ToolResult):
+            return target
+        fetched = await self._fetch(method, target, headers, args.get("body"))
+        if isinstance(fetched, ToolResult):
+            return fetched
+        return self._answer(fetched)
+
+    def _target(self, url: str, headers: dict[str, Any]) -> URL | ToolResult:
+        """The URL to request (a yarl URL), or why not: checked as written, then as
+        aiohttp will send it (its host decides, not the text's)."""
+        refused = self.check_url(url) or _check_headers(headers)
         if refused is not None:
             return refused
-        refused = _check_headers(headers)
-        if refused is not None:
-            return refused
-
-        import aiohttp  # lazily: see the module docstring
-        from yarl import URL
-
-        from .web_guard import AddressRefused
+        from yarl import URL  # lazily, with aiohttp: see the module docstring
 
         try:
             target = URL(url)
@@ -196,12 +202,14 @@ class HttpRequestTool(Tool):
             return ToolResult.failure(
                 ErrorCode.INVALID_PARAMETER, "only http:// and https:// URLs are supported"
             )
-        refused = self._check_host(target.host)
-        if refused is not None:
-            return refused
+        return self._check_host(target.host) or target
+
+    async def _fetch(
+        self, method: str, target: URL, headers: dict[str, Any], body: Any
+    ) -> _Fetched | ToolResult:
+        import aiohttp  # lazily: see the module docstring
 
         seconds = self.config.timeout.total_seconds()
-        limit = self.config.max_bytes
         connector, resolver = self._connector()
         try:
             async with (
@@ -215,59 +223,49 @@ class HttpRequestTool(Tool):
                     method, target, headers=headers, data=body, allow_redirects=False
                 ) as response,
             ):
-                content = b""
-                truncated = False
+                content, truncated = b"", False
                 if method != "HEAD":
-                    content, truncated = await _read_limited(response, limit)
-                status, reason = response.status, response.reason or ""
-                shown = {k: response.headers[k] for k in SHOWN_HEADERS if k in response.headers}
-                charset, content_type = response.charset, response.content_type
+                    content, truncated = await _read_limited(response, self.config.max_bytes)
+                return _Fetched(
+                    status=response.status,
+                    reason=response.reason or "",
+                    headers={
+                        k: response.headers[k] for k in SHOWN_HEADERS if k in response.headers
+                    },
+                    charset=response.charset,
+                    content_type=response.content_type,
+                    content=content,
+                    truncated=truncated,
+                )
         except TimeoutError:
             return ToolResult.failure(
                 ErrorCode.TIMEOUT, f"{method} {target.host}: no answer within {seconds:g} s"
             )
-        except aiohttp.InvalidURL as exc:
-            return ToolResult.failure(ErrorCode.INVALID_PARAMETER, f"invalid URL: {exc}")
-        except aiohttp.ClientConnectorError as exc:
-            if isinstance(exc.os_error, AddressRefused):
-                return ToolResult.failure(
-                    ErrorCode.PERMISSION_DENIED,
-                    f"{method} {target.host} refused: {exc.os_error.strerror}",
-                    host=target.host,
-                )
-            return ToolResult.failure(
-                ErrorCode.UPSTREAM_ERROR,
-                f"{method} {target.host} failed: {type(exc).__name__}: {exc}",
-            )
-        except aiohttp.ClientError as exc:
-            return ToolResult.failure(
-                ErrorCode.UPSTREAM_ERROR,
-                f"{method} {target.host} failed: {type(exc).__name__}: {exc}",
-            )
-        except ValueError as exc:  # e.g. a header aiohttp will not send
-            return ToolResult.failure(ErrorCode.INVALID_PARAMETER, f"cannot send that: {exc}")
+        except (aiohttp.ClientError, ValueError) as exc:
+            return _failure(exc, f"{method} {target.host}", target.host)
         finally:
             if resolver is not None:
                 await resolver.close()
 
-        data = {"status": status, "headers": shown, "truncated": truncated}
+    def _answer(self, fetched: _Fetched) -> ToolResult:
+        status, shown = fetched.status, fetched.headers
+        data = {"status": status, "headers": shown, "truncated": fetched.truncated}
         try:
-            text = _body_text(content, charset, content_type)
+            text = _body_text(fetched.content, fetched.charset, fetched.content_type)
         except (LookupError, UnicodeError):
             return ToolResult.failure(
                 ErrorCode.UPSTREAM_ERROR,
-                f"HTTP {status}: the response declares charset {charset!r:.80}, which is not "
-                "a text encoding; the body was not decoded",
+                f"HTTP {status}: the response declares charset {fetched.charset!r:.80}, which "
+                "is not a text encoding; the body was not decoded",
                 **data,
             )
-
-        lines = [f"HTTP {status} {reason}".rstrip()]
+        lines = [f"HTTP {status} {fetched.reason}".rstrip()]
         if "Location" in shown:
             lines.append(f"Location: {shown['Location']} (redirects are not followed)")
         if text:
             lines.append(text)
-        if truncated:
-            lines.append(f"[body truncated after {limit} bytes]")
+        if fetched.truncated:
+            lines.append(f"[body truncated after {self.config.max_bytes} bytes]")
         output = "\n".join(lines)
         if status >= 500:
             return ToolResult.failure(ErrorCode.UPSTREAM_ERROR, output, **data)
@@ -324,3 +322,38 @@ def _body_text(content: bytes, charset: str | None, content_type: str) -> str:
     if b"\0" in content:
         return f"[{len(content)} bytes of binary content ({content_type})]"
     return content.decode(charset or "utf-8", errors="replace")
+
+
+@dataclass(frozen=True, slots=True)
+class _Fetched:
+    """A response, read (up to the byte cap) before its connection closed."""
+
+    status: int
+    reason: str
+    headers: dict[str, str]
+    charset: str | None
+    content_type: str
+    content: bytes
+    truncated: bool
+
+
+def _failure(exc: Exception, request: str, host: str | None) -> ToolResult:
+    """A request that got no response, in the words a model can act on."""
+    import aiohttp
+
+    from .web_guard import AddressRefused
+
+    if isinstance(exc, aiohttp.InvalidURL):
+        return ToolResult.failure(ErrorCode.INVALID_PARAMETER, f"invalid URL: {exc}")
+    if isinstance(exc, aiohttp.ClientConnectorError) and isinstance(exc.os_error, AddressRefused):
+        return ToolResult.failure(
+            ErrorCode.PERMISSION_DENIED,
+            f"{request} refused: {exc.os_error.strerror}",
+            host=host,
+        )
+    if isinstance(exc, aiohttp.ClientError):
+        return ToolResult.failure(
+            ErrorCode.UPSTREAM_ERROR, f"{request} failed: {type(exc).__name__}: {exc}"
+        )
+    # A ValueError: e.g. a header aiohttp will not send.
+    return ToolResult.failure(ErrorCode.INVALID_PARAMETER, f"cannot send that: {exc}")
