@@ -44,8 +44,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.common import free_port  # noqa: E402
-from echo_bot.scheduler import LATE_NOTE_AFTER  # noqa: E402
-from echo_bot.webhook_client import sign_headers  # noqa: E402
+from echo_bot.cli.webhook_client import sign_headers  # noqa: E402
+from echo_bot.scheduling.scheduler import LATE_NOTE_AFTER  # noqa: E402
 from tests.fakes.telegram_api import Call, FakeTelegramAPI  # noqa: E402
 
 TOKEN = "123456:SOAK-test-token"

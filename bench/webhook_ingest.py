@@ -334,7 +334,7 @@ def profiled_daemon(out: str, argv: list[str]) -> int:
     thread, SIGUSR2 stops it and writes the stats to ``out`` (``--profile``)."""
     import cProfile
 
-    from echo_bot.cli import main as echo_bot_main
+    from echo_bot.cli.main import main as echo_bot_main
 
     profiler = cProfile.Profile()
 

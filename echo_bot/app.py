@@ -27,9 +27,9 @@ from .events import Address, OutboundMessage
 from .housekeeping import warn_unreachable
 from .lifecycle import Parts
 from .live import Reloadable, restart_needed
-from .reminders import ReminderService
 from .runtime import Runtime, brain_label, wire
-from .scheduler import Scheduler
+from .scheduling.reminders import ReminderService
+from .scheduling.scheduler import Scheduler
 from .sdnotify import Notifier
 from .statedir import StateLock
 from .store import Store, Tx

@@ -13,9 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .approvals import ApprovalGate, ApprovalPolicy, ApproverDirectory
-from .brains.core_commands import register_core_commands
-from .brains.reminder_commands import register_reminder_commands
-from .commands import CommandRegistry
+from .commands.core import register_core_commands
+from .commands.registry import CommandRegistry
 from .config import (
     CHANNEL_NAMES,
     CHANNEL_SWITCHES,
@@ -28,7 +27,8 @@ from .config import (
 from .errors import ConfigError
 from .events import OutboundMessage
 from .live import Live, LiveSettings
-from .reminders import ReminderService
+from .scheduling.commands import register_reminder_commands
+from .scheduling.reminders import ReminderService
 from .secrets import Masker
 from .store import Store, make_database
 from .store.approvals import ApprovalRow
@@ -239,7 +239,7 @@ def _channel_problem(
 def _cron_schedule_problems(config: Config) -> list[str]:
     from zoneinfo import ZoneInfo
 
-    from .crontab import cron_trigger
+    from .scheduling.crontab import cron_trigger
 
     problems = []
     for index, job in enumerate(config.cron):

@@ -22,7 +22,7 @@ from .housekeeping import Housekeeping
 from .instances import InstanceMembership, default_name
 from .media.inbound import MediaPreparer, Transcribe
 from .previews import Previews
-from .scheduler import Scheduler
+from .scheduling.scheduler import Scheduler
 from .store import SqliteInbox, SqliteOutbox
 
 # With several daemons on one store: how often reminders set elsewhere are looked for.

@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 
-from echo_bot.admin import StoreAt, approvals_command
 from echo_bot.approvals import ApprovalGate
 from echo_bot.approvals.display import (
     CALL_LIMIT,
@@ -24,6 +23,7 @@ from echo_bot.approvals.display import (
     render_call,
     render_if_fits,
 )
+from echo_bot.cli.admin import StoreAt, approvals_command
 from echo_bot.events import (
     Address,
     DecisionVerb,

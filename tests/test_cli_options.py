@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from echo_bot.cli import _parser
+from echo_bot.cli.main import _parser
 from tests.conftest import echo_bot_env, run_echo_bot
 from tests.proc import EchoBotProcess
 

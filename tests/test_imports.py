@@ -136,6 +136,43 @@ def test_store_does_not_depend_on_agent_or_app() -> None:
     assert offenders == []
 
 
+def test_only_the_entry_point_imports_the_management_cli() -> None:
+    """echo_bot/cli/ (the command, admin, doctor) is the top: the daemon's parts never
+    reach into it."""
+    offenders = [
+        (module_name(p), name)
+        for p in python_files(CORE)
+        if not module_name(p).startswith("echo_bot.cli") and module_name(p) != "echo_bot.__main__"
+        for name in imports_of(p)
+        if name == "echo_bot.cli" or name.startswith("echo_bot.cli.")
+    ]
+    assert offenders == []
+
+
+def test_commands_take_only_the_brain_types() -> None:
+    """The command registry and the commands use the Brain protocol's types; the brains
+    (the rules brain) use the registry, never the other way round."""
+    offenders = [
+        (module_name(p), name)
+        for folder in (CORE / "commands", CORE / "scheduling")
+        for p in python_files(folder)
+        for name in imports_of(p)
+        if name.startswith("echo_bot.brains") and not name.startswith("echo_bot.brains.base")
+    ]
+    assert offenders == []
+
+
+def test_scheduling_stays_below_the_agent_and_the_composition_root() -> None:
+    upper = ("echo_bot.agent", "echo_bot.app", "echo_bot.runtime", "echo_bot.cli", "channels")
+    offenders = [
+        (module_name(p), name)
+        for p in python_files(CORE / "scheduling")
+        for name in imports_of(p)
+        if name.startswith(upper)
+    ]
+    assert offenders == []
+
+
 def test_only_app_knows_the_channel_registry() -> None:
     offenders = [
         module_name(p)

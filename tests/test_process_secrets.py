@@ -99,7 +99,7 @@ def _unprivileged() -> Iterator[Account]:
                 continue
             account = Account(candidate, popen, env, scratch)
             try:
-                probe = account.run("-c", "import echo_bot.cli, aiohttp, pydantic")
+                probe = account.run("-c", "import echo_bot.cli.main, aiohttp, pydantic")
             except OSError:  # nobody may not even reach this interpreter
                 continue
             if probe.returncode == 0:

@@ -7,9 +7,9 @@ from typing import Any, ClassVar
 import pytest
 
 from echo_bot.brains.base import BrainContext, BrainReply
-from echo_bot.brains.core_commands import register_core_commands
 from echo_bot.brains.rules import NO_MATCH_HINT, RulesBrain, match_tool
-from echo_bot.commands import CommandRegistry
+from echo_bot.commands.core import register_core_commands
+from echo_bot.commands.registry import CommandRegistry
 from echo_bot.conversation import ChatMessage
 from echo_bot.events import Address, Sender
 from echo_bot.tools.base import Risk, Tool, ToolContext, ToolResult

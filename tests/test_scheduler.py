@@ -21,8 +21,8 @@ import pytest
 from echo_bot.bus import Bus
 from echo_bot.config import CronJob
 from echo_bot.events import Address, InboundMessage, OutboundMessage
-from echo_bot.reminders import ReminderService
-from echo_bot.scheduler import Scheduler
+from echo_bot.scheduling.reminders import ReminderService
+from echo_bot.scheduling.scheduler import Scheduler
 from echo_bot.secrets import Masker
 from echo_bot.store import (
     Database,

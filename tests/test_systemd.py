@@ -199,7 +199,7 @@ def test_install_script_replaces_a_venv_copied_from_a_checkout(tmp_path: Path) -
     assert "made elsewhere" in result.stderr
     head = (prefix / ".venv" / "bin" / "echo-bot").read_text().splitlines()[0]
     assert head == f"#!{prefix}/.venv/bin/python"
-    assert (prefix / "echo_bot" / "cli.py").exists()
+    assert (prefix / "echo_bot" / "cli" / "main.py").exists()
 
 
 def test_install_script_refuses_a_directory_that_holds_something_else(tmp_path: Path) -> None:

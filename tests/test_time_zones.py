@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 from echo_bot.events import Address
-from echo_bot.reminders import ReminderService
+from echo_bot.scheduling.reminders import ReminderService
 from echo_bot.secrets import Masker
 from echo_bot.store import Database, Store
 from tests.conftest import run_echo_bot

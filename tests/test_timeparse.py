@@ -8,8 +8,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from echo_bot.crontab import cron_trigger, next_after
-from echo_bot.timeparse import (
+from echo_bot.scheduling.crontab import cron_trigger, next_after
+from echo_bot.scheduling.timeparse import (
     Recurrence,
     Unclear,
     When,

@@ -25,13 +25,13 @@ from channels.webhook import WebhookChannel
 from channels.webhook_auth import github_signature, verify_github
 from echo_bot.brains.base import BrainContext, BrainReply
 from echo_bot.bus import ChannelSetup
+from echo_bot.cli.webhook_client import sign_headers
 from echo_bot.config import parse_config
 from echo_bot.conversation import ChatMessage
 from echo_bot.errors import ConfigError
 from echo_bot.http import HttpServer
 from echo_bot.live import Reloadable
 from echo_bot.tools.base import Tool
-from echo_bot.webhook_client import sign_headers
 from tests.conftest import Bot, echo_bot_env, run_echo_bot, running_bot
 from tests.proc import daemon_process
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 
-from ..commands import CommandContext, CommandRegistry
+from ..commands.registry import CommandContext, CommandRegistry
 from ..conversation import ChatMessage, ToolCall
 from ..events import new_id
 from ..media.inbound import files_reply, split_notes

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ...config import ToolsConfig
-from ...reminders import ReminderService
+from ...scheduling.reminders import ReminderService
 from ..base import Tool
 from .clock import CurrentTimeTool
 from .files import FileReadTool, FileWriteTool

@@ -10,7 +10,7 @@ import re
 from typing import Any, ClassVar, Literal
 
 from ...events import Address
-from ...reminders import ReminderService, render_list
+from ...scheduling.reminders import ReminderService, render_list
 from ..base import ErrorCode, Risk, Tool, ToolContext, ToolGroup, ToolResult
 
 _RECURRING_FIRST = re.compile(

@@ -14,11 +14,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
 
-from .approvals.display import decider, escape_text, render_call, show_json
-from .config import LoadedConfig, WebhookRoute, llm_enabled, secrets_in_use, telegram_enabled
-from .durations import format_duration
-from .errors import ConfigError
-from .events import (
+from ..approvals.display import decider, escape_text, render_call, show_json
+from ..config import LoadedConfig, WebhookRoute, llm_enabled, secrets_in_use, telegram_enabled
+from ..durations import format_duration
+from ..errors import ConfigError
+from ..events import (
     Address,
     ApprovalDecision,
     DecisionVerb,
@@ -27,10 +27,10 @@ from .events import (
     InboundStatus,
     Sender,
 )
-from .secrets import Masker
-from .statedir import daemon_pid
-from .statuses import ApprovalStatus, ReminderStatus
-from .store import (
+from ..secrets import Masker
+from ..statedir import daemon_pid
+from ..statuses import ApprovalStatus, ReminderStatus
+from ..store import (
     DB_FILENAME,
     Database,
     Store,
@@ -40,7 +40,7 @@ from .store import (
     describe_url,
     make_database,
 )
-from .store.approvals import ApprovalRow
+from ..store.approvals import ApprovalRow
 
 T = TypeVar("T")
 
@@ -111,8 +111,8 @@ def _with_store(at: StoreAt, fn: Callable[[Tx], T], *, create: bool = False) -> 
 # -- check-config -------------------------------------------------------------------------
 def check_config(loaded: LoadedConfig, state_dir: Path, env: Mapping[str, str]) -> int:
     """``env``: the environment with the systemd credentials filled in."""
-    from .app import http_reasons
-    from .core import build_core
+    from ..app import http_reasons
+    from ..core import build_core
 
     core = build_core(loaded, state_dir, env)
     config = loaded.config
@@ -285,7 +285,7 @@ def _submit_decision(at: StoreAt, approval_id: str, action: str, wait: float) ->
 
 # -- reminders ----------------------------------------------------------------------------
 def reminders_command(at: StoreAt, action: str, reminder_id: str | None) -> int:
-    from .reminders import render_list
+    from ..scheduling.reminders import render_list
 
     if action == "list":
         rows = _with_store(at, lambda tx: tx.reminders.active())
@@ -489,7 +489,7 @@ def store_copy_command(
 ) -> int:
     """Copy the stopped SQLite store of ``state_dir`` into the empty PostgreSQL database
     that ``[storage] url_env`` names (whatever ``engine`` says: this is how one moves)."""
-    from .statedir import StateLock
+    from ..statedir import StateLock
 
     if to != "postgres":
         raise ConfigError(f"store copy --to {to}: only postgres is supported")

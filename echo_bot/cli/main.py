@@ -12,12 +12,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import __version__
-from .errors import EXIT_OUTPUT_CLOSED, EchoBotError
-from .secrets import Masker
+from .. import __version__
+from ..errors import EXIT_OUTPUT_CLOSED, EchoBotError
+from ..secrets import Masker
 
 if TYPE_CHECKING:
-    from .config import LoadedConfig
+    from ..config import LoadedConfig
 
 log = logging.getLogger("echo_bot")
 
@@ -156,7 +156,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     # First of all: every echo-bot process holds the secrets of its environment (and,
     # after start, of its credentials); no other process of this user may read them.
-    from .hardening import make_non_dumpable
+    from ..hardening import make_non_dumpable
 
     hidden = make_non_dumpable()
     args = _parser().parse_args(argv)
@@ -194,10 +194,10 @@ def _discard_stdout() -> None:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
-    from .config import load_config, secret_env_names, with_credentials
-    from .logs import setup_logging
-    from .secrets import masked_output
-    from .statedir import resolve_state_dir
+    from ..config import load_config, secret_env_names, with_credentials
+    from ..logs import setup_logging
+    from ..secrets import masked_output
+    from ..statedir import resolve_state_dir
 
     if args.command == "doctor":
         return _doctor(args)
@@ -237,7 +237,7 @@ def _manage(
 
         return store_copy_command(loaded, state_dir, environ, args.to)
     if args.command == "mcp":
-        from .mcp.listing import mcp_list_command
+        from ..mcp.listing import mcp_list_command
 
         return mcp_list_command(loaded, environ)
     if args.command == "webhook" and args.webhook_command != "deliveries":
@@ -283,11 +283,11 @@ def _manage(
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from .config import Config, load_config, secret_env_names, with_credentials
+    from ..config import Config, load_config, secret_env_names, with_credentials
+    from ..logs import setup_logging
+    from ..secrets import masked_output
+    from ..statedir import resolve_state_dir
     from .doctor import environ_with_file, run_doctor
-    from .logs import setup_logging
-    from .secrets import masked_output
-    from .statedir import resolve_state_dir
 
     loaded: LoadedConfig | EchoBotError
     try:
@@ -311,9 +311,9 @@ def _doctor(args: argparse.Namespace) -> int:
 def _run_daemon(
     command: str, loaded: LoadedConfig, state_dir: Path, environ: dict[str, str]
 ) -> int:
-    from .app import Daemon
-    from .config import telegram_enabled
-    from .core import build_core
+    from ..app import Daemon
+    from ..config import telegram_enabled
+    from ..core import build_core
 
     core = build_core(loaded, state_dir, environ)
     tty = _stdin_is_terminal()

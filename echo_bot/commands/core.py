@@ -7,11 +7,11 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
 from ..approvals.display import escape_text
-from ..commands import Command, CommandContext, CommandRegistry
+from ..brains.base import BrainReply
 from ..conversation import ToolCall
 from ..events import OutboundMessage, new_id
 from ..store.approvals import ApprovalRow
-from .base import BrainReply
+from .registry import Command, CommandContext, CommandRegistry
 
 PendingApprovals = Callable[[], Awaitable[list[ApprovalRow]]]
 Reprompt = Callable[[ApprovalRow], Awaitable[OutboundMessage]]

@@ -21,12 +21,11 @@ from functools import partial
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from . import metrics
-from .bus import Bus
-from .config import Config, CronJob
-from .crontab import cron_trigger, next_after
-from .errors import log_retrying
-from .events import (
+from .. import metrics
+from ..bus import Bus
+from ..config import Config, CronJob
+from ..errors import log_retrying
+from ..events import (
     Address,
     InboundKind,
     InboundMessage,
@@ -35,10 +34,11 @@ from .events import (
     Sender,
     ToolCallRequest,
 )
+from ..statuses import ReminderStatus
+from ..store import ReminderChanged, Store, Tx
+from ..store.reminders import ReminderRow
+from .crontab import cron_trigger, next_after
 from .reminders import zone_of
-from .statuses import ReminderStatus
-from .store import ReminderChanged, Store, Tx
-from .store.reminders import ReminderRow
 from .timeparse import describe_lateness
 
 log = logging.getLogger(__name__)

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from ..events import Address
+from ..statuses import ReminderStatus
+from ..store import ChatTimezoneChanged, Store, Tx
+from ..store.reminders import ReminderRow
 from .crontab import next_after
-from .events import Address
-from .statuses import ReminderStatus
-from .store import ChatTimezoneChanged, Store, Tx
-from .store.reminders import ReminderRow
 from .timeparse import MAX_AHEAD, Recurrence, Unclear, When, describe, parse_recurrence, parse_when
 
 MAX_TEXT = 1000

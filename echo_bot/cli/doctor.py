@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from .config import DEFAULT_OPENAI_BASE_URL, LoadedConfig, llm_enabled, telegram_enabled
-from .errors import ConfigError, EchoBotError
-from .store import (
+from ..config import DEFAULT_OPENAI_BASE_URL, LoadedConfig, llm_enabled, telegram_enabled
+from ..errors import ConfigError, EchoBotError
+from ..store import (
     DB_FILENAME,
     DatabaseCheck,
     check_database,
@@ -199,7 +199,7 @@ async def _probe_peers(probes: list[tuple[str, Any]]) -> list[tuple[str, str, st
 
 def _check_mcp(servers: Any, environ: Mapping[str, str]) -> list[tuple[str, str, str]]:
     """Each MCP server started as the daemon would start it (and stopped again)."""
-    from .mcp.listing import snapshot
+    from ..mcp.listing import snapshot
 
     checks = []
     for status in asyncio.run(snapshot(servers, environ)):
@@ -229,7 +229,7 @@ def run_doctor(
         loaded = None
     else:
         loaded = loaded_or_error
-        from .core import build_core
+        from ..core import build_core
 
         try:
             build_core(loaded, state_dir, environ)

@@ -10,8 +10,8 @@ import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from .brains.base import BrainContext, BrainReply
-from .tools.base import Tool
+from ..brains.base import BrainContext, BrainReply
+from ..tools.base import Tool
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from ..commands import Command, CommandContext, CommandRegistry
+from ..brains.base import BrainReply
+from ..commands.registry import Command, CommandContext, CommandRegistry
 from ..conversation import ToolCall
 from ..events import new_id
-from ..reminders import ReminderService, zone_of
-from ..timeparse import Recurrence, When, parse_recurrence, parse_when
-from .base import BrainReply
+from .reminders import ReminderService, zone_of
+from .timeparse import Recurrence, When, parse_recurrence, parse_when
 
 USAGE = (
     "Usage: /remind WHEN TEXT — e.g. /remind in 10 minutes stretch, "
