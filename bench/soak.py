@@ -492,7 +492,7 @@ class OutRow:
 
     @property
     def reply_to(self) -> str | None:
-        return self.payload.get("reply_to_message")
+        return self.payload.get("quote")
 
     @property
     def meta(self) -> dict[str, Any]:

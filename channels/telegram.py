@@ -607,7 +607,7 @@ class TelegramChannel:
                 to=chat,
                 text=text,
                 kind=OutboundKind.NOTICE,
-                reply_to_message=str(reply_to) if reply_to else None,
+                quote=str(reply_to) if reply_to else None,
             )
         )
 
@@ -749,7 +749,7 @@ class TelegramChannel:
 
     async def _answer_outcome(self, query_id: str, inbound_id: str) -> None:
         assert self.bus is not None
-        state = await self.bus.settled(inbound_id, timeout=2.5)
+        state = await self.bus.at_rest(inbound_id, timeout=2.5)
         if state is None or not state[0].terminal:
             text = "Received."
         elif state[0] == InboundStatus.DONE:
@@ -1028,7 +1028,7 @@ class TelegramChannel:
                 self._left_previews.pop(str(message.metadata.get("inbound_id", "")), None)
                 self._spawn(self._delete(chat_id, preview))
                 log.info("telegram: the preview message was not edited (%s); sending anew", exc)
-        reply_to = message.reply_to_message
+        reply_to = message.quote
         for index in range(len(sent), len(parts)):
             await self.pacer.wait(str(chat_id))
             last = index == len(parts) - 1

@@ -289,12 +289,12 @@ class WebhookChannel:
         return f"{route.name}:sha256:{hashlib.sha256(body).hexdigest()}"
 
     def _inbound(self, route: WebhookRoute, sources: dict[str, Any], key: str) -> InboundMessage:
-        address, sender, reply_to = self._origins[route.name]
+        address, sender, deliver_to = self._origins[route.name]
         common: dict[str, Any] = {
             "address": address,
             "sender": sender,
             "external_id": key,
-            "reply_to": reply_to,
+            "deliver_to": deliver_to,
             "metadata": {"route": route.name},
         }
         if route.tool is not None:

@@ -69,10 +69,11 @@ class Bus:
     async def describe(self, inbound_id: str) -> dict[str, object] | None:
         return await self._inbox.describe(inbound_id)
 
-    async def settled(
+    async def at_rest(
         self, inbound_id: str, timeout: float, poll: float = 0.05
     ) -> tuple[InboundStatus, str | None] | None:
-        """Wait (briefly) until the inbound reaches a final or waiting status."""
+        """Wait (briefly) until the inbound is at rest: a final status, or waiting for
+        an approval."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while True:

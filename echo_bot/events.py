@@ -155,7 +155,9 @@ class InboundMessage(_Model):
     decision: ApprovalDecision | None = None
     received_at: datetime = Field(default_factory=utcnow)
     external_id: str | None = None
-    reply_to: Address | None = None
+    # Where the results go instead of back to ``address`` (a route's or job's
+    # deliver_to).
+    deliver_to: Address | None = None
     # The channel's own id of this message: what the answer quotes in the same chat.
     message_id: str | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
@@ -166,14 +168,14 @@ class InboundMessage(_Model):
         return self.address.session_key
 
     @property
-    def respond_to(self) -> Address:
-        """Where results of this inbound go (webhook and cron send them elsewhere)."""
-        return self.reply_to or self.address
+    def answer_to(self) -> Address:
+        """Where this inbound's answer goes (webhook and cron may send it elsewhere)."""
+        return self.deliver_to or self.address
 
     @property
     def quoted_by_answer(self) -> str | None:
         """The message an answer quotes: this one, when the answer goes to its chat."""
-        return self.message_id if self.respond_to == self.address else None
+        return self.message_id if self.answer_to == self.address else None
 
 
 class Button(_Model):
@@ -214,7 +216,7 @@ class OutboundMessage(_Model):
     kind: OutboundKind = OutboundKind.REPLY
     format: TextFormat = TextFormat.PLAIN
     file: OutboundFile | None = None
-    reply_to_message: str | None = None
+    quote: str | None = None  # the channel's id of the message this one quotes
     edit_of: str | None = None
     # Filled by the delivery worker from the receipt of ``edit_of``: the channel's own id
     # of the message to edit. Channels never look receipts up themselves.

@@ -472,12 +472,12 @@ async def test_allowlisted_command_runs_without_asking_and_lookalikes_ask(
 
 
 # -- direct tool calls (webhook, cron) ----------------------------------------------------
-def tool_call(tool: str, args: dict[str, Any], reply_to: Address) -> InboundMessage:
+def tool_call(tool: str, args: dict[str, Any], deliver_to: Address) -> InboundMessage:
     return InboundMessage(
         kind=InboundKind.TOOL_CALL,
         tool_call=ToolCallRequest(tool=tool, args=args),
         address=Address(channel="webhook", chat_id="ci"),
-        reply_to=reply_to,
+        deliver_to=deliver_to,
         sender=Sender(id="ci", name="ci"),
         external_id=new_id(),
     )

@@ -153,7 +153,7 @@ async def test_tool_call_with_reply_to_delivers_there(state_dir: Path) -> None:
                     args={"text": "check the deploy", "when": "in 2 seconds"},
                 ),
                 address=Address(channel="webhook", chat_id="ci"),
-                reply_to=target,
+                deliver_to=target,
                 sender=Sender(id="ci", name="ci"),
                 external_id=new_id(),
             )

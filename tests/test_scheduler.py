@@ -372,7 +372,7 @@ async def test_a_prompt_job_publishes_one_inbound_per_occurrence(parts: Parts) -
     assert inbound.kind == "message"
     assert inbound.address.channel == "cron"
     assert inbound.text == "Summarise what is due today."
-    assert inbound.reply_to == Address.parse("telegram:123456789")
+    assert inbound.deliver_to == Address.parse("telegram:123456789")
     assert inbound.external_id == f"brief@{int(occurrence)}"
     await scheduler.run_cron("brief", occurrence + 3600)  # the next one is new
     assert len(await parts.inbox()) == 2
@@ -386,7 +386,7 @@ async def test_a_tool_job_publishes_a_tool_call(parts: Parts) -> None:
     assert inbound.kind == "tool_call"
     assert inbound.tool_call is not None
     assert (inbound.tool_call.tool, inbound.tool_call.args) == ("current_time", {"timezone": "UTC"})
-    assert inbound.reply_to == Address.parse("telegram:123456789")
+    assert inbound.deliver_to == Address.parse("telegram:123456789")
 
 
 async def test_missed_cron_runs_within_grace_run_once_at_start(parts: Parts) -> None:

@@ -223,9 +223,9 @@ class Hooks:
     async def bearer(self, route: str, payload: Any, token: str = BEARER_TOKEN) -> Answer:
         return await self.post(f"/hooks/{route}", dumps(payload), bearer_headers(token))
 
-    async def settled(self, inbound_id: str) -> str:
+    async def at_rest(self, inbound_id: str) -> str:
         assert self.bot.daemon.bus is not None
-        state = await self.bot.daemon.bus.settled(inbound_id, timeout=15)
+        state = await self.bot.daemon.bus.at_rest(inbound_id, timeout=15)
         assert state is not None
         return str(state[0])
 
@@ -332,7 +332,7 @@ async def test_github_example_secret_over_http(state_dir: Path) -> None:
         body = b'{"ref": "Hello, World!"}'
         answer = await hooks.post("/hooks/gh", body, gh_headers(body, secret=GITHUB_EXAMPLE_SECRET))
         assert answer.status == 202, answer.text
-        assert await hooks.settled(answer.json["id"]) == "done"
+        assert await hooks.at_rest(answer.json["id"]) == "done"
         reply = await hooks.bot.channel.reply_to(answer.json["id"])
         assert "Hello, World!" in reply.text
 
@@ -363,7 +363,7 @@ async def test_standard_webhooks_reference_signatures_accepted(hooks: Hooks) -> 
     answer = await hooks.standard("std", {"ref": "release-1"})
     assert answer.status == 202, answer.text
     assert answer.json["status"] == "accepted"
-    assert await hooks.settled(answer.json["id"]) == "done"
+    assert await hooks.at_rest(answer.json["id"]) == "done"
     assert "release-1" in (await hooks.bot.channel.reply_to(answer.json["id"])).text
 
 
@@ -458,7 +458,7 @@ async def test_bearer_tokens(hooks: Hooks) -> None:
     assert await hooks.inbox("bearer") == []
     answer = await hooks.bearer("bearer", {"ref": "a"})
     assert answer.status == 202
-    assert await hooks.settled(answer.json["id"]) == "done"
+    assert await hooks.at_rest(answer.json["id"]) == "done"
 
 
 def test_auth_none_needs_allow_unauthenticated() -> None:
@@ -524,7 +524,7 @@ async def test_standard_replay_is_a_duplicate_and_runs_once(hooks: Hooks) -> Non
     again = await hooks.post("/hooks/std", body, headers)
     assert again.status == 200
     assert again.json == {"status": "duplicate", "id": first.json["id"]}
-    assert await hooks.settled(first.json["id"]) == "done"
+    assert await hooks.at_rest(first.json["id"]) == "done"
     third = await hooks.post("/hooks/std", body, headers)  # also after it ran
     assert third.json == {"status": "duplicate", "id": first.json["id"]}
     assert len(await hooks.inbox("std")) == 1
@@ -544,7 +544,7 @@ async def test_github_redelivery_is_a_duplicate_and_runs_once(hooks: Hooks) -> N
     assert bearer_first.status == 202  # another route: its own delivery
     bearer_again = await hooks.bearer("bearer", payload)
     assert bearer_again.json == {"status": "duplicate", "id": bearer_first.json["id"]}
-    assert await hooks.settled(first.json["id"]) == "done"
+    assert await hooks.at_rest(first.json["id"]) == "done"
     assert len(await hooks.inbox("gh")) == 1
     assert len(await hooks.calls(first.json["id"])) == 1
     await hooks.bot.channel.reply_to(first.json["id"])
@@ -757,7 +757,7 @@ async def test_argv_template_value_stays_one_argument(hooks: Hooks, value: str) 
     answer = await hooks.bearer("bearer", {"ref": value})
     assert answer.status == 202
     inbound_id = answer.json["id"]
-    state = await hooks.settled(inbound_id)
+    state = await hooks.at_rest(inbound_id)
     calls = await hooks.calls(inbound_id)
     assert [c["args"] for c in calls] == [{"argv": ["printf", "<%s>\\n", value]}]
     if state == "waiting_approval":  # metacharacters: off the allowlist, so it asks first
@@ -777,7 +777,7 @@ async def test_echo_route_value_with_semicolon_is_one_argument_and_asks(hooks: H
     assert answer.status == 202
     inbound_id = answer.json["id"]
     # ";" is not allowed after "echo *": the allowlist is not bypassed, it asks.
-    assert await hooks.settled(inbound_id) == "waiting_approval"
+    assert await hooks.at_rest(inbound_id) == "waiting_approval"
     prompt = await hooks.bot.channel.prompt_for(inbound_id)
     assert json.dumps(value) in prompt.text  # shown in full, as one string
     approve = next(b.action for row in prompt.buttons for b in row if "approve_once" in b.action)
@@ -795,7 +795,7 @@ async def test_command_template_is_split_before_filling(hooks: Hooks) -> None:
     answer = await hooks.bearer("cmd", {"ref": value})
     assert answer.status == 202
     inbound_id = answer.json["id"]
-    assert await hooks.settled(inbound_id) == "done"
+    assert await hooks.at_rest(inbound_id) == "done"
     [call] = await hooks.calls(inbound_id)
     assert call["args"] == {"argv": ["printf", "<%s>\\n", value]}
     reply = await hooks.bot.channel.reply_to(inbound_id)
@@ -897,7 +897,7 @@ async def test_value_after_the_templates_end_of_options_is_accepted_as_an_operan
         answer = await hooks.github("gitlog-ended", {"ref": option})
         assert answer.status == 202, answer.text
         inbound_id = answer.json["id"]
-        await hooks.settled(inbound_id)
+        await hooks.at_rest(inbound_id)
         [call] = await hooks.calls(inbound_id)
         assert call["args"] == {"argv": ["git", "log", "-1", "--", option]}
         assert await rejected_audit(hooks) == []
@@ -911,7 +911,7 @@ async def test_template_syntax_in_values_is_inserted_literally(hooks: Hooks, val
     answer = await hooks.bearer("bearer", {"ref": value, "secret": "TOP-SECRET-VALUE"})
     assert answer.status == 202
     inbound_id = answer.json["id"]
-    assert await hooks.settled(inbound_id) == "done"
+    assert await hooks.at_rest(inbound_id) == "done"
     [call] = await hooks.calls(inbound_id)
     assert call["args"]["argv"][2] == value
     reply = await hooks.bot.channel.reply_to(inbound_id)
@@ -1004,7 +1004,7 @@ async def test_concurrent_identical_deliveries_run_once(hooks: Hooks) -> None:
     assert len(duplicates) == 19
     first = accepted[0].json["id"]
     assert all(a.json == {"status": "duplicate", "id": first} for a in duplicates)
-    assert await hooks.settled(first) == "done"
+    assert await hooks.at_rest(first) == "done"
     assert len(await hooks.inbox("std")) == 1
     assert len(await hooks.calls(first)) == 1
     await hooks.bot.channel.reply_to(first)
@@ -1017,7 +1017,7 @@ async def test_delivery_status_endpoint_and_cli(state_dir: Path) -> None:
         answer = await hooks.github("gh", {"ref": "status-check"})
         assert answer.status == 202
         inbound_id = answer.json["id"]
-        assert await hooks.settled(inbound_id) == "done"
+        assert await hooks.at_rest(inbound_id) == "done"
         path = f"/hooks/gh/deliveries/{inbound_id}"
         admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
         status = await hooks.request("GET", path, headers=admin)
@@ -1144,7 +1144,7 @@ async def test_header_and_route_templates(hooks: Hooks) -> None:
     answer = await hooks.post("/hooks/hdr", body, {**bearer_headers(), "X-Build": "b 42; ls"})
     assert answer.status == 202
     inbound_id = answer.json["id"]
-    assert await hooks.settled(inbound_id) == "waiting_approval"  # ";": off the allowlist
+    assert await hooks.at_rest(inbound_id) == "waiting_approval"  # ";": off the allowlist
     [call] = await hooks.calls(inbound_id)
     assert call["args"] == {"argv": ["printf", "<%s>\\n", "b 42; ls", "hdr"]}
     # no X-Build header: a clear 422 naming the field, nothing stored

@@ -81,7 +81,7 @@ class CallExecutor:
             user=inbound.sender,
             idempotency_key=call.id,
             approval_id=call.approval_id,
-            respond_to=inbound.respond_to,
+            answer_to=inbound.answer_to,
         )
 
     def settle_step(
@@ -229,7 +229,7 @@ class CallExecutor:
         if twin is not None:
             return _set(tx, call, CallStatus.WAITING, approval_id=twin.approval_id)
         prompt_to = settings.directory.route(
-            tx, inbound.address, inbound.sender.id, inbound.reply_to
+            tx, inbound.address, inbound.sender.id, inbound.deliver_to
         )
         if prompt_to is None:
             result = ToolResult.failure(

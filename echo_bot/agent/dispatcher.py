@@ -372,7 +372,7 @@ class Dispatcher:
             tx.inbox.set_status(inbound_id, InboundStatus.FAILED, f"{type(exc).__name__}: {exc}")
             tx.outbox.add(
                 OutboundMessage(
-                    to=row.message.respond_to,
+                    to=row.message.answer_to,
                     text="Sorry, something went wrong on my side; the error is in the log.",
                     kind=OutboundKind.REPLY,
                     trace_id=row.message.trace_id,

@@ -356,7 +356,7 @@ class TurnRunner:
             # Stopped while its tools ran: it ends here, with what it has said.
             return BrainReply(text="(stopped)", route_reason="stopped by the user", markdown=True)
         preview = (
-            self.previews.open(inbound.respond_to, inbound.id)
+            self.previews.open(inbound.answer_to, inbound.id)
             if self.previews is not None and inbound.kind == InboundKind.MESSAGE
             else None
         )
@@ -473,10 +473,10 @@ class TurnRunner:
     def _notice(self, inbound: InboundMessage, text: str) -> OutboundMessage:
         """Said to the sender before the answer (what a voice note was heard as)."""
         return OutboundMessage(
-            to=inbound.respond_to,
+            to=inbound.answer_to,
             text=self.masker.mask(text),
             kind=OutboundKind.NOTICE,
-            reply_to_message=inbound.quoted_by_answer,
+            quote=inbound.quoted_by_answer,
             trace_id=inbound.trace_id,
         )
 
@@ -484,10 +484,10 @@ class TurnRunner:
         self, inbound: InboundMessage, text: str, *, markdown: bool = False
     ) -> OutboundMessage:
         return OutboundMessage(
-            to=inbound.respond_to,
+            to=inbound.answer_to,
             text=self.masker.mask(text),
             format=TextFormat.MARKDOWN if markdown else TextFormat.PLAIN,
-            reply_to_message=inbound.quoted_by_answer,
+            quote=inbound.quoted_by_answer,
             trace_id=inbound.trace_id,
             metadata={"inbound_id": inbound.id},
         )

@@ -334,7 +334,7 @@ class Scheduler:
             "address": Address(channel="cron", chat_id=job.name),
             "sender": Sender(id=f"cron:{job.name}", name=f"cron job {job.name}"),
             "external_id": f"{job.name}@{int(occurrence)}",
-            "reply_to": deliver_to,
+            "deliver_to": deliver_to,
             "metadata": {"cron_job": job.name, "occurrence": occurrence},
         }
         if job.prompt is not None:

@@ -84,7 +84,7 @@ class ToolContext:
     idempotency_key: str = ""
     approval_id: str | None = None
     # Where results go (a webhook's or cron job's deliver_to); None: the origin.
-    respond_to: Address | None = None
+    answer_to: Address | None = None
 
 
 # Which profile a tool belongs to (see ``registry.PROFILES``).

@@ -155,7 +155,7 @@ class CurrentTimeTool(Tool):
     async def _zone_of_chat(self, ctx: ToolContext) -> str:
         if self._chat_zone is None:
             return self.default_timezone
-        return await self._chat_zone(ctx.respond_to or ctx.origin)
+        return await self._chat_zone(ctx.answer_to or ctx.origin)
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         requested = args.get("timezone") or await self._zone_of_chat(ctx)

@@ -28,7 +28,7 @@ _WHEN_LAST = re.compile(
 
 
 def _chat(ctx: ToolContext) -> Address:
-    return ctx.respond_to or ctx.origin
+    return ctx.answer_to or ctx.origin
 
 
 class ReminderCreateTool(Tool):
