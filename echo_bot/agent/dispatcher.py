@@ -380,8 +380,10 @@ class Dispatcher:
                 ),
             )
 
-        with contextlib.suppress(Exception):
+        try:
             await self.store.run(write)
+        except Exception:  # the row stays unfinished: the next start takes it up again
+            log_retrying(log, "recording that turn %s failed did not commit", inbound_id)
 
     # -- approvals ------------------------------------------------------------------------
     async def _decide(self, message: InboundMessage) -> None:

@@ -163,9 +163,8 @@ class Scheduler:
         self._spawn(load())
 
     def _remove(self, job_id: str) -> None:
-        if self._aps is not None:
-            with contextlib.suppress(Exception):
-                self._aps.remove_job(job_id)
+        if self._aps is not None and self._aps.get_job(job_id) is not None:
+            self._aps.remove_job(job_id)
 
     async def _arm(self, row: ReminderRow) -> None:
         if row.next_at <= self.clock():

@@ -401,8 +401,10 @@ def run_begun(session: Session, batch: list[Job], *, together: bool) -> list[Job
         # is not an error): nothing of the batch is stored. The job that raised gets its
         # error; the others are told their work was rolled back with it.
         if session.alive():
-            with contextlib.suppress(Exception):
+            try:
                 execute("ROLLBACK")
+            except Exception:  # the connection broke too: the server rolls it back
+                log.debug("ROLLBACK after a failed batch failed", exc_info=True)
         error = store_error(culprit or batch[0], exc, session)
         kind = StoreUnavailable if isinstance(error, StoreUnavailable) else StoreError
         rolled_back = kind(f"store error: rolled back with another job ({exc!r})")
