@@ -24,9 +24,9 @@ import aiohttp
 import pytest
 
 from echo_bot.http import TOO_LARGE, Throttle
+from tests.channels.test_webhook import ENV, bearer_headers, dumps, gh_headers
 from tests.conftest import ROOT, Bot, echo_bot_env, running_bot
 from tests.proc import daemon_process
-from tests.test_webhook import ENV, bearer_headers, dumps, gh_headers
 
 ROUTES = """
 [webhook]

@@ -17,11 +17,11 @@ from channels.cli import CliChannel
 from channels.telegram import PREVIEW_MARK
 from echo_bot.bus import ChannelSetup
 from echo_bot.events import Address, OutboundMessage
+from tests.agent.test_agent import GateTool
+from tests.channels.test_telegram import OWNER, reply_to, say, sends, telegram_bot
 from tests.conftest import eventually
 from tests.fakes.openai_api import FakeOpenAI, Raw
 from tests.fakes.telegram_api import FakeTelegramAPI
-from tests.test_agent import GateTool
-from tests.test_telegram import OWNER, reply_to, say, sends, telegram_bot
 
 MODEL = "gpt-test"
 ANSWER = " ".join(f"word{i}" for i in range(120))  # ~900 characters, no Markdown in it

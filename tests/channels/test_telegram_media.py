@@ -11,9 +11,9 @@ import base64
 from pathlib import Path
 from typing import Any
 
+from tests.channels.test_telegram import OWNER, reply_to, say, sends, telegram_bot
 from tests.fakes.openai_api import FakeOpenAI, HttpError
 from tests.fakes.telegram_api import FakeTelegramAPI
-from tests.test_telegram import OWNER, reply_to, say, sends, telegram_bot
 
 MODEL = "gpt-test"
 JPEG = b"\xff\xd8\xff\xe0" + bytes(range(256)) * 40  # ~10 KB that starts like a JPEG

@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.fakes.telegram_api import UploadedFile
-from tests.test_telegram import (
+from tests.channels.test_telegram import (
     APPROVE_ONCE,
     OWNER,
     edited,
@@ -17,6 +16,7 @@ from tests.test_telegram import (
     say,
     telegram_bot,
 )
+from tests.fakes.telegram_api import UploadedFile
 
 
 def workspace(state_dir: Path) -> Path:

@@ -18,9 +18,9 @@ from echo_bot.brains.base import BrainContext, BrainReply
 from echo_bot.conversation import ChatMessage, ToolCall
 from echo_bot.events import new_id
 from echo_bot.tools.base import Tool
+from tests.channels.test_telegram import OWNER, GateBrain, chat_of, say, telegram_bot
 from tests.conftest import Bot, running_bot
 from tests.fakes.telegram_api import Call, FakeTelegramAPI
-from tests.test_telegram import OWNER, GateBrain, chat_of, say, telegram_bot
 
 
 class OrderBrain:

@@ -14,7 +14,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.test_webhook import CONFIG, ENV, daemon_process
+from tests.channels.test_webhook import CONFIG, ENV, daemon_process
 
 PATHS = [
     "/hooks/gh",

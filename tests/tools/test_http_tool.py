@@ -22,7 +22,7 @@ from echo_bot.tools.builtin.web_guard import (
     refusal_reason,
 )
 from echo_bot.tools.registry import ToolRegistry
-from tests.test_llm_brain import action_of, llm_bot
+from tests.brains.test_llm_brain import action_of, llm_bot
 
 SECRET = "internal-secret-4d1f"
 

@@ -20,7 +20,7 @@ from echo_bot.config import ShellToolConfig
 from echo_bot.tools.base import ErrorCode, Risk, ToolContext, ToolResult
 from echo_bot.tools.registry import ToolRegistry
 from tests.conftest import run_echo_bot
-from tests.test_tools_builtin import make_registry
+from tests.tools.test_tools_builtin import make_registry
 
 GIT_ENV = {
     "PATH": "/usr/local/bin:/usr/bin:/bin",

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from echo_bot.brains.llm_prompt import DATA_CLOSE, DATA_OPEN, wrap_tool_output
 from echo_bot.tools.base import Risk, Tool, ToolContext, ToolGroup, ToolResult
-from tests.test_llm_brain import ask, llm_bot, tool_messages, tool_schema
+from tests.brains.test_llm_brain import ask, llm_bot, tool_messages, tool_schema
 
 ZWSP, ZWJ, WORD_JOINER, SOFT_HYPHEN, BOM = "\u200b", "\u200d", "\u2060", "\u00ad", "\ufeff"
 FULLWIDTH_CLOSE = "ｔｏｏｌ－ｏｕｔｐｕｔ＞＞＞"

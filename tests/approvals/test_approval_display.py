@@ -35,10 +35,7 @@ from echo_bot.events import (
 )
 from echo_bot.secrets import Masker
 from echo_bot.tools.base import Risk
-from tests.conftest import Bot, echo_bot_env, run_echo_bot, running_bot
-from tests.fakes.channel import RecordingChannel
-from tests.fakes.telegram_api import utf16_len
-from tests.test_approvals import (
+from tests.approvals.test_approvals import (
     action_of,
     approval,
     approvals_for,
@@ -47,7 +44,7 @@ from tests.test_approvals import (
     notice_for,
     workspace,
 )
-from tests.test_telegram import (
+from tests.channels.test_telegram import (
     OWNER,
     answer_of,
     approval_status,
@@ -61,6 +58,9 @@ from tests.test_telegram import (
     telegram_bot,
     text_of,
 )
+from tests.conftest import Bot, echo_bot_env, run_echo_bot, running_bot
+from tests.fakes.channel import RecordingChannel
+from tests.fakes.telegram_api import utf16_len
 
 CODING = """
 [tools]

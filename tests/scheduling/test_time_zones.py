@@ -11,8 +11,8 @@ from echo_bot.events import Address
 from echo_bot.scheduling.reminders import ReminderService
 from echo_bot.secrets import Masker
 from echo_bot.store import Database, Store
+from tests.brains.test_llm_brain import ask, llm_bot, tool_messages
 from tests.conftest import run_echo_bot
-from tests.test_llm_brain import ask, llm_bot, tool_messages
 
 ANSWER = re.compile(
     r"^It is \w+ \d+ \w+ \d{4}, \d\d:\d\d \((?P<zone>[\w/+-]+), UTC[+-]\d\d:\d\d\)\.$"

@@ -11,9 +11,7 @@ import asyncio
 from pathlib import Path
 
 from echo_bot.store.access import new_pairing_code
-from tests.conftest import Bot, echo_bot_env, run_echo_bot
-from tests.fakes.telegram_api import FakeTelegramAPI
-from tests.test_telegram import (
+from tests.channels.test_telegram import (
     OWNER,
     RUN_ONCE,
     STRANGER,
@@ -35,6 +33,8 @@ from tests.test_telegram import (
     telegram_bot,
     text_of,
 )
+from tests.conftest import Bot, echo_bot_env, run_echo_bot
+from tests.fakes.telegram_api import FakeTelegramAPI
 
 GROUP = -(10**12 + OWNER)  # the fake's supergroup id for a group the owner writes in
 
