@@ -49,7 +49,7 @@ from echo_bot.app import Daemon, build_core  # noqa: E402
 from echo_bot.config import LoadedConfig, parse_config  # noqa: E402
 from echo_bot.events import (  # noqa: E402
     Address,
-    InboundMessage,
+    MessageInbound,
     OutboundMessage,
     Receipt,
     Sender,
@@ -267,7 +267,7 @@ async def running_core(
             await core.store.database.run(lambda db: db.conn.set_trace_callback(trace))
 
         async def one_turn(number: int) -> bool:
-            inbound = InboundMessage(
+            inbound = MessageInbound(
                 address=Address(channel=CHANNEL, chat_id=f"s{number}"),
                 sender=Sender(id=f"user{number}", name=f"user {number}"),
                 text=TEXT,

@@ -33,9 +33,9 @@ from echo_bot.errors import EXIT_OUTPUT_CLOSED, ChannelError
 from echo_bot.events import (
     Address,
     ApprovalDecision,
+    DecisionInbound,
     DecisionVerb,
-    InboundKind,
-    InboundMessage,
+    MessageInbound,
     OutboundKind,
     OutboundMessage,
     Receipt,
@@ -336,8 +336,7 @@ class CliChannel:
     async def _submit(self, text: str) -> None:
         assert self._bus is not None
         line_id = new_id()
-        message = InboundMessage(
-            kind=InboundKind.MESSAGE,
+        message = MessageInbound(
             address=ADDRESS,
             sender=self._sender,
             text=text,
@@ -360,8 +359,7 @@ class CliChannel:
             via="cli",
         )
         await self._bus.publish(
-            InboundMessage(
-                kind=InboundKind.APPROVAL_DECISION,
+            DecisionInbound(
                 address=ADDRESS,
                 sender=self._sender,
                 decision=decision,

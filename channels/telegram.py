@@ -58,10 +58,11 @@ from echo_bot.events import (
     Address,
     ApprovalDecision,
     Attachment,
-    InboundKind,
+    DecisionInbound,
     InboundMessage,
     InboundStatus,
     MediaKind,
+    MessageInbound,
     OutboundKind,
     OutboundMessage,
     Receipt,
@@ -652,8 +653,7 @@ class TelegramChannel:
             kind = kind.replace("_", " ")
             notes = [f"[a message of a kind I cannot read: {kind}]"]
         text = "\n".join(part for part in [text, *notes] if part) or None
-        inbound = InboundMessage(
-            kind=InboundKind.MESSAGE,
+        inbound = MessageInbound(
             address=chat,
             sender=Sender(id=str(user.id), name=_clean(user.username or user.full_name)),
             text=text,
@@ -734,8 +734,7 @@ class TelegramChannel:
             answered=True,  # the button's popup says the outcome (_answer_outcome)
         )
         inbound_id = await self._publish(
-            InboundMessage(
-                kind=InboundKind.APPROVAL_DECISION,
+            DecisionInbound(
                 address=chat,
                 sender=Sender(
                     id=str(presser.id), name=_clean(presser.username or presser.full_name)

@@ -7,9 +7,9 @@ import secrets
 import time
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 
 def new_id() -> str:
@@ -144,15 +144,13 @@ class Attachment(_Model):
     duration: int | None = Field(None, ge=0)  # seconds (voice, audio, video)
 
 
-class InboundMessage(_Model):
+class Inbound(_Model):
+    """What every inbound has, whatever it asks: where it came from, who sent it, the
+    dedup key (channel, ``external_id``) and where its answer goes."""
+
     id: str = Field(default_factory=new_id)
-    kind: InboundKind = InboundKind.MESSAGE
     address: Address
     sender: Sender
-    text: str | None = None
-    attachments: list[Attachment] = Field(default_factory=list, max_length=10)
-    tool_call: ToolCallRequest | None = None
-    decision: ApprovalDecision | None = None
     received_at: datetime = Field(default_factory=utcnow)
     external_id: str | None = None
     # Where the results go instead of back to ``address`` (a route's or job's
@@ -176,6 +174,35 @@ class InboundMessage(_Model):
     def quoted_by_answer(self) -> str | None:
         """The message an answer quotes: this one, when the answer goes to its chat."""
         return self.message_id if self.answer_to == self.address else None
+
+
+class MessageInbound(Inbound):
+    """Something someone wrote (or a route's or job's prompt): the brain answers it."""
+
+    kind: Literal[InboundKind.MESSAGE] = InboundKind.MESSAGE
+    text: str | None = None
+    attachments: list[Attachment] = Field(default_factory=list, max_length=10)
+
+
+class ToolCallInbound(Inbound):
+    """One tool call asked for directly (a webhook route's or cron job's ``tool``)."""
+
+    kind: Literal[InboundKind.TOOL_CALL] = InboundKind.TOOL_CALL
+    tool_call: ToolCallRequest
+
+
+class DecisionInbound(Inbound):
+    """An approver's decision on a pending request (a button, a command, the admin)."""
+
+    kind: Literal[InboundKind.APPROVAL_DECISION] = InboundKind.APPROVAL_DECISION
+    decision: ApprovalDecision
+
+
+# An inbox row's message: one of the three, told apart by ``kind``.
+InboundMessage = Annotated[
+    MessageInbound | ToolCallInbound | DecisionInbound, Field(discriminator="kind")
+]
+INBOUND = TypeAdapter[InboundMessage](InboundMessage)
 
 
 class Button(_Model):

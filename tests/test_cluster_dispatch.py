@@ -10,7 +10,7 @@ from echo_bot.agent.dispatcher import Dispatcher
 from echo_bot.agent.runner import TurnRunner
 from echo_bot.approvals import ApprovalGate
 from echo_bot.cluster import Cluster
-from echo_bot.events import Address, InboundMessage, InboundStatus, Sender, new_id
+from echo_bot.events import Address, InboundMessage, InboundStatus, MessageInbound, Sender, new_id
 from echo_bot.secrets import Masker
 from echo_bot.store import SqliteInbox, Store
 from tests.conftest import eventually
@@ -30,7 +30,7 @@ class RecordingRunner:
 
 
 def message(text: str) -> InboundMessage:
-    return InboundMessage(
+    return MessageInbound(
         address=Address(channel="cli", chat_id="owner"),
         sender=Sender(id="owner"),
         text=text,

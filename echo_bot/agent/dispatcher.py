@@ -16,7 +16,14 @@ from .. import metrics
 from ..approvals import ApprovalGate, DecisionOutcome
 from ..cluster import Cluster, session_lease
 from ..errors import LeaseLost, StoreUnavailable, log_retrying
-from ..events import InboundKind, InboundMessage, InboundStatus, OutboundKind, OutboundMessage
+from ..events import (
+    DecisionInbound,
+    Inbound,
+    InboundMessage,
+    InboundStatus,
+    OutboundKind,
+    OutboundMessage,
+)
 from ..statuses import ApprovalStatus
 from ..store import InboundCommitted, Store, Tx
 from .runner import TurnRunner
@@ -202,7 +209,7 @@ class Dispatcher:
     def _dispatch(self, message: InboundMessage) -> None:
         if self._stopping:  # it stays accepted in the inbox: the next start runs it
             return
-        if message.kind == InboundKind.APPROVAL_DECISION:
+        if isinstance(message, DecisionInbound):
             if self.cluster is not None:
                 if message.id in self._known:
                     return
@@ -331,7 +338,7 @@ class Dispatcher:
         task.add_done_callback(self._forget)
 
     async def _advance(self, inbound: InboundMessage | str) -> None:
-        known = inbound if isinstance(inbound, InboundMessage) else None
+        known = inbound if isinstance(inbound, Inbound) else None
         inbound_id = known.id if known is not None else str(inbound)
         try:
             # Nothing of a failed step was committed and every step is a checkpoint: the
@@ -386,7 +393,7 @@ class Dispatcher:
             log_retrying(log, "recording that turn %s failed did not commit", inbound_id)
 
     # -- approvals ------------------------------------------------------------------------
-    async def _decide(self, message: InboundMessage) -> None:
+    async def _decide(self, message: DecisionInbound) -> None:
         if self.cluster is None:
             await self._apply_decision(message)
             return
@@ -408,12 +415,8 @@ class Dispatcher:
         if held and session_key not in self._queues and session_key not in self._running:
             await self._let_go(session_key)
 
-    async def _apply_decision(self, message: InboundMessage) -> None:
+    async def _apply_decision(self, message: DecisionInbound) -> None:
         decision = message.decision
-        if decision is None:
-            failed, why = InboundStatus.FAILED, "no decision given"
-            await self.store.run(lambda tx: tx.inbox.set_status(message.id, failed, why))
-            return
 
         def apply(tx: Tx) -> DecisionOutcome | None:
             current = tx.inbox.status_of(message.id)

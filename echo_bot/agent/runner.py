@@ -22,12 +22,13 @@ from ..config import BrainConfig
 from ..conversation import ChatMessage, ToolCall
 from ..errors import StoreUnavailable
 from ..events import (
-    InboundKind,
     InboundMessage,
     InboundStatus,
+    MessageInbound,
     OutboundKind,
     OutboundMessage,
     TextFormat,
+    ToolCallInbound,
     new_id,
 )
 from ..logs import current_session, current_trace
@@ -101,10 +102,10 @@ class TurnRunner:
         """Move the turn of inbox row ``inbound_id`` as far as it can go now (``known``:
         the message itself, when the caller has it: then only its status is read)."""
         begun = await self.store.run(lambda tx: self._begin(tx, inbound_id, known))
-        if isinstance(begun, InboundMessage):  # a new turn with files: ready them first
+        if isinstance(begun, MessageInbound):  # a new turn with files: ready them first
             prepared = await self.media.prepare(begun)
             begun = await self.store.run(lambda tx: self._begin(tx, inbound_id, known, prepared))
-        if begun is None or isinstance(begun, InboundMessage):
+        if begun is None or isinstance(begun, MessageInbound):
             return
         inbound, turn, conversation = begun
         current_trace.set(inbound.trace_id)
@@ -114,9 +115,11 @@ class TurnRunner:
     async def _drive(
         self, inbound: InboundMessage, turn: TurnRow, conversation: list[ChatMessage] | None
     ) -> None:
-        if inbound.kind == InboundKind.TOOL_CALL:
+        if isinstance(inbound, ToolCallInbound):
             await self._drive_direct(inbound, turn)
             return
+        if not isinstance(inbound, MessageInbound):  # decisions are applied, not turns
+            raise ValueError(f"inbound {inbound.id} ({inbound.kind}) has no turn to drive")
         # Derived from the checkpoint: a turn this process has just made has no calls
         # yet (no need to look in the store); any other may have a step to run or
         # resume.
@@ -130,7 +133,7 @@ class TurnRunner:
             else:
                 phase = await self._think(inbound, at)
 
-    async def _run_calls(self, inbound: InboundMessage, at: _Turn) -> Phase | None:
+    async def _run_calls(self, inbound: MessageInbound, at: _Turn) -> Phase | None:
         """Run what the step's calls may run; close the step when all have results."""
         tools = list(self.exposed())
         progress = await self.executor.run_step(inbound, at.turn, tools, at.settled)
@@ -145,7 +148,7 @@ class TurnRunner:
         )
         return Phase.THINK
 
-    async def _think(self, inbound: InboundMessage, at: _Turn) -> Phase | None:
+    async def _think(self, inbound: MessageInbound, at: _Turn) -> Phase | None:
         """Ask the brain for the next step: calls to run, or the answer."""
         turn = at.turn
         if turn.step >= self.config.max_steps:
@@ -180,7 +183,7 @@ class TurnRunner:
             return None
         return Phase.RUN_CALLS
 
-    async def _drive_direct(self, inbound: InboundMessage, turn: TurnRow) -> None:
+    async def _drive_direct(self, inbound: ToolCallInbound, turn: TurnRow) -> None:
         """A direct tool call (webhook, cron): one step of one call, planned at the
         first go; its result is the reply, stored with it in one commit."""
         # It may name any available tool; brains see the profile's selection.
@@ -206,7 +209,7 @@ class TurnRunner:
         inbound_id: str,
         known: InboundMessage | None,
         prepared: PreparedMessage | None = None,
-    ) -> tuple[InboundMessage, TurnRow, list[ChatMessage] | None] | InboundMessage | None:
+    ) -> tuple[InboundMessage, TurnRow, list[ChatMessage] | None] | MessageInbound | None:
         """Start or resume the turn; a new message turn comes with the history to think on.
         A new turn whose message has files is not started without them ``prepared``:
         then the message is returned, to fetch them outside any transaction."""
@@ -226,12 +229,13 @@ class TurnRunner:
             self.fence(tx, inbound.session_key)
         conversation: list[ChatMessage] | None = None
         if turn is None:
-            if inbound.kind == InboundKind.MESSAGE and inbound.attachments and prepared is None:
-                return inbound
+            message = inbound if isinstance(inbound, MessageInbound) else None
+            if message is not None and message.attachments and prepared is None:
+                return message
             # Made running: no need to set that below.
             turn = tx.turns.create(inbound.id, inbound.session_key, inbound.trace_id)
-            if inbound.kind == InboundKind.MESSAGE:
-                text = prepared.text if prepared is not None else inbound.text or ""
+            if message is not None:
+                text = prepared.text if prepared is not None else message.text or ""
                 if prepared is not None:  # notes quote errors: no secret goes to history
                     text = self.masker.mask(text)
                 tx.turns.append_message(
@@ -250,7 +254,7 @@ class TurnRunner:
                 kind=inbound.kind,
                 address=str(inbound.address),
                 sender=inbound.sender.id,
-                text=inbound.text,
+                text=message.text if message is not None else None,
             )
         elif turn.status in (TurnStatus.DONE, TurnStatus.FAILED):
             return None
@@ -298,11 +302,9 @@ class TurnRunner:
         return self.executor.settle_step(tx, inbound, turn, tools, rows)
 
     def _plan_direct(
-        self, tx: Tx, inbound: InboundMessage, turn: TurnRow, tools: Sequence[Tool]
+        self, tx: Tx, inbound: ToolCallInbound, turn: TurnRow, tools: Sequence[Tool]
     ) -> list[CallRow]:
         request = inbound.tool_call
-        if request is None:
-            raise ValueError("a tool_call inbound without its tool call")
         call = ToolCall(id=f"{inbound.id}-0", name=request.tool, args=request.args)
         rows = tx.turns.add_calls(turn.id, turn.step, [(call, args_hash(call.name, call.args))])
         return self.executor.settle_step(tx, inbound, turn, tools, rows)
@@ -315,7 +317,7 @@ class TurnRunner:
         go."""
         self.executor.record(tx, inbound, progress.unrecorded)
         conversation = None
-        if inbound.kind == InboundKind.MESSAGE:
+        if isinstance(inbound, MessageInbound):
             for call in progress.calls:
                 result = ToolResult.from_json(call.result or {"ok": False, "output": "no result"})
                 tx.turns.append_message(
@@ -342,7 +344,7 @@ class TurnRunner:
     # -- the brain ------------------------------------------------------------------------
     async def _ask_brain(
         self,
-        inbound: InboundMessage,
+        inbound: MessageInbound,
         turn: TurnRow,
         tools: Sequence[Tool],
         conversation: list[ChatMessage] | None,
@@ -356,9 +358,7 @@ class TurnRunner:
             # Stopped while its tools ran: it ends here, with what it has said.
             return BrainReply(text="(stopped)", route_reason="stopped by the user", markdown=True)
         preview = (
-            self.previews.open(inbound.answer_to, inbound.id)
-            if self.previews is not None and inbound.kind == InboundKind.MESSAGE
-            else None
+            self.previews.open(inbound.answer_to, inbound.id) if self.previews is not None else None
         )
         context = BrainContext(
             trace_id=inbound.trace_id,
@@ -426,7 +426,7 @@ class TurnRunner:
                 self.executor.record(tx, inbound, unrecorded)
             if decision is not None:
                 self._audit_decision(tx, inbound, turn, decision)
-            if inbound.kind == InboundKind.MESSAGE:
+            if isinstance(inbound, MessageInbound):
                 tx.turns.append_message(
                     inbound.session_key, turn.id, ChatMessage(role="assistant", content=text)
                 )

@@ -21,9 +21,8 @@ from ..errors import ConfigError
 from ..events import (
     Address,
     ApprovalDecision,
+    DecisionInbound,
     DecisionVerb,
-    InboundKind,
-    InboundMessage,
     InboundStatus,
     Sender,
 )
@@ -246,8 +245,7 @@ def _show(row: ApprovalRow) -> None:
 def _submit_decision(at: StoreAt, approval_id: str, action: str, wait: float) -> int:
     user = getpass.getuser()
     verb = DecisionVerb.APPROVE_ONCE if action == "approve" else DecisionVerb.DENY
-    message = InboundMessage(
-        kind=InboundKind.APPROVAL_DECISION,
+    message = DecisionInbound(
         address=ADMIN_ADDRESS,
         sender=Sender(id=user, name=user),
         decision=ApprovalDecision(

@@ -21,7 +21,7 @@ from pathlib import Path, PurePosixPath
 
 from ..bus import MediaSource
 from ..errors import MediaUnavailable
-from ..events import Attachment, InboundMessage, MediaKind
+from ..events import Attachment, MediaKind, MessageInbound
 from ..sizes import format_size
 
 log = logging.getLogger(__name__)
@@ -84,7 +84,7 @@ def safe_name(attachment: Attachment, index: int) -> str:
     return f"{index + 1}-{cleaned}"
 
 
-def saved_path(message: InboundMessage, index: int) -> PurePosixPath:
+def saved_path(message: MessageInbound, index: int) -> PurePosixPath:
     """Where attachment ``index`` of ``message`` is saved, relative to the workspace."""
     day = message.received_at.strftime("%Y-%m-%d")
     name = f"{message.id[-8:]}-{safe_name(message.attachments[index], index)}"
@@ -112,7 +112,7 @@ class MediaPreparer:
     def _arrival(self, name: str) -> asyncio.Event:
         return self._arrived.setdefault(name, asyncio.Event())
 
-    def images_of(self, message: InboundMessage) -> list[Path]:
+    def images_of(self, message: MessageInbound) -> list[Path]:
         """The photos of ``message`` that are saved (absolute paths)."""
         root = self.workspace.resolve()
         found = []
@@ -123,7 +123,7 @@ class MediaPreparer:
                     found.append(path)
         return found
 
-    async def prepare(self, message: InboundMessage) -> PreparedMessage:
+    async def prepare(self, message: MessageInbound) -> PreparedMessage:
         prepared = PreparedMessage(text=message.text or "")
         lines: list[str] = []
         heard: list[str] = []
@@ -176,7 +176,7 @@ class MediaPreparer:
         prepared.notices.append(f"🎙 “{shown}”")
         return f"[{what} saved: {facts}; transcribed above]"
 
-    async def _fetch(self, message: InboundMessage, index: int) -> Saved:
+    async def _fetch(self, message: MessageInbound, index: int) -> Saved:
         attachment = message.attachments[index]
         relative = saved_path(message, index)
         target = await asyncio.to_thread(self._place, relative)

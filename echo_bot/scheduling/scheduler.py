@@ -27,11 +27,12 @@ from ..config import Config, CronJob
 from ..errors import log_retrying
 from ..events import (
     Address,
-    InboundKind,
     InboundMessage,
+    MessageInbound,
     OutboundKind,
     OutboundMessage,
     Sender,
+    ToolCallInbound,
     ToolCallRequest,
 )
 from ..statuses import ReminderStatus
@@ -336,12 +337,12 @@ class Scheduler:
             "deliver_to": deliver_to,
             "metadata": {"cron_job": job.name, "occurrence": occurrence},
         }
+        message: InboundMessage
         if job.prompt is not None:
-            message = InboundMessage(kind=InboundKind.MESSAGE, text=job.prompt, **common)
+            message = MessageInbound(text=job.prompt, **common)
         else:
             assert job.tool is not None
-            message = InboundMessage(
-                kind=InboundKind.TOOL_CALL,
+            message = ToolCallInbound(
                 tool_call=ToolCallRequest(tool=job.tool, args=job.args),
                 **common,
             )

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..bus import Published
-from ..events import InboundKind, InboundMessage, InboundStatus
+from ..events import INBOUND, InboundKind, InboundMessage, InboundStatus
 from .sql import SqlDb, db_clock
 
 if TYPE_CHECKING:
@@ -33,7 +33,7 @@ class InboxRow:
 def _row(raw: dict[str, Any]) -> InboxRow:
     return InboxRow(
         seq=raw["seq"],
-        message=InboundMessage.model_validate_json(raw["payload"]),
+        message=INBOUND.validate_json(raw["payload"]),
         status=InboundStatus(raw["status"]),
         error=raw["error"],
     )

@@ -14,7 +14,7 @@ import pytest
 
 from echo_bot.brains.base import BrainContext, BrainReply
 from echo_bot.conversation import ChatMessage, ToolCall
-from echo_bot.events import InboundStatus, OutboundMessage, new_id
+from echo_bot.events import InboundStatus, MessageInbound, OutboundMessage, ToolCallInbound, new_id
 from echo_bot.store.audit import read_audit
 from echo_bot.store.inbox import get_inbound
 from echo_bot.tools.base import Risk, Tool, ToolContext, ToolGroup, ToolResult
@@ -466,7 +466,7 @@ async def test_every_message_is_taken_once_whether_handed_over_or_found_by_the_p
     may run a message twice, nor miss one (the poll reads only rows another process
     wrote)."""
     from echo_bot import metrics
-    from echo_bot.events import Address, InboundMessage, Sender
+    from echo_bot.events import Address, Sender
     from echo_bot.store.inbox import add_inbound
 
     def taken() -> float:
@@ -482,7 +482,7 @@ async def test_every_message_is_taken_once_whether_handed_over_or_found_by_the_p
         other = store_engine(bot.state_dir)
         await asyncio.to_thread(other.open_sync)  # as a management command opens it
         elsewhere = [
-            InboundMessage(
+            MessageInbound(
                 address=Address(channel="cli", chat_id=f"other{i % 3}"),
                 sender=Sender(id="owner"),
                 text=nap,
@@ -504,7 +504,7 @@ async def test_every_message_is_taken_once_whether_handed_over_or_found_by_the_p
             # answered (only the poll finds it): a row read twice would be taken again.
             later = []
             for n in range(2):
-                marker = InboundMessage(
+                marker = MessageInbound(
                     address=Address(channel="cli", chat_id=f"other{n}"),
                     sender=Sender(id="owner"),
                     text=nap,
@@ -525,13 +525,12 @@ async def test_a_tool_call_turn_whose_call_is_done_is_reported_not_run_again(
     """A webhook/cron call's result is stored when it is done, and the turn finishes in
     the next commit; a crash between them leaves the turn with its call done. After the
     restart the call's stored result is reported (it ran), not planned or run again."""
-    from echo_bot.events import Address, InboundKind, InboundMessage, Sender, ToolCallRequest
+    from echo_bot.events import Address, Sender, ToolCallRequest
     from echo_bot.statuses import CallStatus
     from echo_bot.store import turns as turn_store
     from echo_bot.store.inbox import add_inbound
 
-    inbound = InboundMessage(
-        kind=InboundKind.TOOL_CALL,
+    inbound = ToolCallInbound(
         address=Address(channel="cli", chat_id="local"),
         sender=Sender(id="webhook:deploy"),
         tool_call=ToolCallRequest(tool="current_time"),

@@ -27,7 +27,7 @@ from echo_bot.cli.admin import StoreAt, approvals_command
 from echo_bot.events import (
     Address,
     DecisionVerb,
-    InboundMessage,
+    MessageInbound,
     OutboundMessage,
     Sender,
     approval_action,
@@ -103,7 +103,7 @@ async def say_as(
     """A message whose sender has a display name of their own choosing."""
     assert channel.bus is not None
     published = await channel.bus.publish(
-        InboundMessage(
+        MessageInbound(
             address=channel.address(chat),
             sender=Sender(id=sender, name=name),
             text=text,

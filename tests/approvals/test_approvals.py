@@ -13,11 +13,11 @@ from echo_bot.approvals.display import CALL_LIMIT
 from echo_bot.events import (
     Address,
     DecisionVerb,
-    InboundKind,
     InboundMessage,
     InboundStatus,
     OutboundMessage,
     Sender,
+    ToolCallInbound,
     ToolCallRequest,
     approval_action,
     new_id,
@@ -473,8 +473,7 @@ async def test_allowlisted_command_runs_without_asking_and_lookalikes_ask(
 
 # -- direct tool calls (webhook, cron) ----------------------------------------------------
 def tool_call(tool: str, args: dict[str, Any], deliver_to: Address) -> InboundMessage:
-    return InboundMessage(
-        kind=InboundKind.TOOL_CALL,
+    return ToolCallInbound(
         tool_call=ToolCallRequest(tool=tool, args=args),
         address=Address(channel="webhook", chat_id="ci"),
         deliver_to=deliver_to,

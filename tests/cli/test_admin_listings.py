@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from echo_bot.events import Address, InboundKind, InboundMessage, InboundStatus, Sender
+from echo_bot.events import Address, InboundMessage, InboundStatus, MessageInbound, Sender
 from echo_bot.secrets import Masker
 from echo_bot.store import DB_FILENAME, Database, Store, Tx
 from tests.conftest import run_echo_bot
@@ -22,8 +22,7 @@ def seeded(state: Path, fn: Callable[[Tx], object]) -> None:
 
 
 def delivery(route: str, n: int) -> InboundMessage:
-    return InboundMessage(
-        kind=InboundKind.MESSAGE,
+    return MessageInbound(
         address=Address(channel="webhook", chat_id=route),
         sender=Sender(id="sender", name="sender"),
         text=f"body {n}",
@@ -34,8 +33,7 @@ def delivery(route: str, n: int) -> InboundMessage:
 def test_webhook_deliveries_lists_the_newest_first_with_their_outcome(tmp_path: Path) -> None:
     state = tmp_path / "st"
     made = [delivery(route, n) for n, route in enumerate(["gh", "ci", "gh"])]
-    chat = InboundMessage(  # not a webhook delivery: never listed
-        kind=InboundKind.MESSAGE,
+    chat = MessageInbound(  # not a webhook delivery: never listed
         address=Address(channel="cli", chat_id="local"),
         sender=Sender(id="me", name="me"),
         text="hello",

@@ -10,8 +10,8 @@ from echo_bot.errors import ChannelError
 from echo_bot.events import (
     Address,
     ApprovalDecision,
-    InboundKind,
-    InboundMessage,
+    DecisionInbound,
+    MessageInbound,
     OutboundMessage,
     Receipt,
     Sender,
@@ -64,7 +64,7 @@ class RecordingChannel:
     ) -> str:
         assert self.bus is not None
         published = await self.bus.publish(
-            InboundMessage(
+            MessageInbound(
                 address=self.address(chat),
                 sender=Sender(id=sender, name=sender),
                 text=text,
@@ -89,8 +89,7 @@ class RecordingChannel:
             allow_for_seconds=seconds,
         )
         published = await self.bus.publish(
-            InboundMessage(
-                kind=InboundKind.APPROVAL_DECISION,
+            DecisionInbound(
                 address=self.address(chat),
                 sender=Sender(id=sender),
                 decision=decision,

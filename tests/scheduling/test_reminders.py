@@ -14,10 +14,10 @@ import pytest
 
 from echo_bot.events import (
     Address,
-    InboundKind,
-    InboundMessage,
+    MessageInbound,
     OutboundMessage,
     Sender,
+    ToolCallInbound,
     ToolCallRequest,
     new_id,
 )
@@ -127,7 +127,7 @@ async def test_reminder_keeps_the_thread_it_was_asked_in(state_dir: Path) -> Non
         assert bot.channel.bus is not None
         where = Address(channel="cli", chat_id="group", thread_id="42")
         published = await bot.channel.bus.publish(
-            InboundMessage(
+            MessageInbound(
                 address=where,
                 sender=Sender(id="owner"),
                 text="/remind in 2 seconds standup",
@@ -146,8 +146,7 @@ async def test_tool_call_with_reply_to_delivers_there(state_dir: Path) -> None:
         assert bot.channel.bus is not None
         target = bot.channel.address("ops")
         published = await bot.channel.bus.publish(
-            InboundMessage(
-                kind=InboundKind.TOOL_CALL,
+            ToolCallInbound(
                 tool_call=ToolCallRequest(
                     tool="reminder_create",
                     args={"text": "check the deploy", "when": "in 2 seconds"},

@@ -20,7 +20,7 @@ import pytest
 
 from echo_bot.bus import Bus
 from echo_bot.config import CronJob
-from echo_bot.events import Address, InboundMessage, OutboundMessage
+from echo_bot.events import INBOUND, Address, InboundMessage, OutboundMessage
 from echo_bot.scheduling.reminders import ReminderService
 from echo_bot.scheduling.scheduler import Scheduler
 from echo_bot.secrets import Masker
@@ -101,7 +101,7 @@ class Parts:
         rows = await self.db.run(
             lambda db: db.execute("SELECT payload FROM inbox ORDER BY seq").fetchall()
         )
-        return [InboundMessage.model_validate_json(row[0]) for row in rows]
+        return [INBOUND.validate_json(row[0]) for row in rows]
 
 
 @pytest.fixture

@@ -14,14 +14,14 @@ from sqlite_utils import Database as SqlDb
 
 from echo_bot.bus import Published
 from echo_bot.errors import StoreError
-from echo_bot.events import Address, InboundMessage, Sender
+from echo_bot.events import Address, InboundMessage, MessageInbound, Sender
 from echo_bot.secrets import Masker
 from echo_bot.store import Database, InboundCommitted, SqliteInbox, Store, Tx
 from echo_bot.store.inbox import DEDUP_WINDOW, DEDUP_WINDOWS, add_inbound, add_inbound_batch
 
 
 def message(external_id: str | None, channel: str = "webhook", **extra: object) -> InboundMessage:
-    return InboundMessage(
+    return MessageInbound(
         address=Address(channel=channel, chat_id="route"),
         sender=Sender(id="s"),
         text="hello",

@@ -22,6 +22,7 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 
 from echo_bot.errors import StoreError
+from echo_bot.events import MessageInbound
 from echo_bot.secrets import Masker
 from echo_bot.store import DB_FILENAME, ChatTimezoneChanged, Database, Store, Tx
 from echo_bot.store.engine import ThreadedEngine
@@ -421,7 +422,7 @@ async def test_a_turn_pauses_while_its_database_is_away_and_finishes_once_it_is_
 async def test_work_committed_by_one_daemon_wakes_the_others_and_a_rollback_does_not() -> None:
     """LISTEN/NOTIFY: what a unit of work announces (inbound, outbound, reminders) reaches
     every store listening on the same database once committed — never when rolled back."""
-    from echo_bot.events import Address, InboundMessage, Sender, new_id
+    from echo_bot.events import Address, Sender, new_id
     from echo_bot.store.postgres import PostgresDatabase
 
     with fresh_database() as url:
@@ -436,7 +437,7 @@ async def test_work_committed_by_one_daemon_wakes_the_others_and_a_rollback_does
         try:
             async with asyncio.timeout(10):
                 assert await heard.get() == "*"  # listening now
-            message = InboundMessage(
+            message = MessageInbound(
                 address=Address(channel="cli", chat_id="a"),
                 sender=Sender(id="owner"),
                 text="hello",
