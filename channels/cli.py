@@ -153,7 +153,8 @@ class CliChannel:
     # -- rendering ------------------------------------------------------------------------
     def _show(self, message: OutboundMessage) -> None:
         held = self._held(message)
-        approval_id = str(message.metadata.get("approval_id", ""))
+        view = message.approval
+        approval_id = view.request_id if view is not None else ""
         if message.kind == OutboundKind.APPROVAL and message.edit_of is None:
             if held and self._known(approval_id):
                 return  # its first delivery, still queued: shown again at start already
@@ -163,11 +164,11 @@ class CliChannel:
                 self._print(f"{held}{self._describe(message)} (request {approval_id})")
             elif not any(_approval_id(p) == approval_id for p in self._deferred):
                 self._show_prompt(message)  # new, or again (/approvals)
-        elif message.edit_of is not None and message.metadata.get("outcome"):
+        elif message.edit_of is not None and view is not None and view.outcome:
             self._prompts = [p for p in self._prompts if p[0] != approval_id]
             self._listed.discard(approval_id)
             self._deferred = [p for p in self._deferred if _approval_id(p) != approval_id]
-            self._print(f"{held}{message.metadata['outcome']} (request {approval_id})")
+            self._print(f"{held}{view.outcome} (request {approval_id})")
         elif message.file is not None:
             caption = f": {message.text}" if message.text.strip() else ""
             self._print(f"{held}📎 {message.file.name} ({message.file.size} bytes){caption}")
@@ -209,14 +210,14 @@ class CliChannel:
 
     @staticmethod
     def _describe(message: OutboundMessage) -> str:
-        call = message.metadata.get("call")
+        call = message.approval.call if message.approval is not None else None
         if call:
             return f"Approval asked: {call}"
         return message.text.splitlines()[0] if message.text else "Approval asked"
 
     def _show_prompt(self, message: OutboundMessage) -> None:
         verbs = set()
-        approval_id = str(message.metadata.get("approval_id", ""))
+        approval_id = _approval_id(message)
         for row in message.buttons:
             for button in row:
                 parsed = parse_approval_action(button.action)
@@ -231,7 +232,7 @@ class CliChannel:
             return
         # The gate's rendering: every argument complete, hidden characters escaped; a
         # prompt without it (arguments too long to show) offers Deny only.
-        call = message.metadata.get("call")
+        call = message.approval.call if message.approval is not None else None
         if DecisionVerb.APPROVE_ONCE in verbs and call:
             self._print(f"Approve {call}? [y/N] (request {approval_id})")
         else:
@@ -394,7 +395,7 @@ class CliChannel:
 
 
 def _approval_id(message: OutboundMessage) -> str:
-    return str(message.metadata.get("approval_id", ""))
+    return message.approval.request_id if message.approval is not None else ""
 
 
 def _utc(ts: float) -> datetime:

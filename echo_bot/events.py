@@ -235,6 +235,17 @@ class OutboundFile(_Model):
     size: int = Field(ge=0)
 
 
+class ApprovalView(_Model):
+    """What an approval prompt, or its edit once decided, is about: for a channel that
+    renders the request itself (the terminal asks "Approve …? [y/N]")."""
+
+    request_id: str
+    risk: str | None = None
+    expires_at: float | None = None
+    call: str | None = None  # the call as the gate shows it, complete (None: too long)
+    outcome: str | None = None  # on the edit after the decision ("✅ Approved by …")
+
+
 class OutboundMessage(_Model):
     id: str = Field(default_factory=new_id)
     to: Address
@@ -243,6 +254,7 @@ class OutboundMessage(_Model):
     kind: OutboundKind = OutboundKind.REPLY
     format: TextFormat = TextFormat.PLAIN
     file: OutboundFile | None = None
+    approval: ApprovalView | None = None  # on approval prompts and their edits
     quote: str | None = None  # the channel's id of the message this one quotes
     edit_of: str | None = None
     # Filled by the delivery worker from the receipt of ``edit_of``: the channel's own id

@@ -41,7 +41,7 @@ async def test_metrics_count_turns_tools_approvals_and_queues(state_dir: Path) -
             async with session.get(url) as response:
                 waiting = await response.text()
             await bot.channel.press(
-                approval_action(DecisionVerb.APPROVE_ONCE, prompt.metadata["approval_id"])
+                approval_action(DecisionVerb.APPROVE_ONCE, prompt.approval.request_id)
             )
             await bot.channel.reply_to(asked)
             async with session.get(url) as response:

@@ -14,6 +14,7 @@ from .. import metrics
 from ..events import (
     Address,
     ApprovalDecision,
+    ApprovalView,
     Button,
     DecisionVerb,
     OutboundKind,
@@ -253,19 +254,14 @@ class ApprovalGate:
             f"expires {_clock_text(expires_at)}"
         )
         lines.append(f"Request {approval_id}")
-        metadata: dict[str, Any] = {
-            "approval_id": approval_id,
-            "risk": risk.value,
-            "expires_at": expires_at,
-        }
-        if call is not None:
-            metadata["call"] = call
         return OutboundMessage(
             to=prompt_to,
             text="\n".join(lines),
             buttons=buttons,
             kind=OutboundKind.APPROVAL,
-            metadata=metadata,
+            approval=ApprovalView(
+                request_id=approval_id, risk=risk.value, expires_at=expires_at, call=call
+            ),
         )
 
     # -- deciding ----------------------------------------------------------------------
@@ -409,7 +405,7 @@ class ApprovalGate:
                 kind=OutboundKind.APPROVAL,
                 edit_of=row.prompt_outbound_id,
                 trace_id=row.trace_id,
-                metadata={"approval_id": row.id, "outcome": outcome},
+                approval=ApprovalView(request_id=row.id, outcome=outcome),
             ),
         )
 

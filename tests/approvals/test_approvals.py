@@ -120,7 +120,7 @@ async def test_approve_once_runs_the_tool_exactly_once(state_dir: Path) -> None:
         assert not (workspace(bot) / "count.txt").exists()
 
         await bot.channel.press(
-            approval_action(DecisionVerb.APPROVE_ONCE, prompt.metadata["approval_id"])
+            approval_action(DecisionVerb.APPROVE_ONCE, prompt.approval.request_id)
         )
         reply = await bot.channel.reply_to(inbound)
         assert "Appended 1 bytes to count.txt" in reply.text
@@ -142,14 +142,14 @@ async def test_deny_answers_approval_denied_and_nothing_runs(state_dir: Path) ->
         assert not (workspace(bot) / "denied.txt").exists()
         edit = await bot.channel.wait_for(lambda m: m.edit_of == prompt.id)
         assert edit.text.startswith("❌ Denied") and not edit.buttons
-        assert (await approval(bot, prompt.metadata["approval_id"])).status == "denied"
+        assert (await approval(bot, prompt.approval.request_id)).status == "denied"
 
 
 async def test_second_decision_is_refused_and_the_tool_ran_once(state_dir: Path) -> None:
     async with running_bot(state_dir, CODING) as bot:
         inbound = await bot.channel.say(APPEND_X)
         prompt = await bot.channel.prompt_for(inbound)
-        request_id = prompt.metadata["approval_id"]
+        request_id = prompt.approval.request_id
         await bot.channel.press(action_of(prompt, "Approve once"))
         await bot.channel.reply_to(inbound)
 
@@ -177,7 +177,7 @@ async def test_racing_presses_decide_once(state_dir: Path) -> None:
             await bot.channel.press(action_of(prompt, "Deny")),
         ]
         reply = await bot.channel.reply_to(inbound)
-        row = await approval(bot, prompt.metadata["approval_id"])
+        row = await approval(bot, prompt.approval.request_id)
         assert row.status in ("approved", "denied")
         loser = presses[1] if row.status == "approved" else presses[0]
         notice = await notice_for(bot.channel, loser)
@@ -196,12 +196,12 @@ async def test_unknown_request_id_is_refused_and_changes_nothing(state_dir: Path
         inbound = await bot.channel.say("/run touch forged.txt")
         prompt = await bot.channel.prompt_for(inbound)
         forged = new_id()
-        assert forged != prompt.metadata["approval_id"]
+        assert forged != prompt.approval.request_id
 
         press = await bot.channel.press(approval_action(DecisionVerb.APPROVE_ONCE, forged))
         notice = await notice_for(bot.channel, press)
         assert notice.text == "⚠️ Unknown or expired request."
-        assert (await approval(bot, prompt.metadata["approval_id"])).status == "pending"
+        assert (await approval(bot, prompt.approval.request_id)).status == "pending"
         assert await inbox_status(bot, inbound) == InboundStatus.WAITING_APPROVAL
         assert await inbox_status(bot, press) == InboundStatus.FAILED
         assert not (workspace(bot) / "forged.txt").exists()
@@ -278,7 +278,7 @@ async def test_unanswered_request_expires_and_the_turn_resumes(state_dir: Path) 
         assert edit.text.startswith("⌛ Expired") and not edit.buttons
         reply = await bot.channel.reply_to(inbound)
         assert "APPROVAL_EXPIRED" in reply.text
-        assert (await approval(bot, prompt.metadata["approval_id"])).status == "expired"
+        assert (await approval(bot, prompt.approval.request_id)).status == "expired"
         assert not (workspace(bot) / "late.txt").exists()
 
 
@@ -286,7 +286,7 @@ async def test_decision_after_expiry_is_refused(state_dir: Path) -> None:
     async with running_bot(state_dir, EXPIRING) as bot:
         inbound = await bot.channel.say("/run touch late.txt")
         prompt = await bot.channel.prompt_for(inbound)
-        row = await approval(bot, prompt.metadata["approval_id"])
+        row = await approval(bot, prompt.approval.request_id)
         # Press just after the deadline (the gate's clock moved past it, no waiting):
         # whether the decision or the sweeper sees the expiry first, the request must
         # end expired and never approved.
@@ -310,7 +310,7 @@ async def test_non_approver_press_is_refused(state_dir: Path) -> None:
         inbound = await channel.say("/run touch t1.txt", chat="1", sender="1")
         prompt = await channel.prompt_for(inbound)
         assert prompt.to == Address(channel="telegram", chat_id="1")
-        request_id = prompt.metadata["approval_id"]
+        request_id = prompt.approval.request_id
 
         press = await channel.press(action_of(prompt, "Approve once"), chat="1", sender="2")
         notice = await notice_for(channel, press)
@@ -330,7 +330,7 @@ async def test_press_from_another_chat_is_refused(state_dir: Path) -> None:
     async with running_bot(state_dir, TELEGRAM, channel=channel) as bot:
         inbound = await channel.say("/run touch t2.txt", chat="1", sender="1")
         prompt = await channel.prompt_for(inbound)
-        request_id = prompt.metadata["approval_id"]
+        request_id = prompt.approval.request_id
 
         # The same approver, but pressing from a different chat than the prompt's.
         press = await channel.press(action_of(prompt, "Approve once"), chat="2", sender="1")
@@ -348,7 +348,7 @@ async def test_press_from_another_local_chat_is_refused(state_dir: Path) -> None
         press = await bot.channel.press(action_of(prompt, "Approve once"), chat="elsewhere")
         notice = await notice_for(bot.channel, press)
         assert "not allowed" in notice.text
-        assert (await approval(bot, prompt.metadata["approval_id"])).status == "pending"
+        assert (await approval(bot, prompt.approval.request_id)).status == "pending"
         assert not (workspace(bot) / "t3.txt").exists()
 
 
@@ -421,7 +421,7 @@ async def test_attack_a_forged_longer_allow_for_grants_one_hour_at_most(state_di
         prompt = await bot.channel.prompt_for(first)
         week = 7 * 24 * 3600
         await bot.channel.press(
-            approval_action(DecisionVerb.ALLOW_FOR, prompt.metadata["approval_id"], week)
+            approval_action(DecisionVerb.ALLOW_FOR, prompt.approval.request_id, week)
         )
         assert "Wrote 1 bytes" in (await bot.channel.reply_to(first)).text
         (until,) = await bot.db.run(lambda db: db.execute("SELECT until FROM grants").fetchone())
@@ -433,7 +433,7 @@ async def test_allow_for_is_neither_offered_nor_accepted_for_dangerous(state_dir
         inbound = await bot.channel.say("/run touch d.txt")
         prompt = await bot.channel.prompt_for(inbound)
         assert labels(prompt) == ["Approve once", "Deny"]
-        request_id = prompt.metadata["approval_id"]
+        request_id = prompt.approval.request_id
 
         forged = approval_action(DecisionVerb.ALLOW_FOR, request_id, 3600)
         press = await bot.channel.press(forged)
@@ -561,7 +561,7 @@ async def test_too_long_dangerous_arguments_offer_only_deny(state_dir: Path) -> 
         word = "z" * (CALL_LIMIT + 100)
         inbound = await bot.channel.say(f"/run echo {word}")
         prompt = await bot.channel.prompt_for(inbound)
-        request_id = prompt.metadata["approval_id"]
+        request_id = prompt.approval.request_id
         assert labels(prompt) == ["Deny"]
         assert f"echo-bot approvals show {request_id}" in prompt.text
         assert "z" * 100 not in prompt.text  # never a silently shortened version
@@ -580,7 +580,7 @@ async def test_too_long_dangerous_arguments_cannot_be_approved_from_chat(
         # sh -c 'touch marker.txt' zzz…: the long word is only $0 of the script.
         inbound = await bot.channel.say(f"/run sh -c 'touch marker.txt' {word}")
         prompt = await bot.channel.prompt_for(inbound)
-        request_id = prompt.metadata["approval_id"]
+        request_id = prompt.approval.request_id
         assert labels(prompt) == ["Deny"]
 
         press = await bot.channel.press(approval_action(DecisionVerb.APPROVE_ONCE, request_id))
@@ -638,7 +638,7 @@ async def test_secrets_are_masked_in_the_prompt(state_dir: Path) -> None:
         assert "Approve once" in labels(note_prompt)
 
         await bot.channel.press(action_of(prompt, "Deny").replace("deny", "approve_once"))
-        assert (await approval(bot, prompt.metadata["approval_id"])).status == "pending"
+        assert (await approval(bot, prompt.approval.request_id)).status == "pending"
         await bot.channel.press(
             action_of(prompt, "Deny").replace("deny", "approve_once"), via="admin"
         )

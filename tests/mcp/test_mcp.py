@@ -73,14 +73,14 @@ async def test_a_read_tool_runs_at_once_and_a_write_tool_asks_in_the_chat(state_
         assert "notes__add_note" in prompt.text and "milk" in prompt.text
         assert added(state_dir) == []
         await bot.channel.press(
-            approval_action(DecisionVerb.APPROVE_ONCE, prompt.metadata["approval_id"])
+            approval_action(DecisionVerb.APPROVE_ONCE, prompt.approval.request_id)
         )
         assert "added milk" in (await bot.channel.reply_to(asked)).text
         assert added(state_dir) == ["milk"]
 
         denied = await bot.channel.say('/tool notes__add_note {"title": "eggs", "text": "x"}')
         prompt = await bot.channel.prompt_for(denied)
-        await bot.channel.press(approval_action(DecisionVerb.DENY, prompt.metadata["approval_id"]))
+        await bot.channel.press(approval_action(DecisionVerb.DENY, prompt.approval.request_id))
         assert "APPROVAL_DENIED" in (await bot.channel.reply_to(denied)).text
         assert added(state_dir) == ["milk"]
 
@@ -184,7 +184,7 @@ async def test_a_server_that_dies_mid_call_is_outcome_unknown_and_comes_back(
         inbound = await bot.channel.say("/tool notes__crash {}")
         prompt = await bot.channel.prompt_for(inbound)
         await bot.channel.press(
-            approval_action(DecisionVerb.APPROVE_ONCE, prompt.metadata["approval_id"])
+            approval_action(DecisionVerb.APPROVE_ONCE, prompt.approval.request_id)
         )
         reply = (await bot.channel.reply_to(inbound)).text
         assert "OUTCOME_UNKNOWN" in reply and "not run again" in reply
@@ -201,7 +201,7 @@ async def test_a_call_past_its_timeout_is_cancelled_and_outcome_unknown(state_di
         inbound = await bot.channel.say('/tool notes__hang {"seconds": 60}')
         prompt = await bot.channel.prompt_for(inbound)
         await bot.channel.press(
-            approval_action(DecisionVerb.APPROVE_ONCE, prompt.metadata["approval_id"])
+            approval_action(DecisionVerb.APPROVE_ONCE, prompt.approval.request_id)
         )
         reply = (await bot.channel.reply_to(inbound, timeout=15)).text
         assert "OUTCOME_UNKNOWN" in reply and "told to cancel" in reply
@@ -429,7 +429,7 @@ deliver_to = "cli:local"
         assert "notes__add_note" in prompt.text and "deploy" in prompt.text
         assert added(state_dir) == []
         await bot.channel.press(
-            approval_action(DecisionVerb.APPROVE_ONCE, prompt.metadata["approval_id"])
+            approval_action(DecisionVerb.APPROVE_ONCE, prompt.approval.request_id)
         )
         result = await bot.channel.wait_for(lambda m: "added deploy" in m.text)
         assert result.to == bot.channel.address()
@@ -521,9 +521,7 @@ async def test_the_model_is_told_when_the_owner_denies_an_mcp_call(state_dir: Pa
             await eventually(lambda: mcp_state(bot)["notes"]["state"] == "ready")  # type: ignore[index]
             inbound = await bot.channel.say("note that I need milk")
             prompt = await bot.channel.prompt_for(inbound)
-            await bot.channel.press(
-                approval_action(DecisionVerb.DENY, prompt.metadata["approval_id"])
-            )
+            await bot.channel.press(approval_action(DecisionVerb.DENY, prompt.approval.request_id))
             reply = await bot.channel.reply_to(inbound)
             assert reply.text == "Understood, I did not add it."
         first, second = llm.chat_requests()
@@ -559,7 +557,7 @@ async def test_an_approval_for_a_tool_whose_server_was_removed_ends_the_call_not
         path.write_text("")  # the server is removed while the approval waits
         await bot.daemon.reload()
         await bot.channel.press(
-            approval_action(DecisionVerb.APPROVE_ONCE, prompt.metadata["approval_id"])
+            approval_action(DecisionVerb.APPROVE_ONCE, prompt.approval.request_id)
         )
         reply = (await bot.channel.reply_to(inbound)).text
         assert "TOOL_NOT_FOUND" in reply and "notes__add_note" in reply
