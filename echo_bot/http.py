@@ -401,6 +401,8 @@ class HttpServer:
         self.port: int | None = None
         self.max_connections = config.max_connections
         self._connections: dict[asyncio.Protocol, Connection] = {}  # by aiohttp's handler
+        # Connections whose request was refused before its body was read: still draining.
+        self._refused: set[Any] = set()
         self._connecting: set[asyncio.Task[Any]] = set()
         self._sockets: list[socket.socket] = []
         self._bodies = BodySlots(config.max_concurrent_bodies)
@@ -527,6 +529,10 @@ class HttpServer:
         self._sockets = []
         for task in list(self._connecting):
             task.cancel()
+        for handler in list(self._refused):  # a sender still uploading after a refusal
+            if handler in self._connections:
+                handler.force_close()
+        self._refused.clear()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -545,6 +551,19 @@ class HttpServer:
     # -- bodies ------------------------------------------------------------------------------
     async def read_body(
         self, request: web.Request, *, key: str, limit: int | None = None
+    ) -> bytes | web.Response:
+        """The request's body, or the refusal to answer with (413, 503, 408, 400).
+
+        After a refusal the sender may still be uploading: aiohttp drains the rest for
+        up to ``LINGER`` so the answer is read rather than lost to a reset, and
+        :meth:`stop` ends those drains at once (nothing waits on such a sender)."""
+        body = await self._read_body(request, key=key, limit=limit)
+        if isinstance(body, web.Response) and not request.content.is_eof():
+            self._refused.add(request.protocol)
+        return body
+
+    async def _read_body(
+        self, request: web.Request, *, key: str, limit: int | None
     ) -> bytes | web.Response:
         """The request's body, or the refusal to answer with (413, 503, 408, 400).
 
@@ -680,6 +699,7 @@ class HttpServer:
 
     def _forget(self, connection: Connection) -> None:
         self._connections.pop(connection.handler, None)
+        self._refused.discard(connection.handler)
         if len(self._connections) < TRIM_BELOW and self._peak >= TRIM_AFTER_PEAK:
             # A flood is over: its buffers are free, give the pages back (off the loop).
             self._peak = 0
