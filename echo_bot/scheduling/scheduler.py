@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
 from .. import metrics
@@ -41,6 +41,9 @@ from ..store.reminders import ReminderRow
 from .crontab import cron_trigger, next_after
 from .reminders import zone_of
 from .timeparse import describe_lateness
+
+if TYPE_CHECKING:  # APScheduler ships no types: this names the class for readers
+    from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +73,7 @@ class Scheduler:
         self.timezone = timezone
         self.grace = grace.total_seconds()
         self.clock = clock
-        self._aps: Any = None
+        self._aps: AsyncIOScheduler | None = None  # made at start (APScheduler is lazy)
         self._tasks: set[asyncio.Task[Any]] = set()
         self.healthy = True
 
@@ -170,6 +173,8 @@ class Scheduler:
     async def _arm(self, row: ReminderRow) -> None:
         if row.next_at <= self.clock():
             await self.fire_reminder(row.id, row.next_at)  # due (or overdue) now
+            return
+        if self._aps is None:  # stopped meanwhile: the store keeps it for the next start
             return
         from apscheduler.triggers.date import DateTrigger
 
@@ -277,6 +282,8 @@ class Scheduler:
             if missed is not None:
                 log.info("cron %s: running a missed occurrence (coalesced)", job.name)
                 await self.run_cron(job.name, missed)
+        if self._aps is None:  # stopped meanwhile
+            return
         self._aps.add_job(
             self._cron_tick,
             trigger=cron_trigger(job.schedule, zone),
@@ -298,6 +305,8 @@ class Scheduler:
         for name in set(self.cron_jobs) - {job.name for job in jobs}:
             self._remove(f"cron:{name}")
         self.cron_jobs = {job.name: job for job in jobs}
+        if self._aps is None:  # not running: start() arms cron_jobs
+            return
         for job in jobs:
             self._aps.add_job(
                 self._cron_tick,
