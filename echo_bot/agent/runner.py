@@ -234,34 +234,46 @@ class TurnRunner:
                 return message
             # Made running: no need to set that below.
             turn = tx.turns.create(inbound.id, inbound.session_key, inbound.trace_id)
-            if message is not None:
-                text = prepared.text if prepared is not None else message.text or ""
-                if prepared is not None:  # notes quote errors: no secret goes to history
-                    text = self.masker.mask(text)
-                tx.turns.append_message(
-                    inbound.session_key, inbound.id, ChatMessage(role="user", content=text)
-                )
-                for notice in prepared.notices if prepared is not None else ():
-                    tx.outbox.add(self._notice(inbound, notice))
-                conversation = self.history.load(tx, inbound.session_key)
-            else:
-                conversation = []  # direct calls have no conversation, but a fresh step
-            tx.audit.write(
-                "turn.started",
-                trace_id=inbound.trace_id,
-                session_key=inbound.session_key,
-                inbound_id=inbound.id,
-                kind=inbound.kind,
-                address=str(inbound.address),
-                sender=inbound.sender.id,
-                text=message.text if message is not None else None,
-            )
+            conversation = self._opened(tx, inbound, message, prepared)
         elif turn.status in (TurnStatus.DONE, TurnStatus.FAILED):
             return None
         tx.inbox.set_status(inbound.id, InboundStatus.RUNNING)
         if turn.status != TurnStatus.RUNNING:
             tx.turns.set(turn.id, status=TurnStatus.RUNNING)
         return inbound, turn, conversation
+
+    def _opened(
+        self,
+        tx: Tx,
+        inbound: InboundMessage,
+        message: MessageInbound | None,
+        prepared: PreparedMessage | None,
+    ) -> list[ChatMessage]:
+        """What a turn just made (running) starts with: a message's words in the history
+        (its files as ``prepared`` notes) and the history to think on; a direct call, an
+        empty conversation (a fresh step)."""
+        conversation: list[ChatMessage] = []
+        if message is not None:
+            text = prepared.text if prepared is not None else message.text or ""
+            if prepared is not None:  # notes quote errors: no secret goes to history
+                text = self.masker.mask(text)
+            tx.turns.append_message(
+                inbound.session_key, inbound.id, ChatMessage(role="user", content=text)
+            )
+            for notice in prepared.notices if prepared is not None else ():
+                tx.outbox.add(self._notice(inbound, notice))
+            conversation = self.history.load(tx, inbound.session_key)
+        tx.audit.write(
+            "turn.started",
+            trace_id=inbound.trace_id,
+            session_key=inbound.session_key,
+            inbound_id=inbound.id,
+            kind=inbound.kind,
+            address=str(inbound.address),
+            sender=inbound.sender.id,
+            text=message.text if message is not None else None,
+        )
+        return conversation
 
     def _suspend(self, tx: Tx, inbound: InboundMessage, turn: TurnRow) -> None:
         tx.inbox.set_status(inbound.id, InboundStatus.WAITING_APPROVAL)
