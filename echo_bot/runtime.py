@@ -65,7 +65,10 @@ def wire(
     config = core.loaded.config
     store = core.store
     clients: dict[str, Close] = {}
-    cluster = Cluster(store, store.instance or default_name()) if store.shared else None
+    membership = InstanceMembership(
+        store, label=config.bot.instance or default_name(), started_at=started_at
+    )
+    cluster = Cluster(store, membership.name) if store.shared else None
     fence = cluster.fence if cluster is not None else None
     inbox, outbox = SqliteInbox(store), SqliteOutbox(store)
     bus = Bus(inbox, outbox)
@@ -97,11 +100,7 @@ def wire(
         inbox=inbox,
         outbox=outbox,
         cluster=cluster,
-        membership=InstanceMembership(
-            store,
-            label=config.bot.instance or default_name(),
-            started_at=started_at,
-        ),
+        membership=membership,
         executor=executor,
         brain=brain,
         media=media,

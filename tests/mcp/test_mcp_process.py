@@ -11,6 +11,7 @@ import signal
 import sys
 from pathlib import Path
 
+from tests.channels.test_telegram_process import answered_later
 from tests.conftest import ROOT, echo_bot_env
 from tests.fakes.openai_api import FakeOpenAI
 from tests.fakes.telegram_api import FakeTelegramAPI
@@ -86,17 +87,6 @@ async def wait_for_file(path: Path, timeout: float = 30) -> None:
     async with asyncio.timeout(timeout):
         while not path.exists():
             await asyncio.sleep(0.05)
-
-
-async def answered_later(api: FakeTelegramAPI) -> None:
-    """A later message of the chat, answered: a chat's turns run in arrival order and its
-    messages go out in order, so whatever the earlier ones did (or did twice) is done."""
-    seen = len(api.calls)
-    api.push_message("/help", user_id=OWNER)  # a command: answered without the model
-    await api.wait_for_call(
-        "sendMessage", lambda c: "show this help" in c.params.get("text", ""), timeout=30,
-        after=seen,
-    )  # fmt: skip
 
 
 async def press_approve(api: FakeTelegramAPI, after: int = 0) -> tuple[str, int]:
