@@ -6,8 +6,9 @@ after a crash the turn begins again and fetches what is not saved yet (a saved f
 complete: the channel writes it under a temporary name first). What cannot be fetched
 becomes a note in the message, never a failed turn.
 
-Files go to ``<workspace>/inbox/<UTC date>/<id>-<n>-<name>``: the path follows from the
-message alone, so a resumed turn finds what an earlier try saved.
+Files go to ``<workspace>/inbox/<sender>/<UTC date>/<id>-<n>-<name>`` (``media/inbox.py``
+says why the sender comes first): the path follows from the message alone, so a resumed
+turn finds what an earlier try saved.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from ..bus import MediaSource
 from ..errors import MediaUnavailable
 from ..events import Attachment, MediaKind, MessageInbound
 from ..sizes import format_size
+from .inbox import INBOX, sender_folder
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +90,8 @@ def saved_path(message: MessageInbound, index: int) -> PurePosixPath:
     """Where attachment ``index`` of ``message`` is saved, relative to the workspace."""
     day = message.received_at.strftime("%Y-%m-%d")
     name = f"{message.id[-8:]}-{safe_name(message.attachments[index], index)}"
-    return PurePosixPath("inbox", day, name)
+    folder = sender_folder(message.address.channel, message.sender.id)
+    return PurePosixPath(INBOX, folder, day, name)
 
 
 class MediaPreparer:
