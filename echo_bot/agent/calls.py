@@ -74,6 +74,7 @@ class CallExecutor:
         self.masker = masker
 
     def context(self, inbound: InboundMessage, call: CallRow) -> ToolContext:
+        directory = self.live.current.directory
         return ToolContext(
             trace_id=inbound.trace_id,
             session_key=inbound.session_key,
@@ -82,6 +83,7 @@ class CallExecutor:
             idempotency_key=call.id,
             approval_id=call.approval_id,
             answer_to=inbound.answer_to,
+            approver=directory.approves(inbound.address, inbound.sender.id),
         )
 
     def settle_step(
@@ -210,12 +212,13 @@ class CallExecutor:
             return self._finish_settled(tx, inbound, call, invalid)
         ctx = self.context(inbound, call)
         settings = self.live.current  # one policy and one set of approvers for the call
-        # A grant can only waive consent, never ask for it: it is looked up only for a
-        # call that would otherwise wait (most calls need none; that saves a read).
-        needed, reason = settings.policy.needs_approval(tool, call.args, ctx, granted=False)
-        if needed and self.gate.granted(tx, inbound.address, inbound.sender.id, tool.name):
-            needed, reason = settings.policy.needs_approval(tool, call.args, ctx, granted=True)
-        if not needed:
+        verdict = settings.policy.judge(
+            tool,
+            call.args,
+            ctx,
+            granted=lambda scope: self.gate.granted(tx, inbound.address, tool.name, scope),
+        )
+        if not verdict.asks:
             return _set(tx, call, CallStatus.APPROVED)
         # One prompt for identical calls in the same step.
         twin = next(
@@ -238,6 +241,9 @@ class CallExecutor:
                 "(set [approvals] default_chat or the route's deliver_to).",
             )
             return self._finish_settled(tx, inbound, call, result)
+        # "Allow here for a time" only where its grant would be honoured: a write asked
+        # in the requester's own chat, of an approver there.
+        offer = verdict.offers_grant and ctx.approver and prompt_to == inbound.address
         approval_id = self.gate.request(
             tx,
             turn_id=turn.id,
@@ -247,11 +253,12 @@ class CallExecutor:
             args=call.args,
             args_hash=call.args_hash,
             risk=tool.risk_for(call.args),
-            reason=reason,
+            reason=verdict.reason,
             requester=inbound.sender,
             origin=inbound.address,
             prompt_to=prompt_to,
             key_args=tool.key_args,
+            grant_scope=tool.grant_scope(call.args, ctx) if offer else None,
         )
         # Later identical siblings in this step reuse it (they see the new approval_id:
         # settle_step puts this row in their list).
@@ -325,6 +332,11 @@ class CallExecutor:
         """Run one approved call: the call as done, its result, and whether that is
         committed yet (always for side effects and approved calls; other read-only
         results wait, see the module doc)."""
+        ctx = self.context(inbound, call)
+        changed = self._changed_since_checked(tool, call, ctx)
+        if changed is not None:
+            await self._write(inbound, lambda tx: self._finish(tx, inbound, call, changed))
+            return replace(call, status=CallStatus.DONE, result=changed.to_json()), changed, True
         side_effect = tool.risk_for(call.args) != Risk.READ
         if side_effect:
             fence, session = self.fence, inbound.session_key
@@ -335,7 +347,7 @@ class CallExecutor:
                 tx.turns.set_call(call.id, CallStatus.STARTED)
 
             await self.store.run(start)
-        result = await self.registry.execute(tool.name, call.args, self.context(inbound, call))
+        result = await self.registry.execute(tool.name, call.args, ctx)
         result.output = self.masker.mask(result.output)
         # A read-only call may run again after a crash, unless someone approved it once.
         record_now = side_effect or call.approval_id is not None
@@ -343,6 +355,24 @@ class CallExecutor:
             await self._write(inbound, lambda tx: self._finish(tx, inbound, call, result))
         done = replace(call, status=CallStatus.DONE, result=result.to_json())
         return done, result, record_now
+
+    def _changed_since_checked(
+        self, tool: Tool, call: CallRow, ctx: ToolContext
+    ) -> ToolResult | None:
+        """A call that runs unasked is judged again right before it runs: what decides
+        its effect may have changed since it was settled (a file of the requester's
+        inbox swapped for a link to the owner's). If no grant could waive what it asks
+        for now, it does not run."""
+        if call.approval_id is not None:
+            return None  # an approver consented to exactly this call
+        verdict = self.live.current.policy.judge(tool, call.args, ctx, granted=lambda _: True)
+        if not verdict.asks:
+            return None
+        return ToolResult.failure(
+            ErrorCode.PERMISSION_DENIED,
+            f"{tool.name} was not run: what it would do changed since it was checked "
+            f"({verdict.reason}); ask again.",
+        )
 
 
 async def run_fenced(

@@ -51,6 +51,13 @@ def _clock_text(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%H:%M UTC")
 
 
+def _scope_text(scope: str | None) -> str:
+    """What a grant covers beside the tool, as the outcome line says it."""
+    if not scope or scope == "[]":
+        return ""
+    return f", for {clip(escape_text(scope), ADDRESS_CLIP)} only"
+
+
 class Refusal(StrEnum):
     """Why a decision changed nothing."""
 
@@ -105,16 +112,19 @@ class ApprovalGate:
         origin: Address,
         prompt_to: Address,
         key_args: Sequence[str] = (),
+        grant_scope: str | None = None,
     ) -> str:
         """Store a request and queue its prompt (in the caller's transaction).
 
         The arguments are stored in the order they are shown — the ones the tool
         declares as deciding (``key_args``) first — so every later view (the edited
-        prompt, ``/approvals``, ``echo-bot approvals show``) shows that order too."""
+        prompt, ``/approvals``, ``echo-bot approvals show``) shows that order too.
+        ``grant_scope``: what "Allow here for a time" would grant beside the tool, when
+        the policy offers it for this call (None: it is not offered, nor accepted)."""
         approval_id = new_id()
         expires_at = self.clock() + self.live.current.approval_timeout.total_seconds()
         args = order_args(args, key_args)
-        allow_for = self._allow_for_offered(tx, risk, requester.id, str(origin), str(prompt_to))
+        allow_for = self._allow_for_offered(grant_scope, requester.id, origin, prompt_to)
         prompt = self._prompt(
             approval_id,
             tool,
@@ -145,6 +155,7 @@ class ApprovalGate:
             prompt_to=str(prompt_to),
             prompt_outbound_id=prompt.id,
             expires_at=expires_at,
+            grant_scope=grant_scope if allow_for else None,
         )
         tx.on_commit(lambda: metrics.APPROVALS.labels("requested").inc())
         tx.audit.write(
@@ -186,20 +197,25 @@ class ApprovalGate:
             Address.parse(row.prompt_to),
             row.expires_at,
             allow_for=self._allow_for_offered(
-                tx, Risk(row.risk), requester.id, row.origin, row.prompt_to
+                row.grant_scope,
+                requester.id,
+                Address.parse(row.origin),
+                Address.parse(row.prompt_to),
             ),
         )
         return prompt.model_copy(update={"trace_id": row.trace_id})
 
     def _allow_for_offered(
-        self, tx: Tx, risk: Risk, requester_id: str, origin: str, prompt_to: str
+        self, grant_scope: str | None, requester_id: str, origin: Address, prompt_to: Address
     ) -> bool:
-        """ "Allow for a time" only for a write tool asked in the requester's own chat by
-        an approver of that chat: the grant it leaves covers that chat, so it must never
-        be made from another chat (a routed prompt) or for someone who may not approve."""
-        if risk != Risk.WRITE or prompt_to != origin:
+        """ "Allow for a time" only where the policy offered it for the call (a write, no
+        rule of its own that asks) and it is asked in the requester's own chat of an
+        approver there (checked again here, with the approvers as they are now): the
+        grant covers that chat, so it is never made from another chat (a routed prompt)
+        or for someone who may not approve."""
+        if grant_scope is None or prompt_to != origin:
             return False
-        return self.live.current.directory.is_approver(tx, Address.parse(origin), requester_id)
+        return self.live.current.directory.approves(origin, requester_id)
 
     def _prompt(
         self,
@@ -306,9 +322,11 @@ class ApprovalGate:
         if verb is DecisionVerb.ALLOW_FOR:
             # Never longer than the button offered: its data can be forged.
             seconds = min(decision.allow_for_seconds or ALLOW_FOR_SECONDS, ALLOW_FOR_SECONDS)
-            # Keyed by the chat (prompt_to == origin here); see granted() for who uses it.
+            # Keyed by the chat (prompt_to == origin here), the tool and the scope the
+            # prompt showed; the policy lets only that chat's approvers use it.
+            assert row.grant_scope is not None  # _refuse_verb says so
             chat = Address.parse(row.prompt_to).session_key
-            tx.grants.add(chat, row.tool, self.clock() + seconds, row.id)
+            tx.grants.add(chat, row.tool, row.grant_scope, self.clock() + seconds, row.id)
         tx.audit.write(
             "approval.decided",
             trace_id=row.trace_id,
@@ -323,7 +341,7 @@ class ApprovalGate:
         if verb is DecisionVerb.ALLOW_FOR:
             text += (
                 f"; {escape_text(row.tool)} runs unasked in this chat until "
-                f"{_clock_text(self.clock() + seconds)}"
+                f"{_clock_text(self.clock() + seconds)}{_scope_text(row.grant_scope)}"
             )
         self._edit_prompt(tx, row, text)
         return DecisionOutcome(
@@ -347,10 +365,13 @@ class ApprovalGate:
         if row.risk != Risk.WRITE:
             return "Allow-for-a-time is offered only for write tools."
         requester = str(row.requested_by.get("id", ""))
-        if not self._allow_for_offered(tx, Risk(row.risk), requester, row.origin, row.prompt_to):
+        origin, prompt_to = Address.parse(row.origin), Address.parse(row.prompt_to)
+        if not self._allow_for_offered(row.grant_scope, requester, origin, prompt_to):
             return (
-                "Allow-for-a-time is offered only in the requester's own chat, when the "
-                "requester approves there; approve this request once or deny it."
+                "Allow-for-a-time is offered only for a write asked in the requester's own "
+                "chat, when the requester approves there, and never for a call that asks "
+                "because of what it does (another chat, the owner's data); approve this "
+                "request once or deny it."
             )
         return None
 
@@ -378,16 +399,14 @@ class ApprovalGate:
         return call, "" if call is not None else "are too long to show here completely"
 
     # -- grants ------------------------------------------------------------------------
-    def granted(self, tx: Tx, address: Address, sender_id: str, tool: str) -> bool:
-        """Whether a live "allow for a time" grant lets this call run unasked.
+    def granted(self, tx: Tx, address: Address, tool: str, scope: str) -> bool:
+        """Whether a live "allow for a time" grant covers a call of ``tool`` in this chat
+        (the address, thread included) whose deciding arguments make ``scope``.
 
-        A grant covers one tool in one chat (the address, thread included), for the
-        approvers of that chat only: in a group, approver A's grant never lets a
-        non-approver's call in the same group run unasked (nor a webhook's or cron's,
-        whose origins have no approvers)."""
-        if not tx.grants.holds(address.session_key, tool, self.clock()):
-            return False
-        return self.live.current.directory.is_approver(tx, address, sender_id)
+        Who may use it is the policy's row: only the approvers of that chat (in a group,
+        approver A's grant never lets a non-approver's call run unasked, nor a
+        webhook's or cron's, whose origins have no approvers)."""
+        return tx.grants.holds(address.session_key, tool, scope, self.clock())
 
     def _edit_prompt(self, tx: Tx, row: ApprovalRow, outcome: str) -> None:
         if not row.prompt_outbound_id:

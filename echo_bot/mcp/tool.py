@@ -9,7 +9,7 @@ import binascii
 from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar, Protocol
 
-from ..tools.base import ErrorCode, Risk, Tool, ToolContext, ToolGroup, ToolResult
+from ..tools.base import Effect, ErrorCode, Risk, Tool, ToolContext, ToolGroup, ToolResult
 from .naming import RiskSource
 
 MAX_DESCRIPTION = 1024  # characters of the server's description the model sees
@@ -50,6 +50,11 @@ class McpTool(Tool):
 
     def __init__(self, call: Callable[[str, dict[str, Any], float], Awaitable[Answer]]) -> None:
         self.call = call
+
+    def effect(self, args: dict[str, Any], ctx: ToolContext) -> Effect:
+        """What a server answers may be the owner's data (notes, mail, files): it is
+        handed to approvers only, unless the owner lists the tool in approvals.never."""
+        return Effect(discloses=f"what the MCP server {self.server} answers")
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         error: Exception

@@ -31,6 +31,9 @@ class ApprovalRow:
     decided_at: float | None
     created_at: float
     expires_at: float
+    # What "allow for a time" on this request would grant beside the tool (the call's
+    # deciding arguments); None when the verb is not offered for it.
+    grant_scope: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", ApprovalStatus(self.status))
@@ -41,7 +44,8 @@ class ApprovalRow:
 
 _COLUMNS = (
     "id, turn_id, session_key, trace_id, tool, args, args_hash, risk, requested_by, origin,"
-    " prompt_to, prompt_outbound_id, status, verb, decided_by, decided_at, created_at, expires_at"
+    " prompt_to, prompt_outbound_id, status, verb, decided_by, decided_at, created_at, expires_at,"
+    " grant_scope"
 )
 
 
@@ -69,10 +73,11 @@ def insert_approval(
     prompt_to: str,
     prompt_outbound_id: str | None,
     expires_at: float,
+    grant_scope: str | None,
 ) -> None:
     db.execute(
         f"INSERT INTO approvals ({_COLUMNS}) VALUES"
-        " (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', NULL, NULL, NULL, ?, ?)",
+        " (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', NULL, NULL, NULL, ?, ?, ?)",
         [
             approval_id,
             turn_id,
@@ -88,6 +93,7 @@ def insert_approval(
             prompt_outbound_id,
             time.time(),
             expires_at,
+            grant_scope,
         ],
     )
 
@@ -153,19 +159,22 @@ def next_expiry(db: SqlDb) -> float | None:
     return None if found is None else float(found)
 
 
-def add_grant(db: SqlDb, session_key: str, tool: str, until: float, approval_id: str) -> None:
+def add_grant(
+    db: SqlDb, session_key: str, tool: str, scope: str, until: float, approval_id: str
+) -> None:
     db.execute(
-        "INSERT INTO grants (session_key, tool, until, approval_id) VALUES (?, ?, ?, ?)"
-        " ON CONFLICT(session_key, tool) DO UPDATE SET until = excluded.until,"
+        "INSERT INTO grants (session_key, tool, scope, until, approval_id)"
+        " VALUES (?, ?, ?, ?, ?)"
+        " ON CONFLICT(session_key, tool, scope) DO UPDATE SET until = excluded.until,"
         " approval_id = excluded.approval_id",
-        [session_key, tool, until, approval_id],
+        [session_key, tool, scope, until, approval_id],
     )
 
 
-def has_grant(db: SqlDb, session_key: str, tool: str, now: float) -> bool:
+def has_grant(db: SqlDb, session_key: str, tool: str, scope: str, now: float) -> bool:
     row = db.execute(
-        "SELECT 1 FROM grants WHERE session_key = ? AND tool = ? AND until > ?",
-        [session_key, tool, now],
+        "SELECT 1 FROM grants WHERE session_key = ? AND tool = ? AND scope = ? AND until > ?",
+        [session_key, tool, scope, now],
     ).fetchone()
     return row is not None
 

@@ -294,7 +294,40 @@ def _v9(db: Database) -> None:
     )
 
 
-MIGRATIONS: list[Callable[[Database], None]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8, _v9]
+def _v10(db: Database) -> None:
+    """A grant covers a tool *and* the arguments that decide its effect (its scope), as
+    the prompt showed them; a request keeps the scope an "allow for a time" on it would
+    grant (NULL: not offered). Grants of the older per-tool kind are dropped: each was
+    broader than what its approver saw, and lasted an hour at most."""
+    _run_script(
+        db,
+        """
+        DROP TABLE grants;
+        CREATE TABLE grants (
+            session_key TEXT NOT NULL,
+            tool TEXT NOT NULL,
+            scope TEXT NOT NULL,
+            until REAL NOT NULL,
+            approval_id TEXT NOT NULL,
+            PRIMARY KEY (session_key, tool, scope)
+        );
+        ALTER TABLE approvals ADD COLUMN grant_scope TEXT
+        """,
+    )
+
+
+MIGRATIONS: list[Callable[[Database], None]] = [
+    _v1,
+    _v2,
+    _v3,
+    _v4,
+    _v5,
+    _v6,
+    _v7,
+    _v8,
+    _v9,
+    _v10,
+]
 
 
 def migrate(db: Database) -> int:

@@ -344,6 +344,7 @@ class ApprovalRepo:
         prompt_to: str,
         prompt_outbound_id: str | None,
         expires_at: float,
+        grant_scope: str | None,
     ) -> None:
         approval_sql.insert_approval(
             self._db,
@@ -360,6 +361,7 @@ class ApprovalRepo:
             prompt_to=prompt_to,
             prompt_outbound_id=prompt_outbound_id,
             expires_at=expires_at,
+            grant_scope=grant_scope,
         )
 
     def get(self, approval_id: str) -> approval_sql.ApprovalRow | None:
@@ -396,18 +398,19 @@ class ApprovalRepo:
 
 
 class GrantRepo:
-    """ "Allow for N minutes": a chat's time-boxed permission for one tool."""
+    """ "Allow for N minutes": a chat's time-boxed permission for one tool, within one
+    scope (the deciding arguments the approver saw, as the tool states them)."""
 
     __slots__ = ("_db",)
 
     def __init__(self, db: SqlDb) -> None:
         self._db = db
 
-    def add(self, session_key: str, tool: str, until: float, approval_id: str) -> None:
-        approval_sql.add_grant(self._db, session_key, tool, until, approval_id)
+    def add(self, session_key: str, tool: str, scope: str, until: float, approval_id: str) -> None:
+        approval_sql.add_grant(self._db, session_key, tool, scope, until, approval_id)
 
-    def holds(self, session_key: str, tool: str, now: float) -> bool:
-        return approval_sql.has_grant(self._db, session_key, tool, now)
+    def holds(self, session_key: str, tool: str, scope: str, now: float) -> bool:
+        return approval_sql.has_grant(self._db, session_key, tool, scope, now)
 
 
 class ReminderRepo:

@@ -6,6 +6,7 @@ with an error code the model (or the user) can act on.
 
 from __future__ import annotations
 
+import json
 import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -85,6 +86,25 @@ class ToolContext:
     approval_id: str | None = None
     # Where results go (a webhook's or cron job's deliver_to); None: the origin.
     answer_to: Address | None = None
+    # Whether the requester is an approver of the origin chat (the owner at the
+    # terminal always is): what the gate trusts with the owner's data.
+    approver: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Effect:
+    """What a call does that the gate judges by (DESIGN.md: rules are about effects,
+    not tool names). A tool states it; the policy decides from it, so a new tool that
+    sends or discloses is asked for the way the built-ins are, without a rule of its own.
+
+    ``sends_to``: the chat a sending tool delivers to (None: it sends to no chat; its
+    result goes back to the requester's answer like any tool's).
+    ``discloses``: the owner's data the call hands out, said for people ("the workspace
+    file notes.txt"), or "" when it hands out none. A call that discloses hands it to
+    whoever receives its effect: the chat it sends to, else the requester."""
+
+    sends_to: Address | None = None
+    discloses: str = ""
 
 
 # Which profile a tool belongs to (see ``registry.PROFILES``).
@@ -122,6 +142,19 @@ class Tool(ABC):
     def approval_override(self, args: dict[str, Any], ctx: ToolContext) -> bool | None:
         """True/False to force asking or not for this call; None defers to the policy."""
         return None
+
+    def effect(self, args: dict[str, Any], ctx: ToolContext) -> Effect:
+        """What this call does that the gate judges (see ``Effect``); by default: it
+        sends to no chat and discloses nothing of the owner's."""
+        return Effect()
+
+    def grant_scope(self, args: dict[str, Any], ctx: ToolContext) -> str:
+        """What an "allow for a time" grant made on this call covers beside the tool:
+        by default the values of its deciding arguments (``key_args``) exactly, so a
+        grant covers a later call only when what the prompt showed first is the same.
+        Tools whose deciding argument has a natural wider unit say so (the host of a
+        request, the directory of a write)."""
+        return json.dumps([args.get(key) for key in self.key_args], separators=(",", ":"))
 
     def extract_args(self, text: str) -> dict[str, Any] | None:
         """Arguments for the offline rules brain, taken from the user's words.

@@ -24,7 +24,9 @@ from contextlib import suppress
 from pathlib import Path, PurePosixPath
 from typing import Any, ClassVar
 
-from ..base import ErrorCode, Risk, Tool, ToolContext, ToolGroup, ToolResult, within
+from ...events import Address
+from ...media.inbox import sent_by
+from ..base import Effect, ErrorCode, Risk, Tool, ToolContext, ToolGroup, ToolResult, within
 
 DEFAULT_READ_LIMIT = 256 * 1024
 MAX_READ_LIMIT = 4 * 1024 * 1024
@@ -142,6 +144,24 @@ def read_workspace_file(
         return _os_failure(raw, exc)
 
 
+def workspace_file_effect(
+    workspace: Path, raw: str, ctx: ToolContext, sends_to: Address | None = None
+) -> Effect:
+    """The effect of handing out the workspace file ``raw``: the owner's data, unless it
+    is a file the requester sent (in their own inbox folder, judged on where the path
+    resolves now, as the read will open it)."""
+    try:
+        root = workspace.resolve()
+        target = _resolve_inside(root, _relative(raw), raw)
+    except _Refused:
+        target = None
+    if target is not None:
+        relative = PurePosixPath(*target.relative_to(root).parts)
+        if sent_by(relative, ctx.origin.channel, ctx.user.id):
+            return Effect(sends_to=sends_to)
+    return Effect(sends_to=sends_to, discloses=f"the workspace file {raw}")
+
+
 class FileReadTool(Tool):
     name: ClassVar[str] = "file_read"
     description: ClassVar[str] = (
@@ -169,6 +189,9 @@ class FileReadTool(Tool):
 
     def __init__(self, workspace: Path) -> None:
         self.workspace = workspace
+
+    def effect(self, args: dict[str, Any], ctx: ToolContext) -> Effect:
+        return workspace_file_effect(self.workspace, str(args.get("path", "")), ctx)
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         limit = int(args.get("max_bytes") or DEFAULT_READ_LIMIT)
@@ -214,6 +237,10 @@ class FileWriteTool(Tool):
 
     def __init__(self, workspace: Path) -> None:
         self.workspace = workspace
+
+    def grant_scope(self, args: dict[str, Any], ctx: ToolContext) -> str:
+        """A grant covers writes into one directory (the one the prompt showed)."""
+        return f"{PurePosixPath(str(args.get('path', ''))).parent}/"
 
     def risk_for(self, args: dict[str, Any]) -> Risk:
         """Dangerous for a path programs may read as config or hooks (see the module)."""

@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar, Literal
 
 from ...events import Address, OutboundKind, OutboundMessage
-from ..base import ErrorCode, Risk, Tool, ToolContext, ToolGroup, ToolResult
+from ..base import Effect, ErrorCode, Risk, Tool, ToolContext, ToolGroup, ToolResult
 
 OutboundSink = Callable[[OutboundMessage], Awaitable[None]]
 
@@ -20,7 +20,8 @@ _SAYING = re.compile(r"(?:saying|that says|:)\s*(.+)$", re.IGNORECASE | re.DOTAL
 
 class ChatSender(Tool):
     """A tool that sends to a chat through the bus: the requester's own unless ``to``
-    names another, which always asks. ``bind`` connects it once the daemon runs."""
+    names another. Its effect says where it sends (the gate asks for any other chat
+    than the requester's); ``bind`` connects it once the daemon runs."""
 
     def __init__(self) -> None:
         self._sink: OutboundSink | None = None
@@ -31,11 +32,20 @@ class ChatSender(Tool):
         self._sink = sink
         self._channels = channels
 
-    def approval_override(self, args: dict[str, Any], ctx: ToolContext) -> bool | None:
-        target = args.get("to")
-        if target and target != str(ctx.origin):
-            return True  # another chat: always ask
-        return None
+    def recipient(self, args: dict[str, Any], ctx: ToolContext) -> Address | None:
+        """The chat this call sends to (None: ``to`` is not an address; it sends
+        nothing)."""
+        try:
+            return Address.parse(args["to"]) if args.get("to") else ctx.origin
+        except ValueError:
+            return None
+
+    def effect(self, args: dict[str, Any], ctx: ToolContext) -> Effect:
+        return Effect(sends_to=self.recipient(args, ctx))
+
+    def grant_scope(self, args: dict[str, Any], ctx: ToolContext) -> str:
+        """A grant covers sending to one chat: the recipient the prompt showed first."""
+        return str(self.recipient(args, ctx) or args.get("to"))
 
     def _target(self, args: dict[str, Any], ctx: ToolContext) -> Address | ToolResult:
         """Where to send (a running channel's chat), or why not."""

@@ -1,11 +1,12 @@
 """send_file: send a workspace file to a chat, as a document or a photo.
 
-Like send_message, its effect stays in the requester's own chat by default, so it does
-not ask there; a file for any other chat asks for approval. The file is copied when the
-call runs (opened without following symlinks, as file_read does) into the state
-directory's ``outgoing/``: what is sent is what the call read, even if the workspace
-changes before delivery. The delivery worker deletes the copy once the message is
-delivered or has failed.
+A workspace file is the owner's data: it goes unasked only to an approver in their own
+chat. Anyone else asks (``Effect.discloses``), except for the files they sent
+themselves (their inbox folder); a file for any other chat asks whoever asks for it.
+The file is copied when the call runs (opened without following symlinks, as file_read
+does) into the state directory's ``outgoing/``: what is sent is what the call read,
+even if the workspace changes before delivery. The delivery worker deletes the copy
+once the message is delivered or has failed.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from typing import Any, ClassVar, Literal
 
 from ...events import MediaKind, OutboundFile, OutboundKind, OutboundMessage, new_id
 from ...sizes import format_size
-from ..base import ErrorCode, Risk, ToolContext, ToolGroup, ToolResult
-from .files import read_workspace_file
+from ..base import Effect, ErrorCode, Risk, ToolContext, ToolGroup, ToolResult
+from .files import read_workspace_file, workspace_file_effect
 from .messaging import ChatSender
 
 # Telegram's limits for bots: 50 MB a document, 10 MB a photo.
@@ -57,6 +58,11 @@ class SendFileTool(ChatSender):
         super().__init__()
         self.workspace = workspace
         self.outgoing = outgoing
+
+    def effect(self, args: dict[str, Any], ctx: ToolContext) -> Effect:
+        return workspace_file_effect(
+            self.workspace, str(args.get("path", "")), ctx, sends_to=self.recipient(args, ctx)
+        )
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         target = self._target(args, ctx)

@@ -131,6 +131,17 @@ class HttpRequestTool(Tool):
         # With no allowed domain every request would be refused.
         return bool(self.config.allow_domains)
 
+    def grant_scope(self, args: dict[str, Any], ctx: ToolContext) -> str:
+        """A grant covers one method to one host (and port), the URL's other parts free."""
+        method = str(args.get("method") or "GET").upper()
+        try:
+            parts = urlsplit(str(args.get("url", "")))
+            host = (parts.hostname or "").rstrip(".")
+            port = f":{parts.port}" if parts.port is not None else ""
+        except ValueError:
+            return f"{method} {args.get('url')}"
+        return f"{method} {parts.scheme.lower()}://{host}{port}"
+
     def risk_for(self, args: dict[str, Any]) -> Risk:
         method = str(args.get("method") or "GET").upper()
         if method not in READ_METHODS or args.get("body") is not None:
