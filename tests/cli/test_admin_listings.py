@@ -73,7 +73,7 @@ def test_a_request_id_prefix_finds_the_request_or_says_which_ones_it_begins(
             approval_id=approval_id, turn_id="turn", session_key="cli:local", trace_id="trace",
             tool="shell_exec", args={"command": "ls"}, args_hash="hash", risk="dangerous",
             requested_by={"id": "u", "name": "Ann"}, origin="cli:local", prompt_to="cli:local",
-            prompt_outbound_id=None, expires_at=4_000_000_000.0,
+            prompt_outbound_id=None, expires_at=4_000_000_000.0, grant_scope=None,
         )  # fmt: skip
 
     seeded(state, lambda tx: [request(tx, i) for i in ("c0ffee01", "c0ffee02", "c0ffee")])
