@@ -145,7 +145,9 @@ def wire(
             resync=SCHEDULE_RESYNC if cluster is not None else None,
         ),
         access=StoreAccess(store, config),
-        housekeeping=Housekeeping(store, retention=config.storage.retention.total_seconds()),
+        housekeeping=Housekeeping(
+            store, retention=config.storage.retention.total_seconds(), inbox=inbox_dir
+        ),
         clients=clients,
     )
 

@@ -1,12 +1,16 @@
-"""Budgets for the files people send: a daily budget per sender and a cap on the inbox,
-through the running daemon with the real aiogram client against the fake Bot API."""
+"""Budgets for the files people send: a daily budget per sender, a cap on the inbox, the
+inbox pruned by retention; through the running daemon with the real aiogram client
+against the fake Bot API, and the parts on their own with real files."""
 
 from __future__ import annotations
 
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from echo_bot.media.budget import prune_inbox
 from tests.channels.test_telegram import OWNER, STRANGER, reply_to, say, telegram_bot, text_of
+from tests.conftest import eventually
 from tests.fakes.telegram_api import FakeTelegramAPI
 
 KB990 = 990_000  # just under max_download = "1MB"
@@ -114,3 +118,53 @@ async def test_a_file_larger_than_announced_stops_at_the_budget_and_is_not_kept(
     [kept] = files_of(state_dir, STRANGER)
     assert kept.stat().st_size == KB990
     assert not [p for p in kept.parent.iterdir() if p.name.startswith(".")]  # no partial left
+
+
+# -- retention ----------------------------------------------------------------------------
+def old_and_new_inbox(workspace: Path, today: date) -> dict[str, Path]:
+    """Date folders of two senders and of the older layout, with real files in them."""
+    inbox = workspace / "inbox"
+    folders = {
+        "old": inbox / "telegram-77" / (today - timedelta(days=40)).isoformat(),
+        "old-layout": inbox / (today - timedelta(days=31)).isoformat(),
+        "recent": inbox / "telegram-77" / (today - timedelta(days=3)).isoformat(),
+        "today": inbox / "telegram-42" / today.isoformat(),
+        "not-a-date": inbox / "telegram-42" / "notes",
+    }
+    for folder in folders.values():
+        folder.mkdir(parents=True)
+        (folder / "abcd1234-1-file.bin").write_bytes(b"x" * 1000)
+    return folders
+
+
+def test_retention_prunes_whole_old_date_folders_and_keeps_recent_ones(tmp_path: Path) -> None:
+    today = date(2026, 12, 3)
+    folders = old_and_new_inbox(tmp_path, today)
+    outside = tmp_path / "elsewhere" / "2020-01-01"
+    outside.mkdir(parents=True)
+    (tmp_path / "inbox" / "telegram-99").mkdir()
+    (tmp_path / "inbox" / "telegram-99" / "2020-01-01").symlink_to(outside)
+    removed = prune_inbox(tmp_path / "inbox", today - timedelta(days=30), today)
+    assert sorted(removed) == sorted(
+        [f"telegram-77/{folders['old'].name}", folders["old-layout"].name]
+    )
+    assert not folders["old"].exists() and not folders["old-layout"].exists()
+    for kept in ("recent", "today", "not-a-date"):
+        assert (folders[kept] / "abcd1234-1-file.bin").is_file(), kept
+    assert outside.is_dir()  # a link is never followed
+    # Never the day in use, whatever the cut-off says.
+    assert prune_inbox(tmp_path / "inbox", today + timedelta(days=5), today) == [
+        f"telegram-77/{folders['recent'].name}"
+    ]
+    assert folders["today"].is_dir()
+
+
+async def test_the_daemon_prunes_the_inbox_by_the_retention_when_it_starts(
+    state_dir: Path,
+) -> None:
+    today = datetime.now(UTC).date()
+    folders = old_and_new_inbox(state_dir / "workspace", today)
+    async with telegram_bot(state_dir, '[storage]\nretention = "30d"\n') as (_bot, _api):
+        await eventually(lambda: not folders["old"].exists(), what="the old day pruned")
+        await eventually(lambda: not folders["old-layout"].exists(), what="old layout pruned")
+        assert folders["recent"].is_dir() and folders["today"].is_dir()
