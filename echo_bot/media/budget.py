@@ -83,9 +83,15 @@ class Refusal:
                 f" a day and {format_size(self.left)} of that is left today. It starts again at"
                 f" {when}. Your message itself reached me."
             )
+        room = f"the room for files ({format_size(self.limit)} in all)"
+        state = (
+            f"{room} is full"
+            if self.left == 0
+            else f"only {format_size(self.left)} of {room} is left"
+        )
         return (
-            f"I did not save your {what}: the room for files ({format_size(self.limit)} in"
-            " all) is full until the owner makes room. Your message itself reached me."
+            f"I did not save your {what}: {state} until the owner makes room. Your message"
+            " itself reached me."
         )
 
 

@@ -8,7 +8,9 @@ from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from echo_bot.media.budget import prune_inbox
+import pytest
+
+from echo_bot.media.budget import MediaBudget, OverBudget, prune_inbox
 from tests.channels.test_telegram import OWNER, STRANGER, reply_to, say, telegram_bot, text_of
 from tests.conftest import eventually
 from tests.fakes.telegram_api import FakeTelegramAPI
@@ -91,11 +93,12 @@ async def test_the_inbox_cap_refuses_everyone_once_the_inbox_is_full(state_dir: 
             await reply_to(api, message_id, "saved in the workspace")
         message_id = send_document(api, OWNER, document(api, 3))
         notice = await reply_to(api, message_id, "I did not save your document")
-        assert "the room for files (3.0 MB in all) is full" in text_of(notice)
+        assert "only 30.0 KB of the room for files (3.0 MB in all) is left" in text_of(notice)
         answer = await reply_to(api, message_id, "could not download your document")
         assert "inbox_max = 3.0 MB" in text_of(answer)
         theirs = send_document(api, STRANGER, document(api, 4, size=40_000))
         notice = await reply_to(api, theirs, "room for files", chat_id=STRANGER)
+        assert "until the owner makes room" in text_of(notice)
         assert len(api.downloads) == 3
     assert len(files_of(state_dir, OWNER)) == 3 and files_of(state_dir, STRANGER) == []
 
@@ -118,6 +121,30 @@ async def test_a_file_larger_than_announced_stops_at_the_budget_and_is_not_kept(
     [kept] = files_of(state_dir, STRANGER)
     assert kept.stat().st_size == KB990
     assert not [p for p in kept.parent.iterdir() if p.name.startswith(".")]  # no partial left
+
+
+async def test_files_being_fetched_count_against_the_budgets_until_released(
+    tmp_path: Path,
+) -> None:
+    budget = MediaBudget(tmp_path / "inbox", daily_per_sender=1_000_000, inbox_max=1_500_000)
+    day = date(2026, 12, 3)
+    saved = tmp_path / "inbox" / "telegram-77" / day.isoformat()
+    saved.mkdir(parents=True)
+    (saved / "a-1-old.bin").write_bytes(b"x" * 300_000)
+    first = await budget.admit("telegram-77", day, 600_000, exempt=False)
+    assert first.limit == 700_000 and first.bound.budget == "daily"
+    with pytest.raises(OverBudget) as refused:  # the first is still on its way
+        await budget.admit("telegram-77", day, 200_000, exempt=False)
+    assert refused.value.refusal.left == 100_000
+    other = await budget.admit("telegram-42", day, 500_000, exempt=False)  # another sender
+    assert other.limit == 600_000 and other.bound.budget == "inbox"
+    budget.release(first)
+    again = await budget.admit("telegram-77", day, 200_000, exempt=False)
+    assert again.limit == 700_000  # both budgets leave 700 kB now
+    budget.release(other)
+    budget.release(again)
+    exempt = await budget.admit("telegram-77", day, 1_100_000, exempt=True)
+    assert exempt.limit == 1_200_000 and exempt.bound.budget == "inbox"
 
 
 # -- retention ----------------------------------------------------------------------------
