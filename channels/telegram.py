@@ -53,7 +53,13 @@ from aiohttp import ClientError, ClientResponseError
 
 from echo_bot.bus import Bus, ChannelSetup
 from echo_bot.config import TelegramConfig
-from echo_bot.errors import ChannelError, ConfigError, MediaUnavailable, StoreError
+from echo_bot.errors import (
+    ChannelError,
+    ConfigError,
+    MediaTooLarge,
+    MediaUnavailable,
+    StoreError,
+)
 from echo_bot.events import (
     Address,
     ApprovalDecision,
@@ -878,19 +884,32 @@ class TelegramChannel:
             log.info("telegram: the reply being written in %s was stopped", event.chat.id)
 
     # -- files ------------------------------------------------------------------------------
-    async def fetch_media(self, attachment: Attachment, destination: Path) -> int:
+    async def fetch_media(
+        self, attachment: Attachment, destination: Path, *, limit: int | None = None
+    ) -> int:
         """Download a message's file (the core calls this during the turn) to
-        ``destination``, through a temporary name: there is a whole file or none."""
-        limit = self.config.max_download
-        over = f"over the {format_size(limit)} download limit ([telegram] max_download)"
-        if attachment.size is not None and attachment.size > limit:
-            raise MediaUnavailable(f"it is {format_size(attachment.size)}, {over}")
+        ``destination``, through a temporary name: there is a whole file or none.
+        ``limit`` (what the core's media budgets leave) stops it sooner than
+        ``max_download`` when it is smaller."""
+        own = self.config.max_download
+        budget = limit is not None and limit < own
+        cap = min(own, limit) if limit is not None else own
+        over = f"over the {format_size(own)} download limit ([telegram] max_download)"
+
+        def too_big(size: int | None) -> MediaUnavailable:
+            shown = f"it is {format_size(size)}" if size is not None else "it is larger"
+            if budget:
+                return MediaTooLarge(f"{shown}, over the {format_size(cap)} its budget leaves")
+            return MediaUnavailable(f"{shown}, {over}" if size is not None else f"it is {over}")
+
+        if attachment.size is not None and attachment.size > cap:
+            raise too_big(attachment.size)
         try:
             file = await self.bot.get_file(attachment.file_ref)
         except TelegramBadRequest as exc:  # "file is too big", "wrong file_id"…
             raise MediaUnavailable(f"Telegram would not hand it over ({exc.message})") from None
-        if file.file_size is not None and file.file_size > limit:
-            raise MediaUnavailable(f"it is {format_size(file.file_size)}, {over}")
+        if file.file_size is not None and file.file_size > cap:
+            raise too_big(file.file_size)
         if not file.file_path:
             raise MediaUnavailable("Telegram gave no path to download it from")
         url = self.bot.session.api.file_url(self.bot.token, file.file_path)
@@ -904,8 +923,8 @@ class TelegramChannel:
                     url, timeout=int(DOWNLOAD_TIMEOUT), chunk_size=DOWNLOAD_CHUNK
                 ):
                     size += len(chunk)
-                    if size > limit:
-                        raise MediaUnavailable(f"it is {over}")
+                    if size > cap:
+                        raise too_big(None)
                     await asyncio.to_thread(handle.write, chunk)
             except ClientResponseError as exc:  # its text has the URL, and so the token
                 if exc.status in (400, 403, 404):

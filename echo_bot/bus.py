@@ -184,10 +184,14 @@ class MediaSource(Protocol):
 
     name: str
 
-    async def fetch_media(self, attachment: Attachment, destination: Path) -> int:
+    async def fetch_media(
+        self, attachment: Attachment, destination: Path, *, limit: int | None = None
+    ) -> int:
         """Write the file to ``destination`` (complete, or not at all); its size in bytes.
         Raises ``MediaUnavailable`` when trying again will not help, anything else when
-        it may (a network error)."""
+        it may (a network error). ``limit``: the most bytes the core's media budgets
+        leave for it; a file larger than that (announced or as it streams in, when it is
+        below the channel's own limit) raises ``MediaTooLarge``."""
         ...
 
 

@@ -204,6 +204,16 @@ class TelegramConfig(Section):
         return self.allowed_users if self.approvers is None else self.approvers
 
 
+class MediaConfig(Section):
+    # Budgets for the files people send (saved in <workspace>/inbox/<channel>-<sender>/
+    # <UTC date>/, whatever the channel). Bytes one sender who is not an approver may
+    # have saved per UTC day; approvers are trusted and not counted against it.
+    daily_bytes_per_sender: ByteSize = 50 * 1000**2
+    # The whole inbox, everyone's files together (approvers' too): past it files are
+    # refused until retention prunes old days or someone deletes files.
+    inbox_max: ByteSize = 1000**3
+
+
 _ROUTE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 
 
@@ -421,6 +431,7 @@ class Config(Section):
     approvals: ApprovalsConfig = Field(default_factory=ApprovalsConfig)
     http: HttpConfig = Field(default_factory=HttpConfig)
     telegram: TelegramConfig = Field(default_factory=TelegramConfig)
+    media: MediaConfig = Field(default_factory=MediaConfig)
     webhook: WebhookConfig = Field(default_factory=WebhookConfig)
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
     storage: StorageConfig = Field(default_factory=StorageConfig)

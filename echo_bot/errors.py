@@ -71,6 +71,11 @@ class MediaUnavailable(ChannelError):
         super().__init__(message, retryable=False)
 
 
+class MediaTooLarge(MediaUnavailable):
+    """A file outgrew the most bytes the core let a channel fetch (``fetch_media``'s
+    ``limit``: what is left of the media budgets)."""
+
+
 class DecisionRefused(EchoBotError):
     """An approval decision was refused: unknown id, already decided, expired, not allowed."""
 

@@ -1,6 +1,6 @@
-"""What keeps a long-running daemon tidy and its owner told: finished work pruned after
-the retention (at start, then daily), and a warning for each address that names a
-channel this daemon does not run."""
+"""What keeps a long-running daemon tidy and its owner told: finished work and the
+inbox's files pruned after the retention (at start, then daily), and a warning for each
+address that names a channel this daemon does not run."""
 
 from __future__ import annotations
 
@@ -8,8 +8,11 @@ import asyncio
 import logging
 import time
 from collections.abc import Iterable
+from datetime import UTC, datetime
+from pathlib import Path
 
 from .config import Config
+from .media.budget import prune_inbox
 from .store import Store
 
 log = logging.getLogger(__name__)
@@ -18,9 +21,10 @@ PRUNE_EVERY = 86400.0
 
 
 class Housekeeping:
-    def __init__(self, store: Store, *, retention: float) -> None:
+    def __init__(self, store: Store, *, retention: float, inbox: Path | None = None) -> None:
         self._store = store
         self._retention = retention
+        self._inbox = inbox
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -35,6 +39,16 @@ class Housekeeping:
         """Delete finished rows last touched before ``before``: a slow transaction."""
         return await self._store.run(lambda tx: tx.meta.prune(before), slow=True)
 
+    async def prune_files(self, before: float, now: float | None = None) -> list[str]:
+        """Remove the inbox's date folders of UTC days wholly before ``before`` (never the
+        current day's), off the event loop; what was removed."""
+        if self._inbox is None:
+            return []
+        today = datetime.fromtimestamp(time.time() if now is None else now, UTC).date()
+        # A folder holds its whole day: it goes once the day's end is past ``before``.
+        cut = datetime.fromtimestamp(before, UTC).date()
+        return await asyncio.to_thread(prune_inbox, self._inbox, cut, today)
+
     async def _prune_daily(self) -> None:
         while True:
             try:
@@ -43,6 +57,12 @@ class Housekeeping:
                     log.info("pruned finished work older than the retention: %s", counts)
             except Exception:  # housekeeping must never stop the daemon
                 log.exception("pruning failed; trying again tomorrow")
+            try:
+                removed = await self.prune_files(before=time.time() - self._retention)
+                if removed:
+                    log.info("pruned %d inbox date folder(s) past the retention", len(removed))
+            except Exception:
+                log.exception("pruning the inbox failed; trying again tomorrow")
             await asyncio.sleep(PRUNE_EVERY)
 
 

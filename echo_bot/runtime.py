@@ -17,10 +17,12 @@ from .cluster import Cluster
 from .config import Config, llm_enabled
 from .core import Core
 from .delivery import DeliveryWorker
-from .events import OutboundKind, OutboundMessage
+from .events import MessageInbound, OutboundKind, OutboundMessage
 from .housekeeping import Housekeeping
 from .instances import InstanceMembership, default_name
+from .media.budget import MediaBudget
 from .media.inbound import MediaPreparer, Transcribe
+from .media.inbox import INBOX
 from .previews import Previews
 from .scheduling.scheduler import Scheduler
 from .store import SqliteInbox, SqliteOutbox
@@ -81,7 +83,25 @@ def wire(
         fence=fence,
     )
     brain = brain or _brain(core, environ, bus, clients)
-    media = MediaPreparer(core.workspace, transcribe=_transcriber(config, environ, clients))
+    inbox_dir = core.workspace / INBOX
+    budget = MediaBudget(
+        inbox_dir,
+        daily_per_sender=config.media.daily_bytes_per_sender,
+        inbox_max=config.media.inbox_max,
+    )
+
+    async def approver(message: MessageInbound) -> bool:  # exempt from the daily budget
+        directory = core.live.current.directory
+        return await store.run(
+            lambda tx: directory.is_approver(tx, message.address, message.sender.id)
+        )
+
+    media = MediaPreparer(
+        core.workspace,
+        transcribe=_transcriber(config, environ, clients),
+        budget=budget,
+        exempt=approver,
+    )
     previews = Previews(core.masker)
     runner = TurnRunner(
         store=store,
@@ -125,7 +145,9 @@ def wire(
             resync=SCHEDULE_RESYNC if cluster is not None else None,
         ),
         access=StoreAccess(store, config),
-        housekeeping=Housekeeping(store, retention=config.storage.retention.total_seconds()),
+        housekeeping=Housekeeping(
+            store, retention=config.storage.retention.total_seconds(), inbox=inbox_dir
+        ),
         clients=clients,
     )
 

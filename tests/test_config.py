@@ -217,6 +217,40 @@ def test_empty_config_is_all_defaults() -> None:
     assert parse_config({}, SOURCE) == Config()
 
 
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("daily_bytes_per_sender = 'lots'", "'lots' is not a size (use e.g. '512KB', '20MB',"),
+        ("inbox_max = '5PB'", "'5PB' is not a size"),
+        ("inbox_max = 0", "a size must be positive"),
+        ("daily_bytes_per_sender = '2000GB'", "a size must be at most 1000GB"),
+        ("daily_bytes_per_sender = true", "a size must be a number of bytes or a string"),
+    ],
+)
+def test_media_budgets_that_are_no_sizes_are_named(text: str, reason: str) -> None:
+    key = text.split(" ", 1)[0]
+    line = single_line(config_error("[media]\n" + text))
+    assert line.startswith(f"{SOURCE}: media.{key}: {reason}"), line
+
+
+def test_media_budgets_take_sizes_and_have_defaults() -> None:
+    media = parse_config(
+        tomllib.loads("[media]\ndaily_bytes_per_sender = '5MB'\ninbox_max = '2GiB'"), SOURCE
+    ).media
+    assert (media.daily_bytes_per_sender, media.inbox_max) == (5 * 1000**2, 2 * 1024**3)
+    default = Config().media
+    assert (default.daily_bytes_per_sender, default.inbox_max) == (50 * 1000**2, 1000**3)
+
+
+def test_check_config_refuses_a_bad_media_budget_with_exit_2(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text('[media]\ninbox_max = "a lot"\n')
+    result = run_echo_bot("check-config", "--config", str(path), env=echo_bot_env())
+    assert result.returncode == 2, result.stderr
+    assert f"{path}: media.inbox_max: 'a lot' is not a size" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
 # --------------------------------------------------------------------------- load_config
 
 

@@ -14,6 +14,7 @@ from urllib.parse import quote
 
 from ..config import DEFAULT_OPENAI_BASE_URL, LoadedConfig, llm_enabled, telegram_enabled
 from ..errors import ConfigError, EchoBotError
+from ..sizes import format_size
 from ..store import (
     DB_FILENAME,
     DatabaseCheck,
@@ -140,6 +141,24 @@ def _check_outbox(
                 " in this config: enable it, or they are never delivered"
             )
     return WARN, "; ".join(parts)
+
+
+def _check_media(workspace: Path, inbox_max: int) -> tuple[str, str]:
+    """How much the files people sent take (``<workspace>/inbox``), against its cap."""
+    from ..media.budget import measure
+    from ..media.inbox import INBOX
+
+    inbox = workspace / INBOX
+    if not inbox.is_dir():
+        return OK, f"{inbox}: no files yet (cap {format_size(inbox_max)}, [media] inbox_max)"
+    used = measure(inbox)
+    text = (
+        f"{inbox}: {format_size(used.total)} in {used.files} file(s), cap"
+        f" {format_size(inbox_max)} ([media] inbox_max)"
+    )
+    if used.total >= inbox_max:
+        return WARN, f"{text}: full, new files are refused until old days are pruned"
+    return OK, text
 
 
 async def _reach(url: str, timeout: float = TIMEOUT) -> tuple[str, str]:
@@ -269,6 +288,8 @@ def run_doctor(
         outbox = _check_outbox(state_dir, frozenset(running), database)
         if outbox is not None:
             checks.append(("outbox", *outbox))
+        workspace = (config.tools.workspace or state_dir / "workspace").expanduser()
+        checks.append(("media", *_check_media(workspace, config.media.inbox_max)))
     width = max(len(name) for name, _s, _t in checks)
     for name, status, text in checks:
         text = text.replace("\n", "\n" + " " * (width + 9))

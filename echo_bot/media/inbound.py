@@ -8,7 +8,9 @@ becomes a note in the message, never a failed turn.
 
 Files go to ``<workspace>/inbox/<sender>/<UTC date>/<id>-<n>-<name>`` (``media/inbox.py``
 says why the sender comes first): the path follows from the message alone, so a resumed
-turn finds what an earlier try saved.
+turn finds what an earlier try saved. Before a file is fetched the media budgets
+(``media/budget.py``) say whether it fits and how many bytes it may have; a file refused
+is a note in the message and a notice to its sender.
 """
 
 from __future__ import annotations
@@ -18,12 +20,14 @@ import logging
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import date
 from pathlib import Path, PurePosixPath
 
 from ..bus import MediaSource
-from ..errors import MediaUnavailable
-from ..events import Attachment, MediaKind, MessageInbound
+from ..errors import MediaTooLarge, MediaUnavailable
+from ..events import Attachment, MediaKind, MessageInbound, utcnow
 from ..sizes import format_size
+from .budget import MediaBudget, OverBudget
 from .inbox import INBOX, sender_folder
 
 log = logging.getLogger(__name__)
@@ -57,6 +61,8 @@ class TranscriptionFailed(Exception):
 
 
 Transcribe = Callable[[Path, str], Awaitable[str]]
+# Whether a message's sender is exempt from the daily budget per sender (an approver).
+Exempt = Callable[[MessageInbound], Awaitable[bool]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,10 +106,14 @@ class MediaPreparer:
         workspace: Path,
         *,
         transcribe: Transcribe | None = None,
+        budget: MediaBudget | None = None,
+        exempt: Exempt | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.workspace = workspace
         self.transcribe = transcribe
+        self.budget = budget
+        self.exempt = exempt
         self.sleep = sleep
         self._sources: dict[str, MediaSource] = {}
         self._arrived: dict[str, asyncio.Event] = {}
@@ -130,10 +140,17 @@ class MediaPreparer:
         prepared = PreparedMessage(text=message.text or "")
         lines: list[str] = []
         heard: list[str] = []
+        exempt: list[bool] = []  # asked once, when a file is to be fetched
         for index, attachment in enumerate(message.attachments):
             what, _ = _NAMES[attachment.kind]
             try:
-                saved = await self._fetch(message, index)
+                saved = await self._fetch(message, index, exempt)
+            except OverBudget as exc:
+                lines.append(f"[{what} not downloaded: {exc}]")
+                notice = exc.refusal.notice(what, utcnow())
+                if notice not in prepared.notices:
+                    prepared.notices.append(notice)
+                continue
             except MediaUnavailable as exc:
                 lines.append(f"[{what} not downloaded: {exc}]")
                 continue
@@ -179,7 +196,7 @@ class MediaPreparer:
         prepared.notices.append(f"🎙 “{shown}”")
         return f"[{what} saved: {facts}; transcribed above]"
 
-    async def _fetch(self, message: MessageInbound, index: int) -> Saved:
+    async def _fetch(self, message: MessageInbound, index: int, exempt: list[bool]) -> Saved:
         attachment = message.attachments[index]
         relative = saved_path(message, index)
         target = await asyncio.to_thread(self._place, relative)
@@ -187,13 +204,35 @@ class MediaPreparer:
         if size is not None:  # saved by an earlier try of this turn
             return Saved(attachment, target, str(relative), size)
         source = await self._source(message.address.channel)
+        if self.budget is None:
+            return await self._download(source, attachment, target, relative, None)
+        if not exempt:
+            exempt.append(self.exempt is not None and await self.exempt(message))
+        budget = self.budget
+        folder, day = relative.parts[1], date.fromisoformat(relative.parts[2])
+        grant = await budget.admit(folder, day, attachment.size, exempt=exempt[0])
+        try:
+            return await self._download(source, attachment, target, relative, grant.limit)
+        except MediaTooLarge:  # its size was not announced (or not truly)
+            raise OverBudget(grant.bound, None) from None
+        finally:
+            budget.release(grant)
+
+    async def _download(
+        self,
+        source: MediaSource,
+        attachment: Attachment,
+        target: Path,
+        relative: PurePosixPath,
+        limit: int | None,
+    ) -> Saved:
         failure = ""
         for attempt in range(FETCH_ATTEMPTS):
             if attempt:
                 await self.sleep(FETCH_BACKOFF[min(attempt - 1, len(FETCH_BACKOFF) - 1)])
             try:
                 async with asyncio.timeout(FETCH_TIMEOUT):
-                    size = await source.fetch_media(attachment, target)
+                    size = await source.fetch_media(attachment, target, limit=limit)
             except MediaUnavailable:
                 raise
             except Exception as exc:  # network, server: worth another try

@@ -179,3 +179,32 @@ def test_doctor_fails_on_a_file_that_is_no_store(tmp_path: Path) -> None:
         f"[warn] outbox     cannot read the outbox of {path}: file is not a database"
     )
     assert out.splitlines()[-1] == "Fix: store."
+
+
+def test_doctor_reports_how_much_the_inbox_holds_against_its_cap(tmp_path: Path) -> None:
+    state = tmp_path / "st"
+    config = tmp_path / "config.toml"
+    config.write_text('[media]\ninbox_max = "1MB"\n')
+    args = ("--config", str(config), "--state-dir", str(state))
+    code, out = asyncio.run(doctor(*args))
+    inbox = state / "workspace" / "inbox"
+    assert line_of(out, "media") == (
+        f"[  ok] media      {inbox}: no files yet (cap 1.0 MB, [media] inbox_max)"
+    )
+    day = inbox / "telegram-77" / "2026-12-03"
+    day.mkdir(parents=True)
+    (day / "a-1-x.bin").write_bytes(b"x" * 300_000)
+    (day / "a-2-y.bin").write_bytes(b"y" * 200_000)
+    code, out = asyncio.run(doctor(*args))
+    assert code == 0, out
+    assert line_of(out, "media") == (
+        f"[  ok] media      {inbox}: 500.0 KB in 2 file(s), cap 1.0 MB ([media] inbox_max)"
+    )
+    (inbox / "2026-11-01").mkdir()  # the older layout counts too
+    (inbox / "2026-11-01" / "b-1-z.bin").write_bytes(b"z" * 600_000)
+    code, out = asyncio.run(doctor(*args))
+    line = line_of(out, "media")
+    assert line.startswith(f"[warn] media      {inbox}: 1.1 MB in 3 file(s), cap 1.0 MB")
+    assert "full, new files are refused until old days are pruned" in line
+    assert code == 0 and out.splitlines()[-1].startswith("Works, but look at:")
+    assert out.splitlines()[-1].endswith(" media."), out
