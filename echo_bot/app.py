@@ -392,7 +392,7 @@ class Daemon:
         if core.mcp is None:  # the first server of this run
             from .mcp.hub import McpHub
 
-            core.mcp = McpHub([], core.registry, self.environ)
+            core.mcp = McpHub([], core.registry, self.environ, max_tools=new.mcp.max_tools)
             tools = new.tools
 
             def expose() -> None:
@@ -401,7 +401,7 @@ class Daemon:
             core.mcp.on_change = expose
             if self.http is not None:
                 self.http.add_health("mcp", core.mcp.health)
-        changes = await core.mcp.reload(new.mcp.servers)
+        changes = await core.mcp.reload(new.mcp.servers, new.mcp.max_tools)
         if changes:
             log.info("SIGHUP: MCP servers: %s", ", ".join(changes))
 
