@@ -63,7 +63,11 @@ def hub_of(bot: Bot) -> McpHub:
 async def evil_bot(state_dir: Path, config: str, **kwargs: Any) -> AsyncIterator[Bot]:
     async with running_bot(state_dir, config, **kwargs) as bot:
         hub = hub_of(bot)
-        await eventually(lambda: hub.servers["evil"].status.state == "ready", what="evil ready")
+
+        def ready() -> bool:
+            return hub.servers["evil"].status.state == "ready"
+
+        await eventually(ready, timeout=30, what="the evil server ready")
         yield bot
 
 
