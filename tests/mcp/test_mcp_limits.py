@@ -349,3 +349,21 @@ def _builtin(name: str) -> Any:
 
     attrs = {"name": name, "description": name, "parameters": {"type": "object"}, "run": run}
     return type(f"Tool_{name}", (Tool,), attrs)()
+
+
+def test_mcp_list_and_doctor_say_a_server_is_over_a_cap(tmp_path: Path) -> None:
+    from tests.conftest import run_echo_bot
+
+    state = tmp_path / "s"
+    state.mkdir()
+    config = tmp_path / "echo-bot.toml"
+    config.write_text(evil_config(state, {"EVIL_MANY": "40"}, "max_tools = 20"))
+    args = ("--config", str(config), "--state-dir", str(state))
+    listed = run_echo_bot("mcp", "list", *args, timeout=60)
+    first = listed.stdout.splitlines()[0]
+    assert first.startswith("evil (stdio): ready, 20 tools — degraded: lists 41 tools, over")
+    assert "its max_tools = 20" in first
+    assert "  left out: 21 tools over its max_tools = 20: t019, t020" in listed.stdout
+    doctor = run_echo_bot("doctor", *args, timeout=60)
+    [line] = [line for line in doctor.stdout.splitlines() if "mcp evil " in line]
+    assert line.startswith("[warn]") and "21 tools over its max_tools = 20" in line
