@@ -260,9 +260,12 @@ class McpHub:
         server.status.tools = []
         server.status.limited = None
         chosen: list[McpTool] = []
+        taken: dict[str, str] = {}  # our name → its name on the server, of those chosen
         for item in remote:  # in the server's order: of two that collide, the first stays
             try:
-                chosen.append(self._prepare(server, item, {t.name: t.remote_name for t in chosen}))
+                tool = self._prepare(server, item, taken)
+                chosen.append(tool)
+                taken[tool.name] = tool.remote_name
             except Exception as exc:  # any fault of one tool leaves that tool out
                 problem = f"{item.name}: {exc}" if isinstance(exc, ValueError) else (
                     f"{item.name}: {type(exc).__name__}: {exc}"
