@@ -76,6 +76,8 @@ class WebhookChannel:
         self.config = config
         self.environ = setup.environ
         self.audit = setup.audit
+        # Which arguments of a tool are command lines (the daemon knows its tools).
+        self.argv_args = setup.argv_args
         self.bus: Bus | None = None
         self.routes: dict[str, WebhookRoute] = {}
         self.limits: dict[str, RateLimit] = {}
@@ -299,9 +301,11 @@ class WebhookChannel:
             "metadata": {"route": route.name},
         }
         if route.tool is not None:
+            # With no one to ask, every argument of the route counts as a command line.
+            argv = self.argv_args(route.tool) if self.argv_args else tuple(route.args)
             return ToolCallInbound(
                 tool_call=ToolCallRequest(
-                    tool=route.tool, args=tool_args(route.tool, route.args, sources)
+                    tool=route.tool, args=tool_args(route.args, sources, argv)
                 ),
                 **common,
             )

@@ -2,9 +2,10 @@
 
 Only ``{payload[a][b]}``, ``{headers[Name]}`` and ``{route[name]}`` are understood (the
 config rejects anything else). Values are inserted once and never re-read as
-templates. A command-line string is split into arguments *before* filling, so a value
-can never add arguments, and a value that would begin an argument with ``-`` is refused
-unless the template put ``--`` before it, so a value can never become an option.
+templates. In an argument the tool declares a command line (its ``argv_args``: a list
+of elements, or a string split like a shell would *before* filling, so a value can
+never add arguments) a value that would begin an element with ``-`` is refused unless
+the template put ``--`` before it, so a value can never become an option.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from echo_bot.config import TEMPLATE_FIELD
@@ -43,11 +44,11 @@ class MissingField(TemplateRefused):
 class OptionValue(TemplateRefused):
     """A filled value would begin a command-line argument with ``-``: an option."""
 
-    def __init__(self, index: int) -> None:
+    def __init__(self, where: str) -> None:
         super().__init__(
-            f"a delivery value would make argv[{index}] start with '-' (an option); values "
+            f"a delivery value would make {where} start with '-' (an option); values "
             "never become options unless the route's template puts '--' before them",
-            f"option-like value in argv[{index}]",
+            f"option-like value in {where}",
         )
 
 
@@ -111,7 +112,7 @@ def fill_args(args: Any, sources: Mapping[str, Any]) -> Any:
     return args
 
 
-def fill_argv(argv: list[Any], sources: Mapping[str, Any]) -> list[Any]:
+def fill_argv(argv: list[Any], sources: Mapping[str, Any], name: str = "argv") -> list[Any]:
     """Fill a command line; a value may never begin an argument with ``-``.
 
     An argument whose template starts with a placeholder (so its first character comes
@@ -125,23 +126,25 @@ def fill_argv(argv: list[Any], sources: Mapping[str, Any]) -> list[Any]:
         if isinstance(part, str):
             starts_with_value = TEMPLATE_FIELD.match(part) is not None
             if starts_with_value and not options_ended and str(value).startswith("-"):
-                raise OptionValue(index)
+                raise OptionValue(f"{name}[{index}]")
             options_ended = options_ended or part == "--"
         filled.append(value)
     return filled
 
 
-def tool_args(tool: str, args: dict[str, Any], sources: Mapping[str, Any]) -> dict[str, Any]:
-    """The tool's arguments for one delivery. A ``command`` string is split first."""
-    args = dict(args)
-    if tool != "shell_exec":
-        filled: dict[str, Any] = fill_args(args, sources)
-        return filled
-    if isinstance(args.get("command"), str):
-        args["argv"] = shlex.split(args.pop("command"))
-    return {
-        key: fill_argv(value, sources)
-        if key == "argv" and isinstance(value, list)
-        else fill_args(value, sources)
-        for key, value in args.items()
-    }
+def tool_args(
+    args: dict[str, Any], sources: Mapping[str, Any], argv_args: Collection[str]
+) -> dict[str, Any]:
+    """The tool's arguments for one delivery. Those named in ``argv_args`` are command
+    lines: a list is filled as one (``fill_argv``); a string is split like a shell would,
+    filled as one, and joined again, quoted, so that splitting it gives exactly those
+    elements."""
+    filled: dict[str, Any] = {}
+    for key, value in args.items():
+        if key in argv_args and isinstance(value, list):
+            filled[key] = fill_argv(value, sources, key)
+        elif key in argv_args and isinstance(value, str):
+            filled[key] = shlex.join(fill_argv(shlex.split(value), sources, key))
+        else:
+            filled[key] = fill_args(value, sources)
+    return filled

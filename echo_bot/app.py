@@ -296,6 +296,7 @@ class Daemon:
                 recall=partial(_recall, store),
                 remember=partial(_remember, store),
                 stop_generation=rt.previews.stop,
+                argv_args=self._argv_args,
             )
             made.append(load_channel_class(name)(setup))
         return made
@@ -328,6 +329,14 @@ class Daemon:
             gc.freeze()
         if self.banner:
             self._print_banner(label)
+
+    def _argv_args(self, tool: str) -> tuple[str, ...]:
+        """The arguments of ``tool`` that become a command line: as it declares; for an
+        MCP server's tool not listed now, as the config says."""
+        core = self.core
+        if core.registry.get(tool) is not None:
+            return core.registry.argv_args(tool)
+        return core.mcp.declared_argv(tool) if core.mcp is not None else ()
 
     async def _start_mcp(self, http: HttpServer | None) -> None:
         hub = self.core.mcp
@@ -392,7 +401,7 @@ class Daemon:
         if core.mcp is None:  # the first server of this run
             from .mcp.hub import McpHub
 
-            core.mcp = McpHub([], core.registry, self.environ)
+            core.mcp = McpHub([], core.registry, self.environ, max_tools=new.mcp.max_tools)
             tools = new.tools
 
             def expose() -> None:
@@ -401,7 +410,7 @@ class Daemon:
             core.mcp.on_change = expose
             if self.http is not None:
                 self.http.add_health("mcp", core.mcp.health)
-        changes = await core.mcp.reload(new.mcp.servers)
+        changes = await core.mcp.reload(new.mcp.servers, new.mcp.max_tools)
         if changes:
             log.info("SIGHUP: MCP servers: %s", ", ".join(changes))
 

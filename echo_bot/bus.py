@@ -9,7 +9,7 @@ HTTP 202) as soon as ``publish`` returns.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
@@ -151,6 +151,9 @@ class ChannelSetup(Generic[S]):
     # stop_generation(key): the person asked to stop the reply being written for ``key``
     # (a preview's key); False when none is being written any more.
     stop_generation: Callable[[str], bool] | None = None
+    # argv_args(tool): the arguments of ``tool`` that become a command line (a webhook
+    # value must never begin one of their elements with '-'). None: nobody can say.
+    argv_args: Callable[[str], Collection[str]] | None = None
 
 
 @runtime_checkable

@@ -379,6 +379,8 @@ def _http_url(value: str | None) -> str | None:
 
 
 RiskName = Literal["read", "write", "dangerous"]
+# The OpenAI API refuses a request offering more tools: no MCP cap may exceed it.
+MCP_MAX_TOOLS = 128
 
 
 class McpServerConfig(Section):
@@ -401,6 +403,17 @@ class McpServerConfig(Section):
     # The owner's word on a tool's risk (by the server's tool name): always wins.
     risk: dict[str, RiskName] = Field(default_factory=dict)
     timeout: Duration = Field(timedelta(seconds=60), gt=timedelta(0))
+    # Arguments that become a command line (a webhook value never begins one of their
+    # elements with '-'): the server's tool name → its argument names. A server may
+    # declare more (``"x-argv": true`` on a property of its schema), never fewer.
+    argv_args: dict[str, list[str]] = Field(default_factory=dict)
+    # What of its listing reaches the model: its tools (the first, by name), each
+    # tool's schema (bytes of JSON), its description, and each description or title
+    # inside its schema (characters; longer ones are cut).
+    max_tools: int = Field(32, ge=1, le=MCP_MAX_TOOLS)
+    max_schema_bytes: int = Field(16 * 1024, ge=256, le=256 * 1024)
+    max_description: int = Field(1024, ge=0, le=8192)
+    max_nested_description: int = Field(300, ge=0, le=4096)
 
     @model_validator(mode="after")
     def _one_transport(self) -> McpServerConfig:
@@ -415,6 +428,9 @@ class McpServerConfig(Section):
 
 class McpConfig(Section):
     servers: list[McpServerConfig] = Field(default_factory=list)
+    # The tools of every server together, at most; and never more than the API takes
+    # (128) with the built-in tools counted.
+    max_tools: int = Field(96, ge=1, le=MCP_MAX_TOOLS)
 
     @field_validator("servers")
     @classmethod

@@ -109,7 +109,7 @@ def build_core(loaded: LoadedConfig, state_dir: Path, environ: Mapping[str, str]
     if config.mcp.servers:  # imported only then: a plain run's footprint stays as it is
         from .mcp.hub import McpHub
 
-        hub = McpHub(config.mcp.servers, registry, environ)
+        hub = McpHub(config.mcp.servers, registry, environ, max_tools=config.mcp.max_tools)
     registry.check_names(config.tools.allow, "tools.allow", source)
     registry.check_names(config.tools.deny, "tools.deny", source)
     policy = ApprovalPolicy(config.approvals, registry, source)

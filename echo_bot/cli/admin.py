@@ -419,6 +419,7 @@ def status_command(at: StoreAt) -> int:
     print(f"state: {at.describe()}")
     for name, server in sorted((info.get("mcp") or {}).items()):
         why = f" — {server['error']}" if server.get("error") else ""
+        why += f" — degraded: {server['limited']}" if server.get("limited") else ""
         tools = f", {server.get('tools', 0)} tools" if server.get("state") == "ready" else ""
         print(f"mcp {escape_text(name)}: {server.get('state')}{tools}{escape_text(why)}")
     now = time.time()

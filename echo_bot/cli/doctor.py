@@ -216,12 +216,12 @@ async def _probe_peers(probes: list[tuple[str, Any]]) -> list[tuple[str, str, st
     ]
 
 
-def _check_mcp(servers: Any, environ: Mapping[str, str]) -> list[tuple[str, str, str]]:
+def _check_mcp(mcp: Any, environ: Mapping[str, str]) -> list[tuple[str, str, str]]:
     """Each MCP server started as the daemon would start it (and stopped again)."""
     from ..mcp.listing import snapshot
 
     checks = []
-    for status in asyncio.run(snapshot(servers, environ)):
+    for status in asyncio.run(snapshot(mcp.servers, environ, mcp.max_tools)):
         name = f"mcp {status.name}"
         if status.state != "ready":
             why = status.error or "no answer to initialize"
@@ -284,7 +284,7 @@ def run_doctor(
         if probes:
             checks += asyncio.run(_probe_peers(probes))
         if config.mcp.servers:
-            checks += _check_mcp(config.mcp.servers, environ)
+            checks += _check_mcp(config.mcp, environ)
         outbox = _check_outbox(state_dir, frozenset(running), database)
         if outbox is not None:
             checks.append(("outbox", *outbox))

@@ -21,6 +21,7 @@ from typing import Any, Literal
 from ..config import McpServerConfig
 from ..tools.registry import ToolRegistry
 from . import naming
+from .limits import API_MAX_TOOLS, declared_argv, schema_bytes
 from .tool import Answer, LostDuringCall, McpTool, NotConnected, make_tool
 
 log = logging.getLogger(__name__)
@@ -41,6 +42,9 @@ class ServerStatus:
     state: State = "starting"
     error: str | None = None
     problems: list[str] = field(default_factory=list)  # tools left out, and why
+    # The cap on its tools it is over (its own max_tools, or what [mcp] max_tools
+    # leaves it): it is degraded, only the first tools by name are offered.
+    limited: str | None = None
     tools: list[McpTool] = field(default_factory=list)
     since: float = field(default_factory=time.time)
 
@@ -181,8 +185,11 @@ class McpHub:
         environ: Mapping[str, str],
         *,
         on_change: Callable[[], None] = lambda: None,
+        max_tools: int = API_MAX_TOOLS,
     ) -> None:
         self.registry = registry
+        # [mcp] max_tools: every server's tools together (with ours, never over the API's).
+        self.max_tools = max_tools
         self.environ = environ
         self.on_change = on_change
         # Called when a server's state changes (the daemon records it for `status`).
@@ -209,10 +216,14 @@ class McpHub:
     async def stop(self) -> None:
         await asyncio.gather(*(s.stop() for s in self.servers.values()), return_exceptions=True)
 
-    async def reload(self, servers: Sequence[McpServerConfig]) -> list[str]:
+    async def reload(
+        self, servers: Sequence[McpServerConfig], max_tools: int | None = None
+    ) -> list[str]:
         """SIGHUP: start the servers added, stop the ones removed, restart the ones whose
         config changed (their tools go and come back as they are listed). What changed,
-        one word each."""
+        one word each. A new [mcp] max_tools holds from each server's next listing."""
+        if max_tools is not None:
+            self.max_tools = max_tools
         wanted = {config.name: config for config in servers}
         changes: list[str] = []
         for name in list(self.servers):
@@ -238,64 +249,147 @@ class McpHub:
         self.on_change()
 
     def install(self, server: McpServer, remote: Sequence[Any]) -> None:
-        """Make ``server``'s tools in the registry what it lists now: new ones added,
-        gone ones removed, changed ones replaced. A tool whose name another tool has
-        already, or whose schema is not one, is left out with its reason."""
+        """Make ``server``'s tools in the registry what it lists now, as one change: a
+        tool whose name another tool has already, whose schema is not one (or too deep,
+        or too large) is left out with its reason; of the rest the first by name, up to
+        the caps on tools, are registered. Nothing else of the server's stays: a failure
+        while registering leaves none of its tools registered."""
         config = server.config
         for old in server.status.tools:
             self.registry.unregister(old.name)
-        installed: list[McpTool] = []
-        for item in remote:
-            name = naming.tool_name(config.name, item.name)
-            if self.registry.get(name) is not None:
-                owner = self.registry.get(name)
-                other = getattr(owner, "remote_name", name)
-                where = getattr(owner, "server", "echo-bot")
-                problem = (
-                    f"{item.name}: its name {name} collides with {other} of {where}"
-                    " (rename one, or leave one out with `tools`)"
-                )
-                log.error("mcp %s: %s", config.name, problem)
-                server.status.problems.append(problem)
-                continue
-            risk, source = naming.risk_of(
-                item.name, config.risk, item.annotations, trust_annotations=config.trust_annotations
-            )
-            tool = make_tool(
-                name=name,
-                server=config.name,
-                remote_name=item.name,
-                description=item.description,
-                parameters=item.input_schema,
-                annotations=item.annotations,
-                risk=risk,
-                risk_source=source,
-                timeout=config.timeout.total_seconds(),
-                call=server.call,
-            )
+        server.status.tools = []
+        server.status.limited = None
+        chosen: list[McpTool] = []
+        taken: dict[str, str] = {}  # our name → its name on the server, of those chosen
+        for item in remote:  # in the server's order: of two that collide, the first stays
             try:
-                self.registry.register(tool)
-            except ValueError as exc:
-                problem = f"{item.name}: {exc}"
+                tool = self._prepare(server, item, taken)
+                chosen.append(tool)
+                taken[tool.name] = tool.remote_name
+            except Exception as exc:  # any fault of one tool leaves that tool out
+                problem = f"{item.name}: {exc}" if isinstance(exc, ValueError) else (
+                    f"{item.name}: {type(exc).__name__}: {exc}"
+                )  # fmt: skip
                 log.warning("mcp %s: tool left out: %s", config.name, problem)
                 server.status.problems.append(problem)
-                continue
-            installed.append(tool)
+        chosen.sort(key=lambda t: t.remote_name)  # a stable order, whatever the server's
+        room, cap = self._room(server)
+        if len(chosen) > room:
+            left = chosen[room:]
+            limited = (
+                f"lists {len(chosen)} tools, over {cap}: the first {room} by name are"
+                f" offered, {len(left)} left out (choose with `tools`)"
+            )
+            log.warning("mcp %s: degraded: %s", config.name, limited)
+            server.status.limited = limited
+            server.status.problems.append(
+                f"{len(left)} tools over {cap}: " + ", ".join(t.remote_name for t in left[:5])
+                + (", …" if len(left) > 5 else "")
+            )  # fmt: skip
+            chosen = chosen[:room]
+        installed: list[McpTool] = []
+        try:
+            for tool in chosen:
+                self.registry.register(tool)
+                installed.append(tool)
+        except BaseException:
+            for tool in installed:
+                self.registry.unregister(tool.name)
+            self.on_change()
+            raise
         server.status.tools = installed
         self.on_change()
+
+    def _prepare(self, server: McpServer, item: Any, taken: Mapping[str, str]) -> McpTool:
+        """``item`` as a tool of ours, checked as the registry would; ValueError (or any
+        other error) saying why it cannot be one."""
+        config = server.config
+        name = naming.tool_name(config.name, item.name)
+        owner = self.registry.get(name)
+        if owner is not None or name in taken:
+            other = getattr(owner, "remote_name", name) if owner is not None else taken[name]
+            where = getattr(owner, "server", "echo-bot") if owner is not None else config.name
+            raise ValueError(
+                f"its name {name} collides with {other} of {where}"
+                " (rename one, or leave one out with `tools`)"
+            )
+        risk, source = naming.risk_of(
+            item.name, config.risk, item.annotations, trust_annotations=config.trust_annotations
+        )
+        # The owner's word and the server's: a server may add, never take away.
+        argv = set(config.argv_args.get(item.name, ())) | declared_argv(item.input_schema)
+        tool = make_tool(
+            name=name,
+            server=config.name,
+            remote_name=item.name,
+            description=item.description,
+            parameters=item.input_schema,
+            annotations=item.annotations,
+            risk=risk,
+            risk_source=source,
+            timeout=config.timeout.total_seconds(),
+            call=server.call,
+            argv_args=tuple(sorted(argv)),
+            max_description=config.max_description,
+            max_nested_description=config.max_nested_description,
+        )
+        size = schema_bytes(tool.parameters)
+        if size > config.max_schema_bytes:
+            raise ValueError(
+                f"its schema is {size} bytes, over max_schema_bytes = {config.max_schema_bytes}"
+            )
+        self.registry.check(tool)
+        return tool
+
+    def _room(self, server: McpServer) -> tuple[int, str]:
+        """How many tools ``server`` may have now, and the cap that says so: its own
+        max_tools, or what [mcp] max_tools (never more than the API takes with our own
+        tools counted) leaves after the other servers' tools."""
+        ours = sum(1 for t in self.registry if not isinstance(t, McpTool))
+        total = min(self.max_tools, API_MAX_TOOLS - ours)
+        others = sum(len(s.status.tools) for s in self.servers.values() if s is not server)
+        left = max(0, total - others)
+        own = server.config.max_tools
+        if own <= left:
+            return own, f"its max_tools = {own}"
+        if total == self.max_tools:
+            return left, f"[mcp] max_tools = {total} (the other servers have {others})"
+        return left, (
+            f"the API's {API_MAX_TOOLS} tools a request (ours take {ours},"
+            f" the other servers' {others})"
+        )
+
+    def declared_argv(self, name: str) -> tuple[str, ...]:
+        """What the config says of ``name``'s command-line arguments, for a tool of a
+        server that has not listed it (yet): a server's own declaration needs its
+        listing."""
+        for server in self.servers.values():
+            config = server.config
+            for remote, args in config.argv_args.items():
+                if naming.tool_name(config.name, remote) == name:
+                    return tuple(sorted(args))
+        return ()
 
     def summary(self) -> dict[str, dict[str, object]]:
         """Each server's state, error and tool count (what `status` prints)."""
         return {
-            name: {"state": s.status.state, "error": s.status.error, "tools": len(s.status.tools)}
+            name: {
+                "state": s.status.state,
+                "error": s.status.error,
+                "tools": len(s.status.tools),
+                **({"limited": s.status.limited} if s.status.limited else {}),
+            }
             for name, s in self.servers.items()
         }
 
     def health(self) -> dict[str, object]:
         servers = {
             name: {"state": s.status.state, **({"error": s.status.error} if s.status.error else {}),
-                   "tools": len(s.status.tools)}
+                   "tools": len(s.status.tools),
+                   **({"limited": s.status.limited} if s.status.limited else {})}
             for name, s in self.servers.items()
         }  # fmt: skip
-        ready = all(s.status.state == "ready" for s in self.servers.values())
-        return {"status": "ok" if ready else "degraded", "servers": servers}
+        fine = all(
+            s.status.state == "ready" and not s.status.limited for s in self.servers.values()
+        )
+        return {"status": "ok" if fine else "degraded", "servers": servers}

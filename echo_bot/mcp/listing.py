@@ -10,6 +10,7 @@ from dataclasses import replace
 from ..config import LoadedConfig, McpServerConfig
 from ..tools.registry import ToolRegistry
 from .hub import OPEN_TIMEOUT, McpHub, ServerStatus
+from .limits import API_MAX_TOOLS
 from .tool import McpTool
 
 
@@ -26,11 +27,13 @@ def mcp_list_command(loaded: LoadedConfig, environ: Mapping[str, str]) -> int:
 
 
 async def snapshot(
-    servers: Sequence[McpServerConfig], environ: Mapping[str, str]
+    servers: Sequence[McpServerConfig],
+    environ: Mapping[str, str],
+    max_tools: int = API_MAX_TOOLS,
 ) -> list[ServerStatus]:
     """Start each server (its own process or session, not the daemon's), take its
     state and tools once it has answered or failed, stop it."""
-    hub = McpHub(servers, ToolRegistry(), environ)
+    hub = McpHub(servers, ToolRegistry(), environ, max_tools=max_tools)
     try:
         await hub.start(bound=OPEN_TIMEOUT + 5)
         # Copies: stopping the hub marks its servers stopped.
@@ -43,11 +46,13 @@ async def snapshot(
 
 
 async def _listing(loaded: LoadedConfig, environ: Mapping[str, str]) -> tuple[list[str], bool]:
-    statuses = await snapshot(loaded.config.mcp.servers, environ)
+    mcp = loaded.config.mcp
+    statuses = await snapshot(mcp.servers, environ, mcp.max_tools)
     lines: list[str] = []
     for status in statuses:
         state = status.state if status.state != "starting" else "not answering"
         why = f" — {status.error}" if status.error else ""
+        why += f" — degraded: {status.limited}" if status.limited else ""
         count = f", {len(status.tools)} tools" if status.state == "ready" else ""
         lines.append(f"{status.name} ({status.transport}): {state}{count}{why}")
         tools: list[McpTool] = sorted(status.tools, key=lambda t: t.name)

@@ -10,9 +10,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar, Protocol
 
 from ..tools.base import Effect, ErrorCode, Risk, Tool, ToolContext, ToolGroup, ToolResult
+from .limits import bounded_schema, marked
 from .naming import RiskSource
 
-MAX_DESCRIPTION = 1024  # characters of the server's description the model sees
+MAX_DESCRIPTION = 1024  # characters of the server's description the model sees, by default
+MAX_NESTED_DESCRIPTION = 300  # of each description or title inside its schema, by default
 KEEP_CONTENT_BYTES = 256 * 1024  # non-text content kept whole in the call's stored result
 # The registry's own timeout is the last resort: the call's own (the server's `timeout`)
 # ends first, so that the server is told to cancel.
@@ -118,13 +120,21 @@ def make_tool(
     risk_source: RiskSource,
     timeout: float,
     call: Callable[[str, dict[str, Any], float], Awaitable[Answer]],
+    argv_args: tuple[str, ...] = (),
+    max_description: int = MAX_DESCRIPTION,
+    max_nested_description: int = MAX_NESTED_DESCRIPTION,
 ) -> McpTool:
-    said = " ".join(description.split())[:MAX_DESCRIPTION]
+    """The tool as the model sees it: the server's words, at every depth of its schema,
+    cut and marked as the server's (they are not ours, and never instructions). A
+    schema nested too deeply is a ValueError."""
     attributes = {
         "name": name,
-        # The server's words, marked as such (they are not ours, and never instructions).
-        "description": f"[{name}: a tool of the MCP server {server}] {said}".rstrip(),
-        "parameters": parameters,
+        "description": marked(description, name, server, max_description),
+        "parameters": bounded_schema(parameters, name, server, max_nested_description),
+        # Arguments that become a command line decide what a call does: an approval
+        # prompt shows them first.
+        "argv_args": argv_args,
+        "key_args": argv_args,
         "annotations": annotations,
         "risk": risk,
         "risk_source": risk_source,

@@ -125,6 +125,10 @@ class Tool(ABC):
     # The arguments that decide what a call does (where it writes, whom it reaches,
     # what it runs): an approval prompt shows them first, before any long content.
     key_args: ClassVar[tuple[str, ...]] = ()
+    # The arguments that become a command line (a list of its elements, or a string split
+    # like a shell would): a webhook value may never begin one of their elements with
+    # ``-`` (an option) unless the route's template puts ``--`` before it.
+    argv_args: ClassVar[tuple[str, ...]] = ()
     timeout: ClassVar[float] = 30.0
     idempotent: ClassVar[bool] = False
     retries: ClassVar[int] = 0

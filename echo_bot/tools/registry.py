@@ -58,7 +58,8 @@ class ToolRegistry:
         self._validators.pop(name, None)
         self._valid.pop(name, None)
 
-    def register(self, tool: Tool) -> None:
+    def check(self, tool: Tool) -> None:
+        """Whether ``tool`` could be registered now; ValueError, saying why, if not."""
         name = tool.name
         if name in self._tools:
             raise ValueError(f"tool {name!r} is registered twice")
@@ -66,16 +67,33 @@ class ToolRegistry:
             Draft202012Validator.check_schema(tool.parameters)
         except SchemaError as exc:
             raise ValueError(f"tool {name!r}: invalid parameter schema: {exc.message}") from None
+        except RecursionError:
+            raise ValueError(f"tool {name!r}: its parameter schema nests too deeply") from None
+        except Exception as exc:  # a schema no check can walk: not one
+            raise ValueError(
+                f"tool {name!r}: its parameter schema cannot be checked: {type(exc).__name__}"
+            ) from None
         if not isinstance(tool.parameters, dict) or tool.parameters.get("type") != "object":
             raise ValueError(f"tool {name!r}: parameters must be a JSON-Schema object")
         if tool.retries and not tool.idempotent:
             raise ValueError(f"tool {name!r}: retries are only allowed for idempotent tools")
+
+    def register(self, tool: Tool) -> None:
+        """Add ``tool``, or raise ValueError (and add nothing)."""
+        self.check(tool)
+        name = tool.name
         self._tools[name] = tool
         self._validators[name] = Draft202012Validator(tool.parameters)
         self._valid[name] = set()
 
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
+
+    def argv_args(self, name: str) -> tuple[str, ...]:
+        """The arguments of the tool ``name`` that become a command line (none for a
+        tool not registered now)."""
+        tool = self._tools.get(name)
+        return tool.argv_args if tool is not None else ()
 
     def names(self) -> list[str]:
         return sorted(self._tools)

@@ -10,6 +10,7 @@ import contextlib
 import json
 import logging
 import os
+import shlex
 import tomllib
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -797,7 +798,9 @@ async def test_command_template_is_split_before_filling(hooks: Hooks) -> None:
     inbound_id = answer.json["id"]
     assert await hooks.at_rest(inbound_id) == "done"
     [call] = await hooks.calls(inbound_id)
-    assert call["args"] == {"argv": ["printf", "<%s>\\n", value]}
+    # Still a command line, quoted so that splitting it gives exactly these elements.
+    assert call["args"] == {"command": shlex.join(["printf", "<%s>\\n", value])}
+    assert call["result"]["data"]["argv"] == ["printf", "<%s>\\n", value]
     reply = await hooks.bot.channel.reply_to(inbound_id)
     assert f"<{value}>\n" in reply.text
 
@@ -865,9 +868,10 @@ async def test_attack_signed_payload_value_never_becomes_a_git_log_option(
             "gitlog-short": await hooks.github("gitlog", {"ref": "-p"}),
             "gitlog-number": await hooks.github("gitlog", {"ref": -1}),
         }
+        where = {name: "command[3]" if name == "gitlog-cmd" else "argv[3]" for name in answers}
         for name, answer in answers.items():
             assert answer.status == 422, (name, answer.text)
-            assert "argv[3]" in answer.json["error"] and "'--'" in answer.json["error"]
+            assert where[name] in answer.json["error"] and "'--'" in answer.json["error"]
             assert str(target) not in answer.text
         for route in ("gitlog", "gitlog-cmd", "gitlog-hdr"):
             assert await hooks.inbox(route) == []  # nothing queued, so nothing ran
@@ -877,11 +881,14 @@ async def test_attack_signed_payload_value_never_becomes_a_git_log_option(
 
         assert await hooks.bot.db.run(calls) == 0
         audit = await rejected_audit(hooks)
-        assert [(row["route"], row["status"]) for row in audit] == [
+        expected = [
             ("gitlog", 422), ("gitlog-cmd", 422), ("gitlog-hdr", 422),
             ("gitlog", 422), ("gitlog", 422),
         ]  # fmt: skip
-        assert all(row["reason"] == "option-like value in argv[3]" for row in audit)
+        assert [(row["route"], row["status"]) for row in audit] == expected
+        assert [row["reason"] for row in audit] == [
+            f"option-like value in {where[route]}" for route, _status in expected
+        ]
         assert all(str(target) not in json.dumps(row) for row in audit)
         # a value that merely contains a dash further in is an ordinary operand
         assert (await hooks.github("gitlog", {"ref": "main-2"})).status == 202

@@ -48,6 +48,7 @@ RETRY_NOW: dict[str, str] = {"retry-after-ms": "1"}
 ROLES = frozenset({"system", "user", "assistant", "tool"})
 TOOL_CHOICES = frozenset({"auto", "none", "required"})
 _TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+MAX_TOOLS = 128  # the API refuses a request offering more
 
 _DEFAULT_ERRORS: dict[int, tuple[str, str, str | None]] = {
     400: ("Invalid request.", "invalid_request_error", None),
@@ -684,6 +685,8 @@ def _check_tools(tools: Any) -> set[str]:
 
     if not isinstance(tools, list) or not tools:
         _fail("tools", f"must be a non-empty list when present (the API rejects []), got {tools!r}")
+    if len(tools) > MAX_TOOLS:
+        _fail("tools", f"array too long: at most {MAX_TOOLS} tools, got {len(tools)}")
     names: set[str] = set()
     for i, tool in enumerate(tools):
         at = f"tools[{i}]"

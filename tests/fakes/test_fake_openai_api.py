@@ -511,6 +511,16 @@ def _with_message(index: int, message: dict[str, Any] | None) -> dict[str, Any]:
         (
             {
                 **CONVERSATION,
+                "tools": [
+                    {"type": "function", "function": {**WEATHER_TOOL["function"], "name": f"w{n}"}}
+                    for n in range(129)
+                ],
+            },
+            "array too long: at most 128 tools",
+        ),
+        (
+            {
+                **CONVERSATION,
                 "tools": [{"type": "function", "function": {"name": "x", "parameters": {}}}],
             },
             "description must be a non-empty string",

@@ -78,6 +78,19 @@ def test_register_rejects_bad_schemas(parameters: Any, reason: str) -> None:
     assert registry.names() == []
 
 
+def test_a_schema_nested_past_the_interpreters_limit_is_a_clear_value_error() -> None:
+    deep: dict[str, Any] = {"type": "string"}
+    for _ in range(2000):  # check_schema recurses once a level and more: RecursionError
+        deep = {"not": deep}
+    registry = ToolRegistry()
+    with pytest.raises(ValueError, match="nests too deeply") as info:
+        registry.register(
+            make_tool("deep", parameters={"type": "object", "properties": {"a": deep}})
+        )
+    assert "'deep'" in str(info.value)
+    assert registry.names() == []
+
+
 def test_register_rejects_duplicate_names() -> None:
     registry = ToolRegistry()
     registry.register(make_tool("same"))

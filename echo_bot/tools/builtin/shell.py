@@ -205,6 +205,7 @@ class ShellExecTool(Tool):
         "additionalProperties": False,
     }
     key_args: ClassVar[tuple[str, ...]] = ("argv", "command")
+    argv_args: ClassVar[tuple[str, ...]] = ("argv", "command")
     risk: ClassVar[Risk] = Risk.DANGEROUS
     group: ClassVar[ToolGroup] = "coding"
     idempotent: ClassVar[bool] = False
