@@ -75,8 +75,9 @@ class Call:
         effect, ctx = self.effect, self.ctx
         if not effect.discloses:
             return False
-        if effect.sends_to is None and ctx.answer_to is not None:
-            return False
+        answer_to = ctx.answer_to or ctx.origin
+        if effect.sends_to is None and answer_to != ctx.origin:
+            return False  # to the route's or job's deliver_to
         return not (ctx.approver and effect.sends_to in (None, ctx.origin))
 
     def grant_covers(self) -> bool:

@@ -33,18 +33,26 @@ from tests.conftest import ROOT, run_echo_bot
 ORIGIN = Address(channel="telegram", chat_id="1")
 
 
-def context(*, approver: bool, user: str = "1") -> ToolContext:
+def context(
+    *, approver: bool, user: str = "1", origin: Address = ORIGIN, answer_to: Address = ORIGIN
+) -> ToolContext:
+    """A call's context as the executor makes it (``answer_to`` is the origin unless a
+    route or job delivers elsewhere)."""
     return ToolContext(
         trace_id="t",
-        session_key=str(ORIGIN),
-        origin=ORIGIN,
+        session_key=str(origin),
+        origin=origin,
         user=Sender(id=user, name="someone"),
         approver=approver,
+        answer_to=answer_to,
     )
 
 
 OWNER = context(approver=True)
 FRIEND = context(approver=False, user="7")  # allowed to chat, not an approver
+HOOK = Address(channel="webhook", chat_id="deploy")
+ROUTE = context(approver=False, user="hook", origin=HOOK, answer_to=HOOK)  # no deliver_to
+ROUTED = context(approver=False, user="hook", origin=HOOK, answer_to=ORIGIN)  # deliver_to
 
 TOOLS = """
 [tools]
@@ -174,6 +182,12 @@ CASES = {
     ),
     "message-of-a-non-approver-to-their-chat": case(
         "send_message", {"text": "hi"}, FRIEND, "own_chat write", "----AAAA"
+    ),
+    "file-read-by-a-webhook-answered-to-the-owners-deliver_to": case(
+        "file_read", {"path": "notes.txt"}, ROUTED, "read", "----AAAA"
+    ),
+    "file-read-by-a-webhook-with-no-deliver_to": case(
+        "file_read", {"path": "notes.txt"}, ROUTE, "discloses read", "AA--AAAA"
     ),
     "reminder-of-a-non-approver": case(
         "reminder_create",

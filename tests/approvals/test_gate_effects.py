@@ -1,8 +1,8 @@
 """The gate's rules are about effects (the second adversarial round, findings 1 and 2).
 
 Each attack runs through a running daemon: the real aiogram client against the fake Bot
-API, the real openai SDK against the scripted fake model. The owner (42) approves;
-77 and 88 are allowed to chat and approve nothing.
+API, the real openai SDK against the scripted fake model, a real stdio MCP server. The
+owner (42) approves; 77 and 88 are allowed to chat and approve nothing.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from tests.channels.test_telegram_media import llm_extra
 from tests.conftest import eventually
 from tests.fakes.openai_api import FakeOpenAI
 from tests.fakes.telegram_api import FakeTelegramAPI
+from tests.mcp.test_mcp import mcp_state, stdio_config
 from tests.tools.test_send_file import uploaded
 
 FRIEND, OTHER = 77, 88
@@ -249,3 +250,35 @@ async def test_attack_a_file_swapped_for_a_link_after_the_check_is_not_sent(
             request = llm.chat_requests()[-1]
             results = [m["content"] for m in request["messages"] if m["role"] == "tool"]
             assert any("changed since it was checked" in str(r) for r in results), results
+
+
+async def test_attack_an_mcp_read_of_the_owners_notes_asks_for_a_non_approver(
+    state_dir: Path,
+) -> None:
+    """What an MCP server answers may be the owner's data: its read tools run unasked
+    for the owner, and ask the approvers when someone else's turn calls them."""
+    notes = state_dir / "notes"
+    notes.mkdir()
+    async with FakeOpenAI(model="gpt-test") as llm:
+        llm.tool_calls([("notes__list_notes", {})])
+        llm.reply("Here are your notes.")
+        llm.tool_calls([("notes__list_notes", {})])
+        llm.reply("The owner said no.")
+        config = extra(llm) + stdio_config(notes, "trust_annotations = true")
+        async with telegram_bot(state_dir, config, allowed=TEAM, telegram=APPROVERS) as (
+            bot,
+            api,
+        ):
+            await eventually(lambda: mcp_state(bot)["notes"]["state"] == "ready")  # type: ignore[index]
+            mine = say(api, "list my notes")
+            await reply_to(api, mine, "Here are your notes.")
+            assert not [c for c in api.calls_of("sendMessage") if keyboard(c)]
+
+            theirs = say(api, "list the owner's notes", user_id=FRIEND)
+            prompt = await prompt_in(api)
+            assert "notes__list_notes" in text_of(prompt)
+            assert "what the MCP server notes answers" in text_of(prompt)
+            press(api, action(prompt, "deny"), sent_id(prompt))
+            await reply_to(api, theirs, "The owner said no.", chat_id=FRIEND)
+            results = [m for m in llm.chat_requests()[-1]["messages"] if m["role"] == "tool"]
+            assert "APPROVAL_DENIED" in str(results[-1]["content"])
