@@ -296,6 +296,7 @@ class Daemon:
                 recall=partial(_recall, store),
                 remember=partial(_remember, store),
                 stop_generation=rt.previews.stop,
+                masker=self.core.masker,
             )
             made.append(load_channel_class(name)(setup))
         return made

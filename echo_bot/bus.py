@@ -114,6 +114,22 @@ class Routes(Protocol):
     def add_health(self, name: str, check: Callable[[], dict[str, Any]]) -> None: ...
 
 
+class Masking(Protocol):
+    """The masker of the configured secrets (``echo_bot.secrets.Masker``), as channels
+    see it: a channel that turns the text it is given into other text (Telegram renders
+    Markdown) masks what it made, right before it leaves."""
+
+    def mask(self, text: str) -> str: ...
+
+    def mask_growing(self, text: str) -> str:
+        """Masked, and an end that could begin a secret held back (a text still written)."""
+        ...
+
+    def find(self, text: str) -> list[tuple[int, int]]:
+        """(start, end) of each secret in ``text``, sorted and apart."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class ChannelSetup(Generic[S]):
     """What ``app`` hands a channel at construction: its own config section (``S``, e.g.
@@ -151,6 +167,8 @@ class ChannelSetup(Generic[S]):
     # stop_generation(key): the person asked to stop the reply being written for ``key``
     # (a preview's key); False when none is being written any more.
     stop_generation: Callable[[str], bool] | None = None
+    # The configured secrets: what a channel made of a (masked) text is masked again.
+    masker: Masking | None = None
 
 
 @runtime_checkable
