@@ -51,7 +51,7 @@ from aiogram.types import (
 from aiogram.utils.token import TokenValidationError
 from aiohttp import ClientError, ClientResponseError
 
-from echo_bot.bus import Bus, ChannelSetup
+from echo_bot.bus import Bus, ChannelSetup, Masking
 from echo_bot.config import TelegramConfig
 from echo_bot.errors import (
     ChannelError,
@@ -79,6 +79,7 @@ from echo_bot.events import (
 from echo_bot.sizes import format_size
 
 from .telegram_markdown import Formatted, render_markdown, split_formatted, utf16_offsets
+from .telegram_masking import masked, masked_growing
 from .telegram_render import MAX_TEXT, Pacer, keyboard_rows, split_text
 
 log = logging.getLogger(__name__)
@@ -137,15 +138,18 @@ class CommitFailed(Exception):
     """The inbox did not take an update: it must not be acknowledged."""
 
 
-def message_parts(text: str, markdown: bool) -> list[Formatted]:
+def message_parts(
+    text: str, markdown: bool, masker: Masking | None = None, *, limit: int = MAX_TEXT
+) -> list[Formatted]:
     """The messages a text is sent as: Markdown rendered to entities (plain text if the
-    renderer fails on it), split within Telegram's length limit."""
+    renderer fails on it), split within ``limit``. What the renderer made is masked
+    whole before it is cut: no part holds a secret, nor two parts its halves."""
     if markdown:
         try:
-            return split_formatted(render_markdown(text))
+            return split_formatted(masked(render_markdown(text), masker), limit)
         except Exception:  # markdown-it never should; a reply must go out regardless
             log.exception("telegram: Markdown rendering failed; sending the text as written")
-    return [Formatted(part) for part in split_text(text)]
+    return [Formatted(part) for part in split_text(masked(Formatted(text), masker).text, limit)]
 
 
 def read_media(message: Message, config: TelegramConfig) -> tuple[list[Attachment], list[str]]:
@@ -236,22 +240,29 @@ def _notes(message: Message) -> list[str]:
     return [_clean(note)[:2000] for note in notes]
 
 
-async def _rendered(text: str, markdown: bool) -> list[Formatted]:
+async def _rendered(text: str, markdown: bool, masker: Masking | None) -> list[Formatted]:
     """``message_parts``, off the event loop unless short (about 1 ms per 700 chars)."""
     if markdown and len(text) > RENDER_ON_LOOP:
-        return await asyncio.to_thread(message_parts, text, markdown)
-    return message_parts(text, markdown)
+        return await asyncio.to_thread(message_parts, text, markdown, masker)
+    return message_parts(text, markdown, masker)
 
 
-def preview_part(text: str, mark: str = "") -> Formatted:
+def preview_part(text: str, mark: str = "", masker: Masking | None = None) -> Formatted | None:
     """What a preview shows of a reply being written: its newest part that fits one
-    message (a long reply is sent as several), formatted, with ``mark`` after it."""
+    message (a long reply is sent as several), formatted and masked, with ``mark`` after
+    it; None while there is nothing to show (what there is could begin a secret)."""
     if len(text) > 3 * MAX_TEXT:  # only the end is shown: only the end is rendered
         tail = text[-2 * MAX_TEXT :]
         paragraph = tail.find("\n\n")
         text = tail[paragraph + 2 :] if 0 <= paragraph < MAX_TEXT else tail
-    parts = message_parts(text, markdown=True)
-    last = parts[-1]
+    try:
+        rendered = render_markdown(text)
+    except Exception:  # as in message_parts: shown as written
+        rendered = Formatted(text)
+    rendered = masked_growing(rendered, masker)
+    if not rendered.text.strip():
+        return None
+    last = split_formatted(rendered)[-1]
     if not mark:
         return last
     fits = utf16_offsets(last.text)[-1] + len(mark.encode("utf-16-le")) // 2 <= MAX_TEXT
@@ -316,6 +327,7 @@ class TelegramChannel:
         self._parts_sent: dict[str, list[int]] = {}
         self._unreadable: set[int] = set()  # update ids aiogram could not read
         self.stop_generation = setup.stop_generation
+        self.masker = setup.masker  # what the renderer made is masked again before it leaves
         self._previews: dict[str, _Preview] = {}  # by key (the turn's inbound id)
         self._drafts: dict[int, tuple[str, int]] = {}  # draft id -> key, chat: stop buttons
         # Group preview messages of finished previews, until a reply takes their place.
@@ -794,18 +806,20 @@ class TelegramChannel:
         if state.broken:
             return
         private = chat_id > 0  # users' ids are positive, groups' negative
+        mark = PREVIEW_MARK if not private else ""
+        part = (
+            await asyncio.to_thread(preview_part, text, mark, self.masker)
+            if len(text) > RENDER_ON_LOOP
+            else preview_part(text, mark, self.masker)
+        )
+        if part is None:  # nothing to show yet: the next text shows more
+            return
         interval = DRAFT_INTERVAL if private else EDIT_INTERVAL
         while True:  # only from spare budget: real messages never wait behind a preview
             wait = self.pacer.preview(str(chat_id), interval)
             if wait <= 0:
                 break
             await asyncio.sleep(wait)
-        mark = PREVIEW_MARK if not private else ""
-        part = (
-            await asyncio.to_thread(preview_part, text, mark)
-            if len(text) > RENDER_ON_LOOP
-            else preview_part(text, mark)
-        )
         self._stop_typing_of(key)
         try:
             if private:
@@ -1023,7 +1037,7 @@ class TelegramChannel:
             return await self._edit(chat_id, int(message.edit_message_id), message.text, markup)
         if message.file is not None:
             return await self._send_file(chat_id, thread, message, markup)
-        parts = await _rendered(message.text, message.format == TextFormat.MARKDOWN)
+        parts = await _rendered(message.text, message.format == TextFormat.MARKDOWN, self.masker)
         sent = self._parts_sent.setdefault(message.id, [])
         preview = self._preview_message_of(message) if not sent else None
         if preview is not None:  # the reply takes the place of its preview message
@@ -1086,10 +1100,7 @@ class TelegramChannel:
         caption = None
         if message.text.strip():
             markdown = message.format == TextFormat.MARKDOWN
-            caption = split_formatted(
-                render_markdown(message.text) if markdown else Formatted(message.text),
-                MAX_CAPTION,
-            )[0]
+            caption = message_parts(message.text, markdown, self.masker, limit=MAX_CAPTION)[0]
         fields: dict[str, Any] = {
             "chat_id": chat_id,
             "message_thread_id": thread,
@@ -1129,7 +1140,7 @@ class TelegramChannel:
         try:
             await self._call(
                 self.bot.edit_message_text(
-                    text=split_text(text)[0],
+                    text=message_parts(text, False, self.masker)[0].text,
                     chat_id=chat_id,
                     message_id=message_id,
                     reply_markup=markup,

@@ -297,6 +297,7 @@ class Daemon:
                 remember=partial(_remember, store),
                 stop_generation=rt.previews.stop,
                 argv_args=self._argv_args,
+                masker=self.core.masker,
             )
             made.append(load_channel_class(name)(setup))
         return made

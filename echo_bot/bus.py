@@ -114,6 +114,22 @@ class Routes(Protocol):
     def add_health(self, name: str, check: Callable[[], dict[str, Any]]) -> None: ...
 
 
+class Masking(Protocol):
+    """The masker of the configured secrets (``echo_bot.secrets.Masker``), as channels
+    see it: a channel that turns the text it is given into other text (Telegram renders
+    Markdown) masks what it made, right before it leaves."""
+
+    def mask(self, text: str) -> str: ...
+
+    def mask_growing(self, text: str) -> str:
+        """Masked, and an end that could begin a secret held back (a text still written)."""
+        ...
+
+    def find(self, text: str) -> list[tuple[int, int]]:
+        """(start, end) of each secret in ``text``, sorted and apart."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class ChannelSetup(Generic[S]):
     """What ``app`` hands a channel at construction: its own config section (``S``, e.g.
@@ -154,6 +170,8 @@ class ChannelSetup(Generic[S]):
     # argv_args(tool): the arguments of ``tool`` that become a command line (a webhook
     # value must never begin one of their elements with '-'). None: nobody can say.
     argv_args: Callable[[str], Collection[str]] | None = None
+    # The configured secrets: what a channel made of a (masked) text is masked again.
+    masker: Masking | None = None
 
 
 @runtime_checkable

@@ -44,6 +44,25 @@ class Masker:
                 text = text.replace(value, MASK)
         return text
 
+    def find(self, text: str) -> list[tuple[int, int]]:
+        """Where known secret values are in ``text``: (start, end) spans, sorted and
+        apart (overlapping occurrences are one span). Replacing each with ``***`` masks
+        ``text`` as ``mask`` does (secrets that overlap, wholly), for one who must know
+        what moved: a channel keeping its formatting's offsets valid."""
+        found = []
+        for value in self._values:
+            start = text.find(value)
+            while start >= 0:
+                found.append((start, start + len(value)))
+                start = text.find(value, start + 1)
+        spans: list[tuple[int, int]] = []
+        for start, end in sorted(found):
+            if spans and start < spans[-1][1]:
+                spans[-1] = (spans[-1][0], max(spans[-1][1], end))
+            else:
+                spans.append((start, end))
+        return spans
+
     def mask_growing(self, text: str) -> str:
         """``text`` masked, for a text that is still being written (a streamed reply):
         an end that could be the start of a secret is held back, since the rest of the

@@ -33,6 +33,21 @@ def test_longest_value_first() -> None:
     assert masker.mask("abcdefgh1234") == MASK
 
 
+def test_find_tells_where_the_secrets_are_as_mask_replaces_them() -> None:
+    masker = Masker(["abcd", "abcdefgh1234", "1234xy"])
+    text = "abcd abcdefgh1234xy abcdabcd 🙂 abcd"
+    found = masker.find(text)
+    # Overlapping secrets are one span (mask() leaves "xy" of this one); secrets side by
+    # side stay two, as mask() has them.
+    assert found == [(0, 4), (5, 19), (20, 24), (24, 28), (31, 35)]
+    rebuilt, at = "", 0
+    for start, end in found:
+        rebuilt += text[at:start] + MASK
+        at = end
+    assert rebuilt + text[at:] == f"{MASK} {MASK} {MASK}{MASK} 🙂 {MASK}"
+    assert masker.find("nothing to see") == [] and Masker().find(text) == []
+
+
 def test_short_and_empty_values_are_ignored() -> None:
     masker = Masker(["", "a", "ab", "abc"])
     text = "a cab sat on abc"
