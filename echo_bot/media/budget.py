@@ -104,7 +104,7 @@ class OverBudget(MediaUnavailable):
 
 
 @dataclass(frozen=True, slots=True)
-class Grant:
+class Admission:
     """A file may be fetched: at most ``bound.left`` bytes, ``bound`` being the budget
     with the least room; ``token`` releases its place."""
 
@@ -134,7 +134,9 @@ class MediaBudget:
             files=measured.files,
         )
 
-    async def admit(self, folder: str, day: date, announced: int | None, *, exempt: bool) -> Grant:
+    async def admit(
+        self, folder: str, day: date, announced: int | None, *, exempt: bool
+    ) -> Admission:
         """A place for one file of ``folder``'s sender received on ``day``, or
         ``OverBudget`` saying which budget it does not fit."""
         label = day.isoformat()
@@ -158,10 +160,10 @@ class MediaBudget:
             raise OverBudget(tightest, announced)
         token = next(self._tokens)
         self._fetching[token] = (folder, label, announced or 0)
-        return Grant(bound=tightest, token=token)
+        return Admission(bound=tightest, token=token)
 
-    def release(self, grant: Grant) -> None:
-        self._fetching.pop(grant.token, None)
+    def release(self, admission: Admission) -> None:
+        self._fetching.pop(admission.token, None)
 
 
 def measure(inbox: Path, folder: str | None = None, day: str | None = None) -> Usage:

@@ -210,13 +210,13 @@ class MediaPreparer:
             exempt.append(self.exempt is not None and await self.exempt(message))
         budget = self.budget
         folder, day = relative.parts[1], date.fromisoformat(relative.parts[2])
-        grant = await budget.admit(folder, day, attachment.size, exempt=exempt[0])
+        admission = await budget.admit(folder, day, attachment.size, exempt=exempt[0])
         try:
-            return await self._download(source, attachment, target, relative, grant.limit)
+            return await self._download(source, attachment, target, relative, admission.limit)
         except MediaTooLarge:  # its size was not announced (or not truly)
-            raise OverBudget(grant.bound, None) from None
+            raise OverBudget(admission.bound, None) from None
         finally:
-            budget.release(grant)
+            budget.release(admission)
 
     async def _download(
         self,
