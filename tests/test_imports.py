@@ -1,4 +1,4 @@
-"""The import directions of DESIGN.md, and what a plain run must never import."""
+"""The import directions of docs/ARCHITECTURE.md, and what a plain run must never import."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ the repositories on ``tx``, all in one transaction.
 
 Nothing outside ``store/`` writes SQL, names a table or imports the driver: the core asks
 ``tx.turns.get(turn_id)``, ``tx.outbox.add(message)`` and so on
-(``tests/test_store_boundary.py`` holds that line). A repository that writes work someone
+(``tests/store/test_store_boundary.py`` holds that line). A repository that writes work someone
 waits for records what it wrote (``store.committed``); ``Store`` hands that to its
 subscribers right after the COMMIT, before any caller resumes, also when the caller was
 cancelled meanwhile, and never for work that was rolled back.
