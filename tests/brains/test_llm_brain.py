@@ -527,16 +527,20 @@ MALFORMED: dict[str, Callable[[FakeOpenAI], None]] = {
 }
 
 
+@pytest.mark.parametrize("stream", ["false", "true"])
 @pytest.mark.parametrize("answer", list(MALFORMED), ids=list(MALFORMED))
 async def test_malformed_answers_answer_offline_and_the_next_turn_works(
-    state_dir: Path, answer: str
+    state_dir: Path, answer: str, stream: str
 ) -> None:
-    async with llm_bot(state_dir) as (llm, bot):
+    """Streamed too: a JSON answer to a streamed request is used whole only when it is a
+    usable completion; a broken one is a failure, and the endpoint is still streamed to."""
+    async with llm_bot(state_dir, stream=stream) as (llm, bot):
         MALFORMED[answer](llm)
         reply = await ask(bot, "hello there")
         assert OFFLINE in reply.text and "I did not understand" in reply.text
         llm.reply("Readable again.")
         assert (await ask(bot, "hello again")).text == "Readable again."
+        assert all(bool(r.get("stream")) is (stream == "true") for r in llm.chat_requests())
         assert_all_shaped(llm)
 
 
