@@ -19,7 +19,7 @@ from echo_bot.brains.openai_brain import PLACEHOLDER_KEY
 from echo_bot.events import OutboundMessage
 from echo_bot.store.audit import AuditRow, read_audit, usage_by_day
 from echo_bot.tools.base import Risk, Tool, ToolContext, ToolGroup, ToolResult
-from tests.conftest import Bot, run_echo_bot, running_bot
+from tests.conftest import Bot, echo_bot_env, run_echo_bot, running_bot
 from tests.fakes.channel import RecordingChannel
 from tests.fakes.openai_api import RETRY_NOW, FakeOpenAI, assert_chat_shape
 
@@ -451,6 +451,26 @@ async def test_500s_fall_back_to_rules_stay_there_and_recover(state_dir: Path) -
         assert (await ask(bot, "hello again")).text == "Still here."
         assert len(llm.requests) == seen + 2
         assert_all_shaped(llm)
+
+
+async def test_issue28_the_fallback_warning_shows_once_per_turn_in_the_chat(
+    tmp_path: Path,
+) -> None:
+    """Issue 28: a turn of two steps (the clock's call, then its answer) asked the failing
+    LLM twice, and the terminal chat showed the fallback warning twice in one turn."""
+    async with FakeOpenAI(api_key=KEY, model=MODEL) as llm:
+        llm.error(500, times=2)
+        path = tmp_path / "config.toml"
+        path.write_text(config(llm))
+        args = ("chat", "--config", str(path), "--state-dir", str(tmp_path / "st"))
+        result = await asyncio.to_thread(
+            run_echo_bot, *args, input="what time is it?\n", env=echo_bot_env(**ENV)
+        )
+    assert result.returncode == 0, result.stderr
+    assert len(llm.chat_requests()) == 2  # both steps asked it
+    assert result.stdout.count(OFFLINE) == 1 and "It is " in result.stdout
+    warnings = [line for line in result.stderr.splitlines() if " WARNING " in line]
+    assert len([line for line in warnings if "LLM" in line]) == 1, warnings
 
 
 async def test_an_endpoint_that_is_not_there_falls_back_and_recovers(state_dir: Path) -> None:
