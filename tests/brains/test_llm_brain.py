@@ -495,7 +495,7 @@ async def test_http_errors_answer_offline_and_the_next_turn_works(
 ) -> None:
     async with llm_bot(state_dir) as (llm, bot):
         llm.error(status)
-        reply = await ask(bot, "hello there")
+        reply = await ask(bot, "tell me a joke")
         assert OFFLINE in reply.text and "I did not understand" in reply.text
         assert f"HTTP {status}" in (await audit(bot, "brain.decision"))[0].data["route_reason"]
         llm.reply("All good now.")
@@ -556,7 +556,7 @@ async def test_malformed_answers_answer_offline_and_the_next_turn_works(
     usable completion; a broken one is a failure, and the endpoint is still streamed to."""
     async with llm_bot(state_dir, stream=stream) as (llm, bot):
         MALFORMED[answer](llm)
-        reply = await ask(bot, "hello there")
+        reply = await ask(bot, "tell me a joke")
         assert OFFLINE in reply.text and "I did not understand" in reply.text
         llm.reply("Readable again.")
         assert (await ask(bot, "hello again")).text == "Readable again."
