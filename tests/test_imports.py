@@ -19,6 +19,7 @@ LEAVES = {
     "echo_bot.errors",
     "echo_bot.conversation",
     "echo_bot.durations",
+    "echo_bot.dates",
     "echo_bot.sizes",
     "echo_bot.statuses",
 }
