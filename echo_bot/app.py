@@ -290,6 +290,7 @@ class Daemon:
                 http=http,
                 audit=partial(_channel_audit, store),
                 pending_prompts=self._pending_prompts,
+                timezone_for=self.core.reminders.timezone_for,
                 started_at=self.started_at,
                 detach=partial(rt.delivery.remove_channel, name),
                 hold=partial(_hold, rt.cluster) if rt.cluster is not None else None,

@@ -120,7 +120,7 @@ def build_core(loaded: LoadedConfig, state_dir: Path, environ: Mapping[str, str]
         return await store.run(lambda tx: tx.approvals.list())
 
     live = Live(live_settings(config, policy))
-    gate = ApprovalGate(live, masker)
+    gate = ApprovalGate(live, masker, timezone=config.bot.timezone)
 
     async def reset(session_key: str) -> None:
         await store.run(lambda tx: tx.turns.reset_session(session_key))

@@ -22,13 +22,13 @@ def day_text(moment: datetime, *, year: bool = True) -> str:
     return f"{text} {moment.year}" if year else text
 
 
-def clock_text(ts: float, zone: str | None = None) -> str:
+def clock_text(ts: float, zone: str | None = None, *, date: bool = False) -> str:
     """The time of day of a Unix time in a zone, named: "09:24 Europe/Berlin"; in UTC,
-    "08:24 UTC", when no zone (or an unknown one) is given."""
-    tz = _zone(zone) if zone else None
-    if tz is None:
-        return f"{datetime.fromtimestamp(ts, ZoneInfo('UTC')):%H:%M} UTC"
-    return f"{datetime.fromtimestamp(ts, tz):%H:%M} {tz.key}"
+    "08:24 UTC", when no zone (or an unknown one) is given. ``date``: with the day in
+    that zone first ("2026-12-02 09:24 Europe/Berlin")."""
+    tz = (_zone(zone) if zone else None) or ZoneInfo("UTC")
+    shape = "%Y-%m-%d %H:%M" if date else "%H:%M"
+    return f"{datetime.fromtimestamp(ts, tz).strftime(shape)} {tz.key}"
 
 
 def _zone(name: str) -> ZoneInfo | None:

@@ -26,6 +26,7 @@ LEAVES = {
 LEAF_ALLOWED_THIRD_PARTY = {"pydantic"}
 # What a channel may import from the core: its public API.
 CHANNEL_API = {
+    "echo_bot.dates",
     "echo_bot.events",
     "echo_bot.bus",
     "echo_bot.config",
