@@ -128,7 +128,7 @@ def build_core(loaded: LoadedConfig, state_dir: Path, environ: Mapping[str, str]
     async def reprompt(row: ApprovalRow) -> OutboundMessage:
         return await store.run(lambda tx: gate.reprompt(tx, row))
 
-    register_core_commands(commands, pending, reprompt, reset)
+    register_core_commands(commands, pending, reprompt, reset, reminders.timezone_for)
     register_reminder_commands(commands, reminders)
     _check_references(loaded, registry, environ, source)
     core = Core(
