@@ -448,11 +448,12 @@ def status_command(at: StoreAt) -> int:
 
 
 def _holding(leases: list[str]) -> str:
-    """What a live daemon holds, for `status`: the poller, the outbox, its sessions."""
+    """What a live daemon holds, for `status`: the poller, channels' outboxes, sessions."""
     sessions = sum(1 for name in leases if name.startswith("session:"))
+    delivers = [n.removeprefix("delivery:") for n in leases if n.startswith("delivery:")]
     parts = [
         "polls Telegram" if any(n.startswith("telegram-poller:") for n in leases) else "",
-        "delivers the outbox" if "delivery" in leases else "",
+        f"delivers the outbox of {', '.join(delivers)}" if delivers else "",
         f"drives {sessions} session(s)" if sessions else "",
     ]
     shown = "; ".join(p for p in parts if p)
