@@ -17,7 +17,7 @@ from typing import TypeVar
 from ..approvals.display import decider, escape_text, render_call, show_json
 from ..config import LoadedConfig, WebhookRoute, llm_enabled, secrets_in_use, telegram_enabled
 from ..durations import format_duration
-from ..errors import ConfigError
+from ..errors import ConfigError, NoSchema
 from ..events import (
     Address,
     ApprovalDecision,
@@ -100,7 +100,10 @@ def _with_store(at: StoreAt, fn: Callable[[Tx], T], *, create: bool = False) -> 
     # These commands write no audit rows, so the store has nothing to mask; what they
     # print is masked on the way out (secrets.masked_output).
     store = Store(database, Masker())
-    store.open_sync()
+    try:
+        store.open_sync(create=create)
+    except NoSchema as exc:  # nothing to read, and reading it changes nothing
+        raise SystemExit(f"echo-bot: {exc}") from None
     try:
         return store.run_sync(fn)
     finally:

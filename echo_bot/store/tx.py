@@ -641,8 +641,8 @@ class Store:
     async def close(self) -> None:
         await self.database.close()
 
-    def open_sync(self) -> None:
-        self.database.open_sync()
+    def open_sync(self, *, create: bool = True) -> None:
+        self.database.open_sync(create=create)
 
     def close_sync(self) -> None:
         self.database.close_sync()
