@@ -233,12 +233,9 @@ class DeliveryWorker:
             self._wake.clear()
             # Outbound committed from here on may be missing from the look below.
             self._fresh.clear()
+            # None while another daemon sends every channel run here (the lease task
+            # wakes this loop when one is taken): the look is then empty, no read.
             sendable = self._sendable()
-            if not sendable:  # nothing to send here (now); the lease task wakes this
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(IDLE_WAIT):
-                        await self._wake.wait()
-                continue
             try:
                 # Chats with a send in flight are left out: their next message waits for
                 # it, and the send wakes this loop when it is done. Counting their heads
