@@ -32,10 +32,15 @@ def delivery_lease(channel: str) -> str:
 
 
 class Cluster:
-    def __init__(self, store: Store, name: str, *, lease: float = LEASE) -> None:
+    def __init__(
+        self, store: Store, name: str, *, label: str | None = None, lease: float = LEASE
+    ) -> None:
         # Liveness is judged by the database's clock (store/sql.py db_clock): the
         # daemons' own clocks may be seconds apart.
         self.store, self.name, self.lease = store, name, lease
+        # What people see, in the log as in `status` ([bot] instance, else host-pid);
+        # ``name`` (unique to the process) is what holds the leases.
+        self.label = label or name
 
     def take_in(self, tx: Tx, lease: str, within: float | None = None) -> bool:
         return tx.leases.take(lease, self.name, self.lease if within is None else within)

@@ -158,7 +158,7 @@ class DeliveryWorker:
             for name, lease in zip(names, leases, strict=True):
                 if taken.get(lease):
                     if not self._may_send(name):
-                        log.info("this daemon delivers the %s outbox now (%s)", name, cluster.name)
+                        log.info("this daemon (%s) delivers the %s outbox now", cluster.label, name)
                         self._wake.set()
                     self._sending_until[name] = until
                     self._elsewhere.discard(name)

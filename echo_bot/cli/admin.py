@@ -398,8 +398,8 @@ def _github_event(route: WebhookRoute, event: str | None) -> str | None:
 
 # -- status and backup --------------------------------------------------------------------
 def status_command(at: StoreAt) -> int:
-    pid = daemon_pid(at.state_dir)
-    info, counts, upcoming, instances, held = _with_store(
+    shared = at.url is not None
+    info, counts, upcoming, instances, held, now = _with_store(
         at,
         lambda tx: (
             tx.meta.daemon_info(),
@@ -407,17 +407,22 @@ def status_command(at: StoreAt) -> int:
             tx.reminders.active()[:5],
             tx.meta.instances(),
             tx.leases.holders(INSTANCE_GONE_AFTER),
+            tx.meta.now(),
         ),
     )
+    # On PostgreSQL the daemons are the instances in the store (listed below, live by
+    # the database's clock, as `doctor` counts them); the state dir's lock here belongs
+    # to whatever uses that directory, maybe a SQLite daemon of its own: not shown.
+    pid = None if shared else daemon_pid(at.state_dir)
     if pid is not None:
         uptime = int(time.time() - float(info.get("started_at", time.time())))
         print(f"daemon: running, pid {pid}, up {uptime // 3600} h {uptime % 3600 // 60} min")
-    elif at.url is not None:
-        print("daemon: not running here (on PostgreSQL it may run on another machine)")
-    else:
+    elif not shared:
         print("daemon: not running")
     if info:
-        print(f"version: {info.get('version')}; brain: {info.get('brain')}; "
+        started = info.get("instance")
+        last = f"last started: {escape_text(str(started))}; " if shared and started else ""
+        print(f"{last}version: {info.get('version')}; brain: {info.get('brain')}; "
               f"channels: {', '.join(info.get('channels') or []) or 'none'}")  # fmt: skip
     print(f"state: {at.describe()}")
     for name, server in sorted((info.get("mcp") or {}).items()):
@@ -425,13 +430,12 @@ def status_command(at: StoreAt) -> int:
         why += f" — degraded: {server['limited']}" if server.get("limited") else ""
         tools = f", {server.get('tools', 0)} tools" if server.get("state") == "ready" else ""
         print(f"mcp {escape_text(name)}: {server.get('state')}{tools}{escape_text(why)}")
-    now = time.time()
     live = [i for i in instances if now - i.seen_at <= INSTANCE_GONE_AFTER]
     gone = [i for i in instances if now - i.seen_at > INSTANCE_GONE_AFTER]
-    if live or gone:
+    if live or gone or shared:
         print(f"instances: {len(live)} live" + (f", {len(gone)} gone" if gone else ""))
     for row in live:
-        up = int(now - row.started_at)
+        up = int(time.time() - row.started_at)  # both by that machine's clock, roughly
         print(
             f"  {escape_text(row.label)}: {escape_text(row.host)}, pid {row.pid},"
             f" {row.version}, up {up // 3600} h {up % 3600 // 60} min,"
