@@ -13,6 +13,7 @@ from pathlib import Path
 from tests.conftest import echo_bot_env, run_echo_bot
 from tests.postgres import fresh_database
 from tests.proc import daemon_process
+from tests.pty_proc import PtyEchoBot
 
 
 def _config(name: str) -> str:
@@ -50,6 +51,26 @@ def test_a_piped_chat_beside_another_instance_prints_its_reply_and_exits(
                 env=echo_bot_env(**env),
             )  # fmt: skip
             assert "outbox: 0 queued" in status.stdout, status.stdout
+
+
+def test_run_on_a_terminal_beside_another_instance_shows_its_replies(tmp_path: Path) -> None:
+    """`echo-bot run` on a terminal is a daemon of the cluster with a terminal of its
+    own: what is typed there is answered there."""
+    with fresh_database() as url:
+        env = {"ECHO_BOT_DATABASE_URL": url}
+        (tmp_path / "b").mkdir()
+        with daemon_process(tmp_path / "b", _config("bot-b"), env):
+            config_a = tmp_path / "pg-a.toml"
+            config_a.write_text(_config("bot-a").replace("enabled = true", "enabled = false"))
+            args = ("--config", str(config_a), "--state-dir", str(tmp_path / "a"))
+            bot = PtyEchoBot("run", *args, env=echo_bot_env(**env))
+            try:
+                bot.expect(r"stop with Ctrl\+C")
+                bot.type("what time is it?")
+                bot.expect(r"^It is ")
+                assert bot.terminate() == 0
+            finally:
+                bot.cleanup()
 
 
 def test_status_on_postgres_shows_the_cluster_by_the_names_its_log_uses(tmp_path: Path) -> None:
