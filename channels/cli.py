@@ -55,6 +55,9 @@ OUTPUT_CLOSED = "the terminal's output is closed; kept for the next terminal cha
 
 class CliChannel:
     name = "cli"
+    # Reachable only from this process: on a shared store its messages are delivered by
+    # the daemon running it (echo_bot/delivery.py), wherever the turn ran.
+    local = True
 
     def __init__(self, setup: ChannelSetup[None]) -> None:
         options = setup.options

@@ -272,7 +272,12 @@ class Daemon:
         for channel in self.channels:  # what a channel shows once all is up
             if isinstance(channel, ShowsWhenReady):
                 await channel.ready()
-        log.info("echo-bot %s started (state dir %s)", __version__, core.state_dir)
+        log.info(
+            "echo-bot %s started as %s (state dir %s)",
+            __version__,
+            rt.membership.label,
+            core.state_dir,
+        )
 
     def _make_channels(self, config: Config, rt: Runtime, http: HttpServer | None) -> list[Channel]:
         """Every configured channel, made before any starts (a bad token fails them all)."""
@@ -313,6 +318,7 @@ class Daemon:
             "version": __version__,
             "channels": [c.name for c in self.channels],
             "brain": label,
+            "instance": rt.membership.label,
         }
         await core.store.run(lambda tx: self._started_here(tx, info, rt.membership.label))
         if core.mcp is not None:

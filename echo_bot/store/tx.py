@@ -558,6 +558,10 @@ class MetaRepo:
     def set_position(self, name: str, value: int) -> None:
         meta_sql.set_position(self._db, name, value, time.time())
 
+    def now(self) -> float:
+        """The store's clock: the one every daemon's ``seen_at`` is judged by."""
+        return meta_sql.now(self._db)
+
     def instances(self) -> list[meta_sql.InstanceRow]:
         """Every daemon that has used the store and not left, the most recently seen
         first (one whose ``seen_at`` is old died without saying so)."""
@@ -641,8 +645,8 @@ class Store:
     async def close(self) -> None:
         await self.database.close()
 
-    def open_sync(self) -> None:
-        self.database.open_sync()
+    def open_sync(self, *, create: bool = True) -> None:
+        self.database.open_sync(create=create)
 
     def close_sync(self) -> None:
         self.database.close_sync()
