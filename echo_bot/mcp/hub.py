@@ -27,6 +27,9 @@ from .tool import Answer, LostDuringCall, McpTool, NotConnected, make_tool
 log = logging.getLogger(__name__)
 
 OPEN_TIMEOUT = 20.0  # connect and initialize
+# A first attempt (connect, initialize, list) is over by then, whatever its outcome:
+# how long `mcp list`, `doctor` and a piped chat wait for the servers.
+FIRST_TRY = OPEN_TIMEOUT + 5.0
 BACKOFF_FIRST, BACKOFF_MAX = 1.0, 60.0
 STEADY = 60.0  # a session that lasted this long resets the backoff
 
@@ -143,7 +146,8 @@ class McpServer:
             except Exception as exc:  # a supervisor must go on: report, back off, retry
                 log.exception("mcp %s: unexpected failure", self.config.name)
                 error = f"{type(exc).__name__}: {exc}"
-            await connection.close()
+            # Down from now on (no call is sent to it, a late pong does not make it ready),
+            # said before it is closed: a hung stdio server takes seconds to stop.
             self._connection = None
             if time.monotonic() - began >= STEADY:
                 pause = BACKOFF_FIRST
@@ -152,6 +156,11 @@ class McpServer:
                 "mcp %s: down (%s); connecting again in %.0f s", self.config.name, error, pause
             )
             self.tried.set()
+            try:
+                await connection.close()
+            except asyncio.CancelledError:  # stopped meanwhile: still closed, then out
+                await connection.close()
+                raise
             await asyncio.sleep(pause)
             pause = min(pause * 2, BACKOFF_MAX)
 
