@@ -94,6 +94,7 @@ class Daemon:
         extra_channels: Sequence[Channel] = (),
         brain: Brain | None = None,
         freeze_heap: bool = False,
+        wait_for_mcp: bool = False,
     ) -> None:
         self.core = core
         self.channel_names = channel_names
@@ -103,6 +104,9 @@ class Daemon:
         # Only a process of its own (the CLI) sets it: it affects the whole interpreter.
         self.freeze_heap = freeze_heap
         self.extra_channels = list(extra_channels)
+        # A piped chat: its first line may call an MCP tool, and nobody types it again
+        # later. Wait for each server's first attempt, as long as that may take.
+        self.wait_for_mcp = wait_for_mcp
         self._brain = brain
         self.runtime: Runtime | None = None  # the parts, once wired
         self.channels: list[Channel] = []  # the started ones, in start order
@@ -351,7 +355,20 @@ class Daemon:
         if hub is None:
             return
         self.notifier.status("starting MCP servers")
-        await hub.start(bound=MCP_START_BOUND)
+        if not self.wait_for_mcp:
+            await hub.start(bound=MCP_START_BOUND)
+        else:
+            from .mcp.hub import FIRST_TRY
+
+            await hub.start(bound=FIRST_TRY)
+            for name, server in hub.servers.items():
+                if server.status.state == "starting":  # one that is down said why
+                    log.warning(
+                        "mcp %s: no answer within %.0f s; its tools answer TOOL_UNAVAILABLE"
+                        " until it has started",
+                        name,
+                        FIRST_TRY,
+                    )
         if http is not None:
             http.add_health("mcp", hub.health)
 

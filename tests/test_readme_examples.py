@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import re
+import subprocess
+import sys
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
@@ -173,3 +175,54 @@ def test_webhook_send_asks_for_an_event_when_the_route_takes_several(tmp_path: P
     )  # fmt: skip
     assert result.returncode == 2, result
     assert "push, workflow_run" in result.stdout and "--event" in result.stdout
+
+
+# -- the MCP example -------------------------------------------------------------------------
+def test_the_readmes_mcp_example_lists_its_notes_tools_and_answers_as_written(
+    tmp_path: Path,
+) -> None:
+    """The README's `[[mcp.servers]]` example, as written, with a fresh HOME and outside
+    the checkout, after `pip install` with the extra in an activated virtual environment
+    (its `python3` first on PATH): `mcp list` lists the example server's notes tools and
+    nothing else, and a piped chat adds a note (asked first), lists it and reads it."""
+    [block] = [b for b in TOML_BLOCKS if "[[mcp.servers]]" in b.text]
+    readme = README.read_text()
+    assert "/tool notes__list_notes {}" in readme and "notes__add_note" in readme
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    config = work / "echo-bot.toml"
+    config.write_text(block.text)
+    venv_bin = str(Path(sys.executable).parent)
+    env = echo_bot_env(HOME=str(home), PATH=f"{venv_bin}:{echo_bot_env()['PATH']}")
+    where = ("--config", str(config), "--state-dir", str(tmp_path / "st"))
+
+    def run(*args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            echo_bot_cmd(*args, *where), input=input, capture_output=True, text=True,
+            timeout=120, env=env, cwd=work, stdin=None if input else subprocess.DEVNULL,
+        )  # fmt: skip
+
+    listing = run("mcp", "list")
+    assert listing.returncode == 0, listing.stdout + listing.stderr
+    lines = listing.stdout.splitlines()
+    assert lines[0] == "notes (stdio): ready, 3 tools", listing.stdout
+    assert [line.split() for line in lines[1:]] == [
+        ["notes__add_note", "write", "default"],
+        ["notes__list_notes", "read", "owner"],
+        ["notes__read_note", "read", "owner"],
+    ]
+
+    script = (
+        '/tool notes__add_note {"title": "shopping", "text": "milk, bread"}\n'
+        "y\n"
+        "/tool notes__list_notes {}\n"
+        '/tool notes__read_note {"title": "shopping"}\n'
+    )
+    chat = run("chat", input=script)
+    assert chat.returncode == 0, chat.stdout + chat.stderr
+    out = chat.stdout
+    assert 'Approve notes__add_note(text="milk, bread", title="shopping")? [y/N]' in out, out
+    assert "✅ Approved" in out and "TOOL_UNAVAILABLE" not in out, out
+    assert "\nshopping\n" in out and "milk, bread" in out.split("Approved", 1)[1], out
+    assert (home / "notes" / "shopping.md").read_text() == "milk, bread"

@@ -118,6 +118,12 @@ def check_config(loaded: LoadedConfig, state_dir: Path, env: Mapping[str, str]) 
 
     core = build_core(loaded, state_dir, env)
     config = loaded.config
+    if config.mcp.servers:
+        from ..mcp.hub import sdk_missing
+
+        missing = sdk_missing()
+        if missing is not None:
+            raise ConfigError(missing)
     running = [
         name
         for name, on in (

@@ -337,6 +337,7 @@ def _run_daemon(
         environ=environ,
         banner=True,
         freeze_heap=True,
+        wait_for_mcp=command == "chat" and not tty,
     )
     return asyncio.run(daemon.run())
 

@@ -96,18 +96,16 @@ class Connection:
 
     # -- lifecycle ------------------------------------------------------------------------
     async def open(self, timeout: float) -> None:
-        """Connect and initialize; ServerGone (with the reason) if that fails in time."""
+        """Connect and initialize; ServerGone (with the reason) if that fails in time.
+        After a failure as after a session, the caller closes it (a hung stdio server
+        takes seconds to stop: its reason is known before that)."""
         ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._task = asyncio.create_task(self._own(ready), name=f"mcp-{self.config.name}")
         try:
             async with asyncio.timeout(timeout):
                 await asyncio.shield(ready)
         except TimeoutError:
-            await self.close()
             raise ServerGone(f"no answer to initialize within {timeout:g} s") from None
-        except ServerGone:
-            await self.close()
-            raise
 
     async def close(self) -> None:
         self._stop.set()

@@ -4,13 +4,16 @@ Each server has a supervisor task: connect (bounded), list its tools, register t
 its ``tools`` patterns expose, then wait — re-listing on ``notifications/tools/
 list_changed`` — until the session ends; then it is down (its tools answer
 TOOL_UNAVAILABLE at once) and connected again after a backoff (1 s doubling to 60 s).
-The SDK is imported by the first connection, never by a daemon with no server.
+The SDK is imported by the first connection, never by a daemon with no server. Without
+it (the ``mcp`` extra not installed) every server is down at once, its reason one line
+that names the extra (``sdk_missing``); nothing is retried.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -27,10 +30,26 @@ from .tool import Answer, LostDuringCall, McpTool, NotConnected, make_tool
 log = logging.getLogger(__name__)
 
 OPEN_TIMEOUT = 20.0  # connect and initialize
+# A first attempt (connect, initialize, list) is over by then, whatever its outcome:
+# how long `mcp list`, `doctor` and a piped chat wait for the servers.
+FIRST_TRY = OPEN_TIMEOUT + 5.0
 BACKOFF_FIRST, BACKOFF_MAX = 1.0, 60.0
 STEADY = 60.0  # a session that lasted this long resets the backoff
 
 State = Literal["starting", "ready", "down", "stopped"]
+
+
+def sdk_missing() -> str | None:
+    """Why the mcp SDK cannot be used, in one line naming the extra that installs it (as
+    the PostgreSQL engine says its driver is missing); None when it imports."""
+    try:
+        importlib.import_module(f"{__package__}.connection")  # the one module that imports it
+    except ImportError as exc:
+        return (
+            "[[mcp.servers]] needs the MCP SDK: pip install 'echo-bot[mcp]', or pip install"
+            f" '.[mcp]' in a checkout ({exc})"
+        )
+    return None
 
 
 @dataclass
@@ -109,7 +128,13 @@ class McpServer:
         return self._why_down()
 
     async def _supervise(self) -> None:
-        from .connection import Connection, ServerGone  # the SDK, first used here
+        missing = sdk_missing()  # the SDK, first imported here
+        if missing is not None:  # installing it needs a restart: nothing to retry
+            log.error("mcp %s: %s", self.config.name, missing)
+            self._set("down", missing)
+            self.tried.set()
+            return
+        from .connection import Connection, ServerGone
 
         pause = BACKOFF_FIRST
         while True:
@@ -143,7 +168,8 @@ class McpServer:
             except Exception as exc:  # a supervisor must go on: report, back off, retry
                 log.exception("mcp %s: unexpected failure", self.config.name)
                 error = f"{type(exc).__name__}: {exc}"
-            await connection.close()
+            # Down from now on (no call is sent to it, a late pong does not make it ready),
+            # said before it is closed: a hung stdio server takes seconds to stop.
             self._connection = None
             if time.monotonic() - began >= STEADY:
                 pause = BACKOFF_FIRST
@@ -152,6 +178,11 @@ class McpServer:
                 "mcp %s: down (%s); connecting again in %.0f s", self.config.name, error, pause
             )
             self.tried.set()
+            try:
+                await connection.close()
+            except asyncio.CancelledError:  # stopped meanwhile: still closed, then out
+                await connection.close()
+                raise
             await asyncio.sleep(pause)
             pause = min(pause * 2, BACKOFF_MAX)
 

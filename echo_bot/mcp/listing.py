@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from ..config import LoadedConfig, McpServerConfig
 from ..tools.registry import ToolRegistry
-from .hub import OPEN_TIMEOUT, McpHub, ServerStatus
+from .hub import FIRST_TRY, McpHub, ServerStatus
 from .limits import API_MAX_TOOLS
 from .tool import McpTool
 
@@ -35,7 +35,7 @@ async def snapshot(
     state and tools once it has answered or failed, stop it."""
     hub = McpHub(servers, ToolRegistry(), environ, max_tools=max_tools)
     try:
-        await hub.start(bound=OPEN_TIMEOUT + 5)
+        await hub.start(bound=FIRST_TRY)
         # Copies: stopping the hub marks its servers stopped.
         return [
             replace(s.status, tools=list(s.status.tools), problems=list(s.status.problems))

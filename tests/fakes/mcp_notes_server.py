@@ -10,7 +10,9 @@ process exits mid-call), ``hang`` (sleeps; a cancellation is written to
 ``NOTES_DIR/cancelled``), ``grow`` (adds a tool, then says the list changed), ``env``
 (the environment it was given), ``ask_model`` and ``ask_user`` (ask the client for
 sampling, elicitation). With
-``NOTES_BAD_SCHEMA=1`` it also lists ``broken``, whose schema is no JSON Schema.
+``NOTES_BAD_SCHEMA=1`` it also lists ``broken``, whose schema is no JSON Schema. With
+``NOTES_START_DELAY=S`` it sleeps S seconds before it reads its first message (a server
+slow to start, as one fetched by ``npx`` on its first run is).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import json
 import os
 import socket
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -201,4 +204,5 @@ async def http() -> None:
 
 
 if __name__ == "__main__":
+    time.sleep(float(os.environ.get("NOTES_START_DELAY", "0")))
     anyio.run(stdio if sys.argv[1:] == ["stdio"] else http)
