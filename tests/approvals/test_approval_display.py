@@ -12,6 +12,7 @@ import asyncio
 import json
 from pathlib import Path
 from typing import Any
+from zoneinfo import available_timezones
 
 import pytest
 
@@ -280,6 +281,7 @@ def test_a_call_at_the_limit_fits_a_telegram_message_with_the_longest_header() -
         wide,
         0.0,
         allow_for=False,
+        zone=max(available_timezones(), key=len),  # the longest name a chat may choose
     )
     assert labels(prompt) == ["Approve once", "Deny"]
     assert utf16_len(prompt.text) <= PROMPT_LIMIT
