@@ -620,6 +620,16 @@ def with_credentials(config: Config, environ: Mapping[str, str]) -> dict[str, st
     return env
 
 
+BOT_TOKEN_SHAPE = "expected 123456:ABC…, as @BotFather gives it"
+
+
+def looks_like_bot_token(token: str) -> bool:
+    """A Telegram bot token's shape: ``<digits>:<rest>``, no whitespace (the rule aiogram
+    applies when a Bot is made). ``run``, ``check-config`` and ``doctor`` all ask here."""
+    bot_id, sep, rest = token.partition(":")
+    return bool(sep and bot_id.isdigit() and rest) and not any(c.isspace() for c in token)
+
+
 def check_environment(loaded: LoadedConfig, environ: Mapping[str, str] | None = None) -> None:
     """Fail when a secret that an enabled part needs is missing from the environment."""
     env = os.environ if environ is None else environ
@@ -633,6 +643,12 @@ def check_environment(loaded: LoadedConfig, environ: Mapping[str, str] | None = 
 
     if telegram_enabled(loaded, env):
         need("telegram.token_env", config.telegram.token_env, "the bot token")
+        token = env.get(config.telegram.token_env)
+        if token and not looks_like_bot_token(token):
+            problems.append(
+                f"{source}: telegram.token_env: ${config.telegram.token_env} does not look"
+                f" like a bot token ({BOT_TOKEN_SHAPE})"
+            )
         if config.telegram.mode == "webhook":
             need(
                 "telegram.webhook_secret_env",

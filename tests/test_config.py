@@ -515,3 +515,29 @@ def test_check_config_summary_shows_durations_as_written(tmp_path: Path) -> None
     result = check_config(path, tmp_path / "st")
     assert result.returncode == 0, result.stderr
     assert "approvals: timeout 2h" in result.stdout
+
+
+@pytest.mark.parametrize("token", ["garbage", "123456:two words", "bot:123456"])
+def test_run_check_config_and_doctor_refuse_a_malformed_bot_token_alike(
+    tmp_path: Path, token: str
+) -> None:
+    path = write(tmp_path, "[telegram]\nenabled = true\n")
+    state = tmp_path / "st"
+    env = echo_bot_env(TELEGRAM_BOT_TOKEN=token)
+    checked = check_config(path, state, TELEGRAM_BOT_TOKEN=token)
+    ran = run_echo_bot("run", "--config", str(path), "--state-dir", str(state), env=env)
+    for result in (checked, ran):
+        assert result.returncode == 2, result
+        line = assert_one_line_error(result.stderr, path, "telegram.token_env")
+        assert "$TELEGRAM_BOT_TOKEN does not look like a bot token" in line
+        assert token not in line
+    assert checked.stderr == ran.stderr
+    doctor = run_echo_bot("doctor", "--config", str(path), "--state-dir", str(state), env=env)
+    assert doctor.returncode == 1, doctor
+    (config_line,) = [line for line in doctor.stdout.splitlines() if "] config" in line]
+    assert config_line.startswith("[FAIL]")
+    assert checked.stderr.strip().removeprefix("echo-bot: ") in config_line
+    # Nothing was sent to the Bot API with it: the telegram check says why it did not ask.
+    (telegram,) = [line for line in doctor.stdout.splitlines() if "] telegram" in line]
+    assert "not asked: $TELEGRAM_BOT_TOKEN does not look like a bot token" in telegram
+    assert token not in doctor.stdout
