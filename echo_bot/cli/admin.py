@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from ..approvals.display import decider, escape_text, render_call, show_json
+from ..approvals.routing import OWNER_QUEUE, OWNER_QUEUE_TEXT, ApproverDirectory
 from ..config import LoadedConfig, WebhookRoute, llm_enabled, secrets_in_use, telegram_enabled
 from ..durations import format_duration
 from ..errors import ConfigError
@@ -143,6 +144,7 @@ def check_config(loaded: LoadedConfig, state_dir: Path, env: Mapping[str, str]) 
         f"shell_exec: {'on' if config.tools.shell.enabled else 'off'}",
         f"approvals: timeout {format_duration(config.approvals.timeout)}, "
         f"default chat {config.approvals.default_chat or 'none'}",
+        *_prompt_lines(loaded, core.live.current.directory),
     ]
     secrets = [
         f"{name} {'set' if env.get(name) else 'not set' if needed else 'not set (optional)'}"
@@ -151,6 +153,30 @@ def check_config(loaded: LoadedConfig, state_dir: Path, env: Mapping[str, str]) 
     lines.append("secrets (environment or credentials): " + (", ".join(secrets) or "none needed"))
     print("\n".join(lines))
     return 0
+
+
+def _prompt_lines(loaded: LoadedConfig, directory: ApproverDirectory) -> list[str]:
+    """Where approval prompts go (DESIGN.md "Where the prompt goes"): a requester who
+    approves in their own chat is asked there; everyone else's prompts, and those of
+    each webhook route and cron job, go where ``ApproverDirectory.routed`` says."""
+
+    def where(deliver_to: str | None) -> str:
+        address, why = directory.routed(Address.parse(deliver_to) if deliver_to else None)
+        if address == OWNER_QUEUE:
+            return f"{OWNER_QUEUE_TEXT} ({why})"
+        return f"{address} ({why})"
+
+    config = loaded.config
+    lines = [
+        "approval prompts: in the requester's own chat when they approve there; "
+        f"others' go to {where(None)}"
+    ]
+    if config.webhook.enabled:
+        for route in config.webhook.routes:
+            lines.append(f"  webhook route {route.name}: {where(route.deliver_to)}")
+    for job in config.cron:
+        lines.append(f"  cron job {job.name}: {where(job.deliver_to)}")
+    return lines
 
 
 # -- approvals ----------------------------------------------------------------------------
@@ -164,7 +190,8 @@ def approvals_command(at: StoreAt, action: str, approval_id: str | None, wait: f
             who = escape_text(str(row.requested_by.get("name") or row.requested_by.get("id")))
             print(
                 f"{row.id}  {escape_text(row.tool)} ({row.risk})  asked by {who} "
-                f"in {escape_text(row.origin)}  expires {_clock(row.expires_at)}"
+                f"in {escape_text(row.origin)}  prompt in {_prompt_in(row)}  "
+                f"expires {_clock(row.expires_at)}"
             )
         return 0
     if not approval_id:
@@ -222,6 +249,14 @@ def _approvals_by_prefix(tx: Tx, prefix: str) -> list[str]:
     return tx.approvals.ids_beginning(prefix)
 
 
+def _prompt_in(row: ApprovalRow) -> str:
+    """Where the request was asked: a chat, or nowhere but here (no chat could ask an
+    approver: it waits for `echo-bot approvals approve|deny`)."""
+    if row.prompt_to == str(OWNER_QUEUE):
+        return "no chat (it waits for echo-bot approvals approve|deny)"
+    return escape_text(row.prompt_to)
+
+
 def _show(row: ApprovalRow) -> None:
     """Every argument complete, the deciding ones first (the order the request was
     stored in), hidden characters escaped as in the chat prompt."""
@@ -233,7 +268,7 @@ def _show(row: ApprovalRow) -> None:
     print("arguments (in full, as JSON; invisible characters shown as \\u escapes):")
     print(show_json(row.args))
     print(f"asked by:  {who} in {escape_text(row.origin)}")
-    print(f"prompt in: {escape_text(row.prompt_to)}")
+    print(f"prompt in: {_prompt_in(row)}")
     print(f"created:   {_clock(row.created_at)}")
     print(f"expires:   {_clock(row.expires_at)}")
     if row.decided_at:
@@ -324,15 +359,29 @@ def webhook_deliveries(at: StoreAt, route: str | None, delivery: str | None, lim
         print(json.dumps(info, indent=2, ensure_ascii=False))
         return 0
     session = f"webhook:{route}" if route else None
-    rows = _with_store(at, lambda tx: tx.inbox.recent("webhook", session_key=session, limit=limit))
+    rows, pending = _with_store(
+        at,
+        lambda tx: (
+            tx.inbox.recent("webhook", session_key=session, limit=limit),
+            tx.approvals.list(),
+        ),
+    )
     if not rows:
         print("No webhook deliveries.")
         return 0
+    waits = {request.turn_id: _waits_for(request) for request in pending}
     for row in rows:
-        text = " ".join(str(row.outcome).split())[:80]
+        text = waits.get(row.id) or " ".join(str(row.outcome).split())[:80]
         print(f"{_clock(row.received_at)}  {row.id}  {row.session_key.split(':', 1)[1]:<12} "
               f"{row.status:<16} {text}")  # fmt: skip
     return 0
+
+
+def _waits_for(request: ApprovalRow) -> str:
+    """Where a delivery waiting for approval waits, as its listing says it."""
+    if request.prompt_to == str(OWNER_QUEUE):
+        return f"waits for: echo-bot approvals approve {request.id}"
+    return f"waits for an approver in {escape_text(request.prompt_to)} (request {request.id})"
 
 
 def webhook_send(
