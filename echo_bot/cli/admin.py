@@ -508,8 +508,9 @@ def _holding(leases: list[str]) -> str:
     return f"; {shown}" if shown else ""
 
 
-def backup_command(at: StoreAt, target: Path) -> int:
-    """A directory ``target`` gets a new, timestamped file inside it (UTC)."""
+def backup_command(at: StoreAt, target: Path, *, force: bool = False) -> int:
+    """A directory ``target`` gets a new, timestamped file inside it (UTC); an existing
+    file (or a link) is replaced only with ``force``."""
     if at.url is not None:
         print(
             f"echo-bot: the store is {at.describe()}: back it up with PostgreSQL's own"
@@ -526,6 +527,13 @@ def backup_command(at: StoreAt, target: Path) -> int:
         target = backup_name(target)
     if target.resolve() == source.resolve():
         print("echo-bot: the backup must not overwrite the store itself", file=sys.stderr)
+        return 2
+    if os.path.lexists(target) and not force:
+        print(
+            f"echo-bot: {target} exists; not overwritten (--force replaces it, or give a"
+            " directory for a new, timestamped file)",
+            file=sys.stderr,
+        )
         return 2
     pages = backup_to(source, target)  # StoreError: one line, exit code 2
     print(f"Backed up {source} to {target} ({pages} pages), consistent as of now.")
