@@ -207,17 +207,7 @@ def approvals_command(at: StoreAt, action: str, approval_id: str | None, wait: f
         return 2
     matches = _with_store(at, lambda tx: _approvals_by_prefix(tx, wanted))
     if len(matches) > 1:
-        shown = ", ".join(matches[:_AMBIGUOUS_SHOWN])
-        more = (
-            f" and {len(matches) - _AMBIGUOUS_SHOWN} more"
-            if len(matches) > _AMBIGUOUS_SHOWN
-            else ""
-        )
-        print(
-            f"echo-bot: {approval_id} is ambiguous: it begins {len(matches)} request ids: "
-            f"{shown}{more}; give more characters",
-            file=sys.stderr,
-        )
+        _ambiguous(approval_id, matches, "request")
         return 2
     found = _with_store(at, lambda tx: tx.approvals.get(matches[0]) if matches else None)
     if found is None:
@@ -239,6 +229,17 @@ def approvals_command(at: StoreAt, action: str, approval_id: str | None, wait: f
         print(f"echo-bot: request {row.id} has expired; nothing changed")
         return 1
     return _submit_decision(at, row.id, action, wait)
+
+
+def _ambiguous(given: str, matches: list[str], noun: str) -> None:
+    """Say which ids ``given`` begins (at most ``_AMBIGUOUS_SHOWN`` of them), in one line."""
+    shown = ", ".join(matches[:_AMBIGUOUS_SHOWN])
+    more = f" and {len(matches) - _AMBIGUOUS_SHOWN} more" if len(matches) > _AMBIGUOUS_SHOWN else ""
+    print(
+        f"echo-bot: {given} is ambiguous: it begins {len(matches)} {noun} ids: "
+        f"{shown}{more}; give more characters",
+        file=sys.stderr,
+    )
 
 
 def _approvals_by_prefix(tx: Tx, prefix: str) -> list[str]:
@@ -352,12 +353,7 @@ def reminders_command(at: StoreAt, action: str, reminder_id: str | None) -> int:
 # -- webhooks -----------------------------------------------------------------------------
 def webhook_deliveries(at: StoreAt, route: str | None, delivery: str | None, limit: int) -> int:
     if delivery:
-        info = _with_store(at, lambda tx: tx.inbox.describe(delivery))
-        if info is None or info.get("channel") != "webhook":
-            print(f"echo-bot: no webhook delivery {delivery}")
-            return 1
-        print(json.dumps(info, indent=2, ensure_ascii=False))
-        return 0
+        return _one_delivery(at, delivery)
     session = f"webhook:{route}" if route else None
     rows, pending = _with_store(
         at,
@@ -369,7 +365,7 @@ def webhook_deliveries(at: StoreAt, route: str | None, delivery: str | None, lim
     if not rows:
         print("No webhook deliveries.")
         return 0
-    waits = {request.turn_id: _waits_for(request) for request in pending}
+    waits = {request.turn_id: f"waits for: {_waits_for(request)}" for request in pending}
     for row in rows:
         text = waits.get(row.id) or " ".join(str(row.outcome).split())[:80]
         print(f"{_clock(row.received_at)}  {row.id}  {row.session_key.split(':', 1)[1]:<12} "
@@ -377,11 +373,58 @@ def webhook_deliveries(at: StoreAt, route: str | None, delivery: str | None, lim
     return 0
 
 
+def _one_delivery(at: StoreAt, given: str) -> int:
+    """One delivery, found as a request is (its id or a unique prefix of 6+
+    characters), with readable times and what it waits for."""
+    wanted = given.strip().lower()
+    if len(wanted) < MIN_ID_PREFIX:
+        print(
+            f"echo-bot: {given!r} is too short for a delivery id: give the id or at least "
+            f"its first {MIN_ID_PREFIX} characters (see `echo-bot webhook deliveries`)",
+            file=sys.stderr,
+        )
+        return 2
+
+    def find(tx: Tx) -> tuple[list[str], dict[str, object] | None, list[ApprovalRow]]:
+        exact = tx.inbox.describe(wanted)
+        if exact is not None and exact.get("channel") == "webhook":
+            matches = [wanted]
+        else:
+            matches = tx.inbox.ids_beginning("webhook", wanted)
+        info = tx.inbox.describe(matches[0]) if len(matches) == 1 else None
+        pending = [r for r in tx.approvals.list() if info and r.turn_id == info["id"]]
+        return matches, info, pending
+
+    matches, info, pending = _with_store(at, find)
+    if len(matches) > 1:
+        _ambiguous(given, matches, "delivery")
+        return 2
+    if info is None:
+        print(f"echo-bot: no webhook delivery {given}", file=sys.stderr)
+        return 1
+    session = str(info.get("session") or "")
+    print(f"delivery:  {info['id']}")
+    print(f"route:     {escape_text(session.removeprefix('webhook:'))}")
+    print(f"status:    {info['status']}")
+    for request in pending:
+        print(f"waits for: {_waits_for(request)}")
+    print(f"received:  {_clock(_number(info.get('received_at')))}")
+    print(f"updated:   {_clock(_number(info.get('updated_at')))}")
+    for key in ("result", "error"):
+        if info.get(key):
+            print(f"{key + ':':<10} {escape_text(str(info[key]))}")
+    return 0
+
+
+def _number(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) else None
+
+
 def _waits_for(request: ApprovalRow) -> str:
-    """Where a delivery waiting for approval waits, as its listing says it."""
+    """What a delivery waiting for approval waits for, as its listing says it."""
     if request.prompt_to == str(OWNER_QUEUE):
-        return f"waits for: echo-bot approvals approve {request.id}"
-    return f"waits for an approver in {escape_text(request.prompt_to)} (request {request.id})"
+        return f"echo-bot approvals approve {request.id}"
+    return f"an approver in {escape_text(request.prompt_to)} (request {request.id})"
 
 
 def webhook_send(

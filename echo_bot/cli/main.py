@@ -121,7 +121,9 @@ def _parser() -> argparse.ArgumentParser:
         "deliveries", parents=[common], help="deliveries and their state"
     )
     deliveries.add_argument("route", nargs="?", help="only this route")
-    deliveries.add_argument("--id", help="one delivery, in full")
+    deliveries.add_argument(
+        "--id", help="one delivery, in full: its id, or a unique prefix of it (6+ characters)"
+    )
     deliveries.add_argument("--limit", type=int, default=20, help="the newest N (default 20)")
     send = webhook_sub.add_parser(
         "send", parents=[common], help="sign a payload and post it to the daemon"
