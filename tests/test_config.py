@@ -165,6 +165,24 @@ ROUTE_BASE = 'name = "gh"\nauth = "github"\nsecret_env = "GH_SECRET"\n'
             "webhook_url",
             id="telegram-webhook-without-url",
         ),
+        pytest.param(
+            "[telegram]\nmode = 'webhook'\nwebhook_url = 'http://bot.example.org/telegram'",
+            "telegram.webhook_url",
+            "Telegram sends updates only to an https:// URL with a host (this one has http://)",
+            id="telegram-webhook-url-http",
+        ),
+        pytest.param(
+            "[telegram]\nwebhook_url = 'bot.example.org/telegram'",
+            "telegram.webhook_url",
+            "only to an https:// URL with a host (this one has no scheme)",
+            id="telegram-webhook-url-no-scheme",
+        ),
+        pytest.param(
+            "[telegram]\nwebhook_url = 'https:///telegram'",
+            "telegram.webhook_url",
+            "(this one has no host)",
+            id="telegram-webhook-url-no-host",
+        ),
     ],
 )
 def test_parse_config_names_file_key_and_reason(text: str, key: str, reason: str) -> None:
@@ -444,6 +462,11 @@ def assert_one_line_error(stderr: str, path: Path, key: str) -> str:
         pytest.param("[tools]\nallow = ['no_such_tool']\n", "tools.allow", id="allow-unknown-tool"),
         pytest.param("[tools]\ndeny = ['no_such_tool']\n", "tools.deny", id="deny-unknown-tool"),
         pytest.param("[approvals]\ntimeout = inf\n", "approvals.timeout", id="infinite-duration"),
+        pytest.param(
+            "[telegram]\nmode = 'webhook'\nwebhook_url = 'http://bot.example.org/tg'\n",
+            "telegram.webhook_url",
+            id="telegram-webhook-url-http",
+        ),
     ],
 )
 def test_check_config_rejects_with_one_line(tmp_path: Path, text: str, key: str) -> None:
