@@ -564,3 +564,37 @@ def test_run_check_config_and_doctor_refuse_a_malformed_bot_token_alike(
     (telegram,) = [line for line in doctor.stdout.splitlines() if "] telegram" in line]
     assert "not asked: $TELEGRAM_BOT_TOKEN does not look like a bot token" in telegram
     assert token not in doctor.stdout
+
+
+def test_check_config_says_where_the_store_is_and_how_off_tools_switch_on(
+    tmp_path: Path,
+) -> None:
+    state = tmp_path / "st"
+    plain = check_config(write(tmp_path, ""), state)
+    assert plain.returncode == 0, plain.stderr
+    out = plain.stdout.splitlines()
+    assert f"storage: SQLite {state / 'echo-bot.sqlite3'} (retention 30d)" in out
+    assert "shell_exec: off ([tools.shell] enabled = true switches it on)" in out
+    assert "http_request: off ([tools.http] allow_domains switches it on)" in out
+
+    hidden = check_config(
+        write(tmp_path, "[tools.http]\nallow_domains = ['example.org']\n", "http.toml"), state
+    )
+    assert "http_request: on, but not offered: the tools profile leaves it out ([tools] allow)" in (
+        hidden.stdout.splitlines()
+    )
+    offered = check_config(
+        write(
+            tmp_path,
+            "[storage]\nengine = 'postgres'\nretention = '14d'\n"
+            "[tools]\nallow = ['http_request']\n[tools.http]\nallow_domains = ['example.org']\n",
+            "pg.toml",
+        ),
+        state,
+        ECHO_BOT_DATABASE_URL="postgresql://bot:s3cret-pw@db.example:5432/echo",
+    )
+    assert offered.returncode == 0, offered.stderr
+    lines = offered.stdout.splitlines()
+    assert "storage: PostgreSQL db.example:5432/echo (retention 14d)" in lines
+    assert "http_request: on" in lines
+    assert "s3cret-pw" not in offered.stdout

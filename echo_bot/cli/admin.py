@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from ..approvals.display import decider, escape_text, render_call, show_json
 from ..approvals.routing import OWNER_QUEUE, OWNER_QUEUE_TEXT, ApproverDirectory
@@ -41,6 +41,9 @@ from ..store import (
     make_database,
 )
 from ..store.approvals import ApprovalRow
+
+if TYPE_CHECKING:
+    from ..core import Core
 
 T = TypeVar("T")
 
@@ -115,6 +118,7 @@ def check_config(loaded: LoadedConfig, state_dir: Path, env: Mapping[str, str]) 
     from ..core import build_core
 
     core = build_core(loaded, state_dir, env)
+    at = StoreAt.of(loaded, state_dir, env)
     config = loaded.config
     running = [
         name
@@ -133,6 +137,8 @@ def check_config(loaded: LoadedConfig, state_dir: Path, env: Mapping[str, str]) 
     lines = [
         f"config: {loaded.path or 'embedded defaults'} — valid",
         f"state dir: {state_dir}",
+        f"storage: {'SQLite ' if at.url is None else ''}{at.describe()}"
+        f" (retention {format_duration(config.storage.retention)})",
         f"brain: {'llm (' + config.openai.model + ')' if llm_enabled(loaded, env) else 'rules'}",
         f"telegram: {'on' if telegram_enabled(loaded, env) else 'off'}",
         f"webhook: {'on' if config.webhook.enabled else 'off'} "
@@ -141,7 +147,8 @@ def check_config(loaded: LoadedConfig, state_dir: Path, env: Mapping[str, str]) 
         f"cron jobs: {len(config.cron)}",
         f"tools (profile {config.tools.profile}): "
         + (", ".join(t.name for t in core.exposed) or "none"),
-        f"shell_exec: {'on' if config.tools.shell.enabled else 'off'}",
+        _tool_line("shell_exec", core, "[tools.shell] enabled = true switches it on"),
+        _tool_line("http_request", core, "[tools.http] allow_domains switches it on"),
         f"approvals: timeout {format_duration(config.approvals.timeout)}, "
         f"default chat {config.approvals.default_chat or 'none'}",
         *_prompt_lines(loaded, core.live.current.directory),
@@ -153,6 +160,17 @@ def check_config(loaded: LoadedConfig, state_dir: Path, env: Mapping[str, str]) 
     lines.append("secrets (environment or credentials): " + (", ".join(secrets) or "none needed"))
     print("\n".join(lines))
     return 0
+
+
+def _tool_line(name: str, core: Core, how: str) -> str:
+    """Whether a tool that is off by default is on, and if not, how it is switched on;
+    on but left out by the tools profile, how it is let in."""
+    tool = core.registry.get(name)
+    if tool is None or not tool.available():
+        return f"{name}: off ({how})"
+    if tool not in core.exposed:
+        return f"{name}: on, but not offered: the tools profile leaves it out ([tools] allow)"
+    return f"{name}: on"
 
 
 def _prompt_lines(loaded: LoadedConfig, directory: ApproverDirectory) -> list[str]:
