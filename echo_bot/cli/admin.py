@@ -456,7 +456,20 @@ def webhook_send(
     config = loaded.config
     route = next((r for r in config.webhook.routes if r.name == route_name), None)
     if route is None:
-        print(f"echo-bot: no webhook route {route_name!r} in {loaded.path or 'the config'}")
+        if not loaded.from_file:
+            print(
+                f"echo-bot: no webhook route {route_name!r}: no config file was given, and the"
+                " embedded defaults have no routes; point at the daemon's config with"
+                " --config PATH (or $ECHO_BOT_CONFIG)",
+                file=sys.stderr,
+            )
+            return 2
+        names = ", ".join(r.name for r in config.webhook.routes)
+        print(
+            f"echo-bot: no webhook route {route_name!r} in {loaded.path} "
+            + (f"(its routes: {names})" if names else "(it has no [[webhook.routes]])"),
+            file=sys.stderr,
+        )
         return 2
     secret = env.get(route.secret_env or "", "")
     if route.auth != "none" and not secret:
