@@ -383,7 +383,7 @@ def test_check_environment_custom_token_variable_is_named() -> None:
     loaded = loaded_from("[telegram]\nenabled = true\ntoken_env = 'MY_TG'\n")
     with pytest.raises(ConfigError, match=r"telegram\.token_env: environment variable MY_TG"):
         check_environment(loaded, {"TELEGRAM_BOT_TOKEN": "not-this-one"})
-    check_environment(loaded, {"MY_TG": "x"})  # set: fine
+    check_environment(loaded, {"MY_TG": "123456:x"})  # set, and shaped as a token: fine
 
 
 def test_check_environment_telegram_off_needs_nothing() -> None:
