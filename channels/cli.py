@@ -29,6 +29,7 @@ from datetime import UTC, datetime
 from typing import TextIO
 
 from echo_bot.bus import Bus, ChannelSetup
+from echo_bot.dates import clock_text
 from echo_bot.errors import EXIT_OUTPUT_CLOSED, ChannelError
 from echo_bot.events import (
     Address,
@@ -54,6 +55,9 @@ OUTPUT_CLOSED = "the terminal's output is closed; kept for the next terminal cha
 
 class CliChannel:
     name = "cli"
+    # Reachable only from this process: on a shared store its messages are delivered by
+    # the daemon running it (echo_bot/delivery.py), wherever the turn ran.
+    local = True
 
     def __init__(self, setup: ChannelSetup[None]) -> None:
         options = setup.options
@@ -64,6 +68,8 @@ class CliChannel:
         self._request_stop = setup.request_stop
         self._detach = setup.detach
         self._pending_prompts = setup.pending_prompts
+        self._timezone_for = setup.timezone_for
+        self._zone: str | None = None  # the terminal chat's, read at start
         # Outbound made before this start waited for a terminal: it is marked so.
         self._since = setup.started_at if setup.started_at is not None else time.time()
         user = getpass.getuser()
@@ -89,6 +95,8 @@ class CliChannel:
     # -- Channel protocol -----------------------------------------------------------------
     async def start(self, bus: Bus) -> None:
         self._bus = bus
+        if self._timezone_for is not None:
+            self._zone = await self._timezone_for(ADDRESS)
         if self._pending_prompts is not None:
             # Read now, shown by ready() below the banner; until then their first
             # deliveries, if still queued, are held back.
@@ -189,8 +197,10 @@ class CliChannel:
         made = id_time(message.id)
         if made is None or made >= self._since:
             return ""
-        day = "%H:%M" if _utc(made).date() == _utc(time.time()).date() else "%Y-%m-%d %H:%M"
-        return f"(from {_utc(made).strftime(day)} UTC, not shown until now) "
+        dated = clock_text(made, self._zone, date=True)
+        today = dated[:10] == clock_text(time.time(), self._zone, date=True)[:10]
+        when = clock_text(made, self._zone) if today else dated
+        return f"(from {when}, not shown until now) "
 
     def _known(self, approval_id: str) -> bool:
         """Whether this request's prompt is shown (or about to be) already."""

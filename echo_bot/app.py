@@ -272,7 +272,12 @@ class Daemon:
         for channel in self.channels:  # what a channel shows once all is up
             if isinstance(channel, ShowsWhenReady):
                 await channel.ready()
-        log.info("echo-bot %s started (state dir %s)", __version__, core.state_dir)
+        log.info(
+            "echo-bot %s started as %s (state dir %s)",
+            __version__,
+            rt.membership.label,
+            core.state_dir,
+        )
 
     def _make_channels(self, config: Config, rt: Runtime, http: HttpServer | None) -> list[Channel]:
         """Every configured channel, made before any starts (a bad token fails them all)."""
@@ -290,6 +295,7 @@ class Daemon:
                 http=http,
                 audit=partial(_channel_audit, store),
                 pending_prompts=self._pending_prompts,
+                timezone_for=self.core.reminders.timezone_for,
                 started_at=self.started_at,
                 detach=partial(rt.delivery.remove_channel, name),
                 hold=partial(_hold, rt.cluster) if rt.cluster is not None else None,
@@ -312,6 +318,7 @@ class Daemon:
             "version": __version__,
             "channels": [c.name for c in self.channels],
             "brain": label,
+            "instance": rt.membership.label,
         }
         await core.store.run(lambda tx: self._started_here(tx, info, rt.membership.label))
         if core.mcp is not None:

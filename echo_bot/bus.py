@@ -148,6 +148,8 @@ class ChannelSetup(Generic[S]):
     # The prompts of the approvals still pending for an address, built anew (a terminal
     # shows them again after a restart: its screen is gone, a Telegram message is not).
     pending_prompts: Callable[[Address], Awaitable[list[OutboundMessage]]] | None = None
+    # The time zone a chat reads times in (its /timezone, else [bot] timezone).
+    timezone_for: Callable[[Address], Awaitable[str]] | None = None
     # When the daemon started: outbound made before it waited for a channel of an
     # earlier run (or one that was not running), e.g. a reply whose terminal had closed.
     started_at: float | None = None

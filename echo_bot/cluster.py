@@ -4,9 +4,11 @@ Each daemon keeps its row in ``instances`` fresh (every ``BEAT`` seconds); a lea
 by a daemon whose row is older than ``LEASE`` seconds is free for the taking, so the
 work of a daemon that died is taken over within about that time, and nothing is renewed
 lease by lease. What is held: each session a daemon is driving (``session:<key>``: one
-daemon runs a session's turns at a time, in order), the outbox (``delivery``: one daemon
-sends, so each chat's messages leave in order and Telegram's limits hold for the whole
-cluster), a Telegram bot's polling (``telegram-poller:<bot id>``). With one daemon on a
+daemon runs a session's turns at a time, in order), each channel's outbox
+(``delivery:<channel>``, taken only by daemons that run that channel: one of them sends,
+so each chat's messages leave in order and Telegram's limits hold for the whole cluster,
+and a channel only one daemon runs — the terminal — is delivered by that daemon), a
+Telegram bot's polling (``telegram-poller:<bot id>``). With one daemon on a
 store (SQLite) there is no ``Cluster`` at all. docs/ARCHITECTURE.md ("Several daemons
 on one database") has the whole picture.
 """
@@ -24,14 +26,21 @@ def session_lease(session_key: str) -> str:
     return f"session:{session_key}"
 
 
-DELIVERY = "delivery"
+def delivery_lease(channel: str) -> str:
+    """Held by the daemon that sends ``channel``'s outbox (one of those that run it)."""
+    return f"delivery:{channel}"
 
 
 class Cluster:
-    def __init__(self, store: Store, name: str, *, lease: float = LEASE) -> None:
+    def __init__(
+        self, store: Store, name: str, *, label: str | None = None, lease: float = LEASE
+    ) -> None:
         # Liveness is judged by the database's clock (store/sql.py db_clock): the
         # daemons' own clocks may be seconds apart.
         self.store, self.name, self.lease = store, name, lease
+        # What people see, in the log as in `status` ([bot] instance, else host-pid);
+        # ``name`` (unique to the process) is what holds the leases.
+        self.label = label or name
 
     def take_in(self, tx: Tx, lease: str, within: float | None = None) -> bool:
         return tx.leases.take(lease, self.name, self.lease if within is None else within)
@@ -62,6 +71,10 @@ class Cluster:
         call and reports it OUTCOME_UNKNOWN instead of running it again."""
         if not tx.leases.held(session_lease(session_key), self.name):
             raise LeaseLost(f"session {session_key} is driven by another daemon now")
+
+    async def take_all(self, leases: list[str]) -> dict[str, bool]:
+        """``take`` for each of ``leases``, in one transaction."""
+        return await self.store.run(lambda tx: {name: self.take_in(tx, name) for name in leases})
 
     async def release(self, lease: str) -> None:
         await self.store.run(lambda tx: tx.leases.release(lease, self.name))

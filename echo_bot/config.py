@@ -544,7 +544,7 @@ def telegram_enabled(loaded: LoadedConfig, environ: Mapping[str, str]) -> bool:
 
 
 def llm_enabled(loaded: LoadedConfig, environ: Mapping[str, str]) -> bool:
-    """Whether the brain is the routed LLM (DESIGN.md: "What switches on")."""
+    """Whether the brain is the routed LLM (config.example.toml, ``[brain] kind``)."""
     brain, openai = loaded.config.brain, loaded.config.openai
     if brain.kind == "rules":
         return False

@@ -120,7 +120,7 @@ def build_core(loaded: LoadedConfig, state_dir: Path, environ: Mapping[str, str]
         return await store.run(lambda tx: tx.approvals.list())
 
     live = Live(live_settings(config, policy))
-    gate = ApprovalGate(live, masker)
+    gate = ApprovalGate(live, masker, timezone=config.bot.timezone)
 
     async def reset(session_key: str) -> None:
         await store.run(lambda tx: tx.turns.reset_session(session_key))
@@ -128,7 +128,7 @@ def build_core(loaded: LoadedConfig, state_dir: Path, environ: Mapping[str, str]
     async def reprompt(row: ApprovalRow) -> OutboundMessage:
         return await store.run(lambda tx: gate.reprompt(tx, row))
 
-    register_core_commands(commands, pending, reprompt, reset)
+    register_core_commands(commands, pending, reprompt, reset, reminders.timezone_for)
     register_reminder_commands(commands, reminders)
     _check_references(loaded, registry, environ, source)
     core = Core(

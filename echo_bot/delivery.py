@@ -3,7 +3,13 @@ and never drops one silently (after the last attempt it is marked failed and log
 
 Messages for channels that are not running (say, the terminal while the daemon runs
 under systemd) stay queued until that channel starts. Whatever queues a message, the
-store's ``OutboundCommitted`` event wakes the worker after the commit."""
+store's ``OutboundCommitted`` event wakes the worker after the commit.
+
+With several daemons on one store, each channel's outbox is sent by one daemon at a
+time: the holder of ``delivery:<channel>``, a lease only the daemons running that
+channel try to take. A channel that one daemon alone runs (the terminal of `echo-bot
+chat`, or a channel configured on one machine only) is therefore delivered by that
+daemon, whichever daemon ran the turn."""
 
 from __future__ import annotations
 
@@ -17,7 +23,7 @@ from typing import Protocol
 
 from . import metrics
 from .bus import Channel
-from .cluster import BEAT, DELIVERY, Cluster
+from .cluster import BEAT, Cluster, delivery_lease
 from .errors import ChannelError, log_retrying
 from .events import OutboundMessage, Receipt
 from .secrets import Masker
@@ -92,25 +98,31 @@ class DeliveryWorker:
         self._fresh: set[str] = set()  # chats queued to since the current look began
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
-        # With several daemons on one store, only the one holding the delivery lease
-        # sends (each chat's order and Telegram's limits hold for the whole cluster);
-        # the others keep trying to take it, and take over when its holder is gone.
+        # With several daemons on one store, a channel's outbox is sent only by the
+        # daemon holding its delivery lease (each chat's order and Telegram's limits
+        # hold for the whole cluster); the others that run the channel keep trying to
+        # take it, and take over when its holder is gone. Per channel, each lease is
+        # trusted until a little before another daemon could take it over.
         self.cluster = cluster
-        self.sending = cluster is None
-        self._sending_until = 0.0
+        self._sending_until: dict[str, float] = {}
+        self._lease_wake = asyncio.Event()
         self._lease_task: asyncio.Task[None] | None = None
+        self._elsewhere: set[str] = set()  # channels whose lease another daemon holds
         self.delivered = 0
         store.subscribe(OutboundCommitted, self._queued)  # every commit that queued outbound
 
     def add_channel(self, channel: Channel) -> None:
         self.channels[channel.name] = channel
+        self._lease_wake.set()  # its lease is taken now, not at the next beat
         self.wake()
 
     def remove_channel(self, name: str) -> None:
         """The channel takes nothing more in this run (a terminal whose output closed):
         its messages stay queued, as for a channel that is not running, attempts and
-        all, until it is added again (the next start)."""
+        all, until it is added again (the next start). On a shared store its delivery
+        lease is let go, so a daemon that still runs it takes it over."""
         self.channels.pop(name, None)
+        self._lease_wake.set()
 
     def wake(self, *_: object) -> None:
         self._wake.set()
@@ -133,21 +145,54 @@ class DeliveryWorker:
 
     async def _keep_lease(self, cluster: Cluster) -> None:
         while True:
+            self._lease_wake.clear()
+            names = sorted(self.channels)
+            leases = [delivery_lease(name) for name in names]
+            # Taken before the statement: trusted no longer than from then.
+            until = time.monotonic() + cluster.lease - BEAT - 2.0
             try:
-                sending = await cluster.take(DELIVERY)
+                taken = await cluster.take_all(leases) if leases else {}
             except Exception:
-                log_retrying(log, "taking the delivery lease failed")
-                sending = False
-            if sending and not self.sending:
-                log.info("this daemon delivers the outbox now (%s)", cluster.name)
-                self._wake.set()
-            self.sending = sending
-            # Trusted only until a little before another daemon could take it over.
-            self._sending_until = time.monotonic() + cluster.lease - BEAT - 2.0
-            await asyncio.sleep(BEAT)
+                log_retrying(log, "taking the delivery leases failed")
+                taken = {}
+            for name, lease in zip(names, leases, strict=True):
+                if taken.get(lease):
+                    if not self._may_send(name):
+                        log.info("this daemon (%s) delivers the %s outbox now", cluster.label, name)
+                        self._wake.set()
+                    self._sending_until[name] = until
+                    self._elsewhere.discard(name)
+                else:
+                    self._sending_until.pop(name, None)
+                    if lease in taken and name not in self._elsewhere:
+                        self._elsewhere.add(name)
+                        # Expected for a shared channel; for one reachable only from
+                        # here (the terminal) it means another daemon has one open too.
+                        local = getattr(self.channels.get(name), "local", False)
+                        log.log(
+                            logging.WARNING if local else logging.INFO,
+                            "another echo-bot on this database delivers the %s channel's"
+                            " messages while it runs: they are sent there, not here",
+                            name,
+                        )
+            for name in set(self._sending_until) - set(names):  # a channel that left
+                self._sending_until.pop(name, None)
+                try:
+                    await cluster.release(delivery_lease(name))
+                except Exception:
+                    log_retrying(log, "letting a delivery lease go failed")
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(BEAT):
+                    await self._lease_wake.wait()
 
-    def _may_send(self) -> bool:
-        return self.sending and (self.cluster is None or time.monotonic() < self._sending_until)
+    def _may_send(self, channel: str) -> bool:
+        if self.cluster is None:
+            return True
+        return time.monotonic() < self._sending_until.get(channel, 0.0)
+
+    def _sendable(self) -> list[str]:
+        """The running channels whose outbox this daemon sends now."""
+        return [name for name in self.channels if self._may_send(name)]
 
     async def stop(self, grace: float = 5.0) -> None:
         """Let sends in flight finish (bounded), then stop."""
@@ -173,10 +218,10 @@ class DeliveryWorker:
         key = str(row.message.to)
         if (
             self._stopping
-            or not self._may_send()
             or self._task is None
             or key in self._in_flight
             or row.message.to.channel not in self.channels
+            or not self._may_send(row.message.to.channel)
         ):
             return False
         # Registered before any look resumes: a look that read this row skips its chat.
@@ -188,18 +233,14 @@ class DeliveryWorker:
             self._wake.clear()
             # Outbound committed from here on may be missing from the look below.
             self._fresh.clear()
-            if not self._may_send():  # another daemon delivers; the lease task wakes this
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(IDLE_WAIT):
-                        await self._wake.wait()
-                continue
+            # None while another daemon sends every channel run here (the lease task
+            # wakes this loop when one is taken): the look is then empty, no read.
+            sendable = self._sendable()
             try:
                 # Chats with a send in flight are left out: their next message waits for
                 # it, and the send wakes this loop when it is done. Counting their heads
                 # as due would spin this loop for as long as a send takes.
-                rows, next_at = await self.outbox.due(
-                    self.channels, self.clock(), busy=self._in_flight
-                )
+                rows, next_at = await self.outbox.due(sendable, self.clock(), busy=self._in_flight)
             except Exception:
                 log_retrying(log, "reading the outbox failed; retrying")
                 rows, next_at = [], None

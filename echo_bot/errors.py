@@ -43,6 +43,13 @@ class StoreError(EchoBotError):
     exit_code = 2
 
 
+class NoSchema(StoreError):
+    """A management command found no echo-bot store where it looked (an empty
+    database, no file): it changes nothing, and says that `echo-bot run` makes one."""
+
+    exit_code = 1
+
+
 class StoreUnavailable(StoreError):
     """The store cannot be reached now (PostgreSQL: the connection was lost or the
     server is down); nothing of the failed work was committed, and the same work may

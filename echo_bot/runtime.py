@@ -70,7 +70,7 @@ def wire(
     membership = InstanceMembership(
         store, label=config.bot.instance or default_name(), started_at=started_at
     )
-    cluster = Cluster(store, membership.name) if store.shared else None
+    cluster = Cluster(store, membership.name, label=membership.label) if store.shared else None
     fence = cluster.fence if cluster is not None else None
     inbox, outbox = SqliteInbox(store), SqliteOutbox(store)
     bus = Bus(inbox, outbox)

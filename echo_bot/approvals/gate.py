@@ -6,11 +6,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
 from .. import metrics
+from ..dates import clock_text
 from ..events import (
     Address,
     ApprovalDecision,
@@ -48,8 +48,8 @@ ALLOW_FOR_SECONDS = 3600
 __all__ = ["ALLOW_FOR_SECONDS", "ApprovalGate", "DecisionOutcome", "render_call"]
 
 
-def _clock_text(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).strftime("%H:%M UTC")
+def _clock_text(ts: float, zone: str) -> str:
+    return clock_text(ts, zone)
 
 
 def _scope_text(scope: str | None) -> str:
@@ -91,10 +91,16 @@ class ApprovalGate:
         live: Live,
         masker: Masker,
         clock: Callable[[], float] = time.time,
+        timezone: str = "UTC",
     ) -> None:
         self.live = live  # the approvers and the timeout, as the last reload left them
         self.masker = masker
         self.clock = clock
+        self.timezone = timezone  # [bot] timezone: times in a chat that chose none
+
+    def _zone(self, tx: Tx, chat: Address) -> str:
+        """The time zone a chat reads times in: its own (``/timezone``), else the bot's."""
+        return tx.reminders.chat_timezone(str(chat)) or self.timezone
 
     # -- creating a request ------------------------------------------------------------
     def request(
@@ -137,6 +143,7 @@ class ApprovalGate:
             prompt_to,
             expires_at,
             allow_for=allow_for,
+            zone=self._zone(tx, prompt_to),
         )
         prompt = prompt.model_copy(
             update={"trace_id": trace_id, "metadata": {**prompt.metadata, "inbound_id": turn_id}}
@@ -211,6 +218,7 @@ class ApprovalGate:
                 Address.parse(row.origin),
                 Address.parse(row.prompt_to),
             ),
+            zone=self._zone(tx, Address.parse(row.prompt_to)),
         )
         return prompt.model_copy(update={"trace_id": row.trace_id})
 
@@ -239,6 +247,7 @@ class ApprovalGate:
         expires_at: float,
         *,
         allow_for: bool,
+        zone: str,
     ) -> OutboundMessage:
         call, unshown = self._chat_view(tool, args)
         lines = [
@@ -276,7 +285,7 @@ class ApprovalGate:
         who = clip(requester.name or requester.id, NAME_CLIP)
         lines.append(
             f"Asked by {who} in {clip(str(origin), ADDRESS_CLIP)} · "
-            f"expires {_clock_text(expires_at)}"
+            f"expires {_clock_text(expires_at, zone)}"
         )
         lines.append(f"Request {approval_id}")
         return OutboundMessage(
@@ -346,11 +355,12 @@ class ApprovalGate:
             decided_by=who,
         )
         label = {ApprovalStatus.APPROVED: "✅ Approved", ApprovalStatus.DENIED: "❌ Denied"}[status]
-        text = f"{label} by {decider(who)} at {_clock_text(self.clock())}"
+        zone = self._zone(tx, Address.parse(row.prompt_to))
+        text = f"{label} by {decider(who)} at {_clock_text(self.clock(), zone)}"
         if verb is DecisionVerb.ALLOW_FOR:
             text += (
                 f"; {escape_text(row.tool)} runs unasked in this chat until "
-                f"{_clock_text(self.clock() + seconds)}{_scope_text(row.grant_scope)}"
+                f"{_clock_text(self.clock() + seconds, zone)}{_scope_text(row.grant_scope)}"
             )
         self._edit_prompt(tx, row, text)
         return DecisionOutcome(

@@ -3,6 +3,10 @@
 The SDK is imported when this brain is built, never by a run without an LLM. Every
 failure of the endpoint (timeout, connection, 429/5xx after the SDK's retries, 4xx,
 a malformed answer) becomes ``LLMUnavailable``; the routed brain then answers offline.
+
+A server (or proxy) that cannot stream may answer a streamed request with the whole
+completion as JSON: that answer is used as it is, and the endpoint's later requests are
+sent without streaming.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import logging
 import mimetypes
 import time
 from collections.abc import Sequence
@@ -32,6 +37,8 @@ MAX_IMAGE_BYTES = 10 * 1000**2  # a photo larger than this is described, not sho
 MAX_STREAM_CHARS = 1_000_000  # a streamed answer longer than this is given up on
 PREVIEW_EVERY = 0.1  # seconds between the texts a streamed answer hands its preview
 
+log = logging.getLogger(__name__)
+
 
 class LLMUnavailable(Exception):
     """The endpoint could not give a usable answer this time."""
@@ -52,6 +59,9 @@ class OpenAIBrain:
             timeout=config.timeout.total_seconds(),
             max_retries=config.max_retries,
         )
+        # False once the endpoint answered a streamed request with one whole JSON answer:
+        # it cannot stream, so it is not asked to any more (for the life of the process).
+        self.streams = config.stream
 
     async def close(self) -> None:
         await self.client.close()
@@ -67,6 +77,20 @@ class OpenAIBrain:
         stream = await self.client.chat.completions.create(
             **request, stream=True, stream_options={"include_usage": True}
         )
+        if _is_json(stream.response.headers.get("content-type", "")):
+            # Not a stream: the whole answer, as a server that cannot stream sends it.
+            try:
+                body = await stream.response.aread()
+            finally:
+                await stream.close()
+            message, usage = _whole_answer(json.loads(body))
+            self.streams = False
+            log.warning(
+                "the LLM server at %s answered a streamed request with one JSON answer: "
+                "used as it is; its later requests are sent without streaming",
+                self.config.base_url,
+            )
+            return message, usage, False
         reading = _StreamedAnswer(preview)
         try:
             if preview is None:
@@ -124,13 +148,11 @@ class OpenAIBrain:
         """The model's message, its usage, and whether the user stopped it; whatever
         goes wrong on the way is ``LLMUnavailable`` (the rules brain answers)."""
         try:
-            if self.config.stream:
+            if self.streams:
                 return await self._streamed(request, context.preview)
             response = await self.client.chat.completions.create(**request)
-            choices = getattr(response, "choices", None) or []
-            if not choices or getattr(choices[0], "message", None) is None:
-                raise LLMUnavailable("the model's answer had no choices")
-            return choices[0].message, getattr(response, "usage", None), False
+            message, usage = _message_of(response)
+            return message, usage, False
         except self._errors as exc:
             raise LLMUnavailable(_describe(exc)) from exc
         except ValueError as exc:  # a 200 whose body is not JSON (a proxy's error page)
@@ -139,6 +161,28 @@ class OpenAIBrain:
             raise LLMUnavailable(f"the stream broke ({type(exc).__name__})") from exc
         except (AttributeError, TypeError, KeyError) as exc:  # chunks of an odd shape
             raise LLMUnavailable(f"unreadable answer ({type(exc).__name__})") from exc
+
+
+def _is_json(content_type: str) -> bool:
+    """Whether a Content-Type is JSON's (as the SDK judges it: ``…json``, any charset)."""
+    return content_type.split(";", 1)[0].strip().lower().endswith("json")
+
+
+def _whole_answer(data: Any) -> tuple[Any, Any]:
+    """A chat completion sent whole (JSON already parsed): its message and usage."""
+    from openai.types.chat import ChatCompletion
+
+    if not isinstance(data, dict):
+        raise LLMUnavailable(f"unreadable answer (JSON {type(data).__name__})")
+    # Built as the SDK builds a non-streamed answer: leniently, odd fields kept.
+    return _message_of(ChatCompletion.model_construct(**data))
+
+
+def _message_of(response: Any) -> tuple[Any, Any]:
+    choices = getattr(response, "choices", None) or []
+    if not choices or getattr(choices[0], "message", None) is None:
+        raise LLMUnavailable("the model's answer had no choices")
+    return choices[0].message, getattr(response, "usage", None)
 
 
 def _reply(message: Any, stopped: bool, details: dict[str, object]) -> BrainReply:
@@ -232,10 +276,7 @@ class _StreamedAnswer:
 
     def message(self) -> Any:
         if not self.choices:
-            raise LLMUnavailable(
-                "the streamed answer had no choices (a server that cannot stream needs "
-                "[openai] stream = false)"
-            )
+            raise LLMUnavailable("the streamed answer had no choices")
         calls = [
             SimpleNamespace(
                 id=slot["id"] or None,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
@@ -53,6 +54,9 @@ class RoutedBrain:
         self.failures = 0
         self.next_probe = 0.0
         self._budget_day_told: str | None = None
+        # The turns (trace ids) whose log has the LLM's failure: a turn of several steps
+        # may ask it more than once, and the terminal chat shows warnings on its screen.
+        self._failure_logged: deque[str] = deque(maxlen=256)
 
     async def step(
         self, conversation: Sequence[ChatMessage], tools: Sequence[Tool], context: BrainContext
@@ -76,7 +80,11 @@ class RoutedBrain:
             self.failures += 1
             if self.failures >= self.fallback_after:
                 self.next_probe = now + self.probe_interval
-            log.warning("LLM unavailable (%s); answering with the rules brain", exc)
+            if context.trace_id in self._failure_logged:
+                log.info("LLM unavailable again in this turn (%s)", exc)
+            else:
+                self._failure_logged.append(context.trace_id)
+                log.warning("LLM unavailable (%s); answering with the rules brain", exc)
             return await self._offline(
                 conversation, tools, context, "the LLM is unavailable", f"LLM failed: {exc}"
             )

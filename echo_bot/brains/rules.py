@@ -1,4 +1,5 @@
-"""The offline rules brain: slash commands, then tool-card triggers, else help.
+"""The offline rules brain: slash commands, then tool-card triggers, a greeting or a
+question about what it can do (answered from its tools and commands), else help.
 
 Stateless over the conversation: after tool results it turns them into the reply;
 otherwise it reads the newest user message.
@@ -7,6 +8,7 @@ otherwise it reads the newest user message.
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Sequence
 
 from ..commands.registry import CommandContext, CommandRegistry
@@ -17,6 +19,24 @@ from ..tools.base import Tool, words
 from .base import BrainContext, BrainReply
 
 NO_MATCH_HINT = "I did not understand that. Send /help to see what I can do."
+# A message of only these words is a greeting ("hello", "hi there", "good morning!").
+GREETING_STARTS = frozenset({"hello", "hi", "hey", "hiya", "howdy", "hallo", "greetings", "yo"})
+GREETING_WORDS = GREETING_STARTS | {
+    "good", "morning", "afternoon", "evening", "day", "there", "again", "all", "everyone", "bot",
+}  # fmt: skip
+_GOOD_TIMES = (["good", "morning"], ["good", "afternoon"], ["good", "evening"], ["good", "day"])
+# Questions about what the bot does, matched as phrases in the message.
+ABOUT_PHRASES = (
+    "what can you do",
+    "what do you do",
+    "what are you",
+    "who are you",
+    "how can you help",
+    "what can i ask",
+    "what can i do",
+    "help me",
+    "help",
+)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -105,6 +125,10 @@ class RulesBrain:
                 attachments=reply.attachments,
             )
         match = match_tool(text, tools)
+        if match is None and not notes:
+            about = self._about(text, tools)
+            if about is not None:
+                return about
         if match is None:
             if notes:
                 return BrainReply(
@@ -124,3 +148,39 @@ class RulesBrain:
             tool_calls=[ToolCall(id=new_id(), name=tool.name, args=args)],
             route_reason=f"rules: trigger matched {tool.name} (score {score:.1f})",
         )
+
+    def _about(self, text: str, tools: Sequence[Tool]) -> BrainReply | None:
+        """A greeting, or a question about what the bot can do: answered with what it
+        can do offline (its tools' triggers, its commands); None for anything else."""
+        said = words(text)
+        padded = f" {' '.join(said)} "
+        starts = bool(said) and (said[0] in GREETING_STARTS or said[:2] in _GOOD_TIMES)
+        greeting = starts and set(said) <= GREETING_WORDS
+        asks = any(_phrase(p)[1] in padded for p in ABOUT_PHRASES)
+        if not (greeting or asks):
+            return None
+        intro = "Hello! " if greeting else ""
+        return BrainReply(
+            text=intro + self.abilities(tools),
+            route_reason="rules: greeting" if greeting else "rules: asked what I can do",
+        )
+
+    def abilities(self, tools: Sequence[Tool]) -> str:
+        """What this brain can do: the tools it can choose from a message (an example of
+        each), then the commands."""
+        lines = ["Here is what I can do:"]
+        worded = sorted((t for t in tools if t.triggers), key=lambda t: t.name)
+        for tool in worded:
+            lines.append(f"• {_gist(tool.description)} — e.g. “{tool.triggers[0]}”")
+        others = len(tools) - len(worded)
+        if others:
+            lines.append(f"• {others} more tool(s) by name: /tools lists them, /tool runs one")
+        names = ", ".join(f"/{c.name}" for c in self.commands.all())
+        if names:
+            lines.append(f"Commands: {names} (/help says more).")
+        return "\n".join(lines)
+
+
+def _gist(description: str) -> str:
+    """A tool description's first clause ("Tell the current date, weekday and time")."""
+    return re.split(r"[.:(]", description, maxsplit=1)[0].strip() or description.strip()

@@ -18,7 +18,7 @@ from ..approvals.display import decider, escape_text, render_call, show_json
 from ..approvals.routing import OWNER_QUEUE, OWNER_QUEUE_TEXT, ApproverDirectory
 from ..config import LoadedConfig, WebhookRoute, llm_enabled, secrets_in_use, telegram_enabled
 from ..durations import format_duration
-from ..errors import ConfigError
+from ..errors import ConfigError, NoSchema
 from ..events import (
     Address,
     ApprovalDecision,
@@ -104,7 +104,10 @@ def _with_store(at: StoreAt, fn: Callable[[Tx], T], *, create: bool = False) -> 
     # These commands write no audit rows, so the store has nothing to mask; what they
     # print is masked on the way out (secrets.masked_output).
     store = Store(database, Masker())
-    store.open_sync()
+    try:
+        store.open_sync(create=create)
+    except NoSchema as exc:  # nothing to read, and reading it changes nothing
+        raise SystemExit(f"echo-bot: {exc}") from None
     try:
         return store.run_sync(fn)
     finally:
@@ -518,8 +521,8 @@ def _github_event(route: WebhookRoute, event: str | None) -> str | None:
 
 # -- status and backup --------------------------------------------------------------------
 def status_command(at: StoreAt) -> int:
-    pid = daemon_pid(at.state_dir)
-    info, counts, upcoming, instances, held = _with_store(
+    shared = at.url is not None
+    info, counts, upcoming, instances, held, now = _with_store(
         at,
         lambda tx: (
             tx.meta.daemon_info(),
@@ -527,17 +530,22 @@ def status_command(at: StoreAt) -> int:
             tx.reminders.active()[:5],
             tx.meta.instances(),
             tx.leases.holders(INSTANCE_GONE_AFTER),
+            tx.meta.now(),
         ),
     )
+    # On PostgreSQL the daemons are the instances in the store (listed below, live by
+    # the database's clock, as `doctor` counts them); the state dir's lock here belongs
+    # to whatever uses that directory, maybe a SQLite daemon of its own: not shown.
+    pid = None if shared else daemon_pid(at.state_dir)
     if pid is not None:
         uptime = int(time.time() - float(info.get("started_at", time.time())))
         print(f"daemon: running, pid {pid}, up {uptime // 3600} h {uptime % 3600 // 60} min")
-    elif at.url is not None:
-        print("daemon: not running here (on PostgreSQL it may run on another machine)")
-    else:
+    elif not shared:
         print("daemon: not running")
     if info:
-        print(f"version: {info.get('version')}; brain: {info.get('brain')}; "
+        started = info.get("instance")
+        last = f"last started: {escape_text(str(started))}; " if shared and started else ""
+        print(f"{last}version: {info.get('version')}; brain: {info.get('brain')}; "
               f"channels: {', '.join(info.get('channels') or []) or 'none'}")  # fmt: skip
     print(f"state: {at.describe()}")
     for name, server in sorted((info.get("mcp") or {}).items()):
@@ -545,13 +553,12 @@ def status_command(at: StoreAt) -> int:
         why += f" — degraded: {server['limited']}" if server.get("limited") else ""
         tools = f", {server.get('tools', 0)} tools" if server.get("state") == "ready" else ""
         print(f"mcp {escape_text(name)}: {server.get('state')}{tools}{escape_text(why)}")
-    now = time.time()
     live = [i for i in instances if now - i.seen_at <= INSTANCE_GONE_AFTER]
     gone = [i for i in instances if now - i.seen_at > INSTANCE_GONE_AFTER]
-    if live or gone:
+    if live or gone or shared:
         print(f"instances: {len(live)} live" + (f", {len(gone)} gone" if gone else ""))
     for row in live:
-        up = int(now - row.started_at)
+        up = int(time.time() - row.started_at)  # both by that machine's clock, roughly
         print(
             f"  {escape_text(row.label)}: {escape_text(row.host)}, pid {row.pid},"
             f" {row.version}, up {up // 3600} h {up % 3600 // 60} min,"
@@ -571,11 +578,12 @@ def status_command(at: StoreAt) -> int:
 
 
 def _holding(leases: list[str]) -> str:
-    """What a live daemon holds, for `status`: the poller, the outbox, its sessions."""
+    """What a live daemon holds, for `status`: the poller, channels' outboxes, sessions."""
     sessions = sum(1 for name in leases if name.startswith("session:"))
+    delivers = [n.removeprefix("delivery:") for n in leases if n.startswith("delivery:")]
     parts = [
         "polls Telegram" if any(n.startswith("telegram-poller:") for n in leases) else "",
-        "delivers the outbox" if "delivery" in leases else "",
+        f"delivers the outbox of {', '.join(delivers)}" if delivers else "",
         f"drives {sessions} session(s)" if sessions else "",
     ]
     shown = "; ".join(p for p in parts if p)

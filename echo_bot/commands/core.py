@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
 
 from ..approvals.display import escape_text
 from ..brains.base import BrainReply
 from ..conversation import ToolCall
-from ..events import OutboundMessage, new_id
+from ..dates import clock_text
+from ..events import Address, OutboundMessage, new_id
 from ..store.approvals import ApprovalRow
 from .registry import Command, CommandContext, CommandRegistry
 
 PendingApprovals = Callable[[], Awaitable[list[ApprovalRow]]]
 Reprompt = Callable[[ApprovalRow], Awaitable[OutboundMessage]]
+TimezoneFor = Callable[[Address], Awaitable[str]]
 ResetSession = Callable[[str], Awaitable[None]]
 
 
@@ -23,6 +24,7 @@ def register_core_commands(
     pending: PendingApprovals,
     reprompt: Reprompt | None = None,
     reset: ResetSession | None = None,
+    timezone_for: TimezoneFor | None = None,
 ) -> None:
     async def help_(rest: str, ctx: CommandContext) -> BrainReply:
         return BrainReply(
@@ -43,8 +45,9 @@ def register_core_commands(
         if not rows:
             return BrainReply(text="No approvals are pending.")
         lines = [f"{len(rows)} pending approval(s):"]
+        zone = await timezone_for(ctx.brain.origin) if timezone_for is not None else None
         for row in rows:
-            expires = datetime.fromtimestamp(row.expires_at, UTC).strftime("%H:%M UTC")
+            expires = clock_text(row.expires_at, zone)
             lines.append(f"• {row.id} — {escape_text(row.tool)} ({row.risk}), expires {expires}")
         here = str(ctx.brain.origin)
         again = [await reprompt(row) for row in rows if reprompt and row.prompt_to == here]

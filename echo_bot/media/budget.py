@@ -4,7 +4,7 @@ Files people send are saved in ``<workspace>/inbox/<sender>/<UTC date>/`` (``inb
 Two budgets bound them, whatever the channel (``[media]``):
 
 - ``daily_bytes_per_sender``: the bytes in one sender's folder of one date. Approvers
-  are trusted (DESIGN.md "Trust") and not counted against it.
+  are trusted (docs/SECURITY.md, "Who is trusted") and not counted against it.
 - ``inbox_max``: every file under the inbox together, everyone's.
 
 Both are counted from the files themselves, walked off the event loop when a file is

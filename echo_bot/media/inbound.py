@@ -143,24 +143,25 @@ class MediaPreparer:
         exempt: list[bool] = []  # asked once, when a file is to be fetched
         for index, attachment in enumerate(message.attachments):
             what, _ = _NAMES[attachment.kind]
+            refused = f"[{what} not downloaded: {_announced(attachment)}"
             try:
                 saved = await self._fetch(message, index, exempt)
             except OverBudget as exc:
-                lines.append(f"[{what} not downloaded: {exc}]")
+                lines.append(f"{refused}{exc}]")
                 notice = exc.refusal.notice(what, utcnow())
                 if notice not in prepared.notices:
                     prepared.notices.append(notice)
                 continue
             except MediaUnavailable as exc:
-                lines.append(f"[{what} not downloaded: {exc}]")
+                lines.append(f"{refused}{exc}]")
                 continue
             except OSError as exc:  # the workspace cannot take it (full disk, permissions)
                 log.warning("media: %s of %s could not be saved: %s", what, message.id, exc)
-                lines.append(f"[{what} not downloaded: it could not be saved ({exc.strerror})]")
+                lines.append(f"{refused}it could not be saved ({exc.strerror})]")
                 continue
             except Exception as exc:  # a file is never worth a failed turn
                 log.exception("media: %s of %s could not be fetched", what, message.id)
-                lines.append(f"[{what} not downloaded: it failed ({type(exc).__name__})]")
+                lines.append(f"{refused}it failed ({type(exc).__name__})]")
                 continue
             if attachment.kind in (MediaKind.VOICE, MediaKind.AUDIO):
                 lines.append(await self._listen(saved, prepared, heard))
@@ -285,6 +286,19 @@ def _facts(saved: Saved) -> str:
     if attachment.kind == MediaKind.DOCUMENT and attachment.name:
         facts.insert(0, f"named {attachment.name!r}")
     return ", ".join(facts)
+
+
+def _announced(attachment: Attachment) -> str:
+    """A file that was not fetched, as its channel announced it, for the note that says
+    so: "'big.iso' (application/x-iso9660-image, 25.0 MB) — ", so that the model (and
+    the person) can tell which of a message's files it was; "" when nothing names it."""
+    if not (attachment.name or attachment.mime_type):
+        return ""
+    facts = [f for f in (attachment.mime_type,) if f]
+    if attachment.size is not None:
+        facts.append(format_size(attachment.size))
+    name = f"{attachment.name!r} " if attachment.name else ""
+    return f"{name}({', '.join(facts)}) — " if facts else f"{name}— "
 
 
 _NOTE = re.compile(

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from ..dates import day_text
 from ..events import Address
 from ..statuses import ReminderStatus
 from ..store import ChatTimezoneChanged, Store, Tx
@@ -204,5 +205,5 @@ def render_list(rows: list[ReminderRow]) -> str:
         zone = zone_of(row.timezone) or UTC
         due = datetime.fromtimestamp(row.next_at, zone)
         repeat = f", repeats ({row.recurrence})" if row.recurrence else ""
-        lines.append(f"• {row.id} — {due:%a %d %b %Y %H:%M} {row.timezone}{repeat}: {row.text}")
+        lines.append(f"• {row.id} — {day_text(due)} {due:%H:%M} {row.timezone}{repeat}: {row.text}")
     return "\n".join(lines)

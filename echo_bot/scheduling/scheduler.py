@@ -24,6 +24,7 @@ from zoneinfo import ZoneInfo
 from .. import metrics
 from ..bus import Bus
 from ..config import Config, CronJob
+from ..dates import day_text
 from ..errors import log_retrying
 from ..events import (
     Address,
@@ -221,8 +222,8 @@ class Scheduler:
         due = datetime.fromtimestamp(due_at, zone)
         if missed:
             text = (
-                f"⏰ Missed reminder (it was due {due:%a %d %b %H:%M} {row.timezone}; I was "
-                f"offline for too long to deliver it on time): {row.text}"
+                f"⏰ Missed reminder (it was due {day_text(due, year=False)} {due:%H:%M} "
+                f"{row.timezone}; I was offline for too long to deliver it on time): {row.text}"
             )
         elif late > LATE_NOTE_AFTER:
             text = f"⏰ {row.text} (late by {describe_lateness(late)} — I was offline)"

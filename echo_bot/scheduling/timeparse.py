@@ -13,6 +13,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from ..dates import day_text
+
 MAX_AHEAD = timedelta(days=5 * 366)
 _EXAMPLES = "e.g. “in 10 minutes”, “at 17:30”, “tomorrow at 9am”, “friday at noon”"
 
@@ -145,7 +147,7 @@ def parse_when(
     moment = moment.astimezone(zone)
     if moment.timestamp() <= now.timestamp():  # local-time `<=` would ignore DST fold
         return Unclear(
-            f"{moment:%A %d %B %Y %H:%M} is in the past. When should it be? Try {_EXAMPLES}."
+            f"{day_text(moment)} {moment:%H:%M} is in the past. When should it be? Try {_EXAMPLES}."
         )
     if moment - local_now > MAX_AHEAD:
         return Unclear("That is more than 5 years away; I only keep reminders up to 5 years.")
@@ -178,7 +180,7 @@ def parse_recurrence(phrase: str) -> Recurrence | Unclear:
 
 
 def describe(moment: datetime) -> str:
-    return f"{moment:%A %d %B %Y at %H:%M} ({moment.tzinfo})"
+    return f"{day_text(moment)} at {moment:%H:%M} ({moment.tzinfo})"
 
 
 def describe_lateness(seconds: float) -> str:

@@ -1,7 +1,7 @@
 """Storage: implements the bus's inbox and outbox and keeps turns, approvals, reminders
 and the audit log. The rest of the code comes in through ``Store.run(fn(tx))`` and the
 repositories on ``tx``; nothing outside this package speaks SQL or imports the driver
-(``tests/test_store_boundary.py``). What it may import from here: this package's names
+(``tests/store/test_store_boundary.py``). What it may import from here: this package's names
 below, and row types and constants of its modules."""
 
 from __future__ import annotations
@@ -47,7 +47,8 @@ def make_database(
         except ImportError as exc:
             raise ConfigError(
                 'storage.engine = "postgres" needs the PostgreSQL driver:'
-                f" pip install 'echo-bot[postgres]' ({exc})"
+                f" pip install 'echo-bot[postgres]' (from a checkout: pip install"
+                f" '.[postgres]') ({exc})"
             ) from None
         if not url or not url.startswith(("postgresql://", "postgres://")):
             raise ConfigError(

@@ -56,10 +56,10 @@ from typing import Any, TypeVar, cast
 
 from sqlite_utils import Database as SqliteUtilsDatabase
 
-from ..errors import StoreError
+from ..errors import NoSchema, StoreError
 from ..hardening import PRIVATE_FILE, make_private
 from .engine import MAX_BATCH, Job, JobDone, Session, ThreadedEngine, run_begun, store_error
-from .schema import SchemaTooNew, migrate
+from .schema import SchemaTooNew, has_schema, migrate
 
 T = TypeVar("T")
 
@@ -134,9 +134,13 @@ class Database(ThreadedEngine):
         await self._submit(lambda: self._open(loop_connection=on_loop), in_transaction=False)
         self._loop = loop if on_loop else None
 
-    def open_sync(self) -> None:
+    def open_sync(self, *, create: bool = True) -> None:
         """For short-lived management commands that have no event loop."""
-        self._submit_sync(lambda: self._open(loop_connection=False), in_transaction=False)
+        if not create and not self.path.exists():
+            raise NoSchema(f"no store at {self.path} yet; `echo-bot run` creates it")
+        self._submit_sync(
+            lambda: self._open(loop_connection=False, create=create), in_transaction=False
+        )
 
     def _connect(self) -> tuple[sqlite3.Connection, SqliteUtilsDatabase]:
         conn = sqlite3.connect(
@@ -154,7 +158,7 @@ class Database(ThreadedEngine):
         conn.execute(f"PRAGMA journal_size_limit = {WAL_KEEP}")
         return conn, SqliteUtilsDatabase(conn)
 
-    def _open(self, *, loop_connection: bool) -> None:
+    def _open(self, *, loop_connection: bool, create: bool = True) -> None:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._make_private()
@@ -162,6 +166,8 @@ class Database(ThreadedEngine):
             self._session = SqliteSession(self._conn, self._wrapped)
             self._thread = threading.current_thread()
             with self.transaction() as db:
+                if not create and not has_schema(db):
+                    raise NoSchema(f"{self.path} holds no echo-bot store")
                 migrate(db)
             self._make_private()  # the -wal and -shm files exist now
             # Commits never checkpoint; the checkpointer thread does (see the module doc).
@@ -174,6 +180,9 @@ class Database(ThreadedEngine):
                 conn.execute("PRAGMA busy_timeout = 0")
                 self._loop_conn = conn
                 self._loop_session = SqliteSession(conn, self._loop_wrapped)
+        except NoSchema:
+            self._close_connections()
+            raise
         except SchemaTooNew as exc:
             self._close_connections()
             raise StoreError(f"the store {self.path}: {exc}") from None

@@ -130,8 +130,9 @@ class ThreadedEngine(abc.ABC):
         """Open the store (a daemon's: on its event loop)."""
 
     @abc.abstractmethod
-    def open_sync(self) -> None:
-        """Open the store for a management command (no event loop)."""
+    def open_sync(self, *, create: bool = True) -> None:
+        """Open the store for a management command (no event loop). ``create=False``:
+        where there is no echo-bot store yet, change nothing and raise NoSchema."""
 
     @abc.abstractmethod
     async def close(self) -> None:

@@ -52,6 +52,11 @@ def instance_gone(db: SqlDb, name: str) -> None:
     db.execute("DELETE FROM instances WHERE name = ?", [name])
 
 
+def now(db: SqlDb) -> float:
+    """The database's clock (what ``seen_at`` is written by), Unix seconds."""
+    return float(db.execute(f"SELECT {db_clock(db)}").fetchone()[0])
+
+
 def instances(db: SqlDb) -> list[InstanceRow]:
     rows = db.execute(
         "SELECT name, label, host, boot_id, pid, version, started_at, seen_at FROM instances"

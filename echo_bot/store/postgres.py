@@ -23,16 +23,16 @@ import logging
 import re
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Any, TypeVar
 
 import psycopg
 from psycopg.pq import TransactionStatus
 
-from ..errors import StoreError, StoreUnavailable
+from ..errors import NoSchema, StoreError, StoreUnavailable
 from .engine import Session, ThreadedEngine
 from .meta import WAKE_CHANNEL
-from .schema import SchemaTooNew, migrate
+from .schema import SchemaTooNew, has_schema, migrate
 from .sql import POSTGRES, describe_url
 
 CONNECT_TIMEOUT = 5  # seconds
@@ -204,9 +204,9 @@ class PostgresDatabase(ThreadedEngine):
     async def open(self) -> None:
         await self._submit(self._open, in_transaction=False)
 
-    def open_sync(self) -> None:
+    def open_sync(self, *, create: bool = True) -> None:
         """For management commands (no event loop)."""
-        self._submit_sync(self._open, in_transaction=False)
+        self._submit_sync(partial(self._open, create=create), in_transaction=False)
 
     def _connect(self, *, starting: bool = False) -> PgSession:
         """A new session. ``starting``: a refusal that waiting will not mend (wrong
@@ -251,13 +251,21 @@ class PostgresDatabase(ThreadedEngine):
             raise
         return PgSession(conn)
 
-    def _open(self) -> None:
+    def _open(self, *, create: bool = True) -> None:
         session = self._connect(starting=True)
         try:
             session.execute("BEGIN")
             session.conn.execute("SELECT pg_advisory_xact_lock(%s)", [MIGRATION_LOCK])
+            if not create and not has_schema(session.handle):
+                raise NoSchema(
+                    f"the database {self.where} has no echo-bot schema yet;"
+                    " `echo-bot run` creates it"
+                )
             migrate(session.handle)
             session.execute("COMMIT")
+        except NoSchema:
+            session.conn.close()
+            raise
         except SchemaTooNew as exc:
             session.conn.close()
             raise StoreError(f"the database {self.where}: {exc}") from None

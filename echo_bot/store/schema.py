@@ -330,6 +330,15 @@ MIGRATIONS: list[Callable[[Database], None]] = [
 ]
 
 
+def has_schema(db: Database) -> bool:
+    """Whether echo-bot's schema is there at all (a migration has ever run)."""
+    if dialect(db) == POSTGRES:
+        row = db.execute("SELECT to_regclass('meta') IS NOT NULL").fetchone()
+        return bool(row and row[0])
+    row = db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'")
+    return row.fetchone() is not None
+
+
 def migrate(db: Database) -> int:
     db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
     row = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()

@@ -3,7 +3,7 @@ the repositories on ``tx``, all in one transaction.
 
 Nothing outside ``store/`` writes SQL, names a table or imports the driver: the core asks
 ``tx.turns.get(turn_id)``, ``tx.outbox.add(message)`` and so on
-(``tests/test_store_boundary.py`` holds that line). A repository that writes work someone
+(``tests/store/test_store_boundary.py`` holds that line). A repository that writes work someone
 waits for records what it wrote (``store.committed``); ``Store`` hands that to its
 subscribers right after the COMMIT, before any caller resumes, also when the caller was
 cancelled meanwhile, and never for work that was rolled back.
@@ -562,6 +562,10 @@ class MetaRepo:
     def set_position(self, name: str, value: int) -> None:
         meta_sql.set_position(self._db, name, value, time.time())
 
+    def now(self) -> float:
+        """The store's clock: the one every daemon's ``seen_at`` is judged by."""
+        return meta_sql.now(self._db)
+
     def instances(self) -> list[meta_sql.InstanceRow]:
         """Every daemon that has used the store and not left, the most recently seen
         first (one whose ``seen_at`` is old died without saying so)."""
@@ -645,8 +649,8 @@ class Store:
     async def close(self) -> None:
         await self.database.close()
 
-    def open_sync(self) -> None:
-        self.database.open_sync()
+    def open_sync(self, *, create: bool = True) -> None:
+        self.database.open_sync(create=create)
 
     def close_sync(self) -> None:
         self.database.close_sync()

@@ -93,7 +93,7 @@ class ToolContext:
 
 @dataclass(frozen=True, slots=True)
 class Effect:
-    """What a call does that the gate judges by (DESIGN.md: rules are about effects,
+    """What a call does that the gate judges by (docs/SECURITY.md: rules are about effects,
     not tool names). A tool states it; the policy decides from it, so a new tool that
     sends or discloses is asked for the way the built-ins are, without a rule of its own.
 

@@ -3,6 +3,7 @@ what each decision does, and what can never be approved."""
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 from typing import Any, ClassVar
@@ -685,3 +686,24 @@ async def test_secrets_are_masked_in_the_prompt(state_dir: Path) -> None:
         assert tool.stored == ["hunter2-abcdef"]  # masked for people, not for the tool
         edit = await bot.channel.wait_for(lambda m: m.edit_of == prompt.id)
         assert "hunter2" not in edit.text
+
+
+async def test_prompt_and_outcome_times_are_in_the_chats_time_zone(state_dir: Path) -> None:
+    """Issue 28: "expires …" and "Approved … at 08:24 UTC" ignored the chat's zone. A
+    chat that chose one (``/timezone``) reads them in it; the others in [bot] timezone."""
+    async with running_bot(state_dir, CODING + '\n[bot]\ntimezone = "Asia/Tokyo"\n') as bot:
+        first = await bot.channel.say('/tool file_write {"path": "a.txt", "content": "1"}')
+        prompt = await bot.channel.prompt_for(first)
+        assert re.search(r"expires \d\d:\d\d Asia/Tokyo", prompt.text), prompt.text
+        await bot.channel.press(action_of(prompt, "Deny"))
+        await bot.channel.reply_to(first)
+
+        await bot.channel.reply_to(await bot.channel.say("/timezone Europe/Berlin"))
+        second = await bot.channel.say('/tool file_write {"path": "b.txt", "content": "2"}')
+        prompt = await bot.channel.prompt_for(second)
+        assert re.search(r"expires \d\d:\d\d Europe/Berlin", prompt.text), prompt.text
+        listing = await bot.channel.reply_to(await bot.channel.say("/approvals"))
+        assert re.search(r"expires \d\d:\d\d Europe/Berlin", listing.text), listing.text
+        await bot.channel.press(action_of(prompt, "Allow here for 1 h"))
+        edit = await bot.channel.wait_for(lambda m: m.edit_of == prompt.id)
+        assert re.search(r"at \d\d:\d\d Europe/Berlin; .* until \d\d:\d\d Europe/Berlin", edit.text)

@@ -19,7 +19,7 @@ from echo_bot.brains.openai_brain import PLACEHOLDER_KEY
 from echo_bot.events import OutboundMessage
 from echo_bot.store.audit import AuditRow, read_audit, usage_by_day
 from echo_bot.tools.base import Risk, Tool, ToolContext, ToolGroup, ToolResult
-from tests.conftest import Bot, run_echo_bot, running_bot
+from tests.conftest import Bot, echo_bot_env, run_echo_bot, running_bot
 from tests.fakes.channel import RecordingChannel
 from tests.fakes.openai_api import RETRY_NOW, FakeOpenAI, assert_chat_shape
 
@@ -453,6 +453,26 @@ async def test_500s_fall_back_to_rules_stay_there_and_recover(state_dir: Path) -
         assert_all_shaped(llm)
 
 
+async def test_issue28_the_fallback_warning_shows_once_per_turn_in_the_chat(
+    tmp_path: Path,
+) -> None:
+    """Issue 28: a turn of two steps (the clock's call, then its answer) asked the failing
+    LLM twice, and the terminal chat showed the fallback warning twice in one turn."""
+    async with FakeOpenAI(api_key=KEY, model=MODEL) as llm:
+        llm.error(500, times=2)
+        path = tmp_path / "config.toml"
+        path.write_text(config(llm))
+        args = ("chat", "--config", str(path), "--state-dir", str(tmp_path / "st"))
+        result = await asyncio.to_thread(
+            run_echo_bot, *args, input="what time is it?\n", env=echo_bot_env(**ENV)
+        )
+    assert result.returncode == 0, result.stderr
+    assert len(llm.chat_requests()) == 2  # both steps asked it
+    assert result.stdout.count(OFFLINE) == 1 and "It is " in result.stdout
+    warnings = [line for line in result.stderr.splitlines() if " WARNING " in line]
+    assert len([line for line in warnings if "LLM" in line]) == 1, warnings
+
+
 async def test_an_endpoint_that_is_not_there_falls_back_and_recovers(state_dir: Path) -> None:
     async with llm_bot(state_dir) as (llm, bot):
         clock = routed_clock(bot)
@@ -475,7 +495,7 @@ async def test_http_errors_answer_offline_and_the_next_turn_works(
 ) -> None:
     async with llm_bot(state_dir) as (llm, bot):
         llm.error(status)
-        reply = await ask(bot, "hello there")
+        reply = await ask(bot, "tell me a joke")
         assert OFFLINE in reply.text and "I did not understand" in reply.text
         assert f"HTTP {status}" in (await audit(bot, "brain.decision"))[0].data["route_reason"]
         llm.reply("All good now.")
@@ -527,16 +547,20 @@ MALFORMED: dict[str, Callable[[FakeOpenAI], None]] = {
 }
 
 
+@pytest.mark.parametrize("stream", ["false", "true"])
 @pytest.mark.parametrize("answer", list(MALFORMED), ids=list(MALFORMED))
 async def test_malformed_answers_answer_offline_and_the_next_turn_works(
-    state_dir: Path, answer: str
+    state_dir: Path, answer: str, stream: str
 ) -> None:
-    async with llm_bot(state_dir) as (llm, bot):
+    """Streamed too: a JSON answer to a streamed request is used whole only when it is a
+    usable completion; a broken one is a failure, and the endpoint is still streamed to."""
+    async with llm_bot(state_dir, stream=stream) as (llm, bot):
         MALFORMED[answer](llm)
-        reply = await ask(bot, "hello there")
+        reply = await ask(bot, "tell me a joke")
         assert OFFLINE in reply.text and "I did not understand" in reply.text
         llm.reply("Readable again.")
         assert (await ask(bot, "hello again")).text == "Readable again."
+        assert all(bool(r.get("stream")) is (stream == "true") for r in llm.chat_requests())
         assert_all_shaped(llm)
 
 

@@ -95,6 +95,44 @@ async def test_negative_trigger_gives_the_hint(brain: RulesBrain, tools: list[To
     assert reply.text == NO_MATCH_HINT
 
 
+@pytest.mark.parametrize("text", ["hello", "Hi there!", "good morning", "hey bot"])
+async def test_issue28_a_greeting_is_greeted_with_what_i_can_do(
+    brain: RulesBrain, tools: list[Tool], text: str
+) -> None:
+    """Issue 28: offline, "hello" got "I did not understand that"."""
+    reply = await ask(brain, text, tools)
+    assert reply.tool_calls == [] and reply.text is not None
+    assert reply.text.startswith("Hello!") and NO_MATCH_HINT not in reply.text
+    assert "“what time is it”" in reply.text and "“say back”" in reply.text
+    assert "/help" in reply.text and "/tools" in reply.text
+
+
+@pytest.mark.parametrize("text", ["what can you do?", "Who are you", "help"])
+async def test_issue28_what_can_you_do_lists_the_tools_and_commands(
+    brain: RulesBrain, tools: list[Tool], text: str
+) -> None:
+    reply = await ask(brain, text, tools)
+    assert reply.tool_calls == [] and reply.text is not None
+    assert reply.text.startswith("Here is what I can do:")
+    assert "Tell the current date, weekday and time — e.g. “what time is it”" in reply.text
+    assert "Repeat a text — e.g. “say back”" in reply.text
+    assert "Commands: /help, /tools, /approvals" in reply.text
+
+
+async def test_what_i_can_do_is_only_what_is_exposed(brain: RulesBrain) -> None:
+    reply = await ask(brain, "what can you do?", [EchoTool()])
+    assert reply.text is not None
+    assert "say back" in reply.text and "what time is it" not in reply.text
+
+
+async def test_a_greeting_with_a_request_runs_the_request(
+    brain: RulesBrain, tools: list[Tool]
+) -> None:
+    reply = await ask(brain, "hello, what time is it?", tools)
+    assert [c.name for c in reply.tool_calls] == ["current_time"]
+    assert (await ask(brain, "hello world", tools)).text == NO_MATCH_HINT
+
+
 async def test_trigger_without_extractable_args_explains(
     brain: RulesBrain, tools: list[Tool]
 ) -> None:

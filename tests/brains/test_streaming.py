@@ -19,7 +19,7 @@ from echo_bot.bus import ChannelSetup
 from echo_bot.events import Address, OutboundMessage
 from tests.agent.test_agent import GateTool
 from tests.channels.test_telegram import OWNER, reply_to, say, sends, telegram_bot
-from tests.conftest import eventually
+from tests.conftest import echo_bot_env, eventually, run_echo_bot
 from tests.fakes.openai_api import FakeOpenAI, Raw
 from tests.fakes.telegram_api import FakeTelegramAPI
 
@@ -122,6 +122,45 @@ async def test_streaming_can_be_switched_off(state_dir: Path) -> None:
         assert api.drafts == []
 
 
+async def test_issue28_a_server_that_cannot_stream_is_answered_not_offline(
+    tmp_path: Path,
+) -> None:
+    """Issue 28: a server that answers a streamed request with one JSON completion was
+    taken for down, and every turn was answered offline. A real `echo-bot chat` with the
+    default ``stream = true``: the model's answers, and the second request not streamed."""
+    async with FakeOpenAI(model=MODEL) as llm:
+        llm.can_stream = False
+        llm.reply("Hello from the model.")
+        llm.reply("Still the model.")
+        config = tmp_path / "config.toml"
+        config.write_text(llm_extra(llm))
+        args = ("chat", "--config", str(config), "--state-dir", str(tmp_path / "st"))
+        env = echo_bot_env(OPENAI_API_KEY="sk-test")
+        result = await asyncio.to_thread(
+            run_echo_bot, *args, input="hello\nand once more\n", env=env
+        )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["Hello from the model.", "Still the model."]
+    first, second = llm.chat_requests()
+    assert first["stream"] is True
+    assert "stream" not in second and "stream_options" not in second
+    assert "sent without streaming" in result.stderr
+
+
+async def test_a_whole_json_answer_with_tool_calls_runs_them(state_dir: Path) -> None:
+    async with FakeOpenAI(model=MODEL) as llm:
+        llm.can_stream = False
+        llm.tool_calls([("current_time", {"timezone": "Europe/Berlin"})])
+        llm.reply("It is late in Berlin.")
+        async with telegram_bot(state_dir, llm_extra(llm)) as (_bot, api):
+            message_id = say(api, "what time is it in Berlin?")
+            final = await reply_to(api, message_id, "It is late in Berlin.")
+        assert final.params["text"] == "It is late in Berlin."
+        first, second = llm.chat_requests()
+        assert first["stream"] is True and "stream" not in second
+        assert next(m for m in second["messages"] if m["role"] == "tool")["content"]
+
+
 async def test_a_secret_never_shows_in_a_draft_even_in_part(state_dir: Path) -> None:
     secret = "tg-secret-value-0123456789"
     async with FakeOpenAI(model=MODEL) as llm:
@@ -142,7 +181,8 @@ async def test_a_secret_never_shows_in_a_draft_even_in_part(state_dir: Path) -> 
 async def test_a_broken_stream_falls_back_and_nothing_crashes(state_dir: Path) -> None:
     async with FakeOpenAI(model=MODEL) as llm:
         bad = "data: {not json\n\n"
-        llm.enqueue(Raw(bad, headers={"Content-Type": "text/event-stream"}))
+        broken = Raw(bad, headers={"Content-Type": "text/event-stream"})
+        llm.enqueue(broken, broken)  # both steps of the turn (the clock's call, its answer)
         async with telegram_bot(state_dir, llm_extra(llm)) as (_bot, api):
             message_id = say(api, "what time is it?")
             await reply_to(api, message_id, "It is")  # the offline brain answered

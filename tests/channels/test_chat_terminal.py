@@ -209,11 +209,16 @@ def test_chat_ends_when_its_output_pipe_closes_and_keeps_the_reply_undelivered(
         ).fetchall()
     assert attempts and all(row == (0, 1) for row in attempts), attempts
 
-    # The next chat shows it first, marked as held from before.
-    later = run_echo_bot("chat", "--state-dir", str(state), input="what time is it?\n")
+    # The next chat shows it first, marked as held from before, in the chat's time zone.
+    zone = tmp_path / "zone.toml"
+    zone.write_text('[bot]\ntimezone = "Asia/Tokyo"\n')
+    later = run_echo_bot(
+        "chat", "--config", str(zone), "--state-dir", str(state), input="what time is it?\n"
+    )
     assert later.returncode == 0, later.stderr
     lines = later.stdout.splitlines()
-    assert re.match(r"^\(from \d\d:\d\d UTC, not shown until now\) Commands:", lines[0]), lines
+    held = r"^\(from (\d{4}-\d\d-\d\d )?\d\d:\d\d Asia/Tokyo, not shown until now\) Commands:"
+    assert re.match(held, lines[0]), lines
     assert lines[-1].startswith("It is "), lines
     assert all(r[0] == "sent" for r in outbox_rows(state))
 

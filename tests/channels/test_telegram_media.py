@@ -179,8 +179,31 @@ async def test_a_file_over_the_limit_is_a_note_not_a_failed_turn(state_dir: Path
         message_id = send(api, document=document)
         call = await reply_to(api, message_id, "could not download your document")
         assert "25.0 MB, over the 20.0 MB download limit" in call.params["text"]
+        assert "'big.iso'" in call.params["text"]
         assert api.calls_of("getFile") == []  # its announced size says enough
     assert saved_files(state_dir) == []
+
+
+async def test_issue28_a_refused_document_is_named_with_its_type_and_size(
+    state_dir: Path,
+) -> None:
+    """Issue 28: the note on a document over max_download did not name it, so the model
+    could not tell which file was refused."""
+    async with FakeOpenAI(model=MODEL) as llm:
+        llm.reply("That one is too big.")
+        async with telegram_bot(state_dir, llm_extra(llm)) as (_bot, api):
+            document = {
+                **api.add_file(b"x", "big.iso", size=25 * 1000**2),
+                "file_name": "big.iso",
+                "mime_type": "application/x-iso9660-image",
+            }
+            message_id = send(api, document=document, caption="install this")
+            await reply_to(api, message_id, "That one is too big.")
+        assert user_content(llm) == (
+            "install this\n[document not downloaded: 'big.iso' (application/x-iso9660-image,"
+            " 25.0 MB) — it is 25.0 MB, over the 20.0 MB download limit ([telegram] "
+            "max_download)]"
+        )
 
 
 async def test_an_expired_file_is_a_clear_note(state_dir: Path) -> None:

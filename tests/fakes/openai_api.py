@@ -210,6 +210,9 @@ class FakeOpenAI:
         # stream=true: content and arguments sent this many characters an event, this
         # many seconds apart; how many streams began, events went out, and were cut.
         self.stream_chunk_chars = 8
+        # False: a server (or proxy) that cannot stream answers a streamed request with
+        # the whole completion as JSON, as it answers any other.
+        self.can_stream = True
         self.stream_delay = 0.0
         self.streams = 0
         self.stream_events = 0
@@ -443,7 +446,7 @@ class FakeOpenAI:
         step = await self._next_step(body)
         if step is None:
             self.unscripted += 1
-            return _json(self._completion(body, Reply(UNSCRIPTED_TEXT))), "unscripted"
+            return await self._render(request, body, Reply(UNSCRIPTED_TEXT)), "unscripted"
         if isinstance(step, dict):
             return _json(step), "responder"
         return await self._render(request, body, step), _step_name(step)
@@ -460,7 +463,7 @@ class FakeOpenAI:
 
     async def _render(self, request: web.Request, body: JSON, step: Step) -> web.StreamResponse:
         match step:
-            case Reply() | ToolCalls() if body.get("stream"):
+            case Reply() | ToolCalls() if body.get("stream") and self.can_stream:
                 return await self._stream(request, body, self._completion(body, step))
             case Reply() | ToolCalls():
                 return _json(self._completion(body, step))

@@ -129,7 +129,7 @@ def test_shell_list_and_cancel_beside_a_running_chat(tmp_path: Path) -> None:
         [line] = listed.stdout.splitlines()
         assert line.startswith(coffee)
         assert line.endswith("coffee  [cli:local]")
-        assert re.search(r"\w{3} \d{2} \w{3} \d{4} \d{2}:\d{2} UTC", line)
+        assert re.search(r"\w+day \d{1,2} [A-Z][a-z]+ \d{4} \d{2}:\d{2} UTC", line)
 
         again = run_echo_bot("reminders", "cancel", tea, "--state-dir", str(state))
         assert again.returncode == 1

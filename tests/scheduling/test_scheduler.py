@@ -159,7 +159,7 @@ async def test_past_the_grace_it_is_reported_missed_once(parts: Parts) -> None:
     await scheduler.fire_reminder(row.id, row.next_at)
     [sent] = await parts.outbox()
     assert sent.text.startswith("⏰ Missed reminder")
-    assert "Sun 29 Feb 08:10 UTC" in sent.text  # when it was due
+    assert "Sunday 29 February 08:10 UTC" in sent.text  # when it was due
     assert sent.text.endswith(": call the bank")
     assert (await parts.reminder(row.id)).status == "missed"
     fires = await parts.db.run(

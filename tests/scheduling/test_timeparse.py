@@ -13,6 +13,7 @@ from echo_bot.scheduling.timeparse import (
     Recurrence,
     Unclear,
     When,
+    describe,
     describe_lateness,
     parse_recurrence,
     parse_when,
@@ -120,6 +121,14 @@ def test_unparseable_phrases_are_not_guessed(phrase: str) -> None:
 
 def test_a_date_in_the_past_is_a_question() -> None:
     assert "is in the past" in question("yesterday at 9:00")
+
+
+def test_issue28_days_are_written_one_way_without_a_leading_zero() -> None:
+    """Issue 28: "Thursday 3 December" (the clock) beside "Thursday 03 December"
+    (reminders)."""
+    assert question("yesterday at 9:00").startswith("Tuesday 9 June 2026 09:00 is in the past")
+    moment = datetime(2026, 12, 3, 13, 22, tzinfo=ZoneInfo("Europe/Berlin"))
+    assert describe(moment) == "Thursday 3 December 2026 at 13:22 (Europe/Berlin)"
 
 
 @pytest.mark.parametrize("phrase", ["in 6 years", "in 10 years", "on 1 January 2040 at 9:00"])

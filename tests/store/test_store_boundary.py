@@ -1,4 +1,4 @@
-"""One store boundary (DESIGN.md, storage): nothing outside ``echo_bot/store/`` depends
+"""One store boundary (docs/ARCHITECTURE.md, "Storage"): nothing outside ``echo_bot/store/`` depends
 on SQLite. Every module of the core and the channels is read with ``ast``; none may
 import the driver (sqlite3, sqlite_utils), hold a string that is SQL, name a table where
 a database handle takes one (``db["inbox"]``, ``db.table("inbox")``), or import a store

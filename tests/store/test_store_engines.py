@@ -28,7 +28,7 @@ from echo_bot.store import DB_FILENAME, ChatTimezoneChanged, Database, Store, Tx
 from echo_bot.store.engine import ThreadedEngine
 from echo_bot.tools.base import Risk, Tool, ToolContext, ToolGroup, ToolResult
 from tests.conftest import ON_POSTGRES, echo_bot_env, eventually, run_echo_bot, running_bot
-from tests.postgres import admin_url, fresh_database
+from tests.postgres import admin_url, fresh_database, reachable_admin_url, with_database
 
 Job = Callable[[Any], Any]
 SCRATCH = "CREATE TABLE scratch (id INTEGER PRIMARY KEY, v TEXT)"
@@ -316,6 +316,19 @@ async def test_a_daemon_on_either_engine_answers_and_keeps_its_turns(
     assert (state_dir / DB_FILENAME).exists() == (on_both_engines == "sqlite")
 
 
+def _refused_url(case: str) -> str:
+    """A URL the test server refuses for good, made from its own URL (whatever host,
+    port and role it has); skipped, saying why, where that server does not answer."""
+    admin = reachable_admin_url()
+    if case == "wrong-password":
+        parts = urlsplit(admin)
+        user = parts.username or "echo_bot_test"
+        where = parts.hostname or "127.0.0.1"
+        port = f":{parts.port}" if parts.port else ""
+        return urlunsplit(parts._replace(netloc=f"{user}:wrong@{where}{port}"))
+    return with_database(admin, f"no_such_db_{secrets.token_hex(4)}")
+
+
 @pytest.mark.parametrize(
     ("url", "expected"),
     [
@@ -323,13 +336,15 @@ async def test_a_daemon_on_either_engine_answers_and_keeps_its_turns(
         ("notaurl", "postgresql://user:password@host"),
         # Refused for good (a closed port instead makes the daemon wait: see
         # test_a_daemon_started_while_its_database_is_away_waits_degraded_then_runs).
-        ("postgresql://echo_bot_test:wrong@127.0.0.1:5432/postgres", "password authentication"),
-        ("postgresql://echo_bot_test:echo_bot_test@127.0.0.1:5432/no_such_db", "does not exist"),
+        ("wrong-password", "password authentication"),
+        ("no-such-db", "does not exist"),
     ],
 )
 def test_a_bad_database_url_is_one_clear_line_and_exit_2(
     tmp_path: Path, url: str | None, expected: str
 ) -> None:
+    if url in ("wrong-password", "no-such-db"):
+        url = _refused_url(url)
     config = tmp_path / "echo-bot.toml"
     config.write_text('[storage]\nengine = "postgres"\n')
     env = echo_bot_env(**({"ECHO_BOT_DATABASE_URL": url} if url else {}))

@@ -9,15 +9,9 @@ from functools import lru_cache
 from typing import Any, ClassVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
+from ...dates import day_text
 from ...events import Address
 from ..base import ErrorCode, Risk, Tool, ToolContext, ToolGroup, ToolResult
-
-# Spelled out rather than strftime("%A"/"%B"), which follow the process locale.
-_DAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
-_MONTHS = (
-    "January", "February", "March", "April", "May", "June",
-    "July", "August", "September", "October", "November", "December",
-)  # fmt: skip
 
 _SLASHED_ZONE = re.compile(r"\b[A-Za-z][A-Za-z_\-]*(?:/[A-Za-z0-9_+\-]+)+")
 # "... in Tokyo?", "... in New York right now": the words after "in".
@@ -95,10 +89,7 @@ def format_offset(moment: datetime) -> str:
 
 
 def describe_moment(moment: datetime, zone_name: str) -> str:
-    return (
-        f"It is {_DAYS[moment.weekday()]} {moment.day} {_MONTHS[moment.month - 1]} "
-        f"{moment.year}, {moment:%H:%M} ({zone_name}, {format_offset(moment)})."
-    )
+    return f"It is {day_text(moment)}, {moment:%H:%M} ({zone_name}, {format_offset(moment)})."
 
 
 class CurrentTimeTool(Tool):

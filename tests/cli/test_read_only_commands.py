@@ -1,0 +1,55 @@
+"""The commands that only look (check-config, status, doctor, the listings) change
+nothing where there is no store yet: no schema in an empty PostgreSQL database, no file
+in a state directory; they say that `echo-bot run` makes it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import echo_bot_env, run_echo_bot
+from tests.postgres import fresh_database
+
+LOOKING = (
+    ("check-config",),
+    ("status",),
+    ("doctor",),
+    ("approvals", "list"),
+    ("audit",),
+    ("reminders", "list"),
+)
+
+
+def _tables(url: str) -> list[str]:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'"
+        ).fetchall()
+    return [str(row[0]) for row in rows]
+
+
+def test_looking_at_an_empty_database_creates_no_schema(tmp_path: Path) -> None:
+    config = tmp_path / "pg.toml"
+    config.write_text('[storage]\nengine = "postgres"\n')
+    with fresh_database() as url:
+        env = echo_bot_env(ECHO_BOT_DATABASE_URL=url)
+        args = ("--config", str(config), "--state-dir", str(tmp_path / "st"))
+        for command in LOOKING:
+            done = run_echo_bot(*command, *args, env=env)
+            assert "Traceback" not in done.stderr, done.stderr
+            assert _tables(url) == [], f"`echo-bot {' '.join(command)}` created tables"
+            if command[0] in ("status", "approvals", "audit", "reminders"):
+                assert done.returncode == 1, done.stdout + done.stderr
+                assert "has no echo-bot schema yet; `echo-bot run` creates it" in done.stderr
+        assert not (tmp_path / "st").exists()
+
+
+@pytest.mark.parametrize("command", LOOKING, ids=lambda c: " ".join(c))
+def test_looking_at_a_new_state_dir_creates_nothing(tmp_path: Path, command: tuple[str]) -> None:
+    state = tmp_path / "st"
+    done = run_echo_bot(*command, "--state-dir", str(state))
+    assert "Traceback" not in done.stderr, done.stderr
+    assert not state.exists(), sorted(p.name for p in state.rglob("*"))
