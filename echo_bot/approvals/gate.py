@@ -183,7 +183,7 @@ class ApprovalGate:
             where = (
                 f"no chat can ask an approver, so it waits for the owner at the server: "
                 f"echo-bot approvals approve {approval_id} (or deny), until "
-                f"{_clock_text(expires_at)}"
+                f"{_clock_text(expires_at, self._zone(tx, origin))}"
                 if queued
                 else f"the request went to the approvers (id {approval_id})"
             )
