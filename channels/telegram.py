@@ -48,11 +48,10 @@ from aiogram.types import (
     ReplyParameters,
     Update,
 )
-from aiogram.utils.token import TokenValidationError
 from aiohttp import ClientError, ClientResponseError
 
 from echo_bot.bus import Bus, ChannelSetup, Masking
-from echo_bot.config import TelegramConfig
+from echo_bot.config import BOT_TOKEN_SHAPE, TelegramConfig, looks_like_bot_token
 from echo_bot.errors import (
     ChannelError,
     ConfigError,
@@ -296,14 +295,13 @@ class TelegramChannel:
         config = setup.section
         self.config = config
         token = setup.environ.get(config.token_env, "")
-        try:
-            session = AiohttpSession(api=TelegramAPIServer.from_base(config.api_base.rstrip("/")))
-            self.bot = Bot(token, session=session)
-        except TokenValidationError:
+        if not looks_like_bot_token(token):  # build_core said so already; the same rule
             raise ConfigError(
                 f"telegram.token_env: ${config.token_env} does not look like a bot token "
-                "(expected 123456:ABC…, as @BotFather gives it)"
-            ) from None
+                f"({BOT_TOKEN_SHAPE})"
+            )
+        session = AiohttpSession(api=TelegramAPIServer.from_base(config.api_base.rstrip("/")))
+        self.bot = Bot(token, session=session)
         self.commands = list(setup.commands)
         self.access = setup.access
         self.http = setup.http

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import (
@@ -174,6 +175,21 @@ class HttpConfig(Section):
     max_concurrent_bodies: int = Field(8, ge=1, le=10_000)  # per route
 
 
+def _https_url(value: str | None) -> str | None:
+    """Telegram delivers webhook updates only to HTTPS URLs (setWebhook refuses others)."""
+    if value is None:
+        return value
+    parts = urlsplit(value)
+    if parts.scheme.lower() != "https" or not parts.hostname:
+        scheme = f"{parts.scheme}://" if parts.scheme else "no scheme"
+        raise ValueError(
+            f"Telegram sends updates only to an https:// URL with a host (this one has "
+            f"{scheme if parts.scheme.lower() != 'https' else 'no host'}): your reverse "
+            "proxy's public HTTPS address"
+        )
+    return value
+
+
 class TelegramConfig(Section):
     enabled: bool = False
     token_env: EnvName = "TELEGRAM_BOT_TOKEN"
@@ -182,7 +198,7 @@ class TelegramConfig(Section):
     # Several daemons on one PostgreSQL store: one polls; when it dies, another takes
     # over once it has been unseen this long (at least 10 s: daemons are seen every 5).
     lease: Duration = Field(timedelta(seconds=15), ge=timedelta(seconds=10))
-    webhook_url: str | None = None
+    webhook_url: Annotated[str | None, AfterValidator(_https_url)] = None
     webhook_secret_env: EnvName = "TELEGRAM_WEBHOOK_SECRET"
     allowed_users: list[int] = Field(default_factory=list)
     approvers: list[int] | None = None
@@ -620,6 +636,16 @@ def with_credentials(config: Config, environ: Mapping[str, str]) -> dict[str, st
     return env
 
 
+BOT_TOKEN_SHAPE = "expected 123456:ABC…, as @BotFather gives it"
+
+
+def looks_like_bot_token(token: str) -> bool:
+    """A Telegram bot token's shape: ``<digits>:<rest>``, no whitespace (the rule aiogram
+    applies when a Bot is made). ``run``, ``check-config`` and ``doctor`` all ask here."""
+    bot_id, sep, rest = token.partition(":")
+    return bool(sep and bot_id.isdigit() and rest) and not any(c.isspace() for c in token)
+
+
 def check_environment(loaded: LoadedConfig, environ: Mapping[str, str] | None = None) -> None:
     """Fail when a secret that an enabled part needs is missing from the environment."""
     env = os.environ if environ is None else environ
@@ -633,6 +659,12 @@ def check_environment(loaded: LoadedConfig, environ: Mapping[str, str] | None = 
 
     if telegram_enabled(loaded, env):
         need("telegram.token_env", config.telegram.token_env, "the bot token")
+        token = env.get(config.telegram.token_env)
+        if token and not looks_like_bot_token(token):
+            problems.append(
+                f"{source}: telegram.token_env: ${config.telegram.token_env} does not look"
+                f" like a bot token ({BOT_TOKEN_SHAPE})"
+            )
         if config.telegram.mode == "webhook":
             need(
                 "telegram.webhook_secret_env",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -126,5 +127,8 @@ def _open_log_file(path: Path) -> logging.Handler:
             os.close(fd)
             raise
     except OSError as exc:
-        raise ConfigError(f"cannot write the log file {path}: {exc.strerror}") from exc
+        why = exc.strerror
+        if exc.errno == errno.ELOOP and path.is_symlink():  # O_NOFOLLOW met the link
+            why = "it is a symlink, and symlinks are refused (give the file's own path)"
+        raise ConfigError(f"cannot write the log file {path}: {why}") from exc
     return logging.StreamHandler(os.fdopen(fd, "a", encoding="utf-8"))

@@ -165,6 +165,24 @@ ROUTE_BASE = 'name = "gh"\nauth = "github"\nsecret_env = "GH_SECRET"\n'
             "webhook_url",
             id="telegram-webhook-without-url",
         ),
+        pytest.param(
+            "[telegram]\nmode = 'webhook'\nwebhook_url = 'http://bot.example.org/telegram'",
+            "telegram.webhook_url",
+            "Telegram sends updates only to an https:// URL with a host (this one has http://)",
+            id="telegram-webhook-url-http",
+        ),
+        pytest.param(
+            "[telegram]\nwebhook_url = 'bot.example.org/telegram'",
+            "telegram.webhook_url",
+            "only to an https:// URL with a host (this one has no scheme)",
+            id="telegram-webhook-url-no-scheme",
+        ),
+        pytest.param(
+            "[telegram]\nwebhook_url = 'https:///telegram'",
+            "telegram.webhook_url",
+            "(this one has no host)",
+            id="telegram-webhook-url-no-host",
+        ),
     ],
 )
 def test_parse_config_names_file_key_and_reason(text: str, key: str, reason: str) -> None:
@@ -365,7 +383,7 @@ def test_check_environment_custom_token_variable_is_named() -> None:
     loaded = loaded_from("[telegram]\nenabled = true\ntoken_env = 'MY_TG'\n")
     with pytest.raises(ConfigError, match=r"telegram\.token_env: environment variable MY_TG"):
         check_environment(loaded, {"TELEGRAM_BOT_TOKEN": "not-this-one"})
-    check_environment(loaded, {"MY_TG": "x"})  # set: fine
+    check_environment(loaded, {"MY_TG": "123456:x"})  # set, and shaped as a token: fine
 
 
 def test_check_environment_telegram_off_needs_nothing() -> None:
@@ -444,6 +462,11 @@ def assert_one_line_error(stderr: str, path: Path, key: str) -> str:
         pytest.param("[tools]\nallow = ['no_such_tool']\n", "tools.allow", id="allow-unknown-tool"),
         pytest.param("[tools]\ndeny = ['no_such_tool']\n", "tools.deny", id="deny-unknown-tool"),
         pytest.param("[approvals]\ntimeout = inf\n", "approvals.timeout", id="infinite-duration"),
+        pytest.param(
+            "[telegram]\nmode = 'webhook'\nwebhook_url = 'http://bot.example.org/tg'\n",
+            "telegram.webhook_url",
+            id="telegram-webhook-url-http",
+        ),
     ],
 )
 def test_check_config_rejects_with_one_line(tmp_path: Path, text: str, key: str) -> None:
@@ -515,3 +538,63 @@ def test_check_config_summary_shows_durations_as_written(tmp_path: Path) -> None
     result = check_config(path, tmp_path / "st")
     assert result.returncode == 0, result.stderr
     assert "approvals: timeout 2h" in result.stdout
+
+
+@pytest.mark.parametrize("token", ["garbage", "123456:two words", "bot:123456"])
+def test_run_check_config_and_doctor_refuse_a_malformed_bot_token_alike(
+    tmp_path: Path, token: str
+) -> None:
+    path = write(tmp_path, "[telegram]\nenabled = true\n")
+    state = tmp_path / "st"
+    env = echo_bot_env(TELEGRAM_BOT_TOKEN=token)
+    checked = check_config(path, state, TELEGRAM_BOT_TOKEN=token)
+    ran = run_echo_bot("run", "--config", str(path), "--state-dir", str(state), env=env)
+    for result in (checked, ran):
+        assert result.returncode == 2, result
+        line = assert_one_line_error(result.stderr, path, "telegram.token_env")
+        assert "$TELEGRAM_BOT_TOKEN does not look like a bot token" in line
+        assert token not in line
+    assert checked.stderr == ran.stderr
+    doctor = run_echo_bot("doctor", "--config", str(path), "--state-dir", str(state), env=env)
+    assert doctor.returncode == 1, doctor
+    (config_line,) = [line for line in doctor.stdout.splitlines() if "] config" in line]
+    assert config_line.startswith("[FAIL]")
+    assert checked.stderr.strip().removeprefix("echo-bot: ") in config_line
+    # Nothing was sent to the Bot API with it: the telegram check says why it did not ask.
+    (telegram,) = [line for line in doctor.stdout.splitlines() if "] telegram" in line]
+    assert "not asked: $TELEGRAM_BOT_TOKEN does not look like a bot token" in telegram
+    assert token not in doctor.stdout
+
+
+def test_check_config_says_where_the_store_is_and_how_off_tools_switch_on(
+    tmp_path: Path,
+) -> None:
+    state = tmp_path / "st"
+    plain = check_config(write(tmp_path, ""), state)
+    assert plain.returncode == 0, plain.stderr
+    out = plain.stdout.splitlines()
+    assert f"storage: SQLite {state / 'echo-bot.sqlite3'} (retention 30d)" in out
+    assert "shell_exec: off ([tools.shell] enabled = true switches it on)" in out
+    assert "http_request: off ([tools.http] allow_domains switches it on)" in out
+
+    hidden = check_config(
+        write(tmp_path, "[tools.http]\nallow_domains = ['example.org']\n", "http.toml"), state
+    )
+    assert "http_request: on, but not offered: the tools profile leaves it out ([tools] allow)" in (
+        hidden.stdout.splitlines()
+    )
+    offered = check_config(
+        write(
+            tmp_path,
+            "[storage]\nengine = 'postgres'\nretention = '14d'\n"
+            "[tools]\nallow = ['http_request']\n[tools.http]\nallow_domains = ['example.org']\n",
+            "pg.toml",
+        ),
+        state,
+        ECHO_BOT_DATABASE_URL="postgresql://bot:s3cret-pw@db.example:5432/echo",
+    )
+    assert offered.returncode == 0, offered.stderr
+    lines = offered.stdout.splitlines()
+    assert "storage: PostgreSQL db.example:5432/echo (retention 14d)" in lines
+    assert "http_request: on" in lines
+    assert "s3cret-pw" not in offered.stdout

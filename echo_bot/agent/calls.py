@@ -231,16 +231,10 @@ class CallExecutor:
         )
         if twin is not None:
             return _set(tx, call, CallStatus.WAITING, approval_id=twin.approval_id)
+        # No chat to prompt: it waits for `echo-bot approvals` (routing.OWNER_QUEUE).
         prompt_to = settings.directory.route(
             tx, inbound.address, inbound.sender.id, inbound.deliver_to
         )
-        if prompt_to is None:
-            result = ToolResult.failure(
-                ErrorCode.APPROVAL_UNAVAILABLE,
-                f"{tool.name} needs approval, but no approver can be reached "
-                "(set [approvals] default_chat or the route's deliver_to).",
-            )
-            return self._finish_settled(tx, inbound, call, result)
         # "Allow here for a time" only where its grant would be honoured: a write asked
         # in the requester's own chat, of an approver there.
         offer = verdict.offers_grant and ctx.approver and prompt_to == inbound.address

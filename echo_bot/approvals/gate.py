@@ -41,6 +41,7 @@ from .display import (
     render_call,
     render_if_fits,
 )
+from .routing import OWNER_QUEUE
 
 ALLOW_FOR_SECONDS = 3600
 
@@ -147,7 +148,9 @@ class ApprovalGate:
         prompt = prompt.model_copy(
             update={"trace_id": trace_id, "metadata": {**prompt.metadata, "inbound_id": turn_id}}
         )
-        tx.outbox.add(prompt)
+        queued = prompt_to == OWNER_QUEUE  # no chat can prompt: nothing is sent
+        if not queued:
+            tx.outbox.add(prompt)
         tx.approvals.insert(
             approval_id=approval_id,
             turn_id=turn_id,
@@ -160,7 +163,7 @@ class ApprovalGate:
             requested_by={"id": requester.id, "name": requester.name, "address": str(origin)},
             origin=str(origin),
             prompt_to=str(prompt_to),
-            prompt_outbound_id=prompt.id,
+            prompt_outbound_id=None if queued else prompt.id,
             expires_at=expires_at,
             grant_scope=grant_scope if allow_for else None,
         )
@@ -177,11 +180,17 @@ class ApprovalGate:
             prompt_to=str(prompt_to),
         )
         if prompt_to != origin:
+            where = (
+                f"no chat can ask an approver, so it waits for the owner at the server: "
+                f"echo-bot approvals approve {approval_id} (or deny), until "
+                f"{_clock_text(expires_at, self._zone(tx, origin))}"
+                if queued
+                else f"the request went to the approvers (id {approval_id})"
+            )
             tx.outbox.add(
                 OutboundMessage(
                     to=origin,
-                    text=f"⏳ {escape_text(tool)} needs approval; the request went to the "
-                    f"approvers (id {approval_id}).",
+                    text=f"⏳ {escape_text(tool)} needs approval; {where}.",
                     kind=OutboundKind.NOTICE,
                     trace_id=trace_id,
                     metadata={"inbound_id": turn_id},

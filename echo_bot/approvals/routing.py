@@ -8,6 +8,12 @@ from ..store import Tx
 
 # The terminal is the owner's: whoever types in ``echo-bot chat`` may approve there.
 LOCAL_CHANNELS = frozenset({"cli"})
+# Where a request waits when no chat can prompt for it (DESIGN.md "Where the prompt
+# goes"): no channel has this name, so no prompt is sent anywhere; the owner at the
+# server decides it with ``echo-bot approvals approve|deny`` (the gate's ``via ==
+# "admin"``), and it expires as every request does.
+OWNER_QUEUE = Address(channel="echo-bot", chat_id="approvals")
+OWNER_QUEUE_TEXT = "echo-bot approvals"
 
 
 class ApproverDirectory:
@@ -34,18 +40,36 @@ class ApproverDirectory:
         return sender_id in self._approvers.get(address.channel, frozenset())
 
     def has_approvers(self, tx: Tx, address: Address) -> bool:
+        return self.prompts_reach(address)
+
+    def prompts_reach(self, address: Address) -> bool:
+        """Whether a prompt sent to ``address`` reaches someone who may decide it there
+        (``has_approvers`` where no transaction is at hand)."""
         if address.channel in LOCAL_CHANNELS:
             return True
         return bool(self._approvers.get(address.channel))
 
-    def route(
-        self, tx: Tx, origin: Address, sender_id: str, deliver_to: Address | None
-    ) -> Address | None:
+    def route(self, tx: Tx, origin: Address, sender_id: str, deliver_to: Address | None) -> Address:
         """DESIGN.md: origin chat if the requester approves there, else deliver_to, else
-        ``[approvals] default_chat``; None when nobody can approve (fail closed)."""
+        ``[approvals] default_chat``, else ``OWNER_QUEUE`` (no chat can prompt for it:
+        it waits for ``echo-bot approvals``). Nothing runs unasked either way."""
         if self.is_approver(tx, origin, sender_id):
             return origin
-        for candidate in (deliver_to, self.default_chat):
-            if candidate is not None and self.has_approvers(tx, candidate):
-                return candidate
-        return None
+        return self.routed(deliver_to)[0]
+
+    def routed(self, deliver_to: Address | None) -> tuple[Address, str]:
+        """Where the prompt of a requester who does not approve in their own chat goes
+        (a webhook route's or cron job's ``deliver_to`` given), and why, as
+        ``check-config`` says it."""
+        if deliver_to is not None and self.prompts_reach(deliver_to):
+            return deliver_to, "deliver_to"
+        if self.default_chat is not None and self.prompts_reach(self.default_chat):
+            return self.default_chat, "default_chat"
+        why = []
+        if deliver_to is not None:
+            why.append(f"deliver_to {deliver_to} has no approvers")
+        if self.default_chat is None:
+            why.append("no [approvals] default_chat")
+        else:
+            why.append(f"default_chat {self.default_chat} has no approvers")
+        return OWNER_QUEUE, "; ".join(why)

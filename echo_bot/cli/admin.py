@@ -12,9 +12,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from ..approvals.display import decider, escape_text, render_call, show_json
+from ..approvals.routing import OWNER_QUEUE, OWNER_QUEUE_TEXT, ApproverDirectory
 from ..config import LoadedConfig, WebhookRoute, llm_enabled, secrets_in_use, telegram_enabled
 from ..durations import format_duration
 from ..errors import ConfigError, NoSchema
@@ -40,6 +41,9 @@ from ..store import (
     make_database,
 )
 from ..store.approvals import ApprovalRow
+
+if TYPE_CHECKING:
+    from ..core import Core
 
 T = TypeVar("T")
 
@@ -117,6 +121,7 @@ def check_config(loaded: LoadedConfig, state_dir: Path, env: Mapping[str, str]) 
     from ..core import build_core
 
     core = build_core(loaded, state_dir, env)
+    at = StoreAt.of(loaded, state_dir, env)
     config = loaded.config
     if config.mcp.servers:
         from ..mcp.hub import sdk_missing
@@ -141,6 +146,8 @@ def check_config(loaded: LoadedConfig, state_dir: Path, env: Mapping[str, str]) 
     lines = [
         f"config: {loaded.path or 'embedded defaults'} — valid",
         f"state dir: {state_dir}",
+        f"storage: {'SQLite ' if at.url is None else ''}{at.describe()}"
+        f" (retention {format_duration(config.storage.retention)})",
         f"brain: {'llm (' + config.openai.model + ')' if llm_enabled(loaded, env) else 'rules'}",
         f"telegram: {'on' if telegram_enabled(loaded, env) else 'off'}",
         f"webhook: {'on' if config.webhook.enabled else 'off'} "
@@ -149,9 +156,11 @@ def check_config(loaded: LoadedConfig, state_dir: Path, env: Mapping[str, str]) 
         f"cron jobs: {len(config.cron)}",
         f"tools (profile {config.tools.profile}): "
         + (", ".join(t.name for t in core.exposed) or "none"),
-        f"shell_exec: {'on' if config.tools.shell.enabled else 'off'}",
+        _tool_line("shell_exec", core, "[tools.shell] enabled = true switches it on"),
+        _tool_line("http_request", core, "[tools.http] allow_domains switches it on"),
         f"approvals: timeout {format_duration(config.approvals.timeout)}, "
         f"default chat {config.approvals.default_chat or 'none'}",
+        *_prompt_lines(loaded, core.live.current.directory),
     ]
     secrets = [
         f"{name} {'set' if env.get(name) else 'not set' if needed else 'not set (optional)'}"
@@ -160,6 +169,41 @@ def check_config(loaded: LoadedConfig, state_dir: Path, env: Mapping[str, str]) 
     lines.append("secrets (environment or credentials): " + (", ".join(secrets) or "none needed"))
     print("\n".join(lines))
     return 0
+
+
+def _tool_line(name: str, core: Core, how: str) -> str:
+    """Whether a tool that is off by default is on, and if not, how it is switched on;
+    on but left out by the tools profile, how it is let in."""
+    tool = core.registry.get(name)
+    if tool is None or not tool.available():
+        return f"{name}: off ({how})"
+    if tool not in core.exposed:
+        return f"{name}: on, but not offered: the tools profile leaves it out ([tools] allow)"
+    return f"{name}: on"
+
+
+def _prompt_lines(loaded: LoadedConfig, directory: ApproverDirectory) -> list[str]:
+    """Where approval prompts go (DESIGN.md "Where the prompt goes"): a requester who
+    approves in their own chat is asked there; everyone else's prompts, and those of
+    each webhook route and cron job, go where ``ApproverDirectory.routed`` says."""
+
+    def where(deliver_to: str | None) -> str:
+        address, why = directory.routed(Address.parse(deliver_to) if deliver_to else None)
+        if address == OWNER_QUEUE:
+            return f"{OWNER_QUEUE_TEXT} ({why})"
+        return f"{address} ({why})"
+
+    config = loaded.config
+    lines = [
+        "approval prompts: in the requester's own chat when they approve there; "
+        f"others' go to {where(None)}"
+    ]
+    if config.webhook.enabled:
+        for route in config.webhook.routes:
+            lines.append(f"  webhook route {route.name}: {where(route.deliver_to)}")
+    for job in config.cron:
+        lines.append(f"  cron job {job.name}: {where(job.deliver_to)}")
+    return lines
 
 
 # -- approvals ----------------------------------------------------------------------------
@@ -173,7 +217,8 @@ def approvals_command(at: StoreAt, action: str, approval_id: str | None, wait: f
             who = escape_text(str(row.requested_by.get("name") or row.requested_by.get("id")))
             print(
                 f"{row.id}  {escape_text(row.tool)} ({row.risk})  asked by {who} "
-                f"in {escape_text(row.origin)}  expires {_clock(row.expires_at)}"
+                f"in {escape_text(row.origin)}  prompt in {_prompt_in(row)}  "
+                f"expires {_clock(row.expires_at)}"
             )
         return 0
     if not approval_id:
@@ -189,17 +234,7 @@ def approvals_command(at: StoreAt, action: str, approval_id: str | None, wait: f
         return 2
     matches = _with_store(at, lambda tx: _approvals_by_prefix(tx, wanted))
     if len(matches) > 1:
-        shown = ", ".join(matches[:_AMBIGUOUS_SHOWN])
-        more = (
-            f" and {len(matches) - _AMBIGUOUS_SHOWN} more"
-            if len(matches) > _AMBIGUOUS_SHOWN
-            else ""
-        )
-        print(
-            f"echo-bot: {approval_id} is ambiguous: it begins {len(matches)} request ids: "
-            f"{shown}{more}; give more characters",
-            file=sys.stderr,
-        )
+        _ambiguous(approval_id, matches, "request")
         return 2
     found = _with_store(at, lambda tx: tx.approvals.get(matches[0]) if matches else None)
     if found is None:
@@ -223,12 +258,31 @@ def approvals_command(at: StoreAt, action: str, approval_id: str | None, wait: f
     return _submit_decision(at, row.id, action, wait)
 
 
+def _ambiguous(given: str, matches: list[str], noun: str) -> None:
+    """Say which ids ``given`` begins (at most ``_AMBIGUOUS_SHOWN`` of them), in one line."""
+    shown = ", ".join(matches[:_AMBIGUOUS_SHOWN])
+    more = f" and {len(matches) - _AMBIGUOUS_SHOWN} more" if len(matches) > _AMBIGUOUS_SHOWN else ""
+    print(
+        f"echo-bot: {given} is ambiguous: it begins {len(matches)} {noun} ids: "
+        f"{shown}{more}; give more characters",
+        file=sys.stderr,
+    )
+
+
 def _approvals_by_prefix(tx: Tx, prefix: str) -> list[str]:
     """The ids that begin with ``prefix`` (as git takes a unique prefix of a hash); an
     exact id is itself, even if a longer one began with it."""
     if tx.approvals.get(prefix) is not None:
         return [prefix]
     return tx.approvals.ids_beginning(prefix)
+
+
+def _prompt_in(row: ApprovalRow) -> str:
+    """Where the request was asked: a chat, or nowhere but here (no chat could ask an
+    approver: it waits for `echo-bot approvals approve|deny`)."""
+    if row.prompt_to == str(OWNER_QUEUE):
+        return "no chat (it waits for echo-bot approvals approve|deny)"
+    return escape_text(row.prompt_to)
 
 
 def _show(row: ApprovalRow) -> None:
@@ -242,7 +296,7 @@ def _show(row: ApprovalRow) -> None:
     print("arguments (in full, as JSON; invisible characters shown as \\u escapes):")
     print(show_json(row.args))
     print(f"asked by:  {who} in {escape_text(row.origin)}")
-    print(f"prompt in: {escape_text(row.prompt_to)}")
+    print(f"prompt in: {_prompt_in(row)}")
     print(f"created:   {_clock(row.created_at)}")
     print(f"expires:   {_clock(row.expires_at)}")
     if row.decided_at:
@@ -326,22 +380,78 @@ def reminders_command(at: StoreAt, action: str, reminder_id: str | None) -> int:
 # -- webhooks -----------------------------------------------------------------------------
 def webhook_deliveries(at: StoreAt, route: str | None, delivery: str | None, limit: int) -> int:
     if delivery:
-        info = _with_store(at, lambda tx: tx.inbox.describe(delivery))
-        if info is None or info.get("channel") != "webhook":
-            print(f"echo-bot: no webhook delivery {delivery}")
-            return 1
-        print(json.dumps(info, indent=2, ensure_ascii=False))
-        return 0
+        return _one_delivery(at, delivery)
     session = f"webhook:{route}" if route else None
-    rows = _with_store(at, lambda tx: tx.inbox.recent("webhook", session_key=session, limit=limit))
+    rows, pending = _with_store(
+        at,
+        lambda tx: (
+            tx.inbox.recent("webhook", session_key=session, limit=limit),
+            tx.approvals.list(),
+        ),
+    )
     if not rows:
         print("No webhook deliveries.")
         return 0
+    waits = {request.turn_id: f"waits for: {_waits_for(request)}" for request in pending}
     for row in rows:
-        text = " ".join(str(row.outcome).split())[:80]
+        text = waits.get(row.id) or " ".join(str(row.outcome).split())[:80]
         print(f"{_clock(row.received_at)}  {row.id}  {row.session_key.split(':', 1)[1]:<12} "
               f"{row.status:<16} {text}")  # fmt: skip
     return 0
+
+
+def _one_delivery(at: StoreAt, given: str) -> int:
+    """One delivery, found as a request is (its id or a unique prefix of 6+
+    characters), with readable times and what it waits for."""
+    wanted = given.strip().lower()
+    if len(wanted) < MIN_ID_PREFIX:
+        print(
+            f"echo-bot: {given!r} is too short for a delivery id: give the id or at least "
+            f"its first {MIN_ID_PREFIX} characters (see `echo-bot webhook deliveries`)",
+            file=sys.stderr,
+        )
+        return 2
+
+    def find(tx: Tx) -> tuple[list[str], dict[str, object] | None, list[ApprovalRow]]:
+        exact = tx.inbox.describe(wanted)
+        if exact is not None and exact.get("channel") == "webhook":
+            matches = [wanted]
+        else:
+            matches = tx.inbox.ids_beginning("webhook", wanted)
+        info = tx.inbox.describe(matches[0]) if len(matches) == 1 else None
+        pending = [r for r in tx.approvals.list() if info and r.turn_id == info["id"]]
+        return matches, info, pending
+
+    matches, info, pending = _with_store(at, find)
+    if len(matches) > 1:
+        _ambiguous(given, matches, "delivery")
+        return 2
+    if info is None:
+        print(f"echo-bot: no webhook delivery {given}", file=sys.stderr)
+        return 1
+    session = str(info.get("session") or "")
+    print(f"delivery:  {info['id']}")
+    print(f"route:     {escape_text(session.removeprefix('webhook:'))}")
+    print(f"status:    {info['status']}")
+    for request in pending:
+        print(f"waits for: {_waits_for(request)}")
+    print(f"received:  {_clock(_number(info.get('received_at')))}")
+    print(f"updated:   {_clock(_number(info.get('updated_at')))}")
+    for key in ("result", "error"):
+        if info.get(key):
+            print(f"{key + ':':<10} {escape_text(str(info[key]))}")
+    return 0
+
+
+def _number(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) else None
+
+
+def _waits_for(request: ApprovalRow) -> str:
+    """What a delivery waiting for approval waits for, as its listing says it."""
+    if request.prompt_to == str(OWNER_QUEUE):
+        return f"echo-bot approvals approve {request.id}"
+    return f"an approver in {escape_text(request.prompt_to)} (request {request.id})"
 
 
 def webhook_send(
@@ -355,7 +465,20 @@ def webhook_send(
     config = loaded.config
     route = next((r for r in config.webhook.routes if r.name == route_name), None)
     if route is None:
-        print(f"echo-bot: no webhook route {route_name!r} in {loaded.path or 'the config'}")
+        if not loaded.from_file:
+            print(
+                f"echo-bot: no webhook route {route_name!r}: no config file was given, and the"
+                " embedded defaults have no routes; point at the daemon's config with"
+                " --config PATH (or $ECHO_BOT_CONFIG)",
+                file=sys.stderr,
+            )
+            return 2
+        names = ", ".join(r.name for r in config.webhook.routes)
+        print(
+            f"echo-bot: no webhook route {route_name!r} in {loaded.path} "
+            + (f"(its routes: {names})" if names else "(it has no [[webhook.routes]])"),
+            file=sys.stderr,
+        )
         return 2
     secret = env.get(route.secret_env or "", "")
     if route.auth != "none" and not secret:
@@ -473,8 +596,9 @@ def _holding(leases: list[str]) -> str:
     return f"; {shown}" if shown else ""
 
 
-def backup_command(at: StoreAt, target: Path) -> int:
-    """A directory ``target`` gets a new, timestamped file inside it (UTC)."""
+def backup_command(at: StoreAt, target: Path, *, force: bool = False) -> int:
+    """A directory ``target`` gets a new, timestamped file inside it (UTC); an existing
+    file (or a link) is replaced only with ``force``."""
     if at.url is not None:
         print(
             f"echo-bot: the store is {at.describe()}: back it up with PostgreSQL's own"
@@ -491,6 +615,13 @@ def backup_command(at: StoreAt, target: Path) -> int:
         target = backup_name(target)
     if target.resolve() == source.resolve():
         print("echo-bot: the backup must not overwrite the store itself", file=sys.stderr)
+        return 2
+    if os.path.lexists(target) and not force:
+        print(
+            f"echo-bot: {target} exists; not overwritten (--force replaces it, or give a"
+            " directory for a new, timestamped file)",
+            file=sys.stderr,
+        )
         return 2
     pages = backup_to(source, target)  # StoreError: one line, exit code 2
     print(f"Backed up {source} to {target} ({pages} pages), consistent as of now.")

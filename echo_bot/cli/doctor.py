@@ -12,7 +12,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from ..config import DEFAULT_OPENAI_BASE_URL, LoadedConfig, llm_enabled, telegram_enabled
+from ..config import (
+    DEFAULT_OPENAI_BASE_URL,
+    LoadedConfig,
+    llm_enabled,
+    looks_like_bot_token,
+    telegram_enabled,
+)
 from ..errors import ConfigError, EchoBotError
 from ..sizes import format_size
 from ..store import (
@@ -181,6 +187,8 @@ async def _get_me(api_base: str, token: str, token_env: str) -> tuple[str, str]:
 
     if not token:
         return WARN, f"not asked: ${token_env} is not set"
+    if not looks_like_bot_token(token):  # said by the config check: never sent anywhere
+        return FAIL, f"not asked: ${token_env} does not look like a bot token"
     try:
         async with (
             ClientSession(timeout=ClientTimeout(total=TIMEOUT)) as session,

@@ -107,7 +107,12 @@ def _parser() -> argparse.ArgumentParser:
         help="read secrets from the service's environment file too (systemd EnvironmentFile=)",
     )
     backup = sub.add_parser("backup", parents=[common], help="a consistent copy of the store")
-    backup.add_argument("path", type=Path, help="where to write the copy")
+    backup.add_argument(
+        "path", type=Path, help="where to write the copy (a directory: a new, timestamped file)"
+    )
+    backup.add_argument(
+        "--force", action="store_true", help="replace PATH if it is an existing file"
+    )
     webhook = sub.add_parser("webhook", parents=[common], help="webhook deliveries; test a route")
     webhook_sub = webhook.add_subparsers(
         dest="webhook_command", required=True, metavar="ACTION", action=_Commands
@@ -116,7 +121,9 @@ def _parser() -> argparse.ArgumentParser:
         "deliveries", parents=[common], help="deliveries and their state"
     )
     deliveries.add_argument("route", nargs="?", help="only this route")
-    deliveries.add_argument("--id", help="one delivery, in full")
+    deliveries.add_argument(
+        "--id", help="one delivery, in full: its id, or a unique prefix of it (6+ characters)"
+    )
     deliveries.add_argument("--limit", type=int, default=20, help="the newest N (default 20)")
     send = webhook_sub.add_parser(
         "send", parents=[common], help="sign a payload and post it to the daemon"
@@ -258,7 +265,7 @@ def _manage(
     if args.command == "backup":
         from .admin import backup_command
 
-        return backup_command(at, args.path)
+        return backup_command(at, args.path, force=args.force)
     if args.command == "webhook":
         from .admin import webhook_deliveries
 

@@ -278,6 +278,15 @@ class InboundSummary:
     outcome: str  # its error, else its result, else ""
 
 
+def ids_beginning(db: SqlDb, channel: str, prefix: str) -> list[str]:
+    """The ids of ``channel``'s inbound that begin with ``prefix``, oldest first."""
+    rows = db.execute(
+        "SELECT id FROM inbox WHERE channel = ? AND substr(id, 1, ?) = ? ORDER BY seq",
+        [channel, len(prefix), prefix],
+    ).fetchall()
+    return [row[0] for row in rows]
+
+
 def recent_of_channel(
     db: SqlDb, channel: str, session_key: str | None, limit: int
 ) -> list[InboundSummary]:

@@ -183,6 +183,10 @@ class InboxRepo:
     def describe(self, inbound_id: str) -> dict[str, object] | None:
         return inbox_sql.describe_inbound(self._db, inbound_id)
 
+    def ids_beginning(self, channel: str, prefix: str) -> list[str]:
+        """The ids of ``channel``'s inbound that begin with ``prefix``, oldest first."""
+        return inbox_sql.ids_beginning(self._db, channel, prefix)
+
     def recent(
         self, channel: str, *, session_key: str | None = None, limit: int = 20
     ) -> list[inbox_sql.InboundSummary]:

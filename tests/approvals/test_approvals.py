@@ -24,7 +24,8 @@ from echo_bot.events import (
     new_id,
     parse_approval_action,
 )
-from echo_bot.store.approvals import ApprovalRow, get_approval
+from echo_bot.statuses import ApprovalStatus
+from echo_bot.store.approvals import ApprovalRow, get_approval, list_approvals
 from echo_bot.store.inbox import get_inbound
 from echo_bot.tools.base import Risk, Tool, ToolContext, ToolGroup, ToolResult
 from tests.conftest import Bot, eventually, running_bot
@@ -102,6 +103,14 @@ def action_of(message: OutboundMessage, label: str) -> str:
 
 def edits_of(channel: RecordingChannel, prompt: OutboundMessage) -> list[OutboundMessage]:
     return [m for m in channel.sent if m.edit_of == prompt.id]
+
+
+def pending_rows(db: Any) -> list[ApprovalRow]:
+    return list_approvals(db, ApprovalStatus.PENDING, 100)
+
+
+def all_requests(db: Any) -> list[ApprovalRow]:
+    return list_approvals(db, None, 100)
 
 
 def approvals_for(channel: RecordingChannel, inbound_id: str) -> list[OutboundMessage]:
@@ -379,14 +388,40 @@ async def test_non_approver_request_goes_to_default_chat(state_dir: Path) -> Non
         assert (workspace(bot) / "t4.txt").exists()
 
 
-async def test_non_approver_without_default_chat_fails_closed(state_dir: Path) -> None:
+async def test_non_approver_without_default_chat_waits_for_echo_bot_approvals(
+    state_dir: Path,
+) -> None:
+    """No chat can ask an approver: no prompt goes anywhere, the request waits for the
+    owner at the server (`echo-bot approvals`, via "admin"), and the requester is told."""
     channel = RecordingChannel("telegram")
     async with running_bot(state_dir, TELEGRAM, channel=channel) as bot:
         inbound = await channel.say("/run touch t5.txt", chat="2", sender="2")
-        reply = await channel.reply_to(inbound)
-        assert "APPROVAL_UNAVAILABLE" in reply.text
+        waiting = await channel.wait_for(
+            lambda m: m.kind == "notice" and m.metadata.get("inbound_id") == inbound
+        )
+        assert waiting.to == Address(channel="telegram", chat_id="2")
+        (row,) = await bot.db.run(lambda db: pending_rows(db))
+        assert waiting.text == (
+            "⏳ shell_exec needs approval; no chat can ask an approver, so it waits for the "
+            f"owner at the server: echo-bot approvals approve {row.id} (or deny), until "
+            f"{time.strftime('%H:%M UTC', time.gmtime(row.expires_at))}."
+        )
+        assert row.prompt_to == "echo-bot:approvals" and row.prompt_outbound_id is None
         assert approvals_for(channel, inbound) == []
+        assert await inbox_status(bot, inbound) == InboundStatus.WAITING_APPROVAL
+        # Nobody in a chat may decide it; the owner at the server may.
+        press = await channel.press(
+            approval_action(DecisionVerb.APPROVE_ONCE, row.id), chat="1", sender="1"
+        )
+        assert "not allowed" in (await notice_for(channel, press)).text
         assert not (workspace(bot) / "t5.txt").exists()
+        await channel.press(approval_action(DecisionVerb.APPROVE_ONCE, row.id), via="admin")
+        reply = await channel.reply_to(inbound)
+        assert reply.to == Address(channel="telegram", chat_id="2")
+        assert "exit code 0" in reply.text
+        assert (workspace(bot) / "t5.txt").exists()
+        assert approvals_for(channel, inbound) == []  # and no prompt was edited either
+        assert not [m for m in channel.sent if m.to.channel == "echo-bot"]
 
 
 # -- allow for a time ---------------------------------------------------------------------
@@ -528,8 +563,10 @@ async def test_direct_dangerous_call_approved_ends_done(state_dir: Path) -> None
         assert (workspace(bot) / "hook.txt").exists()
 
 
-async def test_direct_call_without_an_approver_chat_fails_closed(state_dir: Path) -> None:
-    async with running_bot(state_dir) as bot:
+async def test_direct_call_without_an_approver_chat_waits_and_expires_unrun(
+    state_dir: Path,
+) -> None:
+    async with running_bot(state_dir, EXPIRING) as bot:
         assert bot.channel.bus is not None
         nobody = Address(channel="webhook", chat_id="elsewhere")
         call = tool_call("file_write", {"path": "hook.txt", "content": "x"}, nobody)
@@ -540,8 +577,10 @@ async def test_direct_call_without_an_approver_chat_fails_closed(state_dir: Path
 
         await eventually(finished)
         row = await bot.db.run(lambda db: get_inbound(db, published.inbound_id))
-        assert row is not None and row.status == InboundStatus.FAILED
-        assert "APPROVAL_UNAVAILABLE" in (row.error or "")
+        assert row is not None and row.status == InboundStatus.EXPIRED
+        assert "APPROVAL_EXPIRED" in (row.error or "")
+        (request,) = await bot.db.run(lambda db: all_requests(db))
+        assert request.prompt_to == "echo-bot:approvals" and request.status == "expired"
         assert approvals_for(bot.channel, published.inbound_id) == []
         assert not (workspace(bot) / "hook.txt").exists()
 

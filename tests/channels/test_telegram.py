@@ -388,11 +388,17 @@ async def test_pairing_lets_a_stranger_talk_but_never_approve(state_dir: Path) -
         await barrier(api, STRANGER)
 
         # A paired user is no approver (approvers are unset: the config's allowed_users),
-        # and with no default_chat nobody can be asked for them: the call fails closed.
-        run = say(api, RUN_ONCE, user_id=STRANGER)
-        await reply_to(api, run, "APPROVAL_UNAVAILABLE", chat_id=STRANGER)
-        assert not [c for c in sends(api, STRANGER) if keyboard(c)]
-        assert await query(bot, "SELECT COUNT(*) FROM approvals") == [(0,)]
+        # and with no default_chat no chat can ask an approver: the request waits for
+        # `echo-bot approvals`, and the paired user is told so.
+        say(api, RUN_ONCE, user_id=STRANGER)
+        await api.wait_for_call(
+            "sendMessage",
+            lambda c: chat_of(c) == STRANGER and "waits for the owner" in text_of(c),
+        )
+        assert not [c for c in api.calls if c.method == "sendMessage" and keyboard(c)]
+        assert await query(bot, "SELECT prompt_to, status FROM approvals") == [
+            ("echo-bot:approvals", "pending")
+        ]
         assert ran(bot) is None
 
 

@@ -3,6 +3,7 @@ them: `echo-bot webhook deliveries` (its listing) and request ids given by a pre
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -88,3 +89,46 @@ def test_a_request_id_prefix_finds_the_request_or_says_which_ones_it_begins(
     )
     unique = run_echo_bot("approvals", "show", "C0FFEE02", "--state-dir", str(state))
     assert unique.stdout.splitlines()[0] == "request:   c0ffee02"
+
+
+def test_one_webhook_delivery_by_a_prefix_with_readable_times(tmp_path: Path) -> None:
+    state = tmp_path / "st"
+    made = [delivery("gh", n) for n in range(3)]
+    made[0] = made[0].model_copy(update={"id": "beef0001" + made[0].id[8:]})
+    made[1] = made[1].model_copy(update={"id": "beef0002" + made[1].id[8:]})
+    chat = MessageInbound(  # a prefix never finds what is not a webhook delivery
+        id="beef0003" + made[2].id[8:],
+        address=Address(channel="cli", chat_id="local"),
+        sender=Sender(id="me", name="me"),
+        text="hello",
+    )
+
+    def seed(tx: Tx) -> None:
+        for message in [*made, chat]:
+            tx.inbox.add(message)
+        tx.inbox.set_status(made[1].id, InboundStatus.DONE, result="shell_exec: exit code 0")
+
+    seeded(state, seed)
+
+    def deliveries(given: str):  # type: ignore[no-untyped-def]
+        return run_echo_bot("webhook", "deliveries", "--id", given, "--state-dir", str(state))
+
+    one = deliveries("BEEF0002")
+    assert one.returncode == 0, one.stderr
+    lines = one.stdout.splitlines()
+    assert lines[:3] == [f"delivery:  {made[1].id}", "route:     gh", "status:    done"]
+    assert re.fullmatch(r"received:  \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", lines[3]), lines
+    assert re.fullmatch(r"updated:   \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", lines[4]), lines
+    assert lines[5] == "result:    shell_exec: exit code 0"
+    assert deliveries(made[2].id).stdout.splitlines()[0] == f"delivery:  {made[2].id}"
+
+    ambiguous = deliveries("beef000")
+    assert ambiguous.returncode == 2
+    assert ambiguous.stderr.strip() == (
+        f"echo-bot: beef000 is ambiguous: it begins 2 delivery ids: {made[0].id},"
+        f" {made[1].id}; give more characters"
+    )
+    assert deliveries("beef0003").returncode == 1  # the terminal's message
+    assert "no webhook delivery beef0003" in deliveries("beef0003").stderr
+    short = deliveries("beef")
+    assert short.returncode == 2 and "at least its first 6 characters" in short.stderr

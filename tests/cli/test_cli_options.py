@@ -144,3 +144,26 @@ def test_approvals_are_found_by_a_unique_prefix_and_an_ambiguous_one_lists_them(
         second.cleanup()
     listed = run_echo_bot("approvals", "list", "--state-dir", str(state), env=echo_bot_env())
     assert "No approvals are pending." in listed.stdout
+
+
+def test_webhook_send_without_a_config_says_how_to_point_at_one(tmp_path: Path) -> None:
+    data = tmp_path / "payload.json"
+    data.write_text("{}")
+    env = echo_bot_env()
+    env.pop("ECHO_BOT_CONFIG", None)
+    bare = run_echo_bot("webhook", "send", "deploy", "--data", str(data), env=env)
+    assert bare.returncode == 2
+    assert bare.stderr == (
+        "echo-bot: no webhook route 'deploy': no config file was given, and the embedded"
+        " defaults have no routes; point at the daemon's config with --config PATH (or"
+        " $ECHO_BOT_CONFIG)\n"
+    )
+    config = tmp_path / "c.toml"
+    config.write_text(
+        "[webhook]\nenabled = true\n[[webhook.routes]]\nname = 'ci'\nauth = 'bearer'\n"
+        "secret_env = 'CI_SECRET'\nprompt = 'hi'\n"
+    )
+    wrong = run_echo_bot("webhook", "send", "deploy", "--data", str(data),
+                         "--config", str(config), env=echo_bot_env(CI_SECRET="x"))  # fmt: skip
+    assert wrong.returncode == 2
+    assert wrong.stderr == f"echo-bot: no webhook route 'deploy' in {config} (its routes: ci)\n"

@@ -131,7 +131,30 @@ def test_backup_of_a_damaged_store_fails_its_integrity_check_and_is_removed(
     old = backups / "x.sqlite3"
     old.write_bytes(b"an older backup")
     os.chmod(old, 0o600)
-    result = run_echo_bot("backup", str(old), "--state-dir", str(state))
+    result = run_echo_bot("backup", str(old), "--force", "--state-dir", str(state))
     assert_one_line_error(result, "integrity check", "missing from index")
     assert left_in(backups) == ["x.sqlite3"]
     assert old.read_bytes() == b"an older backup", "a failed backup keeps the previous one"
+
+
+def test_backup_onto_an_existing_file_is_refused_unless_forced(tmp_path: Path) -> None:
+    state = tmp_path / "st"
+    make_store(state, rows=10)
+    old = tmp_path / "keep.sqlite3"
+    old.write_bytes(b"last week's backup")
+    refused = run_echo_bot("backup", str(old), "--state-dir", str(state))
+    assert_one_line_error(refused, str(old), "exists; not overwritten", "--force")
+    assert refused.stdout == ""
+    assert old.read_bytes() == b"last week's backup"
+    # A link is a file that exists too, wherever it points (even nowhere).
+    link = tmp_path / "link.sqlite3"
+    link.symlink_to(tmp_path / "nowhere")
+    assert_one_line_error(run_echo_bot("backup", str(link), "--state-dir", str(state)), str(link))
+    assert not (tmp_path / "nowhere").exists()
+    assert left_in(tmp_path) == ["keep.sqlite3", "link.sqlite3", "st"]
+
+    forced = run_echo_bot("backup", str(old), "--force", "--state-dir", str(state))
+    assert forced.returncode == 0, forced.stderr
+    assert f"Backed up {state / DB_FILENAME} to {old}" in forced.stdout
+    with contextlib.closing(sqlite3.connect(old)) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM filler").fetchone()[0] == 10
