@@ -126,8 +126,9 @@ class CallExecutor:
         else:
             calls = settled
         if any(c.status == CallStatus.WAITING for c in calls):
-            # DESIGN.md: the step resumes when every pending request is decided; nothing
-            # of it runs before, so an approved call never runs ahead of a denied one.
+            # The step resumes when every pending request is decided (docs/ARCHITECTURE.md,
+            # "The flow of one turn"); nothing of it runs before, so an approved call
+            # never runs ahead of a denied one.
             return StepProgress(waiting=True, calls=calls)
         runnable = [c for c in calls if c.status == CallStatus.APPROVED]
         if not runnable:

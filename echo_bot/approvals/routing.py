@@ -8,7 +8,7 @@ from ..store import Tx
 
 # The terminal is the owner's: whoever types in ``echo-bot chat`` may approve there.
 LOCAL_CHANNELS = frozenset({"cli"})
-# Where a request waits when no chat can prompt for it (DESIGN.md "Where the prompt
+# Where a request waits when no chat can prompt for it (docs/SECURITY.md "Where the prompt
 # goes"): no channel has this name, so no prompt is sent anywhere; the owner at the
 # server decides it with ``echo-bot approvals approve|deny`` (the gate's ``via ==
 # "admin"``), and it expires as every request does.
@@ -17,7 +17,7 @@ OWNER_QUEUE_TEXT = "echo-bot approvals"
 
 
 class ApproverDirectory:
-    """Approvers per channel, from the config file only (DESIGN.md "Who approves"): the
+    """Approvers per channel, from the config file only (docs/SECURITY.md "Who approves"): the
     configured ``approvers``, or when unset the configured ``allowed_users``. Pairing
     lets a person chat, never approve, so the store's paired users are not consulted.
 
@@ -50,7 +50,7 @@ class ApproverDirectory:
         return bool(self._approvers.get(address.channel))
 
     def route(self, tx: Tx, origin: Address, sender_id: str, deliver_to: Address | None) -> Address:
-        """DESIGN.md: origin chat if the requester approves there, else deliver_to, else
+        """docs/SECURITY.md: origin chat if the requester approves there, else deliver_to, else
         ``[approvals] default_chat``, else ``OWNER_QUEUE`` (no chat can prompt for it:
         it waits for ``echo-bot approvals``). Nothing runs unasked either way."""
         if self.is_approver(tx, origin, sender_id):

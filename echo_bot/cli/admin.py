@@ -183,7 +183,7 @@ def _tool_line(name: str, core: Core, how: str) -> str:
 
 
 def _prompt_lines(loaded: LoadedConfig, directory: ApproverDirectory) -> list[str]:
-    """Where approval prompts go (DESIGN.md "Where the prompt goes"): a requester who
+    """Where approval prompts go (docs/SECURITY.md "Where the prompt goes"): a requester who
     approves in their own chat is asked there; everyone else's prompts, and those of
     each webhook route and cron job, go where ``ApproverDirectory.routed`` says."""
 
