@@ -224,13 +224,8 @@ def approvals_command(at: StoreAt, action: str, approval_id: str | None, wait: f
     if not approval_id:
         print(f"echo-bot: approvals {action} needs a request id")
         return 2
-    wanted = approval_id.strip().lower()
-    if len(wanted) < MIN_ID_PREFIX:
-        print(
-            f"echo-bot: {approval_id!r} is too short for a request id: give the id or at "
-            f"least its first {MIN_ID_PREFIX} characters (see `echo-bot approvals list`)",
-            file=sys.stderr,
-        )
+    wanted = _id_prefix(approval_id, "request", "echo-bot approvals list")
+    if wanted is None:
         return 2
     matches = _with_store(at, lambda tx: _approvals_by_prefix(tx, wanted))
     if len(matches) > 1:
@@ -400,16 +395,24 @@ def webhook_deliveries(at: StoreAt, route: str | None, delivery: str | None, lim
     return 0
 
 
+def _id_prefix(given: str, what: str, listing: str) -> str | None:
+    """The id or prefix to look for, or None (said on stderr) when it is too short."""
+    wanted = given.strip().lower()
+    if len(wanted) >= MIN_ID_PREFIX:
+        return wanted
+    print(
+        f"echo-bot: {given!r} is too short for a {what} id: give the id or at least its "
+        f"first {MIN_ID_PREFIX} characters (see `{listing}`)",
+        file=sys.stderr,
+    )
+    return None
+
+
 def _one_delivery(at: StoreAt, given: str) -> int:
     """One delivery, found as a request is (its id or a unique prefix of 6+
     characters), with readable times and what it waits for."""
-    wanted = given.strip().lower()
-    if len(wanted) < MIN_ID_PREFIX:
-        print(
-            f"echo-bot: {given!r} is too short for a delivery id: give the id or at least "
-            f"its first {MIN_ID_PREFIX} characters (see `echo-bot webhook deliveries`)",
-            file=sys.stderr,
-        )
+    wanted = _id_prefix(given, "delivery", "echo-bot webhook deliveries")
+    if wanted is None:
         return 2
 
     def find(tx: Tx) -> tuple[list[str], dict[str, object] | None, list[ApprovalRow]]:
