@@ -70,15 +70,16 @@ class Call:
     @property
     def discloses_to_a_stranger(self) -> bool:
         """The owner's data goes to someone the gate does not trust with it: anyone but
-        an approver of the requester's chat, or the chat a route's or job's results go
-        to (``deliver_to``, chosen by the owner in the config)."""
+        an approver in their own direct chat (in a group every member reads it), or the
+        chat a route's or job's results go to (``deliver_to``, chosen by the owner in
+        the config)."""
         effect, ctx = self.effect, self.ctx
         if not effect.discloses:
             return False
         answer_to = ctx.answer_to or ctx.origin
         if effect.sends_to is None and answer_to != ctx.origin:
             return False  # to the route's or job's deliver_to
-        return not (ctx.approver and effect.sends_to in (None, ctx.origin))
+        return not (ctx.approver and ctx.direct and effect.sends_to in (None, ctx.origin))
 
     def grant_covers(self) -> bool:
         if self.risk != Risk.WRITE or not self.ctx.approver:
@@ -138,10 +139,10 @@ PRECEDENCE: tuple[Rule, ...] = (
     Rule(
         "discloses",
         "the call hands the owner's data (a workspace file, a note, an MCP server's "
-        "answer) to anyone but an approver of the requester's chat or the owner's "
-        "`deliver_to`",
+        "answer) to anyone but an approver in their own direct chat (not a group) or "
+        "the owner's `deliver_to`",
         Answer.ASKS,
-        "hands the owner's data to someone who is not an approver",
+        "hands the owner's data to a chat not only of approvers",
         lambda c: c.discloses_to_a_stranger,
     ),
     Rule(
@@ -260,5 +261,5 @@ def _verdict(rule: Rule, call: Call) -> Verdict:
     asks = rule.answer is Answer.ASKS
     reason = rule.reason
     if rule.key == "discloses":
-        reason = f"hands {call.effect.discloses} to someone who is not an approver"
+        reason = f"hands {call.effect.discloses} to a chat not only of approvers"
     return Verdict(asks, rule, reason)

@@ -33,6 +33,12 @@ class ApproverDirectory:
     def is_approver(self, tx: Tx, address: Address, sender_id: str) -> bool:
         return self.approves(address, sender_id)
 
+    def direct(self, address: Address, sender_id: str) -> bool:
+        """Whether ``address`` is a chat of this sender alone with the bot: the
+        terminal, or a private chat (whose id is the sender's, as on Telegram). A
+        group's other members read what is sent there."""
+        return address.channel in LOCAL_CHANNELS or address.chat_id == sender_id
+
     def approves(self, address: Address, sender_id: str) -> bool:
         """``is_approver`` where no transaction is at hand (the config-only rule)."""
         if address.channel in LOCAL_CHANNELS:

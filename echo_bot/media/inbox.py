@@ -4,8 +4,9 @@ The sender's folder comes first so that a file's path says whose it is: the gate
 person who is not an approver have back the files *they* sent (their own folder) and
 nothing else of the workspace, and the media budgets count bytes per sender from the
 same folders. The folder name is an injective encoding of ``channel`` and sender id
-(every character outside ``[A-Za-z0-9_-]`` becomes ``.xx`` per UTF-8 byte), so two
-senders never share a folder and no name starts with a dot.
+(every character outside ``[A-Za-z0-9_-]`` becomes ``.xx`` per UTF-8 byte, and "-" in
+the channel's part too, as it ends that part), so two senders never share a folder and
+no name starts with a dot.
 """
 
 from __future__ import annotations
@@ -15,15 +16,16 @@ from pathlib import PurePosixPath
 
 INBOX = "inbox"
 _ESCAPED = re.compile(r"[^A-Za-z0-9_-]")
+_ESCAPED_CHANNEL = re.compile(r"[^A-Za-z0-9_]")  # "-" too: it ends the channel's part
 
 
-def _encode(value: str) -> str:
-    return _ESCAPED.sub(lambda m: "".join(f".{b:02x}" for b in m.group().encode()), value)
+def _encode(value: str, escaped: re.Pattern[str] = _ESCAPED) -> str:
+    return escaped.sub(lambda m: "".join(f".{b:02x}" for b in m.group().encode()), value)
 
 
 def sender_folder(channel: str, sender_id: str) -> str:
     """The inbox folder of one sender on one channel (``telegram-42``)."""
-    return f"{_encode(channel)}-{_encode(sender_id)}"
+    return f"{_encode(channel, _ESCAPED_CHANNEL)}-{_encode(sender_id)}"
 
 
 def sent_by(relative: PurePosixPath, channel: str, sender_id: str) -> bool:

@@ -87,8 +87,11 @@ class ToolContext:
     # Where results go (a webhook's or cron job's deliver_to); None: the origin.
     answer_to: Address | None = None
     # Whether the requester is an approver of the origin chat (the owner at the
-    # terminal always is): what the gate trusts with the owner's data.
+    # terminal always is), and whether that chat is theirs alone with the bot (a
+    # private chat, the terminal; not a group): the gate trusts an approver's own
+    # direct chat with the owner's data.
     approver: bool = False
+    direct: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,9 +158,12 @@ class Tool(ABC):
     def grant_scope(self, args: dict[str, Any], ctx: ToolContext) -> str:
         """What an "allow for a time" grant made on this call covers beside the tool:
         by default the values of its deciding arguments (``key_args``) exactly, so a
-        grant covers a later call only when what the prompt showed first is the same.
-        Tools whose deciding argument has a natural wider unit say so (the host of a
-        request, the directory of a write)."""
+        grant covers a later call only when what the prompt showed first is the same;
+        a tool that declares none (an MCP server's, whose arguments nobody rated) is
+        covered for exactly the same arguments only. Tools whose deciding argument has
+        a natural wider unit say so (the host of a request, the directory of a write)."""
+        if not self.key_args:
+            return json.dumps(args, sort_keys=True, separators=(",", ":"))
         return json.dumps([args.get(key) for key in self.key_args], separators=(",", ":"))
 
     def extract_args(self, text: str) -> dict[str, Any] | None:

@@ -34,22 +34,30 @@ ORIGIN = Address(channel="telegram", chat_id="1")
 
 
 def context(
-    *, approver: bool, user: str = "1", origin: Address = ORIGIN, answer_to: Address = ORIGIN
+    *,
+    approver: bool,
+    user: str = "1",
+    origin: Address = ORIGIN,
+    answer_to: Address | None = None,
 ) -> ToolContext:
     """A call's context as the executor makes it (``answer_to`` is the origin unless a
-    route or job delivers elsewhere)."""
+    route or job delivers elsewhere; a chat whose id is the user's is their private
+    chat)."""
     return ToolContext(
         trace_id="t",
         session_key=str(origin),
         origin=origin,
         user=Sender(id=user, name="someone"),
         approver=approver,
-        answer_to=answer_to,
+        direct=origin.chat_id == user,
+        answer_to=answer_to or origin,
     )
 
 
 OWNER = context(approver=True)
-FRIEND = context(approver=False, user="7")  # allowed to chat, not an approver
+FRIEND = context(approver=False, user="7", origin=Address(channel="telegram", chat_id="7"))
+GROUP = Address(channel="telegram", chat_id="-100123")
+OWNER_IN_A_GROUP = context(approver=True, origin=GROUP)
 HOOK = Address(channel="webhook", chat_id="deploy")
 ROUTE = context(approver=False, user="hook", origin=HOOK, answer_to=HOOK)  # no deliver_to
 ROUTED = context(approver=False, user="hook", origin=HOOK, answer_to=ORIGIN)  # deliver_to
@@ -188,6 +196,19 @@ CASES = {
     ),
     "file-read-by-a-webhook-with-no-deliver_to": case(
         "file_read", {"path": "notes.txt"}, ROUTE, "discloses read", "AA--AAAA"
+    ),
+    "owners-file-to-a-group-the-owner-asks-in": case(
+        "send_file",
+        {"path": "notes.txt"},
+        OWNER_IN_A_GROUP,
+        "discloses own_chat write",
+        "AA--AAAA",
+    ),
+    "owners-file-read-in-a-group": case(
+        "file_read", {"path": "notes.txt"}, OWNER_IN_A_GROUP, "discloses read", "AA--AAAA"
+    ),
+    "message-of-the-owner-to-a-group": case(
+        "send_message", {"text": "hi"}, OWNER_IN_A_GROUP, "own_chat write", "----AAAA"
     ),
     "reminder-of-a-non-approver": case(
         "reminder_create",

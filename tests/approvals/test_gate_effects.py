@@ -282,3 +282,35 @@ async def test_attack_an_mcp_read_of_the_owners_notes_asks_for_a_non_approver(
             await reply_to(api, theirs, "The owner said no.", chat_id=FRIEND)
             results = [m for m in llm.chat_requests()[-1]["messages"] if m["role"] == "tool"]
             assert "APPROVAL_DENIED" in str(results[-1]["content"])
+
+
+async def test_attack_the_owners_request_in_a_group_never_shows_a_file_to_the_group_unasked(
+    state_dir: Path,
+) -> None:
+    """Review of this round: in a group every member reads what the bot sends. A
+    member's message primes the shared history; the owner's next turn calls send_file
+    there — it asks, in the group, and offers no grant; nothing is sent before."""
+    (workspace(state_dir) / "passwords.txt").write_text("hunter2\n")
+    group = -100123
+    async with FakeOpenAI(model="gpt-test") as llm:
+        llm.tool_calls([("send_file", {"path": "passwords.txt"})])
+        llm.reply("Not sent.")
+        async with telegram_bot(state_dir, extra(llm), allowed=TEAM, telegram=APPROVERS) as (
+            _bot,
+            api,
+        ):
+            say(api, "@echo_test_bot what is new?", chat_type="group", chat_id=group)
+            prompt = await prompt_in(api, group)
+            assert "passwords.txt" in text_of(prompt)
+            assert labels(prompt) == ["Approve once", "Deny"]
+            assert documents_to(api, group) == []
+            press(api, action(prompt, "deny"), sent_id(prompt), chat_id=group)
+            # In a group the reply grows in one message by edits.
+            await eventually(
+                lambda: any(
+                    "Not sent." in text_of(c)
+                    for c in api.calls
+                    if c.method in ("sendMessage", "editMessageText") and c.ok
+                )
+            )
+            assert documents_to(api, group) == []

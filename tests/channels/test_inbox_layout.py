@@ -14,12 +14,28 @@ def test_a_senders_folder_is_plain_for_telegram_ids() -> None:
     assert sender_folder("telegram", "42") == "telegram-42"
 
 
-@given(st.text(min_size=1, max_size=20), st.text(min_size=1, max_size=20))
-def test_two_senders_never_share_a_folder(first: str, second: str) -> None:
-    if first != second:
-        assert sender_folder("matrix", first) != sender_folder("matrix", second)
-    folder = sender_folder("matrix", first)
-    assert not folder.startswith(".") and "/" not in folder and folder not in (".", "..")
+NAMES = st.text(min_size=1, max_size=20)
+
+
+@given(NAMES, NAMES, NAMES, NAMES)
+def test_two_senders_never_share_a_folder(
+    channel: str, first: str, other_channel: str, second: str
+) -> None:
+    if (channel, first) != (other_channel, second):
+        assert sender_folder(channel, first) != sender_folder(other_channel, second)
+    assert "/" not in sender_folder(channel, first)
+
+
+@given(st.from_regex(r"[a-z][a-z0-9_]{0,15}", fullmatch=True), NAMES)
+def test_a_senders_folder_is_never_hidden(channel: str, sender: str) -> None:
+    """Channel names are identifiers (the registry's); whoever the sender is, the
+    folder's name starts with the channel's."""
+    folder = sender_folder(channel, sender)
+    assert folder.startswith(channel + "-") and folder not in (".", "..")
+
+
+def test_a_dash_in_a_channel_name_cannot_make_two_senders_one() -> None:
+    assert sender_folder("a-b", "c") != sender_folder("a", "b-c")
 
 
 def test_a_file_is_the_senders_only_inside_their_own_folder() -> None:

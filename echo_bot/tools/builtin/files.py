@@ -239,8 +239,10 @@ class FileWriteTool(Tool):
         self.workspace = workspace
 
     def grant_scope(self, args: dict[str, Any], ctx: ToolContext) -> str:
-        """A grant covers writes into one directory (the one the prompt showed)."""
-        return f"{PurePosixPath(str(args.get('path', ''))).parent}/"
+        """A grant covers writes into one directory (the one the prompt showed), and
+        appends only when the call appended."""
+        folder = f"{PurePosixPath(str(args.get('path', ''))).parent}/"
+        return f"{folder} (append)" if args.get("append") else folder
 
     def risk_for(self, args: dict[str, Any]) -> Risk:
         """Dangerous for a path programs may read as config or hooks (see the module)."""
