@@ -14,7 +14,7 @@ units (what Telegram counts) per message part.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -130,59 +130,74 @@ class _Renderer:
     # -- tokens -----------------------------------------------------------------------------
     def block(self, tokens: Sequence[Token]) -> None:
         for token in tokens:
-            kind = token.type
-            if kind == "inline":
-                self.inline(token.children or [])
-            elif kind == "paragraph_close":
-                self.block_break(1 if token.hidden else 2)
-            elif kind == "heading_open":
-                self.open("bold")
-            elif kind == "heading_close":
-                self.close("bold")
-                self.block_break(2)
-            elif kind in ("bullet_list_open", "ordered_list_open"):
-                start = token.attrGet("start")
-                number = int(start) if kind == "ordered_list_open" and start else None
-                if kind == "ordered_list_open" and number is None:
-                    number = 1
-                self.lists.append([number])
-                self.block_break(1)
-            elif kind in ("bullet_list_close", "ordered_list_close"):
-                self.lists.pop()
-                self.block_break(2 if not self.lists else 1)
-            elif kind == "list_item_open":
-                self.block_break(1)
-                self.emit(self._bullet())
-            elif kind == "list_item_close":
-                self.block_break(1)
-            elif kind == "blockquote_open":
-                self.quote_depth += 1
-                if self.quote_depth == 1:  # Telegram has no quote inside a quote
-                    self.open("blockquote")
-            elif kind == "blockquote_close":
-                self.quote_depth -= 1
-                if self.quote_depth == 0:
-                    self.close("blockquote")
-                self.block_break(2)
-            elif kind in ("fence", "code_block"):
-                language = token.info.split()[0] if token.info.strip() else None
-                self.open("pre", language=_language(language))
-                self.emit(token.content.rstrip("\n") or " ")
-                self.close("pre")
-                self.block_break(2)
-            elif kind == "hr":
-                self.emit("———")
-                self.block_break(2)
-            elif kind in ("tr_close", "thead_close"):
-                self.block_break(1)
-            elif kind in ("th_open", "td_open"):
-                if self.pieces and not self.pending_break and self.pieces[-1] != "\n":
-                    self.emit(" | ")
-            elif kind == "table_close":
-                self.block_break(2)
-            elif kind == "html_block":
-                self.emit(token.content.rstrip("\n"))
-                self.block_break(2)
+            handler = _BLOCK.get(token.type)
+            if handler is not None:
+                handler(self, token)
+
+    def _inline_token(self, token: Token) -> None:
+        self.inline(token.children or [])
+
+    def _paragraph_close(self, token: Token) -> None:
+        self.block_break(1 if token.hidden else 2)
+
+    def _heading_open(self, token: Token) -> None:
+        self.open("bold")
+
+    def _heading_close(self, token: Token) -> None:
+        self.close("bold")
+        self.block_break(2)
+
+    def _list_open(self, token: Token) -> None:
+        number: int | None = None
+        if token.type == "ordered_list_open":
+            start = token.attrGet("start")
+            number = int(start) if start else 1
+        self.lists.append([number])
+        self.block_break(1)
+
+    def _list_close(self, token: Token) -> None:
+        self.lists.pop()
+        self.block_break(2 if not self.lists else 1)
+
+    def _list_item_open(self, token: Token) -> None:
+        self.block_break(1)
+        self.emit(self._bullet())
+
+    def _line_break(self, token: Token) -> None:
+        self.block_break(1)
+
+    def _blockquote_open(self, token: Token) -> None:
+        self.quote_depth += 1
+        if self.quote_depth == 1:  # Telegram has no quote inside a quote
+            self.open("blockquote")
+
+    def _blockquote_close(self, token: Token) -> None:
+        self.quote_depth -= 1
+        if self.quote_depth == 0:
+            self.close("blockquote")
+        self.block_break(2)
+
+    def _code_block(self, token: Token) -> None:
+        language = token.info.split()[0] if token.info.strip() else None
+        self.open("pre", language=_language(language))
+        self.emit(token.content.rstrip("\n") or " ")
+        self.close("pre")
+        self.block_break(2)
+
+    def _hr(self, token: Token) -> None:
+        self.emit("———")
+        self.block_break(2)
+
+    def _cell_open(self, token: Token) -> None:
+        if self.pieces and not self.pending_break and self.pieces[-1] != "\n":
+            self.emit(" | ")
+
+    def _paragraph_break(self, token: Token) -> None:
+        self.block_break(2)
+
+    def _html_block(self, token: Token) -> None:
+        self.emit(token.content.rstrip("\n"))
+        self.block_break(2)
 
     def _bullet(self) -> str:
         current = self.lists[-1] if self.lists else [None]
@@ -247,6 +262,32 @@ _STYLE_OF = {
     "em_close": "italic",
     "s_open": "strikethrough",
     "s_close": "strikethrough",
+}
+
+# Block tokens by type; the others (paragraph_open, list and table scaffolding) write
+# nothing themselves.
+_BLOCK: dict[str, Callable[[_Renderer, Token], None]] = {
+    "inline": _Renderer._inline_token,
+    "paragraph_close": _Renderer._paragraph_close,
+    "heading_open": _Renderer._heading_open,
+    "heading_close": _Renderer._heading_close,
+    "bullet_list_open": _Renderer._list_open,
+    "ordered_list_open": _Renderer._list_open,
+    "bullet_list_close": _Renderer._list_close,
+    "ordered_list_close": _Renderer._list_close,
+    "list_item_open": _Renderer._list_item_open,
+    "list_item_close": _Renderer._line_break,
+    "blockquote_open": _Renderer._blockquote_open,
+    "blockquote_close": _Renderer._blockquote_close,
+    "fence": _Renderer._code_block,
+    "code_block": _Renderer._code_block,
+    "hr": _Renderer._hr,
+    "tr_close": _Renderer._line_break,
+    "thead_close": _Renderer._line_break,
+    "th_open": _Renderer._cell_open,
+    "td_open": _Renderer._cell_open,
+    "table_close": _Renderer._paragraph_break,
+    "html_block": _Renderer._html_block,
 }
 
 
