@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from channels.telegram_render import TYPING_INTERVAL
+from channels.telegram.render import TYPING_INTERVAL
 from echo_bot.brains.base import BrainContext, BrainReply
 from echo_bot.conversation import ChatMessage, ToolCall
 from echo_bot.events import new_id

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from channels.telegram import message_parts
-from channels.telegram_markdown import render_markdown, split_formatted
+from channels.telegram.markdown import render_markdown, split_formatted
 from tests.channels.test_telegram import OWNER, reply_to, say, sends, telegram_bot
 from tests.fakes.openai_api import FakeOpenAI
 from tests.fakes.telegram_api import check_entities, utf16_len

@@ -18,8 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from channels.telegram import message_parts, preview_part
-from channels.telegram_markdown import Formatted, Span, render_markdown, split_formatted
-from channels.telegram_masking import masked, masked_growing
+from channels.telegram.markdown import Formatted, Span, render_markdown, split_formatted
+from channels.telegram.masking import masked, masked_growing
 from echo_bot.brains.openai_brain import PREVIEW_EVERY
 from echo_bot.secrets import Masker
 from tests.channels.test_telegram import OWNER, TOKEN, say, telegram_bot

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from channels.telegram_render import (
+from channels.telegram.render import (
     MAX_TEXT,
     TYPING_INTERVAL,
     Pacer,

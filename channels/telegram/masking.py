@@ -17,7 +17,7 @@ from dataclasses import replace
 
 from echo_bot.bus import Masking
 
-from .telegram_markdown import Formatted, Span
+from .markdown import Formatted, Span
 
 MASK = "***"  # what ``Masking.mask`` puts in place of a secret
 

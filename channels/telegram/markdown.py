@@ -21,7 +21,7 @@ from typing import Any
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
-from .telegram_render import MAX_TEXT, cuts
+from .render import MAX_TEXT, cuts
 
 # Entity types that may wrap or sit inside others (except code and pre).
 _STYLES = frozenset({"bold", "italic", "underline", "strikethrough", "spoiler"})

@@ -77,9 +77,9 @@ from echo_bot.events import (
 )
 from echo_bot.sizes import format_size
 
-from .telegram_markdown import Formatted, render_markdown, split_formatted, utf16_offsets
-from .telegram_masking import masked, masked_growing
-from .telegram_render import MAX_TEXT, Pacer, keyboard_rows, split_text
+from .markdown import Formatted, render_markdown, split_formatted, utf16_offsets
+from .masking import masked, masked_growing
+from .render import MAX_TEXT, Pacer, keyboard_rows, split_text
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
