@@ -1,0 +1,272 @@
+"""The handlers of the updates aiogram's Dispatcher feeds: messages (commands, access,
+pairing, media) and button presses (approval decisions). Each authorises, builds an
+InboundMessage and publishes it; a publish the store did not take raises CommitFailed,
+which reaches the poller or the webhook through ``Dispatcher.feed_update`` so the update
+is not acknowledged.
+
+Commands are parsed here, not with aiogram's ``Command`` filter: in a group the bot's
+``@username`` is taken out anywhere in the text before the command is read ("@bot /pair
+CODE"), any ``/cmd@otherbot`` counts as ``/cmd``, and the filter would ask ``getMe``
+again through ``Bot.me()``; the filter does none of that the same way.
+"""
+
+from __future__ import annotations
+
+import time
+
+from aiogram import Bot, Router
+from aiogram.exceptions import TelegramAPIError
+from aiogram.types import CallbackQuery, Message, Update
+
+from echo_bot.bus import Bus, ChannelSetup
+from echo_bot.config import TelegramConfig
+from echo_bot.errors import StoreError
+from echo_bot.events import (
+    Address,
+    ApprovalDecision,
+    DecisionInbound,
+    InboundMessage,
+    InboundStatus,
+    MessageInbound,
+    OutboundKind,
+    OutboundMessage,
+    Sender,
+    parse_approval_action,
+)
+
+from .common import CommitFailed, Me, Tasks, log
+from .media import read_media
+from .previews import Previews, Typing
+from .text import clean
+
+REFUSAL_INTERVAL = 600.0  # one refusal per unknown user per 10 minutes
+# Commands answered before the sender's access is checked.
+_OPEN_COMMANDS = ("/whoami", "/pair")
+
+
+def command_of(text: str | None) -> str:
+    """The command a message's text begins with, lower case and without ``@bot``; ""."""
+    return (text or "").split(maxsplit=1)[0].split("@", 1)[0].lower() if text else ""
+
+
+def address_of(message: Message) -> Address:
+    thread = message.message_thread_id if message.is_topic_message else None
+    return Address(
+        channel="telegram",
+        chat_id=str(message.chat.id),
+        thread_id=str(thread) if thread else None,
+    )
+
+
+class Handlers:
+    """Telegram updates in, InboundMessages out."""
+
+    def __init__(
+        self,
+        setup: ChannelSetup[TelegramConfig],
+        bot: Bot,
+        me: Me,
+        typing: Typing,
+        tasks: Tasks,
+    ) -> None:
+        self.config = setup.section
+        self.bot = bot
+        self.me = me
+        self.typing = typing
+        self.tasks = tasks
+        self.access = setup.access
+        self.bus: Bus | None = None
+        self._refused_at: dict[int, float] = {}
+
+    def router(self, previews: Previews) -> Router:
+        router = Router(name="echo-bot")
+        router.message.register(self._on_message)
+        router.edited_message.register(self._on_edited)
+        router.callback_query.register(self._on_callback)
+        router.stopped_message_generation.register(previews.on_stop)
+        return router
+
+    async def _publish(self, message: InboundMessage) -> str:
+        assert self.bus is not None
+        try:
+            published = await self.bus.publish(message)
+        except StoreError as exc:  # the store could not take it now: fetch it again later
+            raise CommitFailed(str(exc)) from exc
+        # Anything else is a bad update: it propagates, is logged and skipped.
+        return published.inbound_id
+
+    async def _notice(self, chat: Address, text: str, reply_to: int | None = None) -> None:
+        assert self.bus is not None
+        await self.bus.send(
+            OutboundMessage(
+                to=chat,
+                text=text,
+                kind=OutboundKind.NOTICE,
+                quote=str(reply_to) if reply_to else None,
+            )
+        )
+
+    # -- messages ---------------------------------------------------------------------------
+    async def _on_message(self, message: Message, event_update: Update) -> None:
+        user = message.from_user
+        if user is None or user.is_bot:
+            return
+        if message.chat.type != "private" and not self._addressed_to_me(message):
+            return
+        chat = address_of(message)
+        text = self._text(message)
+        command = command_of(text)
+        if command in _OPEN_COMMANDS:
+            await self._open_command(command, message, chat, text or "")
+            return
+        assert self.access is not None
+        if not await self.access.is_allowed("telegram", str(user.id)):
+            await self._refuse(user.id, chat, message.message_id)
+            return
+        if command == "/start":
+            await self._notice(chat, "Hello! Ask me anything, or send /help to see what I can do.")
+            return
+        await self._take(message, event_update, chat, text)
+
+    def _text(self, message: Message) -> str | None:
+        """The text (or caption) as the agent reads it: clean, and in a group without
+        the bot's own ``@username``."""
+        given = message.text if message.text is not None else message.caption
+        text = clean(given) if given is not None else None
+        if text is not None and message.chat.type != "private" and self.me.username:
+            text = text.replace(f"@{self.me.username}", "").strip()
+        return text
+
+    async def _open_command(self, command: str, message: Message, chat: Address, text: str) -> None:
+        """/whoami and /pair: for anyone, allowed or not."""
+        assert message.from_user is not None
+        if command == "/whoami":
+            user_id = message.from_user.id
+            await self._notice(chat, f"Your Telegram user id is {user_id}.", message.message_id)
+        else:
+            await self._pair(message, chat, text)
+
+    async def _take(
+        self, message: Message, event_update: Update, chat: Address, text: str | None
+    ) -> None:
+        """An allowed user's message, with its files and notes, into the inbox."""
+        user = message.from_user
+        assert user is not None
+        attachments, notes = read_media(message, self.config)
+        if not attachments and not notes and text is None:
+            kind = str(getattr(message.content_type, "value", message.content_type))
+            kind = kind.replace("_", " ")
+            notes = [f"[a message of a kind I cannot read: {kind}]"]
+        text = "\n".join(part for part in [text, *notes] if part) or None
+        inbound = MessageInbound(
+            address=chat,
+            sender=Sender(id=str(user.id), name=clean(user.username or user.full_name)),
+            text=text,
+            attachments=attachments,
+            external_id=str(event_update.update_id),
+            message_id=str(message.message_id),
+        )
+        inbound_id = await self._publish(inbound)
+        self.typing.start(inbound_id, chat)
+
+    def _addressed_to_me(self, message: Message) -> bool:
+        text = message.text or message.caption or ""
+        if text.startswith("/"):
+            return True
+        if self.me.username and f"@{self.me.username}".lower() in text.lower():
+            return True
+        replied = message.reply_to_message
+        return bool(replied and replied.from_user and replied.from_user.id == self.me.bot_id)
+
+    async def _on_edited(self, edited_message: Message) -> None:
+        return None  # edits of earlier messages are not re-run
+
+    async def _refuse(self, user_id: int, chat: Address, message_id: int) -> None:
+        now = time.monotonic()
+        last = self._refused_at.get(user_id)
+        if last is not None and now - last < REFUSAL_INTERVAL:
+            return
+        if len(self._refused_at) > 10_000:
+            self._refused_at.clear()
+        self._refused_at[user_id] = now
+        await self._notice(
+            chat,
+            f"Sorry, I only talk to people my owner has allowed. Your Telegram user id is "
+            f"{user_id}: the owner can add it to [telegram] allowed_users, or give you a "
+            "code from `echo-bot pair` to send as /pair CODE.",
+            message_id,
+        )
+
+    async def _pair(self, message: Message, chat: Address, text: str) -> None:
+        assert self.access is not None and message.from_user is not None
+        parts = text.split(maxsplit=1)
+        if len(parts) < 2 or len(parts[1]) > 32:
+            await self._notice(chat, "Send /pair followed by the code from `echo-bot pair`.")
+            return
+        result = await self.access.pair("telegram", str(message.from_user.id), parts[1])
+        answers = {
+            "paired": "Paired. Welcome! Send /help to see what I can do.",
+            "already": "You are already allowed to talk to me.",
+            "wrong": "That code is not valid (codes expire after 10 minutes).",
+            "locked": "Too many wrong codes. Try again in an hour.",
+        }
+        await self._notice(chat, answers.get(result, "Pairing failed."), message.message_id)
+
+    # -- button presses ---------------------------------------------------------------------
+    async def _on_callback(self, callback_query: CallbackQuery, event_update: Update) -> None:
+        query = callback_query
+        parsed = parse_approval_action(query.data or "")
+        message = query.message
+        if parsed is None:
+            self.tasks.spawn(self._answer(query.id, "Unknown or expired request."))
+            return
+        if message is None:
+            self.tasks.spawn(
+                self._answer(query.id, "This button is no longer attached to a message.")
+            )
+            return
+        verb, request_id, seconds = parsed
+        chat = Address(channel="telegram", chat_id=str(message.chat.id))
+        # An InaccessibleMessage (too old for Telegram to show) has neither.
+        thread = getattr(message, "message_thread_id", None)
+        if thread and getattr(message, "is_topic_message", False):
+            chat = Address(channel="telegram", chat_id=chat.chat_id, thread_id=str(thread))
+        presser = query.from_user
+        decision = ApprovalDecision(
+            request_id=request_id,
+            verb=verb,
+            decided_by=chat,
+            sender_id=str(presser.id),
+            via="telegram",
+            allow_for_seconds=seconds,
+            answered=True,  # the button's popup says the outcome (_answer_outcome)
+        )
+        inbound_id = await self._publish(
+            DecisionInbound(
+                address=chat,
+                sender=Sender(
+                    id=str(presser.id), name=clean(presser.username or presser.full_name)
+                ),
+                decision=decision,
+                external_id=str(event_update.update_id),
+                metadata={"callback_query_id": query.id},
+            )
+        )
+        self.tasks.spawn(self._answer_outcome(query.id, inbound_id))
+
+    async def _answer_outcome(self, query_id: str, inbound_id: str) -> None:
+        assert self.bus is not None
+        state = await self.bus.at_rest(inbound_id, timeout=2.5)
+        if state is None or not state[0].terminal:
+            text = "Received."
+        elif state[0] == InboundStatus.DONE:
+            text = "Done."
+        else:
+            text = f"⚠️ {state[1] or 'Refused.'}"
+        await self._answer(query_id, text)
+
+    async def _answer(self, query_id: str, text: str) -> None:
+        try:
+            await self.bot.answer_callback_query(query_id, text=text[:200])
+        except (TelegramAPIError, OSError, TimeoutError) as exc:
+            log.info("telegram: could not answer a button press: %s", exc)

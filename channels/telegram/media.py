@@ -1,0 +1,192 @@
+"""Files in and out of messages: what a message carries (read when it arrives) and the
+download of one of its files (during its turn, when the core asks)."""
+
+from __future__ import annotations
+
+import asyncio
+import glob
+import secrets
+from pathlib import Path
+
+from aiogram import Bot
+from aiogram.exceptions import TelegramBadRequest
+from aiogram.types import Message
+from aiohttp import ClientError, ClientResponseError
+
+from echo_bot.config import TelegramConfig
+from echo_bot.errors import ChannelError, MediaTooLarge, MediaUnavailable
+from echo_bot.events import Attachment, MediaKind
+from echo_bot.sizes import format_size
+
+from .text import clean
+
+DOWNLOAD_TIMEOUT = 110.0  # one file, whole (the core gives a try 120 s)
+DOWNLOAD_CHUNK = 256 * 1024
+
+
+def read_media(message: Message, config: TelegramConfig) -> tuple[list[Attachment], list[str]]:
+    """A message's files (fetched later, during its turn) and short notes for what is
+    not a file: stickers, locations, contacts, polls. Nothing is silently dropped."""
+    found: list[Attachment] = []
+    if message.photo:
+        # The largest size that fits the download limit (or else the smallest: its
+        # fetch then says why it cannot be had).
+        sizes = sorted(message.photo, key=lambda p: p.width * p.height)
+        fitting = [p for p in sizes if (p.file_size or 0) <= config.max_download]
+        best = (fitting or sizes[:1])[-1]
+        found.append(_attachment(MediaKind.PHOTO, best.file_id, size=best.file_size))
+    for kind, item in (
+        (MediaKind.VOICE, message.voice),
+        (MediaKind.AUDIO, message.audio),
+        (MediaKind.VIDEO, message.video),
+        (MediaKind.VIDEO_NOTE, message.video_note),
+        (MediaKind.ANIMATION, message.animation),
+        (MediaKind.DOCUMENT, None if message.animation else message.document),
+    ):
+        if item is not None:
+            found.append(
+                _attachment(
+                    kind,
+                    item.file_id,
+                    name=getattr(item, "file_name", None),
+                    mime_type=getattr(item, "mime_type", None),
+                    size=item.file_size,
+                    duration=getattr(item, "duration", None),
+                )
+            )
+    notes = _notes(message)
+    if found and not config.media:
+        notes += [f"[{a.kind.value.replace('_', ' ')} not downloaded: [telegram] media is off]"
+                  for a in found]  # fmt: skip
+        found = []
+    return found, notes
+
+
+def _attachment(
+    kind: MediaKind,
+    file_id: str,
+    *,
+    name: str | None = None,
+    mime_type: str | None = None,
+    size: int | None = None,
+    duration: int | None = None,
+) -> Attachment:
+    return Attachment(
+        kind=kind,
+        file_ref=file_id[:512],
+        name=clean(name)[:256] if name else None,
+        mime_type=clean(mime_type)[:128] if mime_type else None,
+        size=size if size is None or size >= 0 else None,
+        duration=duration if duration is None or duration >= 0 else None,
+    )
+
+
+def _notes(message: Message) -> list[str]:
+    notes: list[str] = []
+    if message.sticker is not None:
+        sticker = message.sticker
+        label = f" {sticker.emoji}" if sticker.emoji else ""
+        notes.append(
+            f"[sticker{label}" + (f" from the set {sticker.set_name}]" if sticker.set_name else "]")
+        )
+    if message.venue is not None:
+        venue = message.venue
+        notes.append(
+            f"[venue: {venue.title}, {venue.address} "
+            f"({venue.location.latitude:.5f}, {venue.location.longitude:.5f})]"
+        )
+    elif message.location is not None:
+        where = message.location
+        live = " (live)" if where.live_period else ""
+        notes.append(f"[location{live}: {where.latitude:.5f}, {where.longitude:.5f}]")
+    if message.contact is not None:
+        contact = message.contact
+        name = " ".join(p for p in (contact.first_name, contact.last_name) if p)
+        notes.append(f"[contact: {name}, {contact.phone_number}]")
+    if message.poll is not None:
+        poll = message.poll
+        options = " / ".join(o.text for o in poll.options)
+        notes.append(f"[poll: {poll.question} — {options}]")
+    if message.dice is not None:
+        notes.append(f"[dice {message.dice.emoji}: {message.dice.value}]")
+    return [clean(note)[:2000] for note in notes]
+
+
+def _drop_partials(saved: Path) -> None:
+    """The file is whole: partial downloads of it (a try a kill cut short) can go."""
+    for stale in saved.parent.glob(f".{glob.escape(saved.name)}.*.part"):
+        stale.unlink(missing_ok=True)
+
+
+class Downloads:
+    """Fetches a message's files from the Bot API, within ``[telegram] max_download``."""
+
+    def __init__(self, bot: Bot, config: TelegramConfig) -> None:
+        self.bot = bot
+        self.config = config
+
+    async def fetch_media(
+        self, attachment: Attachment, destination: Path, *, limit: int | None = None
+    ) -> int:
+        """Download a message's file (the core calls this during the turn) to
+        ``destination``, through a temporary name: there is a whole file or none.
+        ``limit`` (what the core's media budgets leave) stops it sooner than
+        ``max_download`` when it is smaller."""
+        too_big = _Limit(self.config.max_download, limit)
+        cap = too_big.cap
+        if attachment.size is not None and attachment.size > cap:
+            raise too_big(attachment.size)
+        try:
+            file = await self.bot.get_file(attachment.file_ref)
+        except TelegramBadRequest as exc:  # "file is too big", "wrong file_id"…
+            raise MediaUnavailable(f"Telegram would not hand it over ({exc.message})") from None
+        if file.file_size is not None and file.file_size > cap:
+            raise too_big(file.file_size)
+        if not file.file_path:
+            raise MediaUnavailable("Telegram gave no path to download it from")
+        url = self.bot.session.api.file_url(self.bot.token, file.file_path)
+        # A name of its own: two tries at once (a turn taken over) never share a file.
+        partial = destination.with_name(f".{destination.name}.{secrets.token_hex(4)}.part")
+        handle = await asyncio.to_thread(partial.open, "wb")
+        size = 0
+        try:
+            try:
+                async for chunk in self.bot.session.stream_content(
+                    url, timeout=int(DOWNLOAD_TIMEOUT), chunk_size=DOWNLOAD_CHUNK
+                ):
+                    size += len(chunk)
+                    if size > cap:
+                        raise too_big(None)
+                    await asyncio.to_thread(handle.write, chunk)
+            except ClientResponseError as exc:  # its text has the URL, and so the token
+                if exc.status in (400, 403, 404):
+                    raise MediaUnavailable(
+                        f"Telegram has no such file any more (HTTP {exc.status})"
+                    ) from None
+                raise ChannelError(f"the download failed (HTTP {exc.status})") from None
+            except ClientError as exc:
+                raise ChannelError(f"the download failed ({type(exc).__name__})") from None
+            await asyncio.to_thread(handle.close)
+            await asyncio.to_thread(partial.replace, destination)
+            await asyncio.to_thread(_drop_partials, destination)
+        finally:
+            if not handle.closed:
+                await asyncio.to_thread(handle.close)
+            await asyncio.to_thread(partial.unlink, missing_ok=True)
+        return size
+
+
+class _Limit:
+    """The most one download may take, and the error that says a file is over it."""
+
+    def __init__(self, own: int, limit: int | None) -> None:
+        self.own = own
+        self.budget = limit is not None and limit < own
+        self.cap = min(own, limit) if limit is not None else own
+
+    def __call__(self, size: int | None) -> MediaUnavailable:
+        over = f"over the {format_size(self.own)} download limit ([telegram] max_download)"
+        shown = f"it is {format_size(size)}" if size is not None else "it is larger"
+        if self.budget:
+            return MediaTooLarge(f"{shown}, over the {format_size(self.cap)} its budget leaves")
+        return MediaUnavailable(f"{shown}, {over}" if size is not None else f"it is {over}")

@@ -1,0 +1,53 @@
+"""Webhook mode: Telegram POSTs each update; the HTTP answer is sent only after the
+update is committed to the inbox (a 503 makes Telegram send it again)."""
+
+from __future__ import annotations
+
+import hmac
+import json
+from typing import Any
+from urllib.parse import urlsplit
+
+from aiogram import Bot, Dispatcher
+from aiogram.types import Update
+
+from echo_bot.bus import ChannelSetup
+from echo_bot.config import TelegramConfig
+
+from .common import CommitFailed, log
+
+
+class Webhook:
+    """The route Telegram's webhook posts to (registered by the channel)."""
+
+    def __init__(self, setup: ChannelSetup[TelegramConfig], bot: Bot, dp: Dispatcher) -> None:
+        config = setup.section
+        self.bot = bot
+        self.dp = dp
+        self.http = setup.http
+        self.secret = setup.environ.get(config.webhook_secret_env, "")
+        self.path = urlsplit(config.webhook_url or "").path or "/telegram"
+
+    async def handle(self, request: Any) -> Any:
+        from aiohttp import web
+        from pydantic import ValidationError
+
+        given = request.headers.get("X-Telegram-Bot-Api-Secret-Token", "")
+        if not self.secret or not hmac.compare_digest(given.encode(), self.secret.encode()):
+            return web.json_response({"error": "bad or missing secret token"}, status=401)
+        assert self.http is not None
+        body = await self.http.read_body(request, key=self.path)
+        if isinstance(body, web.Response):
+            return body
+        try:
+            data = json.loads(body)
+            update = Update.model_validate(data, context={"bot": self.bot})
+        except (ValueError, ValidationError):
+            return web.json_response({"error": "not a Telegram update"}, status=400)
+        try:
+            await self.dp.feed_update(self.bot, update)
+        except CommitFailed:
+            return web.json_response({"error": "not stored; retry"}, status=503)
+        except Exception:
+            log.exception("telegram: update %s could not be handled", update.update_id)
+        return web.json_response({"ok": True})
