@@ -162,35 +162,47 @@ class CliChannel:
     def _show(self, message: OutboundMessage) -> None:
         held = self._held(message)
         view = message.approval
-        approval_id = view.request_id if view is not None else ""
         if message.kind == OutboundKind.APPROVAL and message.edit_of is None:
-            if held and self._known(approval_id):
-                return  # its first delivery, still queued: shown again at start already
-            if held or approval_id in self._listed:
-                # Made before this start and not pending then (settled since: its
-                # outcome follows), or listed for information (piped input).
-                self._print(f"{held}{self._describe(message)} (request {approval_id})")
-            elif not any(_approval_id(p) == approval_id for p in self._deferred):
-                self._show_prompt(message)  # new, or again (/approvals)
+            self._show_approval(message, held)
         elif message.edit_of is not None and view is not None and view.outcome:
-            self._prompts = [p for p in self._prompts if p[0] != approval_id]
-            self._listed.discard(approval_id)
-            self._deferred = [p for p in self._deferred if _approval_id(p) != approval_id]
-            self._print(f"{held}{view.outcome} (request {approval_id})")
+            self._show_outcome(view.request_id, view.outcome, held)
         elif message.file is not None:
             caption = f": {message.text}" if message.text.strip() else ""
             self._print(f"{held}📎 {message.file.name} ({message.file.size} bytes){caption}")
         else:
-            printed = self._streamed.pop(str(message.metadata.get("inbound_id", "")), None)
-            if printed and message.kind == OutboundKind.REPLY:
-                printed = printed.rstrip()  # the final reply has no trailing space
-                rest = message.text[len(printed) :] if message.text.startswith(printed) else None
-                if rest is None:
-                    self._print(message.text)  # not what was streamed: shown whole
-                elif rest.strip():
-                    self._print(rest.lstrip("\n"))
-                return
+            self._show_text(message, held)
+
+    def _show_approval(self, message: OutboundMessage, held: str) -> None:
+        """An approval prompt's first delivery (or again: /approvals)."""
+        approval_id = _approval_id(message)
+        if held and self._known(approval_id):
+            return  # its first delivery, still queued: shown again at start already
+        if held or approval_id in self._listed:
+            # Made before this start and not pending then (settled since: its
+            # outcome follows), or listed for information (piped input).
+            self._print(f"{held}{self._describe(message)} (request {approval_id})")
+        elif not any(_approval_id(p) == approval_id for p in self._deferred):
+            self._show_prompt(message)  # new, or again (/approvals)
+
+    def _show_outcome(self, approval_id: str, outcome: str, held: str) -> None:
+        """A prompt settled (here or elsewhere): it no longer takes the next line."""
+        self._prompts = [p for p in self._prompts if p[0] != approval_id]
+        self._listed.discard(approval_id)
+        self._deferred = [p for p in self._deferred if _approval_id(p) != approval_id]
+        self._print(f"{held}{outcome} (request {approval_id})")
+
+    def _show_text(self, message: OutboundMessage, held: str) -> None:
+        """A text; a reply that was streamed prints only what the stream did not."""
+        printed = self._streamed.pop(str(message.metadata.get("inbound_id", "")), None)
+        if not printed or message.kind != OutboundKind.REPLY:
             self._print(held + message.text)
+            return
+        printed = printed.rstrip()  # the final reply has no trailing space
+        rest = message.text[len(printed) :] if message.text.startswith(printed) else None
+        if rest is None:
+            self._print(message.text)  # not what was streamed: shown whole
+        elif rest.strip():
+            self._print(rest.lstrip("\n"))
 
     def _held(self, message: OutboundMessage) -> str:
         """A mark for a message made before this start: it waited for a terminal."""
