@@ -15,7 +15,7 @@ import json
 import logging
 import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -50,7 +50,7 @@ from aiogram.types import (
 )
 from aiohttp import ClientError, ClientResponseError
 
-from echo_bot.bus import Bus, ChannelSetup, Masking
+from echo_bot.bus import Bus, Capabilities, ChannelHost, Masking
 from echo_bot.config import BOT_TOKEN_SHAPE, TelegramConfig, looks_like_bot_token
 from echo_bot.errors import (
     ChannelError,
@@ -290,11 +290,23 @@ def _clean(text: str) -> str:
 
 class TelegramChannel:
     name = "telegram"
+    capabilities = Capabilities(
+        buttons=True,
+        edits=True,
+        previews=True,
+        media=True,
+        reactions=True,
+        threads=True,
+        rate_limited=True,
+    )
 
-    def __init__(self, setup: ChannelSetup[TelegramConfig]) -> None:
-        config = setup.section
+    def __init__(
+        self, section: TelegramConfig, options: Mapping[str, Any], host: ChannelHost
+    ) -> None:
+        config = section
         self.config = config
-        token = setup.environ.get(config.token_env, "")
+        self.host = host
+        token = host.environ.get(config.token_env, "")
         if not looks_like_bot_token(token):  # build_core said so already; the same rule
             raise ConfigError(
                 f"telegram.token_env: ${config.token_env} does not look like a bot token "
@@ -302,17 +314,14 @@ class TelegramChannel:
             )
         session = AiohttpSession(api=TelegramAPIServer.from_base(config.api_base.rstrip("/")))
         self.bot = Bot(token, session=session)
-        self.commands = list(setup.commands)
-        self.access = setup.access
-        self.http = setup.http
-        self.poll_timeout = int(setup.options.get("poll_timeout", 25))
-        self.hold = setup.hold
-        self.recall, self.remember = setup.recall, setup.remember
+        self.commands = list(host.commands)
+        self.access = host.access
+        self.poll_timeout = int(options.get("poll_timeout", 25))
         self.standby: bool | None = None  # another daemon polls this bot now (None: not asked)
-        self.secret = setup.environ.get(config.webhook_secret_env, "")
+        self.secret = host.environ.get(config.webhook_secret_env, "")
         self.dp = Dispatcher()
         self.dp.include_router(self._router())
-        self.bus: Bus | None = None
+        self.bus = host.bus
         self.pacer = Pacer()
         self.bot_id: int | None = None
         self.username: str | None = None
@@ -324,22 +333,21 @@ class TelegramChannel:
         self._refused_at: dict[int, float] = {}
         self._parts_sent: dict[str, list[int]] = {}
         self._unreadable: set[int] = set()  # update ids aiogram could not read
-        self.stop_generation = setup.stop_generation
-        self.masker = setup.masker  # what the renderer made is masked again before it leaves
+        self.stop_generation = host.stop_generation
+        self.masker = host.masker  # what the renderer made is masked again before it leaves
         self._previews: dict[str, _Preview] = {}  # by key (the turn's inbound id)
         self._drafts: dict[int, tuple[str, int]] = {}  # draft id -> key, chat: stop buttons
         # Group preview messages of finished previews, until a reply takes their place.
         self._left_previews: dict[str, tuple[_Preview, asyncio.TimerHandle]] = {}
-        if config.mode == "webhook" and self.http is not None:
+        if config.mode == "webhook":  # the daemon serves HTTP then (app.http_reasons)
             self._webhook_path = urlsplit(config.webhook_url or "").path or "/telegram"
             # The secret token is a header: checked before the body is read (bounded).
+            self.http = host.routes()
             self.http.add_route("POST", self._webhook_path, self._webhook, reads_body=True)
-        if self.http is not None:
-            self.http.add_health("telegram", self.health)
+        host.add_health("telegram", self.health)
 
     # -- lifecycle ------------------------------------------------------------------------
     async def start(self, bus: Bus) -> None:
-        self.bus = bus
         try:
             async with asyncio.timeout(STARTUP_TIMEOUT):
                 me = await self.bot.get_me()
@@ -433,7 +441,7 @@ class TelegramChannel:
         resume = True  # go on from the offset the last poller stored
         delay = 1.0
         while True:
-            if self.hold is not None and not await self._may_poll():
+            if self.host.shared and not await self._may_poll():
                 resume = True  # another daemon polls: its offset will be in the store
                 await asyncio.sleep(STANDBY_CHECK)
                 continue
@@ -530,10 +538,8 @@ class TelegramChannel:
         another daemon), so that what it stored is not fetched again. None, and Telegram's
         own unconfirmed updates (deduplicated by update_id), when nothing is stored, the
         store cannot say, or the offset is older than OFFSET_MAX_AGE."""
-        if self.recall is None:
-            return None
         try:
-            stored = await self.recall(self._offset_name)
+            stored = await self.host.recall(self._offset_name)
         except Exception as exc:
             log.warning("telegram: the stored offset could not be read (%s); asking afresh", exc)
             return None
@@ -547,10 +553,8 @@ class TelegramChannel:
     async def _store_offset(self, offset: int) -> None:
         """Keep the offset past what is stored: it is a shortcut, not the record (the inbox
         is), so a failure to keep it costs a few updates fetched again, never one lost."""
-        if self.remember is None:
-            return
         try:
-            await self.remember(self._offset_name, offset)
+            await self.host.remember(self._offset_name, offset)
         except Exception as exc:
             log.debug("telegram: offset %s not stored: %s", offset, exc)
 
@@ -562,12 +566,11 @@ class TelegramChannel:
         """With several daemons on one store, one polls this bot at a time; the others
         stand by and take over once its lease lapses (what it had not confirmed is
         fetched again and deduplicated by update_id)."""
-        assert self.hold is not None
         try:
             # Its holder counts as gone after lease - STANDBY_CHECK unseen: with this
             # look every STANDBY_CHECK, the poll is taken over within [telegram] lease.
             within = self.config.lease.total_seconds() - STANDBY_CHECK
-            polling = await self.hold(f"telegram-poller:{self.bot.id}", within)
+            polling = await self.host.hold(f"telegram-poller:{self.bot.id}", within)
         except Exception as exc:  # the store is away: nobody can store updates anyway
             self._degrade(f"cannot tell whether to poll: {exc}")
             return False
@@ -583,7 +586,6 @@ class TelegramChannel:
         given = request.headers.get("X-Telegram-Bot-Api-Secret-Token", "")
         if not self.secret or not hmac.compare_digest(given.encode(), self.secret.encode()):
             return web.json_response({"error": "bad or missing secret token"}, status=401)
-        assert self.http is not None
         body = await self.http.read_body(request, key=self._webhook_path)
         if isinstance(body, web.Response):
             return body
@@ -609,7 +611,6 @@ class TelegramChannel:
         return router
 
     async def _publish(self, message: InboundMessage) -> str:
-        assert self.bus is not None
         try:
             published = await self.bus.publish(message)
         except StoreError as exc:  # the store could not take it now: fetch it again later
@@ -618,7 +619,6 @@ class TelegramChannel:
         return published.inbound_id
 
     async def _notice(self, chat: Address, text: str, reply_to: int | None = None) -> None:
-        assert self.bus is not None
         await self.bus.send(
             OutboundMessage(
                 to=chat,
@@ -656,7 +656,6 @@ class TelegramChannel:
         if command == "/pair":
             await self._pair(message, chat, text or "")
             return
-        assert self.access is not None
         if not await self.access.is_allowed("telegram", str(user.id)):
             await self._refuse(user.id, chat, message.message_id)
             return
@@ -709,7 +708,7 @@ class TelegramChannel:
         )
 
     async def _pair(self, message: Message, chat: Address, text: str) -> None:
-        assert self.access is not None and message.from_user is not None
+        assert message.from_user is not None
         parts = text.split(maxsplit=1)
         if len(parts) < 2 or len(parts[1]) > 32:
             await self._notice(chat, "Send /pair followed by the code from `echo-bot pair`.")
@@ -763,7 +762,6 @@ class TelegramChannel:
         self._spawn(self._answer_outcome(query.id, inbound_id))
 
     async def _answer_outcome(self, query_id: str, inbound_id: str) -> None:
-        assert self.bus is not None
         state = await self.bus.at_rest(inbound_id, timeout=2.5)
         if state is None or not state[0].terminal:
             text = "Received."
@@ -892,7 +890,7 @@ class TelegramChannel:
         if known is None or known[1] != event.chat.id:
             return
         key = known[0]
-        if self.stop_generation is not None and self.stop_generation(key):
+        if self.stop_generation(key):
             log.info("telegram: the reply being written in %s was stopped", event.chat.id)
 
     # -- files ------------------------------------------------------------------------------
