@@ -46,6 +46,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from echo_bot.app import Daemon, build_core  # noqa: E402
+from echo_bot.bus import Capabilities  # noqa: E402
 from echo_bot.config import LoadedConfig, parse_config  # noqa: E402
 from echo_bot.events import (  # noqa: E402
     Address,
@@ -79,6 +80,7 @@ class NoopChannel:
     """Takes every reply at once; wakes the session waiting for it."""
 
     name = CHANNEL
+    capabilities = Capabilities()
 
     def __init__(self) -> None:
         self.waiting: dict[str, asyncio.Future[OutboundMessage]] = {}

@@ -25,10 +25,11 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import TextIO
+from typing import Any, TextIO
 
-from echo_bot.bus import Bus, ChannelSetup
+from echo_bot.bus import Bus, Capabilities, ChannelHost
 from echo_bot.dates import clock_text
 from echo_bot.errors import EXIT_OUTPUT_CLOSED, ChannelError
 from echo_bot.events import (
@@ -58,23 +59,21 @@ class CliChannel:
     # Reachable only from this process: on a shared store its messages are delivered by
     # the daemon running it (echo_bot/delivery.py), wherever the turn ran.
     local = True
+    # Approval prompts are answered by a typed line (y/N); a reply prints as it is
+    # written; the prompts still pending are shown again below the banner.
+    capabilities = Capabilities(previews=True, shows_when_ready=True)
 
-    def __init__(self, setup: ChannelSetup[None]) -> None:
-        options = setup.options
+    def __init__(self, section: None, options: Mapping[str, Any], host: ChannelHost) -> None:
+        self._host = host
         self._stdin: TextIO = options.get("stdin", sys.stdin)
         self._stdout: TextIO = options.get("stdout", sys.stdout)
         self._interactive: bool = bool(options.get("interactive", self._stdin.isatty()))
         self._exit_on_eof: bool = bool(options.get("exit_on_eof", False))
-        self._request_stop = setup.request_stop
-        self._detach = setup.detach
-        self._pending_prompts = setup.pending_prompts
-        self._timezone_for = setup.timezone_for
         self._zone: str | None = None  # the terminal chat's, read at start
         # Outbound made before this start waited for a terminal: it is marked so.
-        self._since = setup.started_at if setup.started_at is not None else time.time()
+        self._since = host.started_at
         user = getpass.getuser()
         self._sender = Sender(id=user, name=user)
-        self._bus: Bus | None = None
         self._lines: asyncio.Queue[str | None] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
         # The prompts on screen, oldest first: (approval id, the verbs it offers). The
@@ -94,13 +93,10 @@ class CliChannel:
 
     # -- Channel protocol -----------------------------------------------------------------
     async def start(self, bus: Bus) -> None:
-        self._bus = bus
-        if self._timezone_for is not None:
-            self._zone = await self._timezone_for(ADDRESS)
-        if self._pending_prompts is not None:
-            # Read now, shown by ready() below the banner; until then their first
-            # deliveries, if still queued, are held back.
-            self._deferred = await self._pending_prompts(ADDRESS)
+        self._zone = await self._host.timezone_for(ADDRESS)
+        # Read now, shown by ready() below the banner; until then their first
+        # deliveries, if still queued, are held back.
+        self._deferred = await self._host.pending_prompts(ADDRESS)
         loop = asyncio.get_running_loop()
         reader = threading.Thread(target=self._read_stdin, args=(loop,), daemon=True)
         reader.start()
@@ -122,8 +118,7 @@ class CliChannel:
 
     async def send(self, message: OutboundMessage) -> Receipt:
         if self._output_closed:
-            if self._detach is not None:  # closed before delivery took this channel on
-                self._detach()
+            self._host.detach(self.name)  # closed before delivery took this channel on
             raise ChannelError(OUTPUT_CLOSED)
         self._show(message)
         inbound_id = message.metadata.get("inbound_id")
@@ -162,35 +157,47 @@ class CliChannel:
     def _show(self, message: OutboundMessage) -> None:
         held = self._held(message)
         view = message.approval
-        approval_id = view.request_id if view is not None else ""
         if message.kind == OutboundKind.APPROVAL and message.edit_of is None:
-            if held and self._known(approval_id):
-                return  # its first delivery, still queued: shown again at start already
-            if held or approval_id in self._listed:
-                # Made before this start and not pending then (settled since: its
-                # outcome follows), or listed for information (piped input).
-                self._print(f"{held}{self._describe(message)} (request {approval_id})")
-            elif not any(_approval_id(p) == approval_id for p in self._deferred):
-                self._show_prompt(message)  # new, or again (/approvals)
+            self._show_approval(message, held)
         elif message.edit_of is not None and view is not None and view.outcome:
-            self._prompts = [p for p in self._prompts if p[0] != approval_id]
-            self._listed.discard(approval_id)
-            self._deferred = [p for p in self._deferred if _approval_id(p) != approval_id]
-            self._print(f"{held}{view.outcome} (request {approval_id})")
+            self._show_outcome(view.request_id, view.outcome, held)
         elif message.file is not None:
             caption = f": {message.text}" if message.text.strip() else ""
             self._print(f"{held}📎 {message.file.name} ({message.file.size} bytes){caption}")
         else:
-            printed = self._streamed.pop(str(message.metadata.get("inbound_id", "")), None)
-            if printed and message.kind == OutboundKind.REPLY:
-                printed = printed.rstrip()  # the final reply has no trailing space
-                rest = message.text[len(printed) :] if message.text.startswith(printed) else None
-                if rest is None:
-                    self._print(message.text)  # not what was streamed: shown whole
-                elif rest.strip():
-                    self._print(rest.lstrip("\n"))
-                return
+            self._show_text(message, held)
+
+    def _show_approval(self, message: OutboundMessage, held: str) -> None:
+        """An approval prompt's first delivery (or again: /approvals)."""
+        approval_id = _approval_id(message)
+        if held and self._known(approval_id):
+            return  # its first delivery, still queued: shown again at start already
+        if held or approval_id in self._listed:
+            # Made before this start and not pending then (settled since: its
+            # outcome follows), or listed for information (piped input).
+            self._print(f"{held}{self._describe(message)} (request {approval_id})")
+        elif not any(_approval_id(p) == approval_id for p in self._deferred):
+            self._show_prompt(message)  # new, or again (/approvals)
+
+    def _show_outcome(self, approval_id: str, outcome: str, held: str) -> None:
+        """A prompt settled (here or elsewhere): it no longer takes the next line."""
+        self._prompts = [p for p in self._prompts if p[0] != approval_id]
+        self._listed.discard(approval_id)
+        self._deferred = [p for p in self._deferred if _approval_id(p) != approval_id]
+        self._print(f"{held}{outcome} (request {approval_id})")
+
+    def _show_text(self, message: OutboundMessage, held: str) -> None:
+        """A text; a reply that was streamed prints only what the stream did not."""
+        printed = self._streamed.pop(str(message.metadata.get("inbound_id", "")), None)
+        if not printed or message.kind != OutboundKind.REPLY:
             self._print(held + message.text)
+            return
+        printed = printed.rstrip()  # the final reply has no trailing space
+        rest = message.text[len(printed) :] if message.text.startswith(printed) else None
+        if rest is None:
+            self._print(message.text)  # not what was streamed: shown whole
+        elif rest.strip():
+            self._print(rest.lstrip("\n"))
 
     def _held(self, message: OutboundMessage) -> str:
         """A mark for a message made before this start: it waited for a terminal."""
@@ -282,8 +289,7 @@ class CliChannel:
         if self._output_closed:
             return
         self._output_closed = True
-        if self._detach is not None:  # what is left stays queued, never failed
-            self._detach()
+        self._host.detach(self.name)  # what is left stays queued, never failed
         self._changed.set()
         self._silence_stdout()
         if self._exit_on_eof:
@@ -292,7 +298,7 @@ class CliChannel:
                 "stays queued and the next `echo-bot chat` shows it first",
                 type(exc).__name__,
             )
-            self._request_stop(EXIT_OUTPUT_CLOSED)
+            self._host.request_stop(EXIT_OUTPUT_CLOSED)
         else:
             log.warning(
                 "the terminal's output is closed (%s); the terminal chat stops, the daemon "
@@ -345,7 +351,6 @@ class CliChannel:
                 await self._wait_reply_or_prompt()
 
     async def _submit(self, text: str) -> None:
-        assert self._bus is not None
         line_id = new_id()
         message = MessageInbound(
             address=ADDRESS,
@@ -354,11 +359,10 @@ class CliChannel:
             external_id=line_id,
             message_id=line_id,
         )
-        published = await self._bus.publish(message)
+        published = await self._host.bus.publish(message)
         self._awaiting.add(published.inbound_id)
 
     async def _answer(self, line: str) -> None:
-        assert self._bus is not None
         approval_id, verbs = self._prompts.pop(0)
         approve = line.strip().lower() in YES and DecisionVerb.APPROVE_ONCE in verbs
         verb = DecisionVerb.APPROVE_ONCE if approve else DecisionVerb.DENY
@@ -369,7 +373,7 @@ class CliChannel:
             sender_id=self._sender.id,
             via="cli",
         )
-        await self._bus.publish(
+        await self._host.bus.publish(
             DecisionInbound(
                 address=ADDRESS,
                 sender=self._sender,
@@ -395,7 +399,7 @@ class CliChannel:
             )
         self._prompts.clear()
         if self._exit_on_eof:
-            self._request_stop()
+            self._host.request_stop()
             return
         # `run` on a terminal: Ctrl-D closes the chat, never the daemon.
         self._print(

@@ -14,11 +14,12 @@ import logging
 import re
 import time
 from collections import deque
+from collections.abc import Mapping
 from typing import Any
 
 from aiohttp import web
 
-from echo_bot.bus import Bus, ChannelSetup
+from echo_bot.bus import Bus, Capabilities, ChannelHost
 from echo_bot.config import Config, WebhookConfig, WebhookRoute
 from echo_bot.errors import ConfigError, StoreError
 from echo_bot.events import (
@@ -71,35 +72,36 @@ class RateLimit:
 class WebhookChannel:
     name = "webhook"
 
-    def __init__(self, setup: ChannelSetup[WebhookConfig]) -> None:
-        config = setup.section
+    # An HTTP peer: no buttons, no edits; what it asks for is answered in the routes'
+    # `deliver_to` chats. It is not rate-limited by its peer (it limits its senders).
+    capabilities = Capabilities()
+
+    def __init__(
+        self, section: WebhookConfig, options: Mapping[str, Any], host: ChannelHost
+    ) -> None:
+        config = section
         self.config = config
-        self.environ = setup.environ
-        self.audit = setup.audit
-        # Which arguments of a tool are command lines (the daemon knows its tools).
-        self.argv_args = setup.argv_args
-        self.bus: Bus | None = None
+        self.host = host
+        self.environ = host.environ
         self.routes: dict[str, WebhookRoute] = {}
         self.limits: dict[str, RateLimit] = {}
         self.secrets: dict[str, str] = {}
         self._header_readers: set[str] = set()  # routes whose templates use {headers[…]}
         self._origins: dict[str, tuple[Address, Sender, Address | None]] = {}
         self.counts = {"accepted": 0, "duplicate": 0, "rejected": 0, "ignored": 0}
-        if setup.http is None:
-            raise ConfigError("webhook: the HTTP server is not available")
-        self.http = setup.http
+        self.http = host.routes()  # NoHttpServer (a ConfigError) when none is served
         admin_env = config.admin_token_env
         self.admin_token = self.environ.get(admin_env, "") if admin_env else ""
         self._install(config)
         self._served_paths = set(self.routes)
         for path in self._served_paths:
             # A plain path is found without trying the catch-all's pattern.
-            setup.http.add_route("*", path, self._handle, reads_body=True)
+            self.http.add_route("*", path, self._handle, reads_body=True)
             if not path.startswith("/hooks/"):  # /hooks/… is served by the catch-all
-                setup.http.add_route("GET", path + "/deliveries/{id}", self._status)
+                self.http.add_route("GET", path + "/deliveries/{id}", self._status)
         # Routes added under /hooks/ by a reload, and their deliveries' status.
-        setup.http.add_route("*", "/hooks/{tail:.*}", self._dispatch, reads_body=True)
-        setup.http.add_health("webhook", self.health)
+        self.http.add_route("*", "/hooks/{tail:.*}", self._dispatch, reads_body=True)
+        self.http.add_health("webhook", self.health)
 
     def _install(self, config: WebhookConfig) -> None:
         """Take ``config``'s routes (at start and on reload); missing secrets refuse."""
@@ -152,10 +154,10 @@ class WebhookChannel:
         ]
 
     async def start(self, bus: Bus) -> None:
-        self.bus = bus
+        pass  # its routes answer once the HTTP server starts, after every channel
 
     async def stop(self) -> None:
-        self.bus = None
+        pass  # the HTTP server stops before the channels: no request comes in any more
 
     def health(self) -> dict[str, object]:
         return {"status": "ok", "routes": len(self.routes), **self.counts}
@@ -183,8 +185,7 @@ class WebhookChannel:
         ):
             return _error(401, "missing or bad admin token")
         route = self.routes.get(request.path.rsplit("/deliveries/", 1)[0])
-        assert self.bus is not None
-        info = await self.bus.describe(delivery or request.match_info["id"])
+        info = await self.host.bus.describe(delivery or request.match_info["id"])
         if route is None or info is None or info.get("session") != f"webhook:{route.name}":
             return _error(404, "unknown delivery")
         return web.json_response(info)
@@ -248,13 +249,11 @@ class WebhookChannel:
             message = self._inbound(route, sources, self._dedup_key(route, request, body))
         except TemplateRefused as exc:
             log.info("webhook %s: refused (%s)", route.name, exc.audited)
-            if self.audit is not None:
-                await self.audit(
-                    "webhook.rejected", route=route.name, status=422, reason=exc.audited
-                )
+            await self.host.audit(
+                "webhook.rejected", route=route.name, status=422, reason=exc.audited
+            )
             return _error(422, exc.answer)
-        assert self.bus is not None
-        published = await self.bus.publish(message)
+        published = await self.host.bus.publish(message)
         if published.duplicate:
             self.counts["duplicate"] += 1
             return web.json_response({"status": "duplicate", "id": published.inbound_id})
@@ -301,8 +300,7 @@ class WebhookChannel:
             "metadata": {"route": route.name},
         }
         if route.tool is not None:
-            # With no one to ask, every argument of the route counts as a command line.
-            argv = self.argv_args(route.tool) if self.argv_args else tuple(route.args)
+            argv = self.host.argv_args(route.tool)
             return ToolCallInbound(
                 tool_call=ToolCallRequest(
                     tool=route.tool, args=tool_args(route.args, sources, argv)

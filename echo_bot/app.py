@@ -18,12 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 from . import __version__
 from .brains.base import Brain
-from .bus import Bus, Channel, ChannelSetup, MediaSource, PreviewSink, ShowsWhenReady
-from .cluster import Cluster
+from .bus import Bus, Channel
+from .channel_host import DaemonHost, show_when_ready, start_channels
 from .config import Config, load_config, secret_env_names, with_credentials
 from .core import Core, build_core
 from .errors import ConfigError, StoreUnavailable, log_retrying
-from .events import Address, OutboundMessage
 from .housekeeping import warn_unreachable
 from .lifecycle import Parts
 from .live import Reloadable, restart_needed
@@ -32,7 +31,7 @@ from .scheduling.reminders import ReminderService
 from .scheduling.scheduler import Scheduler
 from .sdnotify import Notifier
 from .statedir import StateLock
-from .store import Store, Tx
+from .store import Tx
 from .tools.builtin.messaging import ChatSender
 
 if TYPE_CHECKING:  # aiohttp is imported only when the server is needed
@@ -252,16 +251,15 @@ class Daemon:
         if http is not None:
             http.add_health("scheduler", rt.scheduler.health)
         self.notifier.status("starting channels")
-        for channel in self._make_channels(config, rt, http) + self.extra_channels:
-            await parts.start(
-                f"the {channel.name} channel", partial(channel.start, rt.bus), channel.stop
-            )
-            self.channels.append(channel)
-            rt.delivery.add_channel(channel)
-            if isinstance(channel, MediaSource):
-                rt.media.add_source(channel)
-            if isinstance(channel, PreviewSink):
-                rt.previews.add_sink(channel)
+        await start_channels(
+            parts,
+            self._make_channels(config, rt, http) + self.extra_channels,
+            bus=rt.bus,
+            delivery=rt.delivery,
+            media=rt.media,
+            previews=rt.previews,
+            started=self.channels,
+        )
         if http is not None:
             await parts.start("the HTTP server", http.start, http.stop)
             self.http = http
@@ -273,9 +271,7 @@ class Daemon:
         self.bus = rt.bus
         self._started.set()
         await self._announce(rt, config)
-        for channel in self.channels:  # what a channel shows once all is up
-            if isinstance(channel, ShowsWhenReady):
-                await channel.ready()
+        await show_when_ready(self.channels)
         log.info(
             "echo-bot %s started as %s (state dir %s)",
             __version__,
@@ -285,32 +281,29 @@ class Daemon:
 
     def _make_channels(self, config: Config, rt: Runtime, http: HttpServer | None) -> list[Channel]:
         """Every configured channel, made before any starts (a bad token fails them all)."""
-        commands = [(c.name, c.help) for c in self.core.commands.all()]
-        store = self.core.store
-        made: list[Channel] = []
-        for name in self.channel_names:
-            setup: ChannelSetup[Any] = ChannelSetup(
-                section=getattr(config, name, None),
-                request_stop=self.request_stop,
-                environ=self.environ,
-                commands=commands,
-                options=self.channel_options.get(name, {}),
-                access=rt.access,
-                http=http,
-                audit=partial(_channel_audit, store),
-                pending_prompts=self._pending_prompts,
-                timezone_for=self.core.reminders.timezone_for,
-                started_at=self.started_at,
-                detach=partial(rt.delivery.remove_channel, name),
-                hold=partial(_hold, rt.cluster) if rt.cluster is not None else None,
-                recall=partial(_recall, store),
-                remember=partial(_remember, store),
-                stop_generation=rt.previews.stop,
-                argv_args=self._argv_args,
-                masker=self.core.masker,
+        host = DaemonHost(
+            bus=rt.bus,
+            store=self.core.store,
+            access=rt.access,
+            gate=self.core.gate,
+            masker=self.core.masker,
+            environ=self.environ,
+            commands=[(c.name, c.help) for c in self.core.commands.all()],
+            started_at=self.started_at,
+            http=http,
+            cluster=rt.cluster,
+            delivery=rt.delivery,
+            previews=rt.previews,
+            timezone_for=self.core.reminders.timezone_for,
+            argv_args=self._argv_args,
+            request_stop=self.request_stop,
+        )
+        return [
+            load_channel_class(name)(
+                getattr(config, name, None), self.channel_options.get(name, {}), host
             )
-            made.append(load_channel_class(name)(setup))
-        return made
+            for name in self.channel_names
+        ]
 
     async def _announce(self, rt: Runtime, config: Config) -> None:
         """Up: the daemon's facts in the store, READY to systemd, the banner."""
@@ -379,19 +372,6 @@ class Daemon:
         self._stopping_mcp = True
         await hub.stop()
         await asyncio.gather(*self._mcp_writes, return_exceptions=True)
-
-    async def _pending_prompts(self, to: Address) -> list[OutboundMessage]:
-        gate = self.core.gate
-
-        def read(tx: Tx) -> list[OutboundMessage]:
-            now = gate.clock()
-            return [
-                gate.reprompt(tx, row)
-                for row in tx.approvals.pending_for(str(to))
-                if not row.expired_at(now)
-            ]
-
-        return await self.core.store.run(read)
 
     async def _metrics(self, request: Any) -> Any:
         from aiohttp import web
@@ -540,20 +520,3 @@ def _woken(rt: Runtime, reminders: ReminderService, kinds: str) -> None:
         rt.delivery.wake()
     if every or "reminder" in kinds:
         rt.scheduler.wake()
-
-
-async def _channel_audit(store: Store, event: str, **data: Any) -> None:
-    await store.run(lambda tx: tx.audit.write(event, trace_id=None, session_key=None, **data))
-
-
-async def _recall(store: Store, name: str) -> tuple[int, float] | None:
-    return await store.run(lambda tx: tx.meta.position(name))
-
-
-async def _remember(store: Store, name: str, value: int) -> None:
-    await store.run(lambda tx: tx.meta.set_position(name, value))
-
-
-async def _hold(cluster: Cluster, name: str, within: float) -> bool:
-    """What a channel asks before its one-daemon-at-a-time work (the poller)."""
-    return await cluster.take(name, within=within)

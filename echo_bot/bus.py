@@ -9,11 +9,12 @@ HTTP 202) as soon as ``publish`` returns.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
+from .errors import ConfigError
 from .events import (
     Address,
     Attachment,
@@ -22,8 +23,6 @@ from .events import (
     OutboundMessage,
     Receipt,
 )
-
-S = TypeVar("S")  # a channel's config section
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,59 +129,139 @@ class Masking(Protocol):
         ...
 
 
-@dataclass(frozen=True, slots=True)
-class ChannelSetup(Generic[S]):
-    """What ``app`` hands a channel at construction: its own config section (``S``, e.g.
-    TelegramConfig; None for a channel without one) and hooks."""
+class NoHttpServer(ConfigError):
+    """A channel asked for HTTP routes in a daemon that serves no HTTP: a config error
+    (the daemon starts its server when a channel needs it, see ``app.http_reasons``)."""
 
-    section: S
-    # request_stop() ends the daemon; request_stop(code) also sets its exit status.
-    request_stop: Callable[..., None]
-    environ: Mapping[str, str]
-    commands: Sequence[tuple[str, str]] = ()
-    options: Mapping[str, Any] = field(default_factory=dict)
-    access: AccessControl | None = None
-    http: Routes | None = None
-    # Records an event in the audit log (masked), e.g. a refused webhook delivery.
-    audit: Callable[..., Awaitable[None]] | None = None
-    # The prompts of the approvals still pending for an address, built anew (a terminal
-    # shows them again after a restart: its screen is gone, a Telegram message is not).
-    pending_prompts: Callable[[Address], Awaitable[list[OutboundMessage]]] | None = None
-    # The time zone a chat reads times in (its /timezone, else [bot] timezone).
-    timezone_for: Callable[[Address], Awaitable[str]] | None = None
-    # When the daemon started: outbound made before it waited for a channel of an
-    # earlier run (or one that was not running), e.g. a reply whose terminal had closed.
-    started_at: float | None = None
-    # detach() tells the delivery worker this channel takes nothing more in this run (a
-    # terminal whose output closed): its messages wait in the outbox, none is failed.
-    detach: Callable[[], None] | None = None
-    # hold(name, within): whether this daemon may do now the work only one daemon may do
-    # at a time (polling a Telegram bot), with several daemons on one store; a holder
-    # unseen ``within`` seconds counts as gone. It asks again every few seconds. None:
-    # one daemon, always.
-    hold: Callable[[str, float], Awaitable[bool]] | None = None
-    # recall(name) / remember(name, value): a reader's position kept in the store (the
-    # Telegram poller's offset), with when it was stored, so that the next poller —
-    # after a restart, or another daemon's — goes on from it.
-    recall: Callable[[str], Awaitable[tuple[int, float] | None]] | None = None
-    remember: Callable[[str, int], Awaitable[None]] | None = None
-    # stop_generation(key): the person asked to stop the reply being written for ``key``
-    # (a preview's key); False when none is being written any more.
-    stop_generation: Callable[[str], bool] | None = None
-    # argv_args(tool): the arguments of ``tool`` that become a command line (a webhook
-    # value must never begin one of their elements with '-'). None: nobody can say.
-    argv_args: Callable[[str], Collection[str]] | None = None
-    # The configured secrets: what a channel made of a (masked) text is masked again.
-    masker: Masking | None = None
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a channel can do, declared by the channel and read by the core (which wires
+    media, previews and the after-start display from it, never by probing the object).
+
+    ``media``, ``previews`` and ``shows_when_ready`` promise the methods of
+    ``MediaSource``, ``PreviewSink`` and ``ShowsWhenReady``; the others describe the
+    network, for renderers and the channel contract suite (tests/channels/contract/).
+    """
+
+    buttons: bool = False  # inline buttons: an approval prompt is tapped, else typed
+    edits: bool = False  # a delivered message can be edited (``edit_of``)
+    previews: bool = False  # shows a reply while it is written (``PreviewSink``)
+    media: bool = False  # its messages carry files fetched during the turn (``MediaSource``)
+    reactions: bool = False  # messages can be reacted to
+    threads: bool = False  # chats have threads (``Address.thread_id``)
+    shows_when_ready: bool = False  # has something to show once all is up (``ready()``)
+    rate_limited: bool = False  # its peer answers "too many requests"; sends are paced
+
+
+class ChannelHost(Protocol):
+    """What the runtime hands every channel: one required host, built by the core in one
+    place (``echo_bot.channel_host``). Every part is always there; HTTP, which a daemon
+    may not serve, is asked for with ``routes()`` (``NoHttpServer`` when absent)."""
+
+    @property
+    def bus(self) -> Bus:
+        """Publish inbound (committed before it returns) and queue outbound."""
+        ...
+
+    @property
+    def access(self) -> AccessControl:
+        """Who may talk to a chat channel, and pairing."""
+        ...
+
+    @property
+    def masker(self) -> Masking:
+        """The configured secrets: what a channel made of a (masked) text is masked again."""
+        ...
+
+    @property
+    def environ(self) -> Mapping[str, str]:
+        """The daemon's environment (tokens and route secrets by their variable's name)."""
+        ...
+
+    @property
+    def commands(self) -> Sequence[tuple[str, str]]:
+        """The core's chat commands (name, help), for a network's command menu."""
+        ...
+
+    @property
+    def started_at(self) -> float:
+        """When the daemon started: outbound made before it waited for a channel of an
+        earlier run (or one that was not running), e.g. a reply whose terminal closed."""
+        ...
+
+    @property
+    def shared(self) -> bool:
+        """Several daemons share the store: one-at-a-time work asks ``hold`` first."""
+        ...
+
+    @property
+    def serves_http(self) -> bool: ...
+
+    def routes(self) -> Routes:
+        """The core's HTTP server; raises ``NoHttpServer`` when the daemon serves none."""
+        ...
+
+    def add_health(self, name: str, check: Callable[[], dict[str, Any]]) -> None:
+        """Report ``check`` on /healthz (nothing to do without an HTTP server)."""
+        ...
+
+    async def audit(self, event: str, **data: Any) -> None:
+        """Record an event in the audit log (masked), e.g. a refused webhook delivery."""
+        ...
+
+    async def pending_prompts(self, to: Address) -> list[OutboundMessage]:
+        """The prompts of the approvals still pending for ``to``, built anew (as
+        approvals/display.py renders them; a terminal shows them again after a restart)."""
+        ...
+
+    async def timezone_for(self, to: Address) -> str:
+        """The time zone a chat reads times in (its /timezone, else [bot] timezone)."""
+        ...
+
+    def request_stop(self, exit_code: int = 0) -> None:
+        """End the daemon; ``exit_code`` also sets its exit status."""
+        ...
+
+    def detach(self, channel: str) -> None:
+        """``channel`` takes nothing more in this run (a terminal whose output closed):
+        its messages wait in the outbox, none is failed."""
+        ...
+
+    async def hold(self, name: str, within: float) -> bool:
+        """Whether this daemon may do now the work only one daemon may do at a time
+        (polling a Telegram bot) on a shared store; a holder unseen ``within`` seconds
+        counts as gone. Always True when the store is not shared."""
+        ...
+
+    async def recall(self, name: str) -> tuple[int, float] | None:
+        """A reader's position kept in the store (the Telegram poller's offset) and when
+        it was stored, so the next poller goes on from it."""
+        ...
+
+    async def remember(self, name: str, value: int) -> None: ...
+
+    def stop_generation(self, key: str) -> bool:
+        """The person asked to stop the reply being written for ``key`` (a preview's
+        key); False when none is being written any more."""
+        ...
+
+    def argv_args(self, tool: str) -> Collection[str]:
+        """The arguments of ``tool`` that become a command line (a webhook value must
+        never begin one of their elements with '-')."""
+        ...
 
 
 @runtime_checkable
 class Channel(Protocol):
-    """A channel adapter. New channel = a module in ``channels/`` + one registry line."""
+    """A channel adapter. New channel = a module in ``channels/`` + one registry line
+    (docs/CHANNELS.md). It is made with its config section (None for a channel without
+    one), its options (the command line's, e.g. the terminal's streams) and the host."""
 
     name: str
+    capabilities: Capabilities
 
-    def __init__(self, setup: ChannelSetup[Any]) -> None: ...
+    def __init__(self, section: Any, options: Mapping[str, Any], host: ChannelHost) -> None: ...
 
     async def start(self, bus: Bus) -> None: ...
 

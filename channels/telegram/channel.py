@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from aiogram import Bot, Dispatcher
 from aiogram.client.session.aiohttp import AiohttpSession
@@ -22,7 +24,7 @@ from aiogram.client.telegram import TelegramAPIServer
 from aiogram.exceptions import AiogramError, TelegramAPIError, TelegramUnauthorizedError
 from aiogram.types import BotCommand
 
-from echo_bot.bus import Bus, ChannelSetup
+from echo_bot.bus import Bus, Capabilities, ChannelHost
 from echo_bot.config import BOT_TOKEN_SHAPE, TelegramConfig, looks_like_bot_token
 from echo_bot.errors import ConfigError
 from echo_bot.events import Address, Attachment, OutboundMessage, Receipt
@@ -41,11 +43,23 @@ STARTUP_TIMEOUT = 15.0
 
 class TelegramChannel:
     name = "telegram"
+    capabilities = Capabilities(
+        buttons=True,
+        edits=True,
+        previews=True,
+        media=True,
+        reactions=True,
+        threads=True,
+        rate_limited=True,
+    )
 
-    def __init__(self, setup: ChannelSetup[TelegramConfig]) -> None:
-        config = setup.section
+    def __init__(
+        self, section: TelegramConfig, options: Mapping[str, Any], host: ChannelHost
+    ) -> None:
+        config = section
         self.config = config
-        token = setup.environ.get(config.token_env, "")
+        self.host = host
+        token = host.environ.get(config.token_env, "")
         if not looks_like_bot_token(token):  # build_core said so already; the same rule
             raise ConfigError(
                 f"telegram.token_env: ${config.token_env} does not look like a bot token "
@@ -53,29 +67,29 @@ class TelegramChannel:
             )
         session = AiohttpSession(api=TelegramAPIServer.from_base(config.api_base.rstrip("/")))
         self.bot = Bot(token, session=session)
-        self.commands = list(setup.commands)
-        self.http = setup.http
-        self.bus: Bus | None = None
+        self.commands = list(host.commands)
+        self.bus = host.bus
         self.pacer = Pacer()
         self.me = Me()
         self._health = Health()
         self._tasks = Tasks()
         self.typing = Typing(self.bot, self.pacer)
-        self.previews = Previews(setup, self.bot, self.pacer, self.typing, self._tasks)
+        self.previews = Previews(host, self.bot, self.pacer, self.typing, self._tasks)
         self.outbound = Outbound(
-            setup, self.bot, self.pacer, self.typing, self.previews, self._tasks
+            host, self.bot, self.pacer, self.typing, self.previews, self._tasks
         )
         self.downloads = Downloads(self.bot, config)
-        self.handlers = Handlers(setup, self.bot, self.me, self.typing, self._tasks)
+        self.handlers = Handlers(config, host, self.bot, self.me, self.typing, self._tasks)
         self.dp = Dispatcher()
         self.dp.include_router(self.handlers.router(self.previews))
-        self.poller = Poller(setup, self.bot, self.dp, self._health)
-        self.webhook = Webhook(setup, self.bot, self.dp)
-        if config.mode == "webhook" and self.http is not None:
+        self.poller = Poller(config, options, host, self.bot, self.dp, self._health)
+        self.webhook = Webhook(config, host, self.bot, self.dp)
+        if config.mode == "webhook":  # the daemon serves HTTP then (app.http_reasons)
             # The secret token is a header: checked before the body is read (bounded).
-            self.http.add_route("POST", self.webhook.path, self.webhook.handle, reads_body=True)
-        if self.http is not None:
-            self.http.add_health("telegram", self.health)
+            self.webhook.routes.add_route(
+                "POST", self.webhook.path, self.webhook.handle, reads_body=True
+            )
+        host.add_health("telegram", self.health)
 
     @property
     def bot_id(self) -> int | None:
@@ -87,8 +101,6 @@ class TelegramChannel:
 
     # -- lifecycle ------------------------------------------------------------------------
     async def start(self, bus: Bus) -> None:
-        self.bus = bus
-        self.handlers.bus = bus
         try:
             async with asyncio.timeout(STARTUP_TIMEOUT):
                 me = await self.bot.get_me()

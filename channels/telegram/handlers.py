@@ -18,7 +18,7 @@ from aiogram import Bot, Router
 from aiogram.exceptions import TelegramAPIError
 from aiogram.types import CallbackQuery, Message, Update
 
-from echo_bot.bus import Bus, ChannelSetup
+from echo_bot.bus import ChannelHost
 from echo_bot.config import TelegramConfig
 from echo_bot.errors import StoreError
 from echo_bot.events import (
@@ -63,19 +63,20 @@ class Handlers:
 
     def __init__(
         self,
-        setup: ChannelSetup[TelegramConfig],
+        config: TelegramConfig,
+        host: ChannelHost,
         bot: Bot,
         me: Me,
         typing: Typing,
         tasks: Tasks,
     ) -> None:
-        self.config = setup.section
+        self.config = config
         self.bot = bot
         self.me = me
         self.typing = typing
         self.tasks = tasks
-        self.access = setup.access
-        self.bus: Bus | None = None
+        self.access = host.access
+        self.bus = host.bus
         self._refused_at: dict[int, float] = {}
 
     def router(self, previews: Previews) -> Router:
@@ -87,7 +88,6 @@ class Handlers:
         return router
 
     async def _publish(self, message: InboundMessage) -> str:
-        assert self.bus is not None
         try:
             published = await self.bus.publish(message)
         except StoreError as exc:  # the store could not take it now: fetch it again later
@@ -96,7 +96,6 @@ class Handlers:
         return published.inbound_id
 
     async def _notice(self, chat: Address, text: str, reply_to: int | None = None) -> None:
-        assert self.bus is not None
         await self.bus.send(
             OutboundMessage(
                 to=chat,
@@ -119,7 +118,6 @@ class Handlers:
         if command in _OPEN_COMMANDS:
             await self._open_command(command, message, chat, text or "")
             return
-        assert self.access is not None
         if not await self.access.is_allowed("telegram", str(user.id)):
             await self._refuse(user.id, chat, message.message_id)
             return
@@ -198,7 +196,7 @@ class Handlers:
         )
 
     async def _pair(self, message: Message, chat: Address, text: str) -> None:
-        assert self.access is not None and message.from_user is not None
+        assert message.from_user is not None
         parts = text.split(maxsplit=1)
         if len(parts) < 2 or len(parts[1]) > 32:
             await self._notice(chat, "Send /pair followed by the code from `echo-bot pair`.")
@@ -255,7 +253,6 @@ class Handlers:
         self.tasks.spawn(self._answer_outcome(query.id, inbound_id))
 
     async def _answer_outcome(self, query_id: str, inbound_id: str) -> None:
-        assert self.bus is not None
         state = await self.bus.at_rest(inbound_id, timeout=2.5)
         if state is None or not state[0].terminal:
             text = "Received."

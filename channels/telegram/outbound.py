@@ -25,8 +25,7 @@ from aiogram.types import (
     ReplyParameters,
 )
 
-from echo_bot.bus import ChannelSetup
-from echo_bot.config import TelegramConfig
+from echo_bot.bus import ChannelHost
 from echo_bot.errors import ChannelError
 from echo_bot.events import MediaKind, OutboundMessage, Receipt, TextFormat
 
@@ -46,7 +45,7 @@ class Outbound:
 
     def __init__(
         self,
-        setup: ChannelSetup[TelegramConfig],
+        host: ChannelHost,
         bot: Bot,
         pacer: Pacer,
         typing: Typing,
@@ -58,7 +57,7 @@ class Outbound:
         self.typing = typing
         self.previews = previews
         self.tasks = tasks
-        self.masker = setup.masker  # what the renderer made is masked again before it leaves
+        self.masker = host.masker  # what the renderer made is masked again before it leaves
         self._parts_sent: dict[str, list[int]] = {}
 
     async def send(self, message: OutboundMessage) -> Receipt:

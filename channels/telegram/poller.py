@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import cast
+from collections.abc import Mapping
+from typing import Any, cast
 
 from aiogram import Bot, Dispatcher
 from aiogram.client.session.aiohttp import AiohttpSession
@@ -24,7 +25,7 @@ from aiogram.exceptions import (
 from aiogram.methods import GetUpdates
 from aiogram.types import Update
 
-from echo_bot.bus import ChannelSetup
+from echo_bot.bus import ChannelHost
 from echo_bot.config import TelegramConfig
 
 from .common import CommitFailed, Health, log
@@ -41,15 +42,20 @@ class Poller:
     """getUpdates in a loop, for as long as this daemon may poll the bot."""
 
     def __init__(
-        self, setup: ChannelSetup[TelegramConfig], bot: Bot, dp: Dispatcher, health: Health
+        self,
+        config: TelegramConfig,
+        options: Mapping[str, Any],
+        host: ChannelHost,
+        bot: Bot,
+        dp: Dispatcher,
+        health: Health,
     ) -> None:
-        self.config = setup.section
+        self.config = config
+        self.host = host
         self.bot = bot
         self.dp = dp
         self.health = health
-        self.poll_timeout = int(setup.options.get("poll_timeout", 25))
-        self.hold = setup.hold
-        self.recall, self.remember = setup.recall, setup.remember
+        self.poll_timeout = int(options.get("poll_timeout", 25))
         self._unreadable: set[int] = set()  # update ids aiogram could not read
         self._delay = 1.0  # before the next try after a failed getUpdates
 
@@ -57,7 +63,7 @@ class Poller:
         offset: int | None = None
         resume = True  # go on from the offset the last poller stored
         while True:
-            if self.hold is not None and not await self._may_poll():
+            if self.host.shared and not await self._may_poll():
                 resume = True  # another daemon polls: its offset will be in the store
                 await asyncio.sleep(STANDBY_CHECK)
                 continue
@@ -166,10 +172,8 @@ class Poller:
         another daemon), so that what it stored is not fetched again. None, and Telegram's
         own unconfirmed updates (deduplicated by update_id), when nothing is stored, the
         store cannot say, or the offset is older than OFFSET_MAX_AGE."""
-        if self.recall is None:
-            return None
         try:
-            stored = await self.recall(self._offset_name)
+            stored = await self.host.recall(self._offset_name)
         except Exception as exc:
             log.warning("telegram: the stored offset could not be read (%s); asking afresh", exc)
             return None
@@ -183,10 +187,8 @@ class Poller:
     async def _store_offset(self, offset: int) -> None:
         """Keep the offset past what is stored: it is a shortcut, not the record (the inbox
         is), so a failure to keep it costs a few updates fetched again, never one lost."""
-        if self.remember is None:
-            return
         try:
-            await self.remember(self._offset_name, offset)
+            await self.host.remember(self._offset_name, offset)
         except Exception as exc:
             log.debug("telegram: offset %s not stored: %s", offset, exc)
 
@@ -198,12 +200,11 @@ class Poller:
         """With several daemons on one store, one polls this bot at a time; the others
         stand by and take over once its lease lapses (what it had not confirmed is
         fetched again and deduplicated by update_id)."""
-        assert self.hold is not None
         try:
             # Its holder counts as gone after lease - STANDBY_CHECK unseen: with this
             # look every STANDBY_CHECK, the poll is taken over within [telegram] lease.
             within = self.config.lease.total_seconds() - STANDBY_CHECK
-            polling = await self.hold(f"telegram-poller:{self.bot.id}", within)
+            polling = await self.host.hold(f"telegram-poller:{self.bot.id}", within)
         except Exception as exc:  # the store is away: nobody can store updates anyway
             self.health.degrade(f"cannot tell whether to poll: {exc}")
             return False

@@ -17,8 +17,7 @@ from aiogram.exceptions import (
 from aiogram.methods import SendMessageDraft
 from aiogram.types import MessageGenerationStopped
 
-from echo_bot.bus import ChannelSetup
-from echo_bot.config import TelegramConfig
+from echo_bot.bus import ChannelHost
 from echo_bot.events import Address, OutboundKind, OutboundMessage
 
 from .common import Tasks, log
@@ -148,7 +147,7 @@ class Previews:
 
     def __init__(
         self,
-        setup: ChannelSetup[TelegramConfig],
+        host: ChannelHost,
         bot: Bot,
         pacer: Pacer,
         typing: Typing,
@@ -158,8 +157,8 @@ class Previews:
         self.pacer = pacer
         self.typing = typing
         self.tasks = tasks
-        self.stop_generation = setup.stop_generation
-        self.masker = setup.masker  # what the renderer made is masked again before it leaves
+        self.stop_generation = host.stop_generation
+        self.masker = host.masker  # what the renderer made is masked again before it leaves
         self._previews: dict[str, _Preview] = {}  # by key (the turn's inbound id)
         self._drafts: dict[int, tuple[str, int]] = {}  # draft id -> key, chat: stop buttons
         # Group preview messages of finished previews, until a reply takes their place.
@@ -286,5 +285,5 @@ class Previews:
         if known is None or known[1] != event.chat.id:
             return
         key = known[0]
-        if self.stop_generation is not None and self.stop_generation(key):
+        if self.stop_generation(key):
             log.info("telegram: the reply being written in %s was stopped", event.chat.id)

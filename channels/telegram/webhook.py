@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 from aiogram import Bot, Dispatcher
 from aiogram.types import Update
 
-from echo_bot.bus import ChannelSetup
+from echo_bot.bus import ChannelHost, Routes
 from echo_bot.config import TelegramConfig
 
 from .common import CommitFailed, log
@@ -20,13 +20,17 @@ from .common import CommitFailed, log
 class Webhook:
     """The route Telegram's webhook posts to (registered by the channel)."""
 
-    def __init__(self, setup: ChannelSetup[TelegramConfig], bot: Bot, dp: Dispatcher) -> None:
-        config = setup.section
+    def __init__(self, config: TelegramConfig, host: ChannelHost, bot: Bot, dp: Dispatcher) -> None:
         self.bot = bot
         self.dp = dp
-        self.http = setup.http
-        self.secret = setup.environ.get(config.webhook_secret_env, "")
+        self.host = host
+        self.secret = host.environ.get(config.webhook_secret_env, "")
         self.path = urlsplit(config.webhook_url or "").path or "/telegram"
+
+    @property
+    def routes(self) -> Routes:
+        """The core's HTTP server (there in webhook mode: ``NoHttpServer`` otherwise)."""
+        return self.host.routes()
 
     async def handle(self, request: Any) -> Any:
         from aiohttp import web
@@ -35,8 +39,7 @@ class Webhook:
         given = request.headers.get("X-Telegram-Bot-Api-Secret-Token", "")
         if not self.secret or not hmac.compare_digest(given.encode(), self.secret.encode()):
             return web.json_response({"error": "bad or missing secret token"}, status=401)
-        assert self.http is not None
-        body = await self.http.read_body(request, key=self.path)
+        body = await self.routes.read_body(request, key=self.path)
         if isinstance(body, web.Response):
             return body
         try:

@@ -15,11 +15,11 @@ from pathlib import Path
 
 from channels.cli import CliChannel
 from channels.telegram import PREVIEW_MARK
-from echo_bot.bus import ChannelSetup
 from echo_bot.events import Address, OutboundMessage
 from tests.agent.test_agent import GateTool
 from tests.channels.test_telegram import OWNER, reply_to, say, sends, telegram_bot
 from tests.conftest import echo_bot_env, eventually, run_echo_bot
+from tests.fakes.host import BareHost
 from tests.fakes.openai_api import FakeOpenAI, Raw
 from tests.fakes.telegram_api import FakeTelegramAPI
 
@@ -193,13 +193,7 @@ async def test_a_broken_stream_falls_back_and_nothing_crashes(state_dir: Path) -
 async def test_the_terminal_prints_a_reply_as_it_is_written() -> None:
     out = io.StringIO()
     channel = CliChannel(
-        ChannelSetup(
-            section=None,
-            request_stop=lambda *a: None,
-            environ={},
-            options={"stdin": io.StringIO(), "stdout": out, "interactive": False},
-            started_at=0.0,
-        )
+        None, {"stdin": io.StringIO(), "stdout": out, "interactive": False}, BareHost()
     )
     here = Address(channel="cli", chat_id="local")
     await channel.show_preview(here, "turn1", "Hello")

@@ -25,7 +25,6 @@ from standardwebhooks.webhooks import Webhook
 from channels.webhook import WebhookChannel
 from channels.webhook_auth import github_signature, verify_github
 from echo_bot.brains.base import BrainContext, BrainReply
-from echo_bot.bus import ChannelSetup
 from echo_bot.cli.webhook_client import sign_headers
 from echo_bot.config import parse_config
 from echo_bot.conversation import ChatMessage
@@ -34,6 +33,7 @@ from echo_bot.http import HttpServer
 from echo_bot.live import Reloadable
 from echo_bot.tools.base import Tool
 from tests.conftest import Bot, echo_bot_env, run_echo_bot, running_bot
+from tests.fakes.host import BareHost
 from tests.proc import daemon_process
 
 GH_SECRET = "gh-secret-0f9a2c"
@@ -498,14 +498,9 @@ async def test_missing_secret_is_a_config_error(state_dir: Path, missing: str) -
             raise AssertionError("started with an open route")
     # The channel itself refuses too, whoever builds it.
     config = parse_config(tomllib.loads(CONFIG))
-    setup = ChannelSetup(
-        section=config.webhook,
-        request_stop=lambda: None,
-        environ=environ,
-        http=HttpServer(config.http),
-    )
+    host = BareHost(environ=environ, http=HttpServer(config.http))
     with pytest.raises(ConfigError, match=missing):
-        WebhookChannel(setup)
+        WebhookChannel(config.webhook, {}, host)
 
 
 # -- responses ------------------------------------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from echo_bot.bus import Bus
+from echo_bot.bus import Bus, Capabilities
 from echo_bot.errors import ChannelError
 from echo_bot.events import (
     Address,
@@ -21,6 +21,8 @@ from echo_bot.events import (
 
 
 class RecordingChannel:
+    capabilities = Capabilities()  # a test's channel: none of the optional parts
+
     def __init__(self, name: str = "cli") -> None:
         self.name = name
         self.sent: list[OutboundMessage] = []

@@ -1,0 +1,391 @@
+"""One driver per channel for the contract suite (test_contract.py): it runs the daemon
+with that channel on a state dir, against the channel's own peer, and does what the peer
+does — inject a message, read what the peer received, show and decide an approval.
+
+Each driver says what "acknowledged" means for its channel (``ACK``): the moment the
+peer is told its message is taken. A new channel adds a driver here and its name to
+``DRIVERS`` (docs/CHANNELS.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import os
+import re
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import aiohttp
+
+from echo_bot.app import load_channel_class
+from echo_bot.brains.base import BrainContext, BrainReply
+from echo_bot.bus import Capabilities
+from echo_bot.conversation import ChatMessage, ToolCall
+from echo_bot.events import new_id
+from echo_bot.tools.base import Tool
+from tests.conftest import Bot, eventually, running_bot
+from tests.fakes.channel import RecordingChannel
+from tests.fakes.telegram_api import FakeTelegramAPI
+
+# What the suite asks for, found in the text wherever the channel puts it (a webhook's
+# payload reaches the brain wrapped as data).
+SAY = re.compile(r"say:(\w+)")
+RUN = re.compile(r"run:(\w+)")
+RUN_ARGS = {"command": "touch contract.txt"}
+TOOLS = """
+[tools]
+profile = "coding"
+[tools.shell]
+enabled = true
+"""
+
+
+class ContractBrain:
+    """``say:WORD`` → the reply ``echo: WORD``; ``run:WORD`` → one shell_exec call (which
+    asks for approval), then ``ran: WORD`` or ``not run: WORD``."""
+
+    name = "contract"
+
+    async def step(
+        self, conversation: Sequence[ChatMessage], tools: Sequence[Tool], context: BrainContext
+    ) -> BrainReply:
+        last = conversation[-1]
+        asked = next((m.content or "" for m in reversed(conversation) if m.role == "user"), "")
+        run = RUN.search(asked)
+        if last.role == "tool" and run:
+            verdict = "ran" if "exit code 0" in (last.content or "") else "not run"
+            return BrainReply(text=f"{verdict}: {run.group(1)}", route_reason="test: report")
+        if run:
+            call = ToolCall(id=new_id(), name="shell_exec", args=dict(RUN_ARGS))
+            return BrainReply(tool_calls=[call], route_reason="test: a call that asks")
+        said = SAY.search(last.content or "")
+        return BrainReply(text=f"echo: {said.group(1) if said else '?'}", route_reason="test")
+
+
+@dataclass(frozen=True)
+class Shown:
+    """An approval prompt as the approver's peer shows it."""
+
+    text: str
+    buttons: bool  # shown with buttons to tap (else: a typed answer)
+    handle: Any  # what the driver needs to decide it
+
+
+class Driver:
+    NAME: ClassVar[str]
+    ACK: ClassVar[str]  # what "acknowledged" means for this channel
+    # Why a case does not apply (None: it does), said by the driver, never skipped silently.
+    NO_PROMPTS: ClassVar[str | None] = None
+    NO_STRANGERS: ClassVar[str | None] = None
+
+    def __init__(self, state_dir: Path) -> None:
+        self.state_dir = state_dir
+        self.bot: Bot | None = None
+        self._earlier: list[str] = []  # what a peer made anew each run received before
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return load_channel_class(self.NAME).capabilities
+
+    @contextlib.asynccontextmanager
+    async def peer(self) -> AsyncIterator[None]:
+        """The channel's peer, which outlives daemon restarts."""
+        yield
+
+    def running(self) -> contextlib.AbstractAsyncContextManager[Bot]:
+        raise NotImplementedError
+
+    async def say(self, text: str) -> Any:
+        """Send ``text`` as the peer does; a token for ``acknowledged``."""
+        raise NotImplementedError
+
+    async def acknowledged(self, token: Any) -> None:
+        """Return once the peer has been told its message is taken (``ACK``)."""
+        raise NotImplementedError
+
+    def received(self) -> list[str]:
+        """The texts the peer has received in this run (replies and notices), in order."""
+        raise NotImplementedError
+
+    def all_received(self) -> list[str]:
+        """What the peer received in every run so far (a new run of a driver whose
+        peer starts afresh adds the earlier runs' texts), in order."""
+        return [*self._earlier, *self.received()]
+
+    async def prompt(self) -> Shown:
+        raise NotImplementedError
+
+    async def decide(self, shown: Shown, *, approve: bool, approver: bool = True) -> str:
+        """Decide as an approver (or not); what the decider was answered, if anything."""
+        raise NotImplementedError
+
+    def rate_limit_next(self) -> None:
+        """The peer's next answer to a send is "too many requests" (retry after 1 s)."""
+        raise NotImplementedError
+
+    def rate_limited(self) -> int:
+        """How many sends the peer answered "too many requests"."""
+        raise NotImplementedError
+
+    async def wait_received(self, *texts: str) -> list[str]:
+        """Wait until each of ``texts`` is among what the peer received; all of it, in
+        every run so far."""
+
+        def arrived() -> bool:
+            got = self.all_received()
+            return all(any(t in g for g in got) for t in texts)
+
+        await eventually(arrived, timeout=15, what=f"{texts} at the {self.NAME} peer")
+        return self.all_received()
+
+    async def inbound_texts(self) -> list[str]:
+        """The text of every committed inbound of this channel, oldest first (the store)."""
+        assert self.bot is not None
+        store = self.bot.daemon.core.store
+
+        def read(tx: Any) -> list[str]:
+            rows = [tx.inbox.get(s.id) for s in tx.inbox.recent(self.NAME, limit=100)]
+            return [str(getattr(r.message, "text", "")) for r in reversed(rows) if r is not None]
+
+        return list(await store.run(read))
+
+
+# -- Telegram -------------------------------------------------------------------------------
+TOKEN = "123456:TEST-token-value"
+OWNER = 42
+FRIEND = 7  # allowed to chat, not an approver
+
+
+class TelegramDriver(Driver):
+    NAME = "telegram"
+    ACK = "getUpdates is called with an offset past the update (the poller confirms it)"
+
+    def __init__(self, state_dir: Path) -> None:
+        super().__init__(state_dir)
+        self.api: FakeTelegramAPI | None = None
+
+    @contextlib.asynccontextmanager
+    async def peer(self) -> AsyncIterator[None]:
+        async with FakeTelegramAPI(token=TOKEN) as api:
+            self.api = api
+            yield
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[Bot]:
+        assert self.api is not None
+        config = f"""
+[telegram]
+enabled = true
+api_base = "{self.api.base_url}"
+allowed_users = [{OWNER}, {FRIEND}]
+approvers = [{OWNER}]
+{TOOLS}"""
+        async with running_bot(
+            self.state_dir,
+            config,
+            environ={"TELEGRAM_BOT_TOKEN": TOKEN},
+            channels=["telegram"],
+            channel_options={"telegram": {"poll_timeout": 1}},
+            brain=ContractBrain(),
+        ) as bot:
+            self.bot = bot
+            yield bot
+
+    async def say(self, text: str) -> Any:
+        assert self.api is not None
+        return self.api.push_message(text, user_id=OWNER)
+
+    async def acknowledged(self, token: Any) -> None:
+        assert self.api is not None
+        await self.api.wait_for_call(
+            "getUpdates", lambda c: (c.params.get("offset") or 0) > token, 15
+        )
+
+    def received(self) -> list[str]:
+        assert self.api is not None
+        return [
+            str(c.params.get("text", ""))
+            for c in self.api.calls_of("sendMessage")
+            if c.ok and int(c.params["chat_id"]) == OWNER
+        ]
+
+    async def prompt(self) -> Shown:
+        assert self.api is not None
+        call = await self.api.wait_for_call(
+            "sendMessage", lambda c: c.ok and bool(c.params.get("reply_markup")), 15
+        )
+        assert call.response is not None
+        rows = call.params["reply_markup"]["inline_keyboard"]
+        data = [b["callback_data"] for row in rows for b in row]
+        return Shown(
+            text=str(call.params.get("text", "")),
+            buttons=bool(data),
+            handle=(int(call.response["result"]["message_id"]), data),
+        )
+
+    async def decide(self, shown: Shown, *, approve: bool, approver: bool = True) -> str:
+        api = self.api
+        assert api is not None
+        message_id, data = shown.handle
+        verb = "approve_once:" if approve else "deny:"
+        action = next(d for d in data if d.startswith(verb))
+        _update, callback = api.push_callback(
+            action, user_id=OWNER if approver else FRIEND, message_id=message_id, chat_id=OWNER
+        )
+        answer = await api.wait_for_call(
+            "answerCallbackQuery", lambda c: c.params.get("callback_query_id") == callback, 15
+        )
+        return str(answer.params.get("text") or "")
+
+    def rate_limit_next(self) -> None:
+        assert self.api is not None
+        self.api.fail_next("sendMessage", status=429, retry_after=1)
+
+    def rate_limited(self) -> int:
+        assert self.api is not None
+        return sum(1 for c in self.api.calls_of("sendMessage") if c.status == 429)
+
+
+# -- webhook --------------------------------------------------------------------------------
+HOOK_TOKEN = "contract-bearer-token-value"
+
+
+class WebhookDriver(Driver):
+    NAME = "webhook"
+    ACK = "the POST is answered 202 (only after the inbox commit)"
+    NO_PROMPTS = (
+        "a webhook's peer is an HTTP client that cannot be prompted: approval prompts go to"
+        " the route's deliver_to chat, shown by that chat's channel"
+    )
+    NO_STRANGERS = "a webhook sender cannot decide approvals: there is no decision to refuse"
+
+    def __init__(self, state_dir: Path) -> None:
+        super().__init__(state_dir)
+        self.chat = RecordingChannel("cli")  # the route's deliver_to chat
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[Bot]:
+        config = """
+[http]
+port = 0
+[webhook]
+enabled = true
+[[webhook.routes]]
+name = "contract"
+auth = "bearer"
+secret_env = "HOOK_TOKEN"
+prompt = "{payload[text]}"
+deliver_to = "cli:local"
+"""
+        self._earlier += self.received()
+        self.chat = RecordingChannel("cli")  # a new run: the chat's peer starts empty
+        async with (
+            running_bot(
+                self.state_dir,
+                config,
+                channel=self.chat,
+                environ={"HOOK_TOKEN": HOOK_TOKEN},
+                channels=["webhook"],
+                brain=ContractBrain(),
+            ) as bot,
+        ):
+            self.bot = bot
+            yield bot
+
+    async def say(self, text: str) -> Any:
+        assert self.bot is not None and self.bot.daemon.http is not None
+        url = f"http://127.0.0.1:{self.bot.daemon.http.port}/hooks/contract"
+        headers = {"Authorization": f"Bearer {HOOK_TOKEN}"}
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(url, json={"text": text}, headers=headers) as answer,
+        ):
+            return answer.status, await answer.text()
+
+    async def acknowledged(self, token: Any) -> None:
+        status, text = token  # the answer arrived before say returned
+        assert status == 202, text
+
+    def received(self) -> list[str]:
+        return [m.text for m in self.chat.sent]
+
+
+# -- the terminal ---------------------------------------------------------------------------
+class CliDriver(Driver):
+    NAME = "cli"
+    ACK = (
+        "piped input: the next line is read once the reply to this one is printed (the"
+        " reader's acknowledgement); the line is in the inbox before that"
+    )
+    NO_STRANGERS = "the terminal has one person, its owner, who approves there"
+
+    def __init__(self, state_dir: Path) -> None:
+        super().__init__(state_dir)
+        self.out = io.StringIO()
+        self._writer: Any = None
+        self._shown = 0  # how much of the output a prompt read already
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[Bot]:
+        read_fd, write_fd = os.pipe()
+        stdin = os.fdopen(read_fd, "r")
+        self._writer = os.fdopen(write_fd, "w", buffering=1)
+        self._earlier += self.received()
+        self.out, self._shown = io.StringIO(), 0  # a new terminal: an empty screen
+        options = {"stdin": stdin, "stdout": self.out, "interactive": False}
+        try:
+            async with running_bot(
+                self.state_dir,
+                TOOLS,
+                channel=RecordingChannel("recording"),
+                channels=["cli"],
+                channel_options={"cli": options},
+                brain=ContractBrain(),
+            ) as bot:
+                self.bot = bot
+                yield bot
+        finally:
+            self._writer.close()  # end of input: the reader thread ends
+            await asyncio.sleep(0)
+
+    async def say(self, text: str) -> Any:
+        self._writer.write(text + "\n")
+        return text
+
+    async def acknowledged(self, token: Any) -> None:
+        said = SAY.search(token)
+        assert said, "the terminal's acknowledgement is the reply: say:WORD"
+        await self.wait_received(f"echo: {said.group(1)}")
+
+    def received(self) -> list[str]:
+        return [line for line in self.out.getvalue().splitlines() if line]
+
+    async def prompt(self) -> Shown:
+        await eventually(
+            lambda: "[y/N]" in self.out.getvalue()[self._shown :],
+            timeout=15,
+            what="an approval prompt on the terminal",
+        )
+        text = self.out.getvalue()[self._shown :]
+        line = next(line for line in text.splitlines() if "[y/N]" in line)
+        self._shown = len(self.out.getvalue())
+        return Shown(text=line, buttons=False, handle=None)
+
+    async def decide(self, shown: Shown, *, approve: bool, approver: bool = True) -> str:
+        assert approver, self.NO_STRANGERS
+        self._writer.write(("y" if approve else "n") + "\n")
+        return ""
+
+    def rate_limit_next(self) -> None:
+        raise AssertionError("the terminal has no peer that rate-limits")
+
+
+DRIVERS: dict[str, type[Driver]] = {
+    "telegram": TelegramDriver,
+    "webhook": WebhookDriver,
+    "cli": CliDriver,
+}

@@ -1,0 +1,99 @@
+"""The channel contract: what every channel promises, run by each channel's driver
+against its own peer (drivers.py). A case that cannot apply to a channel says why, from
+the channel's capabilities or its driver, never by a silent skip.
+
+To add a channel: a driver in drivers.py and its name in ``DRIVERS`` (docs/CHANNELS.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from echo_bot.approvals.display import render_call
+from tests.channels.contract.drivers import DRIVERS, RUN_ARGS, Driver
+
+
+@pytest.fixture(params=sorted(DRIVERS))
+async def driver(request: pytest.FixtureRequest, state_dir: Path) -> AsyncIterator[Driver]:
+    made = DRIVERS[request.param](state_dir)
+    async with made.peer():
+        yield made
+
+
+def echoes(received: list[str]) -> list[str]:
+    return [text for text in received if text.startswith("echo: ")]
+
+
+async def test_a_message_is_one_committed_inbound_before_it_is_acknowledged(
+    driver: Driver,
+) -> None:
+    async with driver.running():
+        token = await driver.say("say:first")
+        await driver.acknowledged(token)
+        # Acknowledged: the inbound is committed, once.
+        assert sum("say:first" in t for t in await driver.inbound_texts()) == 1
+        await driver.wait_received("echo: first")
+
+
+async def test_replies_are_delivered_once_and_in_order(driver: Driver) -> None:
+    words = ["one", "two", "three", "four"]
+    async with driver.running():
+        for word in words:
+            await driver.say(f"say:{word}")
+        received = await driver.wait_received(*(f"echo: {w}" for w in words))
+        assert echoes(received) == [f"echo: {w}" for w in words]
+
+
+async def test_an_approval_prompt_shows_the_call_as_display_renders_it(driver: Driver) -> None:
+    if driver.NO_PROMPTS:
+        pytest.skip(f"not applicable to {driver.NAME}: {driver.NO_PROMPTS}")
+    async with driver.running():
+        await driver.say("run:shown")
+        shown = await driver.prompt()
+        assert render_call("shell_exec", RUN_ARGS) in shown.text, shown.text
+        # Buttons where the channel has them, a typed answer where it has not.
+        assert shown.buttons == driver.capabilities.buttons
+        await driver.decide(shown, approve=False)
+        await driver.wait_received("not run: shown")
+
+
+async def test_a_decision_from_a_non_approver_is_refused(driver: Driver) -> None:
+    if driver.NO_PROMPTS or driver.NO_STRANGERS:
+        pytest.skip(f"not applicable to {driver.NAME}: {driver.NO_STRANGERS}")
+    async with driver.running():
+        await driver.say("run:guarded")
+        shown = await driver.prompt()
+        answer = await driver.decide(shown, approve=True, approver=False)
+        assert "not allowed" in answer, answer
+        assert not (driver.state_dir / "workspace" / "contract.txt").exists()
+        await driver.decide(shown, approve=False)  # the approver still decides it
+        await driver.wait_received("not run: guarded")
+        assert not (driver.state_dir / "workspace" / "contract.txt").exists()
+
+
+async def test_a_restart_loses_nothing_and_repeats_nothing(driver: Driver) -> None:
+    async with driver.running():
+        await driver.acknowledged(await driver.say("say:before"))
+        await driver.wait_received("echo: before")
+        # Acknowledged, then the daemon stops: its reply may go out now or after the start.
+        await driver.acknowledged(await driver.say("say:queued"))
+    async with driver.running():
+        await driver.acknowledged(await driver.say("say:after"))
+        received = await driver.wait_received("echo: queued", "echo: after")
+        assert echoes(received) == ["echo: before", "echo: queued", "echo: after"]
+        for said in ("say:before", "say:queued", "say:after"):
+            assert sum(said in t for t in await driver.inbound_texts()) == 1, said
+
+
+async def test_a_rate_limit_is_paced_and_the_reply_arrives_once(driver: Driver) -> None:
+    if not driver.capabilities.rate_limited:
+        pytest.skip(f"not applicable to {driver.NAME}: capabilities.rate_limited is False")
+    async with driver.running():
+        driver.rate_limit_next()
+        await driver.say("say:limited")
+        received = await driver.wait_received("echo: limited")
+        assert driver.rate_limited() == 1  # answered 429 once, then paced and sent once
+        assert echoes(received) == ["echo: limited"]
