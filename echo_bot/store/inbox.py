@@ -140,14 +140,6 @@ def _after_conflict(
     return Published(inbound_id=existing[0] if existing else message.id, duplicate=True)
 
 
-def add_inbound_batch(
-    db: SqlDb, messages: Sequence[InboundMessage], instance: str | None = None
-) -> list[Published]:
-    """``add_inbound`` for each message in order, in the caller's transaction (so two
-    equal keys in one batch: the second is a duplicate of the first)."""
-    return [add_inbound(db, message, instance) for message in messages]
-
-
 def accepted_from_others(
     db: SqlDb, seq: int, instance: str | None, limit: int
 ) -> tuple[list[InboundMessage], int, bool]:

@@ -316,10 +316,3 @@ def taken_and_repeats(
     taken = {value for part, value in rows if part == 0}
     counts = Counter(value for part, value in rows if part == 1)
     return taken, max(counts.values(), default=0)
-
-
-def turns_waiting_on(db: SqlDb, approval_id: str) -> list[str]:
-    rows = db.execute(
-        "SELECT DISTINCT turn_id FROM tool_calls WHERE approval_id = ?", [approval_id]
-    ).fetchall()
-    return [r[0] for r in rows]

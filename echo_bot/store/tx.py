@@ -16,7 +16,7 @@ import builtins
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Generic, TypeVar, overload
 
@@ -149,13 +149,6 @@ class InboxRepo:
             self._tx.announce(InboundCommitted((message,)))
         return published
 
-    def add_many(self, messages: Sequence[InboundMessage]) -> list[Published]:
-        published = inbox_sql.add_inbound_batch(self._db, messages, self._instance)
-        fresh = tuple(m for m, p in zip(messages, published, strict=True) if not p.duplicate)
-        if fresh:
-            self._tx.announce(InboundCommitted(fresh))
-        return published
-
     def get(self, inbound_id: str) -> inbox_sql.InboxRow | None:
         return inbox_sql.get_inbound(self._db, inbound_id)
 
@@ -239,9 +232,6 @@ class OutboxRepo:
     def pending_count(self, chat_key: str | None = None) -> int:
         return outbox_sql.pending_count(self._db, chat_key)
 
-    def queued_by_channel(self) -> dict[str, int]:
-        return meta_sql.queued_by_channel(self._db)
-
 
 class TurnRepo:
     """Turns, their history (messages) and their tool calls: the checkpoint."""
@@ -310,20 +300,12 @@ class TurnRepo:
     ) -> None:
         turn_sql.set_call(self._db, call_id, status, result=result, approval_id=approval_id)
 
-    def taken_call_ids(self, ids: list[str]) -> builtins.set[str]:
-        return turn_sql.taken_call_ids(self._db, ids)
-
-    def repeats(self, turn_id: str, hashes: list[str]) -> int:
-        return turn_sql.repeats(self._db, turn_id, hashes)
-
     def taken_and_repeats(
         self, turn_id: str, ids: list[str], hashes: list[str]
     ) -> tuple[builtins.set[str], int]:
-        """``taken_call_ids`` and ``repeats`` in one read."""
+        """Which of ``ids`` a stored call uses already, and how often the most repeated of
+        ``hashes`` was called in this turn: in one read."""
         return turn_sql.taken_and_repeats(self._db, turn_id, ids, hashes)
-
-    def waiting_on(self, approval_id: str) -> list[str]:
-        return turn_sql.turns_waiting_on(self._db, approval_id)
 
 
 class ApprovalRepo:

@@ -17,7 +17,7 @@ from echo_bot.errors import StoreError
 from echo_bot.events import Address, InboundMessage, MessageInbound, Sender
 from echo_bot.secrets import Masker
 from echo_bot.store import Database, InboundCommitted, SqliteInbox, Store, Tx
-from echo_bot.store.inbox import DEDUP_WINDOW, DEDUP_WINDOWS, add_inbound, add_inbound_batch
+from echo_bot.store.inbox import DEDUP_WINDOW, DEDUP_WINDOWS, add_inbound
 
 
 def message(external_id: str | None, channel: str = "webhook", **extra: object) -> InboundMessage:
@@ -107,17 +107,16 @@ async def test_the_dedup_window_holds_in_a_batch(db: Database) -> None:
     ]
 
 
-def test_batch_and_one_by_one_agree() -> None:
-    """add_inbound_batch gives exactly what add_inbound gives, message after message."""
+async def test_a_group_commit_and_one_by_one_agree(db: Database) -> None:
+    """Adds the engine commits together give exactly what ``add_inbound`` gives, message
+    after message, each in its own transaction."""
     import sqlite3
 
     from echo_bot.store.schema import migrate
 
-    def fresh() -> SqlDb:
-        db = SqlDb(sqlite3.connect(":memory:"))
-        migrate(db)
-        return db
-
+    one = SqlDb(sqlite3.connect(":memory:"))
+    migrate(one)
+    inbox = daemon_inbox(db)
     old = datetime.now(UTC) - timedelta(seconds=DEDUP_WINDOW + 60)
     seed = [message("a"), message("b", received_at=old), message("c", channel="telegram")]
     batch = [
@@ -130,20 +129,22 @@ def test_batch_and_one_by_one_agree() -> None:
         seed[2],
         message("c"),
     ]
-    one, many = fresh(), fresh()
     for m in seed:
         add_inbound(one, m)
-        add_inbound(many, m)
+        await inbox.add(m)
     expected = [add_inbound(one, m) for m in batch]
-    assert add_inbound_batch(many, batch) == expected
+    assert await asyncio.gather(*(inbox.add(m) for m in batch)) == expected
     rows = "SELECT id, channel, external_id, received_at FROM inbox ORDER BY seq"
-    assert many.execute(rows).fetchall() == one.execute(rows).fetchall()
+    stored = await db.run(lambda d: [tuple(r) for r in d.execute(rows).fetchall()])
+    assert stored == one.execute(rows).fetchall()
     # The fast path (nothing stored, nothing repeated) stores the same rows too.
     fast = [message(f"n{i}") for i in range(5)] + [message(None)]
-    assert add_inbound_batch(many, fast) == [Published(m.id, False) for m in fast]
+    assert await asyncio.gather(*(inbox.add(m) for m in fast)) == [
+        Published(m.id, False) for m in fast
+    ]
     new = sum(not p.duplicate for p in expected)
     assert new == 4  # b (its old row retired), d, the keyless one, c on another channel
-    assert many.execute("SELECT COUNT(*) FROM inbox").fetchone()[0] == len(seed) + new + 6
+    assert await db.run(count) == len(seed) + new + 6
 
 
 async def test_a_failing_commit_fails_every_add_of_the_batch(db: Database) -> None:
