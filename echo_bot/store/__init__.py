@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
 from .committed import (
+    ApprovalRequested,
     ChatTimezoneChanged,
     Committed,
     InboundCommitted,
@@ -29,6 +30,7 @@ from .inspect import (
     queued_outbound,
 )
 from .outbox import OutboxRow, SqliteOutbox
+from .retry import once_the_store_is_back
 from .sql import describe_url
 from .tx import Store, Tx
 
@@ -79,6 +81,7 @@ def copy_sqlite_to_postgres(source: Path, url: str) -> list[CopiedTable]:
 
 __all__ = [
     "DB_FILENAME",
+    "ApprovalRequested",
     "ChatTimezoneChanged",
     "Committed",
     "Database",
@@ -101,5 +104,6 @@ __all__ = [
     "copy_sqlite_to_postgres",
     "describe_url",
     "make_database",
+    "once_the_store_is_back",
     "queued_outbound",
 ]

@@ -36,6 +36,7 @@ from . import reminders as reminder_sql
 from . import retention
 from . import turns as turn_sql
 from .committed import (
+    ApprovalRequested,
     ChatTimezoneChanged,
     Committed,
     InboundCommitted,
@@ -95,7 +96,7 @@ class Tx:
     inbox = _Repo(lambda tx: InboxRepo(tx._db, tx, tx._instance))
     outbox = _Repo(lambda tx: OutboxRepo(tx._db, tx))
     turns = _Repo(lambda tx: TurnRepo(tx._db))
-    approvals = _Repo(lambda tx: ApprovalRepo(tx._db))
+    approvals = _Repo(lambda tx: ApprovalRepo(tx._db, tx))
     grants = _Repo(lambda tx: GrantRepo(tx._db))
     reminders = _Repo(lambda tx: ReminderRepo(tx._db, tx))
     audit = _Repo(lambda tx: AuditRepo(tx._db, tx._masker))
@@ -121,11 +122,14 @@ class Tx:
         if audit is not None:
             audit.flush()
         if self.committed and dialect(self._db) == POSTGRES:
-            kinds = {_WAKES[type(event)] for event in self.committed}
-            meta_sql.notify(self._db, ",".join(sorted(kinds)))
+            kinds = {_WAKES[type(event)] for event in self.committed if type(event) in _WAKES}
+            if kinds:
+                meta_sql.notify(self._db, ",".join(sorted(kinds)))
 
 
 # What a committed event wakes in the other daemons (dispatcher, delivery, scheduler).
+# A new approval request wakes none: each daemon's expiry timer looks again on its own
+# (approvals/decisions.py, EXPIRY_RECHECK).
 _WAKES: dict[type[Committed], str] = {
     InboundCommitted: "inbound",
     OutboundCommitted: "outbound",
@@ -309,10 +313,10 @@ class TurnRepo:
 
 
 class ApprovalRepo:
-    __slots__ = ("_db",)
+    __slots__ = ("_db", "_tx")
 
-    def __init__(self, db: SqlDb) -> None:
-        self._db = db
+    def __init__(self, db: SqlDb, tx: Tx) -> None:
+        self._db, self._tx = db, tx
 
     def insert(
         self,
@@ -349,6 +353,7 @@ class ApprovalRepo:
             expires_at=expires_at,
             grant_scope=grant_scope,
         )
+        self._tx.announce(ApprovalRequested(approval_id, expires_at))
 
     def get(self, approval_id: str) -> approval_sql.ApprovalRow | None:
         return approval_sql.get_approval(self._db, approval_id)
@@ -380,6 +385,7 @@ class ApprovalRepo:
         return approval_sql.due_for_expiry(self._db, now)
 
     def next_expiry(self) -> float | None:
+        """When the first pending request expires; None when none is pending."""
         return approval_sql.next_expiry(self._db)
 
 
