@@ -57,43 +57,47 @@ def _row(raw: tuple[Any, ...]) -> ApprovalRow:
     return ApprovalRow(*values)
 
 
-def insert_approval(
-    db: SqlDb,
-    *,
-    approval_id: str,
-    turn_id: str,
-    session_key: str,
-    trace_id: str,
-    tool: str,
-    args: dict[str, Any],
-    args_hash: str,
-    risk: str,
-    requested_by: dict[str, Any],
-    origin: str,
-    prompt_to: str,
-    prompt_outbound_id: str | None,
-    expires_at: float,
-    grant_scope: str | None,
-) -> None:
+@dataclass(frozen=True, slots=True)
+class NewApproval:
+    """A request as it is created (``tx.approvals.insert``): pending, undecided, made now."""
+
+    id: str
+    turn_id: str
+    session_key: str
+    trace_id: str
+    tool: str
+    args: dict[str, Any]  # in the order they are shown
+    args_hash: str
+    risk: str
+    requested_by: dict[str, Any]
+    origin: str
+    prompt_to: str
+    prompt_outbound_id: str | None
+    expires_at: float
+    # What "allow for a time" would grant beside the tool; None: the verb is not offered.
+    grant_scope: str | None = None
+
+
+def insert_approval(db: SqlDb, new: NewApproval) -> None:
     db.execute(
         f"INSERT INTO approvals ({_COLUMNS}) VALUES"
         " (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', NULL, NULL, NULL, ?, ?, ?)",
         [
-            approval_id,
-            turn_id,
-            session_key,
-            trace_id,
-            tool,
-            json.dumps(args),  # in the order given: the order they are shown in
-            args_hash,
-            risk,
-            json.dumps(requested_by),
-            origin,
-            prompt_to,
-            prompt_outbound_id,
+            new.id,
+            new.turn_id,
+            new.session_key,
+            new.trace_id,
+            new.tool,
+            json.dumps(new.args),  # in the order given: the order they are shown in
+            new.args_hash,
+            new.risk,
+            json.dumps(new.requested_by),
+            new.origin,
+            new.prompt_to,
+            new.prompt_outbound_id,
             time.time(),
-            expires_at,
-            grant_scope,
+            new.expires_at,
+            new.grant_scope,
         ],
     )
 

@@ -318,42 +318,10 @@ class ApprovalRepo:
     def __init__(self, db: SqlDb, tx: Tx) -> None:
         self._db, self._tx = db, tx
 
-    def insert(
-        self,
-        *,
-        approval_id: str,
-        turn_id: str,
-        session_key: str,
-        trace_id: str,
-        tool: str,
-        args: dict[str, Any],
-        args_hash: str,
-        risk: str,
-        requested_by: dict[str, Any],
-        origin: str,
-        prompt_to: str,
-        prompt_outbound_id: str | None,
-        expires_at: float,
-        grant_scope: str | None,
-    ) -> None:
-        approval_sql.insert_approval(
-            self._db,
-            approval_id=approval_id,
-            turn_id=turn_id,
-            session_key=session_key,
-            trace_id=trace_id,
-            tool=tool,
-            args=args,
-            args_hash=args_hash,
-            risk=risk,
-            requested_by=requested_by,
-            origin=origin,
-            prompt_to=prompt_to,
-            prompt_outbound_id=prompt_outbound_id,
-            expires_at=expires_at,
-            grant_scope=grant_scope,
-        )
-        self._tx.announce(ApprovalRequested(approval_id, expires_at))
+    def insert(self, new: approval_sql.NewApproval) -> None:
+        """Store a pending request; the expiry timer is told on COMMIT."""
+        approval_sql.insert_approval(self._db, new)
+        self._tx.announce(ApprovalRequested(new.id, new.expires_at))
 
     def get(self, approval_id: str) -> approval_sql.ApprovalRow | None:
         return approval_sql.get_approval(self._db, approval_id)
