@@ -11,7 +11,7 @@ import collections
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from .. import metrics
 from ..approvals import ApprovalGate
@@ -43,27 +43,11 @@ KEEP_QUEUED_MESSAGES = 64
 T = TypeVar("T")
 
 
-class InboxFeed(Protocol):
-    """The inbox as the dispatcher reads it (``store.SqliteInbox`` implements it)."""
-
-    async def unfinished(self) -> tuple[list[InboundMessage], int]:
-        """Every unfinished inbound in arrival order, and the newest seq (one snapshot)."""
-        ...
-
-    async def accepted_after(
-        self, seq: int, limit: int = POLL_PAGE
-    ) -> tuple[list[InboundMessage], int, bool]:
-        """Accepted inbound after ``seq`` that other processes wrote, the newest seq
-        looked at, and whether ``limit`` cut the look short."""
-        ...
-
-
 class Dispatcher:
     def __init__(
         self,
         *,
         store: Store,
-        inbox: InboxFeed,
         runner: TurnRunner,
         gate: ApprovalGate,
         max_concurrent: int,
@@ -74,7 +58,6 @@ class Dispatcher:
             # a second time.
             raise ValueError("the dispatcher needs a store that names its instance")
         self.store = store
-        self.inbox = inbox
         self.runner = runner
         self.gate = gate
         # Decisions and expiry: they hand the turns to resume back to ``_resume``.
@@ -104,7 +87,11 @@ class Dispatcher:
 
     # -- lifecycle ------------------------------------------------------------------------
     async def start(self) -> None:
-        unfinished, self._last_seq = await self.inbox.unfinished()
+        # Every unfinished inbound and the newest seq, from one snapshot: a row committed
+        # meanwhile is either in the list or after the seq, never both.
+        unfinished, self._last_seq = await self.store.run(
+            lambda tx: tx.inbox.unfinished(), slow=True
+        )
         held, self._held = self._held or [], None
         for message in unfinished:
             self._dispatch(message)
@@ -164,15 +151,18 @@ class Dispatcher:
             more = True
             while more:  # until the poll has caught up
                 try:
-                    messages, last, more = await self.inbox.accepted_after(
-                        self._last_seq, POLL_PAGE
-                    )
+                    messages, last, more = await self._accepted_from_others(self._last_seq)
                 except Exception:
                     log_retrying(log, "reading the inbox failed; retrying")
                     await asyncio.sleep(1)
                     break
                 self._last_seq = max(self._last_seq, last)
                 self.accept(messages)
+
+    async def _accepted_from_others(self, seq: int) -> tuple[list[InboundMessage], int, bool]:
+        """Accepted inbound after ``seq`` that other processes wrote, the newest seq
+        looked at, and whether ``POLL_PAGE`` cut the look short."""
+        return await self.store.run(lambda tx: tx.inbox.accepted_from_others(seq, POLL_PAGE))
 
     async def _claim_loop(self, cluster: Cluster) -> None:
         """With several daemons: every POLL_INTERVAL, the rows with work to do (accepted,

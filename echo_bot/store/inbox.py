@@ -1,6 +1,6 @@
 """The inbox: every inbound committed (deduplicated) before anyone acknowledges it.
 
-``SqliteInbox.add`` is one unit of work on the store: the engine group-commits it with
+``tx.inbox.add`` is one unit of work on the store: the engine group-commits it with
 whatever else is queued, and a message that cannot be stored fails its own add alone (a
 channel then answers "retry later", never "accepted"). Each row records which process
 wrote it (``instance``; NULL for management commands): the dispatcher takes its own
@@ -19,7 +19,7 @@ from ..events import INBOUND, InboundKind, InboundMessage, InboundStatus
 from .sql import SqlDb, db_clock
 
 if TYPE_CHECKING:
-    from .tx import Store
+    pass
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,37 +40,6 @@ def _row(raw: dict[str, Any]) -> InboxRow:
 
 
 UNFINISHED = (InboundStatus.ACCEPTED, InboundStatus.RUNNING, InboundStatus.WAITING_APPROVAL)
-
-
-class SqliteInbox:
-    """The bus's inbox and the dispatcher's feed, on the store."""
-
-    def __init__(self, store: Store) -> None:
-        self._store = store
-
-    async def add(self, message: InboundMessage) -> Published:
-        """Commit ``message``; its outcome only after the COMMIT. When the publisher gives
-        up meanwhile, the dispatcher is told all the same (the store announces what was
-        committed; the dispatcher's poll never reads this process's rows)."""
-        return await self._store.run(lambda tx: tx.inbox.add(message))
-
-    async def accepted_after(
-        self, seq: int, limit: int = 500
-    ) -> tuple[list[InboundMessage], int, bool]:
-        """Accepted inbound after ``seq`` written by other processes (management
-        commands), the newest seq looked at, and whether ``limit`` cut the look short."""
-        return await self._store.run(lambda tx: tx.inbox.accepted_from_others(seq, limit))
-
-    async def unfinished(self) -> tuple[list[InboundMessage], int]:
-        """Every inbound not yet finished, and the newest seq — from one snapshot, so a
-        row committed meanwhile is either in the list or after the seq, never both."""
-        return await self._store.run(lambda tx: tx.inbox.unfinished(), slow=True)
-
-    async def status_of(self, inbound_id: str) -> tuple[InboundStatus, str | None] | None:
-        return await self._store.run(lambda tx: tx.inbox.status_of(inbound_id))
-
-    async def describe(self, inbound_id: str) -> dict[str, object] | None:
-        return await self._store.run(lambda tx: tx.inbox.describe(inbound_id))
 
 
 # How long (channel, external_id) stays a duplicate: 7 days (webhook senders retry for

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -11,7 +10,7 @@ from ..events import OutboundMessage, Receipt
 from .sql import SqlDb
 
 if TYPE_CHECKING:
-    from .tx import Store
+    pass
 
 QUEUED, SENT, FAILED = "queued", "sent", "failed"
 
@@ -25,55 +24,10 @@ class OutboxRow:
     behind: int = 0
 
 
-class SqliteOutbox:
-    """The bus's outbox and the delivery worker's queue, on the store."""
-
-    def __init__(self, store: Store) -> None:
-        self._store = store
-
-    async def enqueue(self, message: OutboundMessage) -> None:
-        await self._store.run(lambda tx: tx.outbox.add(message))
-
-    async def due(
-        self,
-        channels: Iterable[str],
-        now: float,
-        limit: int = 100,
-        busy: Iterable[str] = (),
-    ) -> tuple[list[OutboxRow], float | None]:
-        """The head of each chat's queue whose next attempt is due, and when the next
-        message of any other chat is due — both from one read, leaving out the ``busy``
-        chats (chat keys with a send in flight: their head is that send)."""
-        names, skip = sorted(set(channels)), sorted(set(busy))
-        if not names:
-            return [], None
-        return await self._store.run(lambda tx: tx.outbox.due(names, now, limit, skip))
-
-    async def receipt_of(self, outbound_id: str) -> str | None:
-        return await self._store.run(lambda tx: tx.outbox.receipt_of(outbound_id))
-
-    async def mark_sent(self, message: OutboundMessage, receipt: Receipt) -> None:
-        """Record the delivery."""
-        await self._store.run(lambda tx: tx.outbox.mark_sent(message, receipt))
-
-    async def mark_retry(self, outbound_id: str, error: str, next_attempt_at: float) -> None:
-        await self._store.run(lambda tx: tx.outbox.mark_retry(outbound_id, error, next_attempt_at))
-
-    async def note_error(self, outbound_id: str, error: str) -> None:
-        """Why a queued message is still queued, without counting an attempt."""
-        await self._store.run(lambda tx: tx.outbox.note_error(outbound_id, error))
-
-    async def mark_failed(self, outbound_id: str, error: str) -> None:
-        await self._store.run(lambda tx: tx.outbox.mark_failed(outbound_id, error))
-
-    async def pending_count(self, chat_key: str | None = None) -> int:
-        return await self._store.run(lambda tx: tx.outbox.pending_count(chat_key))
-
-
 def due_heads(
     db: SqlDb, names: list[str], now: float, limit: int, busy: list[str]
 ) -> tuple[list[OutboxRow], float | None]:
-    """``SqliteOutbox.due`` inside the caller's transaction (``names`` not empty), in
+    """``tx.outbox.due`` inside the caller's transaction (``names`` not empty), in
     one read: every chat's head (only a chat's head can be due: a message behind one
     waiting out a retry is not), with its payload when it is due."""
     marks = ",".join("?" for _ in names)
