@@ -95,3 +95,27 @@ def try_pair(db: SqlDb, channel: str, user_id: str, code: str, now: float | None
         [channel, user_id, now, "pairing"],
     )
     return "paired"
+
+
+class AccessRepo:
+    """Users added by pairing, and the pairing codes."""
+
+    __slots__ = ("_db",)
+
+    def __init__(self, db: SqlDb) -> None:
+        self._db = db
+
+    def new_pairing_code(self, now: float | None = None) -> str:
+        return new_pairing_code(self._db, now)
+
+    def is_paired(self, channel: str, user_id: str) -> bool:
+        return is_paired(self._db, channel, user_id)
+
+    def paired_users(self) -> list[PairedUser]:
+        return paired_users(self._db)
+
+    def revoke(self, channel: str, user_id: str) -> bool:
+        return revoke(self._db, channel, user_id)
+
+    def try_pair(self, channel: str, user_id: str, code: str, now: float | None = None) -> str:
+        return try_pair(self._db, channel, user_id, code, now)

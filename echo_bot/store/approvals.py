@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import builtins
 import json
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..statuses import ApprovalStatus
+from .committed import ApprovalRequested
 from .sql import SqlDb
+
+if TYPE_CHECKING:
+    from .tx import Tx
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,3 +195,64 @@ def ids_beginning(db: SqlDb, prefix: str) -> list[str]:
         [len(prefix), prefix],
     ).fetchall()
     return [row[0] for row in rows]
+
+
+class ApprovalRepo:
+    __slots__ = ("_db", "_tx")
+
+    def __init__(self, db: SqlDb, tx: Tx) -> None:
+        self._db, self._tx = db, tx
+
+    def insert(self, new: NewApproval) -> None:
+        """Store a pending request; the expiry timer is told on COMMIT."""
+        insert_approval(self._db, new)
+        self._tx.announce(ApprovalRequested(new.id, new.expires_at))
+
+    def get(self, approval_id: str) -> ApprovalRow | None:
+        return get_approval(self._db, approval_id)
+
+    def list(
+        self, status: ApprovalStatus | None = ApprovalStatus.PENDING, limit: int = 100
+    ) -> list[ApprovalRow]:
+        return list_approvals(self._db, status, limit)
+
+    def pending_for(self, prompt_to: str) -> builtins.list[ApprovalRow]:
+        return pending_for(self._db, prompt_to)
+
+    def ids_beginning(self, prefix: str) -> builtins.list[str]:
+        """The ids of every request that begins with ``prefix``, oldest first."""
+        return ids_beginning(self._db, prefix)
+
+    def decide(
+        self,
+        approval_id: str,
+        status: ApprovalStatus,
+        *,
+        verb: str | None,
+        decided_by: dict[str, Any] | None,
+    ) -> bool:
+        """Compare-and-set from pending; False when someone (or expiry) got there first."""
+        return decide(self._db, approval_id, status, verb=verb, decided_by=decided_by)
+
+    def due_for_expiry(self, now: float) -> builtins.list[str]:
+        return due_for_expiry(self._db, now)
+
+    def next_expiry(self) -> float | None:
+        """When the first pending request expires; None when none is pending."""
+        return next_expiry(self._db)
+
+
+class GrantRepo:
+    """ "Allow for N minutes": a chat's time-boxed permission for one tool, within one
+    scope (the deciding arguments the approver saw, as the tool states them)."""
+
+    __slots__ = ("_db",)
+
+    def __init__(self, db: SqlDb) -> None:
+        self._db = db
+
+    def add(self, session_key: str, tool: str, scope: str, until: float, approval_id: str) -> None:
+        add_grant(self._db, session_key, tool, scope, until, approval_id)
+
+    def holds(self, session_key: str, tool: str, scope: str, now: float) -> bool:
+        return has_grant(self._db, session_key, tool, scope, now)

@@ -10,9 +10,12 @@ replaces callbacks wired part to part: the writer does not need to know who acts
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..events import InboundMessage
-from .outbox import OutboxRow
+
+if TYPE_CHECKING:
+    from .outbox import OutboxRow
 
 
 @dataclass(frozen=True, slots=True)

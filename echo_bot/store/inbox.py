@@ -16,10 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 from ..bus import Published
 from ..events import INBOUND, InboundKind, InboundMessage, InboundStatus
+from .committed import InboundCommitted
 from .sql import SqlDb, db_clock
 
 if TYPE_CHECKING:
-    pass
+    from .tx import Tx
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,3 +263,65 @@ def recent_of_channel(
         args.append(session_key)
     sql += " ORDER BY seq DESC LIMIT ?"
     return [InboundSummary(*row) for row in db.execute(sql, [*args, limit]).fetchall()]
+
+
+class InboxRepo:
+    """Inbound, each row marked with the process that wrote it (``instance``)."""
+
+    __slots__ = ("_db", "_instance", "_tx")
+
+    def __init__(self, db: SqlDb, tx: Tx, instance: str | None = None) -> None:
+        self._db, self._tx, self._instance = db, tx, instance
+
+    def add(self, message: InboundMessage) -> Published:
+        """Store ``message`` unless (channel, external_id) was seen within the window."""
+        published = add_inbound(self._db, message, self._instance)
+        if not published.duplicate:
+            self._tx.announce(InboundCommitted((message,)))
+        return published
+
+    def get(self, inbound_id: str) -> InboxRow | None:
+        return get_inbound(self._db, inbound_id)
+
+    def claimable(self, instance: str, lease: float, limit: int) -> list[InboundMessage]:
+        return claimable(self._db, instance, lease, limit)
+
+    def earlier_turns(self, session_key: str, inbound_id: str) -> list[str]:
+        return earlier_turns(self._db, session_key, inbound_id)
+
+    def has_accepted(self, session_key: str) -> bool:
+        return has_accepted(self._db, session_key)
+
+    def unfinished(self) -> tuple[list[InboundMessage], int]:
+        """Every unfinished inbound in arrival order, and the newest seq."""
+        return unfinished_rows(self._db)
+
+    def accepted_from_others(self, seq: int, limit: int) -> tuple[list[InboundMessage], int, bool]:
+        """Accepted inbound after ``seq`` that another process wrote (a management
+        command's decision, say); this process's own come with ``InboundCommitted``."""
+        return accepted_from_others(self._db, seq, self._instance, limit)
+
+    def status_of(self, inbound_id: str) -> tuple[InboundStatus, str | None] | None:
+        return inbound_status(self._db, inbound_id)
+
+    def describe(self, inbound_id: str) -> dict[str, object] | None:
+        return describe_inbound(self._db, inbound_id)
+
+    def ids_beginning(self, channel: str, prefix: str) -> list[str]:
+        """The ids of ``channel``'s inbound that begin with ``prefix``, oldest first."""
+        return ids_beginning(self._db, channel, prefix)
+
+    def recent(
+        self, channel: str, *, session_key: str | None = None, limit: int = 20
+    ) -> list[InboundSummary]:
+        """The newest inbound of ``channel`` (of one session, if given), newest first."""
+        return recent_of_channel(self._db, channel, session_key, limit)
+
+    def set_status(
+        self,
+        inbound_id: str,
+        status: InboundStatus,
+        error: str | None = None,
+        result: str | None = None,
+    ) -> None:
+        set_inbound_status(self._db, inbound_id, status, error, result)

@@ -55,3 +55,24 @@ def holders(db: SqlDb, lease: float) -> dict[str, list[str]]:
     for instance, name in rows:
         held.setdefault(instance, []).append(name)
     return held
+
+
+class LeaseRepo:
+    """Leases among the daemons sharing the store (``store/leases.py``)."""
+
+    __slots__ = ("_db",)
+
+    def __init__(self, db: SqlDb) -> None:
+        self._db = db
+
+    def take(self, name: str, instance: str, lease: float) -> bool:
+        return take(self._db, name, instance, lease)
+
+    def held(self, name: str, instance: str) -> bool:
+        return held(self._db, name, instance)
+
+    def release(self, name: str, instance: str) -> bool:
+        return release(self._db, name, instance)
+
+    def holders(self, lease: float) -> dict[str, list[str]]:
+        return holders(self._db, lease)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from typing import Any
 
+from . import retention
 from .sql import SqlDb, db_clock
 
 
@@ -123,3 +125,47 @@ def queued_by_channel(db: SqlDb) -> dict[str, int]:
         "SELECT channel, COUNT(*) FROM outbox WHERE status = 'queued' GROUP BY channel"
     ).fetchall()
     return {str(channel): int(count) for channel, count in rows}
+
+
+class MetaRepo:
+    """Facts about the running daemon and the queues, for `echo-bot status`; pruning."""
+
+    __slots__ = ("_db",)
+
+    def __init__(self, db: SqlDb) -> None:
+        self._db = db
+
+    def set_daemon_info(self, info: dict[str, Any]) -> None:
+        set_daemon_info(self._db, info)
+
+    def daemon_info(self) -> dict[str, Any]:
+        return daemon_info(self._db)
+
+    def queue_counts(self) -> dict[str, int]:
+        return queue_counts(self._db)
+
+    def instance_seen(self, row: InstanceRow) -> None:
+        """This daemon is alive (its row made or refreshed)."""
+        instance_seen(self._db, row)
+
+    def instance_gone(self, name: str) -> None:
+        instance_gone(self._db, name)
+
+    def position(self, name: str) -> tuple[int, float] | None:
+        return position(self._db, name)
+
+    def set_position(self, name: str, value: int) -> None:
+        set_position(self._db, name, value, time.time())
+
+    def now(self) -> float:
+        """The store's clock: the one every daemon's ``seen_at`` is judged by."""
+        return now(self._db)
+
+    def instances(self) -> list[InstanceRow]:
+        """Every daemon that has used the store and not left, the most recently seen
+        first (one whose ``seen_at`` is old died without saying so)."""
+        return instances(self._db)
+
+    def prune(self, before: float) -> dict[str, int]:
+        """Delete finished rows last touched before ``before``; counts per table."""
+        return retention.prune(self._db, before)

@@ -7,10 +7,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..events import OutboundMessage, Receipt
+from .committed import OutboundCommitted
 from .sql import SqlDb
 
 if TYPE_CHECKING:
-    pass
+    from .tx import Tx
 
 QUEUED, SENT, FAILED = "queued", "sent", "failed"
 
@@ -130,3 +131,40 @@ def enqueue_outbound(db: SqlDb, message: OutboundMessage) -> OutboxRow | None:
         return None
     # As ``due`` would read it back: what is sent is what was stored.
     return OutboxRow(stored[0], OutboundMessage.model_validate_json(payload), 0)
+
+
+class OutboxRepo:
+    __slots__ = ("_db", "_tx")
+
+    def __init__(self, db: SqlDb, tx: Tx) -> None:
+        self._db, self._tx = db, tx
+
+    def add(self, message: OutboundMessage) -> None:
+        """Queue ``message`` for delivery (per-chat FIFO); the worker is told on COMMIT."""
+        head = enqueue_outbound(self._db, message)
+        self._tx.announce(OutboundCommitted(frozenset((str(message.to),)), head))
+
+    def due(
+        self, channels: list[str], now: float, limit: int, busy: list[str]
+    ) -> tuple[list[OutboxRow], float | None]:
+        """Each chat's head due by ``now`` (not the ``busy`` chats) and the next due time."""
+        return due_heads(self._db, channels, now, limit, busy)
+
+    def receipt_of(self, outbound_id: str) -> str | None:
+        return receipt_of(self._db, outbound_id)
+
+    def mark_sent(self, message: OutboundMessage, receipt: Receipt) -> None:
+        """Record the delivery (and its receipt, for edits of it)."""
+        mark_sent(self._db, message, receipt)
+
+    def mark_retry(self, outbound_id: str, error: str, next_attempt_at: float) -> None:
+        mark_retry(self._db, outbound_id, error, next_attempt_at)
+
+    def note_error(self, outbound_id: str, error: str) -> None:
+        note_error(self._db, outbound_id, error)
+
+    def mark_failed(self, outbound_id: str, error: str) -> None:
+        mark_failed(self._db, outbound_id, error)
+
+    def pending_count(self, chat_key: str | None = None) -> int:
+        return pending_count(self._db, chat_key)

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..statuses import ReminderStatus
+from .committed import ChatTimezoneChanged, ReminderChanged
 from .sql import SqlDb
+
+if TYPE_CHECKING:
+    from .tx import Tx
 
 _COLUMNS = (
     "id, chat, owner, text, timezone, recurrence, next_at, status, created_at, fired_count,"
@@ -135,3 +140,57 @@ def set_cron_last(db: SqlDb, job: str, occurrence: float) -> None:
         " THEN excluded.last_occurrence ELSE cron_state.last_occurrence END",
         [job, occurrence],
     )
+
+
+class ReminderRepo:
+    __slots__ = ("_db", "_tx")
+
+    def __init__(self, db: SqlDb, tx: Tx) -> None:
+        self._db, self._tx = db, tx
+
+    def insert(self, row: ReminderRow) -> None:
+        insert_reminder(self._db, row)
+        self._tx.announce(ReminderChanged(row.id))
+
+    def get(self, reminder_id: str) -> ReminderRow | None:
+        return get_reminder(self._db, reminder_id)
+
+    def active(self, chat: str | None = None) -> list[ReminderRow]:
+        return active_reminders(self._db, chat)
+
+    def count_active(self, chat: str) -> int:
+        return count_active(self._db, chat)
+
+    def set_status(
+        self,
+        reminder_id: str,
+        status: ReminderStatus,
+        *,
+        only_if: ReminderStatus = ReminderStatus.ACTIVE,
+    ) -> bool:
+        changed = set_status(self._db, reminder_id, status, only_if=only_if)
+        if changed:
+            self._tx.announce(ReminderChanged(reminder_id))
+        return changed
+
+    def mark_fired(
+        self, row: ReminderRow, occurrence: float, *, late_by: float, outcome: str
+    ) -> bool:
+        """Record that ``occurrence`` fired; False when it already had (never twice)."""
+        return mark_fired(self._db, row, occurrence, late_by=late_by, outcome=outcome)
+
+    def advance(self, reminder_id: str, next_at: float) -> None:
+        advance(self._db, reminder_id, next_at)
+
+    def chat_timezone(self, session_key: str) -> str | None:
+        return chat_timezone(self._db, session_key)
+
+    def set_chat_timezone(self, session_key: str, timezone: str) -> None:
+        set_chat_timezone(self._db, session_key, timezone)
+        self._tx.announce(ChatTimezoneChanged(session_key, timezone))
+
+    def cron_last(self, job: str) -> float | None:
+        return cron_last(self._db, job)
+
+    def set_cron_last(self, job: str, occurrence: float) -> None:
+        set_cron_last(self._db, job, occurrence)

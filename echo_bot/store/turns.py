@@ -7,6 +7,7 @@ after a crash knows exactly which calls may have happened.
 
 from __future__ import annotations
 
+import builtins
 import json
 import time
 from collections import Counter
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..conversation import ChatMessage, ToolCall
+from ..events import InboundStatus
 from ..statuses import CallStatus, TurnStatus
 from .sql import SqlDb
 
@@ -316,3 +318,78 @@ def taken_and_repeats(
     taken = {value for part, value in rows if part == 0}
     counts = Counter(value for part, value in rows if part == 1)
     return taken, max(counts.values(), default=0)
+
+
+class TurnRepo:
+    """Turns, their history (messages) and their tool calls: the checkpoint."""
+
+    __slots__ = ("_db",)
+
+    def __init__(self, db: SqlDb) -> None:
+        self._db = db
+
+    def get(self, turn_id: str) -> TurnRow | None:
+        return get_turn(self._db, turn_id)
+
+    def of_inbound(self, inbound_id: str) -> tuple[InboundStatus, TurnRow | None] | None:
+        """The inbound's status and its turn (None before it has one) in one read; None
+        when there is no such inbound."""
+        found = turn_of_inbound(self._db, inbound_id)
+        return None if found is None else (InboundStatus(found[0]), found[1])
+
+    def create(self, turn_id: str, session_key: str, trace_id: str) -> TurnRow:
+        return create_turn(self._db, turn_id, session_key, trace_id)
+
+    def set(
+        self, turn_id: str, *, step: int | None = None, status: TurnStatus | None = None
+    ) -> None:
+        set_turn(self._db, turn_id, step=step, status=status)
+
+    def append_message(self, session_key: str, turn_id: str, message: ChatMessage) -> None:
+        append_message(self._db, session_key, turn_id, message)
+
+    def reset_session(self, session_key: str) -> None:
+        reset_session(self._db, session_key)
+
+    def history(self, session_key: str, limit: int = 200) -> list[ChatMessage]:
+        return history(self._db, session_key, limit)
+
+    def reset_mark(self, session_key: str) -> tuple[int, str]:
+        return reset_mark(self._db, session_key)
+
+    def history_rows(
+        self, session_key: str, limit: int, mark: tuple[int, str] | None = None
+    ) -> list[tuple[int, ChatMessage]]:
+        return history_rows(self._db, session_key, limit, mark)
+
+    def newest_seq(self, session_key: str) -> int:
+        return newest_seq(self._db, session_key)
+
+    def messages_after(self, session_key: str, seq: int) -> list[tuple[int, ChatMessage]]:
+        return messages_after(self._db, session_key, seq)
+
+    def add_calls(
+        self, turn_id: str, step: int, calls: list[tuple[ToolCall, str]]
+    ) -> list[CallRow]:
+        """Store the step's calls (planned); the rows as ``calls_of_step`` reads them."""
+        return add_calls(self._db, turn_id, step, calls)
+
+    def calls_of_step(self, turn_id: str, step: int) -> list[CallRow]:
+        return calls_of_step(self._db, turn_id, step)
+
+    def set_call(
+        self,
+        call_id: str,
+        status: CallStatus,
+        *,
+        result: dict[str, Any] | None = None,
+        approval_id: str | None = None,
+    ) -> None:
+        set_call(self._db, call_id, status, result=result, approval_id=approval_id)
+
+    def taken_and_repeats(
+        self, turn_id: str, ids: list[str], hashes: list[str]
+    ) -> tuple[builtins.set[str], int]:
+        """Which of ``ids`` a stored call uses already, and how often the most repeated of
+        ``hashes`` was called in this turn: in one read."""
+        return taken_and_repeats(self._db, turn_id, ids, hashes)
