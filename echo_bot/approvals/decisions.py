@@ -57,6 +57,7 @@ class Decisions:
         self._stopping = False
         self._rearm = asyncio.Event()
         self._timer: asyncio.Task[None] | None = None
+        self.looked = 0  # the expiry timer's looks at the store that have come back
         store.subscribe(ApprovalRequested, self._requested)
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -129,6 +130,7 @@ class Decisions:
                 log_retrying(log, "expiring approvals failed; retrying")
                 delay = EXPIRY_RETRY
             else:
+                self.looked += 1
                 if turns:
                     self.resume(turns)
                 delay = EXPIRY_RECHECK
