@@ -127,76 +127,6 @@ def list_approvals(
     return [_row(tuple(r)) for r in rows]
 
 
-def pending_for(db: SqlDb, prompt_to: str) -> list[ApprovalRow]:
-    """Every pending request whose prompt goes to ``prompt_to``, oldest first."""
-    rows = db.execute(
-        f"SELECT {_COLUMNS} FROM approvals WHERE status = 'pending' AND prompt_to = ?"
-        " ORDER BY created_at",
-        [prompt_to],
-    ).fetchall()
-    return [_row(tuple(r)) for r in rows]
-
-
-def decide(
-    db: SqlDb,
-    approval_id: str,
-    status: ApprovalStatus,
-    *,
-    verb: str | None,
-    decided_by: dict[str, Any] | None,
-) -> bool:
-    """Compare-and-set from pending; False when someone (or expiry) got there first."""
-    cursor = db.execute(
-        "UPDATE approvals SET status = ?, verb = ?, decided_by = ?, decided_at = ?"
-        " WHERE id = ? AND status = 'pending'",
-        [status, verb, json.dumps(decided_by) if decided_by else None, time.time(), approval_id],
-    )
-    return cursor.rowcount == 1
-
-
-def due_for_expiry(db: SqlDb, now: float) -> list[str]:
-    rows = db.execute(
-        "SELECT id FROM approvals WHERE status = 'pending' AND expires_at <= ?", [now]
-    ).fetchall()
-    return [r[0] for r in rows]
-
-
-def next_expiry(db: SqlDb) -> float | None:
-    found = db.execute("SELECT MIN(expires_at) FROM approvals WHERE status = 'pending'").fetchone()[
-        0
-    ]
-    return None if found is None else float(found)
-
-
-def add_grant(
-    db: SqlDb, session_key: str, tool: str, scope: str, until: float, approval_id: str
-) -> None:
-    db.execute(
-        "INSERT INTO grants (session_key, tool, scope, until, approval_id)"
-        " VALUES (?, ?, ?, ?, ?)"
-        " ON CONFLICT(session_key, tool, scope) DO UPDATE SET until = excluded.until,"
-        " approval_id = excluded.approval_id",
-        [session_key, tool, scope, until, approval_id],
-    )
-
-
-def has_grant(db: SqlDb, session_key: str, tool: str, scope: str, now: float) -> bool:
-    row = db.execute(
-        "SELECT 1 FROM grants WHERE session_key = ? AND tool = ? AND scope = ? AND until > ?",
-        [session_key, tool, scope, now],
-    ).fetchone()
-    return row is not None
-
-
-def ids_beginning(db: SqlDb, prefix: str) -> list[str]:
-    """The ids of every request that begins with ``prefix``, oldest first."""
-    rows = db.execute(
-        "SELECT id FROM approvals WHERE substr(id, 1, ?) = ? ORDER BY created_at",
-        [len(prefix), prefix],
-    ).fetchall()
-    return [row[0] for row in rows]
-
-
 class ApprovalRepo:
     __slots__ = ("_db", "_tx")
 
@@ -217,11 +147,21 @@ class ApprovalRepo:
         return list_approvals(self._db, status, limit)
 
     def pending_for(self, prompt_to: str) -> builtins.list[ApprovalRow]:
-        return pending_for(self._db, prompt_to)
+        """Every pending request whose prompt goes to ``prompt_to``, oldest first."""
+        rows = self._db.execute(
+            f"SELECT {_COLUMNS} FROM approvals WHERE status = 'pending' AND prompt_to = ?"
+            " ORDER BY created_at",
+            [prompt_to],
+        ).fetchall()
+        return [_row(tuple(r)) for r in rows]
 
     def ids_beginning(self, prefix: str) -> builtins.list[str]:
         """The ids of every request that begins with ``prefix``, oldest first."""
-        return ids_beginning(self._db, prefix)
+        rows = self._db.execute(
+            "SELECT id FROM approvals WHERE substr(id, 1, ?) = ? ORDER BY created_at",
+            [len(prefix), prefix],
+        ).fetchall()
+        return [row[0] for row in rows]
 
     def decide(
         self,
@@ -232,14 +172,31 @@ class ApprovalRepo:
         decided_by: dict[str, Any] | None,
     ) -> bool:
         """Compare-and-set from pending; False when someone (or expiry) got there first."""
-        return decide(self._db, approval_id, status, verb=verb, decided_by=decided_by)
+        cursor = self._db.execute(
+            "UPDATE approvals SET status = ?, verb = ?, decided_by = ?, decided_at = ?"
+            " WHERE id = ? AND status = 'pending'",
+            [
+                status,
+                verb,
+                json.dumps(decided_by) if decided_by else None,
+                time.time(),
+                approval_id,
+            ],
+        )
+        return cursor.rowcount == 1
 
     def due_for_expiry(self, now: float) -> builtins.list[str]:
-        return due_for_expiry(self._db, now)
+        rows = self._db.execute(
+            "SELECT id FROM approvals WHERE status = 'pending' AND expires_at <= ?", [now]
+        ).fetchall()
+        return [r[0] for r in rows]
 
     def next_expiry(self) -> float | None:
         """When the first pending request expires; None when none is pending."""
-        return next_expiry(self._db)
+        found = self._db.execute(
+            "SELECT MIN(expires_at) FROM approvals WHERE status = 'pending'"
+        ).fetchone()[0]
+        return None if found is None else float(found)
 
 
 class GrantRepo:
@@ -252,7 +209,17 @@ class GrantRepo:
         self._db = db
 
     def add(self, session_key: str, tool: str, scope: str, until: float, approval_id: str) -> None:
-        add_grant(self._db, session_key, tool, scope, until, approval_id)
+        self._db.execute(
+            "INSERT INTO grants (session_key, tool, scope, until, approval_id)"
+            " VALUES (?, ?, ?, ?, ?)"
+            " ON CONFLICT(session_key, tool, scope) DO UPDATE SET until = excluded.until,"
+            " approval_id = excluded.approval_id",
+            [session_key, tool, scope, until, approval_id],
+        )
 
     def holds(self, session_key: str, tool: str, scope: str, now: float) -> bool:
-        return has_grant(self._db, session_key, tool, scope, now)
+        row = self._db.execute(
+            "SELECT 1 FROM grants WHERE session_key = ? AND tool = ? AND scope = ? AND until > ?",
+            [session_key, tool, scope, now],
+        ).fetchone()
+        return row is not None

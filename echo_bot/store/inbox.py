@@ -143,90 +143,9 @@ def _work_to_do(columns: str, where: str, params: Sequence[object]) -> tuple[str
     return sql, [*args, InboundStatus.WAITING_APPROVAL, *params]
 
 
-def claimable(db: SqlDb, instance: str, lease: float, limit: int) -> list[InboundMessage]:
-    """With several daemons on one store: the rows with work to do, oldest first, whose
-    session no other live instance holds (``store/leases.py``) — new work of sessions
-    nobody drives or this instance drives, the turns of an instance that died, and turns
-    waiting for approvals that are all decided now (the decision may have reached a
-    daemon that could not take the turn's session then)."""
-    sql, args = _work_to_do(
-        "*",
-        "NOT EXISTS (SELECT 1 FROM leases l JOIN instances n ON n.name = l.instance"
-        " WHERE l.name = 'session:' || i.session_key AND l.instance <> ?"
-        f" AND n.seen_at >= {db_clock(db)} - ?)",
-        [instance, lease],
-    )
-    cursor = db.execute(f"{sql} ORDER BY seq LIMIT ?", [*args, limit])
-    return [_row(dict(r)).message for r in cursor.fetchall()]
-
-
-def earlier_turns(db: SqlDb, session_key: str, inbound_id: str) -> list[str]:
-    """The session's turns with work to do that arrived before ``inbound_id``, oldest
-    first: what a daemon that has just taken the session runs before it (another daemon
-    committed them, or drove them and died), so the session's turns keep their order."""
-    sql, args = _work_to_do(
-        "i.seq, i.id",
-        "i.session_key = ? AND i.kind <> ? AND i.seq < (SELECT seq FROM inbox WHERE id = ?)",
-        [session_key, InboundKind.APPROVAL_DECISION, inbound_id],
-    )
-    cursor = db.execute(f"{sql} ORDER BY 1", args)
-    return [str(r[1]) for r in cursor.fetchall()]
-
-
-def has_accepted(db: SqlDb, session_key: str) -> bool:
-    row = db.execute(
-        "SELECT 1 FROM inbox WHERE status = ? AND session_key = ? LIMIT 1",
-        [InboundStatus.ACCEPTED, session_key],
-    ).fetchone()
-    return row is not None
-
-
-def unfinished_rows(db: SqlDb) -> tuple[list[InboundMessage], int]:
-    """Every unfinished inbound in arrival order, and the newest seq (one snapshot)."""
-    marks = ",".join("?" for _ in UNFINISHED)
-    cursor = db.execute(
-        f"SELECT * FROM inbox WHERE status IN ({marks}) ORDER BY seq", list(UNFINISHED)
-    )
-    messages = [_row(dict(r)).message for r in cursor.fetchall()]
-    last = db.execute("SELECT COALESCE(MAX(seq), 0) FROM inbox").fetchone()[0]
-    return messages, last
-
-
-def inbound_status(db: SqlDb, inbound_id: str) -> tuple[InboundStatus, str | None] | None:
-    row = db.execute("SELECT status, error FROM inbox WHERE id = ?", [inbound_id]).fetchone()
-    return (InboundStatus(row[0]), row[1]) if row else None
-
-
 def get_inbound(db: SqlDb, inbound_id: str) -> InboxRow | None:
     raw = db.execute("SELECT * FROM inbox WHERE id = ?", [inbound_id]).fetchone()
     return _row(dict(raw)) if raw else None
-
-
-def set_inbound_status(
-    db: SqlDb,
-    inbound_id: str,
-    status: InboundStatus,
-    error: str | None = None,
-    result: str | None = None,
-) -> None:
-    db.execute(
-        "UPDATE inbox SET status = ?, error = ?, result = COALESCE(?, result), updated_at = ?"
-        " WHERE id = ?",
-        [status, error, result[:2000] if result else None, time.time(), inbound_id],
-    )
-
-
-def describe_inbound(db: SqlDb, inbound_id: str) -> dict[str, object] | None:
-    row = db.execute(
-        "SELECT id, kind, channel, session_key, status, error, result, received_at, updated_at"
-        " FROM inbox WHERE id = ?",
-        [inbound_id],
-    ).fetchone()
-    if row is None:
-        return None
-    keys = ("id", "kind", "channel", "session", "status", "error", "result", "received_at",
-            "updated_at")  # fmt: skip
-    return dict(zip(keys, row, strict=True))
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,31 +157,6 @@ class InboundSummary:
     status: str
     received_at: float
     outcome: str  # its error, else its result, else ""
-
-
-def ids_beginning(db: SqlDb, channel: str, prefix: str) -> list[str]:
-    """The ids of ``channel``'s inbound that begin with ``prefix``, oldest first."""
-    rows = db.execute(
-        "SELECT id FROM inbox WHERE channel = ? AND substr(id, 1, ?) = ? ORDER BY seq",
-        [channel, len(prefix), prefix],
-    ).fetchall()
-    return [row[0] for row in rows]
-
-
-def recent_of_channel(
-    db: SqlDb, channel: str, session_key: str | None, limit: int
-) -> list[InboundSummary]:
-    """The newest ``limit`` inbound of ``channel`` (of one session, if given), newest first."""
-    sql = (
-        "SELECT id, session_key, status, received_at, COALESCE(error, result, '')"
-        " FROM inbox WHERE channel = ?"
-    )
-    args: list[object] = [channel]
-    if session_key is not None:
-        sql += " AND session_key = ?"
-        args.append(session_key)
-    sql += " ORDER BY seq DESC LIMIT ?"
-    return [InboundSummary(*row) for row in db.execute(sql, [*args, limit]).fetchall()]
 
 
 class InboxRepo:
@@ -284,17 +178,49 @@ class InboxRepo:
         return get_inbound(self._db, inbound_id)
 
     def claimable(self, instance: str, lease: float, limit: int) -> list[InboundMessage]:
-        return claimable(self._db, instance, lease, limit)
+        """With several daemons on one store: the rows with work to do, oldest first, whose
+        session no other live instance holds (``store/leases.py``) — new work of sessions
+        nobody drives or this instance drives, the turns of an instance that died, and turns
+        waiting for approvals that are all decided now (the decision may have reached a
+        daemon that could not take the turn's session then)."""
+        sql, args = _work_to_do(
+            "*",
+            "NOT EXISTS (SELECT 1 FROM leases l JOIN instances n ON n.name = l.instance"
+            " WHERE l.name = 'session:' || i.session_key AND l.instance <> ?"
+            f" AND n.seen_at >= {db_clock(self._db)} - ?)",
+            [instance, lease],
+        )
+        cursor = self._db.execute(f"{sql} ORDER BY seq LIMIT ?", [*args, limit])
+        return [_row(dict(r)).message for r in cursor.fetchall()]
 
     def earlier_turns(self, session_key: str, inbound_id: str) -> list[str]:
-        return earlier_turns(self._db, session_key, inbound_id)
+        """The session's turns with work to do that arrived before ``inbound_id``, oldest
+        first: what a daemon that has just taken the session runs before it (another daemon
+        committed them, or drove them and died), so the session's turns keep their order."""
+        sql, args = _work_to_do(
+            "i.seq, i.id",
+            "i.session_key = ? AND i.kind <> ? AND i.seq < (SELECT seq FROM inbox WHERE id = ?)",
+            [session_key, InboundKind.APPROVAL_DECISION, inbound_id],
+        )
+        cursor = self._db.execute(f"{sql} ORDER BY 1", args)
+        return [str(r[1]) for r in cursor.fetchall()]
 
     def has_accepted(self, session_key: str) -> bool:
-        return has_accepted(self._db, session_key)
+        row = self._db.execute(
+            "SELECT 1 FROM inbox WHERE status = ? AND session_key = ? LIMIT 1",
+            [InboundStatus.ACCEPTED, session_key],
+        ).fetchone()
+        return row is not None
 
     def unfinished(self) -> tuple[list[InboundMessage], int]:
         """Every unfinished inbound in arrival order, and the newest seq."""
-        return unfinished_rows(self._db)
+        marks = ",".join("?" for _ in UNFINISHED)
+        cursor = self._db.execute(
+            f"SELECT * FROM inbox WHERE status IN ({marks}) ORDER BY seq", list(UNFINISHED)
+        )
+        messages = [_row(dict(r)).message for r in cursor.fetchall()]
+        last = self._db.execute("SELECT COALESCE(MAX(seq), 0) FROM inbox").fetchone()[0]
+        return messages, last
 
     def accepted_from_others(self, seq: int, limit: int) -> tuple[list[InboundMessage], int, bool]:
         """Accepted inbound after ``seq`` that another process wrote (a management
@@ -302,20 +228,45 @@ class InboxRepo:
         return accepted_from_others(self._db, seq, self._instance, limit)
 
     def status_of(self, inbound_id: str) -> tuple[InboundStatus, str | None] | None:
-        return inbound_status(self._db, inbound_id)
+        row = self._db.execute(
+            "SELECT status, error FROM inbox WHERE id = ?", [inbound_id]
+        ).fetchone()
+        return (InboundStatus(row[0]), row[1]) if row else None
 
     def describe(self, inbound_id: str) -> dict[str, object] | None:
-        return describe_inbound(self._db, inbound_id)
+        row = self._db.execute(
+            "SELECT id, kind, channel, session_key, status, error, result, received_at, updated_at"
+            " FROM inbox WHERE id = ?",
+            [inbound_id],
+        ).fetchone()
+        if row is None:
+            return None
+        keys = ("id", "kind", "channel", "session", "status", "error", "result", "received_at",
+                "updated_at")  # fmt: skip
+        return dict(zip(keys, row, strict=True))
 
     def ids_beginning(self, channel: str, prefix: str) -> list[str]:
         """The ids of ``channel``'s inbound that begin with ``prefix``, oldest first."""
-        return ids_beginning(self._db, channel, prefix)
+        rows = self._db.execute(
+            "SELECT id FROM inbox WHERE channel = ? AND substr(id, 1, ?) = ? ORDER BY seq",
+            [channel, len(prefix), prefix],
+        ).fetchall()
+        return [row[0] for row in rows]
 
     def recent(
         self, channel: str, *, session_key: str | None = None, limit: int = 20
     ) -> list[InboundSummary]:
         """The newest inbound of ``channel`` (of one session, if given), newest first."""
-        return recent_of_channel(self._db, channel, session_key, limit)
+        sql = (
+            "SELECT id, session_key, status, received_at, COALESCE(error, result, '')"
+            " FROM inbox WHERE channel = ?"
+        )
+        args: list[object] = [channel]
+        if session_key is not None:
+            sql += " AND session_key = ?"
+            args.append(session_key)
+        sql += " ORDER BY seq DESC LIMIT ?"
+        return [InboundSummary(*row) for row in self._db.execute(sql, [*args, limit]).fetchall()]
 
     def set_status(
         self,
@@ -324,4 +275,8 @@ class InboxRepo:
         error: str | None = None,
         result: str | None = None,
     ) -> None:
-        set_inbound_status(self._db, inbound_id, status, error, result)
+        self._db.execute(
+            "UPDATE inbox SET status = ?, error = ?, result = COALESCE(?, result), updated_at = ?"
+            " WHERE id = ?",
+            [status, error, result[:2000] if result else None, time.time(), inbound_id],
+        )

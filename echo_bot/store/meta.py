@@ -11,14 +11,6 @@ from . import retention
 from .sql import SqlDb, db_clock
 
 
-def set_daemon_info(db: SqlDb, info: dict[str, Any]) -> None:
-    db.execute(
-        "INSERT INTO meta (key, value) VALUES ('daemon', ?)"
-        " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-        [json.dumps(info)],
-    )
-
-
 @dataclass(frozen=True, slots=True)
 class InstanceRow:
     name: str  # this process's, unique: what holds its leases
@@ -29,34 +21,6 @@ class InstanceRow:
     version: str
     started_at: float
     seen_at: float
-
-
-def instance_seen(db: SqlDb, row: InstanceRow) -> None:
-    db.execute(
-        "INSERT INTO instances (name, label, host, boot_id, pid, version, started_at, seen_at)"
-        f" VALUES (?, ?, ?, ?, ?, ?, ?, {db_clock(db)}) ON CONFLICT (name) DO UPDATE SET"
-        " label = excluded.label, host = excluded.host, boot_id = excluded.boot_id,"
-        " pid = excluded.pid, version = excluded.version, started_at = excluded.started_at,"
-        " seen_at = excluded.seen_at",
-        [
-            row.name,
-            row.label,
-            row.host,
-            row.boot_id,
-            row.pid,
-            row.version,
-            row.started_at,
-        ],
-    )
-
-
-def instance_gone(db: SqlDb, name: str) -> None:
-    db.execute("DELETE FROM instances WHERE name = ?", [name])
-
-
-def now(db: SqlDb) -> float:
-    """The database's clock (what ``seen_at`` is written by), Unix seconds."""
-    return float(db.execute(f"SELECT {db_clock(db)}").fetchone()[0])
 
 
 def instances(db: SqlDb) -> list[InstanceRow]:
@@ -100,11 +64,6 @@ def notify(db: SqlDb, what: str) -> None:
     db.execute(f"SELECT pg_notify('{WAKE_CHANNEL}', ?)", [what])
 
 
-def daemon_info(db: SqlDb) -> dict[str, Any]:
-    row = db.execute("SELECT value FROM meta WHERE key = 'daemon'").fetchone()
-    return json.loads(row[0]) if row else {}
-
-
 def queue_counts(db: SqlDb) -> dict[str, int]:
     def one(sql: str) -> int:
         return int(db.execute(sql).fetchone()[0])
@@ -136,20 +95,40 @@ class MetaRepo:
         self._db = db
 
     def set_daemon_info(self, info: dict[str, Any]) -> None:
-        set_daemon_info(self._db, info)
+        self._db.execute(
+            "INSERT INTO meta (key, value) VALUES ('daemon', ?)"
+            " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            [json.dumps(info)],
+        )
 
     def daemon_info(self) -> dict[str, Any]:
-        return daemon_info(self._db)
+        row = self._db.execute("SELECT value FROM meta WHERE key = 'daemon'").fetchone()
+        return json.loads(row[0]) if row else {}
 
     def queue_counts(self) -> dict[str, int]:
         return queue_counts(self._db)
 
     def instance_seen(self, row: InstanceRow) -> None:
         """This daemon is alive (its row made or refreshed)."""
-        instance_seen(self._db, row)
+        self._db.execute(
+            "INSERT INTO instances (name, label, host, boot_id, pid, version, started_at, seen_at)"
+            f" VALUES (?, ?, ?, ?, ?, ?, ?, {db_clock(self._db)}) ON CONFLICT (name) DO UPDATE SET"
+            " label = excluded.label, host = excluded.host, boot_id = excluded.boot_id,"
+            " pid = excluded.pid, version = excluded.version, started_at = excluded.started_at,"
+            " seen_at = excluded.seen_at",
+            [
+                row.name,
+                row.label,
+                row.host,
+                row.boot_id,
+                row.pid,
+                row.version,
+                row.started_at,
+            ],
+        )
 
     def instance_gone(self, name: str) -> None:
-        instance_gone(self._db, name)
+        self._db.execute("DELETE FROM instances WHERE name = ?", [name])
 
     def position(self, name: str) -> tuple[int, float] | None:
         return position(self._db, name)
@@ -159,7 +138,7 @@ class MetaRepo:
 
     def now(self) -> float:
         """The store's clock: the one every daemon's ``seen_at`` is judged by."""
-        return now(self._db)
+        return float(self._db.execute(f"SELECT {db_clock(self._db)}").fetchone()[0])
 
     def instances(self) -> list[InstanceRow]:
         """Every daemon that has used the store and not left, the most recently seen
