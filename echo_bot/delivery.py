@@ -19,13 +19,12 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Protocol
 
 from . import metrics
 from .bus import Channel
 from .cluster import BEAT, Cluster, delivery_lease
 from .errors import ChannelError, log_retrying
-from .events import OutboundMessage, Receipt
+from .events import OutboundMessage
 from .secrets import Masker
 from .statuses import OutboxStatus
 from .store import OutboundCommitted, Store
@@ -38,43 +37,16 @@ log = logging.getLogger(__name__)
 MAX_ATTEMPTS = 8
 SEND_TIMEOUT = 60.0
 IDLE_WAIT = 1.0
+DUE_PAGE = 100  # chats' heads read at one look
 
 
 def backoff(attempts: int) -> float:
     return float(min(300, 2 ** max(0, attempts)))
 
 
-class OutboxQueue(Protocol):
-    """The outbox as the delivery worker works it (``store.SqliteOutbox`` implements it)."""
-
-    async def due(
-        self, channels: Iterable[str], now: float, limit: int = 100, busy: Iterable[str] = ()
-    ) -> tuple[list[OutboxRow], float | None]:
-        """The head of each chat's queue that is due (not the ``busy`` chats), and when
-        the next message of any other chat is due."""
-        ...
-
-    async def receipt_of(self, outbound_id: str) -> str | None: ...
-
-    async def mark_sent(self, message: OutboundMessage, receipt: Receipt) -> None:
-        """Record the delivery."""
-        ...
-
-    async def mark_retry(self, outbound_id: str, error: str, next_attempt_at: float) -> None: ...
-
-    async def note_error(self, outbound_id: str, error: str) -> None:
-        """Why a queued message is still queued, without counting an attempt."""
-        ...
-
-    async def mark_failed(self, outbound_id: str, error: str) -> None: ...
-
-    async def pending_count(self, chat_key: str | None = None) -> int: ...
-
-
 class DeliveryWorker:
     def __init__(
         self,
-        outbox: OutboxQueue,
         *,
         store: Store,
         clock: Callable[[], float] = time.time,
@@ -82,7 +54,7 @@ class DeliveryWorker:
         masker: Masker | None = None,
         cluster: Cluster | None = None,
     ) -> None:
-        self.outbox = outbox
+        self.store = store
         # Every text a chat receives leaves through here: the last place to mask a
         # secret that reached a notice, a prompt or a reply some other way.
         self.masker = masker or Masker()
@@ -109,6 +81,10 @@ class DeliveryWorker:
         self._lease_task: asyncio.Task[None] | None = None
         self._elsewhere: set[str] = set()  # channels whose lease another daemon holds
         self.delivered = 0
+        # Looks for due messages begun, and those that have come back (a look that reads
+        # nothing still counts): how often the worker reads its queue.
+        self.looks = 0
+        self.looked = 0
         store.subscribe(OutboundCommitted, self._queued)  # every commit that queued outbound
 
     def add_channel(self, channel: Channel) -> None:
@@ -210,7 +186,9 @@ class DeliveryWorker:
 
     async def idle(self, chat_key: str) -> bool:
         """True when nothing is queued or in flight for ``chat_key``."""
-        return chat_key not in self._in_flight and await self.outbox.pending_count(chat_key) == 0
+        if chat_key in self._in_flight:
+            return False
+        return await self.store.run(lambda tx: tx.outbox.pending_count(chat_key)) == 0
 
     def _send_now(self, row: OutboxRow) -> bool:
         """Start sending ``row`` (just committed, nothing queued ahead of it in its chat)
@@ -240,7 +218,7 @@ class DeliveryWorker:
                 # Chats with a send in flight are left out: their next message waits for
                 # it, and the send wakes this loop when it is done. Counting their heads
                 # as due would spin this loop for as long as a send takes.
-                rows, next_at = await self.outbox.due(sendable, self.clock(), busy=self._in_flight)
+                rows, next_at = await self._due(sendable, self.clock(), busy=self._in_flight)
             except Exception:
                 log_retrying(log, "reading the outbox failed; retrying")
                 rows, next_at = [], None
@@ -260,6 +238,21 @@ class DeliveryWorker:
                 async with asyncio.timeout(wait):
                     await self._wake.wait()
 
+    async def _due(
+        self, channels: Iterable[str], now: float, busy: Iterable[str]
+    ) -> tuple[list[OutboxRow], float | None]:
+        """The head of each chat's queue whose next attempt is due, and when the next
+        message of any other chat is due — both from one read, leaving out the ``busy``
+        chats (chat keys with a send in flight: their head is that send)."""
+        names, skip = sorted(set(channels)), sorted(set(busy))
+        self.looks += 1
+        try:
+            if not names:
+                return [], None
+            return await self.store.run(lambda tx: tx.outbox.due(names, now, DUE_PAGE, skip))
+        finally:
+            self.looked += 1
+
     async def _deliver(self, row: OutboxRow) -> None:
         message = row.message
         key = str(message.to)
@@ -275,14 +268,16 @@ class DeliveryWorker:
             if masked != message.text:
                 message = message.model_copy(update={"text": masked})
             if message.edit_of:
-                target = await self.outbox.receipt_of(message.edit_of)
+                edit_of = message.edit_of
+                target = await self.store.run(lambda tx: tx.outbox.receipt_of(edit_of))
                 message = message.model_copy(update={"edit_message_id": target})
             try:
                 receipt = await asyncio.wait_for(channel.send(message), SEND_TIMEOUT)
             except ChannelError as exc:
                 if self.channels.get(channel.name) is not channel:
                     # The channel left while sending: not an attempt; it stays queued.
-                    await self.outbox.note_error(row.message.id, str(exc))
+                    note = str(exc)
+                    await self.store.run(lambda tx: tx.outbox.note_error(row.message.id, note))
                     return
                 await self._failed_attempt(row, str(exc), exc.retryable, exc.retry_after)
             except TimeoutError:
@@ -291,7 +286,8 @@ class DeliveryWorker:
                 log.exception("channel %s raised while sending %s", channel.name, message.id)
                 await self._failed_attempt(row, f"{type(exc).__name__}: {exc}", True, None)
             else:
-                await self.outbox.mark_sent(message, receipt)
+                sent = message
+                await self.store.run(lambda tx: tx.outbox.mark_sent(sent, receipt))
                 await _discard_copy(message)
                 look_again = key in self._more
                 self.delivered += 1
@@ -308,7 +304,7 @@ class DeliveryWorker:
         attempts = row.attempts + 1
         if not retryable or attempts >= self.max_attempts:
             metrics.OUTBOUND.labels(row.message.to.channel, OutboxStatus.FAILED).inc()
-            await self.outbox.mark_failed(row.message.id, error)
+            await self.store.run(lambda tx: tx.outbox.mark_failed(row.message.id, error))
             await _discard_copy(row.message)
             log.error(
                 "outbound %s to %s failed after %d attempt(s): %s",
@@ -320,7 +316,8 @@ class DeliveryWorker:
             return
         metrics.OUTBOUND.labels(row.message.to.channel, "retry").inc()
         delay = retry_after if retry_after is not None else backoff(attempts)
-        await self.outbox.mark_retry(row.message.id, error, self.clock() + delay)
+        retry_at = self.clock() + delay
+        await self.store.run(lambda tx: tx.outbox.mark_retry(row.message.id, error, retry_at))
         log.warning(
             "outbound %s to %s: attempt %d failed (%s); retrying in %.0f s",
             row.message.id,

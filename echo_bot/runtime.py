@@ -25,7 +25,7 @@ from .media.inbound import MediaPreparer, Transcribe
 from .media.inbox import INBOX
 from .previews import Previews
 from .scheduling.scheduler import Scheduler
-from .store import SqliteInbox, SqliteOutbox
+from .store import BusQueues
 
 # With several daemons on one store: how often reminders set elsewhere are looked for.
 SCHEDULE_RESYNC = 15.0
@@ -38,8 +38,6 @@ class Runtime:
     """Every part of one run, made and not started."""
 
     bus: Bus
-    inbox: SqliteInbox
-    outbox: SqliteOutbox
     cluster: Cluster | None  # only on a shared store (several daemons)
     membership: InstanceMembership
     executor: CallExecutor
@@ -72,8 +70,8 @@ def wire(
     )
     cluster = Cluster(store, membership.name, label=membership.label) if store.shared else None
     fence = cluster.fence if cluster is not None else None
-    inbox, outbox = SqliteInbox(store), SqliteOutbox(store)
-    bus = Bus(inbox, outbox)
+    queues = BusQueues(store)
+    bus = Bus(queues, queues)
     executor = CallExecutor(
         store=store,
         registry=core.registry,
@@ -117,8 +115,6 @@ def wire(
     )
     return Runtime(
         bus=bus,
-        inbox=inbox,
-        outbox=outbox,
         cluster=cluster,
         membership=membership,
         executor=executor,
@@ -127,10 +123,9 @@ def wire(
         previews=previews,
         runner=runner,
         # Both subscribe to the store: new inbound runs, queued outbound is sent.
-        delivery=DeliveryWorker(outbox, store=store, masker=core.masker, cluster=cluster),
+        delivery=DeliveryWorker(store=store, masker=core.masker, cluster=cluster),
         dispatcher=Dispatcher(
             store=store,
-            inbox=inbox,
             runner=runner,
             gate=core.gate,
             max_concurrent=config.bot.max_concurrent_turns,

@@ -12,7 +12,7 @@ from echo_bot.approvals import ApprovalGate
 from echo_bot.cluster import Cluster
 from echo_bot.events import Address, InboundMessage, InboundStatus, MessageInbound, Sender, new_id
 from echo_bot.secrets import Masker
-from echo_bot.store import SqliteInbox, Store
+from echo_bot.store import Store
 from tests.conftest import eventually
 from tests.postgres import fresh_database
 
@@ -56,7 +56,6 @@ async def test_a_daemon_taking_a_session_runs_the_turns_that_arrived_before_firs
             runner = RecordingRunner(mine)
             dispatcher = Dispatcher(
                 store=mine,
-                inbox=SqliteInbox(mine),
                 runner=cast(TurnRunner, runner),
                 gate=cast(ApprovalGate, cast(Any, None)),  # no decisions here
                 max_concurrent=4,

@@ -16,7 +16,7 @@ from echo_bot.delivery import DeliveryWorker
 from echo_bot.errors import ChannelError
 from echo_bot.events import Address, OutboundMessage, Receipt
 from echo_bot.secrets import Masker
-from echo_bot.store import Database, SqliteOutbox, Store
+from echo_bot.store import Database, Store
 from tests.conftest import eventually
 from tests.fakes.channel import RecordingChannel
 
@@ -36,13 +36,13 @@ class Clock:
 @dataclass
 class Harness:
     db: Database
-    outbox: SqliteOutbox
+    store: Store
     worker: DeliveryWorker
     clock: Clock
 
     async def send(self, to: Address, text: str, **fields: object) -> OutboundMessage:
         message = OutboundMessage(to=to, text=text, **fields)  # type: ignore[arg-type]
-        await self.outbox.enqueue(message)  # the commit wakes the worker
+        await self.store.run(lambda tx: tx.outbox.add(message))  # the commit wakes the worker
         return message
 
     async def row(self, outbound_id: str) -> tuple[str, str | None, int]:
@@ -77,12 +77,11 @@ async def harness(tmp_path: Path) -> AsyncIterator[Harness]:
     db = Database(tmp_path / "x.sqlite3")
     await db.open()
     store = Store(db, Masker())
-    outbox = SqliteOutbox(store)
     clock = Clock()
-    worker = DeliveryWorker(outbox, store=store, clock=clock, max_attempts=3)
+    worker = DeliveryWorker(store=store, clock=clock, max_attempts=3)
     await worker.start()
     try:
-        yield Harness(db=db, outbox=outbox, worker=worker, clock=clock)
+        yield Harness(db=db, store=store, worker=worker, clock=clock)
     finally:
         await worker.stop()
         await db.close()
@@ -142,7 +141,7 @@ async def test_sent_rows_are_marked_with_a_receipt(harness: Harness) -> None:
     message = await harness.send(channel.address(), "hello")
     _, error, attempts = await harness.wait_status(message.id, "sent")
     assert (error, attempts) == (None, 1)
-    assert await harness.outbox.receipt_of(message.id) == "m1"
+    assert await harness.store.run(lambda tx: tx.outbox.receipt_of(message.id)) == "m1"
     assert await harness.worker.idle(str(channel.address()))
 
 
@@ -205,7 +204,7 @@ async def test_non_retryable_error_fails_the_message_and_moves_on(
     assert [m.text for m in channel.attempts].count("doomed") == 1  # not retried
     errors = [r for r in caplog.records if r.levelno == logging.ERROR]
     assert any(doomed.id in r.getMessage() for r in errors), caplog.text
-    assert await harness.outbox.pending_count() == 0
+    assert await harness.store.run(lambda tx: tx.outbox.pending_count()) == 0
 
 
 async def test_max_attempts_marks_failed_not_dropped(
@@ -271,7 +270,7 @@ async def test_edit_carries_the_channel_message_id_of_the_original(harness: Harn
     await harness.send(channel.address(), "first")
     original = await harness.send(channel.address(), "Approve?")
     await wait_sent(channel, 2)
-    receipt = await harness.outbox.receipt_of(original.id)
+    receipt = await harness.store.run(lambda tx: tx.outbox.receipt_of(original.id))
     assert receipt == "m2"
     edit = await harness.send(channel.address(), "✅ Approved", edit_of=original.id)
     delivered = await channel.wait_for(lambda m: m.id == edit.id, WAIT)
@@ -300,7 +299,10 @@ async def test_unregistered_channel_stays_queued_until_it_is_added(harness: Harn
     await cli.wait_for(lambda m: m.text == "now", WAIT)
     await asyncio.sleep(0)  # let the worker loop turn once more
     assert await harness.row(waiting.id) == ("queued", None, 0)
-    assert await harness.outbox.pending_count(str(telegram.address("42"))) == 1
+    assert (
+        await harness.store.run(lambda tx: tx.outbox.pending_count(str(telegram.address("42"))))
+        == 1
+    )
     harness.worker.add_channel(telegram)
     await telegram.wait_for(lambda m: m.text == "for later", WAIT)
     await harness.wait_status(waiting.id, "sent")
@@ -311,7 +313,6 @@ async def test_stop_lets_the_send_in_flight_finish(tmp_path: Path) -> None:
     db = Database(tmp_path / "x.sqlite3")
     await db.open()
     store = Store(db, Masker())
-    outbox = SqliteOutbox(store)
     started, release = asyncio.Event(), asyncio.Event()
 
     class Slow(RecordingChannel):
@@ -321,34 +322,19 @@ async def test_stop_lets_the_send_in_flight_finish(tmp_path: Path) -> None:
             return await super().send(message)
 
     channel = Slow("cli")
-    worker = DeliveryWorker(outbox, store=store)
+    worker = DeliveryWorker(store=store)
     worker.add_channel(channel)
     await worker.start()
     message = OutboundMessage(to=channel.address(), text="in flight")
-    await outbox.enqueue(message)
+    await store.run(lambda tx: tx.outbox.add(message))
     await asyncio.wait_for(started.wait(), WAIT)
     stopping = asyncio.create_task(worker.stop(grace=WAIT))
     await asyncio.sleep(0)
     release.set()
     await stopping
     assert [m.text for m in channel.sent] == ["in flight"]
-    assert await outbox.pending_count() == 0
+    assert await store.run(lambda tx: tx.outbox.pending_count()) == 0
     await db.close()
-
-
-class CountingOutbox(SqliteOutbox):
-    """The real outbox, counting how often the worker looks for due messages (``looks``)
-    and how many of those looks have come back to it (``looked``)."""
-
-    looks = 0
-    looked = 0
-
-    async def due(self, *args: object, **kwargs: object):  # type: ignore[no-untyped-def,override]
-        self.looks += 1
-        try:
-            return await super().due(*args, **kwargs)  # type: ignore[arg-type]
-        finally:
-            self.looked += 1
 
 
 class SlowChannel(RecordingChannel):
@@ -363,19 +349,19 @@ async def test_the_worker_waits_quietly_while_a_send_is_in_flight(tmp_path: Path
     db = Database(tmp_path / "x.sqlite3")
     await db.open()
     store = Store(db, Masker())
-    outbox = CountingOutbox(store)
-    worker = DeliveryWorker(outbox, store=store)
+    worker = DeliveryWorker(store=store)
     channel = SlowChannel("cli")
     worker.add_channel(channel)
     await worker.start()
     try:
         for text in ("one", "two"):
-            await outbox.enqueue(OutboundMessage(to=channel.address("a"), text=text))
+            message = OutboundMessage(to=channel.address("a"), text=text)
+            await store.run(lambda tx, m=message: tx.outbox.add(m))
         sent = await wait_sent(channel, 2)
         assert [m.text for m in sent] == ["one", "two"]
         # One look when woken, one after each send (more queued / the last one), and an
         # idle look at most: not one per event-loop turn for a second of sending.
-        assert outbox.looks <= 5, outbox.looks
+        assert worker.looks <= 5, worker.looks
     finally:
         await worker.stop()
         await db.close()
@@ -397,13 +383,13 @@ async def test_the_worker_waits_quietly_while_a_chat_waits_out_a_retry(tmp_path:
     db = Database(tmp_path / "x.sqlite3")
     await db.open()
     store = Store(db, Masker())
-    outbox = CountingOutbox(store)
-    worker = DeliveryWorker(outbox, store=store)
+    worker = DeliveryWorker(store=store)
     channel = RateLimitedChannel("cli")
     worker.add_channel(channel)
     try:
         for text in ("first", "second"):
-            await outbox.enqueue(OutboundMessage(to=channel.address("a"), text=text))
+            message = OutboundMessage(to=channel.address("a"), text=text)
+            await store.run(lambda tx, m=message: tx.outbox.add(m))
         await worker.start()
         async with asyncio.timeout(WAIT):
             while not channel.attempts:
@@ -411,7 +397,7 @@ async def test_the_worker_waits_quietly_while_a_chat_waits_out_a_retry(tmp_path:
         # A bounded negative check: a busy loop would make thousands of looks here, and
         # nothing marks "the worker is waiting quietly" but the looks it does not make.
         await asyncio.sleep(1.0)
-        assert outbox.looks <= 5, outbox.looks
+        assert worker.looks <= 5, worker.looks
         assert channel.sent == []  # and nothing jumped the queue
     finally:
         await worker.stop()
@@ -427,7 +413,7 @@ async def test_outbound_queued_through_the_store_wakes_the_worker(
     db = Database(tmp_path / "x.sqlite3")
     await db.open()
     store = Store(db, Masker())
-    worker = DeliveryWorker(CountingOutbox(store), store=store)
+    worker = DeliveryWorker(store=store)
     channel = RecordingChannel("cli")
     worker.add_channel(channel)
     await worker.start()
@@ -470,7 +456,7 @@ async def hour_idle(
     db = Database(tmp_path / "x.sqlite3")
     await db.open()
     store = Store(db, Masker())
-    worker = DeliveryWorker(CountingOutbox(store), store=store)
+    worker = DeliveryWorker(store=store)
     try:
         yield store, worker
     finally:
@@ -480,8 +466,7 @@ async def hour_idle(
 
 def looked(worker: DeliveryWorker) -> int:
     """How many of the worker's looks for due messages have come back to it."""
-    assert isinstance(worker.outbox, CountingOutbox)
-    return worker.outbox.looked
+    return worker.looked
 
 
 async def settle_worker(worker: DeliveryWorker) -> None:
@@ -535,8 +520,7 @@ async def test_a_new_message_never_overtakes_one_waiting_out_a_retry(
     async with asyncio.timeout(WAIT):
         while not channel.attempts:
             await asyncio.sleep(0.01)
-    assert isinstance(worker.outbox, CountingOutbox)
-    seen = worker.outbox.looks  # looks begun so far; one begun after the commit is next
+    seen = worker.looks  # looks begun so far; one begun after the commit is next
     await store.run(lambda tx: tx.outbox.add(OutboundMessage(to=to, text="second")))
     # The commit woke the worker (its chat has a message queued ahead): until a look
     # begun after it has come back (looks run one at a time), or something was sent.

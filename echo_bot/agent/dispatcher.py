@@ -1,7 +1,8 @@
 """Who runs what, when: takes this process's new inbound from the store's
 ``InboundCommitted`` event (and polls the inbox for rows other processes committed), runs
 one turn at a time per session in arrival order, sessions round-robin and concurrently
-up to a bound, applies approval decisions and expiry, and resumes suspended turns."""
+up to a bound, and resumes suspended turns when ``approvals.Decisions`` (decisions and
+expiry) hands them back."""
 
 from __future__ import annotations
 
@@ -10,12 +11,13 @@ import collections
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from .. import metrics
-from ..approvals import ApprovalGate, DecisionOutcome
-from ..cluster import Cluster, session_lease
-from ..errors import LeaseLost, StoreUnavailable, log_retrying
+from ..approvals import ApprovalGate
+from ..approvals.decisions import Decisions
+from ..cluster import Cluster
+from ..errors import LeaseLost, log_retrying
 from ..events import (
     DecisionInbound,
     Inbound,
@@ -24,8 +26,7 @@ from ..events import (
     OutboundKind,
     OutboundMessage,
 )
-from ..statuses import ApprovalStatus
-from ..store import InboundCommitted, Store, Tx
+from ..store import InboundCommitted, Store, Tx, once_the_store_is_back
 from .runner import TurnRunner
 
 log = logging.getLogger(__name__)
@@ -38,28 +39,8 @@ POLL_PAGE = 500
 # A session's queue keeps at most this many whole messages (saves reading them back);
 # behind those it keeps ids, so a flood of deliveries costs little memory while it waits.
 KEEP_QUEUED_MESSAGES = 64
-EXPIRY_INTERVAL = 1.0
-# A turn whose store went away waits this long before trying again, doubling up to the
-# second (PostgreSQL restarting, the network between).
-STORE_RETRY_FIRST = 0.5
-STORE_RETRY_MAX = 15.0
 
 T = TypeVar("T")
-
-
-class InboxFeed(Protocol):
-    """The inbox as the dispatcher reads it (``store.SqliteInbox`` implements it)."""
-
-    async def unfinished(self) -> tuple[list[InboundMessage], int]:
-        """Every unfinished inbound in arrival order, and the newest seq (one snapshot)."""
-        ...
-
-    async def accepted_after(
-        self, seq: int, limit: int = POLL_PAGE
-    ) -> tuple[list[InboundMessage], int, bool]:
-        """Accepted inbound after ``seq`` that other processes wrote, the newest seq
-        looked at, and whether ``limit`` cut the look short."""
-        ...
 
 
 class Dispatcher:
@@ -67,7 +48,6 @@ class Dispatcher:
         self,
         *,
         store: Store,
-        inbox: InboxFeed,
         runner: TurnRunner,
         gate: ApprovalGate,
         max_concurrent: int,
@@ -78,9 +58,10 @@ class Dispatcher:
             # a second time.
             raise ValueError("the dispatcher needs a store that names its instance")
         self.store = store
-        self.inbox = inbox
         self.runner = runner
         self.gate = gate
+        # Decisions and expiry: they hand the turns to resume back to ``_resume``.
+        self.decisions = Decisions(store=store, gate=gate, resume=self._resume, cluster=cluster)
         self._max_concurrent = max_concurrent
         # With several daemons on one store: a session's turns run only where its lease
         # is held, and the poll reads every claimable row; ``_known`` is what this one
@@ -106,22 +87,25 @@ class Dispatcher:
 
     # -- lifecycle ------------------------------------------------------------------------
     async def start(self) -> None:
-        unfinished, self._last_seq = await self.inbox.unfinished()
+        # Every unfinished inbound and the newest seq, from one snapshot: a row committed
+        # meanwhile is either in the list or after the seq, never both.
+        unfinished, self._last_seq = await self.store.run(
+            lambda tx: tx.inbox.unfinished(), slow=True
+        )
         held, self._held = self._held or [], None
         for message in unfinished:
             self._dispatch(message)
         recovered = {message.id for message in unfinished}
         self.accept([message for message in held if message.id not in recovered])
-        self._tasks = [
-            asyncio.create_task(self._poll_loop(), name="inbox-poll"),
-            asyncio.create_task(self._expiry_loop(), name="approval-expiry"),
-        ]
+        self._tasks = [asyncio.create_task(self._poll_loop(), name="inbox-poll")]
+        self.decisions.start()
 
     async def stop(self, grace: float = 10.0) -> None:
         """Stop taking new work; let running turns reach their next checkpoint."""
         self._stopping = True
         # What is committed from now on waits in the inbox for the next start.
         self.store.unsubscribe(InboundCommitted, self._committed)
+        await self.decisions.stop()
         for task in self._tasks:
             task.cancel()
         workers = list(self._running.values())
@@ -167,15 +151,18 @@ class Dispatcher:
             more = True
             while more:  # until the poll has caught up
                 try:
-                    messages, last, more = await self.inbox.accepted_after(
-                        self._last_seq, POLL_PAGE
-                    )
+                    messages, last, more = await self._accepted_from_others(self._last_seq)
                 except Exception:
                     log_retrying(log, "reading the inbox failed; retrying")
                     await asyncio.sleep(1)
                     break
                 self._last_seq = max(self._last_seq, last)
                 self.accept(messages)
+
+    async def _accepted_from_others(self, seq: int) -> tuple[list[InboundMessage], int, bool]:
+        """Accepted inbound after ``seq`` that other processes wrote, the newest seq
+        looked at, and whether ``POLL_PAGE`` cut the look short."""
+        return await self.store.run(lambda tx: tx.inbox.accepted_from_others(seq, POLL_PAGE))
 
     async def _claim_loop(self, cluster: Cluster) -> None:
         """With several daemons: every POLL_INTERVAL, the rows with work to do (accepted,
@@ -357,19 +344,9 @@ class Dispatcher:
     async def _once_the_store_is_back(
         self, what: str, attempt: Callable[[], Awaitable[T]]
     ) -> T | None:
-        """``attempt()``, again while it fails with StoreUnavailable (after 0.5 s, doubling
-        to 15 s); None when the dispatcher stops meanwhile (the work stays in the inbox
-        for the next start)."""
-        pause = STORE_RETRY_FIRST
-        while True:
-            try:
-                return await attempt()
-            except StoreUnavailable as exc:
-                if self._stopping:
-                    return None
-                log.warning("%s paused (%s); again in %.1f s", what, exc, pause)
-                await asyncio.sleep(pause)
-                pause = min(pause * 2, STORE_RETRY_MAX)
+        """``attempt()``, again while the store is away (``store.retry``); None when the
+        dispatcher stops meanwhile (the work stays in the inbox for the next start)."""
+        return await once_the_store_is_back(what, attempt, lambda: self._stopping, log)
 
     async def _fail(self, inbound_id: str, exc: Exception) -> None:
         def write(tx: Tx) -> None:
@@ -394,71 +371,13 @@ class Dispatcher:
 
     # -- approvals ------------------------------------------------------------------------
     async def _decide(self, message: DecisionInbound) -> None:
-        if self.cluster is None:
-            await self._apply_decision(message)
-            return
-        # Decided where its chat's session is held, as that chat's turns are: never by
-        # two daemons at once (each would find it accepted and decide it).
-        session_key = message.session_key
-        held = False
+        """Apply a decision (``approvals.Decisions``: it resumes the turns it lets go on)."""
         try:
-            cluster = self.cluster
-            held = bool(  # None: stopping meanwhile, the decision waits in the inbox
-                await self._once_the_store_is_back(
-                    f"decision {message.id}", lambda: cluster.take(session_lease(session_key))
-                )
-            )
-            if held:
-                await self._apply_decision(message)
+            held = await self.decisions.decide(message)
         finally:
             self._known.discard(message.id)
-        if held and session_key not in self._queues and session_key not in self._running:
-            await self._let_go(session_key)
-
-    async def _apply_decision(self, message: DecisionInbound) -> None:
-        decision = message.decision
-
-        def apply(tx: Tx) -> DecisionOutcome | None:
-            current = tx.inbox.status_of(message.id)
-            if current is None:
-                return None
-            if current[0] != InboundStatus.ACCEPTED:
-                # Applied already — maybe by a COMMIT whose answer was lost, so the turn
-                # it decided may never have been resumed: resume it (a no-op if it was).
-                row = tx.approvals.get(decision.request_id)
-                if (
-                    current[0] != InboundStatus.DONE
-                    or row is None
-                    or row.status == ApprovalStatus.PENDING
-                ):
-                    return None
-                return DecisionOutcome(
-                    "Applied already.", row, status=row.status, resume_turns=[row.turn_id]
-                )
-            outcome = self.gate.decide(tx, decision)
-            status = InboundStatus.DONE if outcome.ok else InboundStatus.FAILED
-            tx.inbox.set_status(message.id, status, None if outcome.ok else outcome.message)
-            if not outcome.ok and not decision.answered:
-                tx.outbox.add(
-                    OutboundMessage(
-                        to=message.address,
-                        text=f"⚠️ {outcome.message}",
-                        kind=OutboundKind.NOTICE,
-                        metadata={"inbound_id": message.id, "refused": outcome.refused},
-                    ),
-                )
-            return outcome
-
-        try:
-            outcome = await self._once_the_store_is_back(
-                f"decision {message.id}", lambda: self.store.run(apply)
-            )
-        except Exception:
-            log.exception("applying decision %s failed", message.id)
-            return
-        if outcome is None:
-            return
-        self._resume(outcome.resume_turns)
+        if held:  # the session's lease, taken for the decision: let go once idle
+            await self._let_go(message.session_key)
 
     def _resume(self, turn_ids: list[str]) -> None:
         for turn_id in turn_ids:
@@ -473,14 +392,3 @@ class Dispatcher:
         if row is not None and not row.status.terminal:
             # It arrived before what its session queued meanwhile: it goes first.
             self.schedule(row.message.session_key, turn_id, first=True)
-
-    async def _expiry_loop(self) -> None:
-        while True:
-            await asyncio.sleep(EXPIRY_INTERVAL)
-            try:
-                turns = await self.store.run(self.gate.expire_due)
-            except Exception:
-                log_retrying(log, "expiring approvals failed; retrying")
-                continue
-            if turns:
-                self._resume(turns)

@@ -27,7 +27,7 @@ from ..live import Live
 from ..secrets import Masker
 from ..statuses import ApprovalStatus
 from ..store import Tx
-from ..store.approvals import ApprovalRow
+from ..store.approvals import ApprovalRow, NewApproval
 from ..tools.base import Risk
 from .display import (
     ADDRESS_CLIP,
@@ -152,20 +152,22 @@ class ApprovalGate:
         if not queued:
             tx.outbox.add(prompt)
         tx.approvals.insert(
-            approval_id=approval_id,
-            turn_id=turn_id,
-            session_key=session_key,
-            trace_id=trace_id,
-            tool=tool,
-            args=args,
-            args_hash=args_hash,
-            risk=risk.value,
-            requested_by={"id": requester.id, "name": requester.name, "address": str(origin)},
-            origin=str(origin),
-            prompt_to=str(prompt_to),
-            prompt_outbound_id=None if queued else prompt.id,
-            expires_at=expires_at,
-            grant_scope=grant_scope if allow_for else None,
+            NewApproval(
+                id=approval_id,
+                turn_id=turn_id,
+                session_key=session_key,
+                trace_id=trace_id,
+                tool=tool,
+                args=args,
+                args_hash=args_hash,
+                risk=risk.value,
+                requested_by={"id": requester.id, "name": requester.name, "address": str(origin)},
+                origin=str(origin),
+                prompt_to=str(prompt_to),
+                prompt_outbound_id=None if queued else prompt.id,
+                expires_at=expires_at,
+                grant_scope=grant_scope if allow_for else None,
+            )
         )
         tx.on_commit(lambda: metrics.APPROVALS.labels("requested").inc())
         tx.audit.write(

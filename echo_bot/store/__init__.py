@@ -1,8 +1,8 @@
-"""Storage: implements the bus's inbox and outbox and keeps turns, approvals, reminders
-and the audit log. The rest of the code comes in through ``Store.run(fn(tx))`` and the
-repositories on ``tx``; nothing outside this package speaks SQL or imports the driver
-(``tests/store/test_store_boundary.py``). What it may import from here: this package's names
-below, and row types and constants of its modules."""
+"""Storage: implements the bus's inbox and outbox (``BusQueues``) and keeps turns,
+approvals, reminders and the audit log. The rest of the code comes in through
+``Store.run(fn(tx))`` and the repositories on ``tx``; nothing outside this package speaks
+SQL or imports the driver (``tests/store/test_store_boundary.py``). What it may import
+from here: this package's names below, and row types and constants of its modules."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
 from .committed import (
+    ApprovalRequested,
     ChatTimezoneChanged,
     Committed,
     InboundCommitted,
@@ -19,7 +20,7 @@ from .committed import (
 )
 from .db import DB_FILENAME, Database, backup_to
 from .engine import ThreadedEngine as Engine
-from .inbox import InboxRow, SqliteInbox
+from .inbox import InboxRow
 from .inspect import (
     DatabaseCheck,
     FileCheck,
@@ -28,7 +29,9 @@ from .inspect import (
     check_file,
     queued_outbound,
 )
-from .outbox import OutboxRow, SqliteOutbox
+from .outbox import OutboxRow
+from .queues import BusQueues
+from .retry import once_the_store_is_back
 from .sql import describe_url
 from .tx import Store, Tx
 
@@ -79,6 +82,8 @@ def copy_sqlite_to_postgres(source: Path, url: str) -> list[CopiedTable]:
 
 __all__ = [
     "DB_FILENAME",
+    "ApprovalRequested",
+    "BusQueues",
     "ChatTimezoneChanged",
     "Committed",
     "Database",
@@ -91,8 +96,6 @@ __all__ = [
     "OutboxRow",
     "QueuedOutbound",
     "ReminderChanged",
-    "SqliteInbox",
-    "SqliteOutbox",
     "Store",
     "Tx",
     "backup_to",
@@ -101,5 +104,6 @@ __all__ = [
     "copy_sqlite_to_postgres",
     "describe_url",
     "make_database",
+    "once_the_store_is_back",
     "queued_outbound",
 ]

@@ -45,53 +45,65 @@ class PairedUser:
     name: str | None  # the name they last wrote under, when the inbox still has it
 
 
-def paired_users(db: SqlDb) -> list[PairedUser]:
-    """Everyone added by pairing, oldest first, with the name they last wrote under."""
-    rows = db.execute(
-        "SELECT a.channel, a.user_id, a.added_at, ("
-        f" SELECT {json_text(db, 'i.payload', 'sender', 'name')} FROM inbox i"
-        " WHERE i.channel = a.channel AND i.kind = 'message'"
-        f" AND {json_text(db, 'i.payload', 'sender', 'id')} = a.user_id"
-        " ORDER BY i.seq DESC LIMIT 1)"
-        " FROM allowed_users a ORDER BY a.added_at, a.channel, a.user_id"
-    ).fetchall()
-    return [PairedUser(r[0], r[1], float(r[2]), r[3] or None) for r in rows]
+class AccessRepo:
+    """Users added by pairing, and the pairing codes."""
 
+    __slots__ = ("_db",)
 
-def revoke(db: SqlDb, channel: str, user_id: str) -> bool:
-    """Remove a paired user; False when they were not paired. Access is checked against
-    this table on every message, so a running daemon refuses them from the next one."""
-    cursor = db.execute(
-        "DELETE FROM allowed_users WHERE channel = ? AND user_id = ?", [channel, user_id]
-    )
-    return cursor.rowcount > 0
+    def __init__(self, db: SqlDb) -> None:
+        self._db = db
 
+    def new_pairing_code(self, now: float | None = None) -> str:
+        return new_pairing_code(self._db, now)
 
-def try_pair(db: SqlDb, channel: str, user_id: str, code: str, now: float | None = None) -> str:
-    """ "paired", "already", "locked" or "wrong" (expired and used codes are wrong)."""
-    now = time.time() if now is None else now
-    if is_paired(db, channel, user_id):
-        return "already"
-    failures = db.execute(
-        "SELECT COUNT(*) FROM pair_attempts WHERE channel = ? AND user_id = ? AND ts > ?",
-        [channel, user_id, now - 3600],
-    ).fetchone()[0]
-    if failures >= MAX_FAILURES_PER_HOUR:
-        return "locked"
-    cursor = db.execute(
-        "UPDATE pairing_codes SET used_by = ?, used_at = ? WHERE code_hash = ?"
-        " AND used_by IS NULL AND expires_at > ?",
-        [f"{channel}:{user_id}", now, _hash(code), now],
-    )
-    if cursor.rowcount != 1:
-        db.execute(
-            "INSERT INTO pair_attempts (channel, user_id, ts) VALUES (?, ?, ?)",
-            [channel, user_id, now],
+    def is_paired(self, channel: str, user_id: str) -> bool:
+        return is_paired(self._db, channel, user_id)
+
+    def paired_users(self) -> list[PairedUser]:
+        """Everyone added by pairing, oldest first, with the name they last wrote under."""
+        rows = self._db.execute(
+            "SELECT a.channel, a.user_id, a.added_at, ("
+            f" SELECT {json_text(self._db, 'i.payload', 'sender', 'name')} FROM inbox i"
+            " WHERE i.channel = a.channel AND i.kind = 'message'"
+            f" AND {json_text(self._db, 'i.payload', 'sender', 'id')} = a.user_id"
+            " ORDER BY i.seq DESC LIMIT 1)"
+            " FROM allowed_users a ORDER BY a.added_at, a.channel, a.user_id"
+        ).fetchall()
+        return [PairedUser(r[0], r[1], float(r[2]), r[3] or None) for r in rows]
+
+    def revoke(self, channel: str, user_id: str) -> bool:
+        """Remove a paired user; False when they were not paired. Access is checked against
+        this table on every message, so a running daemon refuses them from the next one."""
+        cursor = self._db.execute(
+            "DELETE FROM allowed_users WHERE channel = ? AND user_id = ?", [channel, user_id]
         )
-        return "locked" if failures + 1 >= MAX_FAILURES_PER_HOUR else "wrong"
-    db.execute(
-        "INSERT INTO allowed_users (channel, user_id, added_at, via) VALUES (?, ?, ?, ?)"
-        " ON CONFLICT DO NOTHING",
-        [channel, user_id, now, "pairing"],
-    )
-    return "paired"
+        return cursor.rowcount > 0
+
+    def try_pair(self, channel: str, user_id: str, code: str, now: float | None = None) -> str:
+        """ "paired", "already", "locked" or "wrong" (expired and used codes are wrong)."""
+        now = time.time() if now is None else now
+        if is_paired(self._db, channel, user_id):
+            return "already"
+        failures = self._db.execute(
+            "SELECT COUNT(*) FROM pair_attempts WHERE channel = ? AND user_id = ? AND ts > ?",
+            [channel, user_id, now - 3600],
+        ).fetchone()[0]
+        if failures >= MAX_FAILURES_PER_HOUR:
+            return "locked"
+        cursor = self._db.execute(
+            "UPDATE pairing_codes SET used_by = ?, used_at = ? WHERE code_hash = ?"
+            " AND used_by IS NULL AND expires_at > ?",
+            [f"{channel}:{user_id}", now, _hash(code), now],
+        )
+        if cursor.rowcount != 1:
+            self._db.execute(
+                "INSERT INTO pair_attempts (channel, user_id, ts) VALUES (?, ?, ?)",
+                [channel, user_id, now],
+            )
+            return "locked" if failures + 1 >= MAX_FAILURES_PER_HOUR else "wrong"
+        self._db.execute(
+            "INSERT INTO allowed_users (channel, user_id, added_at, via) VALUES (?, ?, ?, ?)"
+            " ON CONFLICT DO NOTHING",
+            [channel, user_id, now, "pairing"],
+        )
+        return "paired"

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import builtins
 import json
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..statuses import ApprovalStatus
+from .committed import ApprovalRequested
 from .sql import SqlDb
+
+if TYPE_CHECKING:
+    from .tx import Tx
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,43 +62,47 @@ def _row(raw: tuple[Any, ...]) -> ApprovalRow:
     return ApprovalRow(*values)
 
 
-def insert_approval(
-    db: SqlDb,
-    *,
-    approval_id: str,
-    turn_id: str,
-    session_key: str,
-    trace_id: str,
-    tool: str,
-    args: dict[str, Any],
-    args_hash: str,
-    risk: str,
-    requested_by: dict[str, Any],
-    origin: str,
-    prompt_to: str,
-    prompt_outbound_id: str | None,
-    expires_at: float,
-    grant_scope: str | None,
-) -> None:
+@dataclass(frozen=True, slots=True)
+class NewApproval:
+    """A request as it is created (``tx.approvals.insert``): pending, undecided, made now."""
+
+    id: str
+    turn_id: str
+    session_key: str
+    trace_id: str
+    tool: str
+    args: dict[str, Any]  # in the order they are shown
+    args_hash: str
+    risk: str
+    requested_by: dict[str, Any]
+    origin: str
+    prompt_to: str
+    prompt_outbound_id: str | None
+    expires_at: float
+    # What "allow for a time" would grant beside the tool; None: the verb is not offered.
+    grant_scope: str | None = None
+
+
+def insert_approval(db: SqlDb, new: NewApproval) -> None:
     db.execute(
         f"INSERT INTO approvals ({_COLUMNS}) VALUES"
         " (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', NULL, NULL, NULL, ?, ?, ?)",
         [
-            approval_id,
-            turn_id,
-            session_key,
-            trace_id,
-            tool,
-            json.dumps(args),  # in the order given: the order they are shown in
-            args_hash,
-            risk,
-            json.dumps(requested_by),
-            origin,
-            prompt_to,
-            prompt_outbound_id,
+            new.id,
+            new.turn_id,
+            new.session_key,
+            new.trace_id,
+            new.tool,
+            json.dumps(new.args),  # in the order given: the order they are shown in
+            new.args_hash,
+            new.risk,
+            json.dumps(new.requested_by),
+            new.origin,
+            new.prompt_to,
+            new.prompt_outbound_id,
             time.time(),
-            expires_at,
-            grant_scope,
+            new.expires_at,
+            new.grant_scope,
         ],
     )
 
@@ -118,71 +127,99 @@ def list_approvals(
     return [_row(tuple(r)) for r in rows]
 
 
-def pending_for(db: SqlDb, prompt_to: str) -> list[ApprovalRow]:
-    """Every pending request whose prompt goes to ``prompt_to``, oldest first."""
-    rows = db.execute(
-        f"SELECT {_COLUMNS} FROM approvals WHERE status = 'pending' AND prompt_to = ?"
-        " ORDER BY created_at",
-        [prompt_to],
-    ).fetchall()
-    return [_row(tuple(r)) for r in rows]
+class ApprovalRepo:
+    __slots__ = ("_db", "_tx")
+
+    def __init__(self, db: SqlDb, tx: Tx) -> None:
+        self._db, self._tx = db, tx
+
+    def insert(self, new: NewApproval) -> None:
+        """Store a pending request; the expiry timer is told on COMMIT."""
+        insert_approval(self._db, new)
+        self._tx.announce(ApprovalRequested(new.id, new.expires_at))
+
+    def get(self, approval_id: str) -> ApprovalRow | None:
+        return get_approval(self._db, approval_id)
+
+    def list(
+        self, status: ApprovalStatus | None = ApprovalStatus.PENDING, limit: int = 100
+    ) -> list[ApprovalRow]:
+        return list_approvals(self._db, status, limit)
+
+    def pending_for(self, prompt_to: str) -> builtins.list[ApprovalRow]:
+        """Every pending request whose prompt goes to ``prompt_to``, oldest first."""
+        rows = self._db.execute(
+            f"SELECT {_COLUMNS} FROM approvals WHERE status = 'pending' AND prompt_to = ?"
+            " ORDER BY created_at",
+            [prompt_to],
+        ).fetchall()
+        return [_row(tuple(r)) for r in rows]
+
+    def ids_beginning(self, prefix: str) -> builtins.list[str]:
+        """The ids of every request that begins with ``prefix``, oldest first."""
+        rows = self._db.execute(
+            "SELECT id FROM approvals WHERE substr(id, 1, ?) = ? ORDER BY created_at",
+            [len(prefix), prefix],
+        ).fetchall()
+        return [row[0] for row in rows]
+
+    def decide(
+        self,
+        approval_id: str,
+        status: ApprovalStatus,
+        *,
+        verb: str | None,
+        decided_by: dict[str, Any] | None,
+    ) -> bool:
+        """Compare-and-set from pending; False when someone (or expiry) got there first."""
+        cursor = self._db.execute(
+            "UPDATE approvals SET status = ?, verb = ?, decided_by = ?, decided_at = ?"
+            " WHERE id = ? AND status = 'pending'",
+            [
+                status,
+                verb,
+                json.dumps(decided_by) if decided_by else None,
+                time.time(),
+                approval_id,
+            ],
+        )
+        return cursor.rowcount == 1
+
+    def due_for_expiry(self, now: float) -> builtins.list[str]:
+        rows = self._db.execute(
+            "SELECT id FROM approvals WHERE status = 'pending' AND expires_at <= ?", [now]
+        ).fetchall()
+        return [r[0] for r in rows]
+
+    def next_expiry(self) -> float | None:
+        """When the first pending request expires; None when none is pending."""
+        found = self._db.execute(
+            "SELECT MIN(expires_at) FROM approvals WHERE status = 'pending'"
+        ).fetchone()[0]
+        return None if found is None else float(found)
 
 
-def decide(
-    db: SqlDb,
-    approval_id: str,
-    status: ApprovalStatus,
-    *,
-    verb: str | None,
-    decided_by: dict[str, Any] | None,
-) -> bool:
-    """Compare-and-set from pending; False when someone (or expiry) got there first."""
-    cursor = db.execute(
-        "UPDATE approvals SET status = ?, verb = ?, decided_by = ?, decided_at = ?"
-        " WHERE id = ? AND status = 'pending'",
-        [status, verb, json.dumps(decided_by) if decided_by else None, time.time(), approval_id],
-    )
-    return cursor.rowcount == 1
+class GrantRepo:
+    """ "Allow for N minutes": a chat's time-boxed permission for one tool, within one
+    scope (the deciding arguments the approver saw, as the tool states them)."""
 
+    __slots__ = ("_db",)
 
-def due_for_expiry(db: SqlDb, now: float) -> list[str]:
-    rows = db.execute(
-        "SELECT id FROM approvals WHERE status = 'pending' AND expires_at <= ?", [now]
-    ).fetchall()
-    return [r[0] for r in rows]
+    def __init__(self, db: SqlDb) -> None:
+        self._db = db
 
+    def add(self, session_key: str, tool: str, scope: str, until: float, approval_id: str) -> None:
+        self._db.execute(
+            "INSERT INTO grants (session_key, tool, scope, until, approval_id)"
+            " VALUES (?, ?, ?, ?, ?)"
+            " ON CONFLICT(session_key, tool, scope) DO UPDATE SET until = excluded.until,"
+            " approval_id = excluded.approval_id",
+            [session_key, tool, scope, until, approval_id],
+        )
 
-def next_expiry(db: SqlDb) -> float | None:
-    found = db.execute("SELECT MIN(expires_at) FROM approvals WHERE status = 'pending'").fetchone()[
-        0
-    ]
-    return None if found is None else float(found)
-
-
-def add_grant(
-    db: SqlDb, session_key: str, tool: str, scope: str, until: float, approval_id: str
-) -> None:
-    db.execute(
-        "INSERT INTO grants (session_key, tool, scope, until, approval_id)"
-        " VALUES (?, ?, ?, ?, ?)"
-        " ON CONFLICT(session_key, tool, scope) DO UPDATE SET until = excluded.until,"
-        " approval_id = excluded.approval_id",
-        [session_key, tool, scope, until, approval_id],
-    )
-
-
-def has_grant(db: SqlDb, session_key: str, tool: str, scope: str, now: float) -> bool:
-    row = db.execute(
-        "SELECT 1 FROM grants WHERE session_key = ? AND tool = ? AND scope = ? AND until > ?",
-        [session_key, tool, scope, now],
-    ).fetchone()
-    return row is not None
-
-
-def ids_beginning(db: SqlDb, prefix: str) -> list[str]:
-    """The ids of every request that begins with ``prefix``, oldest first."""
-    rows = db.execute(
-        "SELECT id FROM approvals WHERE substr(id, 1, ?) = ? ORDER BY created_at",
-        [len(prefix), prefix],
-    ).fetchall()
-    return [row[0] for row in rows]
+    def holds(self, session_key: str, tool: str, scope: str, now: float) -> bool:
+        row = self._db.execute(
+            "SELECT 1 FROM grants WHERE session_key = ? AND tool = ? AND scope = ? AND until > ?",
+            [session_key, tool, scope, now],
+        ).fetchone()
+        return row is not None

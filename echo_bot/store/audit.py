@@ -130,3 +130,40 @@ def read_audit(db: SqlDb, *, tail: int = 50, trace_id: str | None = None) -> lis
             [tail],
         ).fetchall()
     return [AuditRow(r[0], r[1], r[2], r[3], r[4], json.loads(r[5])) for r in rows]
+
+
+class AuditRepo:
+    """The audit log: every row masked when it is written. The rows of one unit of work
+    are inserted together when it is done (``Tx.flush``: one statement, still in its
+    transaction), in the order they were written; a read writes them first."""
+
+    __slots__ = ("_db", "_rows", "_writer")
+
+    def __init__(self, db: SqlDb, masker: Masker) -> None:
+        self._db = db
+        self._writer = AuditWriter(masker)
+        self._rows: list[AuditValues] = []
+
+    def write(
+        self, event: str, *, trace_id: str | None, session_key: str | None, **data: Any
+    ) -> None:
+        self._rows.append(
+            self._writer.row(event, trace_id=trace_id, session_key=session_key, **data)
+        )
+
+    def flush(self) -> None:
+        if self._rows:
+            rows, self._rows = self._rows, []
+            write_rows(self._db, rows)
+
+    def read(self, *, tail: int = 50, trace_id: str | None = None) -> list[AuditRow]:
+        self.flush()
+        return read_audit(self._db, tail=tail, trace_id=trace_id)
+
+    def tokens_since(self, ts: float) -> int:
+        self.flush()
+        return tokens_since(self._db, ts)
+
+    def usage_by_day(self) -> list[UsageRow]:
+        self.flush()
+        return usage_by_day(self._db)

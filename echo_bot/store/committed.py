@@ -1,18 +1,21 @@
 """What a transaction announces once it is committed.
 
 A repository that writes work someone waits for (an inbound to run — approval decisions
-included —, an outbound to send, a reminder created or cancelled) records one of these
-(or a setting others keep in memory) on its transaction; the store hands
-them to whoever subscribed, after the COMMIT and never for work that was rolled back. It
+included —, an outbound to send, a reminder created or cancelled, a request to expire)
+records one of these (or a setting others keep in memory) on its transaction; the store
+hands them to whoever subscribed, after the COMMIT and never for work that was rolled back. It
 replaces callbacks wired part to part: the writer does not need to know who acts.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..events import InboundMessage
-from .outbox import OutboxRow
+
+if TYPE_CHECKING:
+    from .outbox import OutboxRow
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,4 +51,14 @@ class ChatTimezoneChanged:
     timezone: str
 
 
-Committed = InboundCommitted | OutboundCommitted | ReminderChanged | ChatTimezoneChanged
+@dataclass(frozen=True, slots=True)
+class ApprovalRequested:
+    """A new approval request, due to expire at ``expires_at``: the expiry timer re-arms."""
+
+    approval_id: str
+    expires_at: float
+
+
+Committed = (
+    InboundCommitted | OutboundCommitted | ReminderChanged | ChatTimezoneChanged | ApprovalRequested
+)

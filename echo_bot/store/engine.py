@@ -363,57 +363,76 @@ def run_begun(session: Session, batch: list[Job], *, together: bool) -> list[Job
     thread): it must act only through its connection — see ``Tx.on_commit`` for what is
     to happen once committed."""
     alone = len(batch) == 1 or together
-    handle, execute = session.handle, session.execute
     outcomes: list[JobDone] = []
     culprit: Job | None = None
     try:
         for job in batch:
             culprit = job
-            if not alone:
-                execute(f"SAVEPOINT {SAVEPOINT}")
-            try:
-                value = job.fn(handle)
-                if not session.clean():
-                    if not session.alive():
-                        # The job caught an error after which the engine rolled the
-                        # transaction back: what the batch did before is gone.
-                        raise StoreError("store error: the transaction was rolled back")
-                    # PostgreSQL: one of its statements failed and the job went on.
-                    raise StoreError("store error: a statement of this job failed")
-            except Exception as exc:
-                if not session.alive():  # the engine rolled all of it back
-                    raise
-                if together:
-                    execute("ROLLBACK")
-                    return None
-                execute("ROLLBACK" if alone else f"ROLLBACK TO {SAVEPOINT}")
-                if not alone:
-                    execute(f"RELEASE {SAVEPOINT}")
-                outcomes.append((job, False, store_error(job, exc, session)))
-            else:
-                if not alone:
-                    execute(f"RELEASE {SAVEPOINT}")
-                outcomes.append((job, True, value))
+            done = _run_job(session, job, alone=alone, together=together)
+            if done is None:
+                return None
+            outcomes.append(done)
         culprit = None
         if session.alive():  # not when a lone job failed and was rolled back
-            execute("COMMIT")
+            session.execute("COMMIT")
     except BaseException as exc:
-        # The transaction is lost (or would not commit, or a job raised something that
-        # is not an error): nothing of the batch is stored. The job that raised gets its
-        # error; the others are told their work was rolled back with it.
-        if session.alive():
-            try:
-                execute("ROLLBACK")
-            except Exception:  # the connection broke too: the server rolls it back
-                log.debug("ROLLBACK after a failed batch failed", exc_info=True)
-        error = store_error(culprit or batch[0], exc, session)
-        kind = StoreUnavailable if isinstance(error, StoreUnavailable) else StoreError
-        rolled_back = kind(f"store error: rolled back with another job ({exc!r})")
-        return [
-            (job, False, error if job is culprit or culprit is None else rolled_back)
-            for job in batch
-        ]
+        return _rolled_back(session, batch, culprit, exc)
     return outcomes
+
+
+def _run_job(session: Session, job: Job, *, alone: bool, together: bool) -> JobDone | None:
+    """One job of ``run_begun``'s batch (in a savepoint of its own unless ``alone``): its
+    outcome; None when it failed in a ``together`` batch, whose transaction is then
+    rolled back. What it raises loses the whole transaction."""
+    execute = session.execute
+    if not alone:
+        execute(f"SAVEPOINT {SAVEPOINT}")
+    try:
+        value = job.fn(session.handle)
+        if not session.clean():
+            _unclean(session)
+    except Exception as exc:
+        if not session.alive():  # the engine rolled all of it back
+            raise
+        if together:
+            execute("ROLLBACK")
+            return None
+        execute("ROLLBACK" if alone else f"ROLLBACK TO {SAVEPOINT}")
+        if not alone:
+            execute(f"RELEASE {SAVEPOINT}")
+        return (job, False, store_error(job, exc, session))
+    if not alone:
+        execute(f"RELEASE {SAVEPOINT}")
+    return (job, True, value)
+
+
+def _unclean(session: Session) -> None:
+    """A job returned, but its transaction is not as it should be: raise why."""
+    if not session.alive():
+        # The job caught an error after which the engine rolled the transaction back:
+        # what the batch did before is gone.
+        raise StoreError("store error: the transaction was rolled back")
+    # PostgreSQL: one of its statements failed and the job went on.
+    raise StoreError("store error: a statement of this job failed")
+
+
+def _rolled_back(
+    session: Session, batch: list[Job], culprit: Job | None, exc: BaseException
+) -> list[JobDone]:
+    """The transaction is lost (or would not commit, or a job raised something that is
+    not an error): nothing of the batch is stored. The job that raised (``culprit``)
+    gets its error; the others are told their work was rolled back with it."""
+    if session.alive():
+        try:
+            session.execute("ROLLBACK")
+        except Exception:  # the connection broke too: the server rolls it back
+            log.debug("ROLLBACK after a failed batch failed", exc_info=True)
+    error = store_error(culprit or batch[0], exc, session)
+    kind = StoreUnavailable if isinstance(error, StoreUnavailable) else StoreError
+    rolled_back = kind(f"store error: rolled back with another job ({exc!r})")
+    return [
+        (job, False, error if job is culprit or culprit is None else rolled_back) for job in batch
+    ]
 
 
 def _call(fn: Callable[[], Any]) -> tuple[bool, Any]:

@@ -1,6 +1,6 @@
 """The inbox: every inbound committed (deduplicated) before anyone acknowledges it.
 
-``SqliteInbox.add`` is one unit of work on the store: the engine group-commits it with
+``tx.inbox.add`` is one unit of work on the store: the engine group-commits it with
 whatever else is queued, and a message that cannot be stored fails its own add alone (a
 channel then answers "retry later", never "accepted"). Each row records which process
 wrote it (``instance``; NULL for management commands): the dispatcher takes its own
@@ -16,10 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 from ..bus import Published
 from ..events import INBOUND, InboundKind, InboundMessage, InboundStatus
+from .committed import InboundCommitted
 from .sql import SqlDb, db_clock
 
 if TYPE_CHECKING:
-    from .tx import Store
+    from .tx import Tx
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,37 +41,6 @@ def _row(raw: dict[str, Any]) -> InboxRow:
 
 
 UNFINISHED = (InboundStatus.ACCEPTED, InboundStatus.RUNNING, InboundStatus.WAITING_APPROVAL)
-
-
-class SqliteInbox:
-    """The bus's inbox and the dispatcher's feed, on the store."""
-
-    def __init__(self, store: Store) -> None:
-        self._store = store
-
-    async def add(self, message: InboundMessage) -> Published:
-        """Commit ``message``; its outcome only after the COMMIT. When the publisher gives
-        up meanwhile, the dispatcher is told all the same (the store announces what was
-        committed; the dispatcher's poll never reads this process's rows)."""
-        return await self._store.run(lambda tx: tx.inbox.add(message))
-
-    async def accepted_after(
-        self, seq: int, limit: int = 500
-    ) -> tuple[list[InboundMessage], int, bool]:
-        """Accepted inbound after ``seq`` written by other processes (management
-        commands), the newest seq looked at, and whether ``limit`` cut the look short."""
-        return await self._store.run(lambda tx: tx.inbox.accepted_from_others(seq, limit))
-
-    async def unfinished(self) -> tuple[list[InboundMessage], int]:
-        """Every inbound not yet finished, and the newest seq — from one snapshot, so a
-        row committed meanwhile is either in the list or after the seq, never both."""
-        return await self._store.run(lambda tx: tx.inbox.unfinished(), slow=True)
-
-    async def status_of(self, inbound_id: str) -> tuple[InboundStatus, str | None] | None:
-        return await self._store.run(lambda tx: tx.inbox.status_of(inbound_id))
-
-    async def describe(self, inbound_id: str) -> dict[str, object] | None:
-        return await self._store.run(lambda tx: tx.inbox.describe(inbound_id))
 
 
 # How long (channel, external_id) stays a duplicate: 7 days (webhook senders retry for
@@ -140,14 +110,6 @@ def _after_conflict(
     return Published(inbound_id=existing[0] if existing else message.id, duplicate=True)
 
 
-def add_inbound_batch(
-    db: SqlDb, messages: Sequence[InboundMessage], instance: str | None = None
-) -> list[Published]:
-    """``add_inbound`` for each message in order, in the caller's transaction (so two
-    equal keys in one batch: the second is a duplicate of the first)."""
-    return [add_inbound(db, message, instance) for message in messages]
-
-
 def accepted_from_others(
     db: SqlDb, seq: int, instance: str | None, limit: int
 ) -> tuple[list[InboundMessage], int, bool]:
@@ -181,90 +143,9 @@ def _work_to_do(columns: str, where: str, params: Sequence[object]) -> tuple[str
     return sql, [*args, InboundStatus.WAITING_APPROVAL, *params]
 
 
-def claimable(db: SqlDb, instance: str, lease: float, limit: int) -> list[InboundMessage]:
-    """With several daemons on one store: the rows with work to do, oldest first, whose
-    session no other live instance holds (``store/leases.py``) — new work of sessions
-    nobody drives or this instance drives, the turns of an instance that died, and turns
-    waiting for approvals that are all decided now (the decision may have reached a
-    daemon that could not take the turn's session then)."""
-    sql, args = _work_to_do(
-        "*",
-        "NOT EXISTS (SELECT 1 FROM leases l JOIN instances n ON n.name = l.instance"
-        " WHERE l.name = 'session:' || i.session_key AND l.instance <> ?"
-        f" AND n.seen_at >= {db_clock(db)} - ?)",
-        [instance, lease],
-    )
-    cursor = db.execute(f"{sql} ORDER BY seq LIMIT ?", [*args, limit])
-    return [_row(dict(r)).message for r in cursor.fetchall()]
-
-
-def earlier_turns(db: SqlDb, session_key: str, inbound_id: str) -> list[str]:
-    """The session's turns with work to do that arrived before ``inbound_id``, oldest
-    first: what a daemon that has just taken the session runs before it (another daemon
-    committed them, or drove them and died), so the session's turns keep their order."""
-    sql, args = _work_to_do(
-        "i.seq, i.id",
-        "i.session_key = ? AND i.kind <> ? AND i.seq < (SELECT seq FROM inbox WHERE id = ?)",
-        [session_key, InboundKind.APPROVAL_DECISION, inbound_id],
-    )
-    cursor = db.execute(f"{sql} ORDER BY 1", args)
-    return [str(r[1]) for r in cursor.fetchall()]
-
-
-def has_accepted(db: SqlDb, session_key: str) -> bool:
-    row = db.execute(
-        "SELECT 1 FROM inbox WHERE status = ? AND session_key = ? LIMIT 1",
-        [InboundStatus.ACCEPTED, session_key],
-    ).fetchone()
-    return row is not None
-
-
-def unfinished_rows(db: SqlDb) -> tuple[list[InboundMessage], int]:
-    """Every unfinished inbound in arrival order, and the newest seq (one snapshot)."""
-    marks = ",".join("?" for _ in UNFINISHED)
-    cursor = db.execute(
-        f"SELECT * FROM inbox WHERE status IN ({marks}) ORDER BY seq", list(UNFINISHED)
-    )
-    messages = [_row(dict(r)).message for r in cursor.fetchall()]
-    last = db.execute("SELECT COALESCE(MAX(seq), 0) FROM inbox").fetchone()[0]
-    return messages, last
-
-
-def inbound_status(db: SqlDb, inbound_id: str) -> tuple[InboundStatus, str | None] | None:
-    row = db.execute("SELECT status, error FROM inbox WHERE id = ?", [inbound_id]).fetchone()
-    return (InboundStatus(row[0]), row[1]) if row else None
-
-
 def get_inbound(db: SqlDb, inbound_id: str) -> InboxRow | None:
     raw = db.execute("SELECT * FROM inbox WHERE id = ?", [inbound_id]).fetchone()
     return _row(dict(raw)) if raw else None
-
-
-def set_inbound_status(
-    db: SqlDb,
-    inbound_id: str,
-    status: InboundStatus,
-    error: str | None = None,
-    result: str | None = None,
-) -> None:
-    db.execute(
-        "UPDATE inbox SET status = ?, error = ?, result = COALESCE(?, result), updated_at = ?"
-        " WHERE id = ?",
-        [status, error, result[:2000] if result else None, time.time(), inbound_id],
-    )
-
-
-def describe_inbound(db: SqlDb, inbound_id: str) -> dict[str, object] | None:
-    row = db.execute(
-        "SELECT id, kind, channel, session_key, status, error, result, received_at, updated_at"
-        " FROM inbox WHERE id = ?",
-        [inbound_id],
-    ).fetchone()
-    if row is None:
-        return None
-    keys = ("id", "kind", "channel", "session", "status", "error", "result", "received_at",
-            "updated_at")  # fmt: skip
-    return dict(zip(keys, row, strict=True))
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,26 +159,124 @@ class InboundSummary:
     outcome: str  # its error, else its result, else ""
 
 
-def ids_beginning(db: SqlDb, channel: str, prefix: str) -> list[str]:
-    """The ids of ``channel``'s inbound that begin with ``prefix``, oldest first."""
-    rows = db.execute(
-        "SELECT id FROM inbox WHERE channel = ? AND substr(id, 1, ?) = ? ORDER BY seq",
-        [channel, len(prefix), prefix],
-    ).fetchall()
-    return [row[0] for row in rows]
+class InboxRepo:
+    """Inbound, each row marked with the process that wrote it (``instance``)."""
 
+    __slots__ = ("_db", "_instance", "_tx")
 
-def recent_of_channel(
-    db: SqlDb, channel: str, session_key: str | None, limit: int
-) -> list[InboundSummary]:
-    """The newest ``limit`` inbound of ``channel`` (of one session, if given), newest first."""
-    sql = (
-        "SELECT id, session_key, status, received_at, COALESCE(error, result, '')"
-        " FROM inbox WHERE channel = ?"
-    )
-    args: list[object] = [channel]
-    if session_key is not None:
-        sql += " AND session_key = ?"
-        args.append(session_key)
-    sql += " ORDER BY seq DESC LIMIT ?"
-    return [InboundSummary(*row) for row in db.execute(sql, [*args, limit]).fetchall()]
+    def __init__(self, db: SqlDb, tx: Tx, instance: str | None = None) -> None:
+        self._db, self._tx, self._instance = db, tx, instance
+
+    def add(self, message: InboundMessage) -> Published:
+        """Store ``message`` unless (channel, external_id) was seen within the window."""
+        published = add_inbound(self._db, message, self._instance)
+        if not published.duplicate:
+            self._tx.announce(InboundCommitted((message,)))
+        return published
+
+    def get(self, inbound_id: str) -> InboxRow | None:
+        return get_inbound(self._db, inbound_id)
+
+    def claimable(self, instance: str, lease: float, limit: int) -> list[InboundMessage]:
+        """With several daemons on one store: the rows with work to do, oldest first, whose
+        session no other live instance holds (``store/leases.py``) — new work of sessions
+        nobody drives or this instance drives, the turns of an instance that died, and turns
+        waiting for approvals that are all decided now (the decision may have reached a
+        daemon that could not take the turn's session then)."""
+        sql, args = _work_to_do(
+            "*",
+            "NOT EXISTS (SELECT 1 FROM leases l JOIN instances n ON n.name = l.instance"
+            " WHERE l.name = 'session:' || i.session_key AND l.instance <> ?"
+            f" AND n.seen_at >= {db_clock(self._db)} - ?)",
+            [instance, lease],
+        )
+        cursor = self._db.execute(f"{sql} ORDER BY seq LIMIT ?", [*args, limit])
+        return [_row(dict(r)).message for r in cursor.fetchall()]
+
+    def earlier_turns(self, session_key: str, inbound_id: str) -> list[str]:
+        """The session's turns with work to do that arrived before ``inbound_id``, oldest
+        first: what a daemon that has just taken the session runs before it (another daemon
+        committed them, or drove them and died), so the session's turns keep their order."""
+        sql, args = _work_to_do(
+            "i.seq, i.id",
+            "i.session_key = ? AND i.kind <> ? AND i.seq < (SELECT seq FROM inbox WHERE id = ?)",
+            [session_key, InboundKind.APPROVAL_DECISION, inbound_id],
+        )
+        cursor = self._db.execute(f"{sql} ORDER BY 1", args)
+        return [str(r[1]) for r in cursor.fetchall()]
+
+    def has_accepted(self, session_key: str) -> bool:
+        row = self._db.execute(
+            "SELECT 1 FROM inbox WHERE status = ? AND session_key = ? LIMIT 1",
+            [InboundStatus.ACCEPTED, session_key],
+        ).fetchone()
+        return row is not None
+
+    def unfinished(self) -> tuple[list[InboundMessage], int]:
+        """Every unfinished inbound in arrival order, and the newest seq."""
+        marks = ",".join("?" for _ in UNFINISHED)
+        cursor = self._db.execute(
+            f"SELECT * FROM inbox WHERE status IN ({marks}) ORDER BY seq", list(UNFINISHED)
+        )
+        messages = [_row(dict(r)).message for r in cursor.fetchall()]
+        last = self._db.execute("SELECT COALESCE(MAX(seq), 0) FROM inbox").fetchone()[0]
+        return messages, last
+
+    def accepted_from_others(self, seq: int, limit: int) -> tuple[list[InboundMessage], int, bool]:
+        """Accepted inbound after ``seq`` that another process wrote (a management
+        command's decision, say); this process's own come with ``InboundCommitted``."""
+        return accepted_from_others(self._db, seq, self._instance, limit)
+
+    def status_of(self, inbound_id: str) -> tuple[InboundStatus, str | None] | None:
+        row = self._db.execute(
+            "SELECT status, error FROM inbox WHERE id = ?", [inbound_id]
+        ).fetchone()
+        return (InboundStatus(row[0]), row[1]) if row else None
+
+    def describe(self, inbound_id: str) -> dict[str, object] | None:
+        row = self._db.execute(
+            "SELECT id, kind, channel, session_key, status, error, result, received_at, updated_at"
+            " FROM inbox WHERE id = ?",
+            [inbound_id],
+        ).fetchone()
+        if row is None:
+            return None
+        keys = ("id", "kind", "channel", "session", "status", "error", "result", "received_at",
+                "updated_at")  # fmt: skip
+        return dict(zip(keys, row, strict=True))
+
+    def ids_beginning(self, channel: str, prefix: str) -> list[str]:
+        """The ids of ``channel``'s inbound that begin with ``prefix``, oldest first."""
+        rows = self._db.execute(
+            "SELECT id FROM inbox WHERE channel = ? AND substr(id, 1, ?) = ? ORDER BY seq",
+            [channel, len(prefix), prefix],
+        ).fetchall()
+        return [row[0] for row in rows]
+
+    def recent(
+        self, channel: str, *, session_key: str | None = None, limit: int = 20
+    ) -> list[InboundSummary]:
+        """The newest inbound of ``channel`` (of one session, if given), newest first."""
+        sql = (
+            "SELECT id, session_key, status, received_at, COALESCE(error, result, '')"
+            " FROM inbox WHERE channel = ?"
+        )
+        args: list[object] = [channel]
+        if session_key is not None:
+            sql += " AND session_key = ?"
+            args.append(session_key)
+        sql += " ORDER BY seq DESC LIMIT ?"
+        return [InboundSummary(*row) for row in self._db.execute(sql, [*args, limit]).fetchall()]
+
+    def set_status(
+        self,
+        inbound_id: str,
+        status: InboundStatus,
+        error: str | None = None,
+        result: str | None = None,
+    ) -> None:
+        self._db.execute(
+            "UPDATE inbox SET status = ?, error = ?, result = COALESCE(?, result), updated_at = ?"
+            " WHERE id = ?",
+            [status, error, result[:2000] if result else None, time.time(), inbound_id],
+        )

@@ -12,23 +12,6 @@ from __future__ import annotations
 from .sql import POSTGRES, SqlDb, db_clock, dialect
 
 
-def take(db: SqlDb, name: str, instance: str, lease: float) -> bool:
-    """Hold ``name`` for ``instance``; False while another instance seen within the last
-    ``lease`` seconds (by the database's clock) holds it."""
-    clock = db_clock(db)
-    row = db.execute(
-        f"INSERT INTO leases (name, instance, taken_at) VALUES (?, ?, {clock})"
-        " ON CONFLICT (name) DO UPDATE SET instance = excluded.instance,"
-        " taken_at = excluded.taken_at"
-        " WHERE leases.instance = excluded.instance OR NOT EXISTS ("
-        "  SELECT 1 FROM instances i WHERE i.name = leases.instance"
-        f"  AND i.seen_at >= {clock} - ?)"
-        " RETURNING instance",
-        [name, instance, lease],
-    ).fetchone()
-    return row is not None
-
-
 def held(db: SqlDb, name: str, instance: str) -> bool:
     """Whether ``instance`` still holds ``name`` — on PostgreSQL with the row locked until
     the transaction ends, so a daemon taking it over waits for what this one commits."""
@@ -39,19 +22,47 @@ def held(db: SqlDb, name: str, instance: str) -> bool:
     return row is not None
 
 
-def release(db: SqlDb, name: str, instance: str) -> bool:
-    cursor = db.execute("DELETE FROM leases WHERE name = ? AND instance = ?", [name, instance])
-    return cursor.rowcount == 1
+class LeaseRepo:
+    """Leases among the daemons sharing the store (``store/leases.py``)."""
 
+    __slots__ = ("_db",)
 
-def holders(db: SqlDb, lease: float) -> dict[str, list[str]]:
-    """The leases each live instance holds, by instance."""
-    rows = db.execute(
-        "SELECT l.instance, l.name FROM leases l JOIN instances i ON i.name = l.instance"
-        f" WHERE i.seen_at >= {db_clock(db)} - ? ORDER BY l.instance, l.name",
-        [lease],
-    ).fetchall()
-    held: dict[str, list[str]] = {}
-    for instance, name in rows:
-        held.setdefault(instance, []).append(name)
-    return held
+    def __init__(self, db: SqlDb) -> None:
+        self._db = db
+
+    def take(self, name: str, instance: str, lease: float) -> bool:
+        """Hold ``name`` for ``instance``; False while another instance seen within the last
+        ``lease`` seconds (by the database's clock) holds it."""
+        clock = db_clock(self._db)
+        row = self._db.execute(
+            f"INSERT INTO leases (name, instance, taken_at) VALUES (?, ?, {clock})"
+            " ON CONFLICT (name) DO UPDATE SET instance = excluded.instance,"
+            " taken_at = excluded.taken_at"
+            " WHERE leases.instance = excluded.instance OR NOT EXISTS ("
+            "  SELECT 1 FROM instances i WHERE i.name = leases.instance"
+            f"  AND i.seen_at >= {clock} - ?)"
+            " RETURNING instance",
+            [name, instance, lease],
+        ).fetchone()
+        return row is not None
+
+    def held(self, name: str, instance: str) -> bool:
+        return held(self._db, name, instance)
+
+    def release(self, name: str, instance: str) -> bool:
+        cursor = self._db.execute(
+            "DELETE FROM leases WHERE name = ? AND instance = ?", [name, instance]
+        )
+        return cursor.rowcount == 1
+
+    def holders(self, lease: float) -> dict[str, list[str]]:
+        """The leases each live instance holds, by instance."""
+        rows = self._db.execute(
+            "SELECT l.instance, l.name FROM leases l JOIN instances i ON i.name = l.instance"
+            f" WHERE i.seen_at >= {db_clock(self._db)} - ? ORDER BY l.instance, l.name",
+            [lease],
+        ).fetchall()
+        held: dict[str, list[str]] = {}
+        for instance, name in rows:
+            held.setdefault(instance, []).append(name)
+        return held

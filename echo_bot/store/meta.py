@@ -3,18 +3,12 @@
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from typing import Any
 
+from . import retention
 from .sql import SqlDb, db_clock
-
-
-def set_daemon_info(db: SqlDb, info: dict[str, Any]) -> None:
-    db.execute(
-        "INSERT INTO meta (key, value) VALUES ('daemon', ?)"
-        " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-        [json.dumps(info)],
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,34 +21,6 @@ class InstanceRow:
     version: str
     started_at: float
     seen_at: float
-
-
-def instance_seen(db: SqlDb, row: InstanceRow) -> None:
-    db.execute(
-        "INSERT INTO instances (name, label, host, boot_id, pid, version, started_at, seen_at)"
-        f" VALUES (?, ?, ?, ?, ?, ?, ?, {db_clock(db)}) ON CONFLICT (name) DO UPDATE SET"
-        " label = excluded.label, host = excluded.host, boot_id = excluded.boot_id,"
-        " pid = excluded.pid, version = excluded.version, started_at = excluded.started_at,"
-        " seen_at = excluded.seen_at",
-        [
-            row.name,
-            row.label,
-            row.host,
-            row.boot_id,
-            row.pid,
-            row.version,
-            row.started_at,
-        ],
-    )
-
-
-def instance_gone(db: SqlDb, name: str) -> None:
-    db.execute("DELETE FROM instances WHERE name = ?", [name])
-
-
-def now(db: SqlDb) -> float:
-    """The database's clock (what ``seen_at`` is written by), Unix seconds."""
-    return float(db.execute(f"SELECT {db_clock(db)}").fetchone()[0])
 
 
 def instances(db: SqlDb) -> list[InstanceRow]:
@@ -98,11 +64,6 @@ def notify(db: SqlDb, what: str) -> None:
     db.execute(f"SELECT pg_notify('{WAKE_CHANNEL}', ?)", [what])
 
 
-def daemon_info(db: SqlDb) -> dict[str, Any]:
-    row = db.execute("SELECT value FROM meta WHERE key = 'daemon'").fetchone()
-    return json.loads(row[0]) if row else {}
-
-
 def queue_counts(db: SqlDb) -> dict[str, int]:
     def one(sql: str) -> int:
         return int(db.execute(sql).fetchone()[0])
@@ -123,3 +84,67 @@ def queued_by_channel(db: SqlDb) -> dict[str, int]:
         "SELECT channel, COUNT(*) FROM outbox WHERE status = 'queued' GROUP BY channel"
     ).fetchall()
     return {str(channel): int(count) for channel, count in rows}
+
+
+class MetaRepo:
+    """Facts about the running daemon and the queues, for `echo-bot status`; pruning."""
+
+    __slots__ = ("_db",)
+
+    def __init__(self, db: SqlDb) -> None:
+        self._db = db
+
+    def set_daemon_info(self, info: dict[str, Any]) -> None:
+        self._db.execute(
+            "INSERT INTO meta (key, value) VALUES ('daemon', ?)"
+            " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            [json.dumps(info)],
+        )
+
+    def daemon_info(self) -> dict[str, Any]:
+        row = self._db.execute("SELECT value FROM meta WHERE key = 'daemon'").fetchone()
+        return json.loads(row[0]) if row else {}
+
+    def queue_counts(self) -> dict[str, int]:
+        return queue_counts(self._db)
+
+    def instance_seen(self, row: InstanceRow) -> None:
+        """This daemon is alive (its row made or refreshed)."""
+        self._db.execute(
+            "INSERT INTO instances (name, label, host, boot_id, pid, version, started_at, seen_at)"
+            f" VALUES (?, ?, ?, ?, ?, ?, ?, {db_clock(self._db)}) ON CONFLICT (name) DO UPDATE SET"
+            " label = excluded.label, host = excluded.host, boot_id = excluded.boot_id,"
+            " pid = excluded.pid, version = excluded.version, started_at = excluded.started_at,"
+            " seen_at = excluded.seen_at",
+            [
+                row.name,
+                row.label,
+                row.host,
+                row.boot_id,
+                row.pid,
+                row.version,
+                row.started_at,
+            ],
+        )
+
+    def instance_gone(self, name: str) -> None:
+        self._db.execute("DELETE FROM instances WHERE name = ?", [name])
+
+    def position(self, name: str) -> tuple[int, float] | None:
+        return position(self._db, name)
+
+    def set_position(self, name: str, value: int) -> None:
+        set_position(self._db, name, value, time.time())
+
+    def now(self) -> float:
+        """The store's clock: the one every daemon's ``seen_at`` is judged by."""
+        return float(self._db.execute(f"SELECT {db_clock(self._db)}").fetchone()[0])
+
+    def instances(self) -> list[InstanceRow]:
+        """Every daemon that has used the store and not left, the most recently seen
+        first (one whose ``seen_at`` is old died without saying so)."""
+        return instances(self._db)
+
+    def prune(self, before: float) -> dict[str, int]:
+        """Delete finished rows last touched before ``before``; counts per table."""
+        return retention.prune(self._db, before)

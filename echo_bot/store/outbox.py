@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..events import OutboundMessage, Receipt
+from .committed import OutboundCommitted
 from .sql import SqlDb
 
 if TYPE_CHECKING:
-    from .tx import Store
+    from .tx import Tx
 
 QUEUED, SENT, FAILED = "queued", "sent", "failed"
 
@@ -25,154 +25,116 @@ class OutboxRow:
     behind: int = 0
 
 
-class SqliteOutbox:
-    """The bus's outbox and the delivery worker's queue, on the store."""
+class OutboxRepo:
+    """The outbox: what the delivery worker sends, per chat in order, and its receipts."""
 
-    def __init__(self, store: Store) -> None:
-        self._store = store
+    __slots__ = ("_db", "_tx")
 
-    async def enqueue(self, message: OutboundMessage) -> None:
-        await self._store.run(lambda tx: tx.outbox.add(message))
+    def __init__(self, db: SqlDb, tx: Tx) -> None:
+        self._db, self._tx = db, tx
 
-    async def due(
-        self,
-        channels: Iterable[str],
-        now: float,
-        limit: int = 100,
-        busy: Iterable[str] = (),
+    def add(self, message: OutboundMessage) -> None:
+        """Queue ``message`` for delivery (per-chat FIFO); the worker is told on COMMIT,
+        with the message itself when nothing else is queued for its chat (it is due now,
+        nothing ahead of it: the worker sends it without reading it back)."""
+        now = time.time()
+        chat_key, payload = str(message.to), message.model_dump_json()
+        ahead = self._db.conn.execute(
+            "SELECT 1 FROM outbox WHERE status = 'queued' AND channel = ? AND chat_key = ? LIMIT 1",
+            [message.to.channel, chat_key],
+        ).fetchone()
+        stored = self._db.conn.execute(
+            "INSERT INTO outbox (id, channel, chat_key, payload, status, next_attempt_at,"
+            " created_at) VALUES (?, ?, ?, ?, 'queued', ?, ?) ON CONFLICT(id) DO NOTHING"
+            " RETURNING seq",
+            [message.id, message.to.channel, chat_key, payload, now, now],
+        ).fetchone()
+        head = None
+        if ahead is None and stored is not None:
+            # As ``due`` would read it back: what is sent is what was stored.
+            head = OutboxRow(stored[0], OutboundMessage.model_validate_json(payload), 0)
+        self._tx.announce(OutboundCommitted(frozenset((chat_key,)), head))
+
+    def due(
+        self, channels: list[str], now: float, limit: int, busy: list[str]
     ) -> tuple[list[OutboxRow], float | None]:
-        """The head of each chat's queue whose next attempt is due, and when the next
-        message of any other chat is due — both from one read, leaving out the ``busy``
-        chats (chat keys with a send in flight: their head is that send)."""
-        names, skip = sorted(set(channels)), sorted(set(busy))
-        if not names:
-            return [], None
-        return await self._store.run(lambda tx: tx.outbox.due(names, now, limit, skip))
+        """Each chat's head due by ``now`` (not the ``busy`` chats; ``channels`` not
+        empty) and when the next of the other heads is due, in one read: every chat's
+        head (only a chat's head can be due: a message behind one waiting out a retry is
+        not), with its payload when it is due."""
+        marks = ",".join("?" for _ in channels)
+        not_busy = f"AND chat_key NOT IN ({','.join('?' for _ in busy)})" if busy else ""
+        heads = self._db.execute(
+            f"""
+            SELECT o.seq, CASE WHEN o.next_attempt_at <= ? THEN o.payload END, o.attempts,
+                   o.next_attempt_at, h.queued
+            FROM outbox o
+            JOIN (SELECT MIN(seq) AS head, COUNT(*) AS queued FROM outbox
+                  WHERE status = 'queued' AND channel IN ({marks}) {not_busy}
+                  GROUP BY chat_key) h
+              ON o.seq = h.head
+            ORDER BY o.seq
+            """,
+            [now, *channels, *busy],
+        ).fetchall()
+        rows: list[OutboxRow] = []
+        next_at: float | None = None  # of the heads not returned
+        for seq, payload, attempts, at, queued in heads:
+            if payload is not None and len(rows) < limit:
+                message = OutboundMessage.model_validate_json(payload)
+                rows.append(OutboxRow(seq, message, attempts, queued - 1))
+            elif next_at is None or at < next_at:
+                next_at = at
+        return rows, next_at
 
-    async def receipt_of(self, outbound_id: str) -> str | None:
-        return await self._store.run(lambda tx: tx.outbox.receipt_of(outbound_id))
+    def receipt_of(self, outbound_id: str) -> str | None:
+        row = self._db.execute(
+            "SELECT channel_message_id FROM receipts WHERE outbound_id = ?", [outbound_id]
+        ).fetchone()
+        return row[0] if row else None
 
-    async def mark_sent(self, message: OutboundMessage, receipt: Receipt) -> None:
-        """Record the delivery."""
-        await self._store.run(lambda tx: tx.outbox.mark_sent(message, receipt))
+    def mark_sent(self, message: OutboundMessage, receipt: Receipt) -> None:
+        """Record the delivery (and its receipt, for edits of it)."""
+        now = time.time()
+        self._db.execute(
+            "UPDATE outbox SET status = 'sent', attempts = attempts + 1, finished_at = ?"
+            " WHERE id = ?",
+            [now, message.id],
+        )
+        self._db.execute(
+            "INSERT INTO receipts (outbound_id, channel, channel_message_id, delivered_at)"
+            " VALUES (?, ?, ?, ?) ON CONFLICT (outbound_id) DO UPDATE SET"
+            " channel = excluded.channel, channel_message_id = excluded.channel_message_id,"
+            " delivered_at = excluded.delivered_at",
+            [message.id, message.to.channel, receipt.channel_message_id, now],
+        )
 
-    async def mark_retry(self, outbound_id: str, error: str, next_attempt_at: float) -> None:
-        await self._store.run(lambda tx: tx.outbox.mark_retry(outbound_id, error, next_attempt_at))
+    def mark_retry(self, outbound_id: str, error: str, next_attempt_at: float) -> None:
+        self._db.execute(
+            "UPDATE outbox SET attempts = attempts + 1, last_error = ?, next_attempt_at = ?"
+            " WHERE id = ? AND status = 'queued'",
+            [error, next_attempt_at, outbound_id],
+        )
 
-    async def note_error(self, outbound_id: str, error: str) -> None:
-        """Why a queued message is still queued, without counting an attempt."""
-        await self._store.run(lambda tx: tx.outbox.note_error(outbound_id, error))
+    def note_error(self, outbound_id: str, error: str) -> None:
+        self._db.execute(
+            "UPDATE outbox SET last_error = ? WHERE id = ? AND status = 'queued'",
+            [error, outbound_id],
+        )
 
-    async def mark_failed(self, outbound_id: str, error: str) -> None:
-        await self._store.run(lambda tx: tx.outbox.mark_failed(outbound_id, error))
+    def mark_failed(self, outbound_id: str, error: str) -> None:
+        self._db.execute(
+            "UPDATE outbox SET status = 'failed', attempts = attempts + 1, last_error = ?,"
+            " finished_at = ? WHERE id = ? AND status = 'queued'",  # never over a sent one
+            [error, time.time(), outbound_id],
+        )
 
-    async def pending_count(self, chat_key: str | None = None) -> int:
-        return await self._store.run(lambda tx: tx.outbox.pending_count(chat_key))
-
-
-def due_heads(
-    db: SqlDb, names: list[str], now: float, limit: int, busy: list[str]
-) -> tuple[list[OutboxRow], float | None]:
-    """``SqliteOutbox.due`` inside the caller's transaction (``names`` not empty), in
-    one read: every chat's head (only a chat's head can be due: a message behind one
-    waiting out a retry is not), with its payload when it is due."""
-    marks = ",".join("?" for _ in names)
-    not_busy = f"AND chat_key NOT IN ({','.join('?' for _ in busy)})" if busy else ""
-    heads = db.execute(
-        f"""
-        SELECT o.seq, CASE WHEN o.next_attempt_at <= ? THEN o.payload END, o.attempts,
-               o.next_attempt_at, h.queued
-        FROM outbox o
-        JOIN (SELECT MIN(seq) AS head, COUNT(*) AS queued FROM outbox
-              WHERE status = 'queued' AND channel IN ({marks}) {not_busy}
-              GROUP BY chat_key) h
-          ON o.seq = h.head
-        ORDER BY o.seq
-        """,
-        [now, *names, *busy],
-    ).fetchall()
-    rows: list[OutboxRow] = []
-    next_at: float | None = None  # of the heads not returned
-    for seq, payload, attempts, at, queued in heads:
-        if payload is not None and len(rows) < limit:
-            message = OutboundMessage.model_validate_json(payload)
-            rows.append(OutboxRow(seq, message, attempts, queued - 1))
-        elif next_at is None or at < next_at:
-            next_at = at
-    return rows, next_at
-
-
-def receipt_of(db: SqlDb, outbound_id: str) -> str | None:
-    row = db.execute(
-        "SELECT channel_message_id FROM receipts WHERE outbound_id = ?", [outbound_id]
-    ).fetchone()
-    return row[0] if row else None
-
-
-def mark_sent(db: SqlDb, message: OutboundMessage, receipt: Receipt) -> None:
-    now = time.time()
-    db.execute(
-        "UPDATE outbox SET status = 'sent', attempts = attempts + 1, finished_at = ? WHERE id = ?",
-        [now, message.id],
-    )
-    db.execute(
-        "INSERT INTO receipts (outbound_id, channel, channel_message_id, delivered_at)"
-        " VALUES (?, ?, ?, ?) ON CONFLICT (outbound_id) DO UPDATE SET"
-        " channel = excluded.channel, channel_message_id = excluded.channel_message_id,"
-        " delivered_at = excluded.delivered_at",
-        [message.id, message.to.channel, receipt.channel_message_id, now],
-    )
-
-
-def mark_retry(db: SqlDb, outbound_id: str, error: str, next_attempt_at: float) -> None:
-    db.execute(
-        "UPDATE outbox SET attempts = attempts + 1, last_error = ?, next_attempt_at = ?"
-        " WHERE id = ? AND status = 'queued'",
-        [error, next_attempt_at, outbound_id],
-    )
-
-
-def note_error(db: SqlDb, outbound_id: str, error: str) -> None:
-    db.execute(
-        "UPDATE outbox SET last_error = ? WHERE id = ? AND status = 'queued'",
-        [error, outbound_id],
-    )
-
-
-def mark_failed(db: SqlDb, outbound_id: str, error: str) -> None:
-    db.execute(
-        "UPDATE outbox SET status = 'failed', attempts = attempts + 1, last_error = ?,"
-        " finished_at = ? WHERE id = ? AND status = 'queued'",  # never over a sent one
-        [error, time.time(), outbound_id],
-    )
-
-
-def pending_count(db: SqlDb, chat_key: str | None = None) -> int:
-    if chat_key is None:
-        return int(db.execute("SELECT COUNT(*) FROM outbox WHERE status = 'queued'").fetchone()[0])
-    return int(
-        db.execute(
-            "SELECT COUNT(*) FROM outbox WHERE status = 'queued' AND chat_key = ?", [chat_key]
-        ).fetchone()[0]
-    )
-
-
-def enqueue_outbound(db: SqlDb, message: OutboundMessage) -> OutboxRow | None:
-    """Queue ``message``; its row when nothing else is queued for its chat (it is due
-    now, with nothing ahead of it), None otherwise or when it was queued already."""
-    now = time.time()
-    chat_key, payload = str(message.to), message.model_dump_json()
-    ahead = db.conn.execute(
-        "SELECT 1 FROM outbox WHERE status = 'queued' AND channel = ? AND chat_key = ? LIMIT 1",
-        [message.to.channel, chat_key],
-    ).fetchone()
-    stored = db.conn.execute(
-        "INSERT INTO outbox (id, channel, chat_key, payload, status, next_attempt_at,"
-        " created_at) VALUES (?, ?, ?, ?, 'queued', ?, ?) ON CONFLICT(id) DO NOTHING"
-        " RETURNING seq",
-        [message.id, message.to.channel, chat_key, payload, now, now],
-    ).fetchone()
-    if ahead is not None or stored is None:
-        return None
-    # As ``due`` would read it back: what is sent is what was stored.
-    return OutboxRow(stored[0], OutboundMessage.model_validate_json(payload), 0)
+    def pending_count(self, chat_key: str | None = None) -> int:
+        if chat_key is None:
+            found = self._db.execute("SELECT COUNT(*) FROM outbox WHERE status = 'queued'")
+            return int(found.fetchone()[0])
+        return int(
+            self._db.execute(
+                "SELECT COUNT(*) FROM outbox WHERE status = 'queued' AND chat_key = ?", [chat_key]
+            ).fetchone()[0]
+        )

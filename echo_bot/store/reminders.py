@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..statuses import ReminderStatus
+from .committed import ChatTimezoneChanged, ReminderChanged
 from .sql import SqlDb
+
+if TYPE_CHECKING:
+    from .tx import Tx
 
 _COLUMNS = (
     "id, chat, owner, text, timezone, recurrence, next_at, status, created_at, fired_count,"
@@ -62,15 +67,6 @@ def active_reminders(db: SqlDb, chat: str | None = None) -> list[ReminderRow]:
     return [ReminderRow(*r) for r in rows]
 
 
-def count_active(db: SqlDb, chat: str) -> int:
-    return int(
-        db.execute(
-            "SELECT COUNT(*) FROM reminders WHERE status = ? AND chat = ?",
-            [ReminderStatus.ACTIVE, chat],
-        ).fetchone()[0]
-    )
-
-
 def set_status(
     db: SqlDb,
     reminder_id: str,
@@ -85,35 +81,6 @@ def set_status(
     return cursor.rowcount == 1
 
 
-def mark_fired(
-    db: SqlDb, row: ReminderRow, occurrence: float, *, late_by: float, outcome: str
-) -> bool:
-    """Record that ``occurrence`` fired; False when it already had (never fire twice)."""
-    cursor = db.execute(
-        "INSERT INTO reminder_fires (reminder_id, occurrence, fired_at, late_by, outcome)"
-        " VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-        [row.id, occurrence, time.time(), late_by, outcome],
-    )
-    if cursor.rowcount != 1:
-        return False
-    db.execute(
-        "UPDATE reminders SET fired_count = fired_count + 1, last_fired_at = ? WHERE id = ?",
-        [time.time(), row.id],
-    )
-    return True
-
-
-def advance(db: SqlDb, reminder_id: str, next_at: float) -> None:
-    db.execute("UPDATE reminders SET next_at = ? WHERE id = ?", [next_at, reminder_id])
-
-
-def chat_timezone(db: SqlDb, session_key: str) -> str | None:
-    row = db.execute(
-        "SELECT timezone FROM chat_settings WHERE session_key = ?", [session_key]
-    ).fetchone()
-    return row[0] if row else None
-
-
 def set_chat_timezone(db: SqlDb, session_key: str, timezone: str) -> None:
     db.execute(
         "INSERT INTO chat_settings (session_key, timezone) VALUES (?, ?)"
@@ -122,16 +89,83 @@ def set_chat_timezone(db: SqlDb, session_key: str, timezone: str) -> None:
     )
 
 
-def cron_last(db: SqlDb, job: str) -> float | None:
-    row = db.execute("SELECT last_occurrence FROM cron_state WHERE job = ?", [job]).fetchone()
-    return row[0] if row else None
+class ReminderRepo:
+    __slots__ = ("_db", "_tx")
 
+    def __init__(self, db: SqlDb, tx: Tx) -> None:
+        self._db, self._tx = db, tx
 
-def set_cron_last(db: SqlDb, job: str, occurrence: float) -> None:
-    db.execute(
-        "INSERT INTO cron_state (job, last_occurrence) VALUES (?, ?)"
-        " ON CONFLICT(job) DO UPDATE SET"
-        " last_occurrence = CASE WHEN excluded.last_occurrence > cron_state.last_occurrence"
-        " THEN excluded.last_occurrence ELSE cron_state.last_occurrence END",
-        [job, occurrence],
-    )
+    def insert(self, row: ReminderRow) -> None:
+        insert_reminder(self._db, row)
+        self._tx.announce(ReminderChanged(row.id))
+
+    def get(self, reminder_id: str) -> ReminderRow | None:
+        return get_reminder(self._db, reminder_id)
+
+    def active(self, chat: str | None = None) -> list[ReminderRow]:
+        return active_reminders(self._db, chat)
+
+    def count_active(self, chat: str) -> int:
+        return int(
+            self._db.execute(
+                "SELECT COUNT(*) FROM reminders WHERE status = ? AND chat = ?",
+                [ReminderStatus.ACTIVE, chat],
+            ).fetchone()[0]
+        )
+
+    def set_status(
+        self,
+        reminder_id: str,
+        status: ReminderStatus,
+        *,
+        only_if: ReminderStatus = ReminderStatus.ACTIVE,
+    ) -> bool:
+        changed = set_status(self._db, reminder_id, status, only_if=only_if)
+        if changed:
+            self._tx.announce(ReminderChanged(reminder_id))
+        return changed
+
+    def mark_fired(
+        self, row: ReminderRow, occurrence: float, *, late_by: float, outcome: str
+    ) -> bool:
+        """Record that ``occurrence`` fired; False when it already had (never twice)."""
+        cursor = self._db.execute(
+            "INSERT INTO reminder_fires (reminder_id, occurrence, fired_at, late_by, outcome)"
+            " VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+            [row.id, occurrence, time.time(), late_by, outcome],
+        )
+        if cursor.rowcount != 1:
+            return False
+        self._db.execute(
+            "UPDATE reminders SET fired_count = fired_count + 1, last_fired_at = ? WHERE id = ?",
+            [time.time(), row.id],
+        )
+        return True
+
+    def advance(self, reminder_id: str, next_at: float) -> None:
+        self._db.execute("UPDATE reminders SET next_at = ? WHERE id = ?", [next_at, reminder_id])
+
+    def chat_timezone(self, session_key: str) -> str | None:
+        row = self._db.execute(
+            "SELECT timezone FROM chat_settings WHERE session_key = ?", [session_key]
+        ).fetchone()
+        return row[0] if row else None
+
+    def set_chat_timezone(self, session_key: str, timezone: str) -> None:
+        set_chat_timezone(self._db, session_key, timezone)
+        self._tx.announce(ChatTimezoneChanged(session_key, timezone))
+
+    def cron_last(self, job: str) -> float | None:
+        row = self._db.execute(
+            "SELECT last_occurrence FROM cron_state WHERE job = ?", [job]
+        ).fetchone()
+        return row[0] if row else None
+
+    def set_cron_last(self, job: str, occurrence: float) -> None:
+        self._db.execute(
+            "INSERT INTO cron_state (job, last_occurrence) VALUES (?, ?)"
+            " ON CONFLICT(job) DO UPDATE SET"
+            " last_occurrence = CASE WHEN excluded.last_occurrence > cron_state.last_occurrence"
+            " THEN excluded.last_occurrence ELSE cron_state.last_occurrence END",
+            [job, occurrence],
+        )

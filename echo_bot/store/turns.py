@@ -7,6 +7,7 @@ after a crash knows exactly which calls may have happened.
 
 from __future__ import annotations
 
+import builtins
 import json
 import time
 from collections import Counter
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..conversation import ChatMessage, ToolCall
+from ..events import InboundStatus
 from ..statuses import CallStatus, TurnStatus
 from .sql import SqlDb
 
@@ -82,20 +84,6 @@ def create_turn(db: SqlDb, turn_id: str, session_key: str, trace_id: str) -> Tur
     return TurnRow(turn_id, session_key, trace_id, 0, TurnStatus.RUNNING)
 
 
-def set_turn(
-    db: SqlDb, turn_id: str, *, step: int | None = None, status: TurnStatus | None = None
-) -> None:
-    sets: list[str] = ["updated_at = ?"]
-    args: list[object] = [time.time()]
-    if step is not None:
-        sets.append("step = ?")
-        args.append(step)
-    if status is not None:
-        sets.append("status = ?")
-        args.append(status)
-    db.execute(f"UPDATE turns SET {', '.join(sets)} WHERE id = ?", [*args, turn_id])
-
-
 def append_message(db: SqlDb, session_key: str, turn_id: str, message: ChatMessage) -> None:
     db.execute(
         "INSERT INTO messages (session_key, turn_id, role, content, tool_calls, tool_call_id,"
@@ -154,24 +142,6 @@ def history_rows(
         [session_key, since, reset_turn, limit],
     ).fetchall()
     return [(row[0], _message(row)) for row in reversed(rows)]
-
-
-def newest_seq(db: SqlDb, session_key: str) -> int:
-    """The seq of the session's newest row (reset markers included), 0 when none."""
-    row = db.execute(
-        "SELECT MAX(seq) FROM messages WHERE session_key = ?", [session_key]
-    ).fetchone()
-    return int(row[0] or 0)
-
-
-def messages_after(db: SqlDb, session_key: str, seq: int) -> list[tuple[int, ChatMessage]]:
-    """Every row of the session after ``seq``, reset markers included, oldest first."""
-    rows = db.execute(
-        "SELECT seq, role, content, tool_calls, tool_call_id, name, turn_id FROM messages"
-        " WHERE session_key = ? AND seq > ? ORDER BY seq",
-        [session_key, seq],
-    ).fetchall()
-    return [(row[0], _message(row)) for row in rows]
 
 
 def _message(row: Any) -> ChatMessage:
@@ -300,26 +270,108 @@ def repeats(db: SqlDb, turn_id: str, hashes: list[str]) -> int:
     return int(row[0] or 0)
 
 
-def taken_and_repeats(
-    db: SqlDb, turn_id: str, ids: list[str], hashes: list[str]
-) -> tuple[set[str], int]:
-    """``taken_call_ids(ids)`` and ``repeats(turn_id, hashes)`` in one read."""
-    if not ids or not hashes:  # `IN ()` is no SQL to PostgreSQL
-        return taken_call_ids(db, ids) if ids else set(), repeats(db, turn_id, hashes)
-    id_marks = ",".join("?" for _ in ids)
-    hash_marks = ",".join("?" for _ in hashes)
-    rows = db.execute(
-        f"SELECT 0, id FROM tool_calls WHERE id IN ({id_marks}) UNION ALL"
-        f" SELECT 1, args_hash FROM tool_calls WHERE turn_id = ? AND args_hash IN ({hash_marks})",
-        [*ids, turn_id, *hashes],
-    ).fetchall()
-    taken = {value for part, value in rows if part == 0}
-    counts = Counter(value for part, value in rows if part == 1)
-    return taken, max(counts.values(), default=0)
+class TurnRepo:
+    """Turns, their history (messages) and their tool calls: the checkpoint."""
 
+    __slots__ = ("_db",)
 
-def turns_waiting_on(db: SqlDb, approval_id: str) -> list[str]:
-    rows = db.execute(
-        "SELECT DISTINCT turn_id FROM tool_calls WHERE approval_id = ?", [approval_id]
-    ).fetchall()
-    return [r[0] for r in rows]
+    def __init__(self, db: SqlDb) -> None:
+        self._db = db
+
+    def get(self, turn_id: str) -> TurnRow | None:
+        return get_turn(self._db, turn_id)
+
+    def of_inbound(self, inbound_id: str) -> tuple[InboundStatus, TurnRow | None] | None:
+        """The inbound's status and its turn (None before it has one) in one read; None
+        when there is no such inbound."""
+        found = turn_of_inbound(self._db, inbound_id)
+        return None if found is None else (InboundStatus(found[0]), found[1])
+
+    def create(self, turn_id: str, session_key: str, trace_id: str) -> TurnRow:
+        return create_turn(self._db, turn_id, session_key, trace_id)
+
+    def set(
+        self, turn_id: str, *, step: int | None = None, status: TurnStatus | None = None
+    ) -> None:
+        sets: list[str] = ["updated_at = ?"]
+        args: list[object] = [time.time()]
+        if step is not None:
+            sets.append("step = ?")
+            args.append(step)
+        if status is not None:
+            sets.append("status = ?")
+            args.append(status)
+        self._db.execute(f"UPDATE turns SET {', '.join(sets)} WHERE id = ?", [*args, turn_id])
+
+    def append_message(self, session_key: str, turn_id: str, message: ChatMessage) -> None:
+        append_message(self._db, session_key, turn_id, message)
+
+    def reset_session(self, session_key: str) -> None:
+        reset_session(self._db, session_key)
+
+    def history(self, session_key: str, limit: int = 200) -> list[ChatMessage]:
+        return history(self._db, session_key, limit)
+
+    def reset_mark(self, session_key: str) -> tuple[int, str]:
+        return reset_mark(self._db, session_key)
+
+    def history_rows(
+        self, session_key: str, limit: int, mark: tuple[int, str] | None = None
+    ) -> list[tuple[int, ChatMessage]]:
+        return history_rows(self._db, session_key, limit, mark)
+
+    def newest_seq(self, session_key: str) -> int:
+        """The seq of the session's newest row (reset markers included), 0 when none."""
+        row = self._db.execute(
+            "SELECT MAX(seq) FROM messages WHERE session_key = ?", [session_key]
+        ).fetchone()
+        return int(row[0] or 0)
+
+    def messages_after(self, session_key: str, seq: int) -> list[tuple[int, ChatMessage]]:
+        """Every row of the session after ``seq``, reset markers included, oldest first."""
+        rows = self._db.execute(
+            "SELECT seq, role, content, tool_calls, tool_call_id, name, turn_id FROM messages"
+            " WHERE session_key = ? AND seq > ? ORDER BY seq",
+            [session_key, seq],
+        ).fetchall()
+        return [(row[0], _message(row)) for row in rows]
+
+    def add_calls(
+        self, turn_id: str, step: int, calls: list[tuple[ToolCall, str]]
+    ) -> list[CallRow]:
+        """Store the step's calls (planned); the rows as ``calls_of_step`` reads them."""
+        return add_calls(self._db, turn_id, step, calls)
+
+    def calls_of_step(self, turn_id: str, step: int) -> list[CallRow]:
+        return calls_of_step(self._db, turn_id, step)
+
+    def set_call(
+        self,
+        call_id: str,
+        status: CallStatus,
+        *,
+        result: dict[str, Any] | None = None,
+        approval_id: str | None = None,
+    ) -> None:
+        set_call(self._db, call_id, status, result=result, approval_id=approval_id)
+
+    def taken_and_repeats(
+        self, turn_id: str, ids: list[str], hashes: list[str]
+    ) -> tuple[builtins.set[str], int]:
+        """Which of ``ids`` a stored call uses already, and how often the most repeated of
+        ``hashes`` was called in this turn: in one read."""
+        if not ids or not hashes:  # `IN ()` is no SQL to PostgreSQL
+            return taken_call_ids(self._db, ids) if ids else set(), repeats(
+                self._db, turn_id, hashes
+            )
+        id_marks = ",".join("?" for _ in ids)
+        hash_marks = ",".join("?" for _ in hashes)
+        rows = self._db.execute(
+            f"SELECT 0, id FROM tool_calls WHERE id IN ({id_marks}) UNION ALL"
+            " SELECT 1, args_hash FROM tool_calls WHERE turn_id = ?"
+            f" AND args_hash IN ({hash_marks})",
+            [*ids, turn_id, *hashes],
+        ).fetchall()
+        taken = {value for part, value in rows if part == 0}
+        counts = Counter(value for part, value in rows if part == 1)
+        return taken, max(counts.values(), default=0)

@@ -10,6 +10,7 @@ from pathlib import Path
 from echo_bot.events import Address, InboundMessage, InboundStatus, MessageInbound, Sender
 from echo_bot.secrets import Masker
 from echo_bot.store import DB_FILENAME, Database, Store, Tx
+from echo_bot.store.approvals import NewApproval
 from tests.conftest import run_echo_bot
 
 
@@ -70,12 +71,12 @@ def test_a_request_id_prefix_finds_the_request_or_says_which_ones_it_begins(
     state = tmp_path / "st"
 
     def request(tx: Tx, approval_id: str) -> None:
-        tx.approvals.insert(
-            approval_id=approval_id, turn_id="turn", session_key="cli:local", trace_id="trace",
+        tx.approvals.insert(NewApproval(
+            id=approval_id, turn_id="turn", session_key="cli:local", trace_id="trace",
             tool="shell_exec", args={"command": "ls"}, args_hash="hash", risk="dangerous",
             requested_by={"id": "u", "name": "Ann"}, origin="cli:local", prompt_to="cli:local",
             prompt_outbound_id=None, expires_at=4_000_000_000.0, grant_scope=None,
-        )  # fmt: skip
+        ))  # fmt: skip
 
     seeded(state, lambda tx: [request(tx, i) for i in ("c0ffee01", "c0ffee02", "c0ffee")])
     exact = run_echo_bot("approvals", "show", "c0ffee", "--state-dir", str(state))

@@ -25,11 +25,10 @@ from echo_bot.scheduling.reminders import ReminderService
 from echo_bot.scheduling.scheduler import Scheduler
 from echo_bot.secrets import Masker
 from echo_bot.store import (
+    BusQueues,
     Database,
     OutboundCommitted,
     ReminderChanged,
-    SqliteInbox,
-    SqliteOutbox,
     Store,
 )
 from echo_bot.store import reminders as reminder_store
@@ -112,7 +111,7 @@ async def parts(tmp_path: Path) -> AsyncIterator[Parts]:
     clock = Clock(START)
     service = ReminderService(store, timezone="UTC", languages=["en"], max_active=100, clock=clock)
     made = Parts(
-        store=store, bus=Bus(SqliteInbox(store), SqliteOutbox(store)), clock=clock, service=service
+        store=store, bus=Bus(BusQueues(store), BusQueues(store)), clock=clock, service=service
     )
     try:
         yield made
@@ -503,7 +502,7 @@ async def test_a_resync_follows_reminders_changed_through_another_daemon(tmp_pat
     await here.open()
     await there.open()
     scheduler = Scheduler(
-        here, Bus(SqliteInbox(here), SqliteOutbox(here)),
+        here, Bus(BusQueues(here), BusQueues(here)),
         cron_jobs=[], timezone="UTC", grace=timedelta(hours=1), resync=0.1,
     )  # fmt: skip
     service = ReminderService(there, timezone="UTC", languages=["en"], max_active=10)

@@ -16,8 +16,8 @@ from echo_bot.bus import Published
 from echo_bot.errors import StoreError
 from echo_bot.events import Address, InboundMessage, MessageInbound, Sender
 from echo_bot.secrets import Masker
-from echo_bot.store import Database, InboundCommitted, SqliteInbox, Store, Tx
-from echo_bot.store.inbox import DEDUP_WINDOW, DEDUP_WINDOWS, add_inbound, add_inbound_batch
+from echo_bot.store import BusQueues, Database, InboundCommitted, Store, Tx
+from echo_bot.store.inbox import DEDUP_WINDOW, DEDUP_WINDOWS, add_inbound
 
 
 def message(external_id: str | None, channel: str = "webhook", **extra: object) -> InboundMessage:
@@ -38,8 +38,8 @@ async def db(tmp_path: Path):  # type: ignore[no-untyped-def]
     await database.close()
 
 
-def daemon_inbox(db: Database) -> SqliteInbox:
-    return SqliteInbox(Store(db, Masker(), instance="host-1"))
+def daemon_inbox(db: Database) -> BusQueues:
+    return BusQueues(Store(db, Masker(), instance="host-1"))
 
 
 def count(db: SqlDb) -> int:
@@ -107,17 +107,16 @@ async def test_the_dedup_window_holds_in_a_batch(db: Database) -> None:
     ]
 
 
-def test_batch_and_one_by_one_agree() -> None:
-    """add_inbound_batch gives exactly what add_inbound gives, message after message."""
+async def test_a_group_commit_and_one_by_one_agree(db: Database) -> None:
+    """Adds the engine commits together give exactly what ``add_inbound`` gives, message
+    after message, each in its own transaction."""
     import sqlite3
 
     from echo_bot.store.schema import migrate
 
-    def fresh() -> SqlDb:
-        db = SqlDb(sqlite3.connect(":memory:"))
-        migrate(db)
-        return db
-
+    one = SqlDb(sqlite3.connect(":memory:"))
+    migrate(one)
+    inbox = daemon_inbox(db)
     old = datetime.now(UTC) - timedelta(seconds=DEDUP_WINDOW + 60)
     seed = [message("a"), message("b", received_at=old), message("c", channel="telegram")]
     batch = [
@@ -130,20 +129,22 @@ def test_batch_and_one_by_one_agree() -> None:
         seed[2],
         message("c"),
     ]
-    one, many = fresh(), fresh()
     for m in seed:
         add_inbound(one, m)
-        add_inbound(many, m)
+        await inbox.add(m)
     expected = [add_inbound(one, m) for m in batch]
-    assert add_inbound_batch(many, batch) == expected
+    assert await asyncio.gather(*(inbox.add(m) for m in batch)) == expected
     rows = "SELECT id, channel, external_id, received_at FROM inbox ORDER BY seq"
-    assert many.execute(rows).fetchall() == one.execute(rows).fetchall()
+    stored = await db.run(lambda d: [tuple(r) for r in d.execute(rows).fetchall()])
+    assert stored == one.execute(rows).fetchall()
     # The fast path (nothing stored, nothing repeated) stores the same rows too.
     fast = [message(f"n{i}") for i in range(5)] + [message(None)]
-    assert add_inbound_batch(many, fast) == [Published(m.id, False) for m in fast]
+    assert await asyncio.gather(*(inbox.add(m) for m in fast)) == [
+        Published(m.id, False) for m in fast
+    ]
     new = sum(not p.duplicate for p in expected)
     assert new == 4  # b (its old row retired), d, the keyless one, c on another channel
-    assert many.execute("SELECT COUNT(*) FROM inbox").fetchone()[0] == len(seed) + new + 6
+    assert await db.run(count) == len(seed) + new + 6
 
 
 async def test_a_failing_commit_fails_every_add_of_the_batch(db: Database) -> None:
@@ -185,29 +186,30 @@ async def test_the_poll_reads_only_what_other_processes_wrote(db: Database) -> N
     told: list[str] = []
     store = Store(db, Masker(), instance="host-1")
     store.subscribe(InboundCommitted, lambda e: told.extend(m.id for m in e.messages))
-    inbox = SqliteInbox(store)
+    inbox = BusQueues(store)
     own = message("own")
     await inbox.add(own)
     admin = message("admin", channel="admin")
     await db.run(lambda d: add_inbound(d, admin))  # what `echo-bot approvals` does
     other = message("other")
-    await SqliteInbox(Store(db, Masker(), instance="host-2")).add(other)
+    await BusQueues(Store(db, Masker(), instance="host-2")).add(other)
     assert told == [own.id]
-    found, last, more = await inbox.accepted_after(0)
+    found, last, more = await store.run(lambda tx: tx.inbox.accepted_from_others(0, 500))
     assert [m.id for m in found] == [admin.id, other.id] and not more
-    assert await inbox.accepted_after(last) == ([], last, False)
-    unfinished, newest = await inbox.unfinished()
+    again = await store.run(lambda tx: tx.inbox.accepted_from_others(last, 500))
+    assert again == ([], last, False)
+    unfinished, newest = await store.run(lambda tx: tx.inbox.unfinished())
     assert [m.id for m in unfinished] == [own.id, admin.id, other.id] and newest == last
 
 
 async def test_a_page_of_the_poll_ends_at_its_last_row(db: Database) -> None:
-    inbox = daemon_inbox(db)
+    store = Store(db, Masker(), instance="host-1")
     rows = [message(f"p{i}") for i in range(5)]
     for m in rows:
         await db.run(lambda d, m=m: add_inbound(d, m))
-    first, last, more = await inbox.accepted_after(0, limit=3)
+    first, last, more = await store.run(lambda tx: tx.inbox.accepted_from_others(0, 3))
     assert [m.id for m in first] == [m.id for m in rows[:3]] and more
-    rest, _last, more = await inbox.accepted_after(last, limit=3)
+    rest, _last, more = await store.run(lambda tx: tx.inbox.accepted_from_others(last, 3))
     assert [m.id for m in rest] == [m.id for m in rows[3:]] and not more
 
 
@@ -218,7 +220,7 @@ async def test_a_publisher_that_gives_up_before_the_commit_leaves_nothing_behind
     told: list[str] = []
     store = Store(db, Masker(), instance="host-1")
     store.subscribe(InboundCommitted, lambda e: told.extend(m.id for m in e.messages))
-    publish = asyncio.ensure_future(SqliteInbox(store).add(message("cancelled")))
+    publish = asyncio.ensure_future(BusQueues(store).add(message("cancelled")))
     await asyncio.sleep(0)  # listed for the next flush
     publish.cancel()
     with pytest.raises(asyncio.CancelledError):
