@@ -55,6 +55,7 @@ from echo_bot.config import BOT_TOKEN_SHAPE, TelegramConfig, looks_like_bot_toke
 from echo_bot.errors import (
     ChannelError,
     ConfigError,
+    EchoBotError,
     MediaTooLarge,
     MediaUnavailable,
     StoreError,
@@ -133,7 +134,7 @@ class _Typing:
     task: asyncio.Task[None] | None = None
 
 
-class CommitFailed(Exception):
+class CommitFailed(EchoBotError):
     """The inbox did not take an update: it must not be acknowledged."""
 
 

@@ -15,7 +15,7 @@ from typing import Any, Protocol, TypeVar
 from .. import metrics
 from ..approvals import ApprovalGate, DecisionOutcome
 from ..cluster import Cluster, session_lease
-from ..errors import LeaseLost, StoreUnavailable, log_retrying
+from ..errors import LeaseLost, StoreUnavailable
 from ..events import (
     DecisionInbound,
     Inbound,
@@ -24,6 +24,7 @@ from ..events import (
     OutboundKind,
     OutboundMessage,
 )
+from ..logs import log_retrying
 from ..statuses import ApprovalStatus
 from ..store import InboundCommitted, Store, Tx
 from .runner import TurnRunner
