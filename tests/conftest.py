@@ -1,12 +1,11 @@
 from __future__ import annotations
 
 import asyncio
-import inspect
 import os
 import subprocess
 import sys
 import tomllib
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -151,22 +150,3 @@ def ctx() -> ToolContext:
         origin=Address(channel="cli", chat_id="local"),
         user=Sender(id="owner", name="Owner"),
     )
-
-
-async def eventually(
-    check: Callable[[], Awaitable[bool] | bool], timeout: float = 10.0, what: str = ""
-) -> None:
-    """Wait until ``check()`` holds (it may be async), looking every 50 ms; fail after
-    ``timeout`` seconds, saying ``what`` was awaited. The one way tests wait for what
-    they cannot be told about (a row in the store, a file a tool wrote)."""
-    try:
-        async with asyncio.timeout(timeout):
-            while True:
-                answer = check()
-                if inspect.isawaitable(answer):
-                    answer = await answer
-                if answer:
-                    return
-                await asyncio.sleep(0.05)
-    except TimeoutError:
-        raise AssertionError(f"not within {timeout} s: {what or check}") from None

@@ -17,8 +17,8 @@ from echo_bot.errors import ChannelError
 from echo_bot.events import Address, OutboundMessage, Receipt
 from echo_bot.secrets import Masker
 from echo_bot.store import Database, SqliteOutbox, Store
-from tests.conftest import eventually
 from tests.fakes.channel import RecordingChannel
+from tests.waiting import eventually
 
 WAIT = 10.0  # an upper bound for "eventually", never a speed requirement
 

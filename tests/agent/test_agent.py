@@ -18,8 +18,9 @@ from echo_bot.events import InboundStatus, MessageInbound, OutboundMessage, Tool
 from echo_bot.store.audit import read_audit
 from echo_bot.store.inbox import get_inbound
 from echo_bot.tools.base import Risk, Tool, ToolContext, ToolGroup, ToolResult
-from tests.conftest import Bot, eventually, running_bot, store_engine
+from tests.conftest import Bot, running_bot, store_engine
 from tests.fakes.channel import RecordingChannel
+from tests.waiting import eventually
 
 # Each test runs on SQLite and on a real PostgreSQL server.
 pytestmark = pytest.mark.usefixtures("on_both_engines")

@@ -28,8 +28,9 @@ from echo_bot.statuses import ApprovalStatus
 from echo_bot.store.approvals import ApprovalRow, get_approval, list_approvals
 from echo_bot.store.inbox import get_inbound
 from echo_bot.tools.base import Risk, Tool, ToolContext, ToolGroup, ToolResult
-from tests.conftest import Bot, eventually, running_bot
+from tests.conftest import Bot, running_bot
 from tests.fakes.channel import RecordingChannel
+from tests.waiting import eventually
 
 # Each test runs on SQLite and on a real PostgreSQL server.
 pytestmark = pytest.mark.usefixtures("on_both_engines")

@@ -28,11 +28,11 @@ from tests.channels.test_telegram import (
     text_of,
 )
 from tests.channels.test_telegram_media import llm_extra
-from tests.conftest import eventually
 from tests.fakes.openai_api import FakeOpenAI
 from tests.fakes.telegram_api import FakeTelegramAPI
 from tests.mcp.test_mcp import mcp_state, stdio_config
 from tests.tools.test_send_file import uploaded
+from tests.waiting import eventually
 
 FRIEND, OTHER = 77, 88
 TEAM = (OWNER, FRIEND, OTHER)

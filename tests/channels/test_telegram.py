@@ -27,8 +27,9 @@ from echo_bot.errors import ConfigError
 from echo_bot.events import Address, Button, OutboundMessage, new_id
 from echo_bot.store.access import new_pairing_code
 from echo_bot.tools.base import Tool
-from tests.conftest import Bot, eventually, running_bot
+from tests.conftest import Bot, running_bot
 from tests.fakes.telegram_api import Call, FakeTelegramAPI, RateLimits, utf16_len
+from tests.waiting import eventually
 
 TOKEN = "123456:TEST-token-value"
 OWNER = 42

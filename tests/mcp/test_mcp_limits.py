@@ -22,9 +22,10 @@ from echo_bot.mcp.connection import RemoteTool
 from echo_bot.mcp.hub import McpHub
 from echo_bot.mcp.tool import McpTool
 from echo_bot.tools.registry import ToolRegistry
-from tests.conftest import ROOT, Bot, eventually, running_bot
+from tests.conftest import ROOT, Bot, running_bot
 from tests.fakes.mcp_evil_server import APPROVED
 from tests.fakes.openai_api import FakeOpenAI
+from tests.waiting import eventually
 
 EVIL = ROOT / "tests" / "fakes" / "mcp_evil_server.py"
 MARKER = "[{name}: a tool of the MCP server evil]"
