@@ -36,6 +36,7 @@ class Clock:
 @dataclass
 class Harness:
     db: Database
+    store: Store
     outbox: SqliteOutbox
     worker: DeliveryWorker
     clock: Clock
@@ -46,30 +47,23 @@ class Harness:
         return message
 
     async def row(self, outbound_id: str) -> tuple[str, str | None, int]:
-        def query(db):  # type: ignore[no-untyped-def]
-            return tuple(
-                db.execute(
-                    "SELECT status, last_error, attempts FROM outbox WHERE id = ?", [outbound_id]
-                ).fetchone()
-            )
-
-        return await self.db.run(query)  # type: ignore[return-value]
+        stored = await self.store.run(lambda tx: tx.outbox.deliveries())
+        [found] = [d for d in stored if d.id == outbound_id]
+        return found.status, found.last_error, found.attempts
 
     async def wait_attempts(self, outbound_id: str, n: int) -> tuple[str, str | None, int]:
-        async with asyncio.timeout(WAIT):
-            while True:
-                row = await self.row(outbound_id)
-                if row[2] >= n:
-                    return row
-                await asyncio.sleep(0.01)
+        async def attempted() -> tuple[str, str | None, int] | None:
+            row = await self.row(outbound_id)
+            return row if row[2] >= n else None
+
+        return await eventually(attempted, WAIT, f"{outbound_id} tried {n} times")
 
     async def wait_status(self, outbound_id: str, status: str) -> tuple[str, str | None, int]:
-        async with asyncio.timeout(WAIT):
-            while True:
-                row = await self.row(outbound_id)
-                if row[0] == status:
-                    return row
-                await asyncio.sleep(0.01)
+        async def reached() -> tuple[str, str | None, int] | None:
+            row = await self.row(outbound_id)
+            return row if row[0] == status else None
+
+        return await eventually(reached, WAIT, f"{outbound_id} {status}")
 
 
 @pytest.fixture
@@ -82,16 +76,14 @@ async def harness(tmp_path: Path) -> AsyncIterator[Harness]:
     worker = DeliveryWorker(outbox, store=store, clock=clock, max_attempts=3)
     await worker.start()
     try:
-        yield Harness(db=db, outbox=outbox, worker=worker, clock=clock)
+        yield Harness(db=db, store=store, outbox=outbox, worker=worker, clock=clock)
     finally:
         await worker.stop()
         await db.close()
 
 
 async def wait_sent(channel: RecordingChannel, count: int) -> list[OutboundMessage]:
-    async with asyncio.timeout(WAIT):
-        while len(channel.sent) < count:
-            await asyncio.sleep(0.01)
+    await eventually(lambda: len(channel.sent) >= count, WAIT, f"{count} messages sent")
     return channel.sent
 
 

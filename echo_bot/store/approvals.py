@@ -179,6 +179,24 @@ def has_grant(db: SqlDb, session_key: str, tool: str, scope: str, now: float) ->
     return row is not None
 
 
+@dataclass(frozen=True, slots=True)
+class GrantRow:
+    session_key: str
+    tool: str
+    scope: str
+    until: float
+    approval_id: str
+
+
+def list_grants(db: SqlDb) -> list[GrantRow]:
+    """Every grant (expired ones too, until retention prunes them)."""
+    rows = db.execute(
+        "SELECT session_key, tool, scope, until, approval_id FROM grants"
+        " ORDER BY session_key, tool, scope"
+    ).fetchall()
+    return [GrantRow(*row) for row in rows]
+
+
 def ids_beginning(db: SqlDb, prefix: str) -> list[str]:
     """The ids of every request that begins with ``prefix``, oldest first."""
     rows = db.execute(

@@ -147,6 +147,44 @@ def mark_failed(db: SqlDb, outbound_id: str, error: str) -> None:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One outbound as stored: where its delivery stands."""
+
+    id: str
+    chat_key: str
+    status: str  # QUEUED, SENT or FAILED
+    attempts: int
+    last_error: str | None
+    next_attempt_at: float
+    created_at: float
+    message: OutboundMessage
+
+
+def deliveries(db: SqlDb, status: str | None = None) -> list[Delivery]:
+    """Every outbound (with ``status``, if given), oldest first."""
+    sql = (
+        "SELECT id, chat_key, status, attempts, last_error, next_attempt_at, created_at,"
+        " payload FROM outbox"
+    )
+    args: list[object] = []
+    if status is not None:
+        sql, args = sql + " WHERE status = ?", [status]
+    return [
+        Delivery(
+            id=row[0],
+            chat_key=row[1],
+            status=row[2],
+            attempts=row[3],
+            last_error=row[4],
+            next_attempt_at=row[5],
+            created_at=row[6],
+            message=OutboundMessage.model_validate_json(row[7]),
+        )
+        for row in db.execute(sql + " ORDER BY seq", args).fetchall()
+    ]
+
+
 def pending_count(db: SqlDb, chat_key: str | None = None) -> int:
     if chat_key is None:
         return int(db.execute("SELECT COUNT(*) FROM outbox WHERE status = 'queued'").fetchone()[0])

@@ -239,6 +239,10 @@ class OutboxRepo:
     def pending_count(self, chat_key: str | None = None) -> int:
         return outbox_sql.pending_count(self._db, chat_key)
 
+    def deliveries(self, status: str | None = None) -> list[outbox_sql.Delivery]:
+        """Every outbound (with ``status``, if given) and where it stands, oldest first."""
+        return outbox_sql.deliveries(self._db, status)
+
     def queued_by_channel(self) -> dict[str, int]:
         return meta_sql.queued_by_channel(self._db)
 
@@ -412,6 +416,9 @@ class GrantRepo:
 
     def add(self, session_key: str, tool: str, scope: str, until: float, approval_id: str) -> None:
         approval_sql.add_grant(self._db, session_key, tool, scope, until, approval_id)
+
+    def all(self) -> list[approval_sql.GrantRow]:
+        return approval_sql.list_grants(self._db)
 
     def holds(self, session_key: str, tool: str, scope: str, now: float) -> bool:
         return approval_sql.has_grant(self._db, session_key, tool, scope, now)
