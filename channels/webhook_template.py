@@ -17,13 +17,14 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 from echo_bot.config import TEMPLATE_FIELD
+from echo_bot.errors import EchoBotError
 
 _KEYS = re.compile(r"\[([^\[\]{}]+)\]")
 _PIECES = re.compile(r"\{\{|\}\}|" + TEMPLATE_FIELD.pattern)
 MAX_VALUE_CHARS = 10_000
 
 
-class TemplateRefused(Exception):
+class TemplateRefused(EchoBotError):
     """The delivery cannot fill the route's template; the sender gets a 422."""
 
     def __init__(self, answer: str, audited: str) -> None:

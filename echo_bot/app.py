@@ -22,10 +22,11 @@ from .bus import Bus, Channel
 from .channel_host import DaemonHost, show_when_ready, start_channels
 from .config import Config, load_config, secret_env_names, with_credentials
 from .core import Core, build_core
-from .errors import ConfigError, StoreUnavailable, log_retrying
+from .errors import ConfigError, StoreUnavailable
 from .housekeeping import warn_unreachable
 from .lifecycle import Parts
 from .live import Reloadable, restart_needed
+from .logs import log_retrying
 from .runtime import Runtime, brain_label, wire
 from .scheduling.reminders import ReminderService
 from .scheduling.scheduler import Scheduler

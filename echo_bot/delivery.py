@@ -23,8 +23,9 @@ from pathlib import Path
 from . import metrics
 from .bus import Channel
 from .cluster import BEAT, Cluster, delivery_lease
-from .errors import ChannelError, log_retrying
+from .errors import ChannelError
 from .events import OutboundMessage
+from .logs import log_retrying
 from .secrets import Masker
 from .statuses import OutboxStatus
 from .store import OutboundCommitted, Store

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import logging
-import sys
-import time
-
 # The exit status of a command whose output closed early (`| head`): 128 + SIGPIPE, as
 # for Unix tools killed by that signal.
 EXIT_OUTPUT_CLOSED = 141
@@ -81,28 +77,3 @@ class MediaUnavailable(ChannelError):
 class MediaTooLarge(MediaUnavailable):
     """A file outgrew the most bytes the core let a channel fetch (``fetch_media``'s
     ``limit``: what is left of the media budgets)."""
-
-
-class DecisionRefused(EchoBotError):
-    """An approval decision was refused: unknown id, already decided, expired, not allowed."""
-
-    def __init__(self, reason: str, *, code: str) -> None:
-        super().__init__(reason)
-        self.code = code
-
-
-def log_retrying(log: logging.Logger, message: str, *args: object) -> None:
-    """Log the error being handled before a loop tries again: one warning line when the
-    store is away for now (it repeats until it is back), else the whole traceback."""
-    error = sys.exc_info()[1]
-    if not isinstance(error, StoreUnavailable):
-        log.exception(message, *args)
-        return
-    now = time.monotonic()
-    if now - _last_said.get(message, -_SAY_EVERY) >= _SAY_EVERY:  # loops try every second
-        _last_said[message] = now
-        log.warning(message + " (%s)", *args, error)
-
-
-_SAY_EVERY = 30.0  # seconds between two warnings of one loop while the store is away
-_last_said: dict[str, float] = {}

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from . import __version__
 from .cluster import BEAT
-from .errors import log_retrying
+from .logs import log_retrying
 from .store import Store, Tx
 from .store.meta import InstanceRow
 

@@ -11,7 +11,7 @@ import time
 from contextvars import ContextVar
 from pathlib import Path
 
-from .errors import ConfigError
+from .errors import ConfigError, StoreUnavailable
 from .secrets import Masker
 
 # The turn being worked on, for log lines written while it runs (JSON format).
@@ -132,3 +132,20 @@ def _open_log_file(path: Path) -> logging.Handler:
             why = "it is a symlink, and symlinks are refused (give the file's own path)"
         raise ConfigError(f"cannot write the log file {path}: {why}") from exc
     return logging.StreamHandler(os.fdopen(fd, "a", encoding="utf-8"))
+
+
+def log_retrying(log: logging.Logger, message: str, *args: object) -> None:
+    """Log the error being handled before a loop tries again: one warning line when the
+    store is away for now (it repeats until it is back), else the whole traceback."""
+    error = sys.exc_info()[1]
+    if not isinstance(error, StoreUnavailable):
+        log.exception(message, *args)
+        return
+    now = time.monotonic()
+    if now - _last_said.get(message, -_SAY_EVERY) >= _SAY_EVERY:  # loops try every second
+        _last_said[message] = now
+        log.warning(message + " (%s)", *args, error)
+
+
+_SAY_EVERY = 30.0  # seconds between two warnings of one loop while the store is away
+_last_said: dict[str, float] = {}

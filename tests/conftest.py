@@ -1,27 +1,31 @@
 from __future__ import annotations
 
 import asyncio
-import inspect
 import os
 import subprocess
 import sys
 import tomllib
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
 from echo_bot.app import Daemon, build_core
 from echo_bot.brains.base import Brain
 from echo_bot.config import LoadedConfig, parse_config
-from echo_bot.events import Address, Sender
-from echo_bot.store import DB_FILENAME, Database, Engine, make_database
+from echo_bot.events import Address, InboundMessage, Sender
+from echo_bot.secrets import Masker
+from echo_bot.store import DB_FILENAME, Database, Engine, Store, Tx, make_database
+from echo_bot.store.turns import CallRow
 from echo_bot.tools.base import Tool, ToolContext
 from tests.fakes.channel import RecordingChannel
 from tests.postgres import fresh_database
+
+T = TypeVar("T")
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -54,6 +58,11 @@ class Bot:
     def db(self) -> Database:
         return self.daemon.core.store.database
 
+    @property
+    def store(self) -> Store:
+        """The store, for checks in its own words: ``bot.store.run(lambda tx: tx.…)``."""
+        return self.daemon.core.store
+
 
 def store_engine(state_dir: Path) -> Engine:
     """Another engine (not opened) on the store ``running_bot(state_dir)`` uses."""
@@ -61,6 +70,32 @@ def store_engine(state_dir: Path) -> Engine:
     if url is not None:
         return make_database("postgres", state_dir=state_dir, url=url)
     return Database(state_dir / DB_FILENAME)
+
+
+def inbound_of(tx: Tx, channel: str) -> list[InboundMessage]:
+    """Every inbound of ``channel`` the store holds, oldest first."""
+    rows = [tx.inbox.get(s.id) for s in reversed(tx.inbox.recent(channel, limit=10_000))]
+    return [row.message for row in rows if row is not None]
+
+
+def calls_of_turn(tx: Tx, turn_id: str) -> list[CallRow]:
+    """Every tool call the turn ``turn_id`` planned, step by step."""
+    turn = tx.turns.get(turn_id)
+    if turn is None:
+        return []
+    return [call for step in range(turn.step + 1) for call in tx.turns.calls_of_step(turn_id, step)]
+
+
+def read_store(state_dir: Path, fn: Callable[[Tx], T]) -> T:
+    """``fn(tx)`` in one transaction on the store of ``state_dir``, opened for the call as
+    a management command opens it (a daemon run as a subprocess may be running on it).
+    Not on an event loop's thread: ``await asyncio.to_thread(read_store, …)`` there."""
+    store = Store(store_engine(state_dir), Masker())
+    store.open_sync(create=False)
+    try:
+        return store.run_sync(fn)
+    finally:
+        store.close_sync()
 
 
 @asynccontextmanager
@@ -151,22 +186,3 @@ def ctx() -> ToolContext:
         origin=Address(channel="cli", chat_id="local"),
         user=Sender(id="owner", name="Owner"),
     )
-
-
-async def eventually(
-    check: Callable[[], Awaitable[bool] | bool], timeout: float = 10.0, what: str = ""
-) -> None:
-    """Wait until ``check()`` holds (it may be async), looking every 50 ms; fail after
-    ``timeout`` seconds, saying ``what`` was awaited. The one way tests wait for what
-    they cannot be told about (a row in the store, a file a tool wrote)."""
-    try:
-        async with asyncio.timeout(timeout):
-            while True:
-                answer = check()
-                if inspect.isawaitable(answer):
-                    answer = await answer
-                if answer:
-                    return
-                await asyncio.sleep(0.05)
-    except TimeoutError:
-        raise AssertionError(f"not within {timeout} s: {what or check}") from None

@@ -13,8 +13,8 @@ from echo_bot.cluster import Cluster
 from echo_bot.events import Address, InboundMessage, InboundStatus, MessageInbound, Sender, new_id
 from echo_bot.secrets import Masker
 from echo_bot.store import Store
-from tests.conftest import eventually
 from tests.postgres import fresh_database
+from tests.waiting import eventually
 
 
 class RecordingRunner:

@@ -25,6 +25,7 @@ from tests.fakes.openai_api import FakeOpenAI, Reply
 from tests.fakes.telegram_api import FakeTelegramAPI
 from tests.postgres import fresh_database
 from tests.proc import free_port
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.slow
 
@@ -152,7 +153,7 @@ async def cluster(
             try:
                 poller = daemons[0]
                 await poller.start()
-                await until(lambda: poller.said("polling now"), 20, poller.said_all)
+                await eventually(lambda: poller.said("polling now"), 20, poller.said_all)
                 for daemon in daemons[1:]:
                     await daemon.start()
                 yield api, daemons, workspace, url
@@ -188,15 +189,6 @@ async def deliver(session: aiohttp.ClientSession, daemons: list[Daemon], n: int)
                     return daemon.name
         await asyncio.sleep(0.2)
     raise AssertionError(f"delivery {n} was never accepted")
-
-
-async def until(ready: object, timeout: float, state: object) -> None:
-    """Wait for ``ready()``; on time-out fail with ``state()`` (what each daemon said)."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not ready():  # type: ignore[operator]
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(state())  # type: ignore[operator]
-        await asyncio.sleep(0.1)
 
 
 async def press_approve(api: FakeTelegramAPI) -> None:
@@ -279,27 +271,27 @@ async def test_three_daemons_share_one_database_and_survive_a_kill(tmp_path: Pat
                 counts = f"runs {runs(workspace)}, results {len(results(api))}"
                 return f"{counts}, unknown {len(unknown(api))}\n{stored(url)}\n{said}"
 
-            await until(lambda: runs(workspace) >= 12 and len(results(api)) >= 12, 60, state)
+            await eventually(lambda: runs(workspace) >= 12 and len(results(api)) >= 12, 60, state)
 
             # Kill the daemon that polls Telegram (and so may deliver too) mid-stream.
             poller = next(d for d in daemons if any("polling now" in x for x in d.lines))
             sending = asyncio.gather(*(deliver(session, daemons, n) for n in range(12, 30)))
             # Mid-stream: once the first of these deliveries has run its command.
-            await until(lambda: runs(workspace) > 12, 60, state)
+            await eventually(lambda: runs(workspace) > 12, 60, state)
             await poller.kill()
             await sending
             for n in range(3, 6):
                 api.push_message(f"what time is it? #{n}", user_id=OWNER)
 
-            await until(lambda: runs(workspace) >= 30 and reported(api) >= 30, 90, state)
+            await eventually(lambda: runs(workspace) >= 30 and reported(api) >= 30, 90, state)
 
             def answered() -> list[str]:
                 return [t for t in api.sent_texts(OWNER) if t.startswith("It is")]
 
-            await until(lambda: len(answered()) >= 6, 60, state)
+            await eventually(lambda: len(answered()) >= 6, 60, state)
             # Every row worked off (inbox final, outbox sent): a duplicate, had there
             # been one, was sent before this.
-            await until(lambda: settled(url), 60, state)
+            await eventually(lambda: settled(url), 60, state)
         presser.cancel()
 
         assert runs(workspace) == 30, "a delivery ran its command twice or not at all"
@@ -336,7 +328,7 @@ async def test_a_stalled_daemon_writes_nothing_to_a_session_another_took_over(
         )
         async with cluster(tmp_path, ("bot-a", "bot-b"), extra) as (api, daemons, _ws, url):
             api.push_message("hello", user_id=OWNER)
-            await until(lambda: llm.chat_requests(), 20, lambda: stored(url))
+            await eventually(lambda: llm.chat_requests(), 20, lambda: stored(url))
             # Whichever daemon took the session (any may: the one that polled the message,
             # or the other, woken by NOTIFY) is frozen waiting for its model's answer.
             driver = session_holder(url)
@@ -349,14 +341,14 @@ async def test_a_stalled_daemon_writes_nothing_to_a_session_another_took_over(
                 def replies() -> list[str]:
                     return [t for t in api.sent_texts(OWNER) if "answer" in t]
 
-                await until(replies, 45, lambda: stored(url) + second.said_all())
+                await eventually(replies, 45, lambda: stored(url) + second.said_all())
             finally:
                 first.proc.send_signal(signal.SIGCONT)
             assert replies() == ["the answer of the daemon that took over"]
-            await until(lambda: first.said("left to another daemon"), 40, first.said_all)
+            await eventually(lambda: first.said("left to another daemon"), 40, first.said_all)
             # The frozen daemon's turn is over; every row worked off (inbox final, outbox
             # sent): a second reply, had there been one, was sent before this.
-            await until(lambda: settled(url), 40, lambda: stored(url))
+            await eventually(lambda: settled(url), 40, lambda: stored(url))
             assert replies() == ["the answer of the daemon that took over"]
             assert answers_in_history(url) == ["the answer of the daemon that took over"]
             for daemon in daemons:

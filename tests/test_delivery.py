@@ -17,8 +17,8 @@ from echo_bot.errors import ChannelError
 from echo_bot.events import Address, OutboundMessage, Receipt
 from echo_bot.secrets import Masker
 from echo_bot.store import Database, Store
-from tests.conftest import eventually
 from tests.fakes.channel import RecordingChannel
+from tests.waiting import eventually
 
 WAIT = 10.0  # an upper bound for "eventually", never a speed requirement
 
@@ -46,30 +46,23 @@ class Harness:
         return message
 
     async def row(self, outbound_id: str) -> tuple[str, str | None, int]:
-        def query(db):  # type: ignore[no-untyped-def]
-            return tuple(
-                db.execute(
-                    "SELECT status, last_error, attempts FROM outbox WHERE id = ?", [outbound_id]
-                ).fetchone()
-            )
-
-        return await self.db.run(query)  # type: ignore[return-value]
+        stored = await self.store.run(lambda tx: tx.outbox.deliveries())
+        [found] = [d for d in stored if d.id == outbound_id]
+        return found.status, found.last_error, found.attempts
 
     async def wait_attempts(self, outbound_id: str, n: int) -> tuple[str, str | None, int]:
-        async with asyncio.timeout(WAIT):
-            while True:
-                row = await self.row(outbound_id)
-                if row[2] >= n:
-                    return row
-                await asyncio.sleep(0.01)
+        async def attempted() -> tuple[str, str | None, int] | None:
+            row = await self.row(outbound_id)
+            return row if row[2] >= n else None
+
+        return await eventually(attempted, WAIT, f"{outbound_id} tried {n} times")
 
     async def wait_status(self, outbound_id: str, status: str) -> tuple[str, str | None, int]:
-        async with asyncio.timeout(WAIT):
-            while True:
-                row = await self.row(outbound_id)
-                if row[0] == status:
-                    return row
-                await asyncio.sleep(0.01)
+        async def reached() -> tuple[str, str | None, int] | None:
+            row = await self.row(outbound_id)
+            return row if row[0] == status else None
+
+        return await eventually(reached, WAIT, f"{outbound_id} {status}")
 
 
 @pytest.fixture
@@ -88,9 +81,7 @@ async def harness(tmp_path: Path) -> AsyncIterator[Harness]:
 
 
 async def wait_sent(channel: RecordingChannel, count: int) -> list[OutboundMessage]:
-    async with asyncio.timeout(WAIT):
-        while len(channel.sent) < count:
-            await asyncio.sleep(0.01)
+    await eventually(lambda: len(channel.sent) >= count, WAIT, f"{count} messages sent")
     return channel.sent
 
 

@@ -242,11 +242,10 @@ async def test_attack_stalled_large_bodies_past_the_route_bound_get_503_then_408
         assert stats["bodies_reading"] == 0
         assert stats["slow_bodies"] == 2 and stats["busy_routes"] == 3
 
-        def deliveries(db: Any) -> int:
-            query = "SELECT count(*) FROM inbox WHERE session_key = 'webhook:gh'"
-            return int(db.execute(query).fetchone()[0])
-
-        assert await bot.db.run(deliveries) == 0
+        stored = await bot.store.run(
+            lambda tx: tx.inbox.recent("webhook", session_key="webhook:gh")
+        )
+        assert stored == []
         body = dumps({"ref": "after the flood"})
         async with session.post(base + "/hooks/gh", data=body, headers=gh_headers(body)) as r:
             assert r.status == 202  # the route's slots are free again

@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 
 from echo_bot.sdnotify import Notifier
-from tests.conftest import ROOT, echo_bot_env, eventually
+from tests.conftest import ROOT, echo_bot_env
 from tests.fakes.notify import NotifySocket
 from tests.proc import EchoBotProcess
+from tests.waiting import eventually
 
 UNIT = ROOT / "systemd" / "echo-bot.service"
 

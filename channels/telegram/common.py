@@ -8,10 +8,12 @@ from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any
 
+from echo_bot.errors import EchoBotError
+
 log = logging.getLogger("channels.telegram")
 
 
-class CommitFailed(Exception):
+class CommitFailed(EchoBotError):
     """The inbox did not take an update: it must not be acknowledged."""
 
 

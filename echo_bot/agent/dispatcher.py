@@ -17,7 +17,7 @@ from .. import metrics
 from ..approvals import ApprovalGate
 from ..approvals.decisions import Decisions
 from ..cluster import Cluster
-from ..errors import LeaseLost, log_retrying
+from ..errors import LeaseLost
 from ..events import (
     DecisionInbound,
     Inbound,
@@ -26,6 +26,7 @@ from ..events import (
     OutboundKind,
     OutboundMessage,
 )
+from ..logs import log_retrying
 from ..store import InboundCommitted, Store, Tx, once_the_store_is_back
 from .runner import TurnRunner
 

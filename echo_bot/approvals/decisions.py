@@ -20,8 +20,8 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from ..cluster import Cluster, session_lease
-from ..errors import log_retrying
 from ..events import DecisionInbound, InboundStatus, OutboundKind, OutboundMessage
+from ..logs import log_retrying
 from ..statuses import ApprovalStatus
 from ..store import ApprovalRequested, Store, Tx, once_the_store_is_back
 from .gate import ApprovalGate, DecisionOutcome

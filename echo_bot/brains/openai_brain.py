@@ -24,6 +24,7 @@ from typing import Any
 
 from ..config import BrainConfig, OpenAIConfig
 from ..conversation import ChatMessage, ToolCall
+from ..errors import EchoBotError
 from ..events import new_id
 from ..tools.base import Tool
 from .base import BrainContext, BrainReply, Preview
@@ -40,7 +41,7 @@ PREVIEW_EVERY = 0.1  # seconds between the texts a streamed answer hands its pre
 log = logging.getLogger(__name__)
 
 
-class LLMUnavailable(Exception):
+class LLMUnavailable(EchoBotError):
     """The endpoint could not give a usable answer this time."""
 
 

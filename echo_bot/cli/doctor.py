@@ -244,60 +244,99 @@ def _check_mcp(mcp: Any, environ: Mapping[str, str]) -> list[tuple[str, str, str
     return checks
 
 
+Check = tuple[str, str, str]  # name, status (OK, WARN, FAIL), text
+
+
 def run_doctor(
     loaded_or_error: LoadedConfig | EchoBotError,
     source: str,
     state_dir: Path,
     environ: Mapping[str, str],
 ) -> int:
-    checks: list[tuple[str, str, str]] = []
-    if isinstance(loaded_or_error, EchoBotError):
-        checks.append(("config", FAIL, str(loaded_or_error)))
-        loaded = None
-    else:
-        loaded = loaded_or_error
-        from ..core import build_core
-
-        try:
-            build_core(loaded, state_dir, environ)
-            checks.append(("config", OK, f"{source} is valid, and its secrets are set"))
-        except EchoBotError as exc:
-            checks.append(("config", FAIL, str(exc)))
-    checks.append(("state dir", *_check_state_dir(state_dir)))
-    database: DatabaseCheck | None = None
-    storage = loaded.config.storage if loaded is not None else None
-    if storage is not None and storage.engine == "postgres":
-        url = environ.get(storage.url_env, "")
-        if url:
-            result, database = _check_database(url)
-            checks.append(("store", *result))
-        else:
-            checks.append(("store", FAIL, f"{storage.url_env} is not set (the database URL)"))
-    else:
-        checks.append(("store", *_check_store(state_dir)))
+    loaded, config_check = _check_config(loaded_or_error, source, state_dir, environ)
+    checks: list[Check] = [config_check, ("state dir", *_check_state_dir(state_dir))]
+    store_check, database = _check_storage(loaded, state_dir, environ)
+    checks.append(("store", *store_check))
     if loaded is not None:
-        config = loaded.config
-        running = {"webhook"} if config.webhook.enabled else set()
-        probes: list[tuple[str, Any]] = []
-        if telegram_enabled(loaded, environ):
-            running.add("telegram")
-            token_env = config.telegram.token_env
-            api_base = config.telegram.api_base.rstrip("/")
-            probes.append(("telegram", _get_me(api_base, environ.get(token_env, ""), token_env)))
-        if llm_enabled(loaded, environ):
-            base = config.openai.base_url.rstrip("/")
-            probes.append(
-                ("llm", _reach(base + "/models" if base != DEFAULT_OPENAI_BASE_URL else base))
-            )
-        if probes:
-            checks += asyncio.run(_probe_peers(probes))
-        if config.mcp.servers:
-            checks += _check_mcp(config.mcp, environ)
-        outbox = _check_outbox(state_dir, frozenset(running), database)
-        if outbox is not None:
-            checks.append(("outbox", *outbox))
-        workspace = (config.tools.workspace or state_dir / "workspace").expanduser()
-        checks.append(("media", *_check_media(workspace, config.media.inbox_max)))
+        checks += _check_configured(loaded, state_dir, environ, database)
+    return _report(checks)
+
+
+def _check_config(
+    loaded_or_error: LoadedConfig | EchoBotError,
+    source: str,
+    state_dir: Path,
+    environ: Mapping[str, str],
+) -> tuple[LoadedConfig | None, Check]:
+    """The config as loaded (None when it could not be), and whether the daemon would
+    build from it."""
+    if isinstance(loaded_or_error, EchoBotError):
+        return None, ("config", FAIL, str(loaded_or_error))
+    from ..core import build_core
+
+    try:
+        build_core(loaded_or_error, state_dir, environ)
+    except EchoBotError as exc:
+        return loaded_or_error, ("config", FAIL, str(exc))
+    return loaded_or_error, ("config", OK, f"{source} is valid, and its secrets are set")
+
+
+def _check_storage(
+    loaded: LoadedConfig | None, state_dir: Path, environ: Mapping[str, str]
+) -> tuple[tuple[str, str], DatabaseCheck | None]:
+    """The store the config names: the PostgreSQL database, else the state dir's file."""
+    storage = loaded.config.storage if loaded is not None else None
+    if storage is None or storage.engine != "postgres":
+        return _check_store(state_dir), None
+    url = environ.get(storage.url_env, "")
+    if not url:
+        return (FAIL, f"{storage.url_env} is not set (the database URL)"), None
+    return _check_database(url)
+
+
+def _check_configured(
+    loaded: LoadedConfig,
+    state_dir: Path,
+    environ: Mapping[str, str],
+    database: DatabaseCheck | None,
+) -> list[Check]:
+    """The checks of what the config switches on: its peers, MCP servers, the outbox of
+    its channels and the media folder."""
+    config = loaded.config
+    running, probes = _peer_probes(loaded, environ)
+    checks: list[Check] = asyncio.run(_probe_peers(probes)) if probes else []
+    if config.mcp.servers:
+        checks += _check_mcp(config.mcp, environ)
+    outbox = _check_outbox(state_dir, frozenset(running), database)
+    if outbox is not None:
+        checks.append(("outbox", *outbox))
+    workspace = (config.tools.workspace or state_dir / "workspace").expanduser()
+    checks.append(("media", *_check_media(workspace, config.media.inbox_max)))
+    return checks
+
+
+def _peer_probes(
+    loaded: LoadedConfig, environ: Mapping[str, str]
+) -> tuple[set[str], list[tuple[str, Any]]]:
+    """The channels that would run, and the probes of the peers the config talks to."""
+    config = loaded.config
+    running = {"webhook"} if config.webhook.enabled else set()
+    probes: list[tuple[str, Any]] = []
+    if telegram_enabled(loaded, environ):
+        running.add("telegram")
+        token_env = config.telegram.token_env
+        api_base = config.telegram.api_base.rstrip("/")
+        probes.append(("telegram", _get_me(api_base, environ.get(token_env, ""), token_env)))
+    if llm_enabled(loaded, environ):
+        base = config.openai.base_url.rstrip("/")
+        probes.append(
+            ("llm", _reach(base + "/models" if base != DEFAULT_OPENAI_BASE_URL else base))
+        )
+    return running, probes
+
+
+def _report(checks: list[Check]) -> int:
+    """Print one line a check and the verdict; the exit status: 1 when a check failed."""
     width = max(len(name) for name, _s, _t in checks)
     for name, status, text in checks:
         text = text.replace("\n", "\n" + " " * (width + 9))

@@ -30,6 +30,7 @@ from mcp.server import Server, ServerRequestContext
 from mcp.server.stdio import stdio_server
 
 from .. import __version__
+from ..errors import EchoBotError
 
 TITLE = re.compile(r"\w[\w .-]{0,63}")
 MAX_TEXT = 100_000  # characters of a note
@@ -76,7 +77,7 @@ TOOLS = [
 ]
 
 
-class Refused(Exception):
+class Refused(EchoBotError):
     """What the caller asked for cannot be done: its reason, for the caller."""
 
 

@@ -31,6 +31,7 @@ from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
 
 from .. import __version__
 from ..config import McpServerConfig
+from ..errors import EchoBotError
 from .tool import CallTimedOut, LostDuringCall, NotConnected
 
 log = logging.getLogger(__name__)
@@ -42,7 +43,7 @@ STDERR_LINE = 1000  # characters of a line a server writes to stderr that are lo
 CLIENT = types.Implementation(name="echo-bot", version=__version__)
 
 
-class ServerGone(Exception):
+class ServerGone(EchoBotError):
     """The server is not connected, or went away during the request."""
 
 

@@ -9,6 +9,7 @@ import binascii
 from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar, Protocol
 
+from ..errors import EchoBotError
 from ..tools.base import Effect, ErrorCode, Risk, Tool, ToolContext, ToolGroup, ToolResult
 from .limits import bounded_schema, marked
 from .naming import RiskSource
@@ -21,15 +22,15 @@ KEEP_CONTENT_BYTES = 256 * 1024  # non-text content kept whole in the call's sto
 TIMEOUT_MARGIN = 5.0
 
 
-class NotConnected(Exception):
+class NotConnected(EchoBotError):
     """The server is not connected: nothing was sent."""
 
 
-class LostDuringCall(Exception):
+class LostDuringCall(EchoBotError):
     """The server went away after the call was sent: what it did is unknown."""
 
 
-class CallTimedOut(Exception):
+class CallTimedOut(EchoBotError):
     """No answer in time (the server was told to cancel): what it did is unknown."""
 
 

@@ -24,7 +24,7 @@ from datetime import date
 from pathlib import Path, PurePosixPath
 
 from ..bus import MediaSource
-from ..errors import MediaTooLarge, MediaUnavailable
+from ..errors import EchoBotError, MediaTooLarge, MediaUnavailable
 from ..events import Attachment, MediaKind, MessageInbound, utcnow
 from ..sizes import format_size
 from .budget import MediaBudget, OverBudget
@@ -56,7 +56,7 @@ TRANSCRIPTION_HINT = (
 )
 
 
-class TranscriptionFailed(Exception):
+class TranscriptionFailed(EchoBotError):
     """The transcription endpoint gave no transcript this time."""
 
 

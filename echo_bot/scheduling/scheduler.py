@@ -25,7 +25,6 @@ from .. import metrics
 from ..bus import Bus
 from ..config import Config, CronJob
 from ..dates import day_text
-from ..errors import log_retrying
 from ..events import (
     Address,
     InboundMessage,
@@ -36,6 +35,7 @@ from ..events import (
     ToolCallInbound,
     ToolCallRequest,
 )
+from ..logs import log_retrying
 from ..statuses import ReminderStatus
 from ..store import ReminderChanged, Store, Tx
 from ..store.reminders import ReminderRow

@@ -199,6 +199,15 @@ class ApprovalRepo:
         return None if found is None else float(found)
 
 
+@dataclass(frozen=True, slots=True)
+class GrantRow:
+    session_key: str
+    tool: str
+    scope: str
+    until: float
+    approval_id: str
+
+
 class GrantRepo:
     """ "Allow for N minutes": a chat's time-boxed permission for one tool, within one
     scope (the deciding arguments the approver saw, as the tool states them)."""
@@ -216,6 +225,14 @@ class GrantRepo:
             " approval_id = excluded.approval_id",
             [session_key, tool, scope, until, approval_id],
         )
+
+    def all(self) -> list[GrantRow]:
+        """Every grant (expired ones too, until retention prunes them)."""
+        rows = self._db.execute(
+            "SELECT session_key, tool, scope, until, approval_id FROM grants"
+            " ORDER BY session_key, tool, scope"
+        ).fetchall()
+        return [GrantRow(*row) for row in rows]
 
     def holds(self, session_key: str, tool: str, scope: str, now: float) -> bool:
         row = self._db.execute(

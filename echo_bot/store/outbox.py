@@ -25,6 +25,20 @@ class OutboxRow:
     behind: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One outbound as stored: where its delivery stands."""
+
+    id: str
+    chat_key: str
+    status: str  # QUEUED, SENT or FAILED
+    attempts: int
+    last_error: str | None
+    next_attempt_at: float
+    created_at: float
+    message: OutboundMessage
+
+
 class OutboxRepo:
     """The outbox: what the delivery worker sends, per chat in order, and its receipts."""
 
@@ -138,3 +152,26 @@ class OutboxRepo:
                 "SELECT COUNT(*) FROM outbox WHERE status = 'queued' AND chat_key = ?", [chat_key]
             ).fetchone()[0]
         )
+
+    def deliveries(self, status: str | None = None) -> list[Delivery]:
+        """Every outbound (with ``status``, if given) and where it stands, oldest first."""
+        sql = (
+            "SELECT id, chat_key, status, attempts, last_error, next_attempt_at, created_at,"
+            " payload FROM outbox"
+        )
+        args: list[object] = []
+        if status is not None:
+            sql, args = sql + " WHERE status = ?", [status]
+        return [
+            Delivery(
+                id=row[0],
+                chat_key=row[1],
+                status=row[2],
+                attempts=row[3],
+                last_error=row[4],
+                next_attempt_at=row[5],
+                created_at=row[6],
+                message=OutboundMessage.model_validate_json(row[7]),
+            )
+            for row in self._db.execute(sql + " ORDER BY seq", args).fetchall()
+        ]

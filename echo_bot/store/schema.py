@@ -5,12 +5,13 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from ..errors import StoreError
 from .sql import POSTGRES, SqlDb, dialect
 
 Database = SqlDb  # what a migration is given: either engine's handle
 
 
-class SchemaTooNew(RuntimeError):
+class SchemaTooNew(StoreError):
     """The store was written by a newer echo-bot."""
 
 

@@ -18,8 +18,9 @@ from echo_bot.events import InboundStatus, MessageInbound, OutboundMessage, Tool
 from echo_bot.store.audit import read_audit
 from echo_bot.store.inbox import get_inbound
 from echo_bot.tools.base import Risk, Tool, ToolContext, ToolGroup, ToolResult
-from tests.conftest import Bot, eventually, running_bot, store_engine
+from tests.conftest import Bot, calls_of_turn, inbound_of, running_bot, store_engine
 from tests.fakes.channel import RecordingChannel
+from tests.waiting import eventually
 
 # Each test runs on SQLite and on a real PostgreSQL server.
 pytestmark = pytest.mark.usefixtures("on_both_engines")
@@ -73,12 +74,8 @@ async def test_the_same_external_id_twice_is_answered_once(state_dir: Path) -> N
         await bot.channel.reply_to(later)
         assert len(replies_to(bot.channel, first)) == 1
 
-        def count(db: Any) -> int:
-            return db.execute(
-                "SELECT COUNT(*) FROM inbox WHERE external_id = 'update-1'"
-            ).fetchone()[0]
-
-        assert await bot.db.run(count) == 1
+        stored = await bot.store.run(lambda tx: inbound_of(tx, bot.channel.name))
+        assert len([m for m in stored if m.external_id == "update-1"]) == 1
 
 
 class SleepTool(Tool):
@@ -240,13 +237,8 @@ async def test_huge_output_is_truncated_for_the_model_and_kept_in_full(state_dir
         assert "truncated" in reply.text
         assert len(reply.text) < 20_000
 
-        def stored(db: Any) -> list[str]:
-            rows = db.execute(
-                "SELECT result FROM tool_calls WHERE turn_id = ? AND name = 'chatter'", [inbound]
-            ).fetchall()
-            return [json.loads(r[0])["output"] for r in rows]
-
-        [output] = await bot.db.run(stored)
+        calls = await bot.store.run(lambda tx: calls_of_turn(tx, inbound))
+        [output] = [c.result["output"] for c in calls if c.name == "chatter" and c.result]
         assert len(output) == 100_000
         assert output == "".join(f"{i % 10}" for i in range(100_000))
 
@@ -311,16 +303,11 @@ async def test_identical_calls_share_one_prompt_and_the_turn_waits_for_all(
 
         await bot.channel.press(action_of(same, "Approve once"))
 
-        def calls(db: Any) -> list[tuple[str, str]]:
-            return db.execute(
-                "SELECT args, status FROM tool_calls WHERE turn_id = ? ORDER BY idx", [inbound]
-            ).fetchall()
-
         async def resumed_and_suspended_again() -> bool:
             # The approved twins leave "waiting" only when the turn resumes; the inbox row
             # is "running" from then until the turn suspends again on the other request.
-            rows = await bot.db.run(calls)
-            twins = [s for a, s in rows if json.loads(a)["path"] == "same.txt"]
+            calls = await bot.store.run(lambda tx: calls_of_turn(tx, inbound))
+            twins = [c.status for c in calls if c.args["path"] == "same.txt"]
             resumed = all(s in ("approved", "done") for s in twins)
             suspended = await inbox_status(bot, inbound) == InboundStatus.WAITING_APPROVAL
             return resumed and suspended
@@ -555,12 +542,8 @@ async def test_a_tool_call_turn_whose_call_is_done_is_reported_not_run_again(
         reply = await bot.channel.reply_to(inbound.id)
         assert reply.text == "current_time: It is the stored hour."
         assert await inbox_status(bot, inbound.id) == InboundStatus.DONE
-        calls = await bot.db.run(
-            lambda db: db.execute(
-                "SELECT COUNT(*) FROM tool_calls WHERE turn_id = ?", [inbound.id]
-            ).fetchone()[0]
-        )
-        assert calls == 1  # not planned (nor run) a second time
+        calls = await bot.store.run(lambda tx: calls_of_turn(tx, inbound.id))
+        assert len(calls) == 1  # not planned (nor run) a second time
 
 
 async def test_a_long_backlog_in_one_session_is_answered_once_each_in_order(

@@ -11,7 +11,6 @@ import asyncio
 import itertools
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from channels.telegram.render import TYPING_INTERVAL
 from echo_bot.brains.base import BrainContext, BrainReply
@@ -21,6 +20,7 @@ from echo_bot.tools.base import Tool
 from tests.channels.test_telegram import OWNER, GateBrain, chat_of, say, telegram_bot
 from tests.conftest import Bot, running_bot
 from tests.fakes.telegram_api import Call, FakeTelegramAPI
+from tests.waiting import eventually
 
 
 class OrderBrain:
@@ -119,13 +119,13 @@ async def approved(bot: Bot, action: str) -> None:
     decision's commit) is done, and the turn is queued again."""
     request_id = action.split(":")[1]
 
-    def status(db: Any) -> str | None:
-        row = db.execute("SELECT status FROM approvals WHERE id = ?", [request_id]).fetchone()
-        return row[0] if row else None
+    async def approved() -> bool:
+        row = await bot.store.run(lambda tx: tx.approvals.get(request_id))
+        return row is not None and row.status == "approved"
 
-    async with asyncio.timeout(10):
-        while await bot.db.run(status) != "approved":
-            await asyncio.sleep(0.02)
+    await eventually(
+        approved, 10, f"approval {request_id} approved", woken_by=lambda: asyncio.sleep(0.02)
+    )
     for _ in range(3):
         await bot.db.run(lambda db: None)
 

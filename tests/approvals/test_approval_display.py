@@ -93,9 +93,7 @@ def assert_nothing_hidden(text: str, lines: int | None = None) -> None:
 
 
 async def grants(bot: Bot) -> list[tuple[Any, ...]]:
-    return await bot.db.run(
-        lambda db: [tuple(r) for r in db.execute("SELECT session_key, tool FROM grants")]
-    )
+    return [(g.session_key, g.tool) for g in await bot.store.run(lambda tx: tx.grants.all())]
 
 
 async def say_as(

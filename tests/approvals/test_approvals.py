@@ -28,8 +28,9 @@ from echo_bot.statuses import ApprovalStatus
 from echo_bot.store.approvals import ApprovalRow, get_approval, list_approvals
 from echo_bot.store.inbox import get_inbound
 from echo_bot.tools.base import Risk, Tool, ToolContext, ToolGroup, ToolResult
-from tests.conftest import Bot, eventually, running_bot
+from tests.conftest import Bot, running_bot
 from tests.fakes.channel import RecordingChannel
+from tests.waiting import eventually
 
 # Each test runs on SQLite and on a real PostgreSQL server.
 pytestmark = pytest.mark.usefixtures("on_both_engines")
@@ -460,8 +461,8 @@ async def test_attack_a_forged_longer_allow_for_grants_one_hour_at_most(state_di
             approval_action(DecisionVerb.ALLOW_FOR, prompt.approval.request_id, week)
         )
         assert "Wrote 1 bytes" in (await bot.channel.reply_to(first)).text
-        (until,) = await bot.db.run(lambda db: db.execute("SELECT until FROM grants").fetchone())
-        assert until <= time.time() + 3600
+        [grant] = await bot.store.run(lambda tx: tx.grants.all())
+        assert grant.until <= time.time() + 3600
 
 
 async def test_allow_for_is_neither_offered_nor_accepted_for_dangerous(state_dir: Path) -> None:

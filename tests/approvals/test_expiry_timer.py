@@ -17,7 +17,7 @@ from echo_bot.secrets import Masker
 from echo_bot.statuses import ApprovalStatus
 from echo_bot.store import Database, Store
 from echo_bot.store.approvals import NewApproval
-from tests.conftest import eventually
+from tests.waiting import eventually
 
 
 def request(approval_id: str, expires_at: float) -> NewApproval:

@@ -20,7 +20,6 @@ from tests.channels.test_telegram import (
     keyboard,
     press,
     prompt_in,
-    query,
     reply_to,
     say,
     sent_id,
@@ -28,11 +27,11 @@ from tests.channels.test_telegram import (
     text_of,
 )
 from tests.channels.test_telegram_media import llm_extra
-from tests.conftest import eventually
 from tests.fakes.openai_api import FakeOpenAI
 from tests.fakes.telegram_api import FakeTelegramAPI
 from tests.mcp.test_mcp import mcp_state, stdio_config
 from tests.tools.test_send_file import uploaded
+from tests.waiting import eventually
 
 FRIEND, OTHER = 77, 88
 TEAM = (OWNER, FRIEND, OTHER)
@@ -66,7 +65,8 @@ def texts_to(api: FakeTelegramAPI, chat_id: int, contains: str) -> list[Any]:
 
 
 async def grants(bot: Any) -> list[tuple[Any, ...]]:
-    return await query(bot, "SELECT session_key, tool, scope FROM grants")
+    stored = await bot.store.run(lambda tx: tx.grants.all())
+    return [(g.session_key, g.tool, g.scope) for g in stored]
 
 
 SENDS = {
@@ -175,8 +175,7 @@ async def test_attack_a_non_approver_never_gets_the_owners_files_unasked(state_d
             await reply_to(api, back, "Here it is.", chat_id=FRIEND)
             (document,) = documents_to(api, FRIEND)
             assert uploaded(document.params, "document").data == b"77's own list\n"
-            pending = await query(bot, "SELECT count(*) FROM approvals WHERE status = 'pending'")
-            assert pending == [(0,)]
+            assert await bot.store.run(lambda tx: tx.approvals.list()) == []  # none pending
 
 
 async def test_a_grant_covers_the_directory_the_prompt_showed_and_nothing_else(

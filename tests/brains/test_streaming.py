@@ -18,10 +18,11 @@ from channels.telegram import PREVIEW_MARK
 from echo_bot.events import Address, OutboundMessage
 from tests.agent.test_agent import GateTool
 from tests.channels.test_telegram import OWNER, reply_to, say, sends, telegram_bot
-from tests.conftest import echo_bot_env, eventually, run_echo_bot
+from tests.conftest import echo_bot_env, run_echo_bot
 from tests.fakes.host import BareHost
 from tests.fakes.openai_api import FakeOpenAI, Raw
 from tests.fakes.telegram_api import FakeTelegramAPI
+from tests.waiting import eventually
 
 MODEL = "gpt-test"
 ANSWER = " ".join(f"word{i}" for i in range(120))  # ~900 characters, no Markdown in it

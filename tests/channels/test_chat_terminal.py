@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import getpass
 import re
-import sqlite3
 import subprocess
 from pathlib import Path
 
-from tests.conftest import ROOT, echo_bot_cmd, echo_bot_env, run_echo_bot
+from tests.conftest import ROOT, echo_bot_cmd, echo_bot_env, read_store, run_echo_bot
 from tests.proc import run_with_output_closed
 from tests.pty_proc import PtyEchoBot
 
@@ -139,12 +138,8 @@ def test_ctrl_d_on_the_attached_chat_says_the_daemon_keeps_running(tmp_path: Pat
 
 
 def outbox_rows(state: Path) -> list[tuple[str, str | None, str]]:
-    with sqlite3.connect(state / "echo-bot.sqlite3") as db:
-        rows = db.execute(
-            "SELECT status, last_error, payload FROM outbox WHERE chat_key = 'cli:local'"
-            " ORDER BY seq"
-        ).fetchall()
-    return [(r[0], r[1], r[2]) for r in rows]
+    stored = read_store(state, lambda tx: tx.outbox.deliveries())
+    return [(d.status, d.last_error, d.message.text) for d in stored if d.chat_key == "cli:local"]
 
 
 def chat_until_its_output_closes(
@@ -192,7 +187,7 @@ def test_chat_ends_when_its_output_pipe_closes_and_keeps_the_reply_undelivered(
     rows = outbox_rows(state)
     help_rows = [r for r in rows if "Commands:" in r[2]]
     assert len(help_rows) == 1, rows
-    status, error, _payload = help_rows[0]
+    status, error, _text = help_rows[0]
     assert status == "queued" and error and "output is closed" in error
     assert not any("Commands:" not in r[2] and r[0] != "sent" for r in rows), rows
 
@@ -203,11 +198,9 @@ def test_chat_ends_when_its_output_pipe_closes_and_keeps_the_reply_undelivered(
             "chat", "--state-dir", str(state), input=b"what time is it?\n", env=env
         )
         assert again.returncode == 141, again.stderr
-    with sqlite3.connect(state / "echo-bot.sqlite3") as db:
-        attempts = db.execute(
-            "SELECT attempts, next_attempt_at <= created_at FROM outbox WHERE status = 'queued'"
-        ).fetchall()
-    assert attempts and all(row == (0, 1) for row in attempts), attempts
+    queued = read_store(state, lambda tx: tx.outbox.deliveries("queued"))
+    attempts = [(d.attempts, d.next_attempt_at <= d.created_at) for d in queued]
+    assert attempts and all(row == (0, True) for row in attempts), attempts
 
     # The next chat shows it first, marked as held from before, in the chat's time zone.
     zone = tmp_path / "zone.toml"

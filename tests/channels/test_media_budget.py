@@ -12,8 +12,8 @@ import pytest
 
 from echo_bot.media.budget import MediaBudget, OverBudget, prune_inbox
 from tests.channels.test_telegram import OWNER, STRANGER, reply_to, say, telegram_bot, text_of
-from tests.conftest import eventually
 from tests.fakes.telegram_api import FakeTelegramAPI
+from tests.waiting import eventually
 
 KB990 = 990_000  # just under max_download = "1MB"
 

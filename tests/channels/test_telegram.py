@@ -24,11 +24,12 @@ from echo_bot.brains.base import Brain, BrainContext, BrainReply
 from echo_bot.config import LoadedConfig, parse_config
 from echo_bot.conversation import ChatMessage, ToolCall
 from echo_bot.errors import ConfigError
-from echo_bot.events import Address, Button, OutboundMessage, new_id
+from echo_bot.events import Address, Button, InboundMessage, OutboundMessage, new_id
 from echo_bot.store.access import new_pairing_code
 from echo_bot.tools.base import Tool
-from tests.conftest import Bot, eventually, running_bot
+from tests.conftest import Bot, inbound_of, running_bot
 from tests.fakes.telegram_api import Call, FakeTelegramAPI, RateLimits, utf16_len
+from tests.waiting import eventually
 
 TOKEN = "123456:TEST-token-value"
 OWNER = 42
@@ -251,15 +252,20 @@ async def edited(
     return state
 
 
-async def query(bot: Bot, sql: str, *args: Any) -> list[tuple[Any, ...]]:
-    return await bot.db.run(lambda db: [tuple(r) for r in db.execute(sql, list(args)).fetchall()])
-
-
 async def approval_status(bot: Bot, data: str) -> str:
     request_id = data.split(":")[1]
-    rows = await query(bot, "SELECT status FROM approvals WHERE id = ?", request_id)
-    assert rows, f"no approval {request_id}"
-    return str(rows[0][0])
+    row = await bot.store.run(lambda tx: tx.approvals.get(request_id))
+    assert row is not None, f"no approval {request_id}"
+    return str(row.status)
+
+
+async def inbound(bot: Bot) -> list[InboundMessage]:
+    """Every inbound of the Telegram channel, oldest first."""
+    return await bot.store.run(lambda tx: inbound_of(tx, "telegram"))
+
+
+async def failed_outbound(bot: Bot) -> int:
+    return (await bot.store.run(lambda tx: tx.meta.queue_counts()))["outbox_failed"]
 
 
 def ran(bot: Bot) -> str | None:
@@ -357,13 +363,8 @@ async def test_unknown_user_is_refused_once_with_their_id_and_nothing_reaches_th
         assert len(texts) == 2, texts
         assert texts[0] == text_of(refusal)
 
-        rows = await query(
-            bot,
-            "SELECT COUNT(*) FROM inbox WHERE kind = 'message'"
-            " AND json_extract(payload, '$.sender.id') = ?",
-            str(STRANGER),
-        )
-        assert rows == [(0,)]
+        stored = await inbound(bot)
+        assert not [m for m in stored if m.kind == "message" and m.sender.id == str(STRANGER)]
         assert not [c for c in api.calls_of("sendChatAction") if chat_of(c) == STRANGER]
 
 
@@ -396,9 +397,8 @@ async def test_pairing_lets_a_stranger_talk_but_never_approve(state_dir: Path) -
             lambda c: chat_of(c) == STRANGER and "waits for the owner" in text_of(c),
         )
         assert not [c for c in api.calls if c.method == "sendMessage" and keyboard(c)]
-        assert await query(bot, "SELECT prompt_to, status FROM approvals") == [
-            ("echo-bot:approvals", "pending")
-        ]
+        approvals = await bot.store.run(lambda tx: tx.approvals.list(status=None))
+        assert [(a.prompt_to, a.status) for a in approvals] == [("echo-bot:approvals", "pending")]
         assert ran(bot) is None
 
 
@@ -419,10 +419,8 @@ async def test_pairing_refuses_wrong_used_and_expired_codes(state_dir: Path) -> 
 
         still_out = say(api, "hello?", user_id=STRANGER)
         await reply_to(api, still_out, "allowed", chat_id=STRANGER)
-        rows = await query(
-            bot, "SELECT user_id FROM allowed_users WHERE channel = 'telegram' ORDER BY user_id"
-        )
-        assert rows == [(str(FRIEND),)]
+        paired = await bot.store.run(lambda tx: tx.access.paired_users())
+        assert sorted(u.user_id for u in paired if u.channel == "telegram") == [str(FRIEND)]
 
 
 async def test_five_wrong_codes_lock_the_user_out_even_for_the_right_code(
@@ -439,8 +437,7 @@ async def test_five_wrong_codes_lock_the_user_out_even_for_the_right_code(
 
         right = say(api, f"/pair {code}", user_id=STRANGER)
         assert "Too many" in text_of(await reply_to(api, right, chat_id=STRANGER))
-        rows = await query(bot, "SELECT COUNT(*) FROM allowed_users")
-        assert rows == [(0,)]
+        assert await bot.store.run(lambda tx: tx.access.paired_users()) == []
         # The code itself was not spent by the refused try: someone else may still use it.
         other = say(api, f"/pair {code}", user_id=FRIEND)
         assert "Paired" in text_of(await reply_to(api, other, chat_id=FRIEND))
@@ -740,7 +737,7 @@ async def test_a_reply_of_wide_characters_fits_telegrams_utf16_limit(state_dir: 
         parts = [text_of(c) for c in sends(api) if text_of(c)[:1] in ("🙂", "𝕏")]
         assert all(utf16_len(p) <= 4096 for p in parts)
         assert "".join(parts).replace("\n", "") == text.replace("\n", "")
-        assert await query(bot, "SELECT COUNT(*) FROM outbox WHERE status = 'failed'") == [(0,)]
+        assert await failed_outbound(bot) == 0
 
 
 async def test_odd_and_oversized_text_from_a_user_is_answered(state_dir: Path) -> None:
@@ -822,8 +819,7 @@ async def test_a_400_marks_the_message_failed_and_the_next_reply_goes_out(
         await api.wait_for_call("sendMessage", lambda c: c.status == 400)
 
         async def failed() -> bool:
-            rows = await query(bot, "SELECT status FROM outbox WHERE status = 'failed'")
-            return len(rows) == 1
+            return await failed_outbound(bot) == 1
 
         await eventually(failed)
         await barrier(api)
@@ -831,8 +827,8 @@ async def test_a_400_marks_the_message_failed_and_the_next_reply_goes_out(
         assert len([c for c in sends(api, ok=False) if replied_to(c) == lost]) == 1
 
         async def settled() -> bool:
-            rows = await query(bot, "SELECT status, COUNT(*) FROM outbox GROUP BY status")
-            return dict(rows) == {"failed": 1, "sent": 1}
+            stored = await bot.store.run(lambda tx: tx.outbox.deliveries())
+            return sorted(d.status for d in stored) == ["failed", "sent"]
 
         await eventually(settled)
 
@@ -844,8 +840,8 @@ async def test_a_user_who_blocked_the_bot_is_not_retried_forever(state_dir: Path
         await api.wait_for_call("sendMessage", lambda c: c.status == 403)
 
         async def failed() -> bool:
-            rows = await query(bot, "SELECT last_error FROM outbox WHERE status = 'failed'")
-            return len(rows) == 1 and "forbidden" in rows[0][0]
+            rows = await bot.store.run(lambda tx: tx.outbox.deliveries("failed"))
+            return len(rows) == 1 and "forbidden" in (rows[0].last_error or "")
 
         await eventually(failed)
         api.unblock_chat(OWNER)
@@ -868,7 +864,7 @@ async def test_server_errors_and_dropped_connections_are_retried(
         await barrier(api)
         attempts = [c for c in sends(api, ok=False) if replied_to(c) == message_id]
         assert [c.ok for c in attempts] == [False, True]
-        assert await query(bot, "SELECT COUNT(*) FROM outbox WHERE status = 'failed'") == [(0,)]
+        assert await failed_outbound(bot) == 0
 
 
 async def healthz(bot: Bot) -> tuple[int, dict[str, Any]]:
@@ -971,7 +967,7 @@ async def test_webhook_mode_registers_checks_the_secret_and_answers(state_dir: P
         forged_id = int(api.pushed_updates[-1]["message"]["message_id"])
         assert await api.deliver_webhook(url, forged, secret_token="wrong") == 401
         assert await api.deliver_webhook(url, forged, secret_token=None) == 401
-        assert await query(bot, "SELECT COUNT(*) FROM inbox") == [(0,)]
+        assert await inbound(bot) == []
 
         async with aiohttp.ClientSession() as session:
             for body in (b"not json {", b"[1, 2]", b'{"update_id": "x"}', b'{"message": {}}'):
@@ -1059,8 +1055,5 @@ async def test_in_groups_only_mentions_replies_and_commands_are_answered(
         assert replies(api, plain, group) == [] and replies(api, stranger, group) == []
         assert len(sends(api, group)) == 4
         assert api.message(group, sent_id(help_reply))["from_bot"]
-        rows = await query(
-            bot,
-            "SELECT json_extract(payload, '$.text') FROM inbox WHERE kind = 'message' ORDER BY seq",
-        )
-        assert [r[0] for r in rows][:3] == ["/help", "what time is it?", "what time is it?"]
+        texts = [m.text for m in await inbound(bot) if m.kind == "message"]
+        assert texts[:3] == ["/help", "what time is it?", "what time is it?"]

@@ -31,8 +31,9 @@ from echo_bot.conversation import ChatMessage
 from echo_bot.errors import ConfigError
 from echo_bot.http import HttpServer
 from echo_bot.live import Reloadable
+from echo_bot.store import Tx
 from echo_bot.tools.base import Tool
-from tests.conftest import Bot, echo_bot_env, run_echo_bot, running_bot
+from tests.conftest import Bot, calls_of_turn, echo_bot_env, run_echo_bot, running_bot
 from tests.fakes.host import BareHost
 from tests.proc import daemon_process
 
@@ -241,26 +242,20 @@ class Hooks:
                 await asyncio.sleep(0.05)
 
     async def inbox(self, route: str) -> list[dict[str, Any]]:
-        def query(db: Any) -> list[dict[str, Any]]:
-            rows = db.execute(
-                "SELECT id, status, result FROM inbox WHERE session_key = ? ORDER BY seq",
-                [f"webhook:{route}"],
-            ).fetchall()
-            return [dict(zip(("id", "status", "result"), row, strict=True)) for row in rows]
-
-        return await self.bot.db.run(query)
-
-    async def calls(self, inbound_id: str) -> list[dict[str, Any]]:
-        def query(db: Any) -> list[dict[str, Any]]:
-            rows = db.execute(
-                "SELECT name, args, result FROM tool_calls WHERE turn_id = ?", [inbound_id]
-            ).fetchall()
+        def read(tx: Tx) -> list[dict[str, Any]]:
+            newest = tx.inbox.recent("webhook", session_key=f"webhook:{route}", limit=10_000)
+            described = [tx.inbox.describe(s.id) for s in reversed(newest)]
             return [
-                {"name": name, "args": json.loads(args), "result": json.loads(result or "null")}
-                for name, args, result in rows
+                {"id": d["id"], "status": d["status"], "result": d["result"]}
+                for d in described
+                if d is not None
             ]
 
-        return await self.bot.db.run(query)
+        return await self.bot.store.run(read)
+
+    async def calls(self, inbound_id: str) -> list[dict[str, Any]]:
+        calls = await self.bot.store.run(lambda tx: calls_of_turn(tx, inbound_id))
+        return [{"name": c.name, "args": c.args, "result": c.result} for c in calls]
 
     def replies(self, inbound_id: str) -> list[str]:
         return [
@@ -706,11 +701,7 @@ async def test_template_field_missing_is_422_and_audited(hooks: Hooks) -> None:
     assert "MARKER" not in answer.text
     assert await hooks.inbox("gh") == []
 
-    def audit(db: Any) -> list[dict[str, Any]]:
-        rows = db.execute("SELECT data FROM audit WHERE kind = 'webhook.rejected'").fetchall()
-        return [json.loads(row[0]) for row in rows]
-
-    rows = await hooks.bot.db.run(audit)
+    rows = await rejected_audit(hooks)
     assert len(rows) == 1
     assert rows[0]["route"] == "gh" and rows[0]["status"] == 422
     assert "payload[ref]" in rows[0]["reason"]
@@ -841,11 +832,8 @@ OPTION_CONFIG = (
 
 
 async def rejected_audit(hooks: Hooks) -> list[dict[str, Any]]:
-    def query(db: Any) -> list[dict[str, Any]]:
-        rows = db.execute("SELECT data FROM audit WHERE kind = 'webhook.rejected'").fetchall()
-        return [json.loads(row[0]) for row in rows]
-
-    return await hooks.bot.db.run(query)
+    rows = await hooks.bot.store.run(lambda tx: tx.audit.read(tail=10_000))
+    return [row.data for row in rows if row.kind == "webhook.rejected"]
 
 
 async def test_attack_signed_payload_value_never_becomes_a_git_log_option(

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
-import sqlite3
 import time
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.channels.test_webhook import CONFIG, ENV, daemon_process
+from tests.conftest import read_store
 
 PATHS = [
     "/hooks/gh",
@@ -99,8 +99,7 @@ def post(port: int, method: str, path: str, headers: dict[str, str], body: bytes
 
 
 def webhook_inbox_rows(state: Path) -> list[Any]:
-    with contextlib.closing(sqlite3.connect(state / "echo-bot.sqlite3")) as conn:
-        return conn.execute("SELECT id, status FROM inbox WHERE channel = 'webhook'").fetchall()
+    return read_store(state, lambda tx: tx.inbox.recent("webhook"))
 
 
 def test_random_requests_never_5xx_and_never_run(tmp_path: Path) -> None:

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import echo_bot_env, eventually, run_echo_bot
+from tests.conftest import echo_bot_env, run_echo_bot
 from tests.postgres import fresh_database
 from tests.proc import EchoBotProcess, free_port
+from tests.waiting import eventually
 
 SHELL_CONFIG = """
 [tools]

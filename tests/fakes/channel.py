@@ -18,6 +18,7 @@ from echo_bot.events import (
     new_id,
     parse_approval_action,
 )
+from tests.waiting import eventually
 
 
 class RecordingChannel:
@@ -27,7 +28,7 @@ class RecordingChannel:
         self.name = name
         self.sent: list[OutboundMessage] = []
         self.bus: Bus | None = None
-        self._arrived = asyncio.Condition()
+        self._changed = asyncio.Event()  # replaced (and set) at every send
         # A hook a test sets to make sends fail: returns an exception to raise, or None.
         self.failure: Callable[[OutboundMessage], ChannelError | None] | None = None
         self.attempts: list[OutboundMessage] = []
@@ -47,9 +48,9 @@ class RecordingChannel:
             error = self.failure(message)
             if error is not None:
                 raise error
-        async with self._arrived:
-            self.sent.append(message)
-            self._arrived.notify_all()
+        self.sent.append(message)
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
         return Receipt(channel_message_id=f"m{len(self.sent)}")
 
     # -- helpers for tests ----------------------------------------------------------------
@@ -104,13 +105,15 @@ class RecordingChannel:
         self, predicate: Callable[[OutboundMessage], bool], timeout: float = 10.0
     ) -> OutboundMessage:
         """The first sent message matching ``predicate`` (waiting for it if needed)."""
-        async with asyncio.timeout(timeout):
-            async with self._arrived:
-                while True:
-                    for message in self.sent:
-                        if predicate(message):
-                            return message
-                    await self._arrived.wait()
+
+        def found() -> OutboundMessage | None:
+            return next((message for message in self.sent if predicate(message)), None)
+
+        def seen() -> str:
+            sent = "; ".join(f"{m.kind} {m.text[:60]!r}" for m in self.sent) or "none"
+            return f"a matching message on {self.name}; sent: {sent}"
+
+        return await eventually(found, timeout, seen, woken_by=lambda: self._changed.wait())
 
     async def reply_to(self, inbound_id: str, timeout: float = 10.0) -> OutboundMessage:
         return await self.wait_for(

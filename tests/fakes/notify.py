@@ -10,6 +10,8 @@ import threading
 import time
 from pathlib import Path
 
+from tests.waiting import eventually_blocking
+
 
 class NotifySocket:
     def __init__(self, path: Path) -> None:
@@ -37,15 +39,19 @@ class NotifySocket:
         self, line: str, timeout: float = 15, proc: subprocess.Popen[bytes] | None = None
     ) -> float:
         """When ``line`` arrived (monotonic time); AssertionError if it does not."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+
+        def arrived() -> list[float] | None:  # boxed: any time is an answer
             for at, text in list(self.received):
                 if text == line:
-                    return at
+                    return [at]
             if proc is not None and proc.poll() is not None:
                 raise AssertionError(f"the daemon exited with {proc.returncode} before {line}")
-            time.sleep(0.002)
-        raise AssertionError(f"{line} not received within {timeout} s; got {self.lines()}")
+            return None
+
+        [at] = eventually_blocking(
+            arrived, timeout, lambda: f"{line} received; got {self.lines()}", every=0.002
+        )
+        return at
 
     def lines(self) -> list[str]:
         return [text for _t, text in list(self.received)]

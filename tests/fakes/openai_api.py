@@ -36,6 +36,8 @@ from typing import Any, NoReturn, Self, cast
 
 from aiohttp import web
 
+from tests.waiting import eventually
+
 JSON = dict[str, Any]
 
 UNSCRIPTED_TEXT = "(fake: no scripted reply)"
@@ -345,22 +347,19 @@ class FakeOpenAI:
 
     async def wait_for_requests(self, n: int, timeout: float = 10.0) -> list[Recorded]:
         """Wait until at least ``n`` requests (of any kind) have arrived; returns them all."""
-        try:
-            async with asyncio.timeout(timeout):
-                while len(self.requests) < n:
-                    await self._changed.wait()
-        except TimeoutError:
-            seen = ", ".join(f"{r.method} {r.path}" for r in self.requests) or "none"
-            raise AssertionError(
-                f"expected {n} request(s) within {timeout}s, got {len(self.requests)}: {seen}"
-            ) from None
+
+        def seen() -> str:
+            got = ", ".join(f"{r.method} {r.path}" for r in self.requests) or "none"
+            return f"expected {n} request(s), got {len(self.requests)}: {got}"
+
+        await eventually(
+            lambda: len(self.requests) >= n, timeout, seen, woken_by=lambda: self._changed.wait()
+        )
         return list(self.requests)
 
     async def wait_until(self, check: Callable[[], bool], timeout: float = 10.0) -> None:
         """Wait until ``check()`` holds (looked at after every request and stream event)."""
-        async with asyncio.timeout(timeout):
-            while not check():
-                await self._changed.wait()
+        await eventually(check, timeout, woken_by=lambda: self._changed.wait())
 
     # -- HTTP plumbing --------------------------------------------------------------------------
 

@@ -38,6 +38,8 @@ from aiogram.client.session.aiohttp import AiohttpSession
 from aiogram.client.telegram import TelegramAPIServer
 from aiohttp import web
 
+from tests.waiting import eventually
+
 JSON = dict[str, Any]
 ChatId = int | str
 
@@ -519,16 +521,20 @@ class FakeTelegramAPI:
                 if call.method == method and (predicate is None or predicate(call))
             ]
 
-        try:
-            async with asyncio.timeout(timeout):
-                while len(found := matching()) < count:
-                    await self._changed.wait()
-        except TimeoutError:
-            seen = ", ".join(call.method for call in self.calls[after:]) or "none"
-            raise AssertionError(
-                f"expected {count} {method} call(s) within {timeout}s, "
-                f"got {len(matching())}; calls seen: {seen}"
-            ) from None
+        def seen() -> str:
+            calls = ", ".join(call.method for call in self.calls[after:]) or "none"
+            return f"expected {count} {method} call(s), got {len(matching())}; calls seen: {calls}"
+
+        def enough() -> list[list[Call]] | None:  # boxed: a (wanted) empty list is found
+            found = matching()
+            return [found] if len(found) >= count else None
+
+        [found] = await eventually(
+            enough,
+            timeout,
+            seen,
+            woken_by=lambda: self._changed.wait(),
+        )
         return found[:count]
 
     def sent_messages(self, chat_id: ChatId | None = None) -> list[JSON]:

@@ -22,7 +22,8 @@ from echo_bot.mcp.hub import McpHub
 from echo_bot.mcp.tool import McpTool
 from echo_bot.tools.base import Risk
 from echo_bot.tools.registry import ToolRegistry
-from tests.conftest import ROOT, Bot, eventually, run_echo_bot, running_bot
+from tests.conftest import ROOT, Bot, run_echo_bot, running_bot
+from tests.waiting import eventually
 
 SERVER = ROOT / "tests" / "fakes" / "mcp_notes_server.py"
 

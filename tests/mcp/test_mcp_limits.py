@@ -21,10 +21,12 @@ from echo_bot.errors import ConfigError
 from echo_bot.mcp.connection import RemoteTool
 from echo_bot.mcp.hub import McpHub
 from echo_bot.mcp.tool import McpTool
+from echo_bot.store import Tx
 from echo_bot.tools.registry import ToolRegistry
-from tests.conftest import ROOT, Bot, eventually, running_bot
+from tests.conftest import ROOT, Bot, running_bot
 from tests.fakes.mcp_evil_server import APPROVED
 from tests.fakes.openai_api import FakeOpenAI
+from tests.waiting import eventually
 
 EVIL = ROOT / "tests" / "fakes" / "mcp_evil_server.py"
 MARKER = "[{name}: a tool of the MCP server evil]"
@@ -324,12 +326,13 @@ async def test_attack_a_webhook_value_never_becomes_an_option_of_an_mcp_tool(
             assert "upload-pack" not in json.dumps(said)
         assert answers["clone-ended"][0] == 202
 
-        def recorded(db: Any) -> tuple[list[str], list[dict[str, Any]]]:
-            inbox = db.execute("SELECT session_key FROM inbox ORDER BY seq").fetchall()
-            audit = db.execute("SELECT data FROM audit WHERE kind = 'webhook.rejected'")
-            return [row[0] for row in inbox], [json.loads(row[0]) for row in audit.fetchall()]
+        def recorded(tx: Tx) -> tuple[list[str], list[dict[str, Any]]]:
+            webhook = reversed(tx.inbox.recent("webhook", limit=10_000))
+            audit = tx.audit.read(tail=10_000)
+            rejected = [row.data for row in audit if row.kind == "webhook.rejected"]
+            return [s.session_key for s in webhook], rejected
 
-        queued, audit = await bot.db.run(recorded)
+        queued, audit = await bot.store.run(recorded)
         assert [q for q in queued if q.startswith("webhook:")] == ["webhook:clone-ended"]
         assert [(row["route"], row["status"], row["reason"]) for row in audit] == [
             ("clone", 422, "option-like value in args[1]"),

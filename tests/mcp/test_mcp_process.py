@@ -15,6 +15,7 @@ from tests.channels.test_telegram_process import answered_later
 from tests.conftest import ROOT, echo_bot_env
 from tests.fakes.openai_api import FakeOpenAI
 from tests.fakes.telegram_api import FakeTelegramAPI
+from tests.waiting import eventually
 
 TOKEN = "123456:MCP-process-token"
 OWNER = 42
@@ -83,12 +84,6 @@ def lines(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
-async def wait_for_file(path: Path, timeout: float = 30) -> None:
-    async with asyncio.timeout(timeout):
-        while not path.exists():
-            await asyncio.sleep(0.05)
-
-
 async def press_approve(api: FakeTelegramAPI, after: int = 0) -> tuple[str, int]:
     """The first approval prompt sent after call ``after``: its approve action, its id."""
     prompt = await api.wait_for_call(
@@ -152,7 +147,8 @@ async def test_a_write_mcp_call_running_at_a_sigkill_is_outcome_unknown_after_re
             api.push_message("take your time", user_id=OWNER)
             approve, prompt_id = await press_approve(api)
             api.push_callback(approve, user_id=OWNER, message_id=prompt_id, chat_id=OWNER)
-            await wait_for_file(notes / "hanging")  # the call is running on the server
+            hanging = notes / "hanging"  # the call is running on the server
+            await eventually(hanging.exists, 30, f"{hanging} to be written")
         finally:
             await kill(first)
 

@@ -70,11 +70,7 @@ async def arrival(bot: Bot, rid: str, timeout: float = 10.0) -> OutboundMessage:
 
 
 async def active_count(bot: Bot) -> int:
-    return await bot.db.run(
-        lambda db: db.execute("SELECT COUNT(*) FROM reminders WHERE status = 'active'").fetchone()[
-            0
-        ]
-    )
+    return len(await bot.store.run(lambda tx: tx.reminders.active()))
 
 
 async def create(bot: Bot, text: str, when: str, chat: str = "local", **extra: str) -> str:

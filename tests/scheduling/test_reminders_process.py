@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from tests.conftest import run_echo_bot
+from tests.conftest import read_store, run_echo_bot
 from tests.proc import EchoBotProcess
 
 ID = re.compile(r"\(id ([0-9a-f]{8})\)")
@@ -59,12 +59,9 @@ def store(state: Path) -> Iterator[sqlite3.Connection]:
 
 
 def reminder_row(state: Path, rid: str) -> tuple[float, str, int]:
-    with store(state) as db:
-        row = db.execute(
-            "SELECT next_at, status, fired_count FROM reminders WHERE id = ?", [rid]
-        ).fetchone()
+    row = read_store(state, lambda tx: tx.reminders.get(rid))
     assert row is not None
-    return row
+    return row.next_at, row.status, row.fired_count
 
 
 def test_reminder_due_while_killed_arrives_once_after_restart(tmp_path: Path) -> None:

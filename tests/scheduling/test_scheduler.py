@@ -20,7 +20,7 @@ import pytest
 
 from echo_bot.bus import Bus
 from echo_bot.config import CronJob
-from echo_bot.events import INBOUND, Address, InboundMessage, OutboundMessage
+from echo_bot.events import Address, InboundMessage, OutboundMessage
 from echo_bot.scheduling.reminders import ReminderService
 from echo_bot.scheduling.scheduler import Scheduler
 from echo_bot.secrets import Masker
@@ -32,7 +32,8 @@ from echo_bot.store import (
     Store,
 )
 from echo_bot.store import reminders as reminder_store
-from tests.conftest import run_echo_bot, running_bot
+from tests.conftest import inbound_of, run_echo_bot, running_bot
+from tests.waiting import eventually
 
 CHAT = Address(channel="cli", chat_id="local")
 BERLIN = ZoneInfo("Europe/Berlin")
@@ -91,16 +92,11 @@ class Parts:
         return row
 
     async def outbox(self) -> list[OutboundMessage]:
-        rows = await self.db.run(
-            lambda db: db.execute("SELECT payload FROM outbox ORDER BY seq").fetchall()
-        )
-        return [OutboundMessage.model_validate_json(row[0]) for row in rows]
+        return [d.message for d in await self.store.run(lambda tx: tx.outbox.deliveries())]
 
     async def inbox(self) -> list[InboundMessage]:
-        rows = await self.db.run(
-            lambda db: db.execute("SELECT payload FROM inbox ORDER BY seq").fetchall()
-        )
-        return [INBOUND.validate_json(row[0]) for row in rows]
+        """What the scheduler published: the inbound of its cron jobs."""
+        return await self.store.run(lambda tx: inbound_of(tx, "cron"))
 
 
 @pytest.fixture
@@ -478,14 +474,8 @@ async def test_a_cron_prompt_job_answers_in_its_deliver_to_chat(state_dir: Path)
         await scheduler.run_cron("tick", occurrence)
         await scheduler.run_cron("tick", occurrence)
 
-        def inbound_ids(db: Any) -> list[str]:
-            rows = db.execute(
-                "SELECT id FROM inbox WHERE channel = 'cron' AND external_id = ?",
-                [f"tick@{int(occurrence)}"],
-            ).fetchall()
-            return [r[0] for r in rows]
-
-        [inbound_id] = await bot.db.run(inbound_ids)
+        stored = await bot.store.run(lambda tx: inbound_of(tx, "cron"))
+        [inbound_id] = [m.id for m in stored if m.external_id == f"tick@{int(occurrence)}"]
         reply = await bot.channel.reply_to(inbound_id)
         assert reply.to == Address(channel="cli", chat_id="local")
         assert reply.text.startswith("It is ")
@@ -519,14 +509,12 @@ async def test_a_resync_follows_reminders_changed_through_another_daemon(tmp_pat
         await there.run(lambda tx: tx.reminders.advance(moved_id, soon))
         await there.run(lambda tx: tx.reminders.set_status(dropped_id, "cancelled"))
 
-        def sent(db: Any) -> list[str]:
-            return [r[0] for r in db.execute("SELECT payload FROM outbox").fetchall()]
+        async def sent() -> list[OutboundMessage]:
+            return [d.message for d in await here.run(lambda tx: tx.outbox.deliveries())]
 
-        async with asyncio.timeout(10):
-            while not await here.database.run(sent):
-                await asyncio.sleep(0.05)
-        [payload] = await here.database.run(sent)
-        assert OutboundMessage.model_validate_json(payload).text == "⏰ stretch"
+        await eventually(sent, 10, "the moved reminder in the outbox")
+        [message] = await sent()
+        assert message.text == "⏰ stretch"
         async with asyncio.timeout(10):
             while scheduler.health()["timers"] != 0:
                 await asyncio.sleep(0.05)

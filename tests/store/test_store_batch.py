@@ -23,7 +23,7 @@ from echo_bot.errors import StoreError
 from echo_bot.secrets import Masker
 from echo_bot.store import Database, Store
 from echo_bot.store.db import BUSY_TIMEOUT_MS, MAX_BATCH
-from tests.conftest import eventually
+from tests.waiting import eventually
 
 Job = Callable[[SqlDb], Any]
 

@@ -27,8 +27,9 @@ from echo_bot.secrets import Masker
 from echo_bot.store import DB_FILENAME, ChatTimezoneChanged, Database, Store, Tx
 from echo_bot.store.engine import ThreadedEngine
 from echo_bot.tools.base import Risk, Tool, ToolContext, ToolGroup, ToolResult
-from tests.conftest import ON_POSTGRES, echo_bot_env, eventually, run_echo_bot, running_bot
+from tests.conftest import ON_POSTGRES, echo_bot_env, run_echo_bot, running_bot
 from tests.postgres import admin_url, fresh_database, reachable_admin_url, with_database
+from tests.waiting import eventually
 
 Job = Callable[[Any], Any]
 SCRATCH = "CREATE TABLE scratch (id INTEGER PRIMARY KEY, v TEXT)"

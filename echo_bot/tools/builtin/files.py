@@ -24,6 +24,7 @@ from contextlib import suppress
 from pathlib import Path, PurePosixPath
 from typing import Any, ClassVar
 
+from ...errors import EchoBotError
 from ...events import Address
 from ...media.inbox import sent_by
 from ..base import Effect, ErrorCode, Risk, Tool, ToolContext, ToolGroup, ToolResult, within
@@ -36,7 +37,7 @@ _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | _CLOEXEC
 
 
-class _Refused(Exception):
+class _Refused(EchoBotError):
     def __init__(self, code: ErrorCode, message: str) -> None:
         super().__init__(message)
         self.result = ToolResult.failure(code, message)

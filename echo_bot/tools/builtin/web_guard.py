@@ -23,11 +23,13 @@ from aiohappyeyeballs import AddrInfoType
 from aiohttp import DefaultResolver
 from aiohttp.abc import AbstractResolver, ResolveResult
 
+from ...errors import EchoBotError
+
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 _NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
 
 
-class AddressRefused(OSError):
+class AddressRefused(EchoBotError, OSError):
     """A connection to a non-public address, refused before any packet is sent."""
 
     def __init__(self, target: str, reason: str) -> None:

@@ -27,9 +27,10 @@ from echo_bot.bus import Capabilities
 from echo_bot.conversation import ChatMessage, ToolCall
 from echo_bot.events import new_id
 from echo_bot.tools.base import Tool
-from tests.conftest import Bot, eventually, running_bot
+from tests.conftest import Bot, running_bot
 from tests.fakes.channel import RecordingChannel
 from tests.fakes.telegram_api import FakeTelegramAPI
+from tests.waiting import eventually
 
 # What the suite asks for, found in the text wherever the channel puts it (a webhook's
 # payload reaches the brain wrapped as data).
