@@ -17,8 +17,7 @@ from zoneinfo import ZoneInfo
 
 from ..conversation import ChatMessage
 from ..tools.base import Tool
-from .base import Brain, BrainContext, BrainReply
-from .openai_brain import LLMUnavailable
+from .base import Brain, BrainContext, BrainReply, LLMUnavailable
 
 log = logging.getLogger(__name__)
 

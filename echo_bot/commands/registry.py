@@ -10,7 +10,7 @@ import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from ..brains.base import BrainContext, BrainReply
+from ..conversation import BrainContext, BrainReply
 from ..tools.base import Tool
 
 
