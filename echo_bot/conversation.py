@@ -41,14 +41,58 @@ class ToolCall:
 
 
 @dataclass(frozen=True, slots=True)
+class FileNote:
+    """A file a user's message carried, as its turn made it ready (``media/inbound.py``):
+    saved in the workspace at ``path``, or not downloaded (``path`` None)."""
+
+    what: str  # "photo", "voice note", "document", …
+    path: str | None  # as the workspace's tools name it; None: not downloaded
+    # Saved: its facts ("image/jpeg, 10.2 KB", perhaps "; transcribed above");
+    # not downloaded: why.
+    detail: str
+
+    @property
+    def line(self) -> str:
+        """The note as the model reads it, one line of the user's message."""
+        if self.path is None:
+            return f"[{self.what} not downloaded: {self.detail}]"
+        return f"[{self.what} saved: {self.path}, {self.detail}]"
+
+    @property
+    def reply(self) -> str:
+        """What an offline brain says about it: where it is, or why it is not."""
+        if self.path is None:
+            return f"I could not download your {self.what}: {self.detail}."
+        return f"Your {self.what} is saved in the workspace as {self.path} ({self.detail})."
+
+    def to_json(self) -> dict[str, Any]:
+        return {"what": self.what, "path": self.path, "detail": self.detail}
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> FileNote:
+        return cls(what=raw["what"], path=raw.get("path"), detail=raw.get("detail") or "")
+
+
+@dataclass(frozen=True, slots=True)
 class ChatMessage:
     role: Role
+    # A user's message: their words (a voice note's transcript first); its files are
+    # ``files``, not lines of it. A history row stored before ``files`` existed has the
+    # notes as lines of its content and no files: ``text`` is the same either way.
     content: str | None = None
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
     name: str | None = None
     turn_id: str | None = None
     data: dict[str, Any] = field(default_factory=dict)
+    files: tuple[FileNote, ...] = ()
+
+    @property
+    def text(self) -> str | None:
+        """The content as the model reads it: the words, then a line per file."""
+        if not self.files:
+            return self.content
+        return "\n".join(part for part in [self.content, *(f.line for f in self.files)] if part)
 
 
 class Preview(Protocol):
