@@ -107,6 +107,8 @@ class BrainConfig(Section):
 
 
 DEFAULT_OPENAI_BASE_URL = "https://api.openai.com/v1"
+# A key is required by the SDK even for keyless local servers.
+PLACEHOLDER_KEY = "sk-no-key-configured"
 
 
 class OpenAIConfig(Section):

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from .approvals import ApprovalGate, ApprovalPolicy, ApproverDirectory
 from .commands.core import register_core_commands
 from .commands.registry import CommandRegistry
+from .commands.reminders import register_reminder_commands
 from .config import (
     CHANNEL_NAMES,
     CHANNEL_SWITCHES,
@@ -27,7 +28,6 @@ from .config import (
 from .errors import ConfigError
 from .events import OutboundMessage
 from .live import Live, LiveSettings
-from .scheduling.commands import register_reminder_commands
 from .scheduling.reminders import ReminderService
 from .secrets import Masker
 from .store import Store, make_database

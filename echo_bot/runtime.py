@@ -104,6 +104,7 @@ def wire(
     runner = TurnRunner(
         store=store,
         brain=brain,
+        commands=core.commands,
         registry=core.registry,
         exposed=lambda: core.exposed,
         executor=executor,

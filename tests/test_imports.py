@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import itertools
 import subprocess
 import sys
 from pathlib import Path
@@ -151,17 +152,104 @@ def test_only_the_entry_point_imports_the_management_cli() -> None:
     assert offenders == []
 
 
-def test_commands_take_only_the_brain_types() -> None:
-    """The command registry and the commands use the Brain protocol's types; the brains
-    (the rules brain) use the registry, never the other way round."""
+def test_commands_never_import_the_brains() -> None:
+    """Commands answer with the ``conversation`` leaf's types and the runner asks them
+    before any brain; the brains (the rules brain lists the commands) may use the
+    registry, never the other way round."""
     offenders = [
         (module_name(p), name)
-        for folder in (CORE / "commands", CORE / "scheduling")
+        for folder in (CORE / "commands", CORE / "scheduling", CORE / "media")
         for p in python_files(folder)
         for name in imports_of(p)
-        if name.startswith("echo_bot.brains") and not name.startswith("echo_bot.brains.base")
+        if name == "echo_bot.brains" or name.startswith("echo_bot.brains.")
     ]
     assert offenders == []
+
+
+def package_of(name: str) -> str | None:
+    """The node of the package graph ``name`` belongs to: ``echo_bot.<sub-package>``, or
+    ``echo_bot.<module>`` for a top-level module; None outside the core (or for the
+    ``echo_bot`` package itself)."""
+    parts = name.split(".")
+    if parts[0] != "echo_bot" or len(parts) < 2:
+        return None
+    return f"echo_bot.{parts[1]}"
+
+
+def package_graph() -> dict[str, dict[str, set[str]]]:
+    """``{package: {package it imports: {the modules that do}}}``, read from the source:
+    every import, at module level or inside a function (or under TYPE_CHECKING)."""
+    graph: dict[str, dict[str, set[str]]] = {}
+    for path in python_files(CORE):
+        source = package_of(module_name(path))
+        if source is None:
+            continue
+        targets = graph.setdefault(source, {})
+        for name in imports_of(path):
+            target = package_of(name)
+            if target is not None and target != source:
+                targets.setdefault(target, set()).add(module_name(path))
+    return graph
+
+
+def find_cycle(graph: dict[str, dict[str, set[str]]]) -> list[str] | None:
+    """A cycle of ``graph`` as the packages along it (the first again at the end), or
+    None when it is a DAG (depth-first search, white/grey/black)."""
+    done: set[str] = set()
+    path: list[str] = []
+    on_path: set[str] = set()
+
+    def visit(node: str) -> list[str] | None:
+        path.append(node)
+        on_path.add(node)
+        for target in sorted(graph.get(node, {})):
+            if target in on_path:
+                return [*path[path.index(target) :], target]
+            if target not in done:
+                found = visit(target)
+                if found is not None:
+                    return found
+        path.pop()
+        on_path.discard(node)
+        done.add(node)
+        return None
+
+    for node in sorted(graph):
+        if node not in done:
+            found = visit(node)
+            if found is not None:
+                return found
+    return None
+
+
+def describe_cycle(graph: dict[str, dict[str, set[str]]], cycle: list[str]) -> str:
+    return "; ".join(
+        f"{a} -> {b} (in {', '.join(sorted(graph[a][b]))})" for a, b in itertools.pairwise(cycle)
+    )
+
+
+def test_the_package_import_graph_is_a_dag() -> None:
+    """Packages (``echo_bot.brains``, ``echo_bot.tools``, …; a top-level module is a
+    package of its own) import each other in one direction only."""
+    graph = package_graph()
+    cycle = find_cycle(graph)
+    assert cycle is None, "import cycle: " + describe_cycle(graph, cycle)
+
+
+def test_a_cycle_is_found_and_named() -> None:
+    """The check itself: a cycle three packages long is reported along its edges."""
+    graph = {
+        "echo_bot.a": {"echo_bot.b": {"echo_bot.a.x"}},
+        "echo_bot.b": {"echo_bot.c": {"echo_bot.b.y"}, "echo_bot.d": {"echo_bot.b"}},
+        "echo_bot.c": {"echo_bot.a": {"echo_bot.c.z"}},
+    }
+    cycle = find_cycle(graph)
+    assert cycle == ["echo_bot.a", "echo_bot.b", "echo_bot.c", "echo_bot.a"]
+    assert describe_cycle(graph, cycle) == (
+        "echo_bot.a -> echo_bot.b (in echo_bot.a.x); echo_bot.b -> echo_bot.c (in "
+        "echo_bot.b.y); echo_bot.c -> echo_bot.a (in echo_bot.c.z)"
+    )
+    assert find_cycle({"echo_bot.a": {"echo_bot.b": {"echo_bot.a"}}}) is None
 
 
 def test_scheduling_stays_below_the_agent_and_the_composition_root() -> None:

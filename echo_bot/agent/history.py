@@ -136,6 +136,6 @@ class HistoryCache:
 
 
 def _size(message: ChatMessage) -> int:
-    return len(message.content or "") + sum(
+    return len(message.text or "") + sum(
         len(str(call.args)) + len(call.name) for call in message.tool_calls
     )

@@ -17,9 +17,10 @@ from functools import partial
 from typing import TypeVar
 
 from .. import metrics
-from ..brains.base import Brain, BrainContext, BrainReply
+from ..brains.base import Brain
+from ..commands.registry import CommandRegistry, summarise_results, trailing_results
 from ..config import BrainConfig
-from ..conversation import ChatMessage, ToolCall
+from ..conversation import BrainContext, BrainReply, ChatMessage, FileNote, ToolCall
 from ..errors import StoreUnavailable
 from ..events import (
     InboundMessage,
@@ -75,6 +76,7 @@ class TurnRunner:
         *,
         store: Store,
         brain: Brain,
+        commands: CommandRegistry,
         registry: ToolRegistry,
         exposed: Callable[[], Sequence[Tool]],
         executor: CallExecutor,
@@ -91,6 +93,7 @@ class TurnRunner:
         # this daemon still drives the session (``Cluster.fence``).
         self.fence = fence
         self.brain = brain
+        self.commands = commands
         self.registry = registry
         self.exposed = exposed
         self.executor = executor
@@ -250,15 +253,21 @@ class TurnRunner:
         prepared: PreparedMessage | None,
     ) -> list[ChatMessage]:
         """What a turn just made (running) starts with: a message's words in the history
-        (its files as ``prepared`` notes) and the history to think on; a direct call, an
-        empty conversation (a fresh step)."""
+        (with a note on each of its files, ``prepared``) and the history to think on; a
+        direct call, an empty conversation (a fresh step)."""
         conversation: list[ChatMessage] = []
         if message is not None:
             text = prepared.text if prepared is not None else message.text or ""
+            files: tuple[FileNote, ...] = ()
             if prepared is not None:  # notes quote errors: no secret goes to history
                 text = self.masker.mask(text)
+                files = tuple(
+                    replace(note, detail=self.masker.mask(note.detail)) for note in prepared.files
+                )
             tx.turns.append_message(
-                inbound.session_key, inbound.id, ChatMessage(role="user", content=text)
+                inbound.session_key,
+                inbound.id,
+                ChatMessage(role="user", content=text, files=files),
             )
             for notice in prepared.notices if prepared is not None else ():
                 tx.outbox.add(self._notice(inbound, notice))
@@ -383,7 +392,7 @@ class TurnRunner:
         )
         try:
             try:
-                reply = await self.brain.step(conversation, tools, context)
+                reply = await self._answer(inbound, conversation, tools, context)
             finally:
                 if preview is not None and self.previews is not None:
                     await self.previews.close(preview)
@@ -402,6 +411,27 @@ class TurnRunner:
                 tokens = int(reply.details.get(f"{kind}_tokens", 0) or 0)  # type: ignore[call-overload]
                 metrics.LLM_TOKENS.labels(str(model), kind).inc(tokens)
         return reply
+
+    async def _answer(
+        self,
+        inbound: MessageInbound,
+        conversation: list[ChatMessage],
+        tools: Sequence[Tool],
+        context: BrainContext,
+    ) -> BrainReply:
+        """The command registry first: a command answers for itself (its first step) and
+        reports the results of the calls it asked for (the next); anything else is the
+        brain's to answer."""
+        command = self.commands.parse(inbound.text or "")
+        if command is None:
+            return await self.brain.step(conversation, tools, context)
+        if context.step == 0:
+            return await self.commands.run(*command, context, tools)
+        results = trailing_results(conversation)
+        return BrainReply(
+            text=summarise_results(results) if results else None,
+            route_reason="rules: reported tool results",
+        )
 
     def _audit_decision(
         self, tx: Tx, inbound: InboundMessage, turn: TurnRow, reply: BrainReply

@@ -6,8 +6,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 from .. import metrics
 from ..dates import clock_text
@@ -23,7 +24,6 @@ from ..events import (
     approval_action,
     new_id,
 )
-from ..live import Live
 from ..secrets import Masker
 from ..statuses import ApprovalStatus
 from ..store import Tx
@@ -41,7 +41,7 @@ from .display import (
     render_call,
     render_if_fits,
 )
-from .routing import OWNER_QUEUE
+from .routing import OWNER_QUEUE, ApproverDirectory
 
 ALLOW_FOR_SECONDS = 3600
 
@@ -85,10 +85,26 @@ class DecisionOutcome:
         return self.refused is None
 
 
+class _Settings(Protocol):
+    @property
+    def directory(self) -> ApproverDirectory: ...
+
+    @property
+    def approval_timeout(self) -> timedelta: ...
+
+
+class CurrentSettings(Protocol):
+    """What the gate reads of ``live.Live`` (the package stays below ``live``, which
+    names the policy and the approvers)."""
+
+    @property
+    def current(self) -> _Settings: ...
+
+
 class ApprovalGate:
     def __init__(
         self,
-        live: Live,
+        live: CurrentSettings,
         masker: Masker,
         clock: Callable[[], float] = time.time,
         timezone: str = "UTC",

@@ -125,7 +125,7 @@ def to_openai(message: ChatMessage) -> dict[str, Any]:
                 for call in message.tool_calls
             ],
         }
-    return {"role": message.role, "content": message.content or ""}
+    return {"role": message.role, "content": message.text or ""}
 
 
 def _units(history: Sequence[ChatMessage]) -> list[list[ChatMessage]]:

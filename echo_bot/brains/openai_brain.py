@@ -22,16 +22,13 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from ..config import BrainConfig, OpenAIConfig
+from ..config import PLACEHOLDER_KEY, BrainConfig, OpenAIConfig
 from ..conversation import ChatMessage, ToolCall
-from ..errors import EchoBotError
 from ..events import new_id
 from ..tools.base import Tool
-from .base import BrainContext, BrainReply, Preview
+from .base import BrainContext, BrainReply, LLMUnavailable, Preview
 from .llm_prompt import build_messages
 
-# A key is required by the SDK even for keyless local servers.
-PLACEHOLDER_KEY = "sk-no-key-configured"
 MAX_ARGUMENT_CHARS = 100_000
 MISSING_NAME = "missing_tool_name"  # stands in for a tool call without a function name
 MAX_IMAGE_BYTES = 10 * 1000**2  # a photo larger than this is described, not shown
@@ -39,10 +36,6 @@ MAX_STREAM_CHARS = 1_000_000  # a streamed answer longer than this is given up o
 PREVIEW_EVERY = 0.1  # seconds between the texts a streamed answer hands its preview
 
 log = logging.getLogger(__name__)
-
-
-class LLMUnavailable(EchoBotError):
-    """The endpoint could not give a usable answer this time."""
 
 
 class OpenAIBrain:

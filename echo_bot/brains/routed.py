@@ -1,8 +1,9 @@
 """LLM first, rules when the LLM cannot answer — and say so.
 
-Slash commands never spend tokens. After ``fallback_after`` failures in a row the brain
-stays on rules and tries the LLM again every ``probe_interval``. A daily token budget,
-when set, switches to rules until midnight and tells the approvers once.
+Slash commands never reach a brain (the turn runner answers them). After
+``fallback_after`` failures in a row the brain stays on rules and tries the LLM again
+every ``probe_interval``. A daily token budget, when set, switches to rules until
+midnight and tells the approvers once.
 """
 
 from __future__ import annotations
@@ -17,8 +18,7 @@ from zoneinfo import ZoneInfo
 
 from ..conversation import ChatMessage
 from ..tools.base import Tool
-from .base import Brain, BrainContext, BrainReply
-from .openai_brain import LLMUnavailable
+from .base import Brain, BrainContext, BrainReply, LLMUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -61,9 +61,6 @@ class RoutedBrain:
     async def step(
         self, conversation: Sequence[ChatMessage], tools: Sequence[Tool], context: BrainContext
     ) -> BrainReply:
-        if _is_command_turn(conversation):
-            reply = await self.rules.step(conversation, tools, context)
-            return replace(reply, route_reason=f"{reply.route_reason} (command: no LLM)")
         now = self.clock()
         if await self._over_budget(now, context):
             return await self._offline(
@@ -124,18 +121,3 @@ class RoutedBrain:
                 context,
             )
         return True
-
-
-def _is_command_turn(conversation: Sequence[ChatMessage]) -> bool:
-    """Whether the current turn's user message is a slash command.
-
-    The current turn is the newest message's: a turn resumed after an approval may have
-    newer user messages of other turns before its tool results.
-    """
-    if not conversation:
-        return False
-    current = conversation[-1].turn_id
-    users = [m for m in reversed(conversation) if m.role == "user"]
-    own = next((m for m in users if current is not None and m.turn_id == current), None)
-    message = own or (users[0] if users else None)
-    return message is not None and (message.content or "").lstrip().startswith("/")

@@ -1,5 +1,6 @@
-"""The offline rules brain: slash commands, then tool-card triggers, a greeting or a
-question about what it can do (answered from its tools and commands), else help.
+"""The offline rules brain: tool-card triggers, a greeting or a question about what it
+can do (answered from its tools and the commands), else help. Slash commands are not
+its business: the turn runner asks the command registry before any brain.
 
 Stateless over the conversation: after tool results it turns them into the reply;
 otherwise it reads the newest user message.
@@ -11,10 +12,9 @@ import functools
 import re
 from collections.abc import Sequence
 
-from ..commands.registry import CommandContext, CommandRegistry
-from ..conversation import ChatMessage, ToolCall
+from ..commands.registry import CommandRegistry, summarise_results, trailing_results
+from ..conversation import ChatMessage, FileNote, ToolCall
 from ..events import new_id
-from ..media.inbound import files_reply, split_notes
 from ..tools.base import Tool, words
 from .base import BrainContext, BrainReply
 
@@ -73,14 +73,6 @@ def match_tool(text: str, tools: Sequence[Tool]) -> tuple[Tool, float] | None:
     return best
 
 
-def summarise_results(results: Sequence[ChatMessage]) -> str:
-    parts = []
-    for message in results:
-        content = (message.content or "").strip() or "(no output)"
-        parts.append(content if len(results) == 1 else f"{message.name}: {content}")
-    return "\n\n".join(parts)
-
-
 class RulesBrain:
     name = "rules"
 
@@ -92,38 +84,16 @@ class RulesBrain:
     ) -> BrainReply:
         if not conversation:
             return BrainReply(text=NO_MATCH_HINT, route_reason="rules: empty conversation")
-        trailing: list[ChatMessage] = []
-        for message in reversed(conversation):
-            if message.role != "tool":
-                break
-            trailing.append(message)
+        trailing = trailing_results(conversation)
         if trailing:
             return BrainReply(
-                text=summarise_results(list(reversed(trailing))),
-                route_reason="rules: reported tool results",
+                text=summarise_results(trailing), route_reason="rules: reported tool results"
             )
         last = conversation[-1]
-        words, notes = split_notes(last.content or "") if last.role == "user" else ("", [])
-        text = (words if notes else last.content or "").strip()
+        notes = last.files if last.role == "user" else ()
+        text = (last.content or "").strip()
         if notes and not text:  # files and nothing else: say where they are
             return BrainReply(text=files_reply(notes), route_reason="rules: files received")
-        parsed = self.commands.parse(text)
-        if parsed is not None:
-            name, rest = parsed
-            command = self.commands.get(name)
-            if command is None:
-                return BrainReply(
-                    text=f"Unknown command /{name}. Send /help for the list.",
-                    route_reason=f"rules: unknown command /{name}",
-                )
-            reply = await command.handler(rest, CommandContext(brain=context, tools=tools))
-            reason = reply.route_reason or f"rules: command /{name}"
-            return BrainReply(
-                text=reply.text,
-                tool_calls=reply.tool_calls,
-                route_reason=reason,
-                attachments=reply.attachments,
-            )
         match = match_tool(text, tools)
         if match is None and not notes:
             about = self._about(text, tools)
@@ -179,6 +149,11 @@ class RulesBrain:
         if names:
             lines.append(f"Commands: {names} (/help says more).")
         return "\n".join(lines)
+
+
+def files_reply(notes: Sequence[FileNote]) -> str:
+    """What an offline brain can say about the files it got: where each is."""
+    return "\n".join(note.reply for note in notes)
 
 
 def _gist(description: str) -> str:

@@ -6,8 +6,7 @@ import json
 from collections.abc import Awaitable, Callable
 
 from ..approvals.display import escape_text
-from ..brains.base import BrainReply
-from ..conversation import ToolCall
+from ..conversation import BrainReply, ToolCall
 from ..dates import clock_text
 from ..events import Address, OutboundMessage, new_id
 from ..store.approvals import ApprovalRow

@@ -1,7 +1,8 @@
 """The command registry every chat channel shares (``/help``, ``/tools``, …).
 
 Telegram's ``setMyCommands`` and ``/help`` are generated from it; later features add
-their commands here rather than in a channel.
+their commands here rather than in a channel. The turn runner asks it before any brain
+(``answer``): a command answers for itself and never reaches a model.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from ..brains.base import BrainContext, BrainReply
+from ..conversation import BrainContext, BrainReply, ChatMessage
 from ..tools.base import Tool
 
 
@@ -59,9 +60,53 @@ class CommandRegistry:
             return None
         return match.group(1).lower(), (match.group(2) or "").strip()
 
+    async def answer(
+        self, text: str, context: BrainContext, tools: Sequence[Tool]
+    ) -> BrainReply | None:
+        """The reply of the command ``text`` is, or None when it is not a command."""
+        parsed = self.parse(text)
+        return None if parsed is None else await self.run(*parsed, context, tools)
+
+    async def run(
+        self, name: str, rest: str, context: BrainContext, tools: Sequence[Tool]
+    ) -> BrainReply:
+        """Command ``name``'s reply to ``rest`` (an unknown command is told so)."""
+        command = self.get(name)
+        if command is None:
+            return BrainReply(
+                text=f"Unknown command /{name}. Send /help for the list.",
+                route_reason=f"rules: unknown command /{name}",
+            )
+        reply = await command.handler(rest, CommandContext(brain=context, tools=tools))
+        return BrainReply(
+            text=reply.text,
+            tool_calls=reply.tool_calls,
+            route_reason=reply.route_reason or f"rules: command /{name}",
+            attachments=reply.attachments,
+        )
+
     def help_text(self) -> str:
         lines = ["Commands:"]
         for command in self._commands.values():
             usage = f" {command.usage}" if command.usage else ""
             lines.append(f"/{command.name}{usage} — {command.help}")
         return "\n".join(lines)
+
+
+def trailing_results(conversation: Sequence[ChatMessage]) -> list[ChatMessage]:
+    """The tool results the conversation ends with, oldest first (a step just closed)."""
+    trailing: list[ChatMessage] = []
+    for message in reversed(conversation):
+        if message.role != "tool":
+            break
+        trailing.append(message)
+    return list(reversed(trailing))
+
+
+def summarise_results(results: Sequence[ChatMessage]) -> str:
+    """Tool results as a reply: the one result's text, or each named."""
+    parts = []
+    for message in results:
+        content = (message.content or "").strip() or "(no output)"
+        parts.append(content if len(results) == 1 else f"{message.name}: {content}")
+    return "\n\n".join(parts)

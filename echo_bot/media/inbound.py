@@ -4,13 +4,13 @@ A message's attachments are committed by reference (``Attachment.file_ref``); th
 when its turn begins, before the user's message enters the history. It is repeatable:
 after a crash the turn begins again and fetches what is not saved yet (a saved file is
 complete: the channel writes it under a temporary name first). What cannot be fetched
-becomes a note in the message, never a failed turn.
+becomes a note on the message (``conversation.FileNote``), never a failed turn.
 
 Files go to ``<workspace>/inbox/<sender>/<UTC date>/<id>-<n>-<name>`` (``media/inbox.py``
 says why the sender comes first): the path follows from the message alone, so a resumed
 turn finds what an earlier try saved. Before a file is fetched the media budgets
 (``media/budget.py``) say whether it fits and how many bytes it may have; a file refused
-is a note in the message and a notice to its sender.
+is a note on the message and a notice to its sender.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from datetime import date
 from pathlib import Path, PurePosixPath
 
 from ..bus import MediaSource
+from ..conversation import FileNote
 from ..errors import EchoBotError, MediaTooLarge, MediaUnavailable
 from ..events import Attachment, MediaKind, MessageInbound, utcnow
 from ..sizes import format_size
@@ -75,10 +76,12 @@ class Saved:
 
 @dataclass(slots=True)
 class PreparedMessage:
-    """What the turn starts from: the user's message as the brain reads it, the images
-    a model that sees may be shown, and notices for the sender (sent first)."""
+    """What the turn starts from: the user's words (a transcript first) and a note on
+    each of its files, as the brain reads them; the images a model that sees may be
+    shown, and notices for the sender (sent first)."""
 
     text: str
+    files: list[FileNote] = field(default_factory=list)
     images: list[Saved] = field(default_factory=list)
     notices: list[str] = field(default_factory=list)
 
@@ -138,48 +141,53 @@ class MediaPreparer:
 
     async def prepare(self, message: MessageInbound) -> PreparedMessage:
         prepared = PreparedMessage(text=message.text or "")
-        lines: list[str] = []
+        notes = prepared.files
         heard: list[str] = []
         exempt: list[bool] = []  # asked once, when a file is to be fetched
         for index, attachment in enumerate(message.attachments):
             what, _ = _NAMES[attachment.kind]
-            refused = f"[{what} not downloaded: {_announced(attachment)}"
+            announced = _announced(attachment)
             try:
                 saved = await self._fetch(message, index, exempt)
             except OverBudget as exc:
-                lines.append(f"{refused}{exc}]")
+                notes.append(FileNote(what, None, f"{announced}{exc}"))
                 notice = exc.refusal.notice(what, utcnow())
                 if notice not in prepared.notices:
                     prepared.notices.append(notice)
                 continue
             except MediaUnavailable as exc:
-                lines.append(f"{refused}{exc}]")
+                notes.append(FileNote(what, None, f"{announced}{exc}"))
                 continue
             except OSError as exc:  # the workspace cannot take it (full disk, permissions)
                 log.warning("media: %s of %s could not be saved: %s", what, message.id, exc)
-                lines.append(f"{refused}it could not be saved ({exc.strerror})]")
+                notes.append(
+                    FileNote(what, None, f"{announced}it could not be saved ({exc.strerror})")
+                )
                 continue
             except Exception as exc:  # a file is never worth a failed turn
                 log.exception("media: %s of %s could not be fetched", what, message.id)
-                lines.append(f"{refused}it failed ({type(exc).__name__})]")
+                notes.append(FileNote(what, None, f"{announced}it failed ({type(exc).__name__})"))
                 continue
             if attachment.kind in (MediaKind.VOICE, MediaKind.AUDIO):
-                lines.append(await self._listen(saved, prepared, heard))
+                notes.append(await self._listen(saved, prepared, heard))
                 continue
             if attachment.kind == MediaKind.PHOTO:
                 prepared.images.append(saved)
-            lines.append(f"[{what} saved: {saved.relative}, {_facts(saved)}]")
+            notes.append(FileNote(what, saved.relative, _facts(saved)))
         if heard:
             prepared.text = "\n".join(part for part in [*heard, prepared.text] if part)
-        prepared.text = "\n".join(part for part in [prepared.text, *lines] if part)
         return prepared
 
-    async def _listen(self, saved: Saved, prepared: PreparedMessage, heard: list[str]) -> str:
+    async def _listen(self, saved: Saved, prepared: PreparedMessage, heard: list[str]) -> FileNote:
         what, _ = _NAMES[saved.attachment.kind]
-        facts = f"{saved.relative}, {_facts(saved)}"
+        facts = _facts(saved)
+
+        def note(outcome: str) -> FileNote:
+            return FileNote(what, saved.relative, f"{facts}; {outcome}")
+
         if self.transcribe is None:
             prepared.notices.append(TRANSCRIPTION_HINT.format(what=what))
-            return f"[{what} saved: {facts}; not transcribed]"
+            return note("not transcribed")
         try:
             transcript = (await self.transcribe(saved.path, saved.path.name)).strip()
         except Exception as exc:  # a failed transcription never fails the turn
@@ -188,14 +196,14 @@ class MediaPreparer:
                 exc = TranscriptionFailed(f"the transcription failed ({type(exc).__name__})")
             log.warning("media: transcription of %s failed: %s", saved.relative, exc)
             prepared.notices.append(f"I could not transcribe your {what}: {exc}")
-            return f"[{what} saved: {facts}; transcription failed: {exc}]"
+            return note(f"transcription failed: {exc}")
         if not transcript:
-            return f"[{what} saved: {facts}; no speech heard]"
+            return note("no speech heard")
         transcript = transcript[:MAX_TRANSCRIPT]
         heard.append(transcript)
         shown = transcript if len(transcript) <= QUOTE_CHARS else transcript[:QUOTE_CHARS] + "…"
         prepared.notices.append(f"🎙 “{shown}”")
-        return f"[{what} saved: {facts}; transcribed above]"
+        return note("transcribed above")
 
     async def _fetch(self, message: MessageInbound, index: int, exempt: list[bool]) -> Saved:
         attachment = message.attachments[index]
@@ -299,35 +307,3 @@ def _announced(attachment: Attachment) -> str:
         facts.append(format_size(attachment.size))
     name = f"{attachment.name!r} " if attachment.name else ""
     return f"{name}({', '.join(facts)}) — " if facts else f"{name}— "
-
-
-_NOTE = re.compile(
-    r"^\[(?P<what>" + "|".join(label for label, _ in _NAMES.values()) + r") "
-    r"(?P<state>saved|not downloaded): (?P<rest>.*)\]$"
-)
-
-
-def split_notes(text: str) -> tuple[str, list[str]]:
-    """A prepared message's own words, and its notes on files (the lines ``prepare``
-    added), apart."""
-    words: list[str] = []
-    notes: list[str] = []
-    for line in text.splitlines():
-        (notes if _NOTE.match(line) else words).append(line)
-    return "\n".join(words), notes
-
-
-def files_reply(notes: list[str]) -> str:
-    """What an offline brain can say about the files it got: where each is."""
-    lines = []
-    for note in notes:
-        match = _NOTE.match(note)
-        if match is None:
-            continue
-        what, rest = match["what"], match["rest"]
-        if match["state"] == "saved":
-            path, _, facts = rest.partition(", ")
-            lines.append(f"Your {what} is saved in the workspace as {path} ({facts}).")
-        else:
-            lines.append(f"I could not download your {what}: {rest}.")
-    return "\n".join(lines)

@@ -10,8 +10,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from ..brains.openai_brain import PLACEHOLDER_KEY
-from ..config import OpenAIConfig
+from ..config import PLACEHOLDER_KEY, OpenAIConfig
 from .inbound import TranscriptionFailed
 
 MAX_AUDIO_BYTES = 25 * 1000**2  # OpenAI's limit for one file

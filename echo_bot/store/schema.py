@@ -317,6 +317,13 @@ def _v10(db: Database) -> None:
     )
 
 
+def _v11(db: Database) -> None:
+    """A user's message keeps the notes on its files apart from its words
+    (``conversation.FileNote``, as JSON). Older rows have them as lines of ``content``
+    and no ``files``: they read as they did."""
+    _run_script(db, "ALTER TABLE messages ADD COLUMN files TEXT")
+
+
 MIGRATIONS: list[Callable[[Database], None]] = [
     _v1,
     _v2,
@@ -328,6 +335,7 @@ MIGRATIONS: list[Callable[[Database], None]] = [
     _v8,
     _v9,
     _v10,
+    _v11,
 ]
 
 

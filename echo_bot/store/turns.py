@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from ..conversation import ChatMessage, ToolCall
+from ..conversation import ChatMessage, FileNote, ToolCall
 from ..events import InboundStatus
 from ..statuses import CallStatus, TurnStatus
 from .sql import SqlDb
@@ -87,7 +87,7 @@ def create_turn(db: SqlDb, turn_id: str, session_key: str, trace_id: str) -> Tur
 def append_message(db: SqlDb, session_key: str, turn_id: str, message: ChatMessage) -> None:
     db.execute(
         "INSERT INTO messages (session_key, turn_id, role, content, tool_calls, tool_call_id,"
-        " name, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        " name, files, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
         [
             session_key,
             turn_id,
@@ -96,6 +96,7 @@ def append_message(db: SqlDb, session_key: str, turn_id: str, message: ChatMessa
             json.dumps([c.to_json() for c in message.tool_calls]) if message.tool_calls else None,
             message.tool_call_id,
             message.name,
+            json.dumps([f.to_json() for f in message.files]) if message.files else None,
             time.time(),
         ],
     )
@@ -137,16 +138,19 @@ def history_rows(
     session's ``reset_mark`` when the caller has read it already."""
     since, reset_turn = mark if mark is not None else reset_mark(db, session_key)
     rows = db.execute(
-        "SELECT seq, role, content, tool_calls, tool_call_id, name, turn_id FROM messages"
-        " WHERE session_key = ? AND seq > ? AND turn_id != ? ORDER BY seq DESC LIMIT ?",
+        "SELECT seq, role, content, tool_calls, tool_call_id, name, turn_id, files"
+        " FROM messages WHERE session_key = ? AND seq > ? AND turn_id != ?"
+        " ORDER BY seq DESC LIMIT ?",
         [session_key, since, reset_turn, limit],
     ).fetchall()
     return [(row[0], _message(row)) for row in reversed(rows)]
 
 
 def _message(row: Any) -> ChatMessage:
-    _seq, role, content, calls, call_id, name, turn_id = row
+    _seq, role, content, calls, call_id, name, turn_id, files = row
     tool_calls = tuple(ToolCall.from_json(c) for c in json.loads(calls)) if calls else ()
+    # A row stored before files had a column has its notes as lines of its content.
+    notes = tuple(FileNote.from_json(f) for f in json.loads(files)) if files else ()
     return ChatMessage(
         role=role,
         content=content,
@@ -154,6 +158,7 @@ def _message(row: Any) -> ChatMessage:
         tool_call_id=call_id,
         name=name,
         turn_id=turn_id,
+        files=notes,
     )
 
 
@@ -330,8 +335,8 @@ class TurnRepo:
     def messages_after(self, session_key: str, seq: int) -> list[tuple[int, ChatMessage]]:
         """Every row of the session after ``seq``, reset markers included, oldest first."""
         rows = self._db.execute(
-            "SELECT seq, role, content, tool_calls, tool_call_id, name, turn_id FROM messages"
-            " WHERE session_key = ? AND seq > ? ORDER BY seq",
+            "SELECT seq, role, content, tool_calls, tool_call_id, name, turn_id, files"
+            " FROM messages WHERE session_key = ? AND seq > ? ORDER BY seq",
             [session_key, seq],
         ).fetchall()
         return [(row[0], _message(row)) for row in rows]

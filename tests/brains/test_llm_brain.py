@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from echo_bot.brains.openai_brain import PLACEHOLDER_KEY
+from echo_bot.config import PLACEHOLDER_KEY
 from echo_bot.events import OutboundMessage
 from echo_bot.store.audit import AuditRow, read_audit, usage_by_day
 from echo_bot.tools.base import Risk, Tool, ToolContext, ToolGroup, ToolResult

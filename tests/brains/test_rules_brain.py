@@ -1,4 +1,5 @@
-"""The offline rules brain: commands, tool-card triggers, tool results, odd input."""
+"""The offline rules brain: tool-card triggers, tool results, odd input; and the commands
+as a turn meets them (the command registry first, then the brain)."""
 
 from __future__ import annotations
 
@@ -57,7 +58,11 @@ CONTEXT = BrainContext(
 
 
 async def ask(brain: RulesBrain, text: str, tools: list[Tool]) -> BrainReply:
-    reply = await brain.step([ChatMessage(role="user", content=text)], tools, CONTEXT)
+    """``text`` answered as the turn runner answers it: a command by the registry, anything
+    else by the brain."""
+    reply = await brain.commands.answer(text, CONTEXT, tools) or await brain.step(
+        [ChatMessage(role="user", content=text)], tools, CONTEXT
+    )
     assert reply.route_reason.startswith("rules"), reply
     assert reply.text or reply.tool_calls, reply
     return reply
@@ -248,10 +253,17 @@ async def test_old_tool_results_do_not_answer_a_new_question(
     conversation = [
         ChatMessage(role="tool", content="old", name="a", tool_call_id="1"),
         ChatMessage(role="assistant", content="old"),
-        ChatMessage(role="user", content="/approvals"),
+        ChatMessage(role="user", content="what time is it?"),
     ]
     reply = await brain.step(conversation, tools, CONTEXT)
-    assert reply.text == "No approvals are pending."
+    assert [c.name for c in reply.tool_calls] == ["current_time"] and reply.text is None
+
+
+async def test_a_command_is_not_the_brains_business(brain: RulesBrain, tools: list[Tool]) -> None:
+    """The runner asks the registry first; the rules brain itself runs no command."""
+    reply = await brain.step([ChatMessage(role="user", content="/approvals")], tools, CONTEXT)
+    assert reply.text == NO_MATCH_HINT
+    assert await brain.commands.answer("what time is it?", CONTEXT, tools) is None
 
 
 # --------------------------------------------------------------------------- odd input

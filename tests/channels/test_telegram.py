@@ -337,11 +337,12 @@ async def test_forum_topic_message_is_answered_in_the_same_thread(state_dir: Pat
     brain = GateBrain()
     async with telegram_bot(state_dir, brain=brain) as (_bot, api):
         group = -(10**12 + OWNER)
-        message_id = say(api, "/help", chat_type="supergroup", message_thread_id=5)
+        # A mention, not a command: commands are answered before any brain is asked.
+        message_id = say(api, "@echo_test_bot news?", chat_type="supergroup", message_thread_id=5)
         typing = await api.wait_for_call("sendChatAction")
         assert chat_of(typing) == group and typing.params.get("message_thread_id") == 5
         brain.release.set()
-        reply = await reply_to(api, message_id, "done: /help", chat_id=group)
+        reply = await reply_to(api, message_id, "done: news?", chat_id=group)
         assert reply.params.get("message_thread_id") == 5
         assert api.message(group, sent_id(reply))["message_thread_id"] == 5
 

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from ..brains.base import BrainReply
-from ..commands.registry import Command, CommandContext, CommandRegistry
-from ..conversation import ToolCall
+from ..conversation import BrainReply, ToolCall
 from ..events import new_id
-from .reminders import ReminderService, zone_of
-from .timeparse import Recurrence, When, parse_recurrence, parse_when
+from ..scheduling.reminders import ReminderService, zone_of
+from ..scheduling.timeparse import Recurrence, When, parse_recurrence, parse_when
+from .registry import Command, CommandContext, CommandRegistry
 
 USAGE = (
     "Usage: /remind WHEN TEXT — e.g. /remind in 10 minutes stretch, "
