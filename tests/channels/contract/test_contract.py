@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from echo_bot.app import load_channel_class
 from echo_bot.approvals.display import render_call
 from tests.channels.contract.drivers import DRIVERS, RUN_ARGS, Driver
 
@@ -97,3 +98,24 @@ async def test_a_rate_limit_is_paced_and_the_reply_arrives_once(driver: Driver) 
         received = await driver.wait_received("echo: limited")
         assert driver.rate_limited() == 1  # answered 429 once, then paced and sent once
         assert echoes(received) == ["echo: limited"]
+
+
+# What a capability promises: the methods the core then calls (bus.py's protocols).
+PROMISED_METHODS = {
+    "media": ("fetch_media",),
+    "previews": ("show_preview", "end_preview"),
+    "shows_when_ready": ("ready",),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DRIVERS))
+def test_each_declared_capability_comes_with_its_methods(name: str) -> None:
+    """The core wires a channel from its declared capabilities without probing it: a
+    flag without its methods would fail only when first used, so it fails here."""
+    channel_class = load_channel_class(name)
+    capabilities = channel_class.capabilities
+    for flag, methods in PROMISED_METHODS.items():
+        for method in methods:
+            has = callable(getattr(channel_class, method, None))
+            if getattr(capabilities, flag):
+                assert has, f"{name} declares {flag} but has no {method}()"
