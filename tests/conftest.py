@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from echo_bot.app import Daemon, build_core
+from echo_bot.app import Daemon
 from echo_bot.brains.base import Brain
 from echo_bot.config import LoadedConfig, parse_config
 from echo_bot.events import Address, Sender
+from echo_bot.runtime import build
 from echo_bot.store import DB_FILENAME, Database, Engine, make_database
 from echo_bot.tools.base import Tool, ToolContext
 from tests.fakes.channel import RecordingChannel
@@ -52,7 +53,7 @@ class Bot:
 
     @property
     def db(self) -> Database:
-        return self.daemon.core.store.database
+        return self.daemon.runtime.store.database
 
 
 def store_engine(state_dir: Path) -> Engine:
@@ -84,19 +85,17 @@ async def running_bot(
         env["ECHO_BOT_DATABASE_URL"] = postgres_url
     config = parse_config(raw, "test.toml")
     loaded = LoadedConfig(config=config, path=state_dir / "test.toml")
-    core = build_core(loaded, state_dir, env)
+    runtime = build(loaded, state_dir, env, brain=brain)
     for tool in tools:  # extra tools a test declares (slow, failing, chatty…)
-        core.registry.register(tool)
-        core.exposed.append(tool)
+        runtime.registry.register(tool)
+        runtime.exposed.tools.append(tool)
     channel = channel or RecordingChannel("cli")
     daemon = Daemon(
-        core,
+        runtime,
         channel_names=list(channels),
         channel_options=channel_options,
-        environ=env,
         banner=False,
         extra_channels=[channel],
-        brain=brain,
     )
     task = asyncio.create_task(daemon.run())
     try:

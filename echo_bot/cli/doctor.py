@@ -256,10 +256,10 @@ def run_doctor(
         loaded = None
     else:
         loaded = loaded_or_error
-        from ..core import build_core
+        from ..runtime import build
 
         try:
-            build_core(loaded, state_dir, environ)
+            build(loaded, state_dir, environ)
             checks.append(("config", OK, f"{source} is valid, and its secrets are set"))
         except EchoBotError as exc:
             checks.append(("config", FAIL, str(exc)))
