@@ -38,9 +38,10 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from echo_bot.app import Daemon, build_core  # noqa: E402
+from echo_bot.app import Daemon  # noqa: E402
 from echo_bot.config import LoadedConfig, parse_config  # noqa: E402
 from echo_bot.events import Address, OutboundMessage  # noqa: E402
+from echo_bot.runtime import build  # noqa: E402
 from tests.fakes.openai_api import FakeOpenAI, Hang, Reply  # noqa: E402
 from tests.fakes.telegram_api import FakeTelegramAPI  # noqa: E402
 
@@ -191,12 +192,11 @@ async def measure(args: argparse.Namespace, stream: bool, workdir: Path) -> list
         environ = {"TELEGRAM_BOT_TOKEN": TOKEN}
         state = workdir / ("stream" if stream else "plain")
         state.mkdir()
-        core = build_core(LoadedConfig(config=config, path=None), state, environ)
+        runtime = build(LoadedConfig(config=config, path=None), state, environ)
         daemon = Daemon(
-            core,
+            runtime,
             channel_names=["telegram"],
             channel_options={"telegram": {"poll_timeout": 1}},
-            environ=environ,
             banner=False,
         )
         run = asyncio.create_task(daemon.run())

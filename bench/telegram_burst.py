@@ -35,9 +35,10 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from echo_bot.app import Daemon, build_core  # noqa: E402
+from echo_bot.app import Daemon  # noqa: E402
 from echo_bot.config import LoadedConfig, parse_config  # noqa: E402
 from echo_bot.events import Address, OutboundMessage  # noqa: E402
+from echo_bot.runtime import build  # noqa: E402
 from tests.fakes.telegram_api import FakeTelegramAPI  # noqa: E402
 
 TOKEN = "123456:BENCH-burst-token"
@@ -164,12 +165,11 @@ async def amain(args: argparse.Namespace) -> int:
             environ = {"TELEGRAM_BOT_TOKEN": TOKEN}
             state = workdir / "state"
             state.mkdir()
-            core = build_core(LoadedConfig(config=config, path=None), state, environ)
+            runtime = build(LoadedConfig(config=config, path=None), state, environ)
             daemon = Daemon(
-                core,
+                runtime,
                 channel_names=["telegram"],
                 channel_options={"telegram": {"poll_timeout": 1}},
-                environ=environ,
                 banner=False,
             )
             run = asyncio.create_task(daemon.run())

@@ -45,7 +45,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from echo_bot.app import Daemon, build_core  # noqa: E402
+from echo_bot.app import Daemon  # noqa: E402
 from echo_bot.bus import Capabilities  # noqa: E402
 from echo_bot.config import LoadedConfig, parse_config  # noqa: E402
 from echo_bot.events import (  # noqa: E402
@@ -56,6 +56,7 @@ from echo_bot.events import (  # noqa: E402
     Sender,
     new_id,
 )
+from echo_bot.runtime import build  # noqa: E402
 from tests.postgres import drop_database  # noqa: E402
 
 CHANNEL = "bench"
@@ -247,12 +248,11 @@ async def running_core(
     text = config_text(sessions) + f'\n[storage]\nengine = "{TARGET.engine}"\n'
     config = parse_config(tomllib.loads(text), "bench/turns.py")
     environ = TARGET.environ(state_dir)
-    core = build_core(LoadedConfig(config=config, path=None), state_dir, environ)
+    runtime = build(LoadedConfig(config=config, path=None), state_dir, environ)
     channel = NoopChannel()
     daemon = Daemon(
-        core,
+        runtime,
         channel_names=[],
-        environ=environ,
         banner=False,
         extra_channels=[channel],
         freeze_heap=True,
@@ -266,7 +266,7 @@ async def running_core(
             # On the connection that runs this job: the one the daemon's short
             # transactions use.
             trace = statements.append
-            await core.store.database.run(lambda db: db.conn.set_trace_callback(trace))
+            await runtime.store.database.run(lambda db: db.conn.set_trace_callback(trace))
 
         async def one_turn(number: int) -> bool:
             inbound = MessageInbound(

@@ -1,21 +1,16 @@
-"""The core's parts built from a validated config — everything that can be checked
-before anything starts (tools, policy, approvers, commands, cron schedules)."""
+"""What can be checked before anything starts, without a store: ``check`` validates a
+config (tools, policy, approvers, routes' and jobs' references, cron schedules) and
+returns the settings a reload applies at once. ``runtime.build`` makes the daemon from
+the same pieces; a reload calls ``check`` alone."""
 
 from __future__ import annotations
 
-import logging
-import os
-import secrets
-import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .approvals import ApprovalGate, ApprovalPolicy, ApproverDirectory
-from .commands.core import register_core_commands
-from .commands.registry import CommandRegistry
-from .commands.reminders import register_reminder_commands
+from .approvals import ApprovalPolicy, ApproverDirectory
 from .config import (
     CHANNEL_NAMES,
     CHANNEL_SWITCHES,
@@ -23,136 +18,78 @@ from .config import (
     LoadedConfig,
     channel_enabled,
     check_environment,
-    secret_env_names,
 )
 from .errors import ConfigError
-from .events import OutboundMessage
-from .live import Live, LiveSettings
+from .live import LiveSettings
 from .scheduling.reminders import ReminderService
-from .secrets import Masker
-from .store import Store, make_database
-from .store.approvals import ApprovalRow
-from .tools.base import Tool
 from .tools.builtin import builtin_tools
 from .tools.registry import ToolRegistry
 
-if TYPE_CHECKING:
-    from .mcp.hub import McpHub
 
-log = logging.getLogger(__name__)
-
-
-@dataclass
-class Core:
-    """Every core part, built from the config; nothing started yet."""
-
-    loaded: LoadedConfig
-    state_dir: Path
-    masker: Masker
-    registry: ToolRegistry
-    exposed: list[Tool]
-    live: Live  # what SIGHUP changes: the approval policy, approvers and timeout
-    commands: CommandRegistry
-    store: Store
-    gate: ApprovalGate
-    reminders: ReminderService
-    workspace: Path
-    mcp: McpHub | None = None  # the MCP servers' tools, when any server is configured
+def source_of(loaded: LoadedConfig) -> str:
+    """The config's name in error messages."""
+    return str(loaded.path) if loaded.path else "<defaults>"
 
 
-def process_instance() -> str:
-    """This daemon among those that write the store: host and pid, and a few random
-    characters that tell apart two daemons built in one process (tests do)."""
-    return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+def workspace_of(config: Config, state_dir: Path) -> Path:
+    return (config.tools.workspace or state_dir / "workspace").expanduser().resolve()
 
 
-def live_settings(config: Config, policy: ApprovalPolicy) -> LiveSettings:
+def tool_registry(
+    loaded: LoadedConfig, state_dir: Path, reminders: ReminderService
+) -> ToolRegistry:
+    """The built-in tools, made for ``loaded``; none started (MCP servers' tools are
+    registered by their hub)."""
+    config = loaded.config
+    registry = ToolRegistry(output_limit=config.tools.output_limit)
+    for tool in builtin_tools(
+        config.tools,
+        workspace=workspace_of(config, state_dir),
+        timezone=config.bot.timezone,
+        reminders=reminders,
+        outgoing=state_dir / "outgoing",
+    ):
+        registry.register(tool)
+    return registry
+
+
+def settings(
+    loaded: LoadedConfig, environ: Mapping[str, str], registry: ToolRegistry
+) -> LiveSettings:
+    """Check what the config names against ``registry`` (its tools, and the prefixes of
+    the MCP servers' tools); the approval policy, approvers and timeout it makes."""
+    config = loaded.config
+    source = source_of(loaded)
+    registry.check_names(config.tools.allow, "tools.allow", source)
+    registry.check_names(config.tools.deny, "tools.deny", source)
+    policy = ApprovalPolicy(config.approvals, registry, source)
+    _check_references(loaded, registry, environ, source)
     return LiveSettings(
+        loaded=loaded,
         policy=policy,
         directory=ApproverDirectory(config),
         approval_timeout=config.approvals.timeout,
     )
 
 
-def build_core(loaded: LoadedConfig, state_dir: Path, environ: Mapping[str, str]) -> Core:
-    """Validate everything that can be validated without starting anything."""
-    config = loaded.config
-    source = str(loaded.path) if loaded.path else "<defaults>"
+def check(
+    loaded: LoadedConfig,
+    environ: Mapping[str, str],
+    *,
+    state_dir: Path,
+    reminders: ReminderService,
+) -> LiveSettings:
+    """Validate ``loaded`` as a reload would apply it: no store is made or opened and
+    nothing starts (the tools made here are thrown away; ``reminders`` is the running
+    service the reminder tools are declared on). Raises ``ConfigError``."""
     check_environment(loaded, environ)
-    masker = Masker.from_environment(secret_env_names(config), environ)
-    workspace = (config.tools.workspace or state_dir / "workspace").expanduser().resolve()
-    database = make_database(
-        config.storage.engine,
-        state_dir=state_dir,
-        durability=config.bot.durability,
-        url=environ.get(config.storage.url_env),
-    )
-    # The store knows this process by a name no other can have (leases are held by it);
-    # [bot] instance is only the label people see (every machine may share one config).
-    store = Store(database, masker, instance=process_instance())
-    reminders = ReminderService(
-        store,
-        timezone=config.bot.timezone,
-        languages=config.scheduler.languages,
-        max_active=config.scheduler.max_active_per_chat,
-    )
-    registry = ToolRegistry(output_limit=config.tools.output_limit)
-    for tool in builtin_tools(
-        config.tools,
-        workspace=workspace,
-        timezone=config.bot.timezone,
-        reminders=reminders,
-        outgoing=state_dir / "outgoing",
-    ):
-        registry.register(tool)
-    hub: McpHub | None = None
-    if config.mcp.servers:  # imported only then: a plain run's footprint stays as it is
-        from .mcp.hub import McpHub
+    registry = tool_registry(loaded, state_dir, reminders)
+    if loaded.config.mcp.servers:  # their tools are known once listed: names only here
+        from .mcp.naming import prefix
 
-        hub = McpHub(config.mcp.servers, registry, environ, max_tools=config.mcp.max_tools)
-    registry.check_names(config.tools.allow, "tools.allow", source)
-    registry.check_names(config.tools.deny, "tools.deny", source)
-    policy = ApprovalPolicy(config.approvals, registry, source)
-    exposed = registry.exposed(config.tools.profile, config.tools.allow, config.tools.deny)
-    commands = CommandRegistry()
-
-    async def pending() -> list[Any]:
-        return await store.run(lambda tx: tx.approvals.list())
-
-    live = Live(live_settings(config, policy))
-    gate = ApprovalGate(live, masker, timezone=config.bot.timezone)
-
-    async def reset(session_key: str) -> None:
-        await store.run(lambda tx: tx.turns.reset_session(session_key))
-
-    async def reprompt(row: ApprovalRow) -> OutboundMessage:
-        return await store.run(lambda tx: gate.reprompt(tx, row))
-
-    register_core_commands(commands, pending, reprompt, reset, reminders.timezone_for)
-    register_reminder_commands(commands, reminders)
-    _check_references(loaded, registry, environ, source)
-    core = Core(
-        mcp=hub,
-        loaded=loaded,
-        state_dir=state_dir,
-        masker=masker,
-        registry=registry,
-        exposed=exposed,
-        live=live,
-        commands=commands,
-        store=store,
-        gate=gate,
-        reminders=reminders,
-        workspace=workspace,
-    )
-    if hub is not None:  # a server's tools come and go: what the brain sees follows
-
-        def expose() -> None:
-            tools = config.tools
-            core.exposed = registry.exposed(tools.profile, tools.allow, tools.deny)
-
-        hub.on_change = expose
-    return core
+        for server in loaded.config.mcp.servers:
+            registry.reserve(prefix(server.name), lambda: "")
+    return settings(loaded, environ, registry)
 
 
 # How to switch on a built-in tool whose ``available()`` is False.

@@ -12,14 +12,17 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from .config import Config, TelegramConfig
+from .config import Config, LoadedConfig, TelegramConfig, ToolsConfig
 
 if TYPE_CHECKING:
     from .approvals import ApprovalPolicy, ApproverDirectory
+    from .tools.base import Tool
+    from .tools.registry import ToolRegistry
 
 
 @dataclass(frozen=True, slots=True)
 class LiveSettings:
+    loaded: LoadedConfig  # the config file these settings were made from
     policy: ApprovalPolicy
     directory: ApproverDirectory
     approval_timeout: timedelta
@@ -32,6 +35,27 @@ class Live:
 
     def __init__(self, current: LiveSettings) -> None:
         self.current = current
+
+
+class Exposed:
+    """What the brain sees: the registry's tools that the ``[tools]`` profile, allow and
+    deny let in. An MCP server's tools come and go while the daemon runs; ``refresh``
+    (the hub's ``on_change``) makes the list follow them."""
+
+    __slots__ = ("_registry", "_section", "tools")
+
+    def __init__(self, registry: ToolRegistry, section: ToolsConfig) -> None:
+        self._registry = registry
+        self._section = section  # what it reads needs a restart to change
+        self.tools: list[Tool] = []
+        self.refresh()
+
+    def refresh(self) -> None:
+        section = self._section
+        self.tools = self._registry.exposed(section.profile, section.allow, section.deny)
+
+    def __call__(self) -> list[Tool]:
+        return self.tools
 
 
 @runtime_checkable

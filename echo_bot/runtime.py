@@ -1,42 +1,158 @@
-"""The daemon's parts wired from a built core: one pure function, ``wire``, that makes
-every part and starts none (``Daemon`` starts them, in one order, and stops them in the
-reverse)."""
+"""The daemon's one build: ``build`` makes every part from a validated config and starts
+none; the ``Runtime`` it returns is frozen (what a reload changes lives in the mutable
+holders it names: ``Live``, ``Exposed``, ``McpSlot``), starts its parts in one order
+(``start``, or ``async with runtime.running()``) and stops them in the reverse, and
+takes a new config with ``reload`` once ``check`` (store-free) has accepted it."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+import asyncio
+import logging
+import os
+import secrets
+import socket
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from .access import StoreAccess
 from .agent import Dispatcher, TurnRunner
 from .agent.calls import CallExecutor
+from .approvals import ApprovalGate
 from .brains.base import Brain, BrainContext
 from .brains.rules import RulesBrain
-from .bus import Bus
+from .bus import Bus, Channel
 from .cluster import Cluster
-from .config import Config, llm_enabled
-from .core import Core
+from .commands.core import register_core_commands
+from .commands.registry import CommandRegistry
+from .commands.reminders import register_reminder_commands
+from .config import Config, LoadedConfig, check_environment, llm_enabled, secret_env_names
+from .core import check, settings, tool_registry, workspace_of
 from .delivery import DeliveryWorker
+from .errors import ConfigError
 from .events import MessageInbound, OutboundKind, OutboundMessage
 from .housekeeping import Housekeeping
 from .instances import InstanceMembership, default_name
+from .lifecycle import Parts
+from .live import Exposed, Live, LiveSettings, Reloadable, restart_needed
 from .media.budget import MediaBudget
 from .media.inbound import MediaPreparer, Transcribe
 from .media.inbox import INBOX
 from .previews import Previews
+from .scheduling.reminders import ReminderService
 from .scheduling.scheduler import Scheduler
-from .store import BusQueues
+from .secrets import Masker
+from .store import BusQueues, Store, make_database
+from .store.approvals import ApprovalRow
+from .tools.registry import ToolRegistry
+
+if TYPE_CHECKING:
+    from .http import HttpServer
+    from .mcp.hub import McpHub
+
+log = logging.getLogger(__name__)
 
 # With several daemons on one store: how often reminders set elsewhere are looked for.
 SCHEDULE_RESYNC = 15.0
+# The longest start waits for the MCP servers' first connection; slower ones go on
+# connecting in the background (their tools appear when they are listed).
+MCP_START_BOUND = 5.0
 
 Close = Callable[[], Awaitable[None]]
 
 
-@dataclass
-class Runtime:
-    """Every part of one run, made and not started."""
+def process_instance() -> str:
+    """This daemon among those that write the store: host and pid, and a few random
+    characters that tell apart two daemons built in one process (tests do)."""
+    return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
 
+
+class McpSlot:
+    """The MCP servers' hub, made in one place (``hub_for``): at build when the config
+    names a server, else at the first reload that adds one. Its tools follow into what
+    the brain sees; once the HTTP server is known, its health too."""
+
+    def __init__(self, registry: ToolRegistry, environ: Mapping[str, str], exposed: Exposed):
+        self._registry = registry
+        self._environ = environ
+        self._exposed = exposed
+        self.hub: McpHub | None = None
+        self.http: HttpServer | None = None
+        self.stopping = False  # no more state writes: the store closes after
+        self.writes: set[asyncio.Task[None]] = set()  # state writes under way
+
+    def hub_for(self, servers: Sequence[Any], max_tools: int) -> McpHub:
+        if self.hub is None:  # imported only now: a plain run's footprint stays as it is
+            from .mcp.hub import McpHub
+
+            self.hub = McpHub(
+                servers,
+                self._registry,
+                self._environ,
+                on_change=self._exposed.refresh,
+                max_tools=max_tools,
+            )
+            if self.http is not None:
+                self.http.add_health("mcp", self.hub.health)
+        return self.hub
+
+    async def start(
+        self, http: HttpServer | None, status: Callable[[str], None], wait: bool
+    ) -> None:
+        self.http = http
+        hub = self.hub
+        if hub is None:
+            return
+        status("starting MCP servers")
+        if not wait:
+            await hub.start(bound=MCP_START_BOUND)
+        else:
+            from .mcp.hub import FIRST_TRY
+
+            await hub.start(bound=FIRST_TRY)
+            for name, server in hub.servers.items():
+                if server.status.state == "starting":  # one that is down said why
+                    log.warning(
+                        "mcp %s: no answer within %.0f s; its tools answer TOOL_UNAVAILABLE"
+                        " until it has started",
+                        name,
+                        FIRST_TRY,
+                    )
+        if http is not None:
+            http.add_health("mcp", hub.health)
+
+    async def stop(self) -> None:
+        """Looks at the hub only now: a reload may have made the first one."""
+        if self.hub is None:
+            return
+        self.stopping = True
+        await self.hub.stop()
+        await asyncio.gather(*self.writes, return_exceptions=True)
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """Every part of one run, made and not started. Nothing is assigned after ``build``;
+    what a reload changes is in ``live`` (the config, policy, approvers and timeout at
+    once), ``exposed`` and ``mcp``, and in the parts that are ``Reloadable``."""
+
+    state_dir: Path
+    environ: Mapping[str, str]  # the channels share it: a reload adds route secrets
+    started_at: float
+    masker: Masker
+    store: Store
+    reminders: ReminderService
+    registry: ToolRegistry
+    exposed: Exposed
+    mcp: McpSlot
+    live: Live
+    commands: CommandRegistry
+    gate: ApprovalGate
+    workspace: Path
     bus: Bus
     cluster: Cluster | None  # only on a shared store (several daemons)
     membership: InstanceMembership
@@ -53,18 +169,171 @@ class Runtime:
     # The brain's and the transcriber's HTTP clients, by name: closed at stop.
     clients: dict[str, Close] = field(default_factory=dict)
 
+    @property
+    def loaded(self) -> LoadedConfig:
+        """The config running now (a reload replaces it with ``live``)."""
+        return self.live.current.loaded
 
-def wire(
-    core: Core,
+    async def start(
+        self,
+        parts: Parts,
+        *,
+        http: HttpServer | None = None,
+        status: Callable[[str], None] = lambda _: None,
+        wait_for_mcp: bool = False,
+    ) -> None:
+        """Start the core's parts into ``parts`` in order (the store is open already);
+        they stop in the reverse when its stack closes. Channels come after."""
+        config = self.loaded.config
+        # Alive in the store before anything takes work: the leases of a shared store
+        # are held for as long as this row is fresh.
+        await parts.start("the instance row", self.membership.start, self.membership.stop)
+        for name, close in self.clients.items():
+            await parts.start(name, stop=close)
+        if http is not None:
+            admin_env = config.webhook.admin_token_env
+            http.protect_health(self.masker, self.environ.get(admin_env, "") if admin_env else "")
+            http.add_health("store", self.store.health)
+            http.add_route("GET", "/metrics", self.metrics)
+        # Before the turns: recovered ones may call their tools. Its stop looks at the
+        # hub then: a reload may add the first server.
+        await parts.start(
+            "the MCP servers", partial(self.mcp.start, http, status, wait_for_mcp), self.mcp.stop
+        )
+        # Delivery before the turns, so it is still sending what they queue at stop.
+        await parts.start("delivery", self.delivery.start, self.delivery.stop)
+        grace = config.bot.shutdown_timeout.total_seconds()
+        dispatcher = self.dispatcher
+        await parts.start("the turns", dispatcher.start, partial(dispatcher.stop, grace))
+        await parts.start("the scheduler", self.scheduler.start, self.scheduler.stop)
+        if self.cluster is not None:
+            self.store.on_wake(self._woken)
+        await parts.start("housekeeping", self.housekeeping.start, self.housekeeping.stop)
+        if http is not None:
+            http.add_health("scheduler", self.scheduler.health)
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[Parts]:
+        """Open the store, start the core's parts; stop them in reverse on the way out
+        (``Daemon`` does the same with a store it waits for, and adds the channels)."""
+        async with AsyncExitStack() as stack:
+            parts = Parts(stack)
+            await parts.start("the store", self.store.open, self.store.close)
+            await self.start(parts)
+            yield parts
+
+    def check(self, loaded: LoadedConfig, environ: Mapping[str, str]) -> LiveSettings:
+        """Validate a new config for ``reload`` (store-free; raises ``ConfigError``)."""
+        return check(loaded, environ, state_dir=self.state_dir, reminders=self.reminders)
+
+    async def reload(
+        self,
+        new: LiveSettings,
+        environ: Mapping[str, str],
+        *,
+        channels: Sequence[Channel] = (),
+    ) -> list[str]:
+        """Apply a config ``check`` accepted: the policy, approvers and timeout at once,
+        then every ``Reloadable`` part (one that refuses keeps its settings, logged),
+        then the MCP servers. Returns the changes that need a restart."""
+        old, config = self.loaded.config, new.loaded.config
+        restart = restart_needed(old, config)
+        if isinstance(self.environ, dict):  # channels share this mapping: new route secrets
+            self.environ.update(environ)
+        self.masker.add(environ.get(name, "") for name in secret_env_names(config))
+        self.live.current = new
+        for label, part in self._reloadables(channels):
+            try:
+                restart += part.reload(config)
+            except ConfigError as exc:
+                log.error("SIGHUP: %s not reloaded: %s", label, exc)
+        if old.mcp != config.mcp:
+            hub = self.mcp.hub_for([], config.mcp.max_tools)
+            changes = await hub.reload(config.mcp.servers, config.mcp.max_tools)
+            if changes:
+                log.info("SIGHUP: MCP servers: %s", ", ".join(changes))
+        return restart
+
+    def _reloadables(self, channels: Sequence[Channel]) -> list[tuple[str, Reloadable]]:
+        """The running parts that take a new config live, named for the log."""
+        found: list[tuple[str, Reloadable]] = [
+            ("the allowlists", self.access),
+            ("the cron jobs", self.scheduler),
+        ]
+        found += [(f"the {c.name} channel", c) for c in channels if isinstance(c, Reloadable)]
+        found += [(f"the {t.name} tool", t) for t in self.registry if isinstance(t, Reloadable)]
+        return found
+
+    def argv_args(self, tool: str) -> tuple[str, ...]:
+        """The arguments of ``tool`` that become a command line: as it declares; for an
+        MCP server's tool not listed now, as the config says."""
+        if self.registry.get(tool) is not None:
+            return self.registry.argv_args(tool)
+        hub = self.mcp.hub
+        return hub.declared_argv(tool) if hub is not None else ()
+
+    async def metrics(self, request: Any) -> Any:
+        from aiohttp import web
+
+        from . import metrics
+
+        queues = await self.store.run(lambda tx: tx.meta.queue_counts())
+        # Label values come from many places (tool names a model chose, …): mask them all.
+        body = self.masker.mask(metrics.render(queues).decode()).encode()
+        return web.Response(body=body, headers={"Content-Type": metrics.CONTENT_TYPE})
+
+    def _woken(self, kinds: str) -> None:
+        """Another daemon on the shared store committed work (LISTEN/NOTIFY)."""
+        every = kinds == "*"  # the listener (re)connected: it may have missed some
+        if every or "timezone" in kinds:
+            self.reminders.forget_zones()
+        if every or "inbound" in kinds:
+            self.dispatcher.wake()
+        if every or "outbound" in kinds:
+            self.delivery.wake()
+        if every or "reminder" in kinds:
+            self.scheduler.wake()
+
+
+def build(
+    loaded: LoadedConfig,
+    state_dir: Path,
     environ: Mapping[str, str],
     *,
-    started_at: float,
     brain: Brain | None = None,
+    started_at: float | None = None,
 ) -> Runtime:
-    """Make the daemon's parts from ``core`` (``brain`` replaces the configured one)."""
-    config = core.loaded.config
-    store = core.store
+    """The one place the daemon is made: validate everything that can be validated,
+    make every part, start none (``brain`` replaces the configured one)."""
+    config = loaded.config
+    check_environment(loaded, environ)
+    masker = Masker.from_environment(secret_env_names(config), environ)
+    workspace = workspace_of(config, state_dir)
+    database = make_database(
+        config.storage.engine,
+        state_dir=state_dir,
+        durability=config.bot.durability,
+        url=environ.get(config.storage.url_env),
+    )
+    # The store knows this process by a name no other can have (leases are held by it);
+    # [bot] instance is only the label people see (every machine may share one config).
+    store = Store(database, masker, instance=process_instance())
+    reminders = ReminderService(
+        store,
+        timezone=config.bot.timezone,
+        languages=config.scheduler.languages,
+        max_active=config.scheduler.max_active_per_chat,
+    )
+    registry = tool_registry(loaded, state_dir, reminders)
+    exposed = Exposed(registry, config.tools)
+    mcp = McpSlot(registry, environ, exposed)
+    if config.mcp.servers:
+        mcp.hub_for(config.mcp.servers, config.mcp.max_tools)
+    live = Live(settings(loaded, environ, registry))
+    gate = ApprovalGate(live, masker, timezone=config.bot.timezone)
+    commands = _commands(store, gate, reminders)
     clients: dict[str, Close] = {}
+    started_at = time.time() if started_at is None else started_at
     membership = InstanceMembership(
         store, label=config.bot.instance or default_name(), started_at=started_at
     )
@@ -73,15 +342,10 @@ def wire(
     queues = BusQueues(store)
     bus = Bus(queues, queues)
     executor = CallExecutor(
-        store=store,
-        registry=core.registry,
-        gate=core.gate,
-        live=core.live,
-        masker=core.masker,
-        fence=fence,
+        store=store, registry=registry, gate=gate, live=live, masker=masker, fence=fence
     )
-    brain = brain or _brain(core, environ, bus, clients)
-    inbox_dir = core.workspace / INBOX
+    brain = brain or _brain(loaded, environ, store, live, commands, bus, clients)
+    inbox_dir = workspace / INBOX
     budget = MediaBudget(
         inbox_dir,
         daily_per_sender=config.media.daily_bytes_per_sender,
@@ -89,32 +353,45 @@ def wire(
     )
 
     async def approver(message: MessageInbound) -> bool:  # exempt from the daily budget
-        directory = core.live.current.directory
+        directory = live.current.directory
         return await store.run(
             lambda tx: directory.is_approver(tx, message.address, message.sender.id)
         )
 
     media = MediaPreparer(
-        core.workspace,
+        workspace,
         transcribe=_transcriber(config, environ, clients),
         budget=budget,
         exempt=approver,
     )
-    previews = Previews(core.masker)
+    previews = Previews(masker)
     runner = TurnRunner(
         store=store,
         brain=brain,
-        commands=core.commands,
-        registry=core.registry,
-        exposed=lambda: core.exposed,
+        commands=commands,
+        registry=registry,
+        exposed=exposed,
         executor=executor,
         media=media,
         previews=previews,
         fence=fence,
-        masker=core.masker,
+        masker=masker,
         config=config.brain,
     )
     return Runtime(
+        state_dir=state_dir,
+        environ=environ,
+        started_at=started_at,
+        masker=masker,
+        store=store,
+        reminders=reminders,
+        registry=registry,
+        exposed=exposed,
+        mcp=mcp,
+        live=live,
+        commands=commands,
+        gate=gate,
+        workspace=workspace,
         bus=bus,
         cluster=cluster,
         membership=membership,
@@ -124,11 +401,11 @@ def wire(
         previews=previews,
         runner=runner,
         # Both subscribe to the store: new inbound runs, queued outbound is sent.
-        delivery=DeliveryWorker(store=store, masker=core.masker, cluster=cluster),
+        delivery=DeliveryWorker(store=store, masker=masker, cluster=cluster),
         dispatcher=Dispatcher(
             store=store,
             runner=runner,
-            gate=core.gate,
+            gate=gate,
             max_concurrent=config.bot.max_concurrent_turns,
             cluster=cluster,
         ),
@@ -148,11 +425,37 @@ def wire(
     )
 
 
-def _brain(core: Core, environ: Mapping[str, str], bus: Bus, clients: dict[str, Close]) -> Brain:
+def _commands(store: Store, gate: ApprovalGate, reminders: ReminderService) -> CommandRegistry:
+    """The chat commands every channel shares."""
+    commands = CommandRegistry()
+
+    async def pending() -> list[Any]:
+        return await store.run(lambda tx: tx.approvals.list())
+
+    async def reset(session_key: str) -> None:
+        await store.run(lambda tx: tx.turns.reset_session(session_key))
+
+    async def reprompt(row: ApprovalRow) -> OutboundMessage:
+        return await store.run(lambda tx: gate.reprompt(tx, row))
+
+    register_core_commands(commands, pending, reprompt, reset, reminders.timezone_for)
+    register_reminder_commands(commands, reminders)
+    return commands
+
+
+def _brain(
+    loaded: LoadedConfig,
+    environ: Mapping[str, str],
+    store: Store,
+    live: Live,
+    commands: CommandRegistry,
+    bus: Bus,
+    clients: dict[str, Close],
+) -> Brain:
     """The rules brain; with a model configured, the model first and rules when it fails."""
-    rules = RulesBrain(core.commands)
-    config = core.loaded.config
-    if not llm_enabled(core.loaded, environ):
+    rules = RulesBrain(commands)
+    config = loaded.config
+    if not llm_enabled(loaded, environ):
         return rules
     from .brains.openai_brain import OpenAIBrain
     from .brains.routed import RoutedBrain
@@ -161,10 +464,10 @@ def _brain(core: Core, environ: Mapping[str, str], bus: Bus, clients: dict[str, 
     clients["the model's client"] = llm.close
 
     async def usage_since(ts: float) -> int:
-        return await core.store.run(lambda tx: tx.audit.tokens_since(ts), slow=True)
+        return await store.run(lambda tx: tx.audit.tokens_since(ts), slow=True)
 
     async def notify(text: str, context: BrainContext) -> None:
-        to = core.live.current.directory.default_chat or context.origin
+        to = live.current.directory.default_chat or context.origin
         await bus.send(OutboundMessage(to=to, text=text, kind=OutboundKind.NOTICE))
 
     return RoutedBrain(

@@ -14,10 +14,11 @@ from typing import TypeVar
 
 import pytest
 
-from echo_bot.app import Daemon, build_core
+from echo_bot.app import Daemon
 from echo_bot.brains.base import Brain
 from echo_bot.config import LoadedConfig, parse_config
 from echo_bot.events import Address, InboundMessage, Sender
+from echo_bot.runtime import build
 from echo_bot.secrets import Masker
 from echo_bot.store import DB_FILENAME, Database, Engine, Store, Tx, make_database
 from echo_bot.store.turns import CallRow
@@ -56,12 +57,12 @@ class Bot:
 
     @property
     def db(self) -> Database:
-        return self.daemon.core.store.database
+        return self.daemon.runtime.store.database
 
     @property
     def store(self) -> Store:
         """The store, for checks in its own words: ``bot.store.run(lambda tx: tx.…)``."""
-        return self.daemon.core.store
+        return self.daemon.runtime.store
 
 
 def store_engine(state_dir: Path) -> Engine:
@@ -119,19 +120,17 @@ async def running_bot(
         env["ECHO_BOT_DATABASE_URL"] = postgres_url
     config = parse_config(raw, "test.toml")
     loaded = LoadedConfig(config=config, path=state_dir / "test.toml")
-    core = build_core(loaded, state_dir, env)
+    runtime = build(loaded, state_dir, env, brain=brain)
     for tool in tools:  # extra tools a test declares (slow, failing, chatty…)
-        core.registry.register(tool)
-        core.exposed.append(tool)
+        runtime.registry.register(tool)
+        runtime.exposed.tools.append(tool)
     channel = channel or RecordingChannel("cli")
     daemon = Daemon(
-        core,
+        runtime,
         channel_names=list(channels),
         channel_options=channel_options,
-        environ=env,
         banner=False,
         extra_channels=[channel],
-        brain=brain,
     )
     task = asyncio.create_task(daemon.run())
     try:

@@ -288,12 +288,13 @@ def test_a_run_without_telegram_llm_or_postgres_never_imports_their_sdks(tmp_pat
     script = f"""
 import asyncio, os, sys
 from pathlib import Path
-from echo_bot.app import Daemon, build_core
+from echo_bot.app import Daemon
+from echo_bot.runtime import build
 from echo_bot.config import load_config
 
 async def main():
-    core = build_core(load_config(None), Path({str(tmp_path / "st")!r}), os.environ)
-    daemon = Daemon(core, channel_names=[], banner=False)
+    runtime = build(load_config(None), Path({str(tmp_path / "st")!r}), os.environ)
+    daemon = Daemon(runtime, channel_names=[], banner=False)
     task = asyncio.create_task(daemon.run())
     await daemon.wait_started()
     daemon.request_stop()

@@ -60,7 +60,7 @@ class TelegramChannel:
         self.config = config
         self.host = host
         token = host.environ.get(config.token_env, "")
-        if not looks_like_bot_token(token):  # build_core said so already; the same rule
+        if not looks_like_bot_token(token):  # the config check said so already; the same rule
             raise ConfigError(
                 f"telegram.token_env: ${config.token_env} does not look like a bot token "
                 f"({BOT_TOKEN_SHAPE})"

@@ -43,7 +43,7 @@ from ..store import (
 from ..store.approvals import ApprovalRow
 
 if TYPE_CHECKING:
-    from ..core import Core
+    from ..runtime import Runtime
 
 T = TypeVar("T")
 
@@ -118,9 +118,9 @@ def _with_store(at: StoreAt, fn: Callable[[Tx], T], *, create: bool = False) -> 
 def check_config(loaded: LoadedConfig, state_dir: Path, env: Mapping[str, str]) -> int:
     """``env``: the environment with the systemd credentials filled in."""
     from ..app import http_reasons
-    from ..core import build_core
+    from ..runtime import build
 
-    core = build_core(loaded, state_dir, env)
+    runtime = build(loaded, state_dir, env)  # made as `run` makes it, and not started
     at = StoreAt.of(loaded, state_dir, env)
     config = loaded.config
     if config.mcp.servers:
@@ -155,12 +155,12 @@ def check_config(loaded: LoadedConfig, state_dir: Path, env: Mapping[str, str]) 
         f"http server: {http}",
         f"cron jobs: {len(config.cron)}",
         f"tools (profile {config.tools.profile}): "
-        + (", ".join(t.name for t in core.exposed) or "none"),
-        _tool_line("shell_exec", core, "[tools.shell] enabled = true switches it on"),
-        _tool_line("http_request", core, "[tools.http] allow_domains switches it on"),
+        + (", ".join(t.name for t in runtime.exposed()) or "none"),
+        _tool_line("shell_exec", runtime, "[tools.shell] enabled = true switches it on"),
+        _tool_line("http_request", runtime, "[tools.http] allow_domains switches it on"),
         f"approvals: timeout {format_duration(config.approvals.timeout)}, "
         f"default chat {config.approvals.default_chat or 'none'}",
-        *_prompt_lines(loaded, core.live.current.directory),
+        *_prompt_lines(loaded, runtime.live.current.directory),
     ]
     secrets = [
         f"{name} {'set' if env.get(name) else 'not set' if needed else 'not set (optional)'}"
@@ -171,13 +171,13 @@ def check_config(loaded: LoadedConfig, state_dir: Path, env: Mapping[str, str]) 
     return 0
 
 
-def _tool_line(name: str, core: Core, how: str) -> str:
+def _tool_line(name: str, runtime: Runtime, how: str) -> str:
     """Whether a tool that is off by default is on, and if not, how it is switched on;
     on but left out by the tools profile, how it is let in."""
-    tool = core.registry.get(name)
+    tool = runtime.registry.get(name)
     if tool is None or not tool.available():
         return f"{name}: off ({how})"
-    if tool not in core.exposed:
+    if tool not in runtime.exposed():
         return f"{name}: on, but not offered: the tools profile leaves it out ([tools] allow)"
     return f"{name}: on"
 

@@ -272,10 +272,10 @@ def _check_config(
     build from it."""
     if isinstance(loaded_or_error, EchoBotError):
         return None, ("config", FAIL, str(loaded_or_error))
-    from ..core import build_core
+    from ..runtime import build
 
     try:
-        build_core(loaded_or_error, state_dir, environ)
+        build(loaded_or_error, state_dir, environ)
     except EchoBotError as exc:
         return loaded_or_error, ("config", FAIL, str(exc))
     return loaded_or_error, ("config", OK, f"{source} is valid, and its secrets are set")

@@ -320,9 +320,9 @@ def _run_daemon(
 ) -> int:
     from ..app import Daemon
     from ..config import telegram_enabled
-    from ..core import build_core
+    from ..runtime import build
 
-    core = build_core(loaded, state_dir, environ)
+    runtime = build(loaded, state_dir, environ)
     tty = _stdin_is_terminal()
     channels: list[str] = []
     options: dict[str, dict[str, object]] = {}
@@ -338,10 +338,9 @@ def _run_daemon(
         if loaded.config.webhook.enabled:
             channels.append("webhook")
     daemon = Daemon(
-        core,
+        runtime,
         channel_names=channels,
         channel_options=options,
-        environ=environ,
         banner=True,
         freeze_heap=True,
         wait_for_mcp=command == "chat" and not tty,

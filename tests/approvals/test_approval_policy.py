@@ -19,13 +19,13 @@ from typing import Any, ClassVar
 
 import pytest
 
-from echo_bot.app import build_core
 from echo_bot.approvals import ApprovalPolicy
 from echo_bot.approvals.policy import PRECEDENCE, precedence_lines, precedence_table
 from echo_bot.config import ApprovalsConfig, LoadedConfig, parse_config
 from echo_bot.errors import ConfigError
 from echo_bot.events import Address, Sender
 from echo_bot.mcp.tool import make_tool
+from echo_bot.runtime import build
 from echo_bot.tools.base import Risk, Tool, ToolContext, ToolResult
 from echo_bot.tools.registry import ToolRegistry
 from tests.conftest import ROOT, run_echo_bot
@@ -242,9 +242,9 @@ class NotesClient:
 def registry(tmp_path_factory: pytest.TempPathFactory) -> ToolRegistry:
     state_dir = tmp_path_factory.mktemp("state")
     config = parse_config(tomllib.loads(TOOLS), "test.toml")
-    core = build_core(LoadedConfig(config=config, path=state_dir / "test.toml"), state_dir, {})
-    core.registry.register(ConfigWriteTool())
-    core.registry.register(
+    runtime = build(LoadedConfig(config=config, path=state_dir / "test.toml"), state_dir, {})
+    runtime.registry.register(ConfigWriteTool())
+    runtime.registry.register(
         make_tool(
             name="notes__read",
             server="notes",
@@ -258,7 +258,7 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> ToolRegistry:
             call=NotesClient(),
         )
     )
-    return core.registry
+    return runtime.registry
 
 
 def _setting_id(setting: tuple[bool, bool, bool]) -> str:

@@ -301,7 +301,7 @@ async def test_decision_after_expiry_is_refused(state_dir: Path) -> None:
         # Press just after the deadline (the gate's clock moved past it, no waiting):
         # whether the decision or the sweeper sees the expiry first, the request must
         # end expired and never approved.
-        bot.daemon.core.gate.clock = lambda: max(time.time(), row.expires_at + 0.01)
+        bot.daemon.runtime.gate.clock = lambda: max(time.time(), row.expires_at + 0.01)
         press = await bot.channel.press(action_of(prompt, "Approve once"))
 
         notice = await notice_for(bot.channel, press)

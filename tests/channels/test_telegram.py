@@ -19,12 +19,13 @@ from typing import Any
 import aiohttp
 import pytest
 
-from echo_bot.app import Daemon, build_core
+from echo_bot.app import Daemon
 from echo_bot.brains.base import Brain, BrainContext, BrainReply
 from echo_bot.config import LoadedConfig, parse_config
 from echo_bot.conversation import ChatMessage, ToolCall
 from echo_bot.errors import ConfigError
 from echo_bot.events import Address, Button, InboundMessage, OutboundMessage, new_id
+from echo_bot.runtime import build
 from echo_bot.store.access import new_pairing_code
 from echo_bot.tools.base import Tool
 from tests.conftest import Bot, inbound_of, running_bot
@@ -906,8 +907,8 @@ async def test_a_bad_token_stops_the_start_with_a_clear_error(state_dir: Path) -
         text = telegram_config(api)
         config = parse_config(tomllib.loads(text), "test.toml")
         env = {"TELEGRAM_BOT_TOKEN": "123456:WRONG-token-value"}
-        core = build_core(LoadedConfig(config=config, path=state_dir / "t.toml"), state_dir, env)
-        daemon = Daemon(core, channel_names=["telegram"], environ=env, banner=False)
+        runtime = build(LoadedConfig(config=config, path=state_dir / "t.toml"), state_dir, env)
+        daemon = Daemon(runtime, channel_names=["telegram"], banner=False)
         with pytest.raises(ConfigError) as caught:
             await asyncio.wait_for(daemon.run(), 15)
         assert "401" in str(caught.value)

@@ -1158,7 +1158,7 @@ async def test_routes_removed_or_added_by_a_reload_on_their_plain_paths(hooks: H
     reload the route list decides: a removed route answers 404 there, an added one is
     served by the catch-all, and the others go on as before."""
     channel = next(c for c in hooks.bot.daemon.channels if c.name == "webhook")
-    config = hooks.bot.daemon.core.loaded.config
+    config = hooks.bot.daemon.runtime.loaded.config
     kept = [route for route in config.webhook.routes if route.name != "bearer"]
     added = kept[0].model_copy(update={"name": "late"})  # a github route, as gh
     section = config.webhook.model_copy(update={"routes": [*kept, added]})

@@ -40,7 +40,7 @@ timeout = "3s"
 
 
 def mcp_state(bot: Bot) -> dict[str, object]:
-    hub = bot.daemon.core.mcp
+    hub = bot.daemon.runtime.mcp.hub
     assert hub is not None
     servers = hub.health()["servers"]
     assert isinstance(servers, dict)
@@ -170,8 +170,8 @@ async def test_a_tool_with_a_broken_schema_is_left_out_and_the_rest_work(state_d
     )
     async with running_bot(state_dir, config) as bot:
         await eventually(lambda: mcp_state(bot)["notes"]["state"] == "ready")  # type: ignore[index]
-        assert bot.daemon.core.registry.get("notes__broken") is None
-        hub = bot.daemon.core.mcp
+        assert bot.daemon.runtime.registry.get("notes__broken") is None
+        hub = bot.daemon.runtime.mcp.hub
         assert hub is not None
         assert any("broken" in p for p in hub.servers["notes"].status.problems)
         inbound = await bot.channel.say("/tool notes__list_notes {}")
@@ -211,11 +211,11 @@ async def test_a_call_past_its_timeout_is_cancelled_and_outcome_unknown(state_di
 
 async def test_a_changed_tool_list_reaches_the_registry(state_dir: Path) -> None:
     async with notes_bot(state_dir, "trust_annotations = true") as bot:
-        assert bot.daemon.core.registry.get("notes__extra") is None
+        assert bot.daemon.runtime.registry.get("notes__extra") is None
         inbound = await bot.channel.say("/tool notes__grow {}")
         assert "grown" in (await bot.channel.reply_to(inbound)).text
-        await eventually(lambda: bot.daemon.core.registry.get("notes__extra") is not None)
-        assert any(t.name == "notes__extra" for t in bot.daemon.core.exposed)
+        await eventually(lambda: bot.daemon.runtime.registry.get("notes__extra") is not None)
+        assert any(t.name == "notes__extra" for t in bot.daemon.runtime.exposed())
 
 
 async def test_a_stdio_server_gets_only_its_own_environment(state_dir: Path) -> None:
@@ -225,7 +225,7 @@ async def test_a_stdio_server_gets_only_its_own_environment(state_dir: Path) -> 
     environ = {"ECHO_NOTES_TOKEN": "s3cr3t-notes-token", "TELEGRAM_BOT_TOKEN": "123:tg-token"}
     async with running_bot(state_dir, stdio_config(notes, extra), environ=environ) as bot:
         await eventually(lambda: mcp_state(bot)["notes"]["state"] == "ready")  # type: ignore[index]
-        hub = bot.daemon.core.mcp
+        hub = bot.daemon.runtime.mcp.hub
         assert hub is not None
         answer = await hub.servers["notes"].call("env", {}, 5)
         seen = json.loads(answer.content[0]["text"])
@@ -346,9 +346,9 @@ trust_annotations = true
 
 def test_a_plain_run_does_not_import_the_mcp_sdk(tmp_path: Path) -> None:
     code = (
-        "import sys; from echo_bot.core import build_core; from echo_bot.config import"
+        "import sys; from echo_bot.runtime import build; from echo_bot.config import"
         " LoadedConfig, parse_config; from pathlib import Path;"
-        " build_core(LoadedConfig(config=parse_config({}, 't')), Path(sys.argv[1]), {});"
+        " build(LoadedConfig(config=parse_config({}, 't')), Path(sys.argv[1]), {});"
         " print(sorted(m for m in sys.modules if m.split('.')[0] == 'mcp'"
         " or m.startswith('echo_bot.mcp')))"
     )
@@ -446,9 +446,9 @@ async def test_sighup_adds_removes_and_restarts_servers_whose_config_changed(
     first = stdio_config(notes, "trust_annotations = true")
     async with running_bot(state_dir, first) as bot:
         await eventually(lambda: mcp_state(bot)["notes"]["state"] == "ready")  # type: ignore[index]
-        path = bot.daemon.core.loaded.path
+        path = bot.daemon.runtime.loaded.path
         assert path is not None
-        registry = bot.daemon.core.registry
+        registry = bot.daemon.runtime.registry
         changed = stdio_config(notes, 'trust_annotations = true\nrisk = { purge = "read" }')
         path.write_text(changed + stdio_config(more, "trust_annotations = true", name="more"))
         await bot.daemon.reload()
@@ -467,7 +467,7 @@ async def test_sighup_adds_removes_and_restarts_servers_whose_config_changed(
         await bot.daemon.reload()
         assert set(mcp_state(bot)) == {"more"}
         assert not [n for n in registry.names() if n.startswith("notes__")]
-        assert not [t for t in bot.daemon.core.exposed if t.name.startswith("notes__")]
+        assert not [t for t in bot.daemon.runtime.exposed() if t.name.startswith("notes__")]
         gone = await bot.channel.say("/tool notes__list_notes {}")
         assert "TOOL_NOT_FOUND" in (await bot.channel.reply_to(gone)).text
 
@@ -553,7 +553,7 @@ async def test_an_approval_for_a_tool_whose_server_was_removed_ends_the_call_not
     async with notes_bot(state_dir, "trust_annotations = true") as bot:
         inbound = await bot.channel.say(ADD)
         prompt = await bot.channel.prompt_for(inbound)
-        path = bot.daemon.core.loaded.path
+        path = bot.daemon.runtime.loaded.path
         assert path is not None
         path.write_text("")  # the server is removed while the approval waits
         await bot.daemon.reload()

@@ -56,7 +56,7 @@ def llm_config(llm: FakeOpenAI) -> str:
 
 
 def hub_of(bot: Bot) -> McpHub:
-    hub = bot.daemon.core.mcp
+    hub = bot.daemon.runtime.mcp.hub
     assert hub is not None
     return hub
 
@@ -190,7 +190,9 @@ async def test_attack_a_schema_nested_past_the_stack_leaves_no_half_registered_s
             assert status.error is None
             [problem] = status.problems
             assert problem.startswith("deep: ") and "nests deeper than" in problem
-            registered = sorted(t.name for t in bot.daemon.core.registry if isinstance(t, McpTool))
+            registered = sorted(
+                t.name for t in bot.daemon.runtime.registry if isinstance(t, McpTool)
+            )
             assert registered == sorted(t.name for t in status.tools) == ["evil__hello"]
             inbound = await bot.channel.say("/tool evil__hello {}")
             assert "hello" in (await bot.channel.reply_to(inbound)).text

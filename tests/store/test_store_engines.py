@@ -492,9 +492,9 @@ async def test_a_chat_time_zone_set_through_one_daemon_is_used_by_the_others(
             (tmp_path / "a").mkdir()
             (tmp_path / "b").mkdir()
             async with running_bot(tmp_path / "a") as a, running_bot(tmp_path / "b") as b:
-                zones_b = b.daemon.core.reminders
+                zones_b = b.daemon.runtime.reminders
                 assert await zones_b.timezone_for(chat) == "UTC"  # read, and kept
-                outcome = await a.daemon.core.reminders.set_timezone(chat, "Asia/Tokyo")
+                outcome = await a.daemon.runtime.reminders.set_timezone(chat, "Asia/Tokyo")
                 assert outcome.ok
                 async with asyncio.timeout(10):
                     while await zones_b.timezone_for(chat) != "Asia/Tokyo":

@@ -146,7 +146,7 @@ class Driver:
     async def inbound_texts(self) -> list[str]:
         """The text of every committed inbound of this channel, oldest first (the store)."""
         assert self.bot is not None
-        store = self.bot.daemon.core.store
+        store = self.bot.daemon.runtime.store
 
         def read(tx: Any) -> list[str]:
             rows = [tx.inbox.get(s.id) for s in tx.inbox.recent(self.NAME, limit=100)]
