@@ -74,7 +74,7 @@ class WebhookChannel:
 
     # An HTTP peer: no buttons, no edits; what it asks for is answered in the routes'
     # `deliver_to` chats. It is not rate-limited by its peer (it limits its senders).
-    capabilities = Capabilities()
+    capabilities = Capabilities(reloads=True)
 
     def __init__(
         self, section: WebhookConfig, options: Mapping[str, Any], host: ChannelHost

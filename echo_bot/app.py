@@ -30,7 +30,6 @@ from .scheduling.scheduler import Scheduler
 from .sdnotify import Notifier
 from .statedir import StateLock
 from .store import Tx
-from .tools.builtin.messaging import ChatSender
 
 if TYPE_CHECKING:  # aiohttp is imported only when the server is needed
     from .http import HttpServer
@@ -233,9 +232,7 @@ class Daemon:
             self.http = http
         running = frozenset(c.name for c in self.channels)
         warn_unreachable(config, running)
-        for tool in rt.registry:
-            if isinstance(tool, ChatSender):
-                tool.bind(rt.bus.send, running)
+        rt.outlet.connect(rt.bus.send, running)
         self.bus = rt.bus
         self._started.set()
         await self._announce(rt, config)

@@ -139,8 +139,9 @@ class Capabilities:
     """What a channel can do, declared by the channel and read by the core (which wires
     media, previews and the after-start display from it, never by probing the object).
 
-    ``media``, ``previews`` and ``shows_when_ready`` promise the methods of
-    ``MediaSource``, ``PreviewSink`` and ``ShowsWhenReady``; the others describe the
+    ``media``, ``previews``, ``shows_when_ready`` and ``reloads`` promise the methods of
+    ``MediaSource``, ``PreviewSink``, ``ShowsWhenReady`` and ``live.Reloadable``
+    (``reload(config) -> list[str]``); the others describe the
     network, for renderers and the channel contract suite (tests/channels/contract/).
     """
 
@@ -152,6 +153,7 @@ class Capabilities:
     threads: bool = False  # chats have threads (``Address.thread_id``)
     shows_when_ready: bool = False  # has something to show once all is up (``ready()``)
     rate_limited: bool = False  # its peer answers "too many requests"; sends are paced
+    reloads: bool = False  # takes a new config live at SIGHUP (``reload(config)``)
 
 
 class ChannelHost(Protocol):

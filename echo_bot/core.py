@@ -23,6 +23,7 @@ from .errors import ConfigError
 from .live import LiveSettings
 from .scheduling.reminders import ReminderService
 from .tools.builtin import builtin_tools
+from .tools.builtin.messaging import Outlet
 from .tools.registry import ToolRegistry
 
 
@@ -36,10 +37,13 @@ def workspace_of(config: Config, state_dir: Path) -> Path:
 
 
 def tool_registry(
-    loaded: LoadedConfig, state_dir: Path, reminders: ReminderService
+    loaded: LoadedConfig,
+    state_dir: Path,
+    reminders: ReminderService,
+    outlet: Outlet | None = None,
 ) -> ToolRegistry:
     """The built-in tools, made for ``loaded``; none started (MCP servers' tools are
-    registered by their hub)."""
+    registered by their hub). The sending tools send through ``outlet``."""
     config = loaded.config
     registry = ToolRegistry(output_limit=config.tools.output_limit)
     for tool in builtin_tools(
@@ -48,6 +52,7 @@ def tool_registry(
         timezone=config.bot.timezone,
         reminders=reminders,
         outgoing=state_dir / "outgoing",
+        outlet=outlet,
     ):
         registry.register(tool)
     return registry

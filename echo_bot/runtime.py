@@ -17,7 +17,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from .access import StoreAccess
 from .agent import Dispatcher, TurnRunner
@@ -48,6 +48,7 @@ from .scheduling.scheduler import Scheduler
 from .secrets import Masker
 from .store import BusQueues, Store, make_database
 from .store.approvals import ApprovalRow
+from .tools.builtin.messaging import Outlet
 from .tools.registry import ToolRegistry
 
 if TYPE_CHECKING:
@@ -147,6 +148,7 @@ class Runtime:
     store: Store
     reminders: ReminderService
     registry: ToolRegistry
+    outlet: Outlet  # where the sending tools send, once the channels run
     exposed: Exposed
     mcp: McpSlot
     live: Live
@@ -260,7 +262,11 @@ class Runtime:
             ("the allowlists", self.access),
             ("the cron jobs", self.scheduler),
         ]
-        found += [(f"the {c.name} channel", c) for c in channels if isinstance(c, Reloadable)]
+        found += [
+            (f"the {c.name} channel", cast(Reloadable, c))
+            for c in channels
+            if c.capabilities.reloads
+        ]
         found += [(f"the {t.name} tool", t) for t in self.registry if isinstance(t, Reloadable)]
         return found
 
@@ -324,7 +330,8 @@ def build(
         languages=config.scheduler.languages,
         max_active=config.scheduler.max_active_per_chat,
     )
-    registry = tool_registry(loaded, state_dir, reminders)
+    outlet = Outlet()  # connected by the daemon once its channels run
+    registry = tool_registry(loaded, state_dir, reminders, outlet)
     exposed = Exposed(registry, config.tools)
     mcp = McpSlot(registry, environ, exposed)
     if config.mcp.servers:
@@ -386,6 +393,7 @@ def build(
         store=store,
         reminders=reminders,
         registry=registry,
+        outlet=outlet,
         exposed=exposed,
         mcp=mcp,
         live=live,

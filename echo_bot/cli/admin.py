@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..approvals.display import decider, escape_text, render_call, show_json
 from ..approvals.routing import OWNER_QUEUE, OWNER_QUEUE_TEXT, ApproverDirectory
@@ -41,6 +41,7 @@ from ..store import (
     make_database,
 )
 from ..store.approvals import ApprovalRow
+from ..store.meta import InstanceRow
 
 if TYPE_CHECKING:
     from ..runtime import Runtime
@@ -542,6 +543,23 @@ def status_command(at: StoreAt) -> int:
             tx.meta.now(),
         ),
     )
+    _print_daemon(at, info, shared)
+    print(f"state: {at.describe()}")
+    _print_mcp(info.get("mcp") or {})
+    _print_instances(instances, held, now, shared)
+    print(
+        f"inbox: {counts['inbox_pending']} pending, {counts['waiting_approval']} waiting for "
+        f"approval; outbox: {counts['outbox_queued']} queued, {counts['outbox_failed']} failed"
+    )
+    print(f"approvals pending: {counts['approvals_pending']}; "
+          f"reminders active: {counts['reminders_active']}")  # fmt: skip
+    for reminder in upcoming:
+        print(f"  next: {_clock(reminder.next_at)}  {reminder.id}  {reminder.text[:60]}")
+    return 0
+
+
+def _print_daemon(at: StoreAt, info: dict[str, Any], shared: bool) -> None:
+    """The daemon of this state dir (SQLite), and what the last one to start said."""
     # On PostgreSQL the daemons are the instances in the store (listed below, live by
     # the database's clock, as `doctor` counts them); the state dir's lock here belongs
     # to whatever uses that directory, maybe a SQLite daemon of its own: not shown.
@@ -556,12 +574,20 @@ def status_command(at: StoreAt) -> int:
         last = f"last started: {escape_text(str(started))}; " if shared and started else ""
         print(f"{last}version: {info.get('version')}; brain: {info.get('brain')}; "
               f"channels: {', '.join(info.get('channels') or []) or 'none'}")  # fmt: skip
-    print(f"state: {at.describe()}")
-    for name, server in sorted((info.get("mcp") or {}).items()):
+
+
+def _print_mcp(servers: dict[str, Any]) -> None:
+    for name, server in sorted(servers.items()):
         why = f" — {server['error']}" if server.get("error") else ""
         why += f" — degraded: {server['limited']}" if server.get("limited") else ""
         tools = f", {server.get('tools', 0)} tools" if server.get("state") == "ready" else ""
         print(f"mcp {escape_text(name)}: {server.get('state')}{tools}{escape_text(why)}")
+
+
+def _print_instances(
+    instances: list[InstanceRow], held: dict[str, list[str]], now: float, shared: bool
+) -> None:
+    """The daemons that use the store: live ones (with what they hold), gone ones."""
     live = [i for i in instances if now - i.seen_at <= INSTANCE_GONE_AFTER]
     gone = [i for i in instances if now - i.seen_at > INSTANCE_GONE_AFTER]
     if live or gone or shared:
@@ -575,15 +601,6 @@ def status_command(at: StoreAt) -> int:
         )
     for row in gone:
         print(f"  {escape_text(row.label)}: gone (last seen {_clock(row.seen_at)})")
-    print(
-        f"inbox: {counts['inbox_pending']} pending, {counts['waiting_approval']} waiting for "
-        f"approval; outbox: {counts['outbox_queued']} queued, {counts['outbox_failed']} failed"
-    )
-    print(f"approvals pending: {counts['approvals_pending']}; "
-          f"reminders active: {counts['reminders_active']}")  # fmt: skip
-    for reminder in upcoming:
-        print(f"  next: {_clock(reminder.next_at)}  {reminder.id}  {reminder.text[:60]}")
-    return 0
 
 
 def _holding(leases: list[str]) -> str:

@@ -9,7 +9,7 @@ from ...scheduling.reminders import ReminderService
 from ..base import Tool
 from .clock import CurrentTimeTool
 from .files import FileReadTool, FileWriteTool
-from .messaging import SendMessageTool
+from .messaging import Outlet, SendMessageTool
 from .reminders import ReminderCancelTool, ReminderCreateTool, ReminderListTool
 from .send_file import SendFileTool
 from .shell import ShellExecTool, argv_of
@@ -35,8 +35,10 @@ def builtin_tools(
     timezone: str,
     reminders: ReminderService | None = None,
     outgoing: Path | None = None,
+    outlet: Outlet | None = None,
 ) -> list[Tool]:
-    """Every built-in tool; switched-off ones say so through ``available()``."""
+    """Every built-in tool; switched-off ones say so through ``available()``. The
+    sending tools send through ``outlet`` (connected by the daemon once it runs)."""
     extra: list[Tool] = []
     if reminders is not None:
         extra = [
@@ -47,8 +49,8 @@ def builtin_tools(
     return [
         *extra,
         CurrentTimeTool(timezone, chat_zone=reminders.timezone_for if reminders else None),
-        SendMessageTool(),
-        SendFileTool(workspace, outgoing or workspace.parent / "outgoing"),
+        SendMessageTool(outlet),
+        SendFileTool(workspace, outgoing or workspace.parent / "outgoing", outlet),
         ShellExecTool(config.shell, workspace),
         FileReadTool(workspace),
         FileWriteTool(workspace),

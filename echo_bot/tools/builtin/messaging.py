@@ -18,19 +18,28 @@ OutboundSink = Callable[[OutboundMessage], Awaitable[None]]
 _SAYING = re.compile(r"(?:saying|that says|:)\s*(.+)$", re.IGNORECASE | re.DOTALL)
 
 
+class Outlet:
+    """Where the sending tools send: the bus's outbox, and the channels running in this
+    run. Made with the tools, not connected ("messaging is not connected"); the daemon
+    connects it once its channels have started, so no tool is looked for among the
+    registry's to be wired."""
+
+    def __init__(self) -> None:
+        self.sink: OutboundSink | None = None
+        self.channels: frozenset[str] = frozenset()
+
+    def connect(self, sink: OutboundSink, channels: frozenset[str]) -> None:
+        self.sink = sink
+        self.channels = channels
+
+
 class ChatSender(Tool):
     """A tool that sends to a chat through the bus: the requester's own unless ``to``
     names another. Its effect says where it sends (the gate asks for any other chat
-    than the requester's); ``bind`` connects it once the daemon runs."""
+    than the requester's); it sends through the ``Outlet`` it was made with."""
 
-    def __init__(self) -> None:
-        self._sink: OutboundSink | None = None
-        self._channels: frozenset[str] = frozenset()
-
-    def bind(self, sink: OutboundSink, channels: frozenset[str]) -> None:
-        """Connect to the bus once the daemon has one (and knows its channels)."""
-        self._sink = sink
-        self._channels = channels
+    def __init__(self, outlet: Outlet | None = None) -> None:
+        self._outlet = outlet if outlet is not None else Outlet()
 
     def recipient(self, args: dict[str, Any], ctx: ToolContext) -> Address | None:
         """The chat this call sends to (None: ``to`` is not an address; it sends
@@ -49,14 +58,14 @@ class ChatSender(Tool):
 
     def _target(self, args: dict[str, Any], ctx: ToolContext) -> Address | ToolResult:
         """Where to send (a running channel's chat), or why not."""
-        if self._sink is None:
+        if self._outlet.sink is None:
             return ToolResult.failure(ErrorCode.UPSTREAM_ERROR, "messaging is not connected")
         try:
             target = Address.parse(args["to"]) if args.get("to") else ctx.origin
         except ValueError as exc:
             return ToolResult.failure(ErrorCode.INVALID_PARAMETER, str(exc))
-        if target.channel not in self._channels:
-            known = ", ".join(sorted(self._channels)) or "none"
+        if target.channel not in self._outlet.channels:
+            known = ", ".join(sorted(self._outlet.channels)) or "none"
             return ToolResult.failure(
                 ErrorCode.INVALID_PARAMETER,
                 f"no channel named {target.channel!r} is running (running: {known})",
@@ -95,8 +104,9 @@ class SendMessageTool(ChatSender):
         target = self._target(args, ctx)
         if isinstance(target, ToolResult):
             return target
-        assert self._sink is not None  # _target says so
-        await self._sink(
+        sink = self._outlet.sink
+        assert sink is not None  # _target says so
+        await sink(
             OutboundMessage(
                 to=target,
                 text=args["text"],

@@ -20,7 +20,7 @@ from ...events import MediaKind, OutboundFile, OutboundKind, OutboundMessage, ne
 from ...sizes import format_size
 from ..base import Effect, ErrorCode, Risk, ToolContext, ToolGroup, ToolResult
 from .files import read_workspace_file, workspace_file_effect
-from .messaging import ChatSender
+from .messaging import ChatSender, Outlet
 
 # Telegram's limits for bots: 50 MB a document, 10 MB a photo.
 MAX_DOCUMENT = 50 * 1000**2
@@ -54,8 +54,8 @@ class SendFileTool(ChatSender):
     timeout: ClassVar[float] = 30.0
     triggers: ClassVar[tuple[str, ...]] = ("send me the file", "send the file", "send file")
 
-    def __init__(self, workspace: Path, outgoing: Path) -> None:
-        super().__init__()
+    def __init__(self, workspace: Path, outgoing: Path, outlet: Outlet | None = None) -> None:
+        super().__init__(outlet)
         self.workspace = workspace
         self.outgoing = outgoing
 
@@ -68,7 +68,8 @@ class SendFileTool(ChatSender):
         target = self._target(args, ctx)
         if isinstance(target, ToolResult):
             return target
-        assert self._sink is not None  # _target says so
+        sink = self._outlet.sink
+        assert sink is not None  # _target says so
         raw = str(args["path"])
         name = PurePosixPath(raw).name
         photo = bool(args.get("as_photo", PurePosixPath(name).suffix.lower() in PHOTO_SUFFIXES))
@@ -84,7 +85,7 @@ class SendFileTool(ChatSender):
                 f"{raw} is over {format_size(limit)}, the most Telegram takes as {what}",
             )
         copy = await asyncio.to_thread(self._keep, name, data)
-        await self._sink(
+        await sink(
             OutboundMessage(
                 to=target,
                 text=str(args.get("caption") or ""),

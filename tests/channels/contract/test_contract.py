@@ -105,6 +105,7 @@ PROMISED_METHODS = {
     "media": ("fetch_media",),
     "previews": ("show_preview", "end_preview"),
     "shows_when_ready": ("ready",),
+    "reloads": ("reload",),
 }
 
 
