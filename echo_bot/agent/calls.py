@@ -19,7 +19,7 @@ from functools import partial
 from typing import Any, TypeVar
 
 from .. import metrics
-from ..approvals import ApprovalGate
+from ..approvals import ApprovalGate, Ask
 from ..events import InboundMessage
 from ..live import Live
 from ..secrets import Masker
@@ -242,19 +242,21 @@ class CallExecutor:
         offer = verdict.offers_grant and ctx.approver and prompt_to == inbound.address
         approval_id = self.gate.request(
             tx,
-            turn_id=turn.id,
-            session_key=inbound.session_key,
-            trace_id=inbound.trace_id,
-            tool=tool.name,
-            args=call.args,
-            args_hash=call.args_hash,
-            risk=tool.risk_for(call.args),
-            reason=verdict.reason,
-            requester=inbound.sender,
-            origin=inbound.address,
-            prompt_to=prompt_to,
-            key_args=tool.key_args,
-            grant_scope=tool.grant_scope(call.args, ctx) if offer else None,
+            Ask(
+                turn_id=turn.id,
+                session_key=inbound.session_key,
+                trace_id=inbound.trace_id,
+                tool=tool.name,
+                args=call.args,
+                args_hash=call.args_hash,
+                risk=tool.risk_for(call.args),
+                reason=verdict.reason,
+                requester=inbound.sender,
+                origin=inbound.address,
+                prompt_to=prompt_to,
+                key_args=tool.key_args,
+                grant_scope=tool.grant_scope(call.args, ctx) if offer else None,
+            ),
         )
         # Later identical siblings in this step reuse it (they see the new approval_id:
         # settle_step puts this row in their list).

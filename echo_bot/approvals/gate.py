@@ -101,6 +101,26 @@ class CurrentSettings(Protocol):
     def current(self) -> _Settings: ...
 
 
+@dataclass(frozen=True, slots=True)
+class Ask:
+    """A call that needs consent, as a turn asks the gate for it (``request``)."""
+
+    turn_id: str
+    session_key: str
+    trace_id: str
+    tool: str
+    args: dict[str, Any]
+    args_hash: str
+    risk: Risk
+    reason: str  # the policy's words for why it asks
+    requester: Sender
+    origin: Address
+    prompt_to: Address
+    key_args: Sequence[str] = ()  # shown first
+    # What "Allow here for a time" would grant beside the tool; None: not offered.
+    grant_scope: str | None = None
+
+
 class ApprovalGate:
     def __init__(
         self,
@@ -119,35 +139,20 @@ class ApprovalGate:
         return tx.reminders.chat_timezone(str(chat)) or self.timezone
 
     # -- creating a request ------------------------------------------------------------
-    def request(
-        self,
-        tx: Tx,
-        *,
-        turn_id: str,
-        session_key: str,
-        trace_id: str,
-        tool: str,
-        args: dict[str, Any],
-        args_hash: str,
-        risk: Risk,
-        reason: str,
-        requester: Sender,
-        origin: Address,
-        prompt_to: Address,
-        key_args: Sequence[str] = (),
-        grant_scope: str | None = None,
-    ) -> str:
+    def request(self, tx: Tx, ask: Ask) -> str:
         """Store a request and queue its prompt (in the caller's transaction).
 
         The arguments are stored in the order they are shown — the ones the tool
         declares as deciding (``key_args``) first — so every later view (the edited
         prompt, ``/approvals``, ``echo-bot approvals show``) shows that order too.
-        ``grant_scope``: what "Allow here for a time" would grant beside the tool, when
-        the policy offers it for this call (None: it is not offered, nor accepted)."""
+        ``ask.grant_scope``: what "Allow here for a time" would grant beside the tool,
+        when the policy offers it for this call (None: it is not offered, nor accepted)."""
+        tool, risk, reason, requester = ask.tool, ask.risk, ask.reason, ask.requester
+        origin, prompt_to, trace_id = ask.origin, ask.prompt_to, ask.trace_id
         approval_id = new_id()
         expires_at = self.clock() + self.live.current.approval_timeout.total_seconds()
-        args = order_args(args, key_args)
-        allow_for = self._allow_for_offered(grant_scope, requester.id, origin, prompt_to)
+        args = order_args(ask.args, ask.key_args)
+        allow_for = self._allow_for_offered(ask.grant_scope, requester.id, origin, prompt_to)
         prompt = self._prompt(
             approval_id,
             tool,
@@ -162,7 +167,10 @@ class ApprovalGate:
             zone=self._zone(tx, prompt_to),
         )
         prompt = prompt.model_copy(
-            update={"trace_id": trace_id, "metadata": {**prompt.metadata, "inbound_id": turn_id}}
+            update={
+                "trace_id": trace_id,
+                "metadata": {**prompt.metadata, "inbound_id": ask.turn_id},
+            }
         )
         queued = prompt_to == OWNER_QUEUE  # no chat can prompt: nothing is sent
         if not queued:
@@ -170,26 +178,26 @@ class ApprovalGate:
         tx.approvals.insert(
             NewApproval(
                 id=approval_id,
-                turn_id=turn_id,
-                session_key=session_key,
+                turn_id=ask.turn_id,
+                session_key=ask.session_key,
                 trace_id=trace_id,
                 tool=tool,
                 args=args,
-                args_hash=args_hash,
+                args_hash=ask.args_hash,
                 risk=risk.value,
                 requested_by={"id": requester.id, "name": requester.name, "address": str(origin)},
                 origin=str(origin),
                 prompt_to=str(prompt_to),
                 prompt_outbound_id=None if queued else prompt.id,
                 expires_at=expires_at,
-                grant_scope=grant_scope if allow_for else None,
+                grant_scope=ask.grant_scope if allow_for else None,
             )
         )
         tx.on_commit(lambda: metrics.APPROVALS.labels("requested").inc())
         tx.audit.write(
             "approval.requested",
             trace_id=trace_id,
-            session_key=session_key,
+            session_key=ask.session_key,
             approval_id=approval_id,
             tool=tool,
             args=args,
@@ -211,7 +219,7 @@ class ApprovalGate:
                     text=f"⏳ {escape_text(tool)} needs approval; {where}.",
                     kind=OutboundKind.NOTICE,
                     trace_id=trace_id,
-                    metadata={"inbound_id": turn_id},
+                    metadata={"inbound_id": ask.turn_id},
                 ),
             )
         return approval_id
