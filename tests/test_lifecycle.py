@@ -3,9 +3,8 @@ a part that fails to stop is named in the log and the others still stop."""
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
 import logging
-import sqlite3
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -13,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from echo_bot.lifecycle import Parts
-from tests.conftest import running_bot
+from tests.conftest import read_store, running_bot
 from tests.fakes.channel import RecordingChannel
 
 
@@ -78,14 +77,13 @@ async def test_a_channel_that_fails_to_stop_is_logged_and_the_daemon_still_stops
 ) -> None:
     caplog.set_level(logging.INFO)
     async with running_bot(state_dir, channel=BrokenStop("cli")):
-        assert instances(state_dir) == 1
+        assert await instances(state_dir) == 1
     # running_bot waited for run() to return; what stops after the channel did stop:
     # the daemon left the list of live ones (the instance row goes just before the store).
     assert "stopping the cli channel failed" in caplog.text
     assert "the terminal went away" in caplog.text
-    assert instances(state_dir) == 0
+    assert await instances(state_dir) == 0
 
 
-def instances(state_dir: Path) -> int:
-    with contextlib.closing(sqlite3.connect(state_dir / "echo-bot.sqlite3")) as conn:
-        return int(conn.execute("SELECT COUNT(*) FROM instances").fetchone()[0])
+async def instances(state_dir: Path) -> int:
+    return await asyncio.to_thread(read_store, state_dir, lambda tx: len(tx.meta.instances()))

@@ -9,6 +9,8 @@ import sqlite3
 import time
 from pathlib import Path
 
+from echo_bot.errors import StoreError
+from tests.conftest import read_store
 from tests.proc import EchoBotProcess
 
 CONFIG = """
@@ -26,14 +28,8 @@ def wait_until_started(state: Path, timeout: float = 15.0) -> None:
     """Until the store says a tool call has started (its process is running)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        store = f"file:{state / 'echo-bot.sqlite3'}?mode=ro"  # read-only: never made here
-        with (
-            contextlib.suppress(sqlite3.Error),
-            contextlib.closing(sqlite3.connect(store, uri=True)) as conn,
-        ):
-            if conn.execute(
-                "SELECT COUNT(*) FROM tool_calls WHERE started_at IS NOT NULL"
-            ).fetchone()[0]:
+        with contextlib.suppress(StoreError, sqlite3.Error):  # not made yet: never made here
+            if read_store(state, lambda tx: tx.turns.call_count(started=True)):
                 return
         time.sleep(0.05)
     raise AssertionError("no tool call started")

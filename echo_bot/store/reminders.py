@@ -169,3 +169,10 @@ class ReminderRepo:
             " THEN excluded.last_occurrence ELSE cron_state.last_occurrence END",
             [job, occurrence],
         )
+
+    def fire_outcomes(self) -> list[str]:
+        """The outcome of every fire recorded (of any reminder), in the order they fired."""
+        rows = self._db.execute(
+            "SELECT outcome FROM reminder_fires ORDER BY fired_at, reminder_id, occurrence"
+        ).fetchall()
+        return [row[0] for row in rows]

@@ -380,3 +380,9 @@ class TurnRepo:
         taken = {value for part, value in rows if part == 0}
         counts = Counter(value for part, value in rows if part == 1)
         return taken, max(counts.values(), default=0)
+
+    def call_count(self, *, started: bool = False) -> int:
+        """How many tool calls the store holds, of every turn; ``started``: only those
+        whose run began."""
+        where = " WHERE started_at IS NOT NULL" if started else ""
+        return int(self._db.execute(f"SELECT COUNT(*) FROM tool_calls{where}").fetchone()[0])

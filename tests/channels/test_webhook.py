@@ -859,10 +859,7 @@ async def test_attack_signed_payload_value_never_becomes_a_git_log_option(
         for route in ("gitlog", "gitlog-cmd", "gitlog-hdr"):
             assert await hooks.inbox(route) == []  # nothing queued, so nothing ran
 
-        def calls(db: Any) -> int:
-            return int(db.execute("SELECT count(*) FROM tool_calls").fetchone()[0])
-
-        assert await hooks.bot.db.run(calls) == 0
+        assert await hooks.bot.store.run(lambda tx: tx.turns.call_count()) == 0
         audit = await rejected_audit(hooks)
         expected = [
             ("gitlog", 422), ("gitlog-cmd", 422), ("gitlog-hdr", 422),

@@ -157,10 +157,7 @@ async def test_past_the_grace_it_is_reported_missed_once(parts: Parts) -> None:
     assert "Sunday 29 February 08:10 UTC" in sent.text  # when it was due
     assert sent.text.endswith(": call the bank")
     assert (await parts.reminder(row.id)).status == "missed"
-    fires = await parts.db.run(
-        lambda db: db.execute("SELECT outcome FROM reminder_fires").fetchall()
-    )
-    assert [f[0] for f in fires] == ["missed"]
+    assert await parts.store.run(lambda tx: tx.reminders.fire_outcomes()) == ["missed"]
 
 
 async def test_exactly_at_the_grace_boundary_it_is_still_delivered(parts: Parts) -> None:
