@@ -175,3 +175,10 @@ class OutboxRepo:
             )
             for row in self._db.execute(sql + " ORDER BY seq", args).fetchall()
         ]
+
+    def receipted(self) -> list[OutboundMessage]:
+        """Every outbound whose delivery has a receipt recorded, oldest first."""
+        rows = self._db.execute(
+            "SELECT o.payload FROM outbox o JOIN receipts r ON r.outbound_id = o.id ORDER BY o.seq"
+        ).fetchall()
+        return [OutboundMessage.model_validate_json(row[0]) for row in rows]

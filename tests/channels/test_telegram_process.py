@@ -11,7 +11,8 @@ import sqlite3
 import sys
 from pathlib import Path
 
-from tests.conftest import ROOT, echo_bot_env
+from echo_bot.store import Tx
+from tests.conftest import ROOT, echo_bot_env, read_store
 from tests.fakes.openai_api import FakeOpenAI
 from tests.fakes.telegram_api import FakeTelegramAPI
 
@@ -58,15 +59,14 @@ async def start_daemon(config: Path, state: Path) -> asyncio.subprocess.Process:
 
 async def delivered(state: Path, kind: str) -> None:
     """Wait until the daemon has recorded the delivery of an outbound of ``kind``."""
-    query = (
-        "SELECT COUNT(*) FROM outbox o JOIN receipts r ON r.outbound_id = o.id"
-        " WHERE json_extract(o.payload, '$.kind') = ?"
-    )
+
+    def receipted_kinds(tx: Tx) -> list[str]:
+        return [message.kind for message in tx.outbox.receipted()]
+
     async with asyncio.timeout(20):
         while True:
-            with contextlib.closing(sqlite3.connect(state / "echo-bot.sqlite3")) as conn:
-                if conn.execute(query, [kind]).fetchone()[0]:
-                    return
+            if kind in await asyncio.to_thread(read_store, state, receipted_kinds):
+                return
             await asyncio.sleep(0.05)
 
 
