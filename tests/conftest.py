@@ -91,7 +91,13 @@ def read_store(state_dir: Path, fn: Callable[[Tx], T]) -> T:
     """``fn(tx)`` in one transaction on the store of ``state_dir``, opened for the call as
     a management command opens it (a daemon run as a subprocess may be running on it).
     Not on an event loop's thread: ``await asyncio.to_thread(read_store, …)`` there."""
-    store = Store(store_engine(state_dir), Masker())
+    return read_engine(store_engine(state_dir), fn)
+
+
+def read_engine(engine: Engine, fn: Callable[[Tx], T]) -> T:
+    """``fn(tx)`` in one transaction on the store of ``engine`` (not opened), opened for
+    the call as a management command opens it: ``read_store`` for any engine."""
+    store = Store(engine, Masker())
     store.open_sync(create=False)
     try:
         return store.run_sync(fn)

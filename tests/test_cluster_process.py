@@ -13,14 +13,18 @@ import json
 import signal
 import socket
 import sys
-from collections.abc import AsyncIterator
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TypeVar
 
 import aiohttp
 import pytest
 
-from tests.conftest import ROOT, echo_bot_env
+from echo_bot.store import Tx, make_database
+from tests.conftest import ROOT, echo_bot_env, read_engine
 from tests.fakes.openai_api import FakeOpenAI, Reply
 from tests.fakes.telegram_api import FakeTelegramAPI
 from tests.postgres import fresh_database
@@ -31,6 +35,7 @@ pytestmark = pytest.mark.slow
 
 TOKEN = "123456:CLUSTER-test-token"
 OWNER = 42
+T = TypeVar("T")
 SECRET = "whsec_" + base64.b64encode(b"cluster-standard-webhooks-secret").decode()
 COMMAND = ["sh", "-c", "echo ran >> count.txt"]
 NAMES = ("bot-a", "bot-b", "bot-c")
@@ -210,31 +215,32 @@ async def press_approve(api: FakeTelegramAPI) -> None:
         await asyncio.sleep(0.2)
 
 
+def read_db(url: str, fn: Callable[[Tx], T]) -> T:
+    """``fn(tx)`` in one transaction on the database at ``url`` the daemons share. On a
+    thread of its own, waited for: callers are on the event loop's thread (a failure's
+    message among them, so not awaited), where the store does no blocking work."""
+    engine = make_database("postgres", state_dir=Path(), url=url)
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(read_engine, engine, fn).result()
+
+
 def stored(url: str) -> str:
     """What the database holds: for a failure's message."""
-    import psycopg
 
-    with psycopg.connect(url) as conn:
-        inbox = conn.execute(
-            "SELECT kind, status, instance, COUNT(*) FROM inbox GROUP BY 1, 2, 3 ORDER BY 1, 2, 3"
-        ).fetchall()
-        approvals = conn.execute("SELECT status, COUNT(*) FROM approvals GROUP BY 1").fetchall()
-        leases = conn.execute("SELECT name, instance FROM leases ORDER BY 1").fetchall()
-        outbox = conn.execute("SELECT status, COUNT(*) FROM outbox GROUP BY 1").fetchall()
-    return f"inbox {inbox}\napprovals {approvals}\nleases {leases}\noutbox {outbox}"
+    def read(tx: Tx) -> tuple[dict[str, int], list[tuple[str, str]], Counter[str]]:
+        outbox = Counter(delivery.status for delivery in tx.outbox.deliveries())
+        return tx.meta.queue_counts(), tx.leases.every(), outbox
+
+    queues, leases, outbox = read_db(url, read)
+    return f"queues {queues}\nleases {leases}\noutbox {dict(outbox)}"
 
 
 def settled(url: str) -> bool:
     """Nothing left to do in the database: every inbound final, every outbound sent
     (or failed for good)."""
-    import psycopg
-
-    with psycopg.connect(url) as conn:
-        (open_inbox,) = conn.execute(
-            "SELECT COUNT(*) FROM inbox WHERE status IN ('accepted', 'running', 'waiting_approval')"
-        ).fetchone()
-        (queued,) = conn.execute("SELECT COUNT(*) FROM outbox WHERE status = 'queued'").fetchone()
-    return open_inbox == 0 and queued == 0
+    counts = read_db(url, lambda tx: tx.meta.queue_counts())
+    open_inbox = counts["inbox_pending"] + counts["waiting_approval"]
+    return open_inbox == 0 and counts["outbox_queued"] == 0
 
 
 def runs(workspace: Path) -> int:
@@ -356,19 +362,12 @@ async def test_a_stalled_daemon_writes_nothing_to_a_session_another_took_over(
 
 
 def session_holder(url: str) -> str:
-    import psycopg
-
-    with psycopg.connect(url) as conn:
-        row = conn.execute("SELECT instance FROM leases WHERE name LIKE 'session:%'").fetchone()
-    assert row is not None, "no daemon holds the session"
-    return str(row[0])
+    leases = read_db(url, lambda tx: tx.leases.every())
+    holders = [instance for name, instance in leases if name.startswith("session:")]
+    assert holders, "no daemon holds the session"
+    return holders[0]
 
 
-def answers_in_history(url: str) -> list[str]:
-    import psycopg
-
-    with psycopg.connect(url) as conn:
-        rows = conn.execute(
-            "SELECT content FROM messages WHERE role = 'assistant' ORDER BY seq"
-        ).fetchall()
-    return [r[0] for r in rows]
+def answers_in_history(url: str) -> list[str | None]:
+    messages = read_db(url, lambda tx: tx.turns.every_message())
+    return [m.content for m in messages if m.role == "assistant"]

@@ -66,3 +66,8 @@ class LeaseRepo:
         for instance, name in rows:
             held.setdefault(instance, []).append(name)
         return held
+
+    def every(self) -> list[tuple[str, str]]:
+        """Every lease held, live holder or not: (name, instance), by name."""
+        rows = self._db.execute("SELECT name, instance FROM leases ORDER BY name").fetchall()
+        return [(str(name), str(instance)) for name, instance in rows]

@@ -386,3 +386,41 @@ class TurnRepo:
         whose run began."""
         where = " WHERE started_at IS NOT NULL" if started else ""
         return int(self._db.execute(f"SELECT COUNT(*) FROM tool_calls{where}").fetchone()[0])
+
+    def every_turn(self) -> list[TurnRow]:
+        """Every turn the store holds, of every session."""
+        rows = self._db.execute(
+            "SELECT id, session_key, trace_id, step, status FROM turns ORDER BY created_at, id"
+        ).fetchall()
+        return [TurnRow(*row) for row in rows]
+
+    def every_call(self) -> list[CallRow]:
+        """Every tool call the store holds, of every turn, turn by turn and step by step."""
+        rows = self._db.execute(
+            "SELECT id, turn_id, step, idx, name, args, args_hash, status, approval_id, result,"
+            " error FROM tool_calls ORDER BY turn_id, step, idx"
+        ).fetchall()
+        return [
+            CallRow(
+                id=r[0],
+                turn_id=r[1],
+                step=r[2],
+                idx=r[3],
+                name=r[4],
+                args=json.loads(r[5]),
+                args_hash=r[6],
+                status=r[7],
+                approval_id=r[8],
+                result=json.loads(r[9]) if r[9] else None,
+                error=r[10],
+            )
+            for r in rows
+        ]
+
+    def every_message(self) -> list[ChatMessage]:
+        """Every row of every session's history (reset markers included), oldest first."""
+        rows = self._db.execute(
+            "SELECT seq, role, content, tool_calls, tool_call_id, name, turn_id, files"
+            " FROM messages ORDER BY seq"
+        ).fetchall()
+        return [_message(row) for row in rows]

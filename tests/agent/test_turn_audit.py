@@ -3,13 +3,16 @@ there, in order, masked, and none lost to a crash (a real `echo-bot chat`, kille
 
 from __future__ import annotations
 
+import json
 import random
-import sqlite3
 import time
 from collections import defaultdict
 from pathlib import Path
 
-from tests.conftest import echo_bot_env, run_echo_bot
+from echo_bot.store import Tx
+from echo_bot.store.audit import AuditRow
+from echo_bot.store.turns import CallRow, TurnRow
+from tests.conftest import echo_bot_env, read_store, run_echo_bot
 from tests.proc import EchoBotProcess
 
 SECRET = "sk-audit-secret-0123456789"
@@ -17,20 +20,18 @@ CONFIG = """
 [brain]
 kind = "rules"
 """
+EVERY = 1_000_000_000  # a tail of the audit log longer than any it has here
 # One turn of the rules brain asking for the time: its audit trail, in order.
 TRAIL = ["turn.started", "brain.decision", "tool.result", "brain.decision", "turn.finished"]
 
 
-def audit_by_trace(db: Path) -> dict[str, list[tuple[str, str]]]:
-    """Each trace's audit rows (kind, data as stored) in seq order."""
-    conn = sqlite3.connect(db)
-    try:
-        rows = conn.execute("SELECT trace_id, kind, data FROM audit ORDER BY seq").fetchall()
-    finally:
-        conn.close()
-    trails: dict[str, list[tuple[str, str]]] = defaultdict(list)
-    for trace_id, kind, data in rows:
-        trails[trace_id].append((kind, data))
+def audit_by_trace(state: Path) -> dict[str | None, list[tuple[str, str]]]:
+    """Each trace's audit rows (kind, data as stored: ``json.dumps`` of it, as it was
+    written) in seq order."""
+    rows = read_store(state, lambda tx: tx.audit.read(tail=EVERY))
+    trails: dict[str | None, list[tuple[str, str]]] = defaultdict(list)
+    for row in rows:
+        trails[row.trace_id].append((row.kind, json.dumps(row.data)))
     return trails
 
 
@@ -50,7 +51,7 @@ def test_a_turns_audit_rows_are_all_there_in_order_and_masked(tmp_path: Path) ->
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.count("It is ") == 2
-    trails = audit_by_trace(state / "echo-bot.sqlite3")
+    trails = audit_by_trace(state)
     turns = [trail for trail in trails.values() if trail[0][0] == "turn.started"]
     assert [[kind for kind, _data in trail] for trail in turns] == [TRAIL, TRAIL]
     first = turns[0]
@@ -59,37 +60,31 @@ def test_a_turns_audit_rows_are_all_there_in_order_and_masked(tmp_path: Path) ->
     assert "***" in first[0][1]  # the text with the key in it, masked
 
 
-def committed_but_unaudited(db: Path) -> list[str]:
+def committed_but_unaudited(state: Path) -> list[str]:
     """What the store holds of turns that their audit trail does not show."""
-    conn = sqlite3.connect(db)
-    try:
-        kinds = {
-            (trace_id, kind, step, call_id)
-            for trace_id, kind, step, call_id in conn.execute(
-                "SELECT trace_id, kind, json_extract(data, '$.step'),"
-                " json_extract(data, '$.call_id') FROM audit"
-            )
-        }
-        by_trace: dict[str, set[str]] = defaultdict(set)
-        for trace_id, kind, _step, _call in kinds:
-            by_trace[trace_id].add(kind)
-        missing = []
-        for turn_id, trace_id, status in conn.execute("SELECT id, trace_id, status FROM turns"):
-            if "turn.started" not in by_trace[trace_id]:
-                missing.append(f"turn {turn_id}: no turn.started")
-            if status == "done" and "turn.finished" not in by_trace[trace_id]:
-                missing.append(f"turn {turn_id}: done without turn.finished")
-        for call_id, trace_id, step, status in conn.execute(
-            "SELECT c.id, t.trace_id, c.step, c.status FROM tool_calls c"
-            " JOIN turns t ON t.id = c.turn_id"
-        ):
-            if (trace_id, "brain.decision", step, None) not in kinds:
-                missing.append(f"call {call_id}: no brain.decision for step {step}")
-            if status == "done" and (trace_id, "tool.result", None, call_id) not in kinds:
-                missing.append(f"call {call_id}: done without tool.result")
-        return missing
-    finally:
-        conn.close()
+
+    def read(tx: Tx) -> tuple[list[AuditRow], list[TurnRow], list[CallRow]]:
+        return tx.audit.read(tail=EVERY), tx.turns.every_turn(), tx.turns.every_call()
+
+    audit, turns, calls = read_store(state, read)
+    kinds = {(a.trace_id, a.kind, a.data.get("step"), a.data.get("call_id")) for a in audit}
+    by_trace: dict[str | None, set[str]] = defaultdict(set)
+    for trace_id, kind, _step, _call in kinds:
+        by_trace[trace_id].add(kind)
+    missing = []
+    for turn in turns:
+        if "turn.started" not in by_trace[turn.trace_id]:
+            missing.append(f"turn {turn.id}: no turn.started")
+        if turn.status == "done" and "turn.finished" not in by_trace[turn.trace_id]:
+            missing.append(f"turn {turn.id}: done without turn.finished")
+    trace_of = {turn.id: turn.trace_id for turn in turns}
+    for call in calls:
+        trace_id, step = trace_of[call.turn_id], call.step
+        if (trace_id, "brain.decision", step, None) not in kinds:
+            missing.append(f"call {call.id}: no brain.decision for step {step}")
+        if call.status == "done" and (trace_id, "tool.result", None, call.id) not in kinds:
+            missing.append(f"call {call.id}: done without tool.result")
+    return missing
 
 
 def test_a_killed_daemon_loses_no_audit_row_of_what_it_committed(tmp_path: Path) -> None:
@@ -99,7 +94,6 @@ def test_a_killed_daemon_loses_no_audit_row_of_what_it_committed(tmp_path: Path)
     config = tmp_path / "config.toml"
     config.write_text(CONFIG)
     state = tmp_path / "st"
-    db = state / "echo-bot.sqlite3"
     args = ("chat", "--config", str(config), "--state-dir", str(state))
     chance = random.Random(14)
     for _round in range(6):
@@ -114,14 +108,14 @@ def test_a_killed_daemon_loses_no_audit_row_of_what_it_committed(tmp_path: Path)
             bot.kill9()
         finally:
             bot.cleanup()
-        assert committed_but_unaudited(db) == []
+        assert committed_but_unaudited(state) == []
 
     # The unfinished turns finish at the next start; none is audited twice.
     again = run_echo_bot(*args, input="", timeout=120)
     assert again.returncode == 0, again.stderr
-    assert committed_but_unaudited(db) == []
+    assert committed_but_unaudited(state) == []
     finished = 0
-    for trail in audit_by_trace(db).values():
+    for trail in audit_by_trace(state).values():
         kinds = [kind for kind, _data in trail]
         if "turn.finished" in kinds:
             finished += 1
