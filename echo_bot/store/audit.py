@@ -67,6 +67,7 @@ class AuditWriter:
         write_rows(db, [self.row(event, trace_id=trace_id, session_key=session_key, **data)])
 
 
+# Shared by ``AuditWriter.write`` and ``AuditRepo.flush``: the one INSERT of audit rows.
 def write_rows(db: SqlDb, rows: list[AuditValues]) -> None:
     """Insert ``rows`` in order (their seq follows it), one statement per 100 rows."""
     for start in range(0, len(rows), _ROWS_PER_INSERT):
