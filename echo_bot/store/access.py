@@ -20,23 +20,6 @@ def _hash(code: str) -> str:
     return hashlib.sha256(normal.encode()).hexdigest()
 
 
-def new_pairing_code(db: SqlDb, now: float | None = None) -> str:
-    now = time.time() if now is None else now
-    raw = "".join(secrets.choice(CODE_ALPHABET) for _ in range(CODE_LENGTH))
-    db.execute(
-        "INSERT INTO pairing_codes (code_hash, created_at, expires_at) VALUES (?, ?, ?)",
-        [_hash(raw), now, now + CODE_TTL],
-    )
-    return f"{raw[:4]}-{raw[4:]}"
-
-
-def is_paired(db: SqlDb, channel: str, user_id: str) -> bool:
-    row = db.execute(
-        "SELECT 1 FROM allowed_users WHERE channel = ? AND user_id = ?", [channel, user_id]
-    ).fetchone()
-    return row is not None
-
-
 @dataclass(frozen=True, slots=True)
 class PairedUser:
     channel: str
@@ -54,10 +37,19 @@ class AccessRepo:
         self._db = db
 
     def new_pairing_code(self, now: float | None = None) -> str:
-        return new_pairing_code(self._db, now)
+        now = time.time() if now is None else now
+        raw = "".join(secrets.choice(CODE_ALPHABET) for _ in range(CODE_LENGTH))
+        self._db.execute(
+            "INSERT INTO pairing_codes (code_hash, created_at, expires_at) VALUES (?, ?, ?)",
+            [_hash(raw), now, now + CODE_TTL],
+        )
+        return f"{raw[:4]}-{raw[4:]}"
 
     def is_paired(self, channel: str, user_id: str) -> bool:
-        return is_paired(self._db, channel, user_id)
+        row = self._db.execute(
+            "SELECT 1 FROM allowed_users WHERE channel = ? AND user_id = ?", [channel, user_id]
+        ).fetchone()
+        return row is not None
 
     def paired_users(self) -> list[PairedUser]:
         """Everyone added by pairing, oldest first, with the name they last wrote under."""
@@ -82,7 +74,7 @@ class AccessRepo:
     def try_pair(self, channel: str, user_id: str, code: str, now: float | None = None) -> str:
         """ "paired", "already", "locked" or "wrong" (expired and used codes are wrong)."""
         now = time.time() if now is None else now
-        if is_paired(self._db, channel, user_id):
+        if self.is_paired(channel, user_id):
             return "already"
         failures = self._db.execute(
             "SELECT COUNT(*) FROM pair_attempts WHERE channel = ? AND user_id = ? AND ts > ?",

@@ -83,50 +83,6 @@ class NewApproval:
     grant_scope: str | None = None
 
 
-def insert_approval(db: SqlDb, new: NewApproval) -> None:
-    db.execute(
-        f"INSERT INTO approvals ({_COLUMNS}) VALUES"
-        " (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', NULL, NULL, NULL, ?, ?, ?)",
-        [
-            new.id,
-            new.turn_id,
-            new.session_key,
-            new.trace_id,
-            new.tool,
-            json.dumps(new.args),  # in the order given: the order they are shown in
-            new.args_hash,
-            new.risk,
-            json.dumps(new.requested_by),
-            new.origin,
-            new.prompt_to,
-            new.prompt_outbound_id,
-            time.time(),
-            new.expires_at,
-            new.grant_scope,
-        ],
-    )
-
-
-def get_approval(db: SqlDb, approval_id: str) -> ApprovalRow | None:
-    raw = db.execute(f"SELECT {_COLUMNS} FROM approvals WHERE id = ?", [approval_id]).fetchone()
-    return _row(tuple(raw)) if raw else None
-
-
-def list_approvals(
-    db: SqlDb, status: ApprovalStatus | None = ApprovalStatus.PENDING, limit: int = 100
-) -> list[ApprovalRow]:
-    if status is None:
-        rows = db.execute(
-            f"SELECT {_COLUMNS} FROM approvals ORDER BY created_at DESC LIMIT ?", [limit]
-        ).fetchall()
-    else:
-        rows = db.execute(
-            f"SELECT {_COLUMNS} FROM approvals WHERE status = ? ORDER BY created_at LIMIT ?",
-            [status, limit],
-        ).fetchall()
-    return [_row(tuple(r)) for r in rows]
-
-
 class ApprovalRepo:
     __slots__ = ("_db", "_tx")
 
@@ -135,16 +91,48 @@ class ApprovalRepo:
 
     def insert(self, new: NewApproval) -> None:
         """Store a pending request; the expiry timer is told on COMMIT."""
-        insert_approval(self._db, new)
+        self._db.execute(
+            f"INSERT INTO approvals ({_COLUMNS}) VALUES"
+            " (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', NULL, NULL, NULL, ?, ?, ?)",
+            [
+                new.id,
+                new.turn_id,
+                new.session_key,
+                new.trace_id,
+                new.tool,
+                json.dumps(new.args),  # in the order given: the order they are shown in
+                new.args_hash,
+                new.risk,
+                json.dumps(new.requested_by),
+                new.origin,
+                new.prompt_to,
+                new.prompt_outbound_id,
+                time.time(),
+                new.expires_at,
+                new.grant_scope,
+            ],
+        )
         self._tx.announce(ApprovalRequested(new.id, new.expires_at))
 
     def get(self, approval_id: str) -> ApprovalRow | None:
-        return get_approval(self._db, approval_id)
+        raw = self._db.execute(
+            f"SELECT {_COLUMNS} FROM approvals WHERE id = ?", [approval_id]
+        ).fetchone()
+        return _row(tuple(raw)) if raw else None
 
     def list(
         self, status: ApprovalStatus | None = ApprovalStatus.PENDING, limit: int = 100
     ) -> list[ApprovalRow]:
-        return list_approvals(self._db, status, limit)
+        if status is None:
+            rows = self._db.execute(
+                f"SELECT {_COLUMNS} FROM approvals ORDER BY created_at DESC LIMIT ?", [limit]
+            ).fetchall()
+        else:
+            rows = self._db.execute(
+                f"SELECT {_COLUMNS} FROM approvals WHERE status = ? ORDER BY created_at LIMIT ?",
+                [status, limit],
+            ).fetchall()
+        return [_row(tuple(r)) for r in rows]
 
     def pending_for(self, prompt_to: str) -> builtins.list[ApprovalRow]:
         """Every pending request whose prompt goes to ``prompt_to``, oldest first."""

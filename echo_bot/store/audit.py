@@ -67,6 +67,7 @@ class AuditWriter:
         write_rows(db, [self.row(event, trace_id=trace_id, session_key=session_key, **data)])
 
 
+# Shared by ``AuditWriter.write`` and ``AuditRepo.flush``: the one INSERT of audit rows.
 def write_rows(db: SqlDb, rows: list[AuditValues]) -> None:
     """Insert ``rows`` in order (their seq follows it), one statement per 100 rows."""
     for start in range(0, len(rows), _ROWS_PER_INSERT):
@@ -78,18 +79,6 @@ def write_rows(db: SqlDb, rows: list[AuditValues]) -> None:
         )
 
 
-def tokens_since(db: SqlDb, ts: float) -> int:
-    """LLM tokens (prompt + completion) recorded since ``ts``."""
-    prompt = json_number(db, "data", "details", "prompt_tokens")
-    completion = json_number(db, "data", "details", "completion_tokens")
-    row = db.execute(
-        f"SELECT COALESCE(SUM(COALESCE({prompt}, 0) + COALESCE({completion}, 0)), 0)"
-        " FROM audit WHERE kind = 'brain.decision' AND ts >= ?",
-        [ts],
-    ).fetchone()
-    return int(row[0])
-
-
 @dataclass(frozen=True, slots=True)
 class UsageRow:
     day: str
@@ -99,37 +88,6 @@ class UsageRow:
     prompt_tokens: int
     completion_tokens: int
     avg_latency_ms: float
-
-
-def usage_by_day(db: SqlDb) -> list[UsageRow]:
-    model = json_text(db, "data", "details", "model")
-    rows = db.execute(
-        f"SELECT {utc_day(db, 'ts')} AS day, COALESCE(session_key, '-') AS session,"
-        f" {model} AS model, COUNT(*),"
-        f" COALESCE(SUM({json_number(db, 'data', 'details', 'prompt_tokens')}), 0),"
-        f" COALESCE(SUM({json_number(db, 'data', 'details', 'completion_tokens')}), 0),"
-        f" COALESCE(AVG({json_number(db, 'data', 'details', 'latency_ms')}), 0)"
-        " FROM audit WHERE kind = 'brain.decision'"
-        f" AND {model} IS NOT NULL"
-        " GROUP BY 1, 2, 3 ORDER BY 1, 2"
-    ).fetchall()
-    return [UsageRow(r[0], r[1], r[2], int(r[3]), int(r[4]), int(r[5]), float(r[6])) for r in rows]
-
-
-def read_audit(db: SqlDb, *, tail: int = 50, trace_id: str | None = None) -> list[AuditRow]:
-    if trace_id:
-        rows = db.execute(
-            "SELECT seq, ts, trace_id, session_key, kind, data FROM audit WHERE trace_id = ?"
-            " ORDER BY seq",
-            [trace_id],
-        ).fetchall()
-    else:
-        rows = db.execute(
-            "SELECT * FROM (SELECT seq, ts, trace_id, session_key, kind, data FROM audit"
-            " ORDER BY seq DESC LIMIT ?) AS newest ORDER BY seq",
-            [tail],
-        ).fetchall()
-    return [AuditRow(r[0], r[1], r[2], r[3], r[4], json.loads(r[5])) for r in rows]
 
 
 class AuditRepo:
@@ -158,12 +116,45 @@ class AuditRepo:
 
     def read(self, *, tail: int = 50, trace_id: str | None = None) -> list[AuditRow]:
         self.flush()
-        return read_audit(self._db, tail=tail, trace_id=trace_id)
+        if trace_id:
+            rows = self._db.execute(
+                "SELECT seq, ts, trace_id, session_key, kind, data FROM audit WHERE trace_id = ?"
+                " ORDER BY seq",
+                [trace_id],
+            ).fetchall()
+        else:
+            rows = self._db.execute(
+                "SELECT * FROM (SELECT seq, ts, trace_id, session_key, kind, data FROM audit"
+                " ORDER BY seq DESC LIMIT ?) AS newest ORDER BY seq",
+                [tail],
+            ).fetchall()
+        return [AuditRow(r[0], r[1], r[2], r[3], r[4], json.loads(r[5])) for r in rows]
 
     def tokens_since(self, ts: float) -> int:
+        """LLM tokens (prompt + completion) recorded since ``ts``."""
         self.flush()
-        return tokens_since(self._db, ts)
+        prompt = json_number(self._db, "data", "details", "prompt_tokens")
+        completion = json_number(self._db, "data", "details", "completion_tokens")
+        row = self._db.execute(
+            f"SELECT COALESCE(SUM(COALESCE({prompt}, 0) + COALESCE({completion}, 0)), 0)"
+            " FROM audit WHERE kind = 'brain.decision' AND ts >= ?",
+            [ts],
+        ).fetchone()
+        return int(row[0])
 
     def usage_by_day(self) -> list[UsageRow]:
         self.flush()
-        return usage_by_day(self._db)
+        model = json_text(self._db, "data", "details", "model")
+        rows = self._db.execute(
+            f"SELECT {utc_day(self._db, 'ts')} AS day, COALESCE(session_key, '-') AS session,"
+            f" {model} AS model, COUNT(*),"
+            f" COALESCE(SUM({json_number(self._db, 'data', 'details', 'prompt_tokens')}), 0),"
+            f" COALESCE(SUM({json_number(self._db, 'data', 'details', 'completion_tokens')}), 0),"
+            f" COALESCE(AVG({json_number(self._db, 'data', 'details', 'latency_ms')}), 0)"
+            " FROM audit WHERE kind = 'brain.decision'"
+            f" AND {model} IS NOT NULL"
+            " GROUP BY 1, 2, 3 ORDER BY 1, 2"
+        ).fetchall()
+        return [
+            UsageRow(r[0], r[1], r[2], int(r[3]), int(r[4]), int(r[5]), float(r[6])) for r in rows
+        ]

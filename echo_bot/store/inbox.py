@@ -57,21 +57,6 @@ _INSERT_NEW = (
 )
 
 
-def add_inbound(db: SqlDb, message: InboundMessage, instance: str | None = None) -> Published:
-    """Store ``message`` unless its id, or its (channel, external_id) within the
-    channel's dedup window, is stored already.
-
-    The common case — a new message — is one statement: the INSERT, which conflicts
-    with any stored row of the same id or key (the unique indexes). Only a conflict
-    looks further: a key older than its window is history, not a duplicate (retired,
-    then the insert is tried again); else the message is a duplicate of the row found."""
-    now = time.time()
-    row = _insert_row(message, now, instance)
-    if db.conn.execute(_INSERT_NEW, row).rowcount == 1:
-        return Published(inbound_id=message.id, duplicate=False)
-    return _after_conflict(db, message, row, now)
-
-
 def _insert_row(message: InboundMessage, now: float, instance: str | None) -> tuple[object, ...]:
     return (
         message.id,
@@ -110,24 +95,6 @@ def _after_conflict(
     return Published(inbound_id=existing[0] if existing else message.id, duplicate=True)
 
 
-def accepted_from_others(
-    db: SqlDb, seq: int, instance: str | None, limit: int
-) -> tuple[list[InboundMessage], int, bool]:
-    """Accepted rows after ``seq`` not written by ``instance`` (NULL rows included), the
-    newest seq looked at, and whether ``limit`` cut the look short. Seqs are handed out
-    under SQLite's write lock, so a row below a seen seq is never committed later."""
-    cursor = db.execute(
-        "SELECT * FROM inbox WHERE status = ? AND seq > ?"
-        " AND (instance IS NULL OR instance != ?) ORDER BY seq LIMIT ?",
-        [InboundStatus.ACCEPTED, seq, instance, limit],
-    )
-    rows = [_row(dict(r)) for r in cursor.fetchall()]
-    if len(rows) >= limit:
-        return [r.message for r in rows], rows[-1].seq, True
-    newest = db.execute("SELECT COALESCE(MAX(seq), 0) FROM inbox").fetchone()[0]
-    return [r.message for r in rows], max(seq, newest), False
-
-
 def _work_to_do(columns: str, where: str, params: Sequence[object]) -> tuple[str, list[object]]:
     """The rows some daemon has to move on — new, running (on a daemon that may have
     died), or waiting for approvals that are all decided now — that also match
@@ -141,11 +108,6 @@ def _work_to_do(columns: str, where: str, params: Sequence[object]) -> tuple[str
     )
     args = [InboundStatus.ACCEPTED, InboundStatus.RUNNING, *params]
     return sql, [*args, InboundStatus.WAITING_APPROVAL, *params]
-
-
-def get_inbound(db: SqlDb, inbound_id: str) -> InboxRow | None:
-    raw = db.execute("SELECT * FROM inbox WHERE id = ?", [inbound_id]).fetchone()
-    return _row(dict(raw)) if raw else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,14 +130,26 @@ class InboxRepo:
         self._db, self._tx, self._instance = db, tx, instance
 
     def add(self, message: InboundMessage) -> Published:
-        """Store ``message`` unless (channel, external_id) was seen within the window."""
-        published = add_inbound(self._db, message, self._instance)
+        """Store ``message`` unless its id, or its (channel, external_id) within the
+        channel's dedup window, is stored already.
+
+        The common case — a new message — is one statement: the INSERT, which conflicts
+        with any stored row of the same id or key (the unique indexes). Only a conflict
+        looks further: a key older than its window is history, not a duplicate (retired,
+        then the insert is tried again); else the message is a duplicate of the row found."""
+        now = time.time()
+        row = _insert_row(message, now, self._instance)
+        if self._db.conn.execute(_INSERT_NEW, row).rowcount == 1:
+            published = Published(inbound_id=message.id, duplicate=False)
+        else:
+            published = _after_conflict(self._db, message, row, now)
         if not published.duplicate:
             self._tx.announce(InboundCommitted((message,)))
         return published
 
     def get(self, inbound_id: str) -> InboxRow | None:
-        return get_inbound(self._db, inbound_id)
+        raw = self._db.execute("SELECT * FROM inbox WHERE id = ?", [inbound_id]).fetchone()
+        return _row(dict(raw)) if raw else None
 
     def claimable(self, instance: str, lease: float, limit: int) -> list[InboundMessage]:
         """With several daemons on one store: the rows with work to do, oldest first, whose
@@ -225,7 +199,19 @@ class InboxRepo:
     def accepted_from_others(self, seq: int, limit: int) -> tuple[list[InboundMessage], int, bool]:
         """Accepted inbound after ``seq`` that another process wrote (a management
         command's decision, say); this process's own come with ``InboundCommitted``."""
-        return accepted_from_others(self._db, seq, self._instance, limit)
+        # Accepted rows after ``seq`` not written by this process (NULL rows included), the
+        # newest seq looked at, and whether ``limit`` cut the look short. Seqs are handed
+        # out under SQLite's write lock, so a row below a seen seq is never committed later.
+        cursor = self._db.execute(
+            "SELECT * FROM inbox WHERE status = ? AND seq > ?"
+            " AND (instance IS NULL OR instance != ?) ORDER BY seq LIMIT ?",
+            [InboundStatus.ACCEPTED, seq, self._instance, limit],
+        )
+        rows = [_row(dict(r)) for r in cursor.fetchall()]
+        if len(rows) >= limit:
+            return [r.message for r in rows], rows[-1].seq, True
+        newest = self._db.execute("SELECT COALESCE(MAX(seq), 0) FROM inbox").fetchone()[0]
+        return [r.message for r in rows], max(seq, newest), False
 
     def status_of(self, inbound_id: str) -> tuple[InboundStatus, str | None] | None:
         row = self._db.execute(

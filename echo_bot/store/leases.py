@@ -12,16 +12,6 @@ from __future__ import annotations
 from .sql import POSTGRES, SqlDb, db_clock, dialect
 
 
-def held(db: SqlDb, name: str, instance: str) -> bool:
-    """Whether ``instance`` still holds ``name`` — on PostgreSQL with the row locked until
-    the transaction ends, so a daemon taking it over waits for what this one commits."""
-    lock = " FOR UPDATE" if dialect(db) == POSTGRES else ""
-    row = db.execute(
-        f"SELECT 1 FROM leases WHERE name = ? AND instance = ?{lock}", [name, instance]
-    ).fetchone()
-    return row is not None
-
-
 class LeaseRepo:
     """Leases among the daemons sharing the store (``store/leases.py``)."""
 
@@ -47,7 +37,14 @@ class LeaseRepo:
         return row is not None
 
     def held(self, name: str, instance: str) -> bool:
-        return held(self._db, name, instance)
+        """Whether ``instance`` still holds ``name`` — on PostgreSQL with the row locked
+        until the transaction ends, so a daemon taking it over waits for what this one
+        commits."""
+        lock = " FOR UPDATE" if dialect(self._db) == POSTGRES else ""
+        row = self._db.execute(
+            f"SELECT 1 FROM leases WHERE name = ? AND instance = ?{lock}", [name, instance]
+        ).fetchone()
+        return row is not None
 
     def release(self, name: str, instance: str) -> bool:
         cursor = self._db.execute(

@@ -7,7 +7,6 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from . import retention
 from .sql import SqlDb, db_clock
 
 
@@ -23,61 +22,19 @@ class InstanceRow:
     seen_at: float
 
 
-def instances(db: SqlDb) -> list[InstanceRow]:
-    rows = db.execute(
-        "SELECT name, label, host, boot_id, pid, version, started_at, seen_at FROM instances"
-        " ORDER BY seen_at DESC, name"
-    ).fetchall()
-    return [
-        InstanceRow(r[0], r[1], r[2], r[3], int(r[4]), r[5], float(r[6]), float(r[7])) for r in rows
-    ]
-
-
-def position(db: SqlDb, name: str) -> tuple[int, float] | None:
-    """A reader's stored position (a Telegram poller's offset) and when it was stored."""
-    row = db.execute("SELECT value FROM meta WHERE key = ?", [f"position:{name}"]).fetchone()
-    if row is None:
-        return None
-    stored = json.loads(row[0])
-    return int(stored["value"]), float(stored["at"])
-
-
-def set_position(db: SqlDb, name: str, value: int, at: float) -> None:
-    """Move a reader's position forward (never back: a poller that lost its lease late
-    may still write one it had)."""
-    current = position(db, name)
-    if current is not None and current[0] >= value:
-        return
-    db.execute(
-        "INSERT INTO meta (key, value) VALUES (?, ?)"
-        " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-        [f"position:{name}", json.dumps({"value": value, "at": at})],
-    )
-
-
 WAKE_CHANNEL = "echo_bot"  # PostgreSQL's LISTEN/NOTIFY channel between the daemons
 
 
+# A shared helper of ``Tx.flush`` (in the transaction, after the repositories' work).
 def notify(db: SqlDb, what: str) -> None:
     """Tell every daemon listening (PostgreSQL) what this transaction committed, once it
     commits: NOTIFY is delivered at COMMIT, and never for a rollback."""
     db.execute(f"SELECT pg_notify('{WAKE_CHANNEL}', ?)", [what])
 
 
-def queue_counts(db: SqlDb) -> dict[str, int]:
-    def one(sql: str) -> int:
-        return int(db.execute(sql).fetchone()[0])
-
-    return {
-        "inbox_pending": one("SELECT COUNT(*) FROM inbox WHERE status IN ('accepted', 'running')"),
-        "waiting_approval": one("SELECT COUNT(*) FROM inbox WHERE status = 'waiting_approval'"),
-        "outbox_queued": one("SELECT COUNT(*) FROM outbox WHERE status = 'queued'"),
-        "outbox_failed": one("SELECT COUNT(*) FROM outbox WHERE status = 'failed'"),
-        "approvals_pending": one("SELECT COUNT(*) FROM approvals WHERE status = 'pending'"),
-        "reminders_active": one("SELECT COUNT(*) FROM reminders WHERE status = 'active'"),
-    }
-
-
+# A module function, not a repository method: ``store/inspect.py`` reads a store file
+# read-only on its own connection, outside any transaction of ``Store`` (``echo-bot
+# doctor`` looking at a store a daemon may hold).
 def queued_by_channel(db: SqlDb) -> dict[str, int]:
     """Outbound messages waiting for delivery, per channel."""
     rows = db.execute(
@@ -106,7 +63,19 @@ class MetaRepo:
         return json.loads(row[0]) if row else {}
 
     def queue_counts(self) -> dict[str, int]:
-        return queue_counts(self._db)
+        def one(sql: str) -> int:
+            return int(self._db.execute(sql).fetchone()[0])
+
+        return {
+            "inbox_pending": one(
+                "SELECT COUNT(*) FROM inbox WHERE status IN ('accepted', 'running')"
+            ),
+            "waiting_approval": one("SELECT COUNT(*) FROM inbox WHERE status = 'waiting_approval'"),
+            "outbox_queued": one("SELECT COUNT(*) FROM outbox WHERE status = 'queued'"),
+            "outbox_failed": one("SELECT COUNT(*) FROM outbox WHERE status = 'failed'"),
+            "approvals_pending": one("SELECT COUNT(*) FROM approvals WHERE status = 'pending'"),
+            "reminders_active": one("SELECT COUNT(*) FROM reminders WHERE status = 'active'"),
+        }
 
     def instance_seen(self, row: InstanceRow) -> None:
         """This daemon is alive (its row made or refreshed)."""
@@ -131,10 +100,26 @@ class MetaRepo:
         self._db.execute("DELETE FROM instances WHERE name = ?", [name])
 
     def position(self, name: str) -> tuple[int, float] | None:
-        return position(self._db, name)
+        """A reader's stored position (a Telegram poller's offset) and when it was stored."""
+        row = self._db.execute(
+            "SELECT value FROM meta WHERE key = ?", [f"position:{name}"]
+        ).fetchone()
+        if row is None:
+            return None
+        stored = json.loads(row[0])
+        return int(stored["value"]), float(stored["at"])
 
     def set_position(self, name: str, value: int) -> None:
-        set_position(self._db, name, value, time.time())
+        """Move a reader's position forward (never back: a poller that lost its lease late
+        may still write one it had)."""
+        current = self.position(name)
+        if current is not None and current[0] >= value:
+            return
+        self._db.execute(
+            "INSERT INTO meta (key, value) VALUES (?, ?)"
+            " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            [f"position:{name}", json.dumps({"value": value, "at": time.time()})],
+        )
 
     def now(self) -> float:
         """The store's clock: the one every daemon's ``seen_at`` is judged by."""
@@ -143,8 +128,35 @@ class MetaRepo:
     def instances(self) -> list[InstanceRow]:
         """Every daemon that has used the store and not left, the most recently seen
         first (one whose ``seen_at`` is old died without saying so)."""
-        return instances(self._db)
+        rows = self._db.execute(
+            "SELECT name, label, host, boot_id, pid, version, started_at, seen_at FROM instances"
+            " ORDER BY seen_at DESC, name"
+        ).fetchall()
+        return [
+            InstanceRow(r[0], r[1], r[2], r[3], int(r[4]), r[5], float(r[6]), float(r[7]))
+            for r in rows
+        ]
 
     def prune(self, before: float) -> dict[str, int]:
         """Delete finished rows last touched before ``before``; counts per table."""
-        return retention.prune(self._db, before)
+        counts: dict[str, int] = {}
+
+        def delete(table: str, sql: str, args: list[object]) -> None:
+            counts[table] = self._db.execute(f"DELETE FROM {table} WHERE {sql}", args).rowcount
+
+        delete(
+            "inbox",
+            "status IN ('done', 'failed', 'denied', 'expired') AND updated_at < ?",
+            [before],
+        )
+        delete(
+            "receipts",
+            "delivered_at < ? AND outbound_id NOT IN (SELECT prompt_outbound_id FROM approvals"
+            " WHERE status = 'pending' AND prompt_outbound_id IS NOT NULL)",
+            [before],
+        )
+        delete("outbox", "status IN ('sent', 'failed') AND finished_at < ?", [before])
+        delete("audit", "ts < ?", [before])
+        delete("reminder_fires", "fired_at < ?", [before])
+        delete("approvals", "status != 'pending' AND created_at < ?", [before])
+        return counts

@@ -38,57 +38,6 @@ class ReminderRow:
         object.__setattr__(self, "status", ReminderStatus(self.status))
 
 
-def insert_reminder(db: SqlDb, row: ReminderRow) -> None:
-    db.execute(
-        f"INSERT INTO reminders ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        [
-            row.id, row.chat, row.owner, row.text, row.timezone, row.recurrence, row.next_at,
-            row.status, row.created_at, row.fired_count, row.last_fired_at, row.trace_id,
-        ],
-    )  # fmt: skip
-
-
-def get_reminder(db: SqlDb, reminder_id: str) -> ReminderRow | None:
-    raw = db.execute(f"SELECT {_COLUMNS} FROM reminders WHERE id = ?", [reminder_id]).fetchone()
-    return ReminderRow(*raw) if raw else None
-
-
-def active_reminders(db: SqlDb, chat: str | None = None) -> list[ReminderRow]:
-    if chat is None:
-        rows = db.execute(
-            f"SELECT {_COLUMNS} FROM reminders WHERE status = ? ORDER BY next_at",
-            [ReminderStatus.ACTIVE],
-        ).fetchall()
-    else:
-        rows = db.execute(
-            f"SELECT {_COLUMNS} FROM reminders WHERE status = ? AND chat = ? ORDER BY next_at",
-            [ReminderStatus.ACTIVE, chat],
-        ).fetchall()
-    return [ReminderRow(*r) for r in rows]
-
-
-def set_status(
-    db: SqlDb,
-    reminder_id: str,
-    status: ReminderStatus,
-    *,
-    only_if: ReminderStatus = ReminderStatus.ACTIVE,
-) -> bool:
-    cursor = db.execute(
-        "UPDATE reminders SET status = ? WHERE id = ? AND status = ?",
-        [status, reminder_id, only_if],
-    )
-    return cursor.rowcount == 1
-
-
-def set_chat_timezone(db: SqlDb, session_key: str, timezone: str) -> None:
-    db.execute(
-        "INSERT INTO chat_settings (session_key, timezone) VALUES (?, ?)"
-        " ON CONFLICT(session_key) DO UPDATE SET timezone = excluded.timezone",
-        [session_key, timezone],
-    )
-
-
 class ReminderRepo:
     __slots__ = ("_db", "_tx")
 
@@ -96,14 +45,33 @@ class ReminderRepo:
         self._db, self._tx = db, tx
 
     def insert(self, row: ReminderRow) -> None:
-        insert_reminder(self._db, row)
+        self._db.execute(
+            f"INSERT INTO reminders ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                row.id, row.chat, row.owner, row.text, row.timezone, row.recurrence, row.next_at,
+                row.status, row.created_at, row.fired_count, row.last_fired_at, row.trace_id,
+            ],
+        )  # fmt: skip
         self._tx.announce(ReminderChanged(row.id))
 
     def get(self, reminder_id: str) -> ReminderRow | None:
-        return get_reminder(self._db, reminder_id)
+        raw = self._db.execute(
+            f"SELECT {_COLUMNS} FROM reminders WHERE id = ?", [reminder_id]
+        ).fetchone()
+        return ReminderRow(*raw) if raw else None
 
     def active(self, chat: str | None = None) -> list[ReminderRow]:
-        return active_reminders(self._db, chat)
+        if chat is None:
+            rows = self._db.execute(
+                f"SELECT {_COLUMNS} FROM reminders WHERE status = ? ORDER BY next_at",
+                [ReminderStatus.ACTIVE],
+            ).fetchall()
+        else:
+            rows = self._db.execute(
+                f"SELECT {_COLUMNS} FROM reminders WHERE status = ? AND chat = ? ORDER BY next_at",
+                [ReminderStatus.ACTIVE, chat],
+            ).fetchall()
+        return [ReminderRow(*r) for r in rows]
 
     def count_active(self, chat: str) -> int:
         return int(
@@ -120,7 +88,11 @@ class ReminderRepo:
         *,
         only_if: ReminderStatus = ReminderStatus.ACTIVE,
     ) -> bool:
-        changed = set_status(self._db, reminder_id, status, only_if=only_if)
+        cursor = self._db.execute(
+            "UPDATE reminders SET status = ? WHERE id = ? AND status = ?",
+            [status, reminder_id, only_if],
+        )
+        changed = cursor.rowcount == 1
         if changed:
             self._tx.announce(ReminderChanged(reminder_id))
         return changed
@@ -152,7 +124,11 @@ class ReminderRepo:
         return row[0] if row else None
 
     def set_chat_timezone(self, session_key: str, timezone: str) -> None:
-        set_chat_timezone(self._db, session_key, timezone)
+        self._db.execute(
+            "INSERT INTO chat_settings (session_key, timezone) VALUES (?, ?)"
+            " ON CONFLICT(session_key) DO UPDATE SET timezone = excluded.timezone",
+            [session_key, timezone],
+        )
         self._tx.announce(ChatTimezoneChanged(session_key, timezone))
 
     def cron_last(self, job: str) -> float | None:

@@ -50,100 +50,7 @@ class CallRow:
         object.__setattr__(self, "status", CallStatus(self.status))
 
 
-def get_turn(db: SqlDb, turn_id: str) -> TurnRow | None:
-    raw = db.execute(
-        "SELECT id, session_key, trace_id, step, status FROM turns WHERE id = ?", [turn_id]
-    ).fetchone()
-    return TurnRow(*raw) if raw else None
-
-
-def turn_of_inbound(db: SqlDb, inbound_id: str) -> tuple[str, TurnRow | None] | None:
-    """The inbound's status and its turn (None before it has one), in one read; None
-    when there is no such inbound. A turn has its inbound's id."""
-    raw = db.execute(
-        "SELECT i.status, t.id, t.session_key, t.trace_id, t.step, t.status FROM inbox i"
-        " LEFT JOIN turns t ON t.id = i.id WHERE i.id = ?",
-        [inbound_id],
-    ).fetchone()
-    if raw is None:
-        return None
-    return raw[0], TurnRow(*raw[1:]) if raw[1] is not None else None
-
-
-def create_turn(db: SqlDb, turn_id: str, session_key: str, trace_id: str) -> TurnRow:
-    now = time.time()
-    cursor = db.execute(
-        "INSERT INTO turns (id, session_key, trace_id, step, status, created_at, updated_at)"
-        " VALUES (?, ?, ?, 0, 'running', ?, ?) ON CONFLICT(id) DO NOTHING",
-        [turn_id, session_key, trace_id, now, now],
-    )
-    if cursor.rowcount != 1:  # it existed already
-        row = get_turn(db, turn_id)
-        assert row is not None
-        return row
-    return TurnRow(turn_id, session_key, trace_id, 0, TurnStatus.RUNNING)
-
-
-def append_message(db: SqlDb, session_key: str, turn_id: str, message: ChatMessage) -> None:
-    db.execute(
-        "INSERT INTO messages (session_key, turn_id, role, content, tool_calls, tool_call_id,"
-        " name, files, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        [
-            session_key,
-            turn_id,
-            message.role,
-            message.content,
-            json.dumps([c.to_json() for c in message.tool_calls]) if message.tool_calls else None,
-            message.tool_call_id,
-            message.name,
-            json.dumps([f.to_json() for f in message.files]) if message.files else None,
-            time.time(),
-        ],
-    )
-
-
 RESET = "reset"  # a marker row: history starts after the newest one
-
-
-def reset_session(db: SqlDb, session_key: str) -> None:
-    # The marker carries the turn that asked for the reset (the one whose user message is
-    # the newest): that turn's own reply is not part of the fresh conversation.
-    db.execute(
-        "INSERT INTO messages (session_key, turn_id, role, created_at) VALUES (?, COALESCE("
-        "(SELECT turn_id FROM messages WHERE session_key = ? ORDER BY seq DESC LIMIT 1), ''),"
-        " ?, ?)",
-        [session_key, session_key, RESET, time.time()],
-    )
-
-
-def history(db: SqlDb, session_key: str, limit: int = 200) -> list[ChatMessage]:
-    """The session's newest messages since its last reset, oldest first."""
-    return [message for _seq, message in history_rows(db, session_key, limit)]
-
-
-def reset_mark(db: SqlDb, session_key: str) -> tuple[int, str]:
-    """The seq of the session's newest reset marker and the turn that asked for it."""
-    mark = db.execute(
-        "SELECT seq, turn_id FROM messages WHERE session_key = ? AND role = ?"
-        " ORDER BY seq DESC LIMIT 1",
-        [session_key, RESET],
-    ).fetchone()
-    return (mark[0], mark[1] or "") if mark else (0, "")
-
-
-def history_rows(
-    db: SqlDb, session_key: str, limit: int, mark: tuple[int, str] | None = None
-) -> list[tuple[int, ChatMessage]]:
-    """``history`` with each message's seq (what a cache reads on from); ``mark``: the
-    session's ``reset_mark`` when the caller has read it already."""
-    since, reset_turn = mark if mark is not None else reset_mark(db, session_key)
-    rows = db.execute(
-        "SELECT seq, role, content, tool_calls, tool_call_id, name, turn_id, files"
-        " FROM messages WHERE session_key = ? AND seq > ? AND turn_id != ?"
-        " ORDER BY seq DESC LIMIT ?",
-        [session_key, since, reset_turn, limit],
-    ).fetchall()
-    return [(row[0], _message(row)) for row in reversed(rows)]
 
 
 def _message(row: Any) -> ChatMessage:
@@ -162,119 +69,6 @@ def _message(row: Any) -> ChatMessage:
     )
 
 
-def add_calls(
-    db: SqlDb, turn_id: str, step: int, calls: list[tuple[ToolCall, str]]
-) -> list[CallRow]:
-    """Store the step's calls as planned; the rows as ``calls_of_step`` would read them."""
-    stored = [
-        (call, idx, json.dumps(call.args, sort_keys=True), args_hash)
-        for idx, (call, args_hash) in enumerate(calls)
-    ]
-    db.conn.executemany(
-        "INSERT INTO tool_calls (id, turn_id, step, idx, name, args, args_hash, status, error)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        [
-            (
-                call.id,
-                turn_id,
-                step,
-                idx,
-                call.name,
-                args,
-                args_hash,
-                CallStatus.PLANNED,
-                call.error,
-            )
-            for call, idx, args, args_hash in stored
-        ],
-    )
-    return [
-        CallRow(
-            id=call.id,
-            turn_id=turn_id,
-            step=step,
-            idx=idx,
-            name=call.name,
-            args=json.loads(args),
-            args_hash=args_hash,
-            status=CallStatus.PLANNED,
-            approval_id=None,
-            result=None,
-            error=call.error,
-        )
-        for call, idx, args, args_hash in stored
-    ]
-
-
-def calls_of_step(db: SqlDb, turn_id: str, step: int) -> list[CallRow]:
-    rows = db.execute(
-        "SELECT id, turn_id, step, idx, name, args, args_hash, status, approval_id, result,"
-        " error FROM tool_calls WHERE turn_id = ? AND step = ? ORDER BY idx",
-        [turn_id, step],
-    ).fetchall()
-    return [
-        CallRow(
-            id=r[0],
-            turn_id=r[1],
-            step=r[2],
-            idx=r[3],
-            name=r[4],
-            args=json.loads(r[5]),
-            args_hash=r[6],
-            status=r[7],
-            approval_id=r[8],
-            result=json.loads(r[9]) if r[9] else None,
-            error=r[10],
-        )
-        for r in rows
-    ]
-
-
-def set_call(
-    db: SqlDb,
-    call_id: str,
-    status: CallStatus,
-    *,
-    result: dict[str, Any] | None = None,
-    approval_id: str | None = None,
-) -> None:
-    now = time.time()
-    sets = ["status = ?"]
-    args: list[Any] = [status]
-    if status == CallStatus.STARTED:
-        sets.append("started_at = ?")
-        args.append(now)
-    if result is not None:
-        sets += ["result = ?", "finished_at = ?"]
-        args += [json.dumps(result), now]
-    if approval_id is not None:
-        sets.append("approval_id = ?")
-        args.append(approval_id)
-    db.execute(f"UPDATE tool_calls SET {', '.join(sets)} WHERE id = ?", [*args, call_id])
-
-
-def taken_call_ids(db: SqlDb, ids: list[str]) -> set[str]:
-    """Which of ``ids`` are already used by a stored tool call."""
-    if not ids:
-        return set()
-    marks = ",".join("?" for _ in ids)
-    rows = db.execute(f"SELECT id FROM tool_calls WHERE id IN ({marks})", ids).fetchall()
-    return {r[0] for r in rows}
-
-
-def repeats(db: SqlDb, turn_id: str, hashes: list[str]) -> int:
-    """How often the most repeated of ``hashes`` was already called in this turn."""
-    if not hashes:
-        return 0
-    marks = ",".join("?" for _ in hashes)
-    row = db.execute(
-        f"SELECT MAX(n) FROM (SELECT COUNT(*) AS n FROM tool_calls WHERE turn_id = ?"
-        f" AND args_hash IN ({marks}) GROUP BY args_hash) AS counted",
-        [turn_id, *hashes],
-    ).fetchone()
-    return int(row[0] or 0)
-
-
 class TurnRepo:
     """Turns, their history (messages) and their tool calls: the checkpoint."""
 
@@ -284,16 +78,35 @@ class TurnRepo:
         self._db = db
 
     def get(self, turn_id: str) -> TurnRow | None:
-        return get_turn(self._db, turn_id)
+        raw = self._db.execute(
+            "SELECT id, session_key, trace_id, step, status FROM turns WHERE id = ?", [turn_id]
+        ).fetchone()
+        return TurnRow(*raw) if raw else None
 
     def of_inbound(self, inbound_id: str) -> tuple[InboundStatus, TurnRow | None] | None:
         """The inbound's status and its turn (None before it has one) in one read; None
-        when there is no such inbound."""
-        found = turn_of_inbound(self._db, inbound_id)
-        return None if found is None else (InboundStatus(found[0]), found[1])
+        when there is no such inbound. A turn has its inbound's id."""
+        raw = self._db.execute(
+            "SELECT i.status, t.id, t.session_key, t.trace_id, t.step, t.status FROM inbox i"
+            " LEFT JOIN turns t ON t.id = i.id WHERE i.id = ?",
+            [inbound_id],
+        ).fetchone()
+        if raw is None:
+            return None
+        return InboundStatus(raw[0]), TurnRow(*raw[1:]) if raw[1] is not None else None
 
     def create(self, turn_id: str, session_key: str, trace_id: str) -> TurnRow:
-        return create_turn(self._db, turn_id, session_key, trace_id)
+        now = time.time()
+        cursor = self._db.execute(
+            "INSERT INTO turns (id, session_key, trace_id, step, status, created_at, updated_at)"
+            " VALUES (?, ?, ?, 0, 'running', ?, ?) ON CONFLICT(id) DO NOTHING",
+            [turn_id, session_key, trace_id, now, now],
+        )
+        if cursor.rowcount != 1:  # it existed already
+            row = self.get(turn_id)
+            assert row is not None
+            return row
+        return TurnRow(turn_id, session_key, trace_id, 0, TurnStatus.RUNNING)
 
     def set(
         self, turn_id: str, *, step: int | None = None, status: TurnStatus | None = None
@@ -309,21 +122,60 @@ class TurnRepo:
         self._db.execute(f"UPDATE turns SET {', '.join(sets)} WHERE id = ?", [*args, turn_id])
 
     def append_message(self, session_key: str, turn_id: str, message: ChatMessage) -> None:
-        append_message(self._db, session_key, turn_id, message)
+        self._db.execute(
+            "INSERT INTO messages (session_key, turn_id, role, content, tool_calls, tool_call_id,"
+            " name, files, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                session_key,
+                turn_id,
+                message.role,
+                message.content,
+                json.dumps([c.to_json() for c in message.tool_calls])
+                if message.tool_calls
+                else None,
+                message.tool_call_id,
+                message.name,
+                json.dumps([f.to_json() for f in message.files]) if message.files else None,
+                time.time(),
+            ],
+        )
 
     def reset_session(self, session_key: str) -> None:
-        reset_session(self._db, session_key)
+        # The marker carries the turn that asked for the reset (the one whose user message
+        # is the newest): that turn's own reply is not part of the fresh conversation.
+        self._db.execute(
+            "INSERT INTO messages (session_key, turn_id, role, created_at) VALUES (?, COALESCE("
+            "(SELECT turn_id FROM messages WHERE session_key = ? ORDER BY seq DESC LIMIT 1), ''),"
+            " ?, ?)",
+            [session_key, session_key, RESET, time.time()],
+        )
 
     def history(self, session_key: str, limit: int = 200) -> list[ChatMessage]:
-        return history(self._db, session_key, limit)
+        """The session's newest messages since its last reset, oldest first."""
+        return [message for _seq, message in self.history_rows(session_key, limit)]
 
     def reset_mark(self, session_key: str) -> tuple[int, str]:
-        return reset_mark(self._db, session_key)
+        """The seq of the session's newest reset marker and the turn that asked for it."""
+        mark = self._db.execute(
+            "SELECT seq, turn_id FROM messages WHERE session_key = ? AND role = ?"
+            " ORDER BY seq DESC LIMIT 1",
+            [session_key, RESET],
+        ).fetchone()
+        return (mark[0], mark[1] or "") if mark else (0, "")
 
     def history_rows(
         self, session_key: str, limit: int, mark: tuple[int, str] | None = None
     ) -> list[tuple[int, ChatMessage]]:
-        return history_rows(self._db, session_key, limit, mark)
+        """``history`` with each message's seq (what a cache reads on from); ``mark``: the
+        session's ``reset_mark`` when the caller has read it already."""
+        since, reset_turn = mark if mark is not None else self.reset_mark(session_key)
+        rows = self._db.execute(
+            "SELECT seq, role, content, tool_calls, tool_call_id, name, turn_id, files"
+            " FROM messages WHERE session_key = ? AND seq > ? AND turn_id != ?"
+            " ORDER BY seq DESC LIMIT ?",
+            [session_key, since, reset_turn, limit],
+        ).fetchall()
+        return [(row[0], _message(row)) for row in reversed(rows)]
 
     def newest_seq(self, session_key: str) -> int:
         """The seq of the session's newest row (reset markers included), 0 when none."""
@@ -344,11 +196,68 @@ class TurnRepo:
     def add_calls(
         self, turn_id: str, step: int, calls: list[tuple[ToolCall, str]]
     ) -> list[CallRow]:
-        """Store the step's calls (planned); the rows as ``calls_of_step`` reads them."""
-        return add_calls(self._db, turn_id, step, calls)
+        """Store the step's calls as planned; the rows as ``calls_of_step`` would read them."""
+        stored = [
+            (call, idx, json.dumps(call.args, sort_keys=True), args_hash)
+            for idx, (call, args_hash) in enumerate(calls)
+        ]
+        self._db.conn.executemany(
+            "INSERT INTO tool_calls (id, turn_id, step, idx, name, args, args_hash, status, error)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                (
+                    call.id,
+                    turn_id,
+                    step,
+                    idx,
+                    call.name,
+                    args,
+                    args_hash,
+                    CallStatus.PLANNED,
+                    call.error,
+                )
+                for call, idx, args, args_hash in stored
+            ],
+        )
+        return [
+            CallRow(
+                id=call.id,
+                turn_id=turn_id,
+                step=step,
+                idx=idx,
+                name=call.name,
+                args=json.loads(args),
+                args_hash=args_hash,
+                status=CallStatus.PLANNED,
+                approval_id=None,
+                result=None,
+                error=call.error,
+            )
+            for call, idx, args, args_hash in stored
+        ]
 
     def calls_of_step(self, turn_id: str, step: int) -> list[CallRow]:
-        return calls_of_step(self._db, turn_id, step)
+        rows = self._db.execute(
+            "SELECT id, turn_id, step, idx, name, args, args_hash, status, approval_id, result,"
+            " error FROM tool_calls WHERE turn_id = ? AND step = ? ORDER BY idx",
+            [turn_id, step],
+        ).fetchall()
+        return [
+            CallRow(
+                id=r[0],
+                turn_id=r[1],
+                step=r[2],
+                idx=r[3],
+                name=r[4],
+                args=json.loads(r[5]),
+                args_hash=r[6],
+                status=r[7],
+                approval_id=r[8],
+                result=json.loads(r[9]) if r[9] else None,
+                error=r[10],
+            )
+            for r in rows
+        ]
 
     def set_call(
         self,
@@ -358,7 +267,19 @@ class TurnRepo:
         result: dict[str, Any] | None = None,
         approval_id: str | None = None,
     ) -> None:
-        set_call(self._db, call_id, status, result=result, approval_id=approval_id)
+        now = time.time()
+        sets = ["status = ?"]
+        args: list[Any] = [status]
+        if status == CallStatus.STARTED:
+            sets.append("started_at = ?")
+            args.append(now)
+        if result is not None:
+            sets += ["result = ?", "finished_at = ?"]
+            args += [json.dumps(result), now]
+        if approval_id is not None:
+            sets.append("approval_id = ?")
+            args.append(approval_id)
+        self._db.execute(f"UPDATE tool_calls SET {', '.join(sets)} WHERE id = ?", [*args, call_id])
 
     def taken_and_repeats(
         self, turn_id: str, ids: list[str], hashes: list[str]
@@ -366,9 +287,7 @@ class TurnRepo:
         """Which of ``ids`` a stored call uses already, and how often the most repeated of
         ``hashes`` was called in this turn: in one read."""
         if not ids or not hashes:  # `IN ()` is no SQL to PostgreSQL
-            return taken_call_ids(self._db, ids) if ids else set(), repeats(
-                self._db, turn_id, hashes
-            )
+            return self._taken(ids) if ids else set(), self._repeats(turn_id, hashes)
         id_marks = ",".join("?" for _ in ids)
         hash_marks = ",".join("?" for _ in hashes)
         rows = self._db.execute(
@@ -424,3 +343,23 @@ class TurnRepo:
             " FROM messages ORDER BY seq"
         ).fetchall()
         return [_message(row) for row in rows]
+
+    def _taken(self, ids: list[str]) -> builtins.set[str]:
+        """Which of ``ids`` are already used by a stored tool call."""
+        if not ids:
+            return set()
+        marks = ",".join("?" for _ in ids)
+        rows = self._db.execute(f"SELECT id FROM tool_calls WHERE id IN ({marks})", ids).fetchall()
+        return {r[0] for r in rows}
+
+    def _repeats(self, turn_id: str, hashes: list[str]) -> int:
+        """How often the most repeated of ``hashes`` was already called in this turn."""
+        if not hashes:
+            return 0
+        marks = ",".join("?" for _ in hashes)
+        row = self._db.execute(
+            f"SELECT MAX(n) FROM (SELECT COUNT(*) AS n FROM tool_calls WHERE turn_id = ?"
+            f" AND args_hash IN ({marks}) GROUP BY args_hash) AS counted",
+            [turn_id, *hashes],
+        ).fetchone()
+        return int(row[0] or 0)

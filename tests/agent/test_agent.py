@@ -15,8 +15,6 @@ import pytest
 from echo_bot.brains.base import BrainContext, BrainReply
 from echo_bot.conversation import ChatMessage, ToolCall
 from echo_bot.events import InboundStatus, MessageInbound, OutboundMessage, ToolCallInbound, new_id
-from echo_bot.store.audit import read_audit
-from echo_bot.store.inbox import get_inbound
 from echo_bot.tools.base import Risk, Tool, ToolContext, ToolGroup, ToolResult
 from tests.conftest import Bot, calls_of_turn, inbound_of, running_bot, store_engine
 from tests.fakes.channel import RecordingChannel
@@ -34,7 +32,7 @@ profile = "coding"
 
 # -- helpers ------------------------------------------------------------------------------
 async def inbox_status(bot: Bot, inbound_id: str) -> InboundStatus:
-    row = await bot.db.run(lambda db: get_inbound(db, inbound_id))
+    row = await bot.store.run(lambda tx: tx.inbox.get(inbound_id))
     assert row is not None
     return row.status
 
@@ -387,7 +385,7 @@ async def test_one_turn_is_audited_under_one_trace_id(state_dir: Path) -> None:
         trace_id = reply.trace_id
         assert trace_id
 
-        rows = await bot.db.run(lambda db: read_audit(db, trace_id=trace_id))
+        rows = await bot.store.run(lambda tx: tx.audit.read(trace_id=trace_id))
         kinds = [r.kind for r in rows]
         for kind in ("turn.started", "brain.decision", "tool.result", "turn.finished"):
             assert kind in kinds, kinds
@@ -413,7 +411,7 @@ async def test_secret_values_are_masked_in_replies_and_audit(state_dir: Path) ->
         assert "the token is *** (do not share)" in reply.text
         assert secret not in reply.text
 
-        rows = await bot.db.run(lambda db: read_audit(db, tail=10_000))
+        rows = await bot.store.run(lambda tx: tx.audit.read(tail=10_000))
         assert any(r.kind == "tool.result" for r in rows)
         for row in rows:
             assert secret not in json.dumps(row.data), row.kind
@@ -454,7 +452,8 @@ async def test_every_message_is_taken_once_whether_handed_over_or_found_by_the_p
     wrote)."""
     from echo_bot import metrics
     from echo_bot.events import Address, Sender
-    from echo_bot.store.inbox import add_inbound
+    from echo_bot.secrets import Masker
+    from echo_bot.store import Tx
 
     def taken() -> float:
         value = metrics.REGISTRY.get_sample_value(
@@ -482,7 +481,9 @@ async def test_every_message_is_taken_once_whether_handed_over_or_found_by_the_p
             # inbox across several polls.
             here, _ = await asyncio.gather(
                 asyncio.gather(*(bot.channel.say(nap, chat=f"chat{i % 2}") for i in range(16))),
-                asyncio.gather(*(other.run(lambda db, m=m: add_inbound(db, m)) for m in elsewhere)),
+                asyncio.gather(
+                    *(other.run(lambda db, m=m: Tx(db, Masker()).inbox.add(m)) for m in elsewhere)
+                ),
             )
             ids = [*here, *(m.id for m in elsewhere)]
             for inbound_id in ids:
@@ -497,7 +498,7 @@ async def test_every_message_is_taken_once_whether_handed_over_or_found_by_the_p
                     text=nap,
                     external_id=new_id(),
                 )
-                await other.run(lambda db, m=marker: add_inbound(db, m))
+                await other.run(lambda db, m=marker: Tx(db, Masker()).inbox.add(m))
                 await bot.channel.reply_to(marker.id)
                 later.append(marker.id)
         finally:
@@ -513,9 +514,9 @@ async def test_a_tool_call_turn_whose_call_is_done_is_reported_not_run_again(
     the next commit; a crash between them leaves the turn with its call done. After the
     restart the call's stored result is reported (it ran), not planned or run again."""
     from echo_bot.events import Address, Sender, ToolCallRequest
+    from echo_bot.secrets import Masker
     from echo_bot.statuses import CallStatus
-    from echo_bot.store import turns as turn_store
-    from echo_bot.store.inbox import add_inbound
+    from echo_bot.store import Tx
 
     inbound = ToolCallInbound(
         address=Address(channel="cli", chat_id="local"),
@@ -525,12 +526,13 @@ async def test_a_tool_call_turn_whose_call_is_done_is_reported_not_run_again(
     )
 
     def interrupted(db: Any) -> None:
-        add_inbound(db, inbound)
-        turn_store.create_turn(db, inbound.id, inbound.session_key, inbound.trace_id)
+        tx = Tx(db, Masker())
+        tx.inbox.add(inbound)
+        tx.turns.create(inbound.id, inbound.session_key, inbound.trace_id)
         call = ToolCall(id=f"{inbound.id}-0", name="current_time", args={})
-        turn_store.add_calls(db, inbound.id, 0, [(call, "hash")])
+        tx.turns.add_calls(inbound.id, 0, [(call, "hash")])
         result = ToolResult.success("It is the stored hour.").to_json()
-        turn_store.set_call(db, call.id, CallStatus.DONE, result=result)
+        tx.turns.set_call(call.id, CallStatus.DONE, result=result)
 
     store = store_engine(state_dir)
     await store.open()

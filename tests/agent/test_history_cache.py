@@ -19,7 +19,6 @@ from echo_bot.agent.history import HistoryCache
 from echo_bot.conversation import ChatMessage, ToolCall
 from echo_bot.secrets import Masker
 from echo_bot.store import Database, Tx
-from echo_bot.store import turns as turn_store
 
 SESSIONS = ["cli:a", "cli:b", "telegram:c"]
 TURNS = ["t0", "t1", "t2"]  # few, so a turn often goes on after its reset
@@ -42,7 +41,7 @@ def db(tmp_path: Path) -> Iterator[Database]:
 
 
 def append(db: Database, key: str, turn_id: str, message: ChatMessage) -> None:
-    db.run_sync(lambda d: turn_store.append_message(d, key, turn_id, message))
+    db.run_sync(lambda d: Tx(d, Masker()).turns.append_message(key, turn_id, message))
 
 
 def both(db: Database, cache: HistoryCache, key: str) -> tuple[list[ChatMessage], ...]:
@@ -51,7 +50,7 @@ def both(db: Database, cache: HistoryCache, key: str) -> tuple[list[ChatMessage]
 
     def read(d: SqlDb) -> tuple[list[ChatMessage], list[ChatMessage], Tx]:
         tx = Tx(d, Masker())
-        return cache.load(tx, key), turn_store.history(d, key, cache.limit), tx
+        return cache.load(tx, key), tx.turns.history(key, cache.limit), tx
 
     cached, stored, tx = db.run_sync(read)
     for callback in tx.after_commit:
@@ -118,7 +117,7 @@ def test_cache_always_equals_history(tmp_path: Path, ops: list[Any], limit: int)
             if kind == "append":
                 append(db, key, op[2], op[3])
             elif kind == "reset":
-                db.run_sync(lambda d, key=key: turn_store.reset_session(d, key))
+                db.run_sync(lambda d, key=key: Tx(d, Masker()).turns.reset_session(key))
             elif kind == "forget":
                 cache.forget(key)
             else:
@@ -143,14 +142,14 @@ def test_rows_written_by_other_connections_show_up_in_the_next_load(db: Database
     with contextlib.closing(sqlite3.connect(db.path, isolation_level=None)) as conn:
         plain = SqlDb(conn)
         conn.execute("BEGIN IMMEDIATE")
-        turn_store.append_message(plain, key, "t2", user("and again"))
+        Tx(plain, Masker()).turns.append_message(key, "t2", user("and again"))
         conn.execute("COMMIT")
     cached, stored = both(db, cache, key)
     assert cached == stored
     assert [m.content for m in cached] == ["hello", "hi there", "and again"]
     # A reset written elsewhere empties the cached history too.
     with opened(db.path) as other:
-        other.run_sync(lambda d: turn_store.reset_session(d, key))
+        other.run_sync(lambda d: Tx(d, Masker()).turns.reset_session(key))
     assert both(db, cache, key) == ([], [])
 
 
@@ -166,7 +165,7 @@ def test_the_turn_that_asked_for_a_reset_is_not_part_of_the_new_history(
     append(db, key, "t2", user("/reset"))
     if warm:
         assert [m.content for m in both(db, cache, key)[0]] == ["remember 42", "noted", "/reset"]
-    db.run_sync(lambda d: turn_store.reset_session(d, key))
+    db.run_sync(lambda d: Tx(d, Masker()).turns.reset_session(key))
     append(db, key, "t2", assistant("Done, starting over."))  # the reset turn's own reply
     assert both(db, cache, key) == ([], [])
     append(db, key, "t3", user("what did I say?"))
@@ -185,7 +184,7 @@ def test_a_load_that_was_rolled_back_leaves_nothing_in_the_cache(db: Database, w
         both(db, cache, key)
 
     def append_load_then_fail(d: SqlDb) -> None:
-        turn_store.append_message(d, key, "t2", user("ghost"))
+        Tx(d, Masker()).turns.append_message(key, "t2", user("ghost"))
         assert [m.content for m in cache.load(Tx(d, Masker()), key)] == ["first", "ghost"]
         raise ValueError("the job failed after the cache read")
 

@@ -25,8 +25,8 @@ from echo_bot.events import (
     parse_approval_action,
 )
 from echo_bot.statuses import ApprovalStatus
-from echo_bot.store.approvals import ApprovalRow, get_approval, list_approvals
-from echo_bot.store.inbox import get_inbound
+from echo_bot.store import Tx
+from echo_bot.store.approvals import ApprovalRow
 from echo_bot.tools.base import Risk, Tool, ToolContext, ToolGroup, ToolResult
 from tests.conftest import Bot, running_bot
 from tests.fakes.channel import RecordingChannel
@@ -76,13 +76,13 @@ def workspace(bot: Bot) -> Path:
 
 
 async def approval(bot: Bot, approval_id: str) -> ApprovalRow:
-    row = await bot.db.run(lambda db: get_approval(db, approval_id))
+    row = await bot.store.run(lambda tx: tx.approvals.get(approval_id))
     assert row is not None
     return row
 
 
 async def inbox_status(bot: Bot, inbound_id: str) -> InboundStatus:
-    row = await bot.db.run(lambda db: get_inbound(db, inbound_id))
+    row = await bot.store.run(lambda tx: tx.inbox.get(inbound_id))
     assert row is not None
     return row.status
 
@@ -106,12 +106,12 @@ def edits_of(channel: RecordingChannel, prompt: OutboundMessage) -> list[Outboun
     return [m for m in channel.sent if m.edit_of == prompt.id]
 
 
-def pending_rows(db: Any) -> list[ApprovalRow]:
-    return list_approvals(db, ApprovalStatus.PENDING, 100)
+def pending_rows(tx: Tx) -> list[ApprovalRow]:
+    return tx.approvals.list(ApprovalStatus.PENDING, 100)
 
 
-def all_requests(db: Any) -> list[ApprovalRow]:
-    return list_approvals(db, None, 100)
+def all_requests(tx: Tx) -> list[ApprovalRow]:
+    return tx.approvals.list(None, 100)
 
 
 def approvals_for(channel: RecordingChannel, inbound_id: str) -> list[OutboundMessage]:
@@ -401,7 +401,7 @@ async def test_non_approver_without_default_chat_waits_for_echo_bot_approvals(
             lambda m: m.kind == "notice" and m.metadata.get("inbound_id") == inbound
         )
         assert waiting.to == Address(channel="telegram", chat_id="2")
-        (row,) = await bot.db.run(lambda db: pending_rows(db))
+        (row,) = await bot.store.run(pending_rows)
         assert waiting.text == (
             "⏳ shell_exec needs approval; no chat can ask an approver, so it waits for the "
             f"owner at the server: echo-bot approvals approve {row.id} (or deny), until "
@@ -577,10 +577,10 @@ async def test_direct_call_without_an_approver_chat_waits_and_expires_unrun(
             return (await inbox_status(bot, published.inbound_id)).terminal
 
         await eventually(finished)
-        row = await bot.db.run(lambda db: get_inbound(db, published.inbound_id))
+        row = await bot.store.run(lambda tx: tx.inbox.get(published.inbound_id))
         assert row is not None and row.status == InboundStatus.EXPIRED
         assert "APPROVAL_EXPIRED" in (row.error or "")
-        (request,) = await bot.db.run(lambda db: all_requests(db))
+        (request,) = await bot.store.run(all_requests)
         assert request.prompt_to == "echo-bot:approvals" and request.status == "expired"
         assert approvals_for(bot.channel, published.inbound_id) == []
         assert not (workspace(bot) / "hook.txt").exists()

@@ -17,7 +17,7 @@ import pytest
 
 from echo_bot.config import PLACEHOLDER_KEY
 from echo_bot.events import OutboundMessage
-from echo_bot.store.audit import AuditRow, read_audit, usage_by_day
+from echo_bot.store.audit import AuditRow
 from echo_bot.tools.base import Risk, Tool, ToolContext, ToolGroup, ToolResult
 from tests.conftest import Bot, echo_bot_env, run_echo_bot, running_bot
 from tests.fakes.channel import RecordingChannel
@@ -92,7 +92,7 @@ def assert_all_shaped(llm: FakeOpenAI) -> None:
 
 
 async def audit(bot: Bot, kind: str) -> list[AuditRow]:
-    rows = await bot.db.run(lambda db: read_audit(db, tail=10_000))
+    rows = await bot.store.run(lambda tx: tx.audit.read(tail=10_000))
     return [r for r in rows if r.kind == kind]
 
 
@@ -767,7 +767,7 @@ async def test_usage_is_audited_and_summed_per_day_and_session(state_dir: Path) 
         assert [r.data["details"]["prompt_tokens"] for r in decisions] == [100, 120, 7]
         assert [r.data["details"]["completion_tokens"] for r in decisions] == [10, 3, 2]
 
-        usage = await bot.db.run(usage_by_day)
+        usage = await bot.store.run(lambda tx: tx.audit.usage_by_day())
         by_session = {u.session_key: u for u in usage}
         assert set(by_session) == {"cli:local", "cli:other"}
         local = by_session["cli:local"]
@@ -824,7 +824,7 @@ async def test_the_api_key_never_appears_in_replies_audit_or_logs(
         assert KEY not in first.text
         for message in bot.channel.sent:
             assert KEY not in message.text
-        rows = await bot.db.run(lambda db: read_audit(db, tail=10_000))
+        rows = await bot.store.run(lambda tx: tx.audit.read(tail=10_000))
         assert rows and KEY not in json.dumps([r.data for r in rows])
     assert caplog.records
     assert KEY not in caplog.text

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from echo_bot.store.access import new_pairing_code
 from tests.channels.test_telegram import (
     OWNER,
     RUN_ONCE,
@@ -40,7 +39,7 @@ GROUP = -(10**12 + OWNER)  # the fake's supergroup id for a group the owner writ
 
 
 async def pair(bot: Bot, api: FakeTelegramAPI, user_id: int, **kwargs: object) -> None:
-    code = await bot.db.run(lambda db: new_pairing_code(db))
+    code = await bot.store.run(lambda tx: tx.access.new_pairing_code())
     paired = say(api, f"/pair {code}", user_id=user_id, **kwargs)
     assert "Paired" in text_of(await reply_to(api, paired, chat_id=user_id))
 

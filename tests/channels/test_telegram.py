@@ -26,7 +26,6 @@ from echo_bot.conversation import ChatMessage, ToolCall
 from echo_bot.errors import ConfigError
 from echo_bot.events import Address, Button, InboundMessage, OutboundMessage, new_id
 from echo_bot.runtime import build
-from echo_bot.store.access import new_pairing_code
 from echo_bot.tools.base import Tool
 from tests.conftest import Bot, inbound_of, running_bot
 from tests.fakes.telegram_api import Call, FakeTelegramAPI, RateLimits, utf16_len
@@ -380,7 +379,7 @@ async def test_whoami_answers_anyone_with_their_id(state_dir: Path) -> None:
 
 async def test_pairing_lets_a_stranger_talk_but_never_approve(state_dir: Path) -> None:
     async with telegram_bot(state_dir) as (bot, api):
-        code = await bot.db.run(lambda db: new_pairing_code(db))
+        code = await bot.store.run(lambda tx: tx.access.new_pairing_code())
         before = say(api, "hi", user_id=STRANGER)
         await reply_to(api, before, "allowed", chat_id=STRANGER)
 
@@ -406,8 +405,8 @@ async def test_pairing_lets_a_stranger_talk_but_never_approve(state_dir: Path) -
 
 async def test_pairing_refuses_wrong_used_and_expired_codes(state_dir: Path) -> None:
     async with telegram_bot(state_dir) as (bot, api):
-        code = await bot.db.run(lambda db: new_pairing_code(db))
-        old = await bot.db.run(lambda db: new_pairing_code(db, now=time.time() - 700))
+        code = await bot.store.run(lambda tx: tx.access.new_pairing_code())
+        old = await bot.store.run(lambda tx: tx.access.new_pairing_code(now=time.time() - 700))
 
         wrong = say(api, "/pair ABCD-EFGH", user_id=STRANGER)
         assert "not valid" in text_of(await reply_to(api, wrong, chat_id=STRANGER))
@@ -429,7 +428,7 @@ async def test_five_wrong_codes_lock_the_user_out_even_for_the_right_code(
     state_dir: Path,
 ) -> None:
     async with telegram_bot(state_dir) as (bot, api):
-        code = await bot.db.run(lambda db: new_pairing_code(db))
+        code = await bot.store.run(lambda tx: tx.access.new_pairing_code())
         answers = []
         for n in range(5):
             message_id = say(api, f"/pair WRNG-COD{n + 2}", user_id=STRANGER)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from echo_bot.secrets import MASK
+from echo_bot.secrets import MASK, Masker
 from echo_bot.statuses import ReminderStatus
-from echo_bot.store import DB_FILENAME, Database
-from echo_bot.store.reminders import ReminderRow, insert_reminder
+from echo_bot.store import DB_FILENAME, Database, Store
+from echo_bot.store.reminders import ReminderRow
 from tests.conftest import echo_bot_env, run_echo_bot, running_bot
 
 TOKEN = "123456:AAE-masked-output-token-9d1"
@@ -30,8 +30,8 @@ def test_attack_token_pasted_into_token_env_is_never_echoed(tmp_path: Path) -> N
 
 def test_attack_status_prints_a_secret_from_the_store_masked(tmp_path: Path) -> None:
     state = tmp_path / "st"
-    db = Database(state / DB_FILENAME)
-    db.open_sync()
+    store = Store(Database(state / DB_FILENAME), Masker())
+    store.open_sync()
     now = time.time()
     row = ReminderRow(
         id="r1", chat="telegram:42", owner="42", text=f"rotate {TOKEN} today",
@@ -39,9 +39,9 @@ def test_attack_status_prints_a_secret_from_the_store_masked(tmp_path: Path) -> 
         created_at=now, fired_count=0, last_fired_at=None, trace_id=None,
     )  # fmt: skip
     try:
-        db.run_sync(lambda conn: insert_reminder(conn, row))
+        store.run_sync(lambda tx: tx.reminders.insert(row))
     finally:
-        db.close_sync()
+        store.close_sync()
     env = echo_bot_env(TELEGRAM_BOT_TOKEN=TOKEN)
     result = run_echo_bot("status", "--state-dir", str(state), env=env)
     assert result.returncode == 0, result.stderr

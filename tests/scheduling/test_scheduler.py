@@ -87,7 +87,7 @@ class Parts:
         return outcome.reminder
 
     async def reminder(self, reminder_id: str) -> reminder_store.ReminderRow:
-        row = await self.db.run(lambda db: reminder_store.get_reminder(db, reminder_id))
+        row = await self.store.run(lambda tx: tx.reminders.get(reminder_id))
         assert row is not None
         return row
 

@@ -13,8 +13,8 @@ from sqlite_utils import Database as SqlDb
 from echo_bot.brains.llm_prompt import to_openai
 from echo_bot.brains.rules import files_reply
 from echo_bot.conversation import ChatMessage, FileNote
-from echo_bot.store import Database
-from echo_bot.store import turns as turn_store
+from echo_bot.secrets import Masker
+from echo_bot.store import Database, Store
 from echo_bot.store.schema import MIGRATIONS
 
 KEY = "telegram:42"
@@ -47,14 +47,14 @@ def old_store(path: Path) -> None:
 def test_a_row_from_before_files_loads_and_reads_to_the_model_as_before(tmp_path: Path) -> None:
     path = tmp_path / "echo-bot.sqlite3"
     old_store(path)
-    db = Database(path)
-    db.open_sync()  # migrates to this version's schema
+    store = Store(Database(path), Masker())
+    store.open_sync()  # migrates to this version's schema
     try:
         new = ChatMessage(role="user", content=WORDS, files=(PHOTO, LOST))
-        db.run_sync(lambda d: turn_store.append_message(d, KEY, "turn-new", new))
-        old_row, new_row = db.run_sync(lambda d: turn_store.history(d, KEY))
+        store.run_sync(lambda tx: tx.turns.append_message(KEY, "turn-new", new))
+        old_row, new_row = store.run_sync(lambda tx: tx.turns.history(KEY))
     finally:
-        db.close_sync()
+        store.close_sync()
     assert old_row.content == OLD_CONTENT and old_row.files == ()
     assert new_row.content == WORDS and new_row.files == (PHOTO, LOST)
     # Byte for byte what the model read before, for the old row and the new alike.

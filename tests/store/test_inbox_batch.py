@@ -17,7 +17,7 @@ from echo_bot.errors import StoreError
 from echo_bot.events import Address, InboundMessage, MessageInbound, Sender
 from echo_bot.secrets import Masker
 from echo_bot.store import BusQueues, Database, InboundCommitted, Store, Tx
-from echo_bot.store.inbox import DEDUP_WINDOW, DEDUP_WINDOWS, add_inbound
+from echo_bot.store.inbox import DEDUP_WINDOW, DEDUP_WINDOWS
 
 
 def message(external_id: str | None, channel: str = "webhook", **extra: object) -> InboundMessage:
@@ -108,7 +108,7 @@ async def test_the_dedup_window_holds_in_a_batch(db: Database) -> None:
 
 
 async def test_a_group_commit_and_one_by_one_agree(db: Database) -> None:
-    """Adds the engine commits together give exactly what ``add_inbound`` gives, message
+    """Adds the engine commits together give exactly what ``tx.inbox.add`` gives, message
     after message, each in its own transaction."""
     import sqlite3
 
@@ -116,6 +116,7 @@ async def test_a_group_commit_and_one_by_one_agree(db: Database) -> None:
 
     one = SqlDb(sqlite3.connect(":memory:"))
     migrate(one)
+    one_by_one = Tx(one, Masker()).inbox
     inbox = daemon_inbox(db)
     old = datetime.now(UTC) - timedelta(seconds=DEDUP_WINDOW + 60)
     seed = [message("a"), message("b", received_at=old), message("c", channel="telegram")]
@@ -130,9 +131,9 @@ async def test_a_group_commit_and_one_by_one_agree(db: Database) -> None:
         message("c"),
     ]
     for m in seed:
-        add_inbound(one, m)
+        one_by_one.add(m)
         await inbox.add(m)
-    expected = [add_inbound(one, m) for m in batch]
+    expected = [one_by_one.add(m) for m in batch]
     assert await asyncio.gather(*(inbox.add(m) for m in batch)) == expected
     rows = "SELECT id, channel, external_id, received_at FROM inbox ORDER BY seq"
     stored = await db.run(lambda d: [tuple(r) for r in d.execute(rows).fetchall()])
@@ -190,7 +191,7 @@ async def test_the_poll_reads_only_what_other_processes_wrote(db: Database) -> N
     own = message("own")
     await inbox.add(own)
     admin = message("admin", channel="admin")
-    await db.run(lambda d: add_inbound(d, admin))  # what `echo-bot approvals` does
+    await db.run(lambda d: Tx(d, Masker()).inbox.add(admin))  # what `echo-bot approvals` does
     other = message("other")
     await BusQueues(Store(db, Masker(), instance="host-2")).add(other)
     assert told == [own.id]
@@ -206,7 +207,7 @@ async def test_a_page_of_the_poll_ends_at_its_last_row(db: Database) -> None:
     store = Store(db, Masker(), instance="host-1")
     rows = [message(f"p{i}") for i in range(5)]
     for m in rows:
-        await db.run(lambda d, m=m: add_inbound(d, m))
+        await db.run(lambda d, m=m: Tx(d, Masker()).inbox.add(m))
     first, last, more = await store.run(lambda tx: tx.inbox.accepted_from_others(0, 3))
     assert [m.id for m in first] == [m.id for m in rows[:3]] and more
     rest, _last, more = await store.run(lambda tx: tx.inbox.accepted_from_others(last, 3))
@@ -262,7 +263,7 @@ async def test_work_committed_after_its_caller_gave_up_is_still_announced(
 
 
 def test_one_insert_decides_and_a_conflict_looks_at_the_window() -> None:
-    """add_inbound through its SQL: a new key is one INSERT; a key stored within its
+    """tx.inbox.add through its SQL: a new key is one INSERT; a key stored within its
     window is a duplicate of that row; past the window the old row keeps its row under a
     retired key and the delivery is new; the same message (same id) is never stored twice,
     whatever the window."""
@@ -272,27 +273,28 @@ def test_one_insert_decides_and_a_conflict_looks_at_the_window() -> None:
 
     db = SqlDb(sqlite3.connect(":memory:"))
     migrate(db)
+    inbox = Tx(db, Masker()).inbox
     statements: list[str] = []
     db.conn.set_trace_callback(statements.append)
     first = message("k")
-    assert add_inbound(db, first) == Published(first.id, False)
+    assert inbox.add(first) == Published(first.id, False)
     work = [s for s in statements if not s.startswith("BEGIN")]  # the driver's own
     assert len(work) == 1 and work[0].startswith("INSERT")
     again = message("k")
-    assert add_inbound(db, again) == Published(first.id, True)  # within the window
+    assert inbox.add(again) == Published(first.id, True)  # within the window
     db.conn.set_trace_callback(None)
     past = time.time() - DEDUP_WINDOW - 60
     db.execute("UPDATE inbox SET received_at = ? WHERE id = ?", [past, first.id])
     later = message("k")
-    assert add_inbound(db, later) == Published(later.id, False)  # past the window: new
+    assert inbox.add(later) == Published(later.id, False)  # past the window: new
     rows = db.execute("SELECT id, external_id FROM inbox ORDER BY seq").fetchall()
     assert rows[0][0] == first.id and rows[0][1].startswith("k#")
     assert rows[1] == (later.id, "k")
-    assert add_inbound(db, message("k")) == Published(later.id, True)
+    assert inbox.add(message("k")) == Published(later.id, True)
     # The first message itself, added again long after its window: still one row.
-    assert add_inbound(db, first).duplicate
+    assert inbox.add(first).duplicate
     assert db.execute("SELECT COUNT(*) FROM inbox").fetchone()[0] == 2
     # A keyless message added twice: the second is a duplicate by its id.
     keyless = message(None)
-    assert add_inbound(db, keyless) == Published(keyless.id, False)
-    assert add_inbound(db, keyless) == Published(keyless.id, True)
+    assert inbox.add(keyless) == Published(keyless.id, False)
+    assert inbox.add(keyless) == Published(keyless.id, True)

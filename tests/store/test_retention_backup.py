@@ -6,7 +6,6 @@ import sqlite3
 import time
 from pathlib import Path
 
-from echo_bot.store.retention import prune
 from tests.conftest import ROOT, run_echo_bot, running_bot
 from tests.proc import EchoBotProcess
 
@@ -25,7 +24,7 @@ async def test_prune_removes_old_finished_work_and_keeps_pending_work(state_dir:
         waiting = await bot.channel.say("/run touch x")
         await bot.channel.prompt_for(waiting)
         future = time.time() + 3600  # everything is "old" relative to this cut-off
-        counts = await bot.db.run(lambda db: prune(db, future))
+        counts = await bot.store.run(lambda tx: tx.meta.prune(future))
         assert counts["inbox"] >= 1 and counts["audit"] >= 1
         rows = await bot.db.run(lambda db: db.execute("SELECT id, status FROM inbox").fetchall())
         assert (waiting, "waiting_approval") in [tuple(r) for r in rows]
