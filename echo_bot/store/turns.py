@@ -238,26 +238,10 @@ class TurnRepo:
 
     def calls_of_step(self, turn_id: str, step: int) -> list[CallRow]:
         rows = self._db.execute(
-            "SELECT id, turn_id, step, idx, name, args, args_hash, status, approval_id, result,"
-            " error FROM tool_calls WHERE turn_id = ? AND step = ? ORDER BY idx",
+            f"SELECT {_CALL_COLUMNS} FROM tool_calls WHERE turn_id = ? AND step = ? ORDER BY idx",
             [turn_id, step],
         ).fetchall()
-        return [
-            CallRow(
-                id=r[0],
-                turn_id=r[1],
-                step=r[2],
-                idx=r[3],
-                name=r[4],
-                args=json.loads(r[5]),
-                args_hash=r[6],
-                status=r[7],
-                approval_id=r[8],
-                result=json.loads(r[9]) if r[9] else None,
-                error=r[10],
-            )
-            for r in rows
-        ]
+        return [_call_row(r) for r in rows]
 
     def set_call(
         self,
@@ -316,25 +300,9 @@ class TurnRepo:
     def every_call(self) -> list[CallRow]:
         """Every tool call the store holds, of every turn, turn by turn and step by step."""
         rows = self._db.execute(
-            "SELECT id, turn_id, step, idx, name, args, args_hash, status, approval_id, result,"
-            " error FROM tool_calls ORDER BY turn_id, step, idx"
+            f"SELECT {_CALL_COLUMNS} FROM tool_calls ORDER BY turn_id, step, idx"
         ).fetchall()
-        return [
-            CallRow(
-                id=r[0],
-                turn_id=r[1],
-                step=r[2],
-                idx=r[3],
-                name=r[4],
-                args=json.loads(r[5]),
-                args_hash=r[6],
-                status=r[7],
-                approval_id=r[8],
-                result=json.loads(r[9]) if r[9] else None,
-                error=r[10],
-            )
-            for r in rows
-        ]
+        return [_call_row(r) for r in rows]
 
     def every_message(self) -> list[ChatMessage]:
         """Every row of every session's history (reset markers included), oldest first."""
@@ -363,3 +331,22 @@ class TurnRepo:
             [turn_id, *hashes],
         ).fetchone()
         return int(row[0] or 0)
+
+
+_CALL_COLUMNS = "id, turn_id, step, idx, name, args, args_hash, status, approval_id, result, error"
+
+
+def _call_row(r: Any) -> CallRow:
+    return CallRow(
+        id=r[0],
+        turn_id=r[1],
+        step=r[2],
+        idx=r[3],
+        name=r[4],
+        args=json.loads(r[5]),
+        args_hash=r[6],
+        status=r[7],
+        approval_id=r[8],
+        result=json.loads(r[9]) if r[9] else None,
+        error=r[10],
+    )
