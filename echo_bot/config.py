@@ -177,6 +177,42 @@ class HttpConfig(Section):
     max_concurrent_bodies: int = Field(8, ge=1, le=10_000)  # per route
 
 
+def _console_url(value: str | None) -> str | None:
+    """Where people reach the console: an http(s) URL with a host and nothing after its
+    path (the sign-in links are built on it)."""
+    if value is None:
+        return value
+    parts = urlsplit(value)
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        raise ValueError(
+            "give the console's address as people's browsers reach it, like "
+            "https://bot.example.com (your TLS reverse proxy)"
+        )
+    if parts.query or parts.fragment or parts.username or parts.password:
+        raise ValueError("the console's address may not carry a query, fragment or login")
+    return value.rstrip("/")
+
+
+class ConsoleConfig(Section):
+    """The web console (docs/CONSOLE.md): off unless enabled; served by the HTTP server
+    under /console/."""
+
+    enabled: bool = False
+    # The address browsers use (your TLS reverse proxy); sign-in links are built on it.
+    # Unset: http://[http] host:port (right only on the server itself).
+    public_url: Annotated[str | None, AfterValidator(_console_url)] = None
+    link_ttl: Duration = Field(
+        timedelta(minutes=10), ge=timedelta(minutes=1), le=timedelta(hours=1)
+    )
+    session_ttl: Duration = Field(
+        timedelta(hours=12), ge=timedelta(minutes=5), le=timedelta(days=30)
+    )
+    # Sign-in attempts per minute, from any one address and in all.
+    login_rate: int = Field(10, ge=1, le=1000)
+    # Decisions per minute per signed-in session.
+    decision_rate: int = Field(30, ge=1, le=1000)
+
+
 def _https_url(value: str | None) -> str | None:
     """Telegram delivers webhook updates only to HTTPS URLs (setWebhook refuses others)."""
     if value is None:
@@ -464,6 +500,7 @@ class Config(Section):
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
     approvals: ApprovalsConfig = Field(default_factory=ApprovalsConfig)
     http: HttpConfig = Field(default_factory=HttpConfig)
+    console: ConsoleConfig = Field(default_factory=ConsoleConfig)
     telegram: TelegramConfig = Field(default_factory=TelegramConfig)
     media: MediaConfig = Field(default_factory=MediaConfig)
     webhook: WebhookConfig = Field(default_factory=WebhookConfig)
@@ -477,6 +514,16 @@ class Config(Section):
     def _unique_jobs(cls, jobs: list[CronJob]) -> list[CronJob]:
         _unique([j.name for j in jobs])
         return jobs
+
+
+def console_base(config: Config) -> str:
+    """The console's address as browsers reach it: ``[console] public_url``, else the
+    HTTP server's own address (right only on the server itself)."""
+    if config.console.public_url:
+        return config.console.public_url
+    host = config.http.host
+    shown = f"[{host}]" if ":" in host else host
+    return f"http://{shown}:{config.http.port}"
 
 
 class LoadedConfig(BaseModel):

@@ -155,7 +155,7 @@ def render_if_fits(tool: str, args: Mapping[str, Any]) -> str | None:
 
 
 # Where a decision was taken, for the deciders who are the owner at the server.
-_DECIDED_AT = {"cli": "terminal", "admin": "echo-bot approvals"}
+_DECIDED_AT = {"cli": "terminal", "admin": "echo-bot approvals", "console": "console"}
 
 
 def decider(decided_by: Mapping[str, Any] | None) -> str:

@@ -11,6 +11,7 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from .. import metrics
+from ..config import LoadedConfig, console_base
 from ..dates import clock_text
 from ..events import (
     Address,
@@ -41,9 +42,18 @@ from .display import (
     render_call,
     render_if_fits,
 )
-from .routing import OWNER_QUEUE, ApproverDirectory
+from .routing import OWNER_QUEUE, VIA_CONSOLE, ApproverDirectory
 
 ALLOW_FOR_SECONDS = 3600
+
+# Why a chat cannot show a call; the console shows a call of any length, never a secret.
+TOO_LONG = "are too long to show here completely"
+SECRET_KEYS = "hold values under secret-named keys, which a chat never shows"
+
+
+def call_fits_console(unshown: str) -> bool:
+    return unshown == TOO_LONG
+
 
 __all__ = ["ALLOW_FOR_SECONDS", "ApprovalGate", "DecisionOutcome", "render_call"]
 
@@ -91,6 +101,9 @@ class _Settings(Protocol):
 
     @property
     def approval_timeout(self) -> timedelta: ...
+
+    @property
+    def loaded(self) -> LoadedConfig: ...
 
 
 class CurrentSettings(Protocol):
@@ -191,6 +204,7 @@ class ApprovalGate:
                 prompt_outbound_id=None if queued else prompt.id,
                 expires_at=expires_at,
                 grant_scope=ask.grant_scope if allow_for else None,
+                reason=reason,
             )
         )
         tx.on_commit(lambda: metrics.APPROVALS.labels("requested").inc())
@@ -304,8 +318,7 @@ class ApprovalGate:
             more = f", … ({len(args)} in all)" if len(args) > 8 else ""
             lines.append(
                 f"The arguments ({names}{more}) {unshown}, so this chat can only deny. "
-                f"Read them with: echo-bot approvals show {approval_id} — and approve "
-                f"there with: echo-bot approvals approve {approval_id}"
+                + self._elsewhere(approval_id, console=call_fits_console(unshown))
             )
             buttons = [[deny]]
         who = clip(requester.name or requester.id, NAME_CLIP)
@@ -322,6 +335,21 @@ class ApprovalGate:
             approval=ApprovalView(
                 request_id=approval_id, risk=risk.value, expires_at=expires_at, call=call
             ),
+        )
+
+    def _elsewhere(self, approval_id: str, *, console: bool) -> str:
+        """Where a call a chat cannot show may be read and approved: the console when it
+        is on and can show it, and the server."""
+        config = self.live.current.loaded.config
+        server = (
+            f"Read them with: echo-bot approvals show {approval_id} — and approve "
+            f"there with: echo-bot approvals approve {approval_id}"
+        )
+        if not (console and config.console.enabled):
+            return server
+        return (
+            f"Read and approve them in the console: {console_base(config)}/console/"
+            f"approvals/{approval_id} — or on the server: echo-bot approvals show {approval_id}"
         )
 
     # -- deciding ----------------------------------------------------------------------
@@ -399,7 +427,14 @@ class ApprovalGate:
         verb = decision.verb
         if verb is DecisionVerb.DENY:
             return None
-        if decision.via != "admin" and self._unshown(row):
+        if decision.via == VIA_CONSOLE:
+            if self._secret_unshown(row):
+                return (
+                    "The arguments hold values under secret-named keys, which the console "
+                    f"does not show; read them with `echo-bot approvals show {row.id}` on "
+                    "the server and approve there."
+                )
+        elif decision.via != "admin" and self._unshown(row):
             return (
                 "The arguments could not be shown in chat (too long to show in chat, or "
                 "secret); read them with "
@@ -423,13 +458,32 @@ class ApprovalGate:
     def _may_decide(self, tx: Tx, row: ApprovalRow, decision: ApprovalDecision) -> bool:
         if decision.via == "admin":  # the owner at the server, through `echo-bot approvals`
             return True
+        directory = self.live.current.directory
+        if decision.via == VIA_CONSOLE:  # shows every argument: any length may be approved
+            requester = str(row.requested_by.get("id", ""))
+            return directory.console_decides(
+                row.prompt_to, requester, decision.decided_by, decision.sender_id
+            )
         if str(decision.decided_by) != row.prompt_to:
             return False
-        return self.live.current.directory.is_approver(tx, decision.decided_by, decision.sender_id)
+        return directory.is_approver(tx, decision.decided_by, decision.sender_id)
 
     def _unshown(self, row: ApprovalRow) -> bool:
         """A call whose prompt offered only Deny (DESIGN: never approve unseen)."""
         return self._chat_view(row.tool, row.args)[0] is None
+
+    def _secret_unshown(self, row: ApprovalRow) -> bool:
+        """A call with values under secret-named keys: masked wherever people look."""
+        masked: bool = self.masker.mask_data(row.args) != self.masker.mask_data(
+            row.args, by_key=False
+        )
+        return masked
+
+    def console_view(self, row: ApprovalRow) -> tuple[str, bool]:
+        """The call as the console shows it (every argument, whatever its length; secrets
+        masked) and whether it may be approved there."""
+        shown = self.masker.mask_data(row.args)
+        return render_call(row.tool, shown), not self._secret_unshown(row)
 
     def _chat_view(self, tool: str, args: dict[str, Any]) -> tuple[str | None, str]:
         """The call as a chat shows it, or None and why a chat cannot show it completely:
@@ -439,9 +493,9 @@ class ApprovalGate:
         the approver knows which secret goes there."""
         shown = self.masker.mask_data(args, by_key=False)
         if self.masker.mask_data(args) != shown:
-            return None, "hold values under secret-named keys, which a chat never shows"
+            return None, SECRET_KEYS
         call = render_if_fits(tool, shown)
-        return call, "" if call is not None else "are too long to show here completely"
+        return call, "" if call is not None else TOO_LONG
 
     # -- grants ------------------------------------------------------------------------
     def granted(self, tx: Tx, address: Address, tool: str, scope: str) -> bool:

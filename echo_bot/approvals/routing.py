@@ -14,6 +14,10 @@ LOCAL_CHANNELS = frozenset({"cli"})
 # "admin"``), and it expires as every request does.
 OWNER_QUEUE = Address(channel="echo-bot", chat_id="approvals")
 OWNER_QUEUE_TEXT = "echo-bot approvals"
+# Decisions taken in the web console (docs/CONSOLE.md) say ``via="console"``; the owner's
+# come from this address, an approver's from their own chat's address.
+VIA_CONSOLE = "console"
+OWNER_CONSOLE = Address(channel="echo-bot", chat_id="console")
 
 
 class ApproverDirectory:
@@ -32,6 +36,22 @@ class ApproverDirectory:
 
     def is_approver(self, tx: Tx, address: Address, sender_id: str) -> bool:
         return self.approves(address, sender_id)
+
+    def console_decides(
+        self, prompt_to: str, requester_id: str, decided_by: Address, sender_id: str
+    ) -> bool:
+        """Whether someone signed in to the console may decide a request prompted in
+        ``prompt_to``: the owner (a link made at the server) any; an approver what the
+        prompt's buttons would let them decide, on their own channel — but not a request
+        prompted in another person's own chat with the bot, which they never see."""
+        if decided_by == OWNER_CONSOLE:
+            return True
+        prompt = Address.parse(prompt_to)
+        if prompt.channel != decided_by.channel or decided_by.chat_id != sender_id:
+            return False
+        if prompt.chat_id == requester_id and requester_id != sender_id:
+            return False
+        return prompt.channel not in LOCAL_CHANNELS and self.approves(prompt, sender_id)
 
     def direct(self, address: Address, sender_id: str) -> bool:
         """Whether ``address`` is a chat of this sender alone with the bot: the

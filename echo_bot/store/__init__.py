@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
 from .committed import (
+    ApprovalDecided,
     ApprovalRequested,
     ChatTimezoneChanged,
     Committed,
@@ -82,6 +83,7 @@ def copy_sqlite_to_postgres(source: Path, url: str) -> list[CopiedTable]:
 
 __all__ = [
     "DB_FILENAME",
+    "ApprovalDecided",
     "ApprovalRequested",
     "BusQueues",
     "ChatTimezoneChanged",

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..statuses import ApprovalStatus
-from .committed import ApprovalRequested
+from .committed import ApprovalDecided, ApprovalRequested
 from .sql import SqlDb
 
 if TYPE_CHECKING:
@@ -39,6 +39,8 @@ class ApprovalRow:
     # What "allow for a time" on this request would grant beside the tool (the call's
     # deciding arguments); None when the verb is not offered for it.
     grant_scope: str | None = None
+    # Why it asks: the policy's step, as the prompt said it ("" for older rows).
+    reason: str = ""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", ApprovalStatus(self.status))
@@ -50,7 +52,7 @@ class ApprovalRow:
 _COLUMNS = (
     "id, turn_id, session_key, trace_id, tool, args, args_hash, risk, requested_by, origin,"
     " prompt_to, prompt_outbound_id, status, verb, decided_by, decided_at, created_at, expires_at,"
-    " grant_scope"
+    " grant_scope, reason"
 )
 
 
@@ -59,6 +61,7 @@ def _row(raw: tuple[Any, ...]) -> ApprovalRow:
     values[5] = json.loads(values[5])
     values[8] = json.loads(values[8])
     values[14] = json.loads(values[14]) if values[14] else None
+    values[19] = values[19] or ""
     return ApprovalRow(*values)
 
 
@@ -81,6 +84,7 @@ class NewApproval:
     expires_at: float
     # What "allow for a time" would grant beside the tool; None: the verb is not offered.
     grant_scope: str | None = None
+    reason: str = ""  # why it asks (the policy's step)
 
 
 class ApprovalRepo:
@@ -93,7 +97,7 @@ class ApprovalRepo:
         """Store a pending request; the expiry timer is told on COMMIT."""
         self._db.execute(
             f"INSERT INTO approvals ({_COLUMNS}) VALUES"
-            " (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', NULL, NULL, NULL, ?, ?, ?)",
+            " (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', NULL, NULL, NULL, ?, ?, ?, ?)",
             [
                 new.id,
                 new.turn_id,
@@ -110,6 +114,7 @@ class ApprovalRepo:
                 time.time(),
                 new.expires_at,
                 new.grant_scope,
+                new.reason,
             ],
         )
         self._tx.announce(ApprovalRequested(new.id, new.expires_at))
@@ -171,7 +176,10 @@ class ApprovalRepo:
                 approval_id,
             ],
         )
-        return cursor.rowcount == 1
+        if cursor.rowcount != 1:
+            return False
+        self._tx.announce(ApprovalDecided(approval_id))
+        return True
 
     def due_for_expiry(self, now: float) -> builtins.list[str]:
         rows = self._db.execute(

@@ -59,6 +59,18 @@ class ApprovalRequested:
     expires_at: float
 
 
+@dataclass(frozen=True, slots=True)
+class ApprovalDecided:
+    """A request left pending (decided or expired): whoever shows the queue updates it."""
+
+    approval_id: str
+
+
 Committed = (
-    InboundCommitted | OutboundCommitted | ReminderChanged | ChatTimezoneChanged | ApprovalRequested
+    InboundCommitted
+    | OutboundCommitted
+    | ReminderChanged
+    | ChatTimezoneChanged
+    | ApprovalRequested
+    | ApprovalDecided
 )

@@ -324,6 +324,35 @@ def _v11(db: Database) -> None:
     _run_script(db, "ALTER TABLE messages ADD COLUMN files TEXT")
 
 
+def _v12(db: Database) -> None:
+    """The web console's sign-in links and sessions (``store/console.py``). Only digests
+    of their secrets are kept: a copy of the store signs no one in. A request keeps why
+    it asks (the policy's step), which the console shows."""
+    _run_script(
+        db,
+        """
+        CREATE TABLE console_links (
+            digest TEXT PRIMARY KEY,
+            approver TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            expires_at REAL NOT NULL,
+            used_at REAL
+        );
+        CREATE TABLE console_sessions (
+            id TEXT PRIMARY KEY,
+            digest TEXT NOT NULL UNIQUE,
+            approver TEXT NOT NULL,
+            csrf TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            expires_at REAL NOT NULL,
+            revoked_at REAL,
+            agent TEXT NOT NULL
+        );
+        ALTER TABLE approvals ADD COLUMN reason TEXT
+        """,
+    )
+
+
 MIGRATIONS: list[Callable[[Database], None]] = [
     _v1,
     _v2,
@@ -336,6 +365,7 @@ MIGRATIONS: list[Callable[[Database], None]] = [
     _v9,
     _v10,
     _v11,
+    _v12,
 ]
 
 

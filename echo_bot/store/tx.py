@@ -25,12 +25,15 @@ from .access import AccessRepo
 from .approvals import ApprovalRepo, GrantRepo
 from .audit import AuditRepo
 from .committed import (
+    ApprovalDecided,
+    ApprovalRequested,
     ChatTimezoneChanged,
     Committed,
     InboundCommitted,
     OutboundCommitted,
     ReminderChanged,
 )
+from .console import ConsoleRepo
 from .engine import ThreadedEngine
 from .inbox import InboxRepo
 from .leases import LeaseRepo
@@ -97,6 +100,7 @@ class Tx:
     access = _Repo(lambda tx: AccessRepo(tx._db))
     meta = _Repo(lambda tx: MetaRepo(tx._db))
     leases = _Repo(lambda tx: LeaseRepo(tx._db))
+    console = _Repo(lambda tx: ConsoleRepo(tx._db))
 
     def announce(self, event: Committed) -> None:
         self.committed.append(event)
@@ -121,14 +125,15 @@ class Tx:
                 notify(self._db, ",".join(sorted(kinds)))
 
 
-# What a committed event wakes in the other daemons (dispatcher, delivery, scheduler).
-# A new approval request wakes none: each daemon's expiry timer looks again on its own
-# (approvals/decisions.py, EXPIRY_RECHECK).
+# What a committed event wakes in the other daemons (dispatcher, delivery, scheduler,
+# the console's live queue: "approval").
 _WAKES: dict[type[Committed], str] = {
     InboundCommitted: "inbound",
     OutboundCommitted: "outbound",
     ReminderChanged: "reminder",
     ChatTimezoneChanged: "timezone",
+    ApprovalRequested: "approval",
+    ApprovalDecided: "approval",
 }
 
 
