@@ -32,6 +32,7 @@ from .statedir import StateLock
 from .store import Tx
 
 if TYPE_CHECKING:  # aiohttp is imported only when the server is needed
+    from .console.web import Console
     from .http import HttpServer
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,8 @@ def http_reasons(config: Config, channel_names: Sequence[str]) -> list[str]:
         reasons.append("Telegram webhook mode")
     if config.http.enabled:
         reasons.append("[http] enabled")
+    if config.console.enabled:
+        reasons.append("[console] enabled")
     return reasons
 
 
@@ -102,6 +105,7 @@ class Daemon:
         self.channels: list[Channel] = []  # the started ones, in start order
         self.bus: Bus | None = None
         self.http: HttpServer | None = None
+        self.console: Console | None = None
         self.notifier = Notifier(self.environ)
         self._reload_lock = asyncio.Lock()
         self._reloads: set[asyncio.Task[list[str]]] = set()
@@ -227,9 +231,12 @@ class Daemon:
             previews=rt.previews,
             started=self.channels,
         )
+        console = self._console(config, rt, http)
         if http is not None:
             await parts.start("the HTTP server", http.start, http.stop)
             self.http = http
+        if console is not None:  # after the server: it ends its live pages first at stop
+            await parts.start("the console", console.start, console.stop)
         running = frozenset(c.name for c in self.channels)
         warn_unreachable(config, running)
         rt.outlet.connect(rt.bus.send, running)
@@ -243,6 +250,17 @@ class Daemon:
             rt.membership.label,
             rt.state_dir,
         )
+
+    def _console(self, config: Config, rt: Runtime, http: HttpServer | None) -> Console | None:
+        """The web console's routes, on the server before it starts (``[console] enabled``)."""
+        if http is None or not config.console.enabled:
+            return None
+        from .console.web import Console
+
+        console = Console(live=rt.live, store=rt.store, gate=rt.gate, http=http)
+        console.mount()
+        self.console = console
+        return console
 
     def _make_channels(self, config: Config, rt: Runtime, http: HttpServer | None) -> list[Channel]:
         """Every configured channel, made before any starts (a bad token fails them all)."""

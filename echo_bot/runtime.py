@@ -299,6 +299,8 @@ class Runtime:
             self.delivery.wake()
         if every or "reminder" in kinds:
             self.scheduler.wake()
+        if every or "approval" in kinds:  # another daemon's request: when does it expire
+            self.dispatcher.decisions.rearm()
 
 
 def build(

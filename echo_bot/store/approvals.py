@@ -139,6 +139,18 @@ class ApprovalRepo:
             ).fetchall()
         return [_row(tuple(r)) for r in rows]
 
+    def decided(
+        self, *, since: float | None = None, limit: int = 100, offset: int = 0
+    ) -> builtins.list[ApprovalRow]:
+        """Requests no longer pending (decided or expired), the newest decision first;
+        only those decided at or after ``since`` when given."""
+        rows = self._db.execute(
+            f"SELECT {_COLUMNS} FROM approvals WHERE status != 'pending'"
+            " AND decided_at >= ? ORDER BY decided_at DESC, id LIMIT ? OFFSET ?",
+            [since or 0.0, limit, offset],
+        ).fetchall()
+        return [_row(tuple(r)) for r in rows]
+
     def pending_for(self, prompt_to: str) -> builtins.list[ApprovalRow]:
         """Every pending request whose prompt goes to ``prompt_to``, oldest first."""
         rows = self._db.execute(

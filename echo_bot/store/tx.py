@@ -150,6 +150,7 @@ class Store:
         # command) by its poll.
         self.instance = instance
         self._subscribers: dict[type[Any], list[Callable[[Any], None]]] = {}
+        self._woken: list[Callable[[str], None]] = []
 
     def describe(self) -> str:
         """Where the store is, for people (never a password)."""
@@ -160,18 +161,34 @@ class Store:
 
     def on_wake(self, callback: Callable[[str], None]) -> None:
         """On PostgreSQL, call ``callback(kinds)`` on this loop whenever any daemon
-        commits work ("inbound", "outbound", "reminder", "timezone", comma-separated;
-        "*" after the listener (re)connected: something may have been missed)."""
+        commits work ("inbound", "outbound", "reminder", "timezone", "approval",
+        comma-separated; "*" after the listener (re)connected: something may have been
+        missed). Any number of parts may ask; one listener serves them all."""
         listen = getattr(self.database, "listen", None)
         if listen is None:
+            return
+        self._woken.append(callback)
+        if len(self._woken) > 1:  # one listener serves every callback
             return
         loop = asyncio.get_running_loop()
 
         def wake(kinds: str) -> None:
             with contextlib.suppress(RuntimeError):  # the loop is closed
-                loop.call_soon_threadsafe(callback, kinds)
+                loop.call_soon_threadsafe(self._wake_all, kinds)
 
         listen(wake)
+
+    def off_wake(self, callback: Callable[[str], None]) -> None:
+        """Stop calling ``callback`` (a part that stopped); no-op if it was not."""
+        if callback in self._woken:
+            self._woken.remove(callback)
+
+    def _wake_all(self, kinds: str) -> None:
+        for callback in list(self._woken):
+            try:
+                callback(kinds)
+            except Exception:
+                log.exception("a wake-up callback failed")
 
     @property
     def shared(self) -> bool:

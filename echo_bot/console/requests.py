@@ -1,0 +1,118 @@
+"""Approval requests as the console shows them, and which ones a person may see.
+
+A person signed in sees exactly the requests they may decide (``ApproverDirectory.
+console_decides``): the owner every one, an approver those the prompt's buttons would let
+them decide. The call is shown as ``approvals/display.py`` renders it — every argument,
+whatever its length, deciding ones first, hidden characters as escapes — with values
+under secret-named keys masked (such a call is Deny-only here, as in a chat).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..approvals.display import decider, fits, show_json
+from ..approvals.gate import ApprovalGate
+from ..approvals.routing import OWNER_QUEUE, ApproverDirectory
+from ..statuses import ApprovalStatus
+from ..store import Tx
+from ..store.approvals import ApprovalRow
+from .auth import ConsoleUser
+
+# Decided requests the queue page keeps showing, for this long (seconds).
+RECENT = 15 * 60
+# Requests read per page of the queue or the history.
+PAGE = 100
+
+
+@dataclass(frozen=True, slots=True)
+class RequestView:
+    id: str
+    tool: str
+    risk: str
+    reason: str
+    call: str  # tool(arg=value, …), complete, escaped
+    args_json: str  # indented JSON, escaped
+    approvable: bool  # no secret-named values: Approve may be offered
+    allow_for: bool  # "Allow here for a time" was offered in the chat, and is here
+    chat_could_show: bool  # False: the chat prompt offered Deny only
+    asked_by: str
+    origin: str
+    prompt_to: str
+    created_at: float
+    expires_at: float
+    status: str
+    verb: str | None
+    decided_by: str
+    decided_at: float | None
+
+    @property
+    def pending(self) -> bool:
+        return self.status == ApprovalStatus.PENDING
+
+
+def view(gate: ApprovalGate, row: ApprovalRow) -> RequestView:
+    call, approvable = gate.console_view(row)
+    requester = row.requested_by
+    prompt_to = (
+        "no chat (waits for the owner)" if row.prompt_to == str(OWNER_QUEUE) else row.prompt_to
+    )
+    return RequestView(
+        id=row.id,
+        tool=row.tool,
+        risk=row.risk,
+        reason=row.reason,
+        call=call,
+        args_json=show_json(gate.masker.mask_data(row.args)),
+        approvable=approvable,
+        allow_for=row.grant_scope is not None and row.risk == "write",
+        chat_could_show=approvable and fits(call),
+        asked_by=str(requester.get("name") or requester.get("id") or "?"),
+        origin=row.origin,
+        prompt_to=prompt_to,
+        created_at=row.created_at,
+        expires_at=row.expires_at,
+        status=str(row.status),
+        verb=row.verb,
+        decided_by=decider(row.decided_by),
+        decided_at=row.decided_at,
+    )
+
+
+def may_see(directory: ApproverDirectory, user: ConsoleUser, row: ApprovalRow) -> bool:
+    requester = str(row.requested_by.get("id", ""))
+    return directory.console_decides(row.prompt_to, requester, user.address, user.id)
+
+
+def pending(
+    tx: Tx, gate: ApprovalGate, directory: ApproverDirectory, user: ConsoleUser
+) -> list[RequestView]:
+    """The pending requests ``user`` may decide, newest first."""
+    rows = tx.approvals.list(ApprovalStatus.PENDING, limit=PAGE * 10)
+    seen = [view(gate, row) for row in reversed(rows) if may_see(directory, user, row)]
+    return seen[:PAGE]
+
+
+def decided(
+    tx: Tx,
+    gate: ApprovalGate,
+    directory: ApproverDirectory,
+    user: ConsoleUser,
+    *,
+    since: float | None = None,
+    limit: int = PAGE,
+    offset: int = 0,
+) -> list[RequestView]:
+    """Requests no longer pending that ``user`` may see, newest first (decided since
+    ``since`` only, when given)."""
+    rows = tx.approvals.decided(since=since, limit=limit, offset=offset)
+    return [view(gate, row) for row in rows if may_see(directory, user, row)]
+
+
+def one(
+    tx: Tx, gate: ApprovalGate, directory: ApproverDirectory, user: ConsoleUser, approval_id: str
+) -> RequestView | None:
+    row = tx.approvals.get(approval_id)
+    if row is None or not may_see(directory, user, row):
+        return None
+    return view(gate, row)

@@ -1,0 +1,25 @@
+// The queue, kept live from /console/events (Server-Sent Events). Everything works
+// without this script: it only saves reloading the page.
+"use strict";
+(function () {
+  var queue = document.getElementById("queue");
+  if (!queue || !window.EventSource) {
+    return;
+  }
+  var live = document.getElementById("live");
+  var source = new EventSource(queue.getAttribute("data-live"));
+  source.addEventListener("open", function () {
+    if (live) { live.hidden = false; }
+  });
+  source.addEventListener("error", function () {
+    if (live) { live.hidden = true; }
+  });
+  source.addEventListener("queue", function (event) {
+    // Server-rendered and escaped, as the page itself.
+    queue.innerHTML = event.data;
+  });
+  source.addEventListener("signed-out", function () {
+    source.close();
+    window.location.assign("/console/login");
+  });
+})();

@@ -1,0 +1,135 @@
+"""The console over real HTTP (aiohttp as the browser): sign in, see the queue, decide."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from echo_bot.statuses import ApprovalStatus
+from tests.conftest import Bot, running_bot
+from tests.console.helpers import (
+    APPEND_X,
+    client,
+    console_bot,
+    sign_in,
+    sign_in_link,
+    signed_in,
+)
+
+pytestmark = pytest.mark.usefixtures("on_both_engines")
+
+
+def count_file(bot: Bot) -> Path:
+    return bot.state_dir / "workspace" / "count.txt"
+
+
+async def decide(
+    session: aiohttp.ClientSession, request_id: str, verb: str, csrf: str
+) -> aiohttp.ClientResponse:
+    return await session.post(
+        f"/console/approvals/{request_id}",
+        data={"csrf": csrf, "verb": verb},
+        headers={"Origin": str(session._base_url)},
+        allow_redirects=True,
+    )
+
+
+async def test_the_console_is_off_by_default(state_dir: Path) -> None:
+    async with running_bot(state_dir, "[http]\nenabled = true\nport = 0\n") as bot:
+        assert bot.daemon.http is not None
+        port = bot.daemon.http.port
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(f"http://127.0.0.1:{port}/console/") as page,
+        ):
+            assert page.status == 404
+
+
+async def test_an_owner_signs_in_sees_a_pending_call_and_approves_it_once(
+    state_dir: Path,
+) -> None:
+    async with console_bot(state_dir) as bot, client(bot) as session:
+        async with session.get("/console/", allow_redirects=False) as page:
+            assert page.status == 303
+            assert page.headers["Location"].startswith("/console/login")
+        csrf = await signed_in(bot, session)
+
+        inbound = await bot.channel.say(APPEND_X)
+        prompt = await bot.channel.prompt_for(inbound)
+        request_id = prompt.approval.request_id
+        async with session.get("/console/") as page:
+            html = await page.text()
+        assert request_id in html and "file_write" in html and "Approve once" in html
+
+        async with await decide(session, request_id, "approve", csrf) as result:
+            assert result.status == 200
+            assert "Approved" in await result.text()
+        reply = await bot.channel.reply_to(inbound)
+        assert "Appended 1 bytes" in reply.text
+        assert count_file(bot).read_text() == "x"
+        row = await bot.store.run(lambda tx: tx.approvals.get(request_id))
+        assert row is not None and row.status == ApprovalStatus.APPROVED
+        assert row.decided_by is not None and row.decided_by["via"] == "console"
+        edit = await bot.channel.wait_for(lambda m: m.edit_of == prompt.id)
+        assert "alice (console)" in edit.text
+
+        async with await decide(session, request_id, "approve", csrf) as again:
+            text = await again.text()
+        assert "Already decided" in text and "alice (console)" in text
+        assert count_file(bot).read_text() == "x"
+
+
+async def test_a_link_works_once(state_dir: Path) -> None:
+    async with console_bot(state_dir) as bot:
+        link = await sign_in_link(bot)
+        async with client(bot) as first:
+            assert (await sign_in(first, link)).status == 303
+        async with client(bot) as second:
+            again = await sign_in(second, link)
+            assert again.status == 403
+            assert "does not work" in await again.text()
+
+
+async def test_deny_from_the_console(state_dir: Path) -> None:
+    async with console_bot(state_dir) as bot, client(bot) as session:
+        csrf = await signed_in(bot, session)
+        inbound = await bot.channel.say("/run touch denied.txt")
+        prompt = await bot.channel.prompt_for(inbound)
+        async with await decide(session, prompt.approval.request_id, "deny", csrf) as result:
+            assert "Denied" in await result.text()
+        reply = await bot.channel.reply_to(inbound)
+        assert "APPROVAL_DENIED" in reply.text
+        assert not (bot.state_dir / "workspace" / "denied.txt").exists()
+
+
+async def test_the_live_queue_shows_a_new_request(state_dir: Path) -> None:
+    async with console_bot(state_dir) as bot, client(bot) as session:
+        await signed_in(bot, session)
+        async with session.get("/console/events") as stream:
+            assert stream.headers["Content-Type"].startswith("text/event-stream")
+            first = await _event(stream)
+            assert "Nothing is waiting" in first
+            inbound = await bot.channel.say(APPEND_X)
+            prompt = await bot.channel.prompt_for(inbound)
+            shown = await _event(stream)
+            assert prompt.approval.request_id in shown
+
+
+async def _event(stream: aiohttp.ClientResponse) -> str:
+    """The data of the next ``queue`` event."""
+    data: list[str] = []
+    kind = ""
+    while True:
+        line = (await stream.content.readline()).decode()
+        if line.startswith("event: "):
+            kind = line[7:].strip()
+        elif line.startswith("data: "):
+            data.append(line[6:].rstrip("\n"))
+        elif line == "\n" and kind == "queue":
+            return "\n".join(data)
+        elif line == "\n":
+            data, kind = [], ""
+        elif not line:
+            raise AssertionError("the stream ended")
