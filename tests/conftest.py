@@ -26,6 +26,10 @@ from echo_bot.tools.base import Tool, ToolContext
 from tests.fakes.channel import RecordingChannel
 from tests.postgres import fresh_database
 
+# The real-browser fixtures (``browser``, ``page``) for every test module; the browser
+# starts only for a test that asks for one.
+pytest_plugins = ("tests.browser",)
+
 T = TypeVar("T")
 
 ROOT = Path(__file__).resolve().parent.parent
