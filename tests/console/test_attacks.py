@@ -426,6 +426,15 @@ async def test_attack_open_redirect_in_the_login_flow(state_dir: Path) -> None:
                     html = await page.text()
                 expected = "/console/history" if target == "/console/history" else "/console/"
                 assert f'name="next" value="{expected}"' in html, target
+            # Arriving by a link from another site (no cookie sent), the page that loads
+            # it again from here keeps to the console too.
+            for target in ("/console/history?;url=//evil.example", "/console/approvals/%2F%2Fe"):
+                async with browser.get(
+                    URL(target, encoded=True), headers={"Sec-Fetch-Site": "cross-site"}
+                ) as page:
+                    html = await page.text()
+                refresh = html.split('http-equiv="refresh" content="', 1)[1].split('"', 1)[0]
+                assert refresh == f"0;url={target}", refresh
             # Not signed in: sent to sign in, and back to the console page asked for.
             async with browser.get("/console/history", allow_redirects=False) as page:
                 assert page.headers["Location"] == "/console/login?next=/console/history"
@@ -539,6 +548,15 @@ async def test_attack_oversized_and_malformed_forms(state_dir: Path) -> None:
             "a NUL and nothing else": b"\x00",
             "a token in percent-encoded invalid UTF-8": f"csrf=%ff{csrf}&verb=approve".encode(),
         }
+
+        async def chunks() -> AsyncIterator[bytes]:  # no Content-Length: it must count
+            for _ in range(64):
+                yield b"a" * 16384
+
+        async with browser.post(
+            decide_path, data=chunks(), headers={**FORM, "Origin": origin(browser)}
+        ) as response:
+            assert response.status == 413
         for path in ("/console/login", decide_path, "/console/logout"):
             for what, body in hostile.items():
                 status, _, _ = await post(browser, path, body)
