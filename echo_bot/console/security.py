@@ -50,13 +50,7 @@ def safe_next(target: str | None) -> str:
 def same_origin(request: web.Request, public_url: str | None) -> bool:
     """Whether a form post comes from the console's own pages: the browser's
     ``Sec-Fetch-Site`` (when sent) says same-origin, and ``Origin`` (when sent) is this
-    server as the browser reached it (its Host) or ``[console] public_url``.
-
-    ``Origin: null`` passes only with ``Sec-Fetch-Site: same-origin``: under the pages'
-    ``Referrer-Policy: no-referrer`` a browser sends ``null`` for every form post, its
-    own included (the Fetch standard's "serializing a request origin"), and says where
-    the post came from in ``Sec-Fetch-Site`` instead, which no page can forge. A
-    ``null`` without it (a sandboxed frame, a privacy tool) is refused."""
+    server as the browser reached it (its Host) or ``[console] public_url``."""
     site = request.headers.get("Sec-Fetch-Site")
     if site is not None and site not in ("same-origin", "none"):
         return False
@@ -64,6 +58,9 @@ def same_origin(request: web.Request, public_url: str | None) -> bool:
     if origin is None:
         return True
     if origin == "null":
+        # A page with ``Referrer-Policy: no-referrer`` (every console page) makes the
+        # browser send ``Origin: null`` on its own form posts; the browser's
+        # Sec-Fetch-Site, which no page can set, still tells ours from others'.
         return site == "same-origin"
     ours = {request.host.lower()}
     if public_url:
