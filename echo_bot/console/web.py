@@ -135,10 +135,15 @@ class Console:
         """A page for those signed in; others are sent to sign in."""
 
         async def page(request: web.Request) -> web.StreamResponse:
+            started = time.perf_counter()
             visitor = await self._visitor(request)
             if visitor is None:
                 return secure(self._not_signed_in(request))
-            return secure(await handler(request, visitor))
+            response = await handler(request, visitor)
+            if not response.prepared:  # a stream has sent its headers already
+                spent = (time.perf_counter() - started) * 1000
+                response.headers["Server-Timing"] = f"app;dur={spent:.2f}"
+            return secure(response)
 
         return page
 
