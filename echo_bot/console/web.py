@@ -28,7 +28,6 @@ from aiohttp import web
 
 from ..approvals.gate import ALLOW_FOR_SECONDS, ApprovalGate
 from ..approvals.routing import VIA_CONSOLE, ApproverDirectory
-from ..config import ConsoleConfig
 from ..events import ApprovalDecision, DecisionInbound, DecisionVerb, InboundStatus, Sender
 from ..http import HttpServer
 from ..live import Live
@@ -79,7 +78,8 @@ class Console:
         self.http = http
         self.feed = Feed(store)
         self.templates = environment()
-        config = self.config
+        # As the daemon started: a reload that changes [console] needs a restart.
+        self.config = config = live.current.loaded.config.console
         self.logins = RateLimit(config.login_rate)
         self.decisions = RateLimit(config.decision_rate)
         self.streams: dict[str, int] = {}
@@ -87,10 +87,6 @@ class Console:
             name: resources.files(__package__).joinpath("static", name).read_bytes()
             for name in STATIC
         }
-
-    @property
-    def config(self) -> ConsoleConfig:
-        return self.live.current.loaded.config.console
 
     @property
     def directory(self) -> ApproverDirectory:
@@ -135,10 +131,15 @@ class Console:
         """A page for those signed in; others are sent to sign in."""
 
         async def page(request: web.Request) -> web.StreamResponse:
+            started = time.perf_counter()
             visitor = await self._visitor(request)
             if visitor is None:
                 return secure(self._not_signed_in(request))
-            return secure(await handler(request, visitor))
+            response = await handler(request, visitor)
+            if not response.prepared:  # a stream has sent its headers already
+                spent = (time.perf_counter() - started) * 1000
+                response.headers["Server-Timing"] = f"app;dur={spent:.2f}"
+            return secure(response)
 
         return page
 
