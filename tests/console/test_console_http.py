@@ -106,3 +106,17 @@ async def test_the_live_queue_shows_a_new_request(state_dir: Path) -> None:
             prompt = await bot.channel.prompt_for(inbound)
             shown = await queue_event(stream)
             assert prompt.approval.request_id in shown
+
+
+async def test_every_console_answer_carries_the_strict_headers(state_dir: Path) -> None:
+    """Pages, refusals, the sign-in redirect, assets and unknown paths alike."""
+    async with console_bot(state_dir) as bot, client(bot) as session:
+        for path in ("/console/", "/console/login", "/console/nothing-here", "/console/static/x"):
+            async with session.get(path, allow_redirects=False) as answer:
+                assert answer.status in (200, 303, 404), (path, answer.status)
+                headers = answer.headers
+                assert "frame-ancestors 'none'" in headers["Content-Security-Policy"], path
+                assert "'unsafe-inline'" not in headers["Content-Security-Policy"], path
+                assert headers["X-Frame-Options"] == "DENY", path
+                assert headers["Referrer-Policy"] == "no-referrer", path
+                assert headers["X-Content-Type-Options"] == "nosniff", path
