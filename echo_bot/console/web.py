@@ -112,6 +112,11 @@ class Console:
         add("GET", "/console/events", self._page(self._events))
         add("GET", "/console/static/{name}", self._public(self._static))
 
+    def mount_last(self) -> None:
+        """After every other console route (a later one would never be reached): any
+        other path under /console/ is a 404 page with the console's headers."""
+        self.http.add_route("*", "/console/{tail:.*}", self._public(self._unknown))
+
     async def start(self) -> None:
         self.feed.start()
 
@@ -470,10 +475,10 @@ class Console:
         changed = True
         await response.write(b"retry: 2000\n\n")
         while not self.feed.closed.is_set():
+            if await self._visitor(request) is None:  # signed out, revoked, expired
+                await response.write(b"event: signed-out\ndata: \n\n")
+                return
             if changed:
-                if await self._visitor(request) is None:
-                    await response.write(b"event: signed-out\ndata: \n\n")
-                    return
                 html = await self._queue_html(request, visitor)
                 if html != last:
                     last = html
@@ -486,6 +491,9 @@ class Console:
     async def _queue_html(self, request: web.Request, visitor: Visitor) -> str:
         values = await self.store.run(lambda tx: self._queue_values(tx, visitor.user))
         return self.render(request, "_queue.html", visitor, **values).text or ""
+
+    async def _unknown(self, request: web.Request) -> web.StreamResponse:
+        return self._message(request, 404, "Not found", "There is no such page.")
 
     # -- assets -----------------------------------------------------------------------------
     async def _static(self, request: web.Request) -> web.StreamResponse:
