@@ -334,9 +334,9 @@ async def test_attack_clickjacking(state_dir: Path) -> None:
     async with console_bot(state_dir) as bot, client(bot) as browser:
         _, request_id = await pending_append(bot)
         anonymous = ["/console", "/console/", "/console/login", "/console/login?t=x"]
-        anonymous += ["/console/history", "/console/static/console.css"]
+        anonymous += ["/console/history", "/console/static/console.css", "/console/nowhere"]
         signed = [*anonymous[:2], "/console/history", f"/console/approvals/{request_id}"]
-        signed += ["/console/approvals/nope", "/console/decisions/nope"]
+        signed += ["/console/approvals/nope", "/console/decisions/nope", "/console/nowhere"]
 
         def framed(response: aiohttp.ClientResponse, what: str) -> None:
             assert response.headers.get("X-Frame-Options") == "DENY", what
