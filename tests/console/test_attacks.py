@@ -175,6 +175,18 @@ async def test_attack_csrf_from_another_origin(state_dir: Path) -> None:
             assert await status_of(bot, request_id) == "pending", what
         assert appended(bot) == ""
 
+        # Signing the victim in (with the attacker's link) or out from elsewhere: refused,
+        # and the link is not used up by it.
+        link = link_secret(await sign_in_link(bot))
+        evil = {"Origin": "https://evil.example", "Sec-Fetch-Site": "cross-site"}
+        status, text, response = await post(other, "/console/login", {"t": link}, evil)
+        assert (status, FORGED in text, COOKIE in response.cookies) == (403, True, False)
+        status, text, _ = await post(victim, "/console/logout", {"csrf": csrf}, evil)
+        assert (status, FORGED in text) == (403, True)
+        assert await page_status(victim, "/console/") == 200  # still signed in
+        async with client(bot) as fresh:
+            assert (await sign_in(fresh, link_url(base_url(bot), link))).status == 303
+
         # The same button, pressed on the console's own page, works: as Chromium sends it
         # from a page under "Referrer-Policy: no-referrer" (Origin: null).
         from_our_page = {"Origin": "null", "Sec-Fetch-Site": "same-origin"}
