@@ -251,9 +251,6 @@ async def test_attack_another_approvers_link(state_dir: Path) -> None:
                     status, text = await decide(a, hidden, verb, a_csrf)
                     assert status == 404 and "no such request" in text.lower()
                 assert await status_of(bot, hidden) == "pending"
-            async with a.get("/console/history") as page:
-                assert b_private not in await page.text()
-
             status, text = await decide(a, own, "approve", a_csrf)  # A's own: works
             assert status == 200 and "Approved" in text
             workspace = bot.state_dir / "workspace"
@@ -271,9 +268,21 @@ async def test_attack_another_approvers_link(state_dir: Path) -> None:
             assert status == 303
             outcome = response.headers["Location"]
             assert await page_status(owner, outcome) == 200
+        async with client(bot) as b:  # B decides their own request: B may
+            b_csrf = await signed_in(bot, b, APPROVER_B)
+            status, text = await decide(b, b_private, "deny", b_csrf)
+            assert status == 200 and "Denied" in text
+            async with b.get("/console/history") as page:
+                assert b_private in await page.text()
         async with client(bot) as a_again:
             await signed_in(bot, a_again, APPROVER_A)
             assert await page_status(a_again, outcome) == 404
+            for decided in (b_private, owner_queue):  # decided now: still not A's to see
+                assert await page_status(a_again, f"/console/approvals/{decided}") == 404
+            for path in ("/console/history", "/console/"):
+                async with a_again.get(path) as page:
+                    shown = await page.text()
+                assert own in shown and b_private not in shown and owner_queue not in shown
         assert not (workspace / "b.txt").exists() and not (workspace / "q.txt").exists()
 
 
