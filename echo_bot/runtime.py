@@ -339,7 +339,7 @@ def build(
         mcp.hub_for(config.mcp.servers, config.mcp.max_tools)
     live = Live(settings(loaded, environ, registry))
     gate = ApprovalGate(live, masker, timezone=config.bot.timezone)
-    commands = _commands(store, gate, reminders, live)
+    commands = _commands(store, gate, reminders, live, config)
     clients: dict[str, Close] = {}
     started_at = time.time() if started_at is None else started_at
     membership = InstanceMembership(
@@ -435,7 +435,7 @@ def build(
 
 
 def _commands(
-    store: Store, gate: ApprovalGate, reminders: ReminderService, live: Live
+    store: Store, gate: ApprovalGate, reminders: ReminderService, live: Live, started: Config
 ) -> CommandRegistry:
     """The chat commands every channel shares."""
     commands = CommandRegistry()
@@ -450,7 +450,7 @@ def _commands(
         return await store.run(lambda tx: gate.reprompt(tx, row))
 
     register_core_commands(commands, pending, reprompt, reset, reminders.timezone_for)
-    register_console_command(commands, store, live, reminders.timezone_for)
+    register_console_command(commands, store, live, started, reminders.timezone_for)
     register_reminder_commands(commands, reminders)
     return commands
 

@@ -15,7 +15,7 @@ import os
 import time
 from collections.abc import Awaitable, Callable
 
-from ..config import console_base
+from ..config import Config, console_base
 from ..console.auth import ConsoleUser, link_url, new_link
 from ..conversation import BrainContext, BrainReply
 from ..dates import clock_text
@@ -49,17 +49,19 @@ def owner_at_server() -> ConsoleUser:
     return ConsoleUser(channel="echo-bot", id=name, name=name)
 
 
-def refusal(live: Live, context: BrainContext) -> str | None:
-    """Why no link is given to this sender in this chat; None when one may be."""
+def refusal(started: Config, live: Live, context: BrainContext) -> str | None:
+    """Why no link is given to this sender in this chat; None when one may be. The
+    approvers are the live ones (a reload changes them); whether the console is on is
+    what the daemon started with (a change to [console] needs a restart)."""
     origin, sender = context.origin, context.sender
-    settings = live.current
+    directory = live.current.directory
     if origin.channel in MACHINE_CHANNELS:
         return NOT_HERE
-    if not settings.directory.approves(origin, sender.id):
+    if not directory.approves(origin, sender.id):
         return NOT_APPROVER
-    if not settings.directory.direct(origin, sender.id):
+    if not directory.direct(origin, sender.id):
         return NOT_PRIVATE
-    if not settings.loaded.config.console.enabled:
+    if not started.console.enabled:
         return OFF
     return None
 
@@ -76,15 +78,19 @@ def register_console_command(
     commands: CommandRegistry,
     store: Store,
     live: Live,
+    started: Config,
     timezone_for: TimezoneFor | None = None,
     clock: Callable[[], float] = time.time,
 ) -> None:
+    """``started``: the config the daemon started with, whose [console] and [http] are
+    the console it serves (a reload does not change them); ``live``: the approvers."""
+
     async def console(rest: str, ctx: CommandContext) -> BrainReply:
         context = ctx.brain
-        refused = refusal(live, context)
+        refused = refusal(started, live, context)
         if refused is not None:
             return BrainReply(text=refused, route_reason="rules: command /console, refused")
-        config = live.current.loaded.config
+        config = started
         user = user_of(context)
         ttl = config.console.link_ttl.total_seconds()
         now = clock()

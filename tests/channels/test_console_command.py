@@ -127,3 +127,29 @@ async def test_no_link_while_the_console_is_off(state_dir: Path) -> None:
         asked = say(api, "/console")
         await reply_to(api, asked, "The console is off")
         assert links_sent(api) == []
+
+
+async def test_a_reload_changes_who_gets_a_link_not_whether_the_console_is_served(
+    state_dir: Path,
+) -> None:
+    """The approvers are live; [console] needs a restart, so /console keeps following
+    the console the daemon serves: the one it started with."""
+    chat = RecordingChannel("telegram")  # Telegram's approvers, without the Bot API
+    async with running_bot(
+        state_dir, CONSOLE + "[telegram]\nallowed_users = [42]\n", channel=chat
+    ) as bot:
+        before = await chat.reply_to(await chat.say("/console", chat="42", sender="42"))
+        assert FOLLOWS.match(before.text), before.text
+        link = await chat.wait_for(lambda m: LINK.search(m.text) is not None)
+        assert link.to == Address(channel="telegram", chat_id="42")
+
+        (state_dir / "test.toml").write_text(
+            "[console]\nenabled = false\n[telegram]\nallowed_users = [7]\n"
+        )
+        restart = await bot.daemon.reload()
+        assert any("console" in change for change in restart), restart
+        after = await chat.reply_to(await chat.say("/console", chat="42", sender="42"))
+        assert after.text == "Only approvers sign in to the console."
+        newcomer = await chat.reply_to(await chat.say("/console", chat="7", sender="7"))
+        assert FOLLOWS.match(newcomer.text), newcomer.text
+        await chat.wait_for(lambda m: m.to.chat_id == "7" and LINK.search(m.text) is not None)
