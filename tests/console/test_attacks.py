@@ -358,6 +358,7 @@ async def test_attack_clickjacking(state_dir: Path) -> None:
         anonymous += ["/console/history", "/console/static/console.css", "/console/nowhere"]
         signed = [*anonymous[:2], "/console/history", f"/console/approvals/{request_id}"]
         signed += ["/console/approvals/nope", "/console/decisions/nope", "/console/nowhere"]
+        signed += ["/console/audit", "/console/audit?chat=%ff&from=x", "/console/status"]
 
         def framed(response: aiohttp.ClientResponse, what: str) -> None:
             assert response.headers.get("X-Frame-Options") == "DENY", what

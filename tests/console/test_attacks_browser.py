@@ -270,6 +270,12 @@ async def check_pages(
     assert await asyncio.to_thread(csp_violations, page) == []  # never needed
 
 
+async def audit_shows(page: WebDriver, bot: Bot, expected: Sequence[str]) -> None:
+    """The audit log (``/console/audit``) shows these texts literally, and is inert."""
+    await asyncio.to_thread(inert, page, f"{base_url(bot)}/console/audit", expected, list(HIDDEN))
+    assert await asyncio.to_thread(csp_violations, page) == []
+
+
 def as_json(text: str) -> str:
     """How a value is shown in a call: JSON (quotes escaped), hidden characters as escapes."""
     shown = json.dumps(text, ensure_ascii=False)[1:-1]
@@ -293,6 +299,7 @@ async def test_attack_xss_through_a_tool_argument(page: WebDriver, state_dir: Pa
         assert "\u202e" not in text and "\u200b" not in text
         await asyncio.to_thread(screenshot, page, "attack xss tool argument")
         await check_pages(page, bot, request_ids, [as_json(v) for v in values])
+        await audit_shows(page, bot, [as_json(v) for v in values])
         assert not (bot.state_dir / "workspace" / "out.txt").exists()
 
 
@@ -314,6 +321,7 @@ async def test_attack_xss_through_a_user_name(page: WebDriver, state_dir: Path) 
             assert f"Asked by\n{named(name)}" in text or named(name) in text, text
         await asyncio.to_thread(screenshot, page, "attack xss user name")
         await check_pages(page, bot, request_ids, [named(n) for n in names])
+        await audit_shows(page, bot, [as_json(n) for n in names])
         assert not count_file(bot).exists()
 
 
@@ -329,7 +337,11 @@ async def test_attack_xss_through_a_chat_title(page: WebDriver, state_dir: Path)
             assert f"cli:{named(chat)}" in text, text
         await asyncio.to_thread(screenshot, page, "attack xss chat title")
         await check_pages(page, bot, request_ids, [f"cli:{named(c)}" for c in chats])
+        await audit_shows(page, bot, [as_json(f"cli:{c}") for c in chats])
         assert not count_file(bot).exists()
+
+
+REPLY = " ".join(HOSTILE) + " \u202e\u200b"
 
 
 class HostileModel:
@@ -342,7 +354,7 @@ class HostileModel:
         self, conversation: Sequence[ChatMessage], tools: Sequence[Tool], context: BrainContext
     ) -> BrainReply:
         if conversation and conversation[-1].role == "tool":
-            return BrainReply(text=" ".join(HOSTILE) + " \u202e", route_reason="test: reply")
+            return BrainReply(text=REPLY, route_reason="test: reply")
         return BrainReply(
             tool_calls=[
                 ToolCall(
@@ -367,4 +379,7 @@ async def test_attack_xss_through_a_model_reply(page: WebDriver, state_dir: Path
         assert as_json(" ".join(HOSTILE)) in text, text
         await asyncio.to_thread(screenshot, page, "attack xss model reply")
         await check_pages(page, bot, [request_id], [as_json(" ".join(HOSTILE))])
+        reply = await bot.channel.reply_to(inbound)  # after the denial: the model's words
+        assert reply.text.startswith(HOSTILE[0])
+        await audit_shows(page, bot, [as_json(REPLY)])
         assert not (bot.state_dir / "workspace" / "model.txt").exists()
