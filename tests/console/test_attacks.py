@@ -283,6 +283,10 @@ async def test_attack_another_approvers_link(state_dir: Path) -> None:
                 async with a_again.get(path) as page:
                     shown = await page.text()
                 assert own in shown and b_private not in shown and owner_queue not in shown
+            async with a_again.get("/console/audit") as page:  # nor their audit rows
+                shown = await page.text()
+            assert "a.txt" in shown and "b.txt" not in shown and "q.txt" not in shown
+            assert b_private not in shown and owner_queue not in shown
         assert not (workspace / "b.txt").exists() and not (workspace / "q.txt").exists()
 
 
