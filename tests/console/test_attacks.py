@@ -184,6 +184,10 @@ async def test_attack_csrf_from_another_origin(state_dir: Path) -> None:
         status, text, _ = await post(victim, "/console/logout", {"csrf": csrf}, evil)
         assert (status, FORGED in text) == (403, True)
         assert await page_status(victim, "/console/") == 200  # still signed in
+        status, text, _ = await post(  # every form: a reminder's Cancel too
+            victim, f"/console/reminders/{'0' * 32}/cancel", {"csrf": csrf}, evil
+        )
+        assert (status, FORGED in text) == (403, True)
         async with client(bot) as fresh:
             assert (await sign_in(fresh, link_url(base_url(bot), link))).status == 303
 
