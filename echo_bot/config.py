@@ -207,7 +207,7 @@ class ConsoleConfig(Section):
     session_ttl: Duration = Field(
         timedelta(hours=12), ge=timedelta(minutes=5), le=timedelta(days=30)
     )
-    # Sign-in attempts per minute, from any one address and in all.
+    # Sign-in attempts per minute from any one address (ten times this from all).
     login_rate: int = Field(10, ge=1, le=1000)
     # Decisions per minute per signed-in session.
     decision_rate: int = Field(30, ge=1, le=1000)

@@ -46,6 +46,8 @@ log = logging.getLogger(__name__)
 Page = Callable[[web.Request, "Visitor"], Awaitable[web.StreamResponse]]
 FormPage = Callable[[web.Request, "Visitor", dict[str, str]], Awaitable[web.StreamResponse]]
 
+# Sign-ins a minute from every address together, as a multiple of [console] login_rate.
+LOGINS_IN_ALL = 10
 # A form's body, at most (a decision is a few dozen bytes).
 MAX_FORM = 16 * 1024
 # How long a decision's POST waits for the dispatcher before showing "submitted".
@@ -83,6 +85,9 @@ class Console:
         # As the daemon started: a reload that changes [console] needs a restart.
         self.config = config = live.current.loaded.config.console
         self.logins = RateLimit(config.login_rate)
+        # In all, from every address: more, so one address's guesses lock out no one else
+        # (behind a reverse proxy every visitor may have the same address: set it there).
+        self.all_logins = RateLimit(config.login_rate * LOGINS_IN_ALL)
         self.decisions = RateLimit(config.decision_rate)
         self.streams: dict[str, int] = {}
         self.static = {
@@ -259,7 +264,7 @@ class Console:
 
     async def _login(self, request: web.Request) -> web.StreamResponse:
         peer = request.remote or "?"
-        if not (self.logins.allow(peer) and self.logins.allow("*")):
+        if not (self.logins.allow(peer) and self.all_logins.allow("*")):
             wait = max(self.logins.retry_after(peer), 1)
             return self._message(
                 request, 429, "Too many attempts", TOO_MANY, headers={"Retry-After": str(wait)}
