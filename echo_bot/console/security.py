@@ -58,7 +58,10 @@ def same_origin(request: web.Request, public_url: str | None) -> bool:
     if origin is None:
         return True
     if origin == "null":
-        return False
+        # A page with ``Referrer-Policy: no-referrer`` (every console page) makes the
+        # browser send ``Origin: null`` on its own form posts; the browser's
+        # Sec-Fetch-Site, which no page can set, still tells ours from others'.
+        return site == "same-origin"
     ours = {request.host.lower()}
     if public_url:
         ours.add(urlsplit(public_url).netloc.lower())
