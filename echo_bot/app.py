@@ -259,6 +259,7 @@ class Daemon:
 
         console = Console(live=rt.live, store=rt.store, gate=rt.gate, http=http)
         console.mount()
+        console.mount_last()
         self.console = console
         return console
 

@@ -133,3 +133,10 @@ def test_fairness_quick() -> None:
 def test_stream_previews_quick() -> None:
     output = run_quick("stream_previews.py")
     assert_markdown_table(output, "case")
+
+
+@pytest.mark.timeout(300)
+def test_console_quick() -> None:
+    output = run_quick("console.py")
+    assert_markdown_table(output, "case")
+    assert "live queue p50" in output

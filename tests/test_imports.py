@@ -36,13 +36,17 @@ CHANNEL_API = {
     "echo_bot.statuses",
 }
 # Libraries the core must import lazily (inside functions), never at module level…
-LAZY_ONLY = {"aiogram", "openai", "aiohttp", "apscheduler", "psycopg"}
+LAZY_ONLY = {"aiogram", "openai", "aiohttp", "apscheduler", "psycopg", "jinja2"}
 # …except in modules that are themselves only imported inside functions.
 LAZY_MODULES = {
     "echo_bot.http",
     "echo_bot.tools.builtin.web_guard",
     "echo_bot.store.postgres",
     "echo_bot.store.copy",
+    # The web console's HTTP side, imported by app.py only when [console] enabled.
+    "echo_bot.console.web",
+    "echo_bot.console.security",
+    "echo_bot.console.render",
 }
 
 
@@ -302,7 +306,7 @@ async def main():
 
 asyncio.run(main())
 # The scheduler (APScheduler, ~50 ms) always runs: reminders can be set at any time.
-lazy = {{"aiogram", "openai", "aiohttp", "dateparser", "psycopg"}}
+lazy = {{"aiogram", "openai", "aiohttp", "dateparser", "psycopg", "jinja2"}}
 heavy = sorted(m for m in sys.modules if m.split(".")[0] in lazy)
 print("HEAVY:", ",".join(heavy))
 """

@@ -16,7 +16,15 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..approvals.display import decider, escape_text, render_call, show_json
 from ..approvals.routing import OWNER_QUEUE, OWNER_QUEUE_TEXT, ApproverDirectory
-from ..config import LoadedConfig, WebhookRoute, llm_enabled, secrets_in_use, telegram_enabled
+from ..config import (
+    Config,
+    LoadedConfig,
+    WebhookRoute,
+    console_base,
+    llm_enabled,
+    secrets_in_use,
+    telegram_enabled,
+)
 from ..durations import format_duration
 from ..errors import ConfigError, NoSchema
 from ..events import (
@@ -154,6 +162,7 @@ def check_config(loaded: LoadedConfig, state_dir: Path, env: Mapping[str, str]) 
         f"webhook: {'on' if config.webhook.enabled else 'off'} "
         f"({len(config.webhook.routes)} route(s))",
         f"http server: {http}",
+        _console_line(config),
         f"cron jobs: {len(config.cron)}",
         f"tools (profile {config.tools.profile}): "
         + (", ".join(t.name for t in runtime.exposed()) or "none"),
@@ -170,6 +179,18 @@ def check_config(loaded: LoadedConfig, state_dir: Path, env: Mapping[str, str]) 
     lines.append("secrets (environment or credentials): " + (", ".join(secrets) or "none needed"))
     print("\n".join(lines))
     return 0
+
+
+def _console_line(config: Config) -> str:
+    console = config.console
+    if not console.enabled:
+        return "console: off ([console] enabled = true serves it under /console/)"
+    where = f"{console_base(config)}/console/"
+    note = "" if console.public_url else " — set [console] public_url to your proxy's address"
+    return (
+        f"console: on at {where} (links work once, for {format_duration(console.link_ttl)}; "
+        f"sessions last {format_duration(console.session_ttl)}){note}"
+    )
 
 
 def _tool_line(name: str, runtime: Runtime, how: str) -> str:

@@ -51,8 +51,10 @@ class RequestView:
         return self.status == ApprovalStatus.PENDING
 
 
-def view(gate: ApprovalGate, row: ApprovalRow) -> RequestView:
-    call, approvable = gate.console_view(row)
+def view(gate: ApprovalGate, row: ApprovalRow, *, brief: bool = False) -> RequestView:
+    """The request as shown; ``brief``: for a list of outcomes, without the call (whose
+    rendering and masking is most of a page's time)."""
+    call, approvable = ("", False) if brief else gate.console_view(row)
     requester = row.requested_by
     prompt_to = (
         "no chat (waits for the owner)" if row.prompt_to == str(OWNER_QUEUE) else row.prompt_to
@@ -63,7 +65,7 @@ def view(gate: ApprovalGate, row: ApprovalRow) -> RequestView:
         risk=row.risk,
         reason=row.reason,
         call=call,
-        args_json=show_json(gate.masker.mask_data(row.args)),
+        args_json="" if brief else show_json(gate.masker.mask_data(row.args)),
         approvable=approvable,
         allow_for=row.grant_scope is not None and row.risk == "write",
         chat_could_show=approvable and fits(call),
@@ -106,7 +108,7 @@ def decided(
     """Requests no longer pending that ``user`` may see, newest first (decided since
     ``since`` only, when given)."""
     rows = tx.approvals.decided(since=since, limit=limit, offset=offset)
-    return [view(gate, row) for row in rows if may_see(directory, user, row)]
+    return [view(gate, row, brief=True) for row in rows if may_see(directory, user, row)]
 
 
 def one(

@@ -34,6 +34,8 @@ MAX_KEYS = 4096
 
 
 def secure(response: web.StreamResponse) -> web.StreamResponse:
+    if response.prepared:  # a stream: its headers went out when it was prepared
+        return response
     for name, value in HEADERS.items():
         response.headers.setdefault(name, value)
     return response

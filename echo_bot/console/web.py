@@ -28,7 +28,6 @@ from aiohttp import web
 
 from ..approvals.gate import ALLOW_FOR_SECONDS, ApprovalGate
 from ..approvals.routing import VIA_CONSOLE, ApproverDirectory
-from ..config import ConsoleConfig
 from ..events import ApprovalDecision, DecisionInbound, DecisionVerb, InboundStatus, Sender
 from ..http import HttpServer
 from ..live import Live
@@ -79,7 +78,8 @@ class Console:
         self.http = http
         self.feed = Feed(store)
         self.templates = environment()
-        config = self.config
+        # As the daemon started: a reload that changes [console] needs a restart.
+        self.config = config = live.current.loaded.config.console
         self.logins = RateLimit(config.login_rate)
         self.decisions = RateLimit(config.decision_rate)
         self.streams: dict[str, int] = {}
@@ -87,10 +87,6 @@ class Console:
             name: resources.files(__package__).joinpath("static", name).read_bytes()
             for name in STATIC
         }
-
-    @property
-    def config(self) -> ConsoleConfig:
-        return self.live.current.loaded.config.console
 
     @property
     def directory(self) -> ApproverDirectory:
@@ -116,6 +112,11 @@ class Console:
         add("GET", "/console/events", self._page(self._events))
         add("GET", "/console/static/{name}", self._public(self._static))
 
+    def mount_last(self) -> None:
+        """After every other console route (a later one would never be reached): any
+        other path under /console/ is a 404 page with the console's headers."""
+        self.http.add_route("*", "/console/{tail:.*}", self._public(self._unknown))
+
     async def start(self) -> None:
         self.feed.start()
 
@@ -135,10 +136,15 @@ class Console:
         """A page for those signed in; others are sent to sign in."""
 
         async def page(request: web.Request) -> web.StreamResponse:
+            started = time.perf_counter()
             visitor = await self._visitor(request)
             if visitor is None:
                 return secure(self._not_signed_in(request))
-            return secure(await handler(request, visitor))
+            response = await handler(request, visitor)
+            if not response.prepared:  # a stream has sent its headers already
+                spent = (time.perf_counter() - started) * 1000
+                response.headers["Server-Timing"] = f"app;dur={spent:.2f}"
+            return secure(response)
 
         return page
 
@@ -469,10 +475,10 @@ class Console:
         changed = True
         await response.write(b"retry: 2000\n\n")
         while not self.feed.closed.is_set():
+            if await self._visitor(request) is None:  # signed out, revoked, expired
+                await response.write(b"event: signed-out\ndata: \n\n")
+                return
             if changed:
-                if await self._visitor(request) is None:
-                    await response.write(b"event: signed-out\ndata: \n\n")
-                    return
                 html = await self._queue_html(request, visitor)
                 if html != last:
                     last = html
@@ -485,6 +491,9 @@ class Console:
     async def _queue_html(self, request: web.Request, visitor: Visitor) -> str:
         values = await self.store.run(lambda tx: self._queue_values(tx, visitor.user))
         return self.render(request, "_queue.html", visitor, **values).text or ""
+
+    async def _unknown(self, request: web.Request) -> web.StreamResponse:
+        return self._message(request, 404, "Not found", "There is no such page.")
 
     # -- assets -----------------------------------------------------------------------------
     async def _static(self, request: web.Request) -> web.StreamResponse:

@@ -89,3 +89,32 @@ async def signed_in(bot: Bot, session: aiohttp.ClientSession, user: ConsoleUser 
         found = CSRF.search(await page.text())
     assert found is not None
     return found.group(1)
+
+
+async def decide(
+    session: aiohttp.ClientSession, request_id: str, verb: str, csrf: str
+) -> aiohttp.ClientResponse:
+    return await session.post(
+        f"/console/approvals/{request_id}",
+        data={"csrf": csrf, "verb": verb},
+        headers={"Origin": str(session._base_url)},
+        allow_redirects=True,
+    )
+
+
+async def queue_event(stream: aiohttp.ClientResponse) -> str:
+    """The data of the next ``queue`` event."""
+    data: list[str] = []
+    kind = ""
+    while True:
+        line = (await stream.content.readline()).decode()
+        if line.startswith("event: "):
+            kind = line[7:].strip()
+        elif line.startswith("data: "):
+            data.append(line[6:].rstrip("\n"))
+        elif line == "\n" and kind == "queue":
+            return "\n".join(data)
+        elif line == "\n":
+            data, kind = [], ""
+        elif not line:
+            raise AssertionError("the stream ended")

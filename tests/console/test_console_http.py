@@ -13,6 +13,8 @@ from tests.console.helpers import (
     APPEND_X,
     client,
     console_bot,
+    decide,
+    queue_event,
     sign_in,
     sign_in_link,
     signed_in,
@@ -23,17 +25,6 @@ pytestmark = pytest.mark.usefixtures("on_both_engines")
 
 def count_file(bot: Bot) -> Path:
     return bot.state_dir / "workspace" / "count.txt"
-
-
-async def decide(
-    session: aiohttp.ClientSession, request_id: str, verb: str, csrf: str
-) -> aiohttp.ClientResponse:
-    return await session.post(
-        f"/console/approvals/{request_id}",
-        data={"csrf": csrf, "verb": verb},
-        headers={"Origin": str(session._base_url)},
-        allow_redirects=True,
-    )
 
 
 async def test_the_console_is_off_by_default(state_dir: Path) -> None:
@@ -109,27 +100,23 @@ async def test_the_live_queue_shows_a_new_request(state_dir: Path) -> None:
         await signed_in(bot, session)
         async with session.get("/console/events") as stream:
             assert stream.headers["Content-Type"].startswith("text/event-stream")
-            first = await _event(stream)
+            first = await queue_event(stream)
             assert "Nothing is waiting" in first
             inbound = await bot.channel.say(APPEND_X)
             prompt = await bot.channel.prompt_for(inbound)
-            shown = await _event(stream)
+            shown = await queue_event(stream)
             assert prompt.approval.request_id in shown
 
 
-async def _event(stream: aiohttp.ClientResponse) -> str:
-    """The data of the next ``queue`` event."""
-    data: list[str] = []
-    kind = ""
-    while True:
-        line = (await stream.content.readline()).decode()
-        if line.startswith("event: "):
-            kind = line[7:].strip()
-        elif line.startswith("data: "):
-            data.append(line[6:].rstrip("\n"))
-        elif line == "\n" and kind == "queue":
-            return "\n".join(data)
-        elif line == "\n":
-            data, kind = [], ""
-        elif not line:
-            raise AssertionError("the stream ended")
+async def test_every_console_answer_carries_the_strict_headers(state_dir: Path) -> None:
+    """Pages, refusals, the sign-in redirect, assets and unknown paths alike."""
+    async with console_bot(state_dir) as bot, client(bot) as session:
+        for path in ("/console/", "/console/login", "/console/nothing-here", "/console/static/x"):
+            async with session.get(path, allow_redirects=False) as answer:
+                assert answer.status in (200, 303, 404), (path, answer.status)
+                headers = answer.headers
+                assert "frame-ancestors 'none'" in headers["Content-Security-Policy"], path
+                assert "'unsafe-inline'" not in headers["Content-Security-Policy"], path
+                assert headers["X-Frame-Options"] == "DENY", path
+                assert headers["Referrer-Policy"] == "no-referrer", path
+                assert headers["X-Content-Type-Options"] == "nosniff", path
