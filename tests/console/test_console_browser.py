@@ -13,12 +13,14 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
+from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
 from selenium.webdriver.chrome.webdriver import WebDriver
 from selenium.webdriver.common.by import By
-from selenium.webdriver.remote.webelement import WebElement
 
 from tests.browser import csp_violations, screenshot, wait_for
 from tests.conftest import Bot
@@ -27,9 +29,36 @@ from tests.fakes.channel import RecordingChannel
 
 WIDTH = 360  # the phone's width in CSS pixels (tests/browser.py)
 TOUCH = 44  # the smallest touch target, CSS pixels (WCAG 2.5.5, Apple's HIG)
+T = TypeVar("T")
 
 
 # -- browser steps (plain functions: run them with asyncio.to_thread) -----------------------
+# What Chromium says when a page is read while it is being replaced: by a navigation (a
+# form's POST and its redirect) or by the live queue's script (new HTML for the queue).
+# A wait reads the page again then; anything else is a failure.
+TRANSIENT = (
+    "does not belong to the document",
+    "execution context was destroyed",
+    "Cannot find context with specified id",
+)
+
+
+def settled(read: Callable[[WebDriver], T]) -> Callable[[WebDriver], T | None]:
+    """``read`` for ``wait_for``: None (not yet) while the page is being replaced."""
+
+    def reading(driver: WebDriver) -> T | None:
+        try:
+            return read(driver)
+        except StaleElementReferenceException:
+            return None
+        except WebDriverException as exc:
+            if any(words in str(exc.msg) for words in TRANSIENT):
+                return None
+            raise
+
+    return reading
+
+
 def sign_in(page: WebDriver, link: str) -> None:
     """Open the one-time link, press its Sign in button, land on the pending page."""
     page.get(link)
@@ -37,9 +66,9 @@ def sign_in(page: WebDriver, link: str) -> None:
     screenshot(page, "login")
     page.find_element(By.ID, "sign-in").click()
     try:
-        wait_for(page, lambda d: heading(d) == "Pending approvals", what="the pending page")
+        wait_for(page, settled(lambda d: heading(d) == "Pending approvals"))
     except AssertionError as exc:
-        raise AssertionError(f"{exc}: {page_text(page)!r}") from None
+        raise AssertionError(f"not on the pending page: {page_text(page)!r} ({exc})") from None
 
 
 def open_live_queue(page: WebDriver, base: str) -> None:
@@ -47,33 +76,49 @@ def open_live_queue(page: WebDriver, base: str) -> None:
     page.get(f"{base}/console/")
     wait_for(
         page,
-        lambda d: d.find_element(By.ID, "live").is_displayed(),
+        settled(lambda d: d.find_element(By.ID, "live").is_displayed()),
         what="the live stream to open",
     )
 
 
 def heading(page: WebDriver) -> str:
-    return str(page.find_element(By.TAG_NAME, "h1").text)
+    """The page's first heading."""
+    found = page.execute_script('const h = document.querySelector("h1"); return h && h.innerText')
+    return str(found or "")
 
 
-def card(page: WebDriver, request_id: str) -> WebElement:
-    """The request's card, once the page shows it (waiting for it, never reloading)."""
-    found: WebElement = wait_for(
+def card(page: WebDriver, request_id: str) -> str:
+    """The text of the request's card, once the page shows it (waiting, never reloading)."""
+    text = wait_for(
         page,
-        lambda d: d.find_element(By.ID, f"r-{request_id}"),
+        settled(
+            lambda d: d.execute_script(
+                "const e = document.getElementById(arguments[0]); return e && e.innerText",
+                f"r-{request_id}",
+            )
+        ),
         what=f"request {request_id} on the page",
     )
-    return found
+    return str(text)
 
 
 def press(page: WebDriver, request_id: str, verb: str) -> str:
-    """Press a decision button of the request's card; the outcome page's heading."""
-    button = card(page, request_id).find_element(
-        By.CSS_SELECTOR, f'form.decide button[value="{verb}"]'
-    )
-    button.click()
+    """Press a decision button of the request's card as a finger would (Selenium's
+    click: scrolled to, not covered); the heading of the outcome page."""
+    selector = f'#r-{request_id} form.decide button[value="{verb}"]'
+
+    def click(driver: WebDriver) -> bool:
+        driver.find_element(By.CSS_SELECTOR, selector).click()
+        return True
+
+    wait_for(page, settled(click), what=f"the {verb} button of request {request_id}")
     wait_for(page, lambda d: "/console/decisions/" in d.current_url, what="the outcome page")
-    return heading(page)
+
+    def outcome(driver: WebDriver) -> str:
+        shown = heading(driver)
+        return "" if shown == "Submitted" else shown  # "Submitted": not applied yet
+
+    return str(wait_for(page, settled(outcome), what="the outcome"))
 
 
 def page_text(page: WebDriver) -> str:
@@ -152,7 +197,7 @@ async def test_a_call_appears_live_is_approved_and_runs_once(
         prompt = await bot.channel.prompt_for(inbound)
         assert prompt.approval is not None
         request_id = prompt.approval.request_id
-        shown = await asyncio.to_thread(lambda: card(page, request_id).text)  # no reload
+        shown = await asyncio.to_thread(card, page, request_id)  # no reload
         assert "file_write" in shown and '"count.txt"' in shown and "Approve once" in shown
         assert "Live" in await asyncio.to_thread(lambda: page.find_element(By.ID, "live").text)
         await asyncio.to_thread(screenshot, page, "pending")
@@ -220,10 +265,10 @@ async def test_a_request_decided_in_the_chat_meanwhile(page: WebDriver, state_di
         assert "Appended 1 bytes" in reply.text
 
         def dropped_and_listed() -> str:
-            wait_for(page, lambda d: gone(d, request_id), what="the queue to drop it")
+            wait_for(page, settled(lambda d: gone(d, request_id)), what="the queue to drop it")
             recent = wait_for(
                 page,
-                lambda d: d.find_element(By.CSS_SELECTOR, "ul.recent").text,
+                settled(lambda d: d.find_element(By.CSS_SELECTOR, "ul.recent").text),
                 what="the recently decided list",
             )
             screenshot(page, "pending-decided-elsewhere")
@@ -321,7 +366,8 @@ async def test_deciding_is_a_plain_form_post(page: WebDriver, state_dir: Path) -
         def submit_the_form() -> tuple[int, str, str, list[str], str]:
             page.get(f"{base}/console/approvals/{request_id}")
             scripts = int(page.execute_script("return document.scripts.length"))
-            form = card(page, request_id).find_element(By.CSS_SELECTOR, "form.decide")
+            card(page, request_id)
+            form = page.find_element(By.CSS_SELECTOR, f"#r-{request_id} form.decide")
             method = str(form.get_attribute("method"))
             action = str(page.execute_script("return arguments[0].getAttribute('action')", form))
             fields = [
