@@ -22,7 +22,7 @@ from .store.meta import InstanceRow
 log = logging.getLogger(__name__)
 
 # How often the row is refreshed (`status` counts one unseen for three beats as gone:
-# cli.admin.INSTANCE_GONE_AFTER).
+# overview.INSTANCE_GONE_AFTER).
 INSTANCE_BEAT = BEAT
 
 

@@ -27,6 +27,7 @@ from .brains.base import Brain, BrainContext
 from .brains.rules import RulesBrain
 from .bus import Bus, Channel
 from .cluster import Cluster
+from .commands.console import register_console_command
 from .commands.core import register_core_commands
 from .commands.registry import CommandRegistry
 from .commands.reminders import register_reminder_commands
@@ -340,7 +341,7 @@ def build(
         mcp.hub_for(config.mcp.servers, config.mcp.max_tools)
     live = Live(settings(loaded, environ, registry))
     gate = ApprovalGate(live, masker, timezone=config.bot.timezone)
-    commands = _commands(store, gate, reminders)
+    commands = _commands(store, gate, reminders, live, config)
     clients: dict[str, Close] = {}
     started_at = time.time() if started_at is None else started_at
     membership = InstanceMembership(
@@ -435,7 +436,9 @@ def build(
     )
 
 
-def _commands(store: Store, gate: ApprovalGate, reminders: ReminderService) -> CommandRegistry:
+def _commands(
+    store: Store, gate: ApprovalGate, reminders: ReminderService, live: Live, started: Config
+) -> CommandRegistry:
     """The chat commands every channel shares."""
     commands = CommandRegistry()
 
@@ -449,6 +452,7 @@ def _commands(store: Store, gate: ApprovalGate, reminders: ReminderService) -> C
         return await store.run(lambda tx: gate.reprompt(tx, row))
 
     register_core_commands(commands, pending, reprompt, reset, reminders.timezone_for)
+    register_console_command(commands, store, live, started, reminders.timezone_for)
     register_reminder_commands(commands, reminders)
     return commands
 

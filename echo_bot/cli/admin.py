@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from .. import overview
 from ..approvals.display import decider, escape_text, render_call, show_json
 from ..approvals.routing import OWNER_QUEUE, OWNER_QUEUE_TEXT, ApproverDirectory
 from ..config import (
@@ -35,9 +36,10 @@ from ..events import (
     InboundStatus,
     Sender,
 )
+from ..overview import Overview, cancel_reminder, holding, mcp_state
 from ..secrets import Masker
 from ..statedir import daemon_pid
-from ..statuses import ApprovalStatus, ReminderStatus
+from ..statuses import ApprovalStatus
 from ..store import (
     DB_FILENAME,
     Database,
@@ -49,7 +51,6 @@ from ..store import (
     make_database,
 )
 from ..store.approvals import ApprovalRow
-from ..store.meta import InstanceRow
 
 if TYPE_CHECKING:
     from ..runtime import Runtime
@@ -57,8 +58,6 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 ADMIN_ADDRESS = Address(channel="cli", chat_id="admin")
-# A daemon refreshes its instance row every 5 s; unseen for longer than this, it is gone.
-INSTANCE_GONE_AFTER = 15.0
 # A request id may be shortened to a unique prefix of at least this many characters.
 MIN_ID_PREFIX = 6
 _AMBIGUOUS_SHOWN = 10
@@ -378,17 +377,9 @@ def reminders_command(at: StoreAt, action: str, reminder_id: str | None) -> int:
         return 2
     wanted = reminder_id.strip().lower()
 
-    def cancel(tx: Tx) -> str:
-        row = tx.reminders.get(wanted)
-        if row is None:
-            return f"echo-bot: no reminder {wanted}"
-        if not tx.reminders.set_status(wanted, ReminderStatus.CANCELLED):
-            return f"echo-bot: reminder {wanted} is already {row.status}"
-        return ""
-
-    problem = _with_store(at, cancel)
+    problem = _with_store(at, lambda tx: cancel_reminder(tx, wanted))
     if problem:
-        print(problem)
+        print(f"echo-bot: {problem}")
         return 1
     print(f"Cancelled reminder {wanted}. A running daemon skips it when its time comes.")
     return 0
@@ -553,28 +544,20 @@ def _github_event(route: WebhookRoute, event: str | None) -> str | None:
 # -- status and backup --------------------------------------------------------------------
 def status_command(at: StoreAt) -> int:
     shared = at.url is not None
-    info, counts, upcoming, instances, held, now = _with_store(
-        at,
-        lambda tx: (
-            tx.meta.daemon_info(),
-            tx.meta.queue_counts(),
-            tx.reminders.active()[:5],
-            tx.meta.instances(),
-            tx.leases.holders(INSTANCE_GONE_AFTER),
-            tx.meta.now(),
-        ),
-    )
-    _print_daemon(at, info, shared)
+    seen = _with_store(at, overview.read)
+    counts = seen.counts
+    _print_daemon(at, seen.info, shared)
     print(f"state: {at.describe()}")
-    _print_mcp(info.get("mcp") or {})
-    _print_instances(instances, held, now, shared)
+    for name, server in sorted(seen.mcp.items()):
+        print(f"mcp {escape_text(name)}: {escape_text(mcp_state(server))}")
+    _print_instances(seen, shared)
     print(
         f"inbox: {counts['inbox_pending']} pending, {counts['waiting_approval']} waiting for "
         f"approval; outbox: {counts['outbox_queued']} queued, {counts['outbox_failed']} failed"
     )
     print(f"approvals pending: {counts['approvals_pending']}; "
           f"reminders active: {counts['reminders_active']}")  # fmt: skip
-    for reminder in upcoming:
+    for reminder in seen.reminders[:5]:
         print(f"  next: {_clock(reminder.next_at)}  {reminder.id}  {reminder.text[:60]}")
     return 0
 
@@ -597,44 +580,21 @@ def _print_daemon(at: StoreAt, info: dict[str, Any], shared: bool) -> None:
               f"channels: {', '.join(info.get('channels') or []) or 'none'}")  # fmt: skip
 
 
-def _print_mcp(servers: dict[str, Any]) -> None:
-    for name, server in sorted(servers.items()):
-        why = f" — {server['error']}" if server.get("error") else ""
-        why += f" — degraded: {server['limited']}" if server.get("limited") else ""
-        tools = f", {server.get('tools', 0)} tools" if server.get("state") == "ready" else ""
-        print(f"mcp {escape_text(name)}: {server.get('state')}{tools}{escape_text(why)}")
-
-
-def _print_instances(
-    instances: list[InstanceRow], held: dict[str, list[str]], now: float, shared: bool
-) -> None:
+def _print_instances(seen: Overview, shared: bool) -> None:
     """The daemons that use the store: live ones (with what they hold), gone ones."""
-    live = [i for i in instances if now - i.seen_at <= INSTANCE_GONE_AFTER]
-    gone = [i for i in instances if now - i.seen_at > INSTANCE_GONE_AFTER]
+    live, gone, now = seen.live, seen.gone, seen.now
     if live or gone or shared:
         print(f"instances: {len(live)} live" + (f", {len(gone)} gone" if gone else ""))
     for row in live:
         up = int(time.time() - row.started_at)  # both by that machine's clock, roughly
+        held = holding(seen.held.get(row.name, []))
         print(
             f"  {escape_text(row.label)}: {escape_text(row.host)}, pid {row.pid},"
             f" {row.version}, up {up // 3600} h {up % 3600 // 60} min,"
-            f" seen {int(now - row.seen_at)} s ago{_holding(held.get(row.name, []))}"
+            f" seen {int(now - row.seen_at)} s ago{'; ' + held if held else ''}"
         )
     for row in gone:
         print(f"  {escape_text(row.label)}: gone (last seen {_clock(row.seen_at)})")
-
-
-def _holding(leases: list[str]) -> str:
-    """What a live daemon holds, for `status`: the poller, channels' outboxes, sessions."""
-    sessions = sum(1 for name in leases if name.startswith("session:"))
-    delivers = [n.removeprefix("delivery:") for n in leases if n.startswith("delivery:")]
-    parts = [
-        "polls Telegram" if any(n.startswith("telegram-poller:") for n in leases) else "",
-        f"delivers the outbox of {', '.join(delivers)}" if delivers else "",
-        f"drives {sessions} session(s)" if sessions else "",
-    ]
-    shown = "; ".join(p for p in parts if p)
-    return f"; {shown}" if shown else ""
 
 
 def backup_command(at: StoreAt, target: Path, *, force: bool = False) -> int:

@@ -18,6 +18,7 @@ from ..secrets import Masker
 
 if TYPE_CHECKING:
     from ..config import LoadedConfig
+    from .admin import StoreAt
 
 log = logging.getLogger("echo_bot")
 
@@ -141,6 +142,32 @@ def _parser() -> argparse.ArgumentParser:
         help="copy a stopped SQLite store into an empty PostgreSQL database",
     )
     copy.add_argument("--to", required=True, choices=["postgres"], help="the target engine")
+    console = sub.add_parser(
+        "console", parents=[common], help="sign-in links to the web console; its sessions"
+    )
+    console_sub = console.add_subparsers(
+        dest="console_command", required=True, metavar="ACTION", action=_Commands
+    )
+    link = console_sub.add_parser(
+        "link", parents=[common], help="print a one-time sign-in link (refused while it is off)"
+    )
+    link.add_argument(
+        "--as",
+        dest="as_",
+        metavar="CHANNEL:ID",
+        help="for this approver, e.g. telegram:12345 (default: you, the owner)",
+    )
+    sessions = console_sub.add_parser(
+        "sessions", parents=[common], help="the live sessions: who, since when, which browser"
+    )
+    sessions.add_argument("--all", action="store_true", help="ended ones too, and how they ended")
+    revoke = console_sub.add_parser(
+        "revoke", parents=[common], help="end a session now, or every live one"
+    )
+    revoke.add_argument(
+        "id", nargs="?", help="the session id, or a unique prefix of it (6+ characters)"
+    )
+    revoke.add_argument("--all", action="store_true", help="end every live session")
     mcp = sub.add_parser("mcp", parents=[common], help="the MCP servers and their tools")
     mcp_sub = mcp.add_subparsers(
         dest="mcp_command", required=True, metavar="ACTION", action=_Commands
@@ -282,11 +309,23 @@ def _manage(
         from .admin import pairings_command
 
         return pairings_command(loaded, at, args.action, args.user)
+    if args.command == "console":
+        return _console(args, loaded, at)
     if args.command == "audit":
         from .admin import audit_command
 
         return audit_command(at, args.tail, args.trace, usage=args.usage)
     raise AssertionError(args.command)
+
+
+def _console(args: argparse.Namespace, loaded: LoadedConfig, at: StoreAt) -> int:
+    from .console import link_command, revoke_command, sessions_command
+
+    if args.console_command == "link":
+        return link_command(loaded, at, args.as_)
+    if args.console_command == "sessions":
+        return sessions_command(at, every=args.all)
+    return revoke_command(at, args.id, every=args.all)
 
 
 def _doctor(args: argparse.Namespace) -> int:

@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from ..approvals.display import clip
 from ..approvals.routing import OWNER_CONSOLE, VIA_CONSOLE
 from ..errors import ConfigError
 from ..events import Address
@@ -68,7 +69,9 @@ class ConsoleUser:
         """``telegram:12345`` (an approver), as ``echo-bot console link --as`` takes it."""
         channel, sep, user_id = text.partition(":")
         if not sep or not channel or not user_id or channel == OWNER_CONSOLE.channel:
-            raise ConfigError(f"{text!r} is not an approver: give CHANNEL:ID, like telegram:12345")
+            raise ConfigError(
+                f"{clip(text, 40)!r} is not an approver: give CHANNEL:ID, like telegram:12345"
+            )
         return cls(channel=channel, id=user_id, name=user_id)
 
 

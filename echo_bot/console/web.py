@@ -34,10 +34,12 @@ from ..live import Live
 from ..store import Store, Tx
 from ..store.console import ConsoleSessionRow
 from . import requests as req
+from .audit import AuditPage
 from .auth import COOKIE, ConsoleUser, session_of, sign_in
 from .feed import Feed
 from .render import Clock, environment
 from .security import RateLimit, safe_next, same_origin, secure, tokens_match
+from .status import StatusPage
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +112,10 @@ class Console:
         add("GET", "/console/decisions/{id}", self._page(self._decision))
         add("GET", "/console/history", self._page(self._history))
         add("GET", "/console/events", self._page(self._events))
+        add("GET", "/console/audit", self._page(AuditPage(self).handle))
+        status = StatusPage(self)
+        add("GET", "/console/status", self._page(status.handle))
+        add("POST", "/console/reminders/{id}/cancel", self._form(status.cancel), reads_body=True)
         add("GET", "/console/static/{name}", self._public(self._static))
 
     def mount_last(self) -> None:

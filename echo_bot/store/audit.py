@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..secrets import Masker
-from .sql import SqlDb, json_number, json_text, utc_day
+from .sql import POSTGRES, SqlDb, dialect, json_number, json_text, utc_day
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +80,23 @@ def write_rows(db: SqlDb, rows: list[AuditValues]) -> None:
 
 
 @dataclass(frozen=True, slots=True)
+class AuditFilter:
+    """Which audit rows a page shows (every field optional; all given must hold)."""
+
+    chat: str | None = None  # session_key, exactly
+    tool: str | None = None  # the row's ``tool``, or the name of one of its ``tool_calls``
+    trace_id: str | None = None
+    since: float | None = None  # ts >= since
+    until: float | None = None  # ts < until
+    before: int | None = None  # seq < before (the page after one that ended there)
+    after: int | None = None  # seq > after (the page before one that began there)
+    # Only the rows of these chats: a session key equal to one of ``exact`` or beginning
+    # with one of ``prefixes`` (an approver's share of the log). None: every row.
+    exact: tuple[str, ...] | None = None
+    prefixes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class UsageRow:
     day: str
     session_key: str
@@ -130,6 +147,21 @@ class AuditRepo:
             ).fetchall()
         return [AuditRow(r[0], r[1], r[2], r[3], r[4], json.loads(r[5])) for r in rows]
 
+    def page(
+        self, wanted: AuditFilter, limit: int, *, oldest_first: bool = False
+    ) -> list[AuditRow]:
+        """Up to ``limit`` rows that ``wanted`` lets through, newest first by seq (or
+        oldest first: the rows just after ``wanted.after``)."""
+        self.flush()
+        where, args = _where(self._db, wanted)
+        order = "ASC" if oldest_first else "DESC"
+        rows = self._db.execute(
+            "SELECT seq, ts, trace_id, session_key, kind, data FROM audit"
+            f" WHERE {' AND '.join(where) or '1 = 1'} ORDER BY seq {order} LIMIT ?",
+            [*args, limit],
+        ).fetchall()
+        return [AuditRow(r[0], r[1], r[2], r[3], r[4], json.loads(r[5])) for r in rows]
+
     def tokens_since(self, ts: float) -> int:
         """LLM tokens (prompt + completion) recorded since ``ts``."""
         self.flush()
@@ -158,3 +190,49 @@ class AuditRepo:
         return [
             UsageRow(r[0], r[1], r[2], int(r[3]), int(r[4]), int(r[5]), float(r[6])) for r in rows
         ]
+
+
+def _where(db: SqlDb, wanted: AuditFilter) -> tuple[list[str], list[Any]]:
+    """The conditions of ``AuditRepo.page`` and their arguments (values only as ``?``)."""
+    where: list[str] = []
+    args: list[Any] = []
+    if wanted.exact is not None:
+        mine = ["session_key = ?"] * len(wanted.exact)
+        args += wanted.exact
+        for prefix in wanted.prefixes:
+            mine.append("substr(session_key, 1, ?) = ?")
+            args += [len(prefix), prefix]
+        where.append(f"({' OR '.join(mine) or '1 = 0'})")
+    if wanted.chat is not None:
+        where.append("session_key = ?")
+        args.append(wanted.chat)
+    if wanted.trace_id is not None:
+        where.append("trace_id = ?")
+        args.append(wanted.trace_id)
+    if wanted.before is not None:
+        where.append("seq < ?")
+        args.append(wanted.before)
+    if wanted.after is not None:
+        where.append("seq > ?")
+        args.append(wanted.after)
+    if wanted.since is not None:
+        where.append("ts >= ?")
+        args.append(wanted.since)
+    if wanted.until is not None:
+        where.append("ts < ?")
+        args.append(wanted.until)
+    if wanted.tool is not None:
+        where.append(f"({json_text(db, 'data', 'tool')} = ? OR {_calls_name(db)})")
+        args += [wanted.tool, wanted.tool]
+    return where, args
+
+
+def _calls_name(db: SqlDb) -> str:
+    """SQL true when one of the row's ``tool_calls`` is named by the next argument."""
+    if dialect(db) == POSTGRES:
+        wanted = "jsonb_build_array(jsonb_build_object('name', ?::text))"
+        return f"(data::jsonb -> 'tool_calls') @> {wanted}"
+    return (
+        "EXISTS (SELECT 1 FROM json_each(audit.data, '$.tool_calls') AS c"
+        " WHERE json_extract(c.value, '$.name') = ?)"
+    )

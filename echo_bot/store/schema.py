@@ -327,7 +327,8 @@ def _v11(db: Database) -> None:
 def _v12(db: Database) -> None:
     """The web console's sign-in links and sessions (``store/console.py``). Only digests
     of their secrets are kept: a copy of the store signs no one in. A request keeps why
-    it asks (the policy's step), which the console shows."""
+    it asks (the policy's step), which the console shows. The audit log is read a chat
+    at a time too (the console's Audit page, newest first)."""
     _run_script(
         db,
         """
@@ -348,7 +349,8 @@ def _v12(db: Database) -> None:
             revoked_at REAL,
             agent TEXT NOT NULL
         );
-        ALTER TABLE approvals ADD COLUMN reason TEXT
+        ALTER TABLE approvals ADD COLUMN reason TEXT;
+        CREATE INDEX audit_session ON audit(session_key, seq)
         """,
     )
 

@@ -1,0 +1,43 @@
+"""Which chats a person signed in to the console may read about (the audit log, usage,
+reminders): the owner every one; an approver the chats of their own channel — their own
+chat with the bot and the groups — but never another person's own chat with the bot.
+
+On Telegram (the one chat channel with approvers) a person's own chat with the bot has
+that person's id, a positive number; a group's id is negative. So a chat of the channel
+whose id does not begin with ``-`` and is not theirs is another person's."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ..store.audit import AuditFilter
+from .auth import ConsoleUser
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """The session keys ``user`` may see: ``exact`` ones, and those beginning with one of
+    ``prefixes``; everything when ``exact`` is None (the owner)."""
+
+    exact: tuple[str, ...] | None
+    prefixes: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, user: ConsoleUser) -> Scope:
+        if user.owner:
+            return cls(None)
+        own = f"{user.channel}:{user.id}"
+        return cls((own,), (f"{own}:", f"{user.channel}:-"))
+
+    def sees(self, session_key: str | None) -> bool:
+        if self.exact is None:
+            return True
+        if session_key is None:
+            return False
+        return session_key in self.exact or session_key.startswith(self.prefixes)
+
+    def narrow(self, wanted: AuditFilter) -> AuditFilter:
+        """``wanted``, limited to these chats (for the store's query)."""
+        if self.exact is None:
+            return wanted
+        return replace(wanted, exact=self.exact, prefixes=self.prefixes)

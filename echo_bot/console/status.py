@@ -1,0 +1,140 @@
+"""The console's Status page: what ``echo-bot status`` says (read the same way:
+``overview.read``), this daemon's components' health, usage and budget per day, and the
+active reminders, each with a Cancel button (``overview.cancel_reminder``, as
+``echo-bot reminders cancel`` does). An approver sees the reminders and usage of the
+chats they may see (``scope.Scope``); the owner all."""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from .. import overview
+from ..approvals.display import show_json
+from ..store import Tx
+from ..store.audit import UsageRow
+from ..store.reminders import ReminderRow
+from .scope import Scope
+
+if TYPE_CHECKING:
+    from aiohttp import web
+
+    from .web import Console, Visitor
+
+_REMINDER = re.compile(r"^[0-9a-f]{4,32}$")
+# Days of usage shown, the newest.
+USAGE_DAYS = 14
+NOTES = {
+    "cancelled": "Reminder {id} is cancelled.",
+    "gone": "There is no active reminder {id} that you may cancel.",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class DayUsage:
+    day: str
+    calls: int
+    prompt_tokens: int
+    completion_tokens: int
+
+    @property
+    def tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class Component:
+    name: str
+    status: str
+    details: str  # the rest of its state, masked JSON ('' when none)
+
+
+def per_day(rows: list[UsageRow], scope: Scope) -> list[DayUsage]:
+    days: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+    for row in rows:
+        if scope.sees(None if row.session_key == "-" else row.session_key):
+            total = days[row.day]
+            total[0] += row.calls
+            total[1] += row.prompt_tokens
+            total[2] += row.completion_tokens
+    newest = sorted(days, reverse=True)[:USAGE_DAYS]
+    return [DayUsage(day, *days[day]) for day in newest]
+
+
+class StatusPage:
+    def __init__(self, console: Console) -> None:
+        self.console = console
+
+    async def handle(self, request: web.Request, visitor: Visitor) -> web.StreamResponse:
+        console = self.console
+        scope = Scope.of(visitor.user)
+        today = datetime.now(console.clock.zone).replace(hour=0, minute=0, second=0, microsecond=0)
+
+        def read(tx: Tx) -> tuple[overview.Overview, list[UsageRow], int]:
+            return (
+                overview.read(tx),
+                tx.audit.usage_by_day(),
+                tx.audit.tokens_since(today.timestamp()),
+            )
+
+        seen, usage, used_today = await console.store.run(read)
+        note = NOTES.get(request.query.get("note", ""), "")
+        reminder_id = request.query.get("id", "")
+        shown_note = note.format(id=reminder_id) if note and _REMINDER.match(reminder_id) else ""
+        config = console.live.current.loaded.config
+        owner = visitor.user.owner
+        masker = console.gate.masker
+        return console.render(
+            request,
+            "status.html",
+            visitor,
+            owner=owner,
+            seen=seen,
+            live=[(row, overview.holding(seen.held.get(row.name, []))) for row in seen.live],
+            gone=seen.gone,
+            mcp=[
+                (name, masker.mask_data(overview.mcp_state(server)))
+                for name, server in sorted(seen.mcp.items())
+            ],
+            components=self._components(details=owner),
+            reminders=[r for r in seen.reminders if scope.sees(r.chat)],
+            usage=per_day(usage, scope),
+            used_today=used_today if owner else None,
+            budget=config.openai.daily_token_budget,
+            note=shown_note,
+        )
+
+    def _components(self, *, details: bool) -> list[Component]:
+        """The HTTP server's health checks (channels, MCP, the store…): their states,
+        and (``details``: for the owner, as ``/healthz`` for an admin) the rest, masked."""
+        _, body = self.console.http.health()
+        masker = self.console.gate.masker
+        found: list[Component] = []
+        for name, state in sorted(body["components"].items()):
+            rest = {k: v for k, v in state.items() if k != "status"}
+            shown = show_json(masker.mask_data(rest)) if rest and details else ""
+            found.append(Component(str(name), str(state.get("status")), shown))
+        return found
+
+    async def cancel(
+        self, request: web.Request, visitor: Visitor, fields: dict[str, str]
+    ) -> web.StreamResponse:
+        from .web import see_other
+
+        console = self.console
+        reminder_id = request.match_info["id"]
+        if not _REMINDER.match(reminder_id):
+            return see_other("/console/status?note=gone")
+        scope = Scope.of(visitor.user)
+
+        def cancel(tx: Tx) -> str:
+            row: ReminderRow | None = tx.reminders.get(reminder_id)
+            if row is None or not scope.sees(row.chat):
+                return "gone"
+            return "gone" if overview.cancel_reminder(tx, reminder_id) else "cancelled"
+
+        note = await console.store.run(cancel)
+        return see_other(f"/console/status?note={note}&id={reminder_id}")
