@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -22,6 +23,8 @@ from selenium.common.exceptions import StaleElementReferenceException, WebDriver
 from selenium.webdriver.chrome.webdriver import WebDriver
 from selenium.webdriver.common.by import By
 
+from echo_bot.statuses import ReminderStatus
+from echo_bot.store.reminders import ReminderRow
 from tests.browser import csp_violations, screenshot, wait_for
 from tests.conftest import Bot
 from tests.console.helpers import APPEND_X, base_url, console_bot, sign_in_link
@@ -142,9 +145,10 @@ def layout_problems(page: WebDriver) -> list[str]:
         problems.append(f"{width} px wide: scrolls sideways on a {WIDTH} px screen")
     targets = page.execute_script(
         """
-        return Array.from(document.querySelectorAll("button, header a, .pages a"))
+        const tapped = "button, input:not([type=hidden]), header a, .pages a, .filter-actions a";
+        return Array.from(document.querySelectorAll(tapped))
           .filter(e => e.offsetParent !== null)
-          .map(e => [e.textContent.trim(), e.getBoundingClientRect().height]);
+          .map(e => [e.textContent.trim() || e.name, e.getBoundingClientRect().height]);
         """
     )
     for label, height in targets:
@@ -156,6 +160,16 @@ def layout_problems(page: WebDriver) -> list[str]:
 # -- checks of the daemon's side ---------------------------------------------------------------
 def workspace(bot: Bot, name: str) -> Path:
     return bot.state_dir / "workspace" / name
+
+
+def a_reminder(text: str) -> ReminderRow:
+    """An active reminder in the terminal's chat, due in an hour."""
+    now = time.time()
+    return ReminderRow(
+        id="0a1b2c3d", chat="cli:local", owner="owner", text=text, timezone="UTC",
+        recurrence=None, next_at=now + 3600, status=ReminderStatus.ACTIVE, created_at=now,
+        fired_count=0, last_fired_at=None, trace_id=None,
+    )  # fmt: skip
 
 
 async def prompt_edit(channel: RecordingChannel, prompt_id: str) -> str:
@@ -347,8 +361,18 @@ async def test_every_page_fits_a_phone(page: WebDriver, state_dir: Path) -> None
         problems["request"] = await asyncio.to_thread(layout_problems, page)
         await asyncio.to_thread(press, page, request_id, "approve")
         problems["decision"] = await asyncio.to_thread(layout_problems, page)
+        await bot.channel.reply_to(inbound)  # the call ran: the audit log has its rows
         await asyncio.to_thread(page.get, f"{base}/console/history")
         problems["history"] = await asyncio.to_thread(layout_problems, page)
+        await asyncio.to_thread(page.get, f"{base}/console/audit")
+        assert "file_write" in await asyncio.to_thread(page_text, page)
+        problems["audit"] = await asyncio.to_thread(layout_problems, page)
+        await asyncio.to_thread(screenshot, page, "audit")
+        await bot.store.run(lambda tx: tx.reminders.insert(a_reminder("call the plumber")))
+        await asyncio.to_thread(page.get, f"{base}/console/status")
+        assert "call the plumber" in await asyncio.to_thread(page_text, page)
+        problems["status"] = await asyncio.to_thread(layout_problems, page)
+        await asyncio.to_thread(screenshot, page, "status")
         assert {name: found for name, found in problems.items() if found} == {}
 
 
