@@ -67,7 +67,11 @@ def same_origin(request: web.Request, public_url: str | None) -> bool:
     ours = {request.host.lower()}
     if public_url:
         ours.add(urlsplit(public_url).netloc.lower())
-    return urlsplit(origin).netloc.lower() in ours
+    try:
+        netloc = urlsplit(origin).netloc.lower()
+    except ValueError:  # "http://[::1": not a URL, so not ours (never a 500)
+        return False
+    return netloc in ours
 
 
 def tokens_match(given: str | None, expected: str) -> bool:
