@@ -254,7 +254,7 @@ async def test_a_request_decided_in_the_chat_meanwhile(page: WebDriver, state_di
         base = base_url(bot)
         await asyncio.to_thread(sign_in, page, await sign_in_link(bot))
         await asyncio.to_thread(open_live_queue, page, base)
-        queue_tab = page.current_window_handle
+        queue_tab = await asyncio.to_thread(lambda: page.current_window_handle)
         inbound = await bot.channel.say(APPEND_X)
         prompt = await bot.channel.prompt_for(inbound)
         assert prompt.approval is not None
@@ -272,39 +272,47 @@ async def test_a_request_decided_in_the_chat_meanwhile(page: WebDriver, state_di
             page.switch_to.window(queue_tab)
             return handle
 
-        stale_tab = await asyncio.to_thread(open_stale_tab)
-        approve = next(b for row in prompt.buttons for b in row if b.label == "Approve once")
-        await bot.channel.press(approve.action)  # the chat's button, pressed meanwhile
-        reply = await bot.channel.reply_to(inbound)
-        assert "Appended 1 bytes" in reply.text
-
-        def dropped_and_listed() -> str:
-            wait_for(page, settled(lambda d: gone(d, request_id)), what="the queue to drop it")
-            recent = wait_for(
-                page,
-                settled(lambda d: d.find_element(By.CSS_SELECTOR, "ul.recent").text),
-                what="the recently decided list",
-            )
-            screenshot(page, "pending-decided-elsewhere")
-            return str(recent)
-
-        recent = await asyncio.to_thread(dropped_and_listed)
-        assert "Decided in the last 15 minutes" in await asyncio.to_thread(page_text, page)
-        assert "file_write" in recent and "approved by owner (terminal)" in recent
-
-        def approve_on_the_stale_page() -> str:
-            page.switch_to.window(stale_tab)
-            heading = press(page, request_id, "approve")
-            screenshot(page, "already-decided")
-            text = page_text(page)
-            page.close()
+        def one_tab_again() -> None:
+            """Close the stale page's tab: the session's browser goes on to other tests."""
+            for handle in page.window_handles:
+                if handle != queue_tab:
+                    page.switch_to.window(handle)
+                    page.close()
             page.switch_to.window(queue_tab)
-            return f"{heading}\n{text}"
 
-        stale = await asyncio.to_thread(approve_on_the_stale_page)
-        assert stale.startswith("Not applied\n")
-        assert "Already decided" in stale and "owner (terminal)" in stale
-        assert workspace(bot, "count.txt").read_text() == "x"  # the chat's approval only
+        try:
+            stale_tab = await asyncio.to_thread(open_stale_tab)
+            approve = next(b for row in prompt.buttons for b in row if b.label == "Approve once")
+            await bot.channel.press(approve.action)  # the chat's button, pressed meanwhile
+            reply = await bot.channel.reply_to(inbound)
+            assert "Appended 1 bytes" in reply.text
+
+            def dropped_and_listed() -> str:
+                wait_for(page, settled(lambda d: gone(d, request_id)), what="the queue to drop it")
+                recent = wait_for(
+                    page,
+                    settled(lambda d: d.find_element(By.CSS_SELECTOR, "ul.recent").text),
+                    what="the recently decided list",
+                )
+                screenshot(page, "pending-decided-elsewhere")
+                return str(recent)
+
+            recent = await asyncio.to_thread(dropped_and_listed)
+            assert "Decided in the last 15 minutes" in await asyncio.to_thread(page_text, page)
+            assert "file_write" in recent and "approved by owner (terminal)" in recent
+
+            def approve_on_the_stale_page() -> str:
+                page.switch_to.window(stale_tab)
+                heading = press(page, request_id, "approve")
+                screenshot(page, "already-decided")
+                return f"{heading}\n{page_text(page)}"
+
+            stale = await asyncio.to_thread(approve_on_the_stale_page)
+            assert stale.startswith("Not applied\n")
+            assert "Already decided" in stale and "owner (terminal)" in stale
+            assert workspace(bot, "count.txt").read_text() == "x"  # the chat's approval only
+        finally:
+            await asyncio.to_thread(one_tab_again)
 
 
 async def test_a_call_too_long_for_the_chat_is_approved_in_the_console(
