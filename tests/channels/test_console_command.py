@@ -22,6 +22,8 @@ from tests.fakes.channel import RecordingChannel
 from tests.fakes.telegram_api import FakeTelegramAPI
 
 CONSOLE = "[console]\nenabled = true\n"
+# The console opens the HTTP server: on any free port where a test sets no [http].
+ANY_PORT = "[http]\nport = 0\n"
 LINK = re.compile(r"http://127\.0\.0\.1:\d+/console/login\?t=([A-Za-z0-9_-]+)")
 FOLLOWS = re.compile(
     r"^A one-time sign-in link for the console follows \(works once, until \d\d:\d\d UTC\)\.$"
@@ -51,7 +53,7 @@ async def assert_kept_nowhere(bot: Bot, secret: str) -> None:
 async def test_in_the_terminal_the_link_is_the_owners_and_kept_only_in_the_outbox(
     state_dir: Path, on_both_engines: str
 ) -> None:
-    async with running_bot(state_dir, CONSOLE) as bot:
+    async with running_bot(state_dir, CONSOLE + ANY_PORT) as bot:
         helped = await bot.channel.reply_to(await bot.channel.say("/help"))
         assert "/console — a one-time sign-in link to the web console" in helped.text
 
@@ -77,7 +79,7 @@ async def test_in_the_terminal_the_link_is_the_owners_and_kept_only_in_the_outbo
 @pytest.mark.parametrize("origin", ["webhook", "cron"])
 async def test_a_webhook_or_a_job_is_given_no_link(state_dir: Path, origin: str) -> None:
     channel = RecordingChannel(origin)
-    async with running_bot(state_dir, CONSOLE, channel=channel) as bot:
+    async with running_bot(state_dir, CONSOLE + ANY_PORT, channel=channel) as bot:
         reply = await channel.reply_to(await channel.say("/console", sender=f"{origin}:x"))
         assert reply.text.startswith("Console links are given only in a chat with a person")
         assert not [m for m in channel.sent if LINK.search(m.text)]
@@ -136,7 +138,7 @@ async def test_a_reload_changes_who_gets_a_link_not_whether_the_console_is_serve
     the console the daemon serves: the one it started with."""
     chat = RecordingChannel("telegram")  # Telegram's approvers, without the Bot API
     async with running_bot(
-        state_dir, CONSOLE + "[telegram]\nallowed_users = [42]\n", channel=chat
+        state_dir, CONSOLE + ANY_PORT + "[telegram]\nallowed_users = [42]\n", channel=chat
     ) as bot:
         before = await chat.reply_to(await chat.say("/console", chat="42", sender="42"))
         assert FOLLOWS.match(before.text), before.text
