@@ -26,9 +26,9 @@ from echo_bot.tools.base import Tool, ToolContext
 from tests.fakes.channel import RecordingChannel
 from tests.postgres import fresh_database
 
-# The real-browser fixtures (``browser``, ``page``) for every test module; the browser
-# starts only for a test that asks for one.
-pytest_plugins = ("tests.browser",)
+# The real-browser fixtures (``browser``, ``page``) and the Matrix homeserver
+# (``synapse``) for every test module; each starts only for a test that asks for it.
+pytest_plugins = ("tests.browser", "tests.matrix_server")
 
 T = TypeVar("T")
 
