@@ -21,7 +21,7 @@ sees it. What E2EE took with matrix-nio 0.26 (vodozemac):
 from __future__ import annotations
 
 import secrets
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 from uuid import uuid4
@@ -38,11 +38,12 @@ from nio import (
     RoomCreateResponse,
     RoomMessageText,
     RoomPreset,
+    RoomSendError,
     RoomSendResponse,
     SyncResponse,
 )
 
-from tests.matrix_server import Synapse, unique
+from tests.matrix_server import Synapse, start_synapse, unique
 from tests.waiting import eventually
 
 T = TypeVar("T")
@@ -52,7 +53,9 @@ MEGOLM = "m.megolm.v1.aes-sha2"
 class Person:
     """A matrix-nio client with E2EE and what it has seen, synced step by step."""
 
-    def __init__(self, synapse: Synapse, name: str, store: Path) -> None:
+    def __init__(
+        self, synapse: Synapse, name: str, store: Path, *, max_limit_exceeded: int | None = None
+    ) -> None:
         password = secrets.token_urlsafe(12)
         account = synapse.register(unique(name), password)
         store.mkdir(parents=True, exist_ok=True)
@@ -60,7 +63,14 @@ class Person:
             synapse.url,
             account.user_id,
             store_path=str(store),
-            config=AsyncClientConfig(encryption_enabled=True, store_sync_tokens=True),
+            config=AsyncClientConfig(
+                encryption_enabled=True,
+                store_sync_tokens=True,
+                # None (nio's default): on M_LIMIT_EXCEEDED, sleep retry_after_ms and
+                # send again, for ever; a number: give up after that many and answer
+                # the error.
+                max_limit_exceeded=max_limit_exceeded,
+            ),
         )
         self.client.restore_login(account.user_id, account.device_id, account.access_token)
         self.user_id = account.user_id
@@ -227,3 +237,37 @@ async def send_encrypted(person: Person, room_id: str, kind: str, content: dict[
     assert response.status == 200, body
     event_id: str = body["event_id"]
     return event_id
+
+
+@pytest.fixture(scope="module")
+def strict_synapse(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synapse]:
+    """A second homeserver whose rc_message allows a burst of 3, then one message
+    every 1000 s."""
+    limits = {"rc_message": {"per_second": 0.001, "burst_count": 3}}
+    with start_synapse(tmp_path_factory.mktemp("strict"), rate_limits=limits) as server:
+        yield server
+
+
+async def test_a_strict_rc_message_answers_m_limit_exceeded(
+    strict_synapse: Synapse, tmp_path: Path
+) -> None:
+    person = Person(strict_synapse, "burst", tmp_path / "burst", max_limit_exceeded=0)
+    try:
+        created = await person.client.room_create()
+        assert isinstance(created, RoomCreateResponse), created
+        await person.until(lambda: created.room_id in person.client.rooms, "the room synced")
+        answers = []
+        for n in range(6):
+            answer = await person.client.room_send(
+                created.room_id, "m.room.message", {"msgtype": "m.text", "body": f"{n}"}
+            )
+            answers.append(answer)
+            if isinstance(answer, RoomSendError):
+                break
+    finally:
+        await person.client.close()
+    refused = answers[-1]
+    assert isinstance(refused, RoomSendError), answers
+    assert refused.status_code == "M_LIMIT_EXCEEDED", refused
+    assert refused.retry_after_ms and refused.retry_after_ms > 0, refused
+    assert all(isinstance(answer, RoomSendResponse) for answer in answers[:-1]), answers
