@@ -207,6 +207,7 @@ def homeserver_config(
         "presence": {"enabled": False},
         "url_preview_enabled": False,
         "enable_metrics": False,
+        "bcrypt_rounds": 4,  # the fewest bcrypt allows: 12 make a registration take 0.4 s
         **rate_limits,
     }
 
