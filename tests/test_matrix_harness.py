@@ -20,10 +20,13 @@ sees it. What E2EE took with matrix-nio 0.26 (vodozemac):
 
 from __future__ import annotations
 
+import json
 import secrets
+import urllib.request
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import quote
 from uuid import uuid4
 
 import pytest
@@ -181,7 +184,14 @@ async def test_encrypted_direct_chat_between_two_clients(
         "alice knows bot's device",
     )
     alice.trust(bot)
-    await send(alice, room_id, "m.room.message", {"msgtype": "m.text", "body": "hello, bot 🔐"})
+    hello = await send(
+        alice, room_id, "m.room.message", {"msgtype": "m.text", "body": "hello, bot 🔐"}
+    )
+    # What the homeserver holds is ciphertext only.
+    stored = raw_event(alice, room_id, hello)
+    assert stored["type"] == "m.room.encrypted", stored
+    assert stored["content"]["algorithm"] == MEGOLM
+    assert "hello" not in json.dumps(stored)
 
     got = await bot.until(lambda: bot.texts(room_id, alice.user_id), "bot reads alice")
     assert [event.body for event in got] == ["hello, bot 🔐"]
@@ -217,6 +227,18 @@ async def test_encrypted_direct_chat_between_two_clients(
         (elements, alice.user_id, reply_id, "✅", True),
         (nios, alice.user_id, reply_id, "⏱", False),
     ]
+
+
+def raw_event(person: Person, room_id: str, event_id: str) -> dict[str, Any]:
+    """The event as the homeserver serves it (no client-side decryption)."""
+    path = f"/_matrix/client/v3/rooms/{quote(room_id)}/event/{quote(event_id)}"
+    request = urllib.request.Request(
+        person.client.homeserver + path,
+        headers={"Authorization": f"Bearer {person.client.access_token}"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        event: dict[str, Any] = json.load(response)
+    return event
 
 
 def annotation(event_id: str, key: str) -> dict[str, Any]:
