@@ -16,7 +16,10 @@ class StoreAccess:
 
     def reload(self, config: Config) -> list[str]:
         """Take the configured allowlists (at start and on reload)."""
-        self._configured = {"telegram": {str(u) for u in config.telegram.allowed_users}}
+        self._configured = {
+            "telegram": {str(u) for u in config.telegram.allowed_users},
+            "matrix": set(config.matrix.allowed_users),
+        }
         return []
 
     async def is_allowed(self, channel: str, user_id: str) -> bool:

@@ -45,6 +45,7 @@ STORE_RETRY_MAX = 30.0
 CHANNELS: dict[str, str] = {
     "cli": "channels.cli:CliChannel",
     "telegram": "channels.telegram:TelegramChannel",
+    "matrix": "channels.matrix:MatrixChannel",  # matrix-nio: imported only when enabled
     "webhook": "channels.webhook:WebhookChannel",
 }
 
@@ -281,6 +282,7 @@ class Daemon:
             timezone_for=rt.reminders.timezone_for,
             argv_args=rt.argv_args,
             request_stop=self.request_stop,
+            state_dir=rt.state_dir,
         )
         return [
             load_channel_class(name)(

@@ -187,6 +187,12 @@ class ChannelHost(Protocol):
         ...
 
     @property
+    def state_dir(self) -> Path:
+        """The daemon's state dir: a channel keeps files of its own in
+        ``state_dir/<name>/`` (the Matrix channel's encryption keys)."""
+        ...
+
+    @property
     def started_at(self) -> float:
         """When the daemon started: outbound made before it waited for a channel of an
         earlier run (or one that was not running), e.g. a reply whose terminal closed."""
@@ -242,6 +248,15 @@ class ChannelHost(Protocol):
         ...
 
     async def remember(self, name: str, value: int) -> None: ...
+
+    async def recall_note(self, name: str) -> tuple[str, float] | None:
+        """A text kept in the store under ``name`` (a Matrix sync token, an approval
+        prompt's actions) and when it was stored; None when nothing is."""
+        ...
+
+    async def remember_note(self, name: str, value: str) -> None:
+        """Keep ``value`` under ``name`` (replacing what was there), committed on return."""
+        ...
 
     def stop_generation(self, key: str) -> bool:
         """The person asked to stop the reply being written for ``key`` (a preview's

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from .bus import (
@@ -59,7 +60,9 @@ class DaemonHost:
         timezone_for: Callable[[Address], Awaitable[str]],
         argv_args: Callable[[str], Collection[str]],
         request_stop: Callable[[int], None],
+        state_dir: Path,
     ) -> None:
+        self.state_dir = state_dir
         self._bus = bus
         self._store = store
         self._access = access
@@ -157,6 +160,12 @@ class DaemonHost:
 
     async def remember(self, name: str, value: int) -> None:
         await self._store.run(lambda tx: tx.meta.set_position(name, value))
+
+    async def recall_note(self, name: str) -> tuple[str, float] | None:
+        return await self._store.run(lambda tx: tx.meta.note(name))
+
+    async def remember_note(self, name: str, value: str) -> None:
+        await self._store.run(lambda tx: tx.meta.set_note(name, value))
 
     def stop_generation(self, key: str) -> bool:
         return self._previews.stop(key)

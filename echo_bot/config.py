@@ -258,6 +258,58 @@ class TelegramConfig(Section):
         return self.allowed_users if self.approvers is None else self.approvers
 
 
+def _homeserver_url(value: str) -> str:
+    parts = urlsplit(value)
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        raise ValueError("expected an http:// or https:// URL with a host")
+    return value.rstrip("/")
+
+
+_MATRIX_USER = re.compile(r"^@[^:\s]+:[^\s]+$")
+_MATRIX_ROOM = re.compile(r"^![^:\s]+:[^\s]+$")
+
+
+def _matrix_user(value: str) -> str:
+    if not _MATRIX_USER.match(value):
+        raise ValueError(f"{value!r} is not a Matrix user ID (@name:server)")
+    return value
+
+
+def _matrix_room(value: str) -> str:
+    if not _MATRIX_ROOM.match(value):
+        raise ValueError(f"{value!r} is not a Matrix room ID (!id:server)")
+    return value
+
+
+MatrixUser = Annotated[str, AfterValidator(_matrix_user)]
+MatrixRoom = Annotated[str, AfterValidator(_matrix_room)]
+
+
+class MatrixConfig(Section):
+    enabled: bool = False
+    homeserver: Annotated[str, AfterValidator(_homeserver_url)] = "https://matrix.org"
+    user_id: MatrixUser | None = None
+    # The bot account's access token; or, for a first login, its password (the device
+    # and token that login gives are then kept in the store and used from then on).
+    access_token_env: EnvName = "MATRIX_ACCESS_TOKEN"
+    password_env: EnvName | None = None
+    device_name: str = Field("echo-bot", min_length=1, max_length=100)
+    allowed_users: list[MatrixUser] = Field(default_factory=list)
+    approvers: list[MatrixUser] | None = None
+    rooms: list[MatrixRoom] | None = None  # None: any room an allowed user invites it to
+    encryption: bool = True
+
+    @model_validator(mode="after")
+    def _needs_user(self) -> MatrixConfig:
+        if self.enabled and not self.user_id:
+            raise ValueError("user_id is needed (the bot account, @name:server)")
+        return self
+
+    @property
+    def approver_ids(self) -> list[str]:
+        return self.allowed_users if self.approvers is None else self.approvers
+
+
 class MediaConfig(Section):
     # Budgets for the files people send (saved in <workspace>/inbox/<channel>-<sender>/
     # <UTC date>/, whatever the channel). Bytes one sender who is not an approver may
@@ -502,6 +554,7 @@ class Config(Section):
     http: HttpConfig = Field(default_factory=HttpConfig)
     console: ConsoleConfig = Field(default_factory=ConsoleConfig)
     telegram: TelegramConfig = Field(default_factory=TelegramConfig)
+    matrix: MatrixConfig = Field(default_factory=MatrixConfig)
     media: MediaConfig = Field(default_factory=MediaConfig)
     webhook: WebhookConfig = Field(default_factory=WebhookConfig)
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
@@ -603,9 +656,10 @@ def llm_enabled(loaded: LoadedConfig, environ: Mapping[str, str]) -> bool:
 
 
 # The channels an address (deliver_to, default_chat) may name; app.CHANNELS loads them.
-CHANNEL_NAMES = ("cli", "telegram", "webhook")
+CHANNEL_NAMES = ("cli", "telegram", "matrix", "webhook")
 CHANNEL_SWITCHES = {
     "telegram": "[telegram] enabled = true switches it on",
+    "matrix": "[matrix] enabled = true switches it on",
     "webhook": "[webhook] enabled = true switches it on",
 }
 
@@ -617,6 +671,8 @@ def channel_enabled(loaded: LoadedConfig, environ: Mapping[str, str], channel: s
         return telegram_enabled(loaded, environ)
     if channel == "webhook":
         return loaded.config.webhook.enabled
+    if channel == "matrix":
+        return loaded.config.matrix.enabled
     return channel in CHANNEL_NAMES
 
 
@@ -634,6 +690,11 @@ def secrets_in_use(loaded: LoadedConfig, environ: Mapping[str, str]) -> list[tup
         telegram_hook = config.telegram.mode == "webhook"
         if telegram_hook:
             found.append((config.telegram.webhook_secret_env, True))
+    if config.matrix.enabled:
+        # The token, or for a first login the password (then the kept token is used).
+        found.append((config.matrix.access_token_env, config.matrix.password_env is None))
+        if config.matrix.password_env:
+            found.append((config.matrix.password_env, False))
     # The admin token guards /healthz details whenever the HTTP server runs.
     serves_http = config.webhook.enabled or config.http.enabled or telegram_hook
     if serves_http and config.webhook.admin_token_env:
@@ -650,6 +711,9 @@ def secret_env_names(config: Config) -> list[str]:
     """Every environment variable the config names as holding a secret."""
     names = [config.openai.api_key_env, config.telegram.token_env]
     names.append(config.telegram.webhook_secret_env)
+    names.append(config.matrix.access_token_env)
+    if config.matrix.password_env:
+        names.append(config.matrix.password_env)
     if config.webhook.admin_token_env:
         names.append(config.webhook.admin_token_env)
     names += [r.secret_env for r in config.webhook.routes if r.secret_env]
@@ -720,6 +784,8 @@ def check_environment(loaded: LoadedConfig, environ: Mapping[str, str] | None = 
                 config.telegram.webhook_secret_env,
                 "the webhook secret token",
             )
+    if config.matrix.enabled and not config.matrix.password_env:
+        need("matrix.access_token_env", config.matrix.access_token_env, "the bot's access token")
     if config.brain.kind == "openai" and config.openai.base_url == DEFAULT_OPENAI_BASE_URL:
         need("openai.api_key_env", config.openai.api_key_env, "the API key")
     if config.webhook.enabled:

@@ -53,6 +53,8 @@ class Address(_Model):
         channel, sep, rest = text.partition(":")
         if not sep or not channel or not rest:
             raise ValueError(f"address {text!r} is not of the form channel:chat_id")
+        if channel == "matrix":  # a room ID has a colon of its own (!opaque:server)
+            return cls(channel=channel, chat_id=rest)
         chat_id, _, thread = rest.partition(":")
         return cls(channel=channel, chat_id=chat_id, thread_id=thread or None)
 

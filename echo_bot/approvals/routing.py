@@ -30,7 +30,10 @@ class ApproverDirectory:
 
     def __init__(self, config: Config) -> None:
         telegram = config.telegram
-        self._approvers = {"telegram": frozenset(str(i) for i in telegram.approver_ids)}
+        self._approvers = {
+            "telegram": frozenset(str(i) for i in telegram.approver_ids),
+            "matrix": frozenset(config.matrix.approver_ids),
+        }
         default = config.approvals.default_chat
         self.default_chat = Address.parse(default) if default else None
 

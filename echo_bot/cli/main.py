@@ -374,6 +374,8 @@ def _run_daemon(
             options["cli"] = {"interactive": True, "exit_on_eof": False}
         if telegram_enabled(loaded, environ):
             channels.append("telegram")
+        if loaded.config.matrix.enabled:
+            channels.append("matrix")
         if loaded.config.webhook.enabled:
             channels.append("webhook")
     daemon = Daemon(

@@ -121,6 +121,22 @@ class MetaRepo:
             [f"position:{name}", json.dumps({"value": value, "at": time.time()})],
         )
 
+    def note(self, name: str) -> tuple[str, float] | None:
+        """A reader's stored text position (a Matrix sync token, which is opaque and not
+        ordered: kept as it is, last writer wins) and when it was stored."""
+        row = self._db.execute("SELECT value FROM meta WHERE key = ?", [f"note:{name}"]).fetchone()
+        if row is None:
+            return None
+        stored = json.loads(row[0])
+        return str(stored["value"]), float(stored["at"])
+
+    def set_note(self, name: str, value: str) -> None:
+        self._db.execute(
+            "INSERT INTO meta (key, value) VALUES (?, ?)"
+            " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            [f"note:{name}", json.dumps({"value": value, "at": time.time()})],
+        )
+
     def now(self) -> float:
         """The store's clock: the one every daemon's ``seen_at`` is judged by."""
         return float(self._db.execute(f"SELECT {db_clock(self._db)}").fetchone()[0])

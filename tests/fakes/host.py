@@ -4,6 +4,7 @@ of its constructor): the parts a test gives, and a clear failure for any other."
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from echo_bot.bus import AccessControl, Bus, Masking, NoHttpServer, Routes
@@ -21,7 +22,9 @@ class BareHost:
         environ: Mapping[str, str] | None = None,
         http: Routes | None = None,
         started_at: float = 0.0,
+        state_dir: Path | None = None,
     ) -> None:
+        self.state_dir = state_dir or Path("/nonexistent/bare-host")
         self.environ: Mapping[str, str] = environ or {}
         self._http = http
         self.started_at = started_at
@@ -74,6 +77,12 @@ class BareHost:
         return None
 
     async def remember(self, name: str, value: int) -> None:
+        pass
+
+    async def recall_note(self, name: str) -> tuple[str, float] | None:
+        return None
+
+    async def remember_note(self, name: str, value: str) -> None:
         pass
 
     def stop_generation(self, key: str) -> bool:

@@ -1,0 +1,15 @@
+"""The Matrix channel on matrix-nio: chat and approve from Element, encrypted rooms too.
+
+The registry names ``channels.matrix:MatrixChannel``. One module per job: ``session``
+(login, the device and its encryption keys in ``<state_dir>/matrix/``), ``sync`` (the
+durable sync loop: events committed before the sync token moves past them), ``inbound``
+(events into InboundMessages, invites, undecryptable messages), ``approvals`` (prompts
+answered by reaction or reply), ``outbound`` (send, edit, pacing, rate limits) and
+``formatting`` (Markdown into Matrix's sanitised HTML).
+"""
+
+from __future__ import annotations
+
+from .channel import MatrixChannel
+
+__all__ = ["MatrixChannel"]

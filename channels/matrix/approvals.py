@@ -1,0 +1,83 @@
+"""Approval prompts in a network without buttons: answered by reaction or by reply.
+
+A prompt (``OutboundKind.APPROVAL``) is sent as the gate rendered it, then how to answer:
+react ✅ (approve once), ⏱ (allow for the time shown, when offered) or ❌ (deny), or reply
+``approve`` / ``deny`` to it. The prompt's event ID → its buttons' actions is kept in the
+store (``host.remember_note``), not in memory, so a reaction after a restart (or seen by
+another daemon on a shared store) still finds its request; the actions are opaque and
+were made by the gate, never derived from text anyone can type.
+
+A reaction or reply becomes a ``DecisionInbound`` exactly as a Telegram button press
+does: the gate checks the decider is an approver (a non-approver is refused, and told
+so in the room).
+"""
+
+from __future__ import annotations
+
+import json
+
+from echo_bot.bus import ChannelHost
+from echo_bot.events import Button, DecisionVerb, OutboundMessage
+
+APPROVE, ALLOW, DENY = "✅", "⏱", "❌"
+# What a reaction means; Element may add the variation selector U+FE0F to an emoji.
+REACTIONS = {
+    APPROVE: DecisionVerb.APPROVE_ONCE,
+    ALLOW: DecisionVerb.ALLOW_FOR,
+    DENY: DecisionVerb.DENY,
+}
+REPLIES = {"approve": DecisionVerb.APPROVE_ONCE, "yes": DecisionVerb.APPROVE_ONCE,
+           "deny": DecisionVerb.DENY, "no": DecisionVerb.DENY}  # fmt: skip
+
+
+def actions_of(buttons: list[list[Button]]) -> list[str]:
+    return [button.action for row in buttons for button in row]
+
+
+def instructions(actions: list[str]) -> str:
+    verbs = {a.split(":", 1)[0] for a in actions}
+    ways = []
+    if DecisionVerb.APPROVE_ONCE.value in verbs:
+        ways.append(f"React {APPROVE} to approve once")
+    if DecisionVerb.ALLOW_FOR.value in verbs:
+        ways.append(f"{ALLOW} to allow for the time shown")
+    ways.append(f"{DENY} to deny")
+    typed = "`approve` / `deny`" if DecisionVerb.APPROVE_ONCE.value in verbs else "`deny`"
+    return ", ".join(ways) + f" — or reply {typed} to this message."
+
+
+def prompt_text(message: OutboundMessage) -> str:
+    """The prompt as the gate rendered it, then how to answer it here."""
+    return f"{message.text}\n\n{instructions(actions_of(message.buttons))}"
+
+
+def verb_of_reaction(key: str) -> DecisionVerb | None:
+    return REACTIONS.get(key.replace("\ufe0f", "").strip())
+
+
+def verb_of_reply(body: str) -> DecisionVerb | None:
+    """``approve`` / ``deny`` (or yes / no) in a reply, its quoted fallback left out."""
+    lines = [line for line in body.splitlines() if not line.startswith(">")]
+    words = " ".join(lines).strip().lower().split()
+    return REPLIES.get(words[0].strip(".!")) if words else None
+
+
+def action_for(actions: list[str], verb: DecisionVerb) -> str | None:
+    return next((a for a in actions if a.split(":", 1)[0] == verb.value), None)
+
+
+class Prompts:
+    """Prompt event ID → its actions, in the store."""
+
+    def __init__(self, host: ChannelHost) -> None:
+        self.host = host
+
+    async def keep(self, event_id: str, actions: list[str]) -> None:
+        await self.host.remember_note(f"matrix-prompt:{event_id}", json.dumps(actions))
+
+    async def actions(self, event_id: str) -> list[str] | None:
+        kept = await self.host.recall_note(f"matrix-prompt:{event_id}")
+        if kept is None:
+            return None
+        loaded = json.loads(kept[0])
+        return [str(a) for a in loaded] if isinstance(loaded, list) else None

@@ -1,0 +1,86 @@
+"""The Matrix channel: the wiring of the client and the parts that do the work.
+
+``session`` logs in and loads the key store; ``sync`` runs the durable loop; ``inbound``
+maps events; ``outbound`` sends. Typing notifications are not sent yet (the core's
+typing hook is Telegram's own; see docs/CHANNELS.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+from echo_bot.bus import Bus, Capabilities, ChannelHost
+from echo_bot.config import MatrixConfig
+from echo_bot.errors import ConfigError
+from echo_bot.events import OutboundMessage, Receipt
+
+from .approvals import Prompts
+from .common import Health, Tasks, log
+from .inbound import Inbound
+from .outbound import Outbound
+from .session import log_in, make_client, store_dir
+from .sync import Syncer
+
+STARTUP_TIMEOUT = 30.0
+
+
+class MatrixChannel:
+    name = "matrix"
+    capabilities = Capabilities(edits=True, reactions=True, rate_limited=True)
+
+    def __init__(
+        self, section: MatrixConfig, options: Mapping[str, Any], host: ChannelHost
+    ) -> None:
+        if section.user_id is None:
+            raise ConfigError("matrix.user_id: the bot account is needed (@name:server)")
+        self.config = section
+        self.host = host
+        self.directory = store_dir(host.state_dir)
+        self.client = make_client(section, self.directory)
+        self._health = Health()
+        self._tasks = Tasks()
+        self.prompts = Prompts(host)
+        self.inbound = Inbound(section, host, self.client, self.prompts, self._tasks)
+        self.outbound = Outbound(host, self.client, self.prompts, self._health)
+        self.syncer = Syncer(section, options, host, self.client, self.inbound, self._health)
+        host.add_health("matrix", self.health)
+
+    async def start(self, bus: Bus) -> None:
+        try:
+            async with asyncio.timeout(STARTUP_TIMEOUT):
+                await log_in(self.client, self.config, self.host.environ, self.directory)
+        except ConfigError:
+            await self.client.close()
+            raise
+        except (OSError, TimeoutError) as exc:
+            await self.client.close()
+            where = self.config.homeserver
+            raise ConfigError(f"matrix.homeserver: cannot reach {where}: {exc}") from None
+        log.info("matrix: signed in as %s (device %s)", self.client.user_id, self.client.device_id)
+        self._tasks.spawn(self._sync())
+
+    async def _sync(self) -> None:
+        try:
+            await self.syncer.run()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._health.status, self._health.last_error = "down", str(exc)
+            log.exception("matrix: the sync loop ended")
+
+    async def stop(self) -> None:
+        await self._tasks.cancel_all()
+        await self.client.close()
+
+    def health(self) -> dict[str, object]:
+        state: dict[str, object] = {"status": self._health.status, "user": self.config.user_id}
+        if self._health.last_error:
+            state["error"] = self._health.last_error
+        if self._health.rate_limited:
+            state["rate_limited"] = self._health.rate_limited
+        return state
+
+    async def send(self, message: OutboundMessage) -> Receipt:
+        return await self.outbound.send(message)

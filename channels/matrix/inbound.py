@@ -1,0 +1,219 @@
+"""Matrix events into InboundMessages: messages, approval answers, invites.
+
+Each room message of an allowed user (in an allowed room) becomes ONE committed
+inbound, its event ID the ``external_id`` (a repeat is dropped by the inbox). A publish
+the store did not take raises ``CommitFailed``, so the sync token does not move past
+the event (sync.py). A message that cannot be decrypted (``MegolmEvent``: no key for
+its session) is not an inbound: the room is told, and it is logged — never dropped
+silently. Events of kinds the bot does not read are passed over; a malformed event is
+logged and passed over, it never stops the loop.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from nio import (
+    AsyncClient,
+    InviteMemberEvent,
+    MegolmEvent,
+    ReactionEvent,
+    RoomMessageEmote,
+    RoomMessageMedia,
+    RoomMessageText,
+)
+
+from echo_bot.bus import ChannelHost
+from echo_bot.config import MatrixConfig
+from echo_bot.errors import StoreError
+from echo_bot.events import (
+    Address,
+    ApprovalDecision,
+    DecisionInbound,
+    DecisionVerb,
+    InboundMessage,
+    MessageInbound,
+    OutboundKind,
+    OutboundMessage,
+    Sender,
+    parse_approval_action,
+)
+
+from .approvals import Prompts, action_for, verb_of_reaction, verb_of_reply
+from .common import CommitFailed, Tasks, log
+
+UNDECRYPTABLE = (
+    "I could not decrypt your message (I have no key for it: it may have been sent to "
+    "my device before I could receive keys). Please send it again."
+)
+NOTICE_INTERVAL = 600.0  # one "cannot decrypt" notice per room per 10 minutes
+
+
+def address_of(room_id: str) -> Address:
+    return Address(channel="matrix", chat_id=room_id)
+
+
+def clean(text: str) -> str:
+    """Control characters out (but newlines and tabs)."""
+    return "".join(c for c in text if c in "\n\t" or (c >= " " and c != "\x7f"))
+
+
+def relates_to(event: Any) -> dict[str, Any]:
+    content = event.source.get("content") if isinstance(event.source, dict) else None
+    relation = content.get("m.relates_to") if isinstance(content, dict) else None
+    return relation if isinstance(relation, dict) else {}
+
+
+def reply_target(event: Any) -> str | None:
+    in_reply = relates_to(event).get("m.in_reply_to")
+    target = in_reply.get("event_id") if isinstance(in_reply, dict) else None
+    return target if isinstance(target, str) else None
+
+
+class Inbound:
+    def __init__(
+        self, config: MatrixConfig, host: ChannelHost, client: AsyncClient, prompts: Prompts,
+        tasks: Tasks,
+    ) -> None:  # fmt: skip
+        self.config = config
+        self.host = host
+        self.client = client
+        self.prompts = prompts
+        self.tasks = tasks
+        self._noticed: dict[str, float] = {}
+
+    def room_allowed(self, room_id: str) -> bool:
+        return self.config.rooms is None or room_id in self.config.rooms
+
+    async def allowed(self, user_id: str) -> bool:
+        return await self.host.access.is_allowed("matrix", user_id)
+
+    async def _publish(self, message: InboundMessage) -> str:
+        try:
+            return (await self.host.bus.publish(message)).inbound_id
+        except StoreError as exc:
+            raise CommitFailed(str(exc)) from exc
+
+    async def _notice(self, room_id: str, text: str, quote: str | None = None) -> None:
+        await self.host.bus.send(
+            OutboundMessage(to=address_of(room_id), text=text, kind=OutboundKind.NOTICE,
+                            quote=quote)
+        )  # fmt: skip
+
+    # -- invites --------------------------------------------------------------------------
+    async def on_invite(self, room_id: str, invite_state: list[Any]) -> None:
+        """Join when an allowed user invited the bot (to an allowed room); else leave."""
+        inviter = next(
+            (e.sender for e in invite_state
+             if isinstance(e, InviteMemberEvent) and e.state_key == self.client.user_id
+             and e.membership == "invite"),
+            None,
+        )  # fmt: skip
+        if inviter and self.room_allowed(room_id) and await self.allowed(inviter):
+            answer = await self.client.join(room_id)
+            outcome = type(answer).__name__
+            log.info("matrix: joined %s (invited by %s): %s", room_id, inviter, outcome)
+        else:
+            await self.client.room_leave(room_id)
+            log.info("matrix: refused the invite to %s from %s", room_id, inviter)
+            await self.host.audit("matrix.invite_refused", room=room_id, inviter=inviter or "?")
+
+    # -- timeline events ------------------------------------------------------------------
+    async def on_event(self, room_id: str, event: Any) -> None:
+        sender = getattr(event, "sender", None)
+        if not isinstance(sender, str) or sender == self.client.user_id:
+            return
+        if not self.room_allowed(room_id):
+            return
+        if isinstance(event, MegolmEvent):
+            await self._undecryptable(room_id, event)
+            return
+        if isinstance(event, ReactionEvent):
+            await self._reaction(room_id, event)
+            return
+        if not isinstance(event, RoomMessageText | RoomMessageEmote | RoomMessageMedia):
+            return  # state, redactions, notices (bots talk with m.notice), unknown kinds
+        if not await self.allowed(sender):
+            return  # a stranger in a room an allowed user made: not ours to answer
+        text = self._text(event)
+        target = reply_target(event)
+        if target is not None and isinstance(event, RoomMessageText):
+            verb = verb_of_reply(event.body or "")
+            if verb is not None and await self._decide(room_id, event, target, verb):
+                return
+        await self._publish(
+            MessageInbound(
+                address=address_of(room_id),
+                sender=Sender(id=sender, name=clean(self._name(room_id, sender))),
+                text=text,
+                external_id=event.event_id,
+                message_id=event.event_id,
+            )
+        )
+
+    def _text(self, event: Any) -> str:
+        if isinstance(event, RoomMessageMedia):
+            name = clean(str(getattr(event, "body", "") or "a file"))[:200]
+            return f"[a file I cannot read yet: {name}]"
+        body = clean(str(event.body or ""))
+        if reply_target(event) is not None:  # the quoted fallback of a reply
+            lines = body.splitlines()
+            while lines and lines[0].startswith(">"):
+                lines.pop(0)
+            body = "\n".join(lines).strip()
+        if isinstance(event, RoomMessageEmote):
+            body = f"* {body}"
+        return body
+
+    def _name(self, room_id: str, user_id: str) -> str:
+        room = self.client.rooms.get(room_id)
+        name = room.user_name(user_id) if room is not None else None
+        return str(name or user_id)
+
+    async def _undecryptable(self, room_id: str, event: MegolmEvent) -> None:
+        log.warning(
+            "matrix: could not decrypt event %s from %s in %s (session %s)",
+            event.event_id, event.sender, room_id, getattr(event, "session_id", "?"),
+        )  # fmt: skip
+        await self.host.audit(
+            "matrix.undecryptable", room=room_id, event_id=event.event_id, sender=event.sender
+        )
+        now = time.monotonic()
+        if now - self._noticed.get(room_id, -NOTICE_INTERVAL) < NOTICE_INTERVAL:
+            return
+        self._noticed[room_id] = now
+        await self._notice(room_id, UNDECRYPTABLE, quote=event.event_id)
+
+    async def _reaction(self, room_id: str, event: ReactionEvent) -> None:
+        verb = verb_of_reaction(event.key or "")
+        if verb is not None and event.reacts_to:
+            await self._decide(room_id, event, event.reacts_to, verb)
+
+    async def _decide(self, room_id: str, event: Any, prompt_id: str, verb: DecisionVerb) -> bool:
+        """A reaction or reply to a prompt, as the decision it means; False when
+        ``prompt_id`` is not a prompt (a reply that is a plain message)."""
+        actions = await self.prompts.actions(prompt_id)
+        if actions is None:
+            return False
+        action = action_for(actions, verb)
+        if action is None:
+            await self._notice(room_id, "That answer is not offered for this request.")
+            return True
+        parsed = parse_approval_action(action)
+        if parsed is None:
+            return True
+        verb, request_id, seconds = parsed
+        chat = address_of(room_id)
+        await self._publish(
+            DecisionInbound(
+                address=chat,
+                sender=Sender(id=event.sender, name=clean(self._name(room_id, event.sender))),
+                decision=ApprovalDecision(
+                    request_id=request_id, verb=verb, decided_by=chat,
+                    sender_id=event.sender, via="matrix", allow_for_seconds=seconds,
+                ),  # not answered here: a refusal is told in the room by the core
+                external_id=event.event_id,
+            )
+        )  # fmt: skip
+        return True

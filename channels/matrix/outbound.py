@@ -1,0 +1,157 @@
+"""Sending: replies (Markdown as sanitised HTML, long ones in parts), approval prompts,
+edits (``m.replace``), per-room pacing and ``M_LIMIT_EXCEEDED``.
+
+In an encrypted room nio encrypts what ``room_send`` sends; it is sent with
+``ignore_unverified_devices=True``: the bot trusts allowed users' devices on first use
+(sync.py) and would otherwise refuse to send to a device it has not seen verified yet
+(a member's new phone), failing the reply; the keys are still shared only with the
+room's members' devices.
+
+The client gives up at the first ``M_LIMIT_EXCEEDED`` (``max_limit_exceeded=0``):
+a short wait (``retry_after_ms`` up to RETRY_WAIT_MAX) is waited out here and the send
+tried again, up to RETRIES times; a longer one is raised as ``ChannelError(retry_after=…)``
+for the delivery worker to pace. Parts already sent of a long reply are not sent again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from nio import AsyncClient, RoomSendError, RoomSendResponse
+
+from echo_bot.bus import ChannelHost
+from echo_bot.errors import ChannelError
+from echo_bot.events import OutboundKind, OutboundMessage, Receipt, TextFormat
+
+from .approvals import Prompts, actions_of, prompt_text
+from .common import Health, log
+from .formatting import contents, plain_html
+
+RETRIES = 3
+RETRY_WAIT_MAX = 10.0  # seconds; a longer wait goes back to the delivery worker
+ROOM_INTERVAL = 0.1  # seconds between two sends to one room
+
+
+class Pacer:
+    """At most one send per room per ROOM_INTERVAL, and none before a room's limit ends."""
+
+    def __init__(self) -> None:
+        self._next: dict[str, float] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    def lock(self, room_id: str) -> asyncio.Lock:
+        return self._locks.setdefault(room_id, asyncio.Lock())
+
+    async def wait(self, room_id: str) -> None:
+        loop = asyncio.get_running_loop()
+        delay = self._next.get(room_id, 0.0) - loop.time()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        self._next[room_id] = loop.time() + ROOM_INTERVAL
+
+    def hold(self, room_id: str, seconds: float) -> None:
+        loop = asyncio.get_running_loop()
+        self._next[room_id] = max(self._next.get(room_id, 0.0), loop.time() + seconds)
+
+
+class Outbound:
+    def __init__(
+        self, host: ChannelHost, client: AsyncClient, prompts: Prompts, health: Health
+    ) -> None:
+        self.host = host
+        self.client = client
+        self.prompts = prompts
+        self.health = health
+        self.masker = host.masker
+        self.pacer = Pacer()
+        self._parts_sent: dict[str, list[str]] = {}  # outbound id → event IDs sent
+
+    async def send(self, message: OutboundMessage) -> Receipt:
+        room_id = message.to.chat_id
+        async with self.pacer.lock(room_id):
+            if message.edit_of is not None and message.edit_message_id:
+                return await self._edit(room_id, message.edit_message_id, message)
+            if message.kind == OutboundKind.APPROVAL and message.buttons:
+                return await self._prompt(room_id, message)
+            markdown = message.format == TextFormat.MARKDOWN
+            parts = contents(message.text, markdown, self.masker)
+            sent = self._parts_sent.setdefault(message.id, [])
+            for index in range(len(sent), len(parts)):
+                content: dict[str, Any] = parts[index]
+                if message.kind == OutboundKind.NOTICE:
+                    content = {**content, "msgtype": "m.notice"}
+                if index == 0 and message.quote and message.quote.startswith("$"):
+                    content["m.relates_to"] = {"m.in_reply_to": {"event_id": message.quote}}
+                sent.append(await self._room_send(room_id, content, f"{message.id}.{index}"))
+            self._parts_sent.pop(message.id, None)
+            return Receipt(channel_message_id=sent[-1])
+
+    async def _prompt(self, room_id: str, message: OutboundMessage) -> Receipt:
+        """The gate's rendering as it is (escaped in the HTML), and how to answer; its
+        event ID → actions kept in the store before the receipt is returned."""
+        text = self.masker.mask(prompt_text(message))
+        content = {
+            "msgtype": "m.text",
+            "body": text,
+            "format": "org.matrix.custom.html",
+            "formatted_body": plain_html(text),
+        }
+        event_id = await self._room_send(room_id, content, message.id)
+        await self.prompts.keep(event_id, actions_of(message.buttons))
+        return Receipt(channel_message_id=event_id)
+
+    async def _edit(self, room_id: str, event_id: str, message: OutboundMessage) -> Receipt:
+        """An ``m.replace`` of an earlier event (an approval prompt showing its outcome)."""
+        text = self.masker.mask(message.text)
+        new = {"msgtype": "m.text", "body": text, "format": "org.matrix.custom.html",
+               "formatted_body": plain_html(text)}  # fmt: skip
+        content = {
+            **new,
+            "body": f"* {text}",
+            "formatted_body": f"* {new['formatted_body']}",
+            "m.new_content": new,
+            "m.relates_to": {"rel_type": "m.replace", "event_id": event_id},
+        }
+        try:
+            await self._room_send(room_id, content, message.id)
+        except ChannelError as exc:
+            if exc.retryable:
+                raise
+            log.info("matrix: edit of %s in %s refused: %s", event_id, room_id, exc)
+        return Receipt(channel_message_id=event_id)
+
+    async def _room_send(self, room_id: str, content: dict[str, Any], tx_id: str) -> str:
+        """Send one event; ``tx_id`` (the outbound's id) is the same for every try, also
+        the delivery worker's: the homeserver answers a repeat with the event it made
+        the first time (for this device's token), so a send in flight at a kill is not
+        repeated either."""
+        for attempt in range(RETRIES + 1):
+            await self.pacer.wait(room_id)
+            try:
+                answer = await self.client.room_send(
+                    room_id, "m.room.message", content, tx_id=tx_id,
+                    ignore_unverified_devices=True,
+                )  # fmt: skip
+            except (OSError, TimeoutError) as exc:
+                raise ChannelError(f"network error: {exc}") from None
+            except Exception as exc:  # nio's LocalProtocolError & co: the room is not ready
+                raise ChannelError(f"cannot send to {room_id}: {exc}") from None
+            if isinstance(answer, RoomSendResponse):
+                event_id: str = answer.event_id
+                return event_id
+            assert isinstance(answer, RoomSendError)
+            if answer.status_code == "M_LIMIT_EXCEEDED":
+                self.health.rate_limited += 1
+                wait = (answer.retry_after_ms or 1000) / 1000
+                self.pacer.hold(room_id, wait)
+                if wait > RETRY_WAIT_MAX or attempt == RETRIES:
+                    raise ChannelError("rate limited (M_LIMIT_EXCEEDED)", retry_after=wait)
+                log.info("matrix: rate limited in %s; sending again in %.1f s", room_id, wait)
+                continue
+            retryable = answer.status_code in (None, "M_UNKNOWN") or str(
+                answer.transport_response.status if answer.transport_response else ""
+            ).startswith("5")
+            raise ChannelError(f"send refused: {answer.status_code} {answer.message}",
+                               retryable=retryable)  # fmt: skip
+        raise AssertionError("unreachable")
