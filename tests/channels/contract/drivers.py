@@ -82,9 +82,12 @@ class Driver:
     # Why a case does not apply (None: it does), said by the driver, never skipped silently.
     NO_PROMPTS: ClassVar[str | None] = None
     NO_STRANGERS: ClassVar[str | None] = None
+    # Fixtures the driver's peer needs (the session's Synapse), given as ``fixtures``.
+    FIXTURES: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, state_dir: Path) -> None:
         self.state_dir = state_dir
+        self.fixtures: dict[str, Any] = {}
         self.bot: Bot | None = None
         self._earlier: list[str] = []  # what a peer made anew each run received before
 
@@ -385,7 +388,161 @@ class CliDriver(Driver):
         raise AssertionError("the terminal has no peer that rate-limits")
 
 
+# -- Matrix ---------------------------------------------------------------------------------
+class MatrixDriver(Driver):
+    """A real Synapse (the session's ``synapse``) and two people on matrix-nio clients with
+    E2EE, as in Element: the owner (allowed, approver) opens an encrypted room and
+    invites the bot and a friend (allowed, not an approver)."""
+
+    NAME = "matrix"
+    ACK = (
+        "the sync token the channel stored is past the event: a /sync from it (the bot's"
+        " token, raw HTTP) no longer returns the event"
+    )
+    FIXTURES = ("synapse",)
+
+    def __init__(self, state_dir: Path) -> None:
+        super().__init__(state_dir)
+        self.server: Any = None
+        self.people: Any = None  # (owner, friend)
+        self.room_id = ""
+        self.account: Any = None  # the bot's Registered
+        self._prompted: set[str] = set()
+        self._admin_token = ""
+
+    @contextlib.asynccontextmanager
+    async def peer(self) -> AsyncIterator[None]:
+        from tests.matrix_people import Person, open_room
+        from tests.matrix_server import unique
+
+        self.server = server = self.fixtures["synapse"]
+        self.account = await asyncio.to_thread(server.register, unique("echo"), "bot-password")
+        admin = await asyncio.to_thread(server.register, unique("admin"), "pw", admin=True)
+        self._admin_token = admin.access_token
+        owner = Person(server, "owner", self.state_dir.parent / "owner")
+        friend = Person(server, "friend", self.state_dir.parent / "friend")
+        self.people = (owner, friend)
+        try:
+            for person in (owner, friend):
+                await person.step()
+            self.room_id = await open_room(owner, [self.account.user_id, friend.user_id])
+            await friend.until(lambda: self.room_id in friend.invites, "friend invited")
+            await friend.client.join(self.room_id)
+            async with owner.syncing(), friend.syncing():
+                yield
+        finally:
+            for person in (owner, friend):
+                await person.client.close()
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[Bot]:
+        owner, friend = self.people
+        config = f"""
+[matrix]
+enabled = true
+homeserver = "{self.server.url}"
+user_id = "{self.account.user_id}"
+allowed_users = ["{owner.user_id}", "{friend.user_id}"]
+approvers = ["{owner.user_id}"]
+{TOOLS}"""
+        async with running_bot(
+            self.state_dir,
+            config,
+            environ={"MATRIX_ACCESS_TOKEN": self.account.access_token},
+            channels=["matrix"],
+            channel_options={"matrix": {"sync_timeout": 1}},
+            brain=ContractBrain(),
+        ) as bot:
+            self.bot = bot
+            yield bot
+
+    async def _ready(self) -> None:
+        """The bot in the room and its device known to the owner: what is said reaches
+        it encrypted for it."""
+        owner, _ = self.people
+        bot_id = self.account.user_id
+
+        def joined_and_known() -> bool:
+            room = owner.client.rooms.get(self.room_id)
+            return bool(room and bot_id in room.users and
+                        list(owner.client.device_store.active_user_devices(bot_id)))  # fmt: skip
+
+        await eventually(joined_and_known, timeout=30, what="the bot joined, its device known")
+
+    async def say(self, text: str) -> Any:
+        await self._ready()
+        owner, _ = self.people
+        return await owner.say(self.room_id, text)
+
+    async def acknowledged(self, token: Any) -> None:
+        from tests.matrix_people import sync_returns
+
+        assert self.bot is not None
+        name = f"matrix-sync:{self.account.user_id}"
+
+        async def past() -> bool:
+            assert self.bot is not None
+            kept = await self.bot.store.run(lambda tx: tx.meta.note(name))
+            if kept is None:
+                return False
+            found = await asyncio.to_thread(
+                sync_returns, self.server.url, self.account.access_token, kept[0], token
+            )
+            return not found
+
+        await eventually(past, timeout=15, what="the stored sync token past the event")
+
+    def received(self) -> list[str]:
+        owner, _ = self.people
+        return owner.received(self.room_id, self.account.user_id)
+
+    async def prompt(self) -> Shown:
+        owner, _ = self.people
+
+        def new_prompt() -> tuple[str, str] | None:
+            for event_id, body in owner.received_events(self.room_id, self.account.user_id):
+                if "❌ to deny" in body and event_id not in self._prompted:
+                    return event_id, body
+            return None
+
+        event_id, body = await eventually(new_prompt, timeout=15, what="an approval prompt")
+        self._prompted.add(event_id)
+        return Shown(text=body, buttons=False, handle=event_id)
+
+    async def decide(self, shown: Shown, *, approve: bool, approver: bool = True) -> str:
+        owner, friend = self.people
+        person = owner if approver else friend
+        before = len(self.received())
+        # The owner reacts as Element does (encrypted), the friend as nio does (clear).
+        await person.react(
+            self.room_id, shown.handle, "✅" if approve else "❌", encrypted=approver
+        )
+        if approver:
+            return ""
+
+        def refusal() -> str | None:
+            return next((t for t in self.received()[before:] if t.startswith("⚠️")), None)
+
+        return await eventually(refusal, timeout=15, what="the refusal in the room")
+
+    def rate_limit_next(self) -> None:
+        """The bot's account limited (Synapse's admin override) and kept at its limit
+        by messages sent as it until the channel has been answered M_LIMIT_EXCEEDED."""
+        from tests.matrix_people import limit_messages
+
+        limit_messages(
+            self.server.url, self._admin_token, self.account, self.room_id,
+            done=lambda: self.rate_limited() >= 1,
+        )  # fmt: skip
+
+    def rate_limited(self) -> int:
+        assert self.bot is not None
+        channel = next(c for c in self.bot.daemon.channels if c.name == "matrix")
+        return int(channel.health().get("rate_limited", 0))  # type: ignore[call-overload]
+
+
 DRIVERS: dict[str, type[Driver]] = {
+    "matrix": MatrixDriver,
     "telegram": TelegramDriver,
     "webhook": WebhookDriver,
     "cli": CliDriver,

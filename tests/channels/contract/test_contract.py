@@ -20,6 +20,7 @@ from tests.channels.contract.drivers import DRIVERS, RUN_ARGS, Driver
 @pytest.fixture(params=sorted(DRIVERS))
 async def driver(request: pytest.FixtureRequest, state_dir: Path) -> AsyncIterator[Driver]:
     made = DRIVERS[request.param](state_dir)
+    made.fixtures = {name: request.getfixturevalue(name) for name in made.FIXTURES}
     async with made.peer():
         yield made
 
