@@ -409,6 +409,7 @@ class MatrixDriver(Driver):
         self.account: Any = None  # the bot's Registered
         self._prompted: set[str] = set()
         self._admin_token = ""
+        self.brain: Any = ContractBrain()
 
     @contextlib.asynccontextmanager
     async def peer(self) -> AsyncIterator[None]:
@@ -451,7 +452,7 @@ approvers = ["{owner.user_id}"]
             environ={"MATRIX_ACCESS_TOKEN": self.account.access_token},
             channels=["matrix"],
             channel_options={"matrix": {"sync_timeout": 1}},
-            brain=ContractBrain(),
+            brain=self.brain,
         ) as bot:
             self.bot = bot
             yield bot

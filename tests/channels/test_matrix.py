@@ -1,0 +1,255 @@
+"""The Matrix channel against a real Synapse, for what the contract suite does not cover
+(tests/channels/contract runs the shared cases): an encrypted chat end to end with an
+approval by reaction, invites, undecryptable messages, Markdown as sanitised HTML,
+hostile input. The people are matrix-nio clients with E2EE (tests/matrix_people.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import urllib.error
+import urllib.request
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+from uuid import uuid4
+
+import pytest
+
+from echo_bot.brains.base import BrainContext, BrainReply
+from echo_bot.config import ConfigError, LoadedConfig, parse_config, secrets_in_use
+from echo_bot.conversation import ChatMessage
+from echo_bot.events import Address
+from echo_bot.tools.base import Tool
+from tests.channels.contract.drivers import ContractBrain, MatrixDriver
+from tests.matrix_people import Person
+from tests.matrix_server import Synapse
+from tests.test_matrix_harness import raw_event, send_encrypted
+from tests.waiting import eventually
+
+HOSTILE_MARKDOWN = (
+    "**bold** and `code`\n\n<script>alert(1)</script> <img src=x onerror=alert(2)>\n\n"
+    "[click](javascript:alert(3)) [ok](https://example.org/)"
+)
+
+
+class MarkdownBrain(ContractBrain):
+    """``md:`` → a model-ish Markdown reply with hostile HTML in it; else the contract's."""
+
+    async def step(
+        self, conversation: Sequence[ChatMessage], tools: Sequence[Tool], context: BrainContext
+    ) -> BrainReply:
+        last = conversation[-1]
+        if last.role == "user" and "md:" in (last.content or ""):
+            return BrainReply(text=HOSTILE_MARKDOWN, route_reason="test", markdown=True)
+        return await super().step(conversation, tools, context)
+
+
+class Chat(MatrixDriver):
+    """The contract's Matrix driver with a brain that also answers in Markdown."""
+
+    def __init__(self, state_dir: Path, synapse: Synapse) -> None:
+        super().__init__(state_dir)
+        self.fixtures = {"synapse": synapse}
+        self.brain = MarkdownBrain()
+
+    @property
+    def owner(self) -> Person:
+        return self.people[0]  # type: ignore[no-any-return]
+
+    @property
+    def bot_id(self) -> str:
+        return str(self.account.user_id)
+
+
+@pytest.fixture
+async def chat(synapse: Synapse, state_dir: Path) -> AsyncIterator[Chat]:
+    made = Chat(state_dir, synapse)
+    async with made.peer():
+        yield made
+
+
+def api(method: str, url: str, token: str, body: Any = None) -> Any:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(
+        url, data=data, method=method,
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+    )  # fmt: skip
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.load(response)
+
+
+def send_raw(person: Person, room_id: str, kind: str, content: dict[str, Any]) -> str:
+    """An event exactly as given (no client-side checks or encryption)."""
+    path = f"/_matrix/client/v3/rooms/{quote(room_id)}/send/{quote(kind)}/{uuid4().hex}"
+    answer = api("PUT", person.client.homeserver + path, person.client.access_token, content)
+    return str(answer["event_id"])
+
+
+async def test_an_encrypted_chat_end_to_end_with_an_approval_by_reaction(chat: Chat) -> None:
+    async with chat.running():
+        said = await chat.say("say:secret")
+        await chat.wait_received("echo: secret")
+        # In and out, the homeserver held ciphertext only.
+        stored = await asyncio.to_thread(raw_event, chat.owner, chat.room_id, said)
+        assert stored["type"] == "m.room.encrypted"
+        [reply_id] = [e for e, b in chat.owner.received_events(chat.room_id, chat.bot_id)
+                      if b == "echo: secret"]  # fmt: skip
+        reply = await asyncio.to_thread(raw_event, chat.owner, chat.room_id, reply_id)
+        assert reply["type"] == "m.room.encrypted", reply
+        assert "secret" not in json.dumps(reply)
+
+        await chat.say("run:approved")
+        shown = await chat.prompt()
+        assert "React ✅ to approve once" in shown.text
+        assert "reply `approve` / `deny`" in shown.text
+        await chat.decide(shown, approve=True)  # an encrypted reaction, as Element sends
+        await chat.wait_received("ran: approved")
+        assert (chat.state_dir / "workspace" / "contract.txt").exists()
+
+        # The prompt is edited (m.replace) to show the decision.
+        def edit() -> str | None:
+            for _room, event in chat.owner.seen:
+                content = event.source.get("content", {})
+                relation = content.get("m.relates_to") or {}
+                if (
+                    relation.get("rel_type") == "m.replace"
+                    and relation.get("event_id") == shown.handle
+                ):
+                    return str(content.get("m.new_content", {}).get("body", ""))
+            return None
+
+        shown_after = await eventually(edit, timeout=15, what="the prompt edited")
+        assert "Approved" in shown_after or "✅" in shown_after, shown_after
+
+
+async def test_a_reply_approve_to_the_prompt_decides_it(chat: Chat) -> None:
+    async with chat.running():
+        await chat.say("run:replied")
+        shown = await chat.prompt()
+        await chat.owner.say(
+            chat.room_id, "> <bot> the prompt\n\napprove",
+            **{"m.relates_to": {"m.in_reply_to": {"event_id": shown.handle}}},
+        )  # fmt: skip
+        await chat.wait_received("ran: replied")
+
+
+async def test_an_invite_from_a_stranger_is_refused(chat: Chat, synapse: Synapse) -> None:
+    stranger = Person(synapse, "stranger", chat.state_dir.parent / "stranger")
+    try:
+        async with chat.running():
+            await chat.say("say:up")
+            await chat.wait_received("echo: up")
+            created = await stranger.client.room_create(invite=[chat.bot_id])
+            room_id = created.room_id
+            path = (f"/_matrix/client/v3/rooms/{quote(room_id)}/state/m.room.member/"
+                    f"{quote(chat.bot_id)}")  # fmt: skip
+
+            def membership() -> str:
+                url = stranger.client.homeserver + path
+                return str(api("GET", url, stranger.client.access_token)["membership"])
+
+            async def left() -> bool:
+                return await asyncio.to_thread(membership) == "leave"
+
+            await eventually(left, timeout=15, what="the bot refused the stranger's invite")
+    finally:
+        await stranger.client.close()
+
+
+async def test_an_undecryptable_message_is_answered_with_a_notice(chat: Chat) -> None:
+    async with chat.running():
+        await chat.say("say:first")
+        await chat.wait_received("echo: first")
+        # Encrypted with a Megolm session the bot never received a key for.
+        bogus = {
+            "algorithm": "m.megolm.v1.aes-sha2",
+            "sender_key": "a" * 43,
+            "ciphertext": "AwgAEnA" + "b" * 100,
+            "session_id": "c" * 43,
+            "device_id": "NOWHERE",
+        }
+        await asyncio.to_thread(send_raw, chat.owner, chat.room_id, "m.room.encrypted", bogus)
+        got = await chat.wait_received("I could not decrypt your message")
+        assert sum("could not decrypt" in t for t in got) == 1
+        # Not an inbound, and the chat goes on.
+        await chat.say("say:after")
+        await chat.wait_received("echo: after")
+        texts = await chat.inbound_texts()
+        assert texts == ["say:first", "say:after"], texts
+
+
+async def test_a_markdown_reply_arrives_as_sanitised_html(chat: Chat, state_dir: Path) -> None:
+    async with chat.running():
+        await chat.say("md:please")
+
+        def formatted() -> dict[str, Any] | None:
+            for _room, event in chat.owner.seen:
+                content = event.source.get("content", {})
+                mine = event.sender == chat.bot_id and "formatted_body" in content
+                if mine and "bold" in content.get("body", ""):
+                    return dict(content)
+            return None
+
+        content = await eventually(formatted, timeout=15, what="the Markdown reply")
+        html = content["formatted_body"]
+        assert content["format"] == "org.matrix.custom.html"
+        assert "<strong>bold</strong>" in html and "<code>code</code>" in html
+        assert "<script" not in html and "<img" not in html and 'href="javascript' not in html
+        assert "&lt;script&gt;" in html
+        assert '<a href="https://example.org/">ok</a>' in html
+
+
+async def test_hostile_input_neither_crashes_nor_loses_anything(chat: Chat) -> None:
+    owner = chat.owner
+    async with chat.running():
+        await chat.say("say:ready")
+        await chat.wait_received("echo: ready")
+        room = chat.room_id
+        [(not_a_prompt, _)] = owner.received_events(room, chat.bot_id)  # "echo: ready"
+        huge = "say:huge " + "x" * 30_000
+        await owner.say(room, huge)
+        for kind, content in [
+            ("org.example.odd", {"anything": [1, 2, 3]}),
+            ("m.room.message", {"msgtype": "m.text"}),  # no body
+            ("m.room.message", {"body": 42, "msgtype": "m.text"}),  # not a string
+            ("m.room.message", {"msgtype": "m.mystery", "body": "say:mystery"}),
+            ("m.reaction", {"m.relates_to": {"rel_type": "m.annotation"}}),  # no target
+            ("m.reaction", {"m.relates_to": {"rel_type": "m.annotation",
+                                             "event_id": not_a_prompt, "key": "✅"}}),
+        ]:  # fmt: skip
+            # Encrypted: the homeserver cannot check what it cannot read (it refuses a
+            # clear m.room.message without a string body), so the bot gets them all.
+            await send_encrypted(owner, room, kind, content)
+        await chat.say("say:after")
+        received = await chat.wait_received("echo: huge", "echo: after")
+        assert received.count("echo: after") == 1
+        texts = await chat.inbound_texts()
+        assert texts.count(huge) == 1  # whole, once
+        assert texts[-1] == "say:after"
+        health = next(c for c in chat.bot.daemon.channels if c.name == "matrix").health()
+        assert health["status"] == "ok", health
+
+
+# -- config ---------------------------------------------------------------------------------
+def test_matrix_config_rejects_unknown_keys_and_bad_ids() -> None:
+    with pytest.raises(ConfigError, match=r"matrix\.tokn_env: unknown key"):
+        parse_config({"matrix": {"tokn_env": "X"}})
+    with pytest.raises(ConfigError, match="not a Matrix user ID"):
+        parse_config({"matrix": {"allowed_users": ["bob"]}})
+    with pytest.raises(ConfigError, match=r"matrix\.homeserver"):
+        parse_config({"matrix": {"homeserver": "ftp://example.org"}})
+    with pytest.raises(ConfigError, match="user_id is needed"):
+        parse_config({"matrix": {"enabled": True}})
+
+
+def test_matrix_approvers_default_to_allowed_users_and_secrets_are_named() -> None:
+    config = parse_config(
+        {"matrix": {"enabled": True, "user_id": "@bot:example.org",
+                    "allowed_users": ["@me:example.org"], "password_env": "MX_PASSWORD"}}
+    )  # fmt: skip
+    assert config.matrix.approver_ids == ["@me:example.org"]
+    loaded = LoadedConfig(config=config, path=Path("x.toml"))
+    assert dict(secrets_in_use(loaded, {})) == {"MATRIX_ACCESS_TOKEN": False, "MX_PASSWORD": False}
+    assert Address.parse("matrix:!room:example.org").chat_id == "!room:example.org"
