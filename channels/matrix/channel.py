@@ -1,8 +1,7 @@
 """The Matrix channel: the wiring of the client and the parts that do the work.
 
 ``session`` logs in and loads the key store; ``sync`` runs the durable loop; ``inbound``
-maps events; ``outbound`` sends. Typing notifications are not sent yet (the core's
-typing hook is Telegram's own; see docs/CHANNELS.md).
+maps events; ``outbound`` sends; ``typing`` shows the bot typing while a turn runs.
 """
 
 from __future__ import annotations
@@ -43,8 +42,11 @@ class MatrixChannel:
         self._tasks = Tasks()
         self.prompts = Prompts(host)
         self.inbound = Inbound(section, host, self.client, self.prompts, self._tasks)
-        self.outbound = Outbound(host, self.client, self.prompts, self._health)
         self.syncer = Syncer(section, options, host, self.client, self.inbound, self._health)
+        self.outbound = Outbound(
+            host, self.client, self.prompts, self._health, self.inbound.typing,
+            self.syncer.synced,
+        )  # fmt: skip
         host.add_health("matrix", self.health)
 
     async def start(self, bus: Bus) -> None:

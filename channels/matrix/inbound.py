@@ -42,6 +42,7 @@ from echo_bot.events import (
 
 from .approvals import Prompts, action_for, verb_of_reaction, verb_of_reply
 from .common import CommitFailed, Tasks, log
+from .typing import Typing
 
 UNDECRYPTABLE = (
     "I could not decrypt your message (I have no key for it: it may have been sent to "
@@ -81,6 +82,7 @@ class Inbound:
         self.client = client
         self.prompts = prompts
         self.tasks = tasks
+        self.typing = Typing(client, tasks)
         self._noticed: dict[str, float] = {}
 
     def room_allowed(self, room_id: str) -> bool:
@@ -142,7 +144,7 @@ class Inbound:
             verb = verb_of_reply(event.body or "")
             if verb is not None and await self._decide(room_id, event, target, verb):
                 return
-        await self._publish(
+        inbound_id = await self._publish(
             MessageInbound(
                 address=address_of(room_id),
                 sender=Sender(id=sender, name=clean(self._name(room_id, sender))),
@@ -151,6 +153,7 @@ class Inbound:
                 message_id=event.event_id,
             )
         )
+        self.typing.start(inbound_id, room_id)
 
     def _text(self, event: Any) -> str:
         if isinstance(event, RoomMessageMedia):

@@ -27,6 +27,9 @@ from echo_bot.events import OutboundKind, OutboundMessage, Receipt, TextFormat
 from .approvals import Prompts, actions_of, prompt_text
 from .common import Health, log
 from .formatting import contents, plain_html
+from .typing import Typing
+
+FIRST_SYNC_WAIT = 30.0  # seconds a send waits for the first sync (the rooms' state)
 
 RETRIES = 3
 RETRY_WAIT_MAX = 10.0  # seconds; a longer wait goes back to the delivery worker
@@ -57,8 +60,16 @@ class Pacer:
 
 class Outbound:
     def __init__(
-        self, host: ChannelHost, client: AsyncClient, prompts: Prompts, health: Health
+        self,
+        host: ChannelHost,
+        client: AsyncClient,
+        prompts: Prompts,
+        health: Health,
+        typing: Typing,
+        synced: asyncio.Event,
     ) -> None:
+        self.typing = typing
+        self.synced = synced
         self.host = host
         self.client = client
         self.prompts = prompts
@@ -69,6 +80,13 @@ class Outbound:
 
     async def send(self, message: OutboundMessage) -> Receipt:
         room_id = message.to.chat_id
+        self.typing.stop_for(message)
+        if not self.synced.is_set():  # nio knows no room (nor its members' keys) before
+            try:
+                async with asyncio.timeout(FIRST_SYNC_WAIT):
+                    await self.synced.wait()
+            except TimeoutError:
+                raise ChannelError("not synced with the homeserver yet") from None
         async with self.pacer.lock(room_id):
             if message.edit_of is not None and message.edit_message_id:
                 return await self._edit(room_id, message.edit_message_id, message)

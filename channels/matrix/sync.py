@@ -49,6 +49,7 @@ class Syncer:
         self.timeout_ms = int(float(options.get("sync_timeout", 30)) * 1000)
         self.token: str | None = None
         self.first = True  # the first sync of this run asks for the rooms' full state
+        self.synced = asyncio.Event()  # set once the first sync is handled
         self._delay = 1.0
 
     @property
@@ -84,6 +85,7 @@ class Syncer:
         if answer.next_batch and answer.next_batch != self.token:
             await self.host.remember_note(self._token_name, answer.next_batch)
             self.token = answer.next_batch
+        self.synced.set()
 
     async def feed(self, answer: SyncResponse) -> None:
         for room_id, info in answer.rooms.invite.items():

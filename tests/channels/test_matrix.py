@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import stat
 import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator, Sequence
@@ -23,8 +24,9 @@ from echo_bot.conversation import ChatMessage
 from echo_bot.events import Address
 from echo_bot.tools.base import Tool
 from tests.channels.contract.drivers import ContractBrain, MatrixDriver
+from tests.conftest import running_bot
 from tests.matrix_people import Person
-from tests.matrix_server import Synapse
+from tests.matrix_server import Synapse, unique
 from tests.test_matrix_harness import raw_event, send_encrypted
 from tests.waiting import eventually
 
@@ -43,6 +45,21 @@ class MarkdownBrain(ContractBrain):
         last = conversation[-1]
         if last.role == "user" and "md:" in (last.content or ""):
             return BrainReply(text=HOSTILE_MARKDOWN, route_reason="test", markdown=True)
+        return await super().step(conversation, tools, context)
+
+
+class HeldBrain(ContractBrain):
+    """``hold:`` → waits until the test releases it, then the contract's answer."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+
+    async def step(
+        self, conversation: Sequence[ChatMessage], tools: Sequence[Tool], context: BrainContext
+    ) -> BrainReply:
+        if "hold:" in (conversation[-1].content or ""):
+            await self.release.wait()
+            return BrainReply(text="released", route_reason="test")
         return await super().step(conversation, tools, context)
 
 
@@ -230,6 +247,52 @@ async def test_hostile_input_neither_crashes_nor_loses_anything(chat: Chat) -> N
         assert texts[-1] == "say:after"
         health = next(c for c in chat.bot.daemon.channels if c.name == "matrix").health()
         assert health["status"] == "ok", health
+
+
+async def test_the_bot_types_while_a_turn_runs(chat: Chat) -> None:
+    brain = chat.brain = HeldBrain()
+    async with chat.running():
+        await chat.say("hold:on")
+
+        def typing() -> list[str]:
+            room = chat.owner.client.rooms.get(chat.room_id)
+            return list(room.typing_users) if room is not None else []
+
+        await eventually(lambda: chat.bot_id in typing(), timeout=15, what="the bot typing")
+        brain.release.set()
+        await chat.wait_received("released")
+        await eventually(lambda: chat.bot_id not in typing(), timeout=15, what="typing ended")
+
+
+async def test_a_first_login_by_password_keeps_its_device_in_private_files(
+    synapse: Synapse, state_dir: Path
+) -> None:
+    user = unique("pwbot")
+    account = await asyncio.to_thread(synapse.register, user, "first-password")
+    config = f"""
+[matrix]
+enabled = true
+homeserver = "{synapse.url}"
+user_id = "{account.user_id}"
+password_env = "MX_PASSWORD"
+device_name = "echo-bot test"
+"""
+    devices = []
+    for _run in range(2):  # the second run uses what the first login kept
+        async with running_bot(
+            state_dir, config, environ={"MX_PASSWORD": "first-password"}, channels=["matrix"],
+            channel_options={"matrix": {"sync_timeout": 1}},
+        ) as bot:  # fmt: skip
+            channel = next(c for c in bot.daemon.channels if c.name == "matrix")
+            devices.append(channel.client.device_id)  # type: ignore[attr-defined]
+    assert devices[0] and devices[0] == devices[1], devices
+    directory = state_dir / "matrix"
+    assert stat.S_IMODE(directory.stat().st_mode) == 0o700
+    kept = json.loads((directory / "login.json").read_text())
+    assert kept["device_id"] == devices[0]
+    files = [p for p in directory.iterdir() if p.is_file()]
+    assert any(p.suffix == ".db" for p in files), files  # the key store
+    assert all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in files), files
 
 
 # -- config ---------------------------------------------------------------------------------
