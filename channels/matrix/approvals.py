@@ -38,10 +38,11 @@ def instructions(actions: list[str]) -> str:
     verbs = {a.split(":", 1)[0] for a in actions}
     ways = []
     if DecisionVerb.APPROVE_ONCE.value in verbs:
-        ways.append(f"React {APPROVE} to approve once")
+        ways.append(f"{APPROVE} to approve once")
     if DecisionVerb.ALLOW_FOR.value in verbs:
         ways.append(f"{ALLOW} to allow for the time shown")
-    ways.append(f"{DENY} to deny")
+    ways.append(f"{DENY} to deny")  # a prompt too long to show offers Deny only
+    ways[0] = f"React {ways[0]}"
     typed = "`approve` / `deny`" if DecisionVerb.APPROVE_ONCE.value in verbs else "`deny`"
     return ", ".join(ways) + f" — or reply {typed} to this message."
 

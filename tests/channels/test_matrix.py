@@ -316,3 +316,25 @@ def test_matrix_approvers_default_to_allowed_users_and_secrets_are_named() -> No
     loaded = LoadedConfig(config=config, path=Path("x.toml"))
     assert dict(secrets_in_use(loaded, {})) == {"MATRIX_ACCESS_TOKEN": False, "MX_PASSWORD": False}
     assert Address.parse("matrix:!room:example.org").chat_id == "!room:example.org"
+
+
+# -- answers and HTML, without a homeserver -------------------------------------------------
+def test_answers_to_a_prompt_are_read_and_a_deny_only_prompt_offers_deny_only() -> None:
+    from channels.matrix.approvals import instructions, verb_of_reaction, verb_of_reply
+    from echo_bot.events import DecisionVerb
+
+    assert verb_of_reaction("✅\ufe0f") == DecisionVerb.APPROVE_ONCE  # Element's variant
+    assert verb_of_reaction("👍") is None
+    assert verb_of_reply("> <@bot:x> Request …\n\nApprove!") == DecisionVerb.APPROVE_ONCE
+    assert verb_of_reply("approved it? no idea") is None
+    deny_only = instructions(["deny:" + "a" * 32])
+    assert "✅" not in deny_only and "approve" not in deny_only and "❌" in deny_only
+
+
+def test_the_html_keeps_only_the_renderers_tags() -> None:
+    from channels.matrix.formatting import sanitise, split_text
+
+    hostile = '<p onclick="x()">a<iframe src=//e></iframe><a href="javascript:x">b</a></p>'
+    assert sanitise(hostile) == "<p>a<a>b</a></p>"
+    parts = split_text("word " * 10_000, limit=16_000)
+    assert all(len(p) <= 16_000 for p in parts) and "".join(parts).count("word") == 10_000
