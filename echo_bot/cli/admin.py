@@ -158,6 +158,7 @@ def check_config(loaded: LoadedConfig, state_dir: Path, env: Mapping[str, str]) 
         f" (retention {format_duration(config.storage.retention)})",
         f"brain: {'llm (' + config.openai.model + ')' if llm_enabled(loaded, env) else 'rules'}",
         f"telegram: {'on' if telegram_enabled(loaded, env) else 'off'}",
+        f"matrix: {_matrix_line(config)}",
         f"webhook: {'on' if config.webhook.enabled else 'off'} "
         f"({len(config.webhook.routes)} route(s))",
         f"http server: {http}",
@@ -178,6 +179,14 @@ def check_config(loaded: LoadedConfig, state_dir: Path, env: Mapping[str, str]) 
     lines.append("secrets (environment or credentials): " + (", ".join(secrets) or "none needed"))
     print("\n".join(lines))
     return 0
+
+
+def _matrix_line(config: Config) -> str:
+    matrix = config.matrix
+    if not matrix.enabled:
+        return "off"
+    e2ee = "end-to-end encryption on" if matrix.encryption else "unencrypted rooms only"
+    return f"on as {matrix.user_id} at {matrix.homeserver} ({e2ee})"
 
 
 def _console_line(config: Config) -> str:
