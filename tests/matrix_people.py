@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import threading
+import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator
 from typing import Any
@@ -126,24 +126,18 @@ def send_as(base: str, token: str, room_id: str, text: str) -> None:
     _call("PUT", base + path, token, {"msgtype": "m.notice", "body": text})
 
 
-def limit_messages(
-    base: str, admin_token: str, account: Registered, room_id: str, done: Any
-) -> threading.Thread:
-    """``account`` limited to one message per second (burst one; Synapse's override
-    takes whole messages per second), kept at its limit by a message sent as it every
-    0.3 s (those refused are not counted) until ``done()``: the channel's next send is
-    answered M_LIMIT_EXCEEDED, and once ``done`` goes through."""
-    path = f"/_synapse/admin/v1/users/{quote(account.user_id)}/override_ratelimit"
-    _call("POST", base + path, admin_token, {"messages_per_second": 1, "burst_count": 1})
-
-    def fill() -> None:
-        for _ in range(100):
-            if done():
-                return
-            with contextlib.suppress(OSError):  # urllib's HTTPError: refused, not counted
-                send_as(base, account.access_token, room_id, "(filler)")
-            threading.Event().wait(0.3)
-
-    thread = threading.Thread(target=fill, daemon=True)
-    thread.start()
-    return thread
+def use_up_messages(base: str, account: Registered, most: int = 100) -> int:
+    """Send messages as ``account`` (into a room of its own: rc_message counts per
+    user) until the homeserver refuses one (M_LIMIT_EXCEEDED): its burst is used up, so
+    its next message is refused too, until one more is allowed ``1 /
+    rc_message.per_second`` later. How many were sent."""
+    room_id = _call("POST", f"{base}/_matrix/client/v3/createRoom", account.access_token, {})[
+        "room_id"
+    ]
+    for sent in range(most):
+        try:
+            send_as(base, account.access_token, room_id, "(filler)")
+        except urllib.error.HTTPError as exc:
+            assert exc.code == 429, exc
+            return sent
+    raise AssertionError(f"{most} messages sent and none refused: is rc_message strict?")

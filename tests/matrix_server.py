@@ -289,6 +289,20 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
+# A message per 5 s after a burst of 30: more than any contract case sends per account
+# (each driver registers its own), so only a test that uses the burst up is refused.
+PACED_RC_MESSAGE = {"per_second": 0.2, "burst_count": 30}
+
+
+@pytest.fixture(scope="session")
+def paced_synapse(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synapse]:
+    """A homeserver whose rc_message is PACED_RC_MESSAGE (the contract's rate-limit
+    case: the bot's burst used up, its next message is refused for up to 5 s)."""
+    limits = {"rc_message": PACED_RC_MESSAGE}
+    with start_synapse(tmp_path_factory.mktemp("paced"), rate_limits=limits) as server:
+        yield server
+
+
 @pytest.fixture(scope="session")
 def synapse(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synapse]:
     """The session's homeserver (see the module's doc)."""

@@ -11,12 +11,14 @@ logged and passed over, it never stops the loop.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
 from nio import (
     AsyncClient,
     InviteMemberEvent,
+    JoinError,
     MegolmEvent,
     ReactionEvent,
     RoomMessageEmote,
@@ -48,6 +50,7 @@ UNDECRYPTABLE = (
     "I could not decrypt your message (I have no key for it: it may have been sent to "
     "my device before I could receive keys). Please send it again."
 )
+MAX_JOIN_WAIT = 30.0  # seconds a rate-limited join waits before the invite is tried again
 NOTICE_INTERVAL = 600.0  # one "cannot decrypt" notice per room per 10 minutes
 
 
@@ -114,8 +117,16 @@ class Inbound:
         )  # fmt: skip
         if inviter and self.room_allowed(room_id) and await self.allowed(inviter):
             answer = await self.client.join(room_id)
-            outcome = type(answer).__name__
-            log.info("matrix: joined %s (invited by %s): %s", room_id, inviter, outcome)
+            if isinstance(answer, JoinError):
+                if answer.status_code in (None, "M_LIMIT_EXCEEDED", "M_UNKNOWN"):
+                    # Not lost: the token stays before the invite, which comes again.
+                    wait = min((answer.retry_after_ms or 1000) / 1000, MAX_JOIN_WAIT)
+                    await asyncio.sleep(wait)
+                    raise CommitFailed(f"joining {room_id} failed for now: {answer}")
+                log.warning("matrix: could not join %s (invited by %s): %s", room_id, inviter,
+                            answer)  # fmt: skip
+                return
+            log.info("matrix: joined %s (invited by %s)", room_id, inviter)
         else:
             await self.client.room_leave(room_id)
             log.info("matrix: refused the invite to %s from %s", room_id, inviter)

@@ -33,6 +33,7 @@ FIRST_SYNC_WAIT = 30.0  # seconds a send waits for the first sync (the rooms' st
 
 RETRIES = 3
 RETRY_WAIT_MAX = 10.0  # seconds; a longer wait goes back to the delivery worker
+RETRY_MARGIN = 0.1  # seconds after retry_after_ms
 ROOM_INTERVAL = 0.1  # seconds between two sends to one room
 
 
@@ -161,7 +162,8 @@ class Outbound:
             assert isinstance(answer, RoomSendError)
             if answer.status_code == "M_LIMIT_EXCEEDED":
                 self.health.rate_limited += 1
-                wait = (answer.retry_after_ms or 1000) / 1000
+                # Synapse rounds retry_after_ms down: a little later, or it is refused again.
+                wait = (answer.retry_after_ms or 1000) / 1000 + RETRY_MARGIN
                 self.pacer.hold(room_id, wait)
                 if wait > RETRY_WAIT_MAX or attempt == RETRIES:
                     raise ChannelError("rate limited (M_LIMIT_EXCEEDED)", retry_after=wait)

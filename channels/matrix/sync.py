@@ -63,6 +63,10 @@ class Syncer:
             await self.once()
 
     async def once(self) -> None:
+        # nio syncs from its own next_batch when ``since`` is None: make it ours, so a
+        # batch not taken (CommitFailed) before any token was stored comes again.
+        self.client.next_batch = self.token
+        self.client.loaded_sync_token = self.token
         answer = await self.client.sync(
             timeout=0 if self.first else self.timeout_ms,
             since=self.token,

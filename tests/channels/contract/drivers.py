@@ -390,8 +390,9 @@ class CliDriver(Driver):
 
 # -- Matrix ---------------------------------------------------------------------------------
 class MatrixDriver(Driver):
-    """A real Synapse (the session's ``synapse``) and two people on matrix-nio clients with
-    E2EE, as in Element: the owner (allowed, approver) opens an encrypted room and
+    """A real Synapse (the session's ``paced_synapse``: rc_message strict enough to use
+    up in the rate-limit case, loose enough for the others) and two people on matrix-nio
+    clients with E2EE, as in Element: the owner (allowed, approver) opens an encrypted room and
     invites the bot and a friend (allowed, not an approver)."""
 
     NAME = "matrix"
@@ -399,7 +400,7 @@ class MatrixDriver(Driver):
         "the sync token the channel stored is past the event: a /sync from it (the bot's"
         " token, raw HTTP) no longer returns the event"
     )
-    FIXTURES = ("synapse",)
+    FIXTURES = ("paced_synapse",)
 
     def __init__(self, state_dir: Path) -> None:
         super().__init__(state_dir)
@@ -408,7 +409,6 @@ class MatrixDriver(Driver):
         self.room_id = ""
         self.account: Any = None  # the bot's Registered
         self._prompted: set[str] = set()
-        self._admin_token = ""
         self.brain: Any = ContractBrain()
 
     @contextlib.asynccontextmanager
@@ -416,10 +416,8 @@ class MatrixDriver(Driver):
         from tests.matrix_people import Person, open_room
         from tests.matrix_server import unique
 
-        self.server = server = self.fixtures["synapse"]
+        self.server = server = self.fixtures.get("paced_synapse") or self.fixtures["synapse"]
         self.account = await asyncio.to_thread(server.register, unique("echo"), "bot-password")
-        admin = await asyncio.to_thread(server.register, unique("admin"), "pw", admin=True)
-        self._admin_token = admin.access_token
         owner = Person(server, "owner", self.state_dir.parent / "owner")
         friend = Person(server, "friend", self.state_dir.parent / "friend")
         self.people = (owner, friend)
@@ -527,14 +525,12 @@ approvers = ["{owner.user_id}"]
         return await eventually(refusal, timeout=15, what="the refusal in the room")
 
     def rate_limit_next(self) -> None:
-        """The bot's account limited (Synapse's admin override) and kept at its limit
-        by messages sent as it until the channel has been answered M_LIMIT_EXCEEDED."""
-        from tests.matrix_people import limit_messages
+        """The bot's burst of messages used up on the paced homeserver (messages sent
+        as the bot until one is refused): its next send is answered M_LIMIT_EXCEEDED
+        (retry after at most 5 s)."""
+        from tests.matrix_people import use_up_messages
 
-        limit_messages(
-            self.server.url, self._admin_token, self.account, self.room_id,
-            done=lambda: self.rate_limited() >= 1,
-        )  # fmt: skip
+        use_up_messages(self.server.url, self.account)
 
     def rate_limited(self) -> int:
         assert self.bot is not None
