@@ -298,6 +298,9 @@ class MatrixConfig(Section):
     approvers: list[MatrixUser] | None = None
     rooms: list[MatrixRoom] | None = None  # None: any room an allowed user invites it to
     encryption: bool = True
+    # Several daemons on one PostgreSQL store: one syncs; when it dies, another takes
+    # over once it has been unseen this long (at least 10 s: daemons are seen every 5).
+    lease: Duration = Field(timedelta(seconds=15), ge=timedelta(seconds=10))
 
     @model_validator(mode="after")
     def _needs_user(self) -> MatrixConfig:

@@ -80,6 +80,8 @@ class MatrixChannel:
         state: dict[str, object] = {"status": self._health.status, "user": self.config.user_id}
         if self._health.last_error:
             state["error"] = self._health.last_error
+        if self._health.standby:
+            state["sync"] = "another daemon"
         if self._health.rate_limited:
             state["rate_limited"] = self._health.rate_limited
         return state

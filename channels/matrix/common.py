@@ -21,6 +21,7 @@ class CommitFailed(EchoBotError):
 class Health(ChannelHealth):
     channel: ClassVar[str] = "matrix"
     rate_limited: int = 0  # M_LIMIT_EXCEEDED answers seen (each waited out)
+    standby: bool | None = None  # another daemon syncs this account now (None: not asked)
 
 
 __all__ = ["CommitFailed", "Health", "Tasks", "log"]

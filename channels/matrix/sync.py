@@ -7,6 +7,9 @@ the response's ``next_batch`` kept in the store (``host.remember_note``), where 
 start (or another daemon on a shared store) recalls it. A kill in between repeats the
 batch at the next start; the inbox drops the repeats by event ID. A publish the store
 did not take (``CommitFailed``) ends the batch: the token stays, the batch comes again.
+A room's timeline that a sync answer cut short ("limited": more came while the daemon
+was away than one answer carries) is completed from ``/messages`` back to the stored
+token before it is handed on, so a long absence loses nothing either.
 
 After each sync the end-to-end encryption work it calls for: upload the device's keys,
 query the devices of the rooms' members, claim one-time keys, send queued to-device
@@ -20,15 +23,23 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any
 
-from nio import AsyncClient, SyncResponse
+from nio import AsyncClient, MessageDirection, RoomMessagesResponse, SyncResponse
 
 from echo_bot.bus import ChannelHost
+from echo_bot.cluster import delivery_lease
 from echo_bot.config import MatrixConfig
 
 from .common import CommitFailed, Health, log
 from .inbound import Inbound
 
 MAX_DELAY = 60.0
+# Events per room one sync answer carries (Synapse's default is 10): a longer gap since
+# the last sync is "limited" and fetched back page by page (``gap``).
+TIMELINE_LIMIT = 50
+SYNC_FILTER = {"room": {"timeline": {"limit": TIMELINE_LIMIT}}}
+GAP_PAGE = 100
+GAP_MAX = 2000  # events of one room fetched back after a long absence, at most
+STANDBY_CHECK = 1.0  # seconds between looks at the sync lease while another daemon syncs
 
 
 class Syncer:
@@ -57,10 +68,41 @@ class Syncer:
         return f"matrix-sync:{self.config.user_id}"
 
     async def run(self) -> None:
-        kept = await self.host.recall_note(self._token_name)
-        self.token = kept[0] if kept else None
+        resume = True  # go on from the token the last syncer stored
         while True:
+            if self.host.shared and not await self._may_sync():
+                resume = True  # another daemon syncs: its token will be in the store
+                await asyncio.sleep(STANDBY_CHECK)
+                continue
+            if resume:
+                kept = await self.host.recall_note(self._token_name)
+                self.token = kept[0] if kept else None
+                self.first, resume = True, False  # the rooms' state afresh
             await self.once()
+
+    async def _may_sync(self) -> bool:
+        """With several daemons on one store, one syncs this account at a time; the
+        others stand by and take over once its lease lapses (what it had not stored the
+        token past comes again, and the inbox drops the repeats by event ID).
+
+        The lease is the channel's delivery lease (echo_bot/delivery.py): the daemon
+        that sends Matrix's outbox is the one that syncs, since only a synced client
+        knows the rooms' members and their devices' keys to encrypt for."""
+        try:
+            # Its holder counts as gone after lease - STANDBY_CHECK unseen: with this
+            # look every STANDBY_CHECK, the sync is taken over within [matrix] lease.
+            within = self.config.lease.total_seconds() - STANDBY_CHECK
+            syncing = await self.host.hold(delivery_lease("matrix"), within)
+        except Exception as exc:  # the store is away: nobody can store events anyway
+            self.health.degrade(f"cannot tell whether to sync: {exc}")
+            return False
+        standby = self.health.standby
+        if standby is None or syncing == standby:  # the first answer, or a change
+            log.info("matrix: %s", "syncing now" if syncing else "another daemon syncs")
+        self.health.standby = not syncing
+        if not syncing:
+            self.health.status, self.health.last_error = "ok", None
+        return syncing
 
     async def once(self) -> None:
         # nio syncs from its own next_batch when ``since`` is None: make it ours, so a
@@ -69,6 +111,7 @@ class Syncer:
         self.client.loaded_sync_token = self.token
         answer = await self.client.sync(
             timeout=0 if self.first else self.timeout_ms,
+            sync_filter=SYNC_FILTER,
             since=self.token,
             full_state=self.first or None,
         )
@@ -100,7 +143,10 @@ class Syncer:
             except Exception:  # a bad invite must not stall the others
                 log.exception("matrix: the invite to %s could not be handled", room_id)
         for room_id, info in answer.rooms.join.items():
-            for event in info.timeline.events:
+            events = list(info.timeline.events)
+            if info.timeline.limited and self.token is not None:
+                events = await self.gap(room_id, info.timeline.prev_batch) + events
+            for event in events:
                 try:
                     await self.inbound.on_event(room_id, event)
                 except CommitFailed:
@@ -110,6 +156,38 @@ class Syncer:
                         "matrix: event %s in %s could not be handled",
                         getattr(event, "event_id", "?"), room_id,
                     )  # fmt: skip
+
+    async def gap(self, room_id: str, prev_batch: str | None) -> list[Any]:
+        """The room's events between the stored token and the start of a "limited"
+        timeline (more came while the daemon was away than a sync answer carries), oldest
+        first: without them those messages would never be seen. A failure raises
+        ``CommitFailed``: the token stays, and the whole batch comes again."""
+        assert self.token is not None
+        if not prev_batch:
+            return []
+        pages: list[list[Any]] = []
+        start, fetched = prev_batch, 0
+        while fetched < GAP_MAX:
+            answer = await self.client.room_messages(
+                room_id, start=start, end=self.token, direction=MessageDirection.back,
+                limit=GAP_PAGE,
+            )  # fmt: skip
+            if not isinstance(answer, RoomMessagesResponse):
+                raise CommitFailed(f"the events missed in {room_id} could not be fetched: {answer}")
+            pages.append(list(answer.chunk))
+            fetched += len(answer.chunk)
+            if not answer.chunk or not answer.end or answer.end == start:
+                break
+            start = answer.end
+        else:
+            log.warning(
+                "matrix: over %d events came in %s while the bot was away; the oldest are "
+                "not read", GAP_MAX, room_id,
+            )  # fmt: skip
+            await self.host.audit("matrix.gap_truncated", room=room_id, read=fetched)
+        log.info("matrix: %d events fetched back in %s (a gap since the last sync)", fetched,
+                 room_id)  # fmt: skip
+        return [event for page in reversed(pages) for event in reversed(page)]
 
     async def encryption(self) -> None:
         client = self.client

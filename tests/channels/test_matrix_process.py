@@ -1,0 +1,180 @@
+"""`echo-bot run` as a real process on Matrix, against a real Synapse: SIGKILL after a
+sync answered a burst and before the sync token moved past it loses and repeats
+nothing; and two daemons on one PostgreSQL store sync the account one at a time, the
+second taking over when the first is killed."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import sqlite3
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from echo_bot.brains.rules import NO_MATCH_HINT
+from tests.conftest import ROOT, echo_bot_env
+from tests.matrix_people import Person, open_room
+from tests.matrix_server import Registered, Synapse, unique
+from tests.waiting import eventually
+
+pytestmark = pytest.mark.slow
+
+BURST = 60  # more than one sync answer carries per room (sync.TIMELINE_LIMIT)
+
+
+def config_text(synapse: Synapse, bot: Registered, owner: Person, extra: str = "") -> str:
+    return f"""{extra}
+[matrix]
+enabled = true
+homeserver = "{synapse.url}"
+user_id = "{bot.user_id}"
+allowed_users = ["{owner.user_id}"]
+[http]
+port = 0
+"""
+
+
+class Daemon:
+    """One `echo-bot run`, its log read as it runs."""
+
+    def __init__(self, config: Path, state: Path, env: dict[str, str]) -> None:
+        self.config, self.state, self.env = config, state, env
+        self.proc: asyncio.subprocess.Process | None = None
+        self.lines: list[str] = []
+        self._reader: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self.proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "echo_bot", "run",
+            "--config", str(self.config), "--state-dir", str(self.state),
+            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE, env=self.env, cwd=ROOT,
+        )  # fmt: skip
+        ready = asyncio.get_running_loop().create_future()
+        self._reader = asyncio.create_task(self._read(ready))
+        async with asyncio.timeout(60):
+            await ready
+
+    async def _read(self, ready: asyncio.Future[None]) -> None:
+        assert self.proc is not None and self.proc.stderr is not None
+        while line := (await self.proc.stderr.readline()).decode():
+            self.lines.append(line.rstrip())
+            if line.startswith("stop with") and not ready.done():
+                ready.set_result(None)
+        if not ready.done():
+            ready.set_exception(AssertionError("exited:\n" + "\n".join(self.lines)))
+
+    def said(self, text: str) -> bool:
+        return any(text in line for line in self.lines)
+
+    async def kill(self) -> None:
+        assert self.proc is not None
+        if self.proc.returncode is None:
+            self.proc.send_signal(signal.SIGKILL)
+        await self.proc.wait()
+        if self._reader is not None:
+            await self._reader
+
+    async def stop(self) -> None:
+        assert self.proc is not None
+        if self.proc.returncode is None:
+            self.proc.send_signal(signal.SIGTERM)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(30):
+                    await self.proc.wait()
+        await self.kill()
+
+
+@contextlib.asynccontextmanager
+async def people(synapse: Synapse, tmp_path: Path) -> AsyncIterator[tuple[Registered, Person, str]]:
+    """The bot's account, and its owner with an encrypted room the bot is invited to."""
+    bot = await asyncio.to_thread(synapse.register, unique("echo"), "bot-password")
+    owner = Person(synapse, "owner", tmp_path / "owner")
+    try:
+        await owner.step()
+        room_id = await open_room(owner, [bot.user_id])
+        async with owner.syncing():
+            yield bot, owner, room_id
+    finally:
+        await owner.client.close()
+
+
+async def bot_ready(owner: Person, room_id: str, bot: Registered) -> None:
+    """The bot in the room and its device known to the owner (what is said is encrypted
+    for it)."""
+
+    def joined_and_known() -> bool:
+        room = owner.client.rooms.get(room_id)
+        devices = owner.client.device_store.active_user_devices(bot.user_id)
+        return bool(room and bot.user_id in room.users and list(devices))
+
+    await eventually(joined_and_known, timeout=60, what="the bot joined, its device known")
+
+
+def replies(owner: Person, room_id: str, bot: Registered) -> list[str]:
+    return [t for t in owner.received(room_id, bot.user_id) if t == NO_MATCH_HINT]
+
+
+def stored(state: Path, bot: Registered) -> tuple[int, str | None]:
+    """The Matrix inbounds the store holds, and the sync token it keeps."""
+    with contextlib.closing(sqlite3.connect(state / "echo-bot.sqlite3", timeout=10)) as conn:
+        (count,) = conn.execute("SELECT count(*) FROM inbox WHERE channel = 'matrix'").fetchone()
+        row = conn.execute(
+            "SELECT value FROM meta WHERE key = ?", [f"note:matrix-sync:{bot.user_id}"]
+        ).fetchone()
+    return int(count), None if row is None else str(row[0])
+
+
+async def test_sigkill_between_a_sync_and_its_commit_loses_and_repeats_nothing(
+    synapse: Synapse, tmp_path: Path
+) -> None:
+    """A burst is sent while the daemon is down, so its first sync brings it in one
+    batch; the daemon is killed as soon as part of the batch is stored, before the token
+    moved past it (checked: a kill that missed that window is tried again). After a
+    restart every message is answered exactly once."""
+    state, config = tmp_path / "state", tmp_path / "config.toml"
+    async with people(synapse, tmp_path) as (bot, owner, room_id):
+        config.write_text(config_text(synapse, bot, owner))
+        daemon = Daemon(config, state, echo_bot_env(MATRIX_ACCESS_TOKEN=bot.access_token))
+        await daemon.start()
+        await bot_ready(owner, room_id, bot)
+        await owner.say(room_id, "first words")
+        await eventually(lambda: len(replies(owner, room_id, bot)) == 1, timeout=60,
+                         what="the first answer")  # fmt: skip
+        sent = 1
+        landed = 0
+        for _attempt in range(5):
+            await daemon.stop()
+            _, token_before = await asyncio.to_thread(stored, state, bot)
+            for index in range(BURST):
+                await owner.say(room_id, f"message {sent + index}")
+            sent += BURST
+            daemon = Daemon(config, state, daemon.env)
+            await daemon.start()
+
+            async with asyncio.timeout(60):  # looks as often as it can: the window is short
+                while (await asyncio.to_thread(stored, state, bot))[0] <= sent - BURST:
+                    pass
+            await daemon.kill()
+            count, token = await asyncio.to_thread(stored, state, bot)
+            if count < sent and token == token_before:
+                landed += 1  # killed after the sync, before the token moved past it
+                break
+        assert landed, "no kill landed between a sync and its commit in 5 tries"
+        daemon = Daemon(config, state, daemon.env)
+        await daemon.start()
+        try:
+            await eventually(lambda: len(replies(owner, room_id, bot)) >= sent, timeout=120,
+                             what=f"{sent} answers")  # fmt: skip
+            await owner.say(room_id, "and one more")  # answered after any repeat would be
+            await eventually(lambda: len(replies(owner, room_id, bot)) >= sent + 1,
+                             timeout=60, what="the last answer")  # fmt: skip
+        finally:
+            await daemon.stop()
+        count, _ = await asyncio.to_thread(stored, state, bot)
+    assert count == sent + 1
+    assert len(replies(owner, room_id, bot)) == sent + 1, "an answer was repeated"
