@@ -38,6 +38,8 @@ MAX_DELAY = 60.0
 TIMELINE_LIMIT = 50
 SYNC_FILTER = {"room": {"timeline": {"limit": TIMELINE_LIMIT}}}
 GAP_PAGE = 100
+NO_ROOMS: dict[str, Any] = {"room": {"rooms": []}, "presence": {"types": []}, "account_data": {"types": []}}
+DRAIN_MAX = 50  # syncs of to-device messages at a takeover (100 a sync)
 GAP_MAX = 2000  # events of one room fetched back after a long absence, at most
 STANDBY_CHECK = 1.0  # seconds between looks at the sync lease while another daemon syncs
 
@@ -68,6 +70,10 @@ class Syncer:
         return f"matrix-sync:{self.config.user_id}"
 
     async def run(self) -> None:
+        if self.host.shared:
+            # This device's keys on the server now, even while another daemon syncs:
+            # people's clients then share room keys with it before it takes over.
+            await self.encryption()
         resume = True  # go on from the token the last syncer stored
         while True:
             if self.host.shared and not await self._may_sync():
@@ -75,10 +81,31 @@ class Syncer:
                 await asyncio.sleep(STANDBY_CHECK)
                 continue
             if resume:
+                if self.host.shared:
+                    await self.drain_to_device()
                 kept = await self.host.recall_note(self._token_name)
                 self.token = kept[0] if kept else None
                 self.first, resume = True, False  # the rooms' state afresh
             await self.once()
+
+    async def drain_to_device(self) -> None:
+        """Before syncing from the token another daemon stored: this device's own
+        to-device messages (the room keys people's clients sent it while it stood by),
+        read with a filter that leaves every room out. Needed because a sync from a
+        token deletes, unread, this device's to-device messages older than that token,
+        and that token is the other daemon's: without this the keys sent to this device
+        before the takeover would be lost and the messages they open unreadable."""
+        since: str | None = None
+        for _ in range(DRAIN_MAX):
+            self.client.next_batch = self.client.loaded_sync_token = since  # see ``once``
+            answer = await self.client.sync(timeout=0, sync_filter=NO_ROOMS, since=since)
+            if not isinstance(answer, SyncResponse):
+                log.warning("matrix: this device's keys could not be fetched: %s", answer)
+                return
+            await self.encryption()
+            if not answer.to_device_events or answer.next_batch == since:
+                return
+            since = answer.next_batch
 
     async def _may_sync(self) -> bool:
         """With several daemons on one store, one syncs this account at a time; the

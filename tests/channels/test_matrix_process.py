@@ -26,13 +26,16 @@ pytestmark = pytest.mark.slow
 BURST = 60  # more than one sync answer carries per room (sync.TIMELINE_LIMIT)
 
 
-def config_text(synapse: Synapse, bot: Registered, owner: Person, extra: str = "") -> str:
+def config_text(
+    synapse: Synapse, bot: Registered, owner: Person, extra: str = "", matrix: str = ""
+) -> str:
     return f"""{extra}
 [matrix]
 enabled = true
 homeserver = "{synapse.url}"
 user_id = "{bot.user_id}"
 allowed_users = ["{owner.user_id}"]
+{matrix}
 [http]
 port = 0
 """
@@ -178,3 +181,57 @@ async def test_sigkill_between_a_sync_and_its_commit_loses_and_repeats_nothing(
         count, _ = await asyncio.to_thread(stored, state, bot)
     assert count == sent + 1
     assert len(replies(owner, room_id, bot)) == sent + 1, "an answer was repeated"
+
+
+async def test_two_daemons_on_one_database_sync_one_at_a_time_and_take_over(
+    synapse: Synapse, tmp_path: Path
+) -> None:
+    """Two daemons on one PostgreSQL store, each its own device of the bot account (a
+    password login each): one syncs, the other stands by; killed, the first is taken
+    over within the lease, the messages sent meanwhile are read (the standby's device
+    got the room keys too) and every message is answered once."""
+    from tests.postgres import fresh_database
+
+    password = "bot-password"
+    with fresh_database() as url:
+        async with people(synapse, tmp_path) as (bot, owner, room_id):
+            extra = '[storage]\nengine = "postgres"\n'
+            daemons = []
+            for name in ("a", "b"):
+                config = tmp_path / f"{name}.toml"
+                login = 'password_env = "MATRIX_PASSWORD"\naccess_token_env = "NO_MATRIX_TOKEN"'
+                bot_section = f'[bot]\ninstance = "{name}"\n'
+                config.write_text(config_text(synapse, bot, owner, bot_section + extra, login))
+                env = echo_bot_env(MATRIX_PASSWORD=password, ECHO_BOT_DATABASE_URL=url)
+                daemons.append(Daemon(config, tmp_path / f"state-{name}", env))
+            first, second = daemons
+            try:
+                await first.start()
+                await eventually(lambda: first.said("matrix: syncing now"), timeout=30,
+                                 what=lambda: "\n".join(first.lines))  # fmt: skip
+                await second.start()
+                await eventually(lambda: second.said("another daemon syncs"), timeout=30,
+                                 what=lambda: "\n".join(second.lines))  # fmt: skip
+                await bot_ready(owner, room_id, bot)
+                await eventually(
+                    lambda: len(list(owner.client.device_store.active_user_devices(bot.user_id)))
+                    == 2, timeout=30, what="both of the bot's devices known to the owner",
+                )  # fmt: skip
+                await owner.say(room_id, "one thing")
+                await eventually(lambda: len(replies(owner, room_id, bot)) == 1, timeout=60,
+                                 what="the first answer")  # fmt: skip
+                await first.kill()
+                await owner.say(room_id, "another thing")
+                await owner.say(room_id, "a third thing")
+                await eventually(lambda: second.said("matrix: syncing now"), timeout=30,
+                                 what=lambda: "\n".join(second.lines))  # fmt: skip
+                await eventually(lambda: len(replies(owner, room_id, bot)) >= 3, timeout=60,
+                                 what=lambda: owner.received(room_id, bot.user_id))  # fmt: skip
+                await owner.say(room_id, "and the last")
+                await eventually(lambda: len(replies(owner, room_id, bot)) >= 4, timeout=60,
+                                 what=lambda: owner.received(room_id, bot.user_id))  # fmt: skip
+            finally:
+                for daemon in daemons:
+                    if daemon.proc is not None:
+                        await daemon.stop()
+            assert owner.received(room_id, bot.user_id) == [NO_MATCH_HINT] * 4
