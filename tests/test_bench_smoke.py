@@ -140,3 +140,23 @@ def test_console_quick() -> None:
     output = run_quick("console.py")
     assert_markdown_table(output, "case")
     assert "live queue p50" in output
+
+
+@pytest.mark.timeout(300)
+def test_matrix_burst_quick(synapse: object) -> None:
+    """Against a Synapse of its own; the session's ``synapse`` fixture only says whether
+    one can start here (skipped, or failed under CI, when not)."""
+    import os
+
+    from tests.matrix_server import PYTHON_ENV
+
+    extra = {PYTHON_ENV: os.environ[PYTHON_ENV]} if PYTHON_ENV in os.environ else {}
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "matrix_burst.py"), "--quick"],
+        capture_output=True, text=True, timeout=280, env=echo_bot_env(**extra), cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert result.returncode == 0, f"exited {result.returncode}:\n{result.stderr[-4000:]}"
+    row = next(line for line in result.stdout.splitlines() if line.startswith("| encrypted"))
+    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    assert cells[1] == cells[5] == "12" and cells[6] == cells[7] == cells[9] == "0", row
