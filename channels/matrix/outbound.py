@@ -35,28 +35,56 @@ RETRIES = 3
 RETRY_WAIT_MAX = 10.0  # seconds; a longer wait goes back to the delivery worker
 RETRY_MARGIN = 0.1  # seconds after retry_after_ms
 ROOM_INTERVAL = 0.1  # seconds between two sends to one room
+GROW, SHRINK = 1.5, 0.97  # the account's spacing after a refusal, after a send
+QUIET = 60.0  # seconds without a send after which the account's learned spacing is dropped
 
 
 class Pacer:
-    """At most one send per room per ROOM_INTERVAL, and none before a room's limit ends."""
+    """Per room: at most one send per ROOM_INTERVAL, and none before the room's limit
+    ends. Per account (a homeserver counts a user's messages in every room together, as
+    Synapse's ``rc_message`` does): after an ``M_LIMIT_EXCEEDED``, sends are spaced by
+    the wait it asked for, grown at each further refusal and shrunk a little at each
+    send, so a long burst meets the limit a few times instead of at every send past the
+    allowance; the spacing is dropped once the account has sent nothing for QUIET
+    seconds (its allowance has grown back by then)."""
 
     def __init__(self) -> None:
         self._next: dict[str, float] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        self._spacing = 0.0  # seconds between two sends of the account, as last learned
+        self._next_any = 0.0  # the account's next free slot
+        self._last_send = 0.0
 
     def lock(self, room_id: str) -> asyncio.Lock:
         return self._locks.setdefault(room_id, asyncio.Lock())
 
     async def wait(self, room_id: str) -> None:
         loop = asyncio.get_running_loop()
-        delay = self._next.get(room_id, 0.0) - loop.time()
+        now = loop.time()
+        if self._spacing and now - self._last_send > QUIET:
+            self._spacing = 0.0
+        slot = max(self._next_any, now)  # taken before sleeping: rooms do not share it
+        self._next_any = slot + self._spacing
+        delay = max(slot, self._next.get(room_id, 0.0)) - now
         if delay > 0:
             await asyncio.sleep(delay)
-        self._next[room_id] = loop.time() + ROOM_INTERVAL
+        self._last_send = loop.time()
+        self._next[room_id] = self._last_send + ROOM_INTERVAL
 
     def hold(self, room_id: str, seconds: float) -> None:
-        loop = asyncio.get_running_loop()
-        self._next[room_id] = max(self._next.get(room_id, 0.0), loop.time() + seconds)
+        """The homeserver refused a send for ``seconds``: the room and the account wait,
+        and the account's sends are spaced by that much from now on."""
+        until = asyncio.get_running_loop().time() + seconds
+        self._next[room_id] = max(self._next.get(room_id, 0.0), until)
+        self._next_any = max(self._next_any, until)
+        # Refused while spaced already: the spacing was too short (the wait asked for is
+        # only until one more send is allowed, not the allowance's rate).
+        grown = self._spacing * GROW if self._spacing else seconds
+        self._spacing = min(max(grown, seconds), RETRY_WAIT_MAX)
+
+    def sent(self) -> None:
+        """A send went through: the spacing shrinks a little, towards the allowance."""
+        self._spacing *= SHRINK
 
 
 class Outbound:
@@ -157,6 +185,7 @@ class Outbound:
             except Exception as exc:  # nio's LocalProtocolError & co: the room is not ready
                 raise ChannelError(f"cannot send to {room_id}: {exc}") from None
             if isinstance(answer, RoomSendResponse):
+                self.pacer.sent()
                 event_id: str = answer.event_id
                 return event_id
             assert isinstance(answer, RoomSendError)

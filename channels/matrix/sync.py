@@ -38,7 +38,11 @@ MAX_DELAY = 60.0
 TIMELINE_LIMIT = 50
 SYNC_FILTER = {"room": {"timeline": {"limit": TIMELINE_LIMIT}}}
 GAP_PAGE = 100
-NO_ROOMS: dict[str, Any] = {"room": {"rooms": []}, "presence": {"types": []}, "account_data": {"types": []}}
+NO_ROOMS: dict[str, Any] = {
+    "room": {"rooms": []},
+    "presence": {"types": []},
+    "account_data": {"types": []},
+}
 DRAIN_MAX = 50  # syncs of to-device messages at a takeover (100 a sync)
 GAP_MAX = 2000  # events of one room fetched back after a long absence, at most
 STANDBY_CHECK = 1.0  # seconds between looks at the sync lease while another daemon syncs
