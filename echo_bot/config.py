@@ -298,6 +298,10 @@ class MatrixConfig(Section):
     approvers: list[MatrixUser] | None = None
     rooms: list[MatrixRoom] | None = None  # None: any room an allowed user invites it to
     encryption: bool = True
+    # Images, files, audio and video people send: fetched from the media repository
+    # during the turn and saved in the workspace (off: described by name only).
+    media: bool = True
+    max_download: ByteSize = 20 * 1000**2
 
     @model_validator(mode="after")
     def _needs_user(self) -> MatrixConfig:
