@@ -12,12 +12,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
-from nio import DownloadError, RoomEncryptedMedia, RoomSendResponse, UploadResponse
+from nio import (
+    DownloadError,
+    RoomCreateResponse,
+    RoomEncryptedMedia,
+    RoomMessageFile,
+    RoomMessageMedia,
+    RoomSendResponse,
+    UploadResponse,
+)
 from nio.crypto.attachments import decrypt_attachment
 
 from channels.matrix.media import read_media
@@ -32,7 +40,7 @@ from tests.channels.contract.drivers import SAY, TOOLS, ContractBrain
 from tests.channels.test_matrix import Chat, send_raw
 from tests.conftest import Bot, running_bot
 from tests.matrix_people import Person
-from tests.matrix_server import Synapse
+from tests.matrix_server import Synapse, start_synapse
 from tests.test_matrix_harness import raw_event
 from tests.waiting import eventually
 
@@ -281,7 +289,8 @@ async def test_a_file_the_bot_sends_arrives_encrypted_and_whole(chat: MediaChat)
     async with chat.running():
         args = {"path": "report.txt", "caption": "the report"}
         await chat.say(f"/tool send_file {json.dumps(args)}")
-        # The room has a member who is not an approver: the owner approves (a reaction).
+        # A Matrix room is never a direct chat to the gate (routing.py: the chat's id is
+        # not the sender's), so a workspace file sent there asks: the owner approves.
         await chat.decide(await chat.prompt(), approve=True)
         await chat.wait_received("the report", "Sent report.txt")
         await chat.say('/tool send_file {"path": "chart.png"}')
@@ -311,6 +320,81 @@ async def test_a_file_the_bot_sends_arrives_encrypted_and_whole(chat: MediaChat)
         order = [e.event_id for _room, e in chat.owner.seen]
         assert order.index(report.event_id) < order.index(caption)
     assert list((chat.state_dir / "outgoing").iterdir()) == []  # the copies are gone
+
+
+async def test_files_both_ways_in_a_room_without_encryption(chat: MediaChat) -> None:
+    owner = chat.owner
+    (chat.state_dir / "workspace").mkdir(parents=True, exist_ok=True)
+    (chat.state_dir / "workspace" / "chart.png").write_bytes(PNG)
+    async with chat.running():
+        created = await owner.client.room_create(invite=[chat.bot_id])  # no encryption
+        assert isinstance(created, RoomCreateResponse), created
+        room_id = created.room_id
+
+        def joined() -> bool:
+            room = owner.client.rooms.get(room_id)
+            return bool(room and chat.bot_id in room.users and not room.encrypted)
+
+        await eventually(joined, timeout=30, what="the bot in the room without encryption")
+        url, _ = await upload(owner, REPORT, encrypt=False)
+        content = {"msgtype": "m.file", "body": "report.txt", "url": url,
+                   "info": {"mimetype": "text/plain", "size": len(REPORT)}}  # fmt: skip
+        answer = await owner.client.room_send(room_id, "m.room.message", content)
+        assert isinstance(answer, RoomSendResponse), answer
+
+        def said(text: str) -> bool:
+            return any(text in t for t in owner.received(room_id, chat.bot_id))
+
+        await eventually(lambda: said("Your document is saved"), timeout=15, what="file taken")
+        [saved] = chat.saved()
+        assert saved.read_bytes() == REPORT
+
+        await owner.say(room_id, '/tool send_file {"path": "chart.png"}')
+
+        def prompt() -> str | None:
+            events = owner.received_events(room_id, chat.bot_id)
+            return next((e for e, body in events if "❌ to deny" in body), None)
+
+        # Asked here too (a Matrix room is never a direct chat to the gate).
+        shown = await eventually(prompt, timeout=15, what="the prompt")
+        await owner.react(room_id, shown, "✅", encrypted=False)
+
+        def sent() -> RoomMessageFile | None:
+            return next((e for room, e in owner.seen if room.room_id == room_id
+                         and e.sender == chat.bot_id and isinstance(e, RoomMessageMedia)),
+                        None)  # fmt: skip
+
+        event: Any = await eventually(sent, timeout=15, what="the image in the clear")
+        assert event.source["content"]["url"].startswith("mxc://")
+        assert "file" not in event.source["content"]
+        download = await owner.client.download(mxc=event.source["content"]["url"])
+        assert not isinstance(download, DownloadError) and download.body == PNG
+
+
+@pytest.fixture(scope="module")
+def small_uploads(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synapse]:
+    """A homeserver that takes uploads of at most 1 KB."""
+    limits = {"max_upload_size": "1K"}  # merged into homeserver.yaml like the limits
+    with start_synapse(tmp_path_factory.mktemp("small"), rate_limits=limits) as server:
+        yield server
+
+
+async def test_an_upload_the_homeserver_finds_too_large_is_not_tried_again(
+    small_uploads: Synapse, state_dir: Path
+) -> None:
+    chat = MediaChat(state_dir, small_uploads)
+    big = state_dir / "big.bin"
+    big.write_bytes(b"b" * 5000)
+    async with chat.peer(), chat.running() as bot:
+        await chat.say("say:ready")
+        await chat.wait_received("echo: ready")
+        channel: Any = next(c for c in bot.daemon.channels if c.name == "matrix")
+        file = OutboundFile(path=str(big), name="big.bin", size=5000)
+        message = OutboundMessage(to=Address(channel="matrix", chat_id=chat.room_id), text="",
+                                  file=file)  # fmt: skip
+        with pytest.raises(ChannelError, match="M_TOO_LARGE") as raised:
+            await channel.send(message)
+        assert raised.value.retryable is False
 
 
 async def test_a_file_gone_before_its_delivery_is_not_tried_again(chat: MediaChat) -> None:
