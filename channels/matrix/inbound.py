@@ -5,10 +5,10 @@ inbound, its event ID the ``external_id`` (a repeat is dropped by the inbox). A 
 the store did not take raises ``CommitFailed``, so the sync token does not move past
 the event (sync.py). An image, file, audio or video message carries its file by
 reference (media.py: fetched during the turn, not here), its caption as the text. A
-message that cannot be decrypted (``MegolmEvent``: no key for
-its session) is not an inbound: the room is told, and it is logged — never dropped
-silently. Events of kinds the bot does not read are passed over; a malformed event is
-logged and passed over, it never stops the loop.
+message that cannot be decrypted (``MegolmEvent``: no key for its session) is not an
+inbound: the room is told, and it is logged — never dropped silently. Events of kinds
+the bot does not read are passed over; a malformed event is logged and passed over, it
+never stops the loop.
 """
 
 from __future__ import annotations
