@@ -1,13 +1,18 @@
-"""What every channel's parts share: the channel's health as /healthz shows it, and its
-background tasks, cancelled together when it stops."""
+"""What every channel's parts share: the channel's health as /healthz shows it, its
+background tasks, cancelled together when it stops, and the limit of one download."""
 
 from __future__ import annotations
 
 import asyncio
+import glob
 import logging
 from collections.abc import Coroutine
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar
+
+from echo_bot.errors import MediaTooLarge, MediaUnavailable
+from echo_bot.sizes import format_size
 
 
 @dataclass
@@ -48,3 +53,29 @@ class Tasks:
         for task in running:
             task.cancel()
         await asyncio.gather(*running, return_exceptions=True)
+
+
+class DownloadLimit:
+    """The most one download may take, and the error that says a file is over it: the
+    channel's own limit (``key`` names its config key, "[telegram] max_download"), or
+    less when ``limit`` (what the core's media budgets leave) is smaller."""
+
+    def __init__(self, own: int, limit: int | None, key: str) -> None:
+        self.own = own
+        self.key = key
+        self.budget = limit is not None and limit < own
+        self.cap = min(own, limit) if limit is not None else own
+
+    def __call__(self, size: int | None) -> MediaUnavailable:
+        over = f"over the {format_size(self.own)} download limit ({self.key})"
+        shown = f"it is {format_size(size)}" if size is not None else "it is larger"
+        if self.budget:
+            return MediaTooLarge(f"{shown}, over the {format_size(self.cap)} its budget leaves")
+        return MediaUnavailable(f"{shown}, {over}" if size is not None else f"it is {over}")
+
+
+def drop_partials(saved: Path) -> None:
+    """``saved`` is whole: partial downloads of it (``.<name>.<random>.part``, a try a
+    kill cut short) can go."""
+    for stale in saved.parent.glob(f".{glob.escape(saved.name)}.*.part"):
+        stale.unlink(missing_ok=True)

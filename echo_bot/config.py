@@ -301,6 +301,10 @@ class MatrixConfig(Section):
     # Several daemons on one PostgreSQL store: one syncs; when it dies, another takes
     # over once it has been unseen this long (at least 10 s: daemons are seen every 5).
     lease: Duration = Field(timedelta(seconds=15), ge=timedelta(seconds=10))
+    # Images, files, audio and video people send: fetched from the media repository
+    # during the turn and saved in the workspace (off: described by name only).
+    media: bool = True
+    max_download: ByteSize = 20 * 1000**2
 
     @model_validator(mode="after")
     def _needs_user(self) -> MatrixConfig:

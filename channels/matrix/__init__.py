@@ -4,7 +4,8 @@ The registry names ``channels.matrix:MatrixChannel``. One module per job: ``sess
 (login, the device and its encryption keys in ``<state_dir>/matrix/``), ``sync`` (the
 durable sync loop: events committed before the sync token moves past them), ``inbound``
 (events into InboundMessages, invites, undecryptable messages), ``approvals`` (prompts
-answered by reaction or reply), ``outbound`` (send, edit, pacing, rate limits) and
+answered by reaction or reply), ``media`` (files both ways through the media
+repository), ``outbound`` (send, edit, files, pacing, rate limits) and
 ``formatting`` (Markdown into Matrix's sanitised HTML).
 """
 

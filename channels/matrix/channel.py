@@ -1,23 +1,26 @@
 """The Matrix channel: the wiring of the client and the parts that do the work.
 
 ``session`` logs in and loads the key store; ``sync`` runs the durable loop; ``inbound``
-maps events; ``outbound`` sends; ``typing`` shows the bot typing while a turn runs.
+maps events; ``media`` reads, fetches and uploads files; ``outbound`` sends; ``typing``
+shows the bot typing while a turn runs.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from echo_bot.bus import Bus, Capabilities, ChannelHost
 from echo_bot.config import MatrixConfig
 from echo_bot.errors import ConfigError
-from echo_bot.events import OutboundMessage, Receipt
+from echo_bot.events import Attachment, OutboundMessage, Receipt
 
 from .approvals import Prompts
 from .common import Health, Tasks, log
 from .inbound import Inbound
+from .media import Downloads
 from .outbound import Outbound
 from .session import log_in, make_client, store_dir
 from .sync import Syncer
@@ -27,7 +30,7 @@ STARTUP_TIMEOUT = 30.0
 
 class MatrixChannel:
     name = "matrix"
-    capabilities = Capabilities(edits=True, reactions=True, rate_limited=True)
+    capabilities = Capabilities(edits=True, media=True, reactions=True, rate_limited=True)
 
     def __init__(
         self, section: MatrixConfig, options: Mapping[str, Any], host: ChannelHost
@@ -47,6 +50,7 @@ class MatrixChannel:
             host, self.client, self.prompts, self._health, self.inbound.typing,
             self.syncer.synced,
         )  # fmt: skip
+        self.downloads = Downloads(self.client, section, host)
         host.add_health("matrix", self.health)
 
     async def start(self, bus: Bus) -> None:
@@ -88,3 +92,8 @@ class MatrixChannel:
 
     async def send(self, message: OutboundMessage) -> Receipt:
         return await self.outbound.send(message)
+
+    async def fetch_media(
+        self, attachment: Attachment, destination: Path, *, limit: int | None = None
+    ) -> int:
+        return await self.downloads.fetch_media(attachment, destination, limit=limit)

@@ -3,10 +3,12 @@
 Each room message of an allowed user (in an allowed room) becomes ONE committed
 inbound, its event ID the ``external_id`` (a repeat is dropped by the inbox). A publish
 the store did not take raises ``CommitFailed``, so the sync token does not move past
-the event (sync.py). A message that cannot be decrypted (``MegolmEvent``: no key for
-its session) is not an inbound: the room is told, and it is logged — never dropped
-silently. Events of kinds the bot does not read are passed over; a malformed event is
-logged and passed over, it never stops the loop.
+the event (sync.py). An image, file, audio or video message carries its file by
+reference (media.py: fetched during the turn, not here), its caption as the text. A
+message that cannot be decrypted (``MegolmEvent``: no key for its session) is not an
+inbound: the room is told, and it is logged — never dropped silently. Events of kinds
+the bot does not read are passed over; a malformed event is logged and passed over, it
+never stops the loop.
 """
 
 from __future__ import annotations
@@ -17,10 +19,12 @@ from typing import Any
 
 from nio import (
     AsyncClient,
+    BadEvent,
     InviteMemberEvent,
     JoinError,
     MegolmEvent,
     ReactionEvent,
+    RoomEncryptedMedia,
     RoomMessageEmote,
     RoomMessageMedia,
     RoomMessageText,
@@ -32,6 +36,7 @@ from echo_bot.errors import StoreError
 from echo_bot.events import (
     Address,
     ApprovalDecision,
+    Attachment,
     DecisionInbound,
     DecisionVerb,
     InboundMessage,
@@ -44,6 +49,7 @@ from echo_bot.events import (
 
 from .approvals import Prompts, action_for, verb_of_reaction, verb_of_reply
 from .common import CommitFailed, Tasks, log
+from .media import KEPT, is_media, read_media
 from .typing import Typing
 
 UNDECRYPTABLE = (
@@ -59,7 +65,9 @@ def address_of(room_id: str) -> Address:
 
 
 def clean(text: str) -> str:
-    """Control characters out (but newlines and tabs)."""
+    """Control characters out (but newlines and tabs), and valid Unicode only: JSON may
+    carry a lone surrogate ("\\ud800"), which no store can encode."""
+    text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
     return "".join(c for c in text if c in "\n\t" or (c >= " " and c != "\x7f"))
 
 
@@ -67,6 +75,17 @@ def relates_to(event: Any) -> dict[str, Any]:
     content = event.source.get("content") if isinstance(event.source, dict) else None
     relation = content.get("m.relates_to") if isinstance(content, dict) else None
     return relation if isinstance(relation, dict) else {}
+
+
+def media_content(event: Any) -> dict[str, Any] | None:
+    """The content of an image, file, audio or video message; nio's parse refuses some
+    (a plain ``url`` in an encrypted room, a malformed one): those are read too."""
+    if not isinstance(event, RoomMessageMedia | RoomEncryptedMedia | BadEvent):
+        return None
+    if isinstance(event, BadEvent) and event.type != "m.room.message":
+        return None
+    content = event.source.get("content") if isinstance(event.source, dict) else None
+    return content if is_media(content) else None
 
 
 def reply_target(event: Any) -> str | None:
@@ -145,11 +164,16 @@ class Inbound:
         if isinstance(event, ReactionEvent):
             await self._reaction(room_id, event)
             return
-        if not isinstance(event, RoomMessageText | RoomMessageEmote | RoomMessageMedia):
+        media = media_content(event)
+        if media is None and not isinstance(event, RoomMessageText | RoomMessageEmote):
             return  # state, redactions, notices (bots talk with m.notice), unknown kinds
         if not await self.allowed(sender):
             return  # a stranger in a room an allowed user made: not ours to answer
-        text = self._text(event)
+        attachments: list[Attachment] = []
+        if media is not None:
+            text, attachments = await self._media(event.event_id, media)
+        else:
+            text = self._text(event)
         target = reply_target(event)
         if target is not None and isinstance(event, RoomMessageText):
             verb = verb_of_reply(event.body or "")
@@ -160,16 +184,29 @@ class Inbound:
                 address=address_of(room_id),
                 sender=Sender(id=sender, name=clean(self._name(room_id, sender))),
                 text=text,
+                attachments=attachments,
                 external_id=event.event_id,
                 message_id=event.event_id,
             )
         )
         self.typing.start(inbound_id, room_id)
 
+    async def _media(
+        self, event_id: str, content: dict[str, Any]
+    ) -> tuple[str | None, list[Attachment]]:
+        """A media message's caption and notes, and its file (fetched during the turn);
+        an encrypted file's keys are kept in the store before its message is published."""
+        received = read_media(event_id, content, self.config)
+        if received.kept is not None:
+            try:
+                await self.host.remember_note(KEPT + event_id, received.kept)
+            except StoreError as exc:
+                raise CommitFailed(str(exc)) from exc
+        caption = clean(received.caption).strip() if received.caption else None
+        text = "\n".join(part for part in (caption, received.note) if part) or None
+        return text, [received.attachment] if received.attachment else []
+
     def _text(self, event: Any) -> str:
-        if isinstance(event, RoomMessageMedia):
-            name = clean(str(getattr(event, "body", "") or "a file"))[:200]
-            return f"[a file I cannot read yet: {name}]"
         body = clean(str(event.body or ""))
         if reply_target(event) is not None:  # the quoted fallback of a reply
             lines = body.splitlines()

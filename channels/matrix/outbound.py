@@ -1,5 +1,6 @@
 """Sending: replies (Markdown as sanitised HTML, long ones in parts), approval prompts,
-edits (``m.replace``), per-room pacing and ``M_LIMIT_EXCEEDED``.
+files (uploaded by media.py), edits (``m.replace``), per-room pacing and
+``M_LIMIT_EXCEEDED``.
 
 In an encrypted room nio encrypts what ``room_send`` sends; it is sent with
 ``ignore_unverified_devices=True``: the bot trusts allowed users' devices on first use
@@ -27,6 +28,7 @@ from echo_bot.events import OutboundKind, OutboundMessage, Receipt, TextFormat
 from .approvals import Prompts, actions_of, prompt_text
 from .common import Health, log
 from .formatting import contents, plain_html
+from .media import upload
 from .typing import Typing
 
 FIRST_SYNC_WAIT = 30.0  # seconds a send waits for the first sync (the rooms' state)
@@ -121,6 +123,8 @@ class Outbound:
                 return await self._edit(room_id, message.edit_message_id, message)
             if message.kind == OutboundKind.APPROVAL and message.buttons:
                 return await self._prompt(room_id, message)
+            if message.file is not None:
+                return await self._send_file(room_id, message)
             markdown = message.format == TextFormat.MARKDOWN
             parts = contents(message.text, markdown, self.masker)
             sent = self._parts_sent.setdefault(message.id, [])
@@ -133,6 +137,27 @@ class Outbound:
                 sent.append(await self._room_send(room_id, content, f"{message.id}.{index}"))
             self._parts_sent.pop(message.id, None)
             return Receipt(channel_message_id=sent[-1])
+
+    async def _send_file(self, room_id: str, message: OutboundMessage) -> Receipt:
+        """A file (``send_file``) uploaded, then sent as ``m.image`` or ``m.file``; its
+        text, if any, in messages after it (clients show a file's caption poorly)."""
+        assert message.file is not None
+        sent = self._parts_sent.setdefault(message.id, [])
+        if not sent:  # not uploaded again when only the text after it failed
+            room = self.client.rooms.get(room_id)
+            body = self.masker.mask(message.file.name)
+            content = await upload(self.client, message.file, body=body,
+                                   encrypt=bool(room is not None and room.encrypted))  # fmt: skip
+            sent.append(await self._room_send(room_id, content, f"{message.id}.file"))
+        markdown = message.format == TextFormat.MARKDOWN
+        texts = contents(message.text, markdown, self.masker) if message.text.strip() else []
+        for index in range(len(sent) - 1, len(texts)):
+            text: dict[str, Any] = texts[index]
+            if message.kind == OutboundKind.NOTICE:
+                text = {**text, "msgtype": "m.notice"}
+            sent.append(await self._room_send(room_id, text, f"{message.id}.{index}"))
+        self._parts_sent.pop(message.id, None)
+        return Receipt(channel_message_id=sent[0])
 
     async def _prompt(self, room_id: str, message: OutboundMessage) -> Receipt:
         """The gate's rendering as it is (escaped in the HTML), and how to answer; its

@@ -4,7 +4,6 @@ download of one of its files (during its turn, when the core asks)."""
 from __future__ import annotations
 
 import asyncio
-import glob
 import secrets
 from pathlib import Path
 
@@ -13,10 +12,10 @@ from aiogram.exceptions import TelegramBadRequest
 from aiogram.types import Message
 from aiohttp import ClientError, ClientResponseError
 
+from channels.parts import DownloadLimit, drop_partials
 from echo_bot.config import TelegramConfig
-from echo_bot.errors import ChannelError, MediaTooLarge, MediaUnavailable
+from echo_bot.errors import ChannelError, MediaUnavailable
 from echo_bot.events import Attachment, MediaKind
-from echo_bot.sizes import format_size
 
 from .text import clean
 
@@ -112,12 +111,6 @@ def _notes(message: Message) -> list[str]:
     return [clean(note)[:2000] for note in notes]
 
 
-def _drop_partials(saved: Path) -> None:
-    """The file is whole: partial downloads of it (a try a kill cut short) can go."""
-    for stale in saved.parent.glob(f".{glob.escape(saved.name)}.*.part"):
-        stale.unlink(missing_ok=True)
-
-
 class Downloads:
     """Fetches a message's files from the Bot API, within ``[telegram] max_download``."""
 
@@ -132,7 +125,7 @@ class Downloads:
         ``destination``, through a temporary name: there is a whole file or none.
         ``limit`` (what the core's media budgets leave) stops it sooner than
         ``max_download`` when it is smaller."""
-        too_big = _Limit(self.config.max_download, limit)
+        too_big = DownloadLimit(self.config.max_download, limit, "[telegram] max_download")
         cap = too_big.cap
         if attachment.size is not None and attachment.size > cap:
             raise too_big(attachment.size)
@@ -168,25 +161,9 @@ class Downloads:
                 raise ChannelError(f"the download failed ({type(exc).__name__})") from None
             await asyncio.to_thread(handle.close)
             await asyncio.to_thread(partial.replace, destination)
-            await asyncio.to_thread(_drop_partials, destination)
+            await asyncio.to_thread(drop_partials, destination)
         finally:
             if not handle.closed:
                 await asyncio.to_thread(handle.close)
             await asyncio.to_thread(partial.unlink, missing_ok=True)
         return size
-
-
-class _Limit:
-    """The most one download may take, and the error that says a file is over it."""
-
-    def __init__(self, own: int, limit: int | None) -> None:
-        self.own = own
-        self.budget = limit is not None and limit < own
-        self.cap = min(own, limit) if limit is not None else own
-
-    def __call__(self, size: int | None) -> MediaUnavailable:
-        over = f"over the {format_size(self.own)} download limit ([telegram] max_download)"
-        shown = f"it is {format_size(size)}" if size is not None else "it is larger"
-        if self.budget:
-            return MediaTooLarge(f"{shown}, over the {format_size(self.cap)} its budget leaves")
-        return MediaUnavailable(f"{shown}, {over}" if size is not None else f"it is {over}")
