@@ -134,6 +134,13 @@ class NoHttpServer(ConfigError):
     (the daemon starts its server when a channel needs it, see ``app.http_reasons``)."""
 
 
+def delivery_lease(channel: str) -> str:
+    """The lease (``ChannelHost.hold``) held by the daemon that sends ``channel``'s outbox,
+    one of those that run it: a channel whose sending needs what only its receiving
+    knows (Matrix: the rooms' members' keys) holds it to receive too."""
+    return f"delivery:{channel}"
+
+
 @dataclass(frozen=True, slots=True)
 class Capabilities:
     """What a channel can do, declared by the channel and read by the core (which wires

@@ -26,11 +26,6 @@ def session_lease(session_key: str) -> str:
     return f"session:{session_key}"
 
 
-def delivery_lease(channel: str) -> str:
-    """Held by the daemon that sends ``channel``'s outbox (one of those that run it)."""
-    return f"delivery:{channel}"
-
-
 class Cluster:
     def __init__(
         self, store: Store, name: str, *, label: str | None = None, lease: float = LEASE

@@ -21,8 +21,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from . import metrics
-from .bus import Channel
-from .cluster import BEAT, Cluster, delivery_lease
+from .bus import Channel, delivery_lease
+from .cluster import BEAT, Cluster
 from .errors import ChannelError
 from .events import OutboundMessage
 from .logs import log_retrying

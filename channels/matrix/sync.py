@@ -25,8 +25,7 @@ from typing import Any
 
 from nio import AsyncClient, MessageDirection, RoomMessagesResponse, SyncResponse
 
-from echo_bot.bus import ChannelHost
-from echo_bot.cluster import delivery_lease
+from echo_bot.bus import ChannelHost, delivery_lease
 from echo_bot.config import MatrixConfig
 
 from .common import CommitFailed, Health, log
