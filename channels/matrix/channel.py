@@ -1,8 +1,9 @@
 """The Matrix channel: the wiring of the client and the parts that do the work.
 
 ``session`` logs in and loads the key store; ``sync`` runs the durable loop; ``inbound``
-maps events; ``media`` reads, fetches and uploads files; ``outbound`` sends; ``typing``
-shows the bot typing while a turn runs.
+maps events; ``media`` reads, fetches and uploads files; ``outbound`` sends;
+``previews`` shows a reply while it is written; ``typing`` shows the bot typing while a
+turn runs.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 from echo_bot.bus import Bus, Capabilities, ChannelHost
 from echo_bot.config import MatrixConfig
 from echo_bot.errors import ConfigError
-from echo_bot.events import Attachment, OutboundMessage, Receipt
+from echo_bot.events import Address, Attachment, OutboundMessage, Receipt
 
 from .approvals import Prompts
 from .common import Health, Tasks, log
@@ -30,7 +31,9 @@ STARTUP_TIMEOUT = 30.0
 
 class MatrixChannel:
     name = "matrix"
-    capabilities = Capabilities(edits=True, media=True, reactions=True, rate_limited=True)
+    capabilities = Capabilities(
+        edits=True, previews=True, media=True, reactions=True, rate_limited=True
+    )
 
     def __init__(
         self, section: MatrixConfig, options: Mapping[str, Any], host: ChannelHost
@@ -48,7 +51,7 @@ class MatrixChannel:
         self.syncer = Syncer(section, options, host, self.client, self.inbound, self._health)
         self.outbound = Outbound(
             host, self.client, self.prompts, self._health, self.inbound.typing,
-            self.syncer.synced,
+            self.syncer.synced, self._tasks,
         )  # fmt: skip
         self.downloads = Downloads(self.client, section, host)
         host.add_health("matrix", self.health)
@@ -92,6 +95,12 @@ class MatrixChannel:
 
     async def send(self, message: OutboundMessage) -> Receipt:
         return await self.outbound.send(message)
+
+    async def show_preview(self, to: Address, key: str, text: str) -> None:
+        await self.outbound.previews.show_preview(to, key, text)
+
+    async def end_preview(self, to: Address, key: str) -> None:
+        await self.outbound.previews.end_preview(to, key)
 
     async def fetch_media(
         self, attachment: Attachment, destination: Path, *, limit: int | None = None

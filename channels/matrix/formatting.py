@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import html
 from html.parser import HTMLParser
+from typing import Any
 
 from markdown_it import MarkdownIt
 
@@ -117,6 +118,16 @@ def contents(text: str, markdown: bool, masker: Masking) -> list[dict[str, str]]
             content["formatted_body"] = masker.mask(to_html(part))
         out.append(content)
     return out
+
+
+def replacement(event_id: str, new: dict[str, Any]) -> dict[str, Any]:
+    """An edit (``m.replace``) of ``event_id`` into ``new``; clients that know no edits
+    show the ``* ``-marked fallback."""
+    content = {**new, "body": f"* {new['body']}", "m.new_content": new,
+               "m.relates_to": {"rel_type": "m.replace", "event_id": event_id}}  # fmt: skip
+    if "formatted_body" in new:
+        content["formatted_body"] = f"* {new['formatted_body']}"
+    return content
 
 
 def plain_html(text: str) -> str:

@@ -26,9 +26,10 @@ from echo_bot.errors import ChannelError
 from echo_bot.events import OutboundKind, OutboundMessage, Receipt, TextFormat
 
 from .approvals import Prompts, actions_of, prompt_text
-from .common import Health, log
-from .formatting import contents, plain_html
+from .common import Health, Tasks, log
+from .formatting import contents, plain_html, replacement
 from .media import upload
+from .previews import Previews
 from .typing import Typing
 
 FIRST_SYNC_WAIT = 30.0  # seconds a send waits for the first sync (the rooms' state)
@@ -60,11 +61,22 @@ class Pacer:
     def lock(self, room_id: str) -> asyncio.Lock:
         return self._locks.setdefault(room_id, asyncio.Lock())
 
+    def _forget_if_quiet(self, now: float) -> None:
+        if self._spacing and now - self._last_send > QUIET:
+            self._spacing = 0.0
+
+    def spare(self, room_id: str) -> bool:
+        """Whether a send to the room now waits for nothing: its slot and the account's
+        are free and the account was not refused lately (previews are sent only then)."""
+        now = asyncio.get_running_loop().time()
+        self._forget_if_quiet(now)
+        free = max(self._next_any, self._next.get(room_id, 0.0)) <= now
+        return free and not self._spacing and not self.lock(room_id).locked()
+
     async def wait(self, room_id: str) -> None:
         loop = asyncio.get_running_loop()
         now = loop.time()
-        if self._spacing and now - self._last_send > QUIET:
-            self._spacing = 0.0
+        self._forget_if_quiet(now)
         slot = max(self._next_any, now)  # taken before sleeping: rooms do not share it
         self._next_any = slot + self._spacing
         delay = max(slot, self._next.get(room_id, 0.0)) - now
@@ -98,9 +110,11 @@ class Outbound:
         health: Health,
         typing: Typing,
         synced: asyncio.Event,
+        tasks: Tasks,
     ) -> None:
         self.typing = typing
         self.synced = synced
+        self.previews = Previews(host, client, self.send_preview, typing, tasks, synced)
         self.host = host
         self.client = client
         self.prompts = prompts
@@ -128,6 +142,9 @@ class Outbound:
             markdown = message.format == TextFormat.MARKDOWN
             parts = contents(message.text, markdown, self.masker)
             sent = self._parts_sent.setdefault(message.id, [])
+            preview = self.previews.message_of(message) if not sent else None
+            if preview is not None:  # the reply takes the place of its preview message
+                await self._into_preview(room_id, preview, message, parts[0], sent)
             for index in range(len(sent), len(parts)):
                 content: dict[str, Any] = parts[index]
                 if message.kind == OutboundKind.NOTICE:
@@ -137,6 +154,40 @@ class Outbound:
                 sent.append(await self._room_send(room_id, content, f"{message.id}.{index}"))
             self._parts_sent.pop(message.id, None)
             return Receipt(channel_message_id=sent[-1])
+
+    async def _into_preview(
+        self,
+        room_id: str,
+        preview: str,
+        message: OutboundMessage,
+        first: dict[str, Any],
+        sent: list[str],
+    ) -> None:
+        """The reply's first part as an edit of the preview message it replaces; if the
+        homeserver refuses the edit, the preview is redacted and the part sent anew."""
+        try:
+            await self._room_send(room_id, replacement(preview, first), f"{message.id}.edit")
+            sent.append(preview)
+        except ChannelError as exc:
+            if exc.retryable:
+                raise
+            log.info("matrix: the preview in %s was not edited (%s); sending anew", room_id, exc)
+            await self._redact(room_id, preview)
+        self.previews.replaced(message)
+
+    async def _redact(self, room_id: str, event_id: str) -> None:
+        try:
+            await self.client.room_redact(room_id, event_id, reason="replaced by the reply")
+        except Exception as exc:  # what is left is a stale preview, never a lost reply
+            log.info("matrix: %s in %s was not redacted: %s", event_id, room_id, exc)
+
+    async def send_preview(self, room_id: str, content: dict[str, Any], tx_id: str) -> str | None:
+        """One event of a preview, only from spare budget (None: not sent, the room's or
+        the account's sends wait now) and tried once: a refusal is raised at once."""
+        if not self.pacer.spare(room_id):
+            return None
+        async with self.pacer.lock(room_id):
+            return await self._room_send(room_id, content, tx_id, retries=0)
 
     async def _send_file(self, room_id: str, message: OutboundMessage) -> Receipt:
         """A file (``send_file``) uploaded, then sent as ``m.image`` or ``m.file``; its
@@ -178,27 +229,22 @@ class Outbound:
         text = self.masker.mask(message.text)
         new = {"msgtype": "m.text", "body": text, "format": "org.matrix.custom.html",
                "formatted_body": plain_html(text)}  # fmt: skip
-        content = {
-            **new,
-            "body": f"* {text}",
-            "formatted_body": f"* {new['formatted_body']}",
-            "m.new_content": new,
-            "m.relates_to": {"rel_type": "m.replace", "event_id": event_id},
-        }
         try:
-            await self._room_send(room_id, content, message.id)
+            await self._room_send(room_id, replacement(event_id, new), message.id)
         except ChannelError as exc:
             if exc.retryable:
                 raise
             log.info("matrix: edit of %s in %s refused: %s", event_id, room_id, exc)
         return Receipt(channel_message_id=event_id)
 
-    async def _room_send(self, room_id: str, content: dict[str, Any], tx_id: str) -> str:
+    async def _room_send(
+        self, room_id: str, content: dict[str, Any], tx_id: str, *, retries: int = RETRIES
+    ) -> str:
         """Send one event; ``tx_id`` (the outbound's id) is the same for every try, also
         the delivery worker's: the homeserver answers a repeat with the event it made
         the first time (for this device's token), so a send in flight at a kill is not
         repeated either."""
-        for attempt in range(RETRIES + 1):
+        for attempt in range(retries + 1):
             await self.pacer.wait(room_id)
             try:
                 answer = await self.client.room_send(
@@ -219,7 +265,7 @@ class Outbound:
                 # Synapse rounds retry_after_ms down: a little later, or it is refused again.
                 wait = (answer.retry_after_ms or 1000) / 1000 + RETRY_MARGIN
                 self.pacer.hold(room_id, wait)
-                if wait > RETRY_WAIT_MAX or attempt == RETRIES:
+                if wait > RETRY_WAIT_MAX or attempt == retries:
                     raise ChannelError("rate limited (M_LIMIT_EXCEEDED)", retry_after=wait)
                 log.info("matrix: rate limited in %s; sending again in %.1f s", room_id, wait)
                 continue

@@ -39,7 +39,10 @@ class Typing:
         self._rooms[inbound_id] = room_id
 
     def stop_for(self, message: OutboundMessage) -> None:
-        inbound_id = str(message.metadata.get("inbound_id", ""))
+        self.stop(str(message.metadata.get("inbound_id", "")))
+
+    def stop(self, inbound_id: str) -> None:
+        """The turn of ``inbound_id`` shows something now (its reply, or a preview)."""
         room_id = self._rooms.pop(inbound_id, None)
         if room_id is not None:
             self._turns.get(room_id, set()).discard(inbound_id)

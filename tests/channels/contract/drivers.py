@@ -409,7 +409,8 @@ class MatrixDriver(Driver):
         self.room_id = ""
         self.account: Any = None  # the bot's Registered
         self._prompted: set[str] = set()
-        self.brain: Any = ContractBrain()
+        self.brain: Any = ContractBrain()  # None: the config's ([openai] in ``extra``)
+        self.extra = ""  # more config (TOML) for the daemon
 
     @contextlib.asynccontextmanager
     async def peer(self) -> AsyncIterator[None]:
@@ -443,7 +444,7 @@ homeserver = "{self.server.url}"
 user_id = "{self.account.user_id}"
 allowed_users = ["{owner.user_id}", "{friend.user_id}"]
 approvers = ["{owner.user_id}"]
-{TOOLS}"""
+{TOOLS}{self.extra}"""
         async with running_bot(
             self.state_dir,
             config,
