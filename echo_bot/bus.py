@@ -146,10 +146,11 @@ class Capabilities:
     """What a channel can do, declared by the channel and read by the core (which wires
     media, previews and the after-start display from it, never by probing the object).
 
-    ``media``, ``previews``, ``shows_when_ready`` and ``reloads`` promise the methods of
-    ``MediaSource``, ``PreviewSink``, ``ShowsWhenReady`` and ``live.Reloadable``
-    (``reload(config) -> list[str]``); the others describe the
-    network, for renderers and the channel contract suite (tests/channels/contract/).
+    ``media``, ``previews``, ``shows_when_ready``, ``reloads`` and ``diagnoses`` promise
+    the methods of ``MediaSource``, ``PreviewSink``, ``ShowsWhenReady``,
+    ``live.Reloadable`` (``reload(config) -> list[str]``) and ``Diagnoses``; the others
+    describe the network, for renderers and the channel contract suite
+    (tests/channels/contract/).
     """
 
     buttons: bool = False  # inline buttons: an approval prompt is tapped, else typed
@@ -161,6 +162,7 @@ class Capabilities:
     shows_when_ready: bool = False  # has something to show once all is up (``ready()``)
     rate_limited: bool = False  # its peer answers "too many requests"; sends are paced
     reloads: bool = False  # takes a new config live at SIGHUP (``reload(config)``)
+    diagnoses: bool = False  # checks its own peer for ``echo-bot doctor`` (``Diagnoses``)
 
 
 class ChannelHost(Protocol):
@@ -302,6 +304,29 @@ class ShowsWhenReady(Protocol):
     approval prompts still pending there, after the banner)."""
 
     async def ready(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Diagnosis:
+    """One line of ``echo-bot doctor``: what was checked, its verdict, what to do."""
+
+    name: str  # "matrix token"
+    status: str  # DIAGNOSIS_OK, DIAGNOSIS_WARN or DIAGNOSIS_FAIL
+    text: str
+
+
+DIAGNOSIS_OK, DIAGNOSIS_WARN, DIAGNOSIS_FAIL = "ok", "warn", "FAIL"
+
+
+class Diagnoses(Protocol):
+    """A channel that checks its own peer for ``echo-bot doctor`` (the homeserver, the
+    token, the keys): called on the class, with no daemon running (one may run beside
+    it: nothing is changed), each request bounded by a timeout."""
+
+    @staticmethod
+    async def diagnose(
+        section: Any, environ: Mapping[str, str], state_dir: Path
+    ) -> list[Diagnosis]: ...
 
 
 @runtime_checkable

@@ -13,13 +13,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from echo_bot.bus import Bus, Capabilities, ChannelHost
+from echo_bot.bus import Bus, Capabilities, ChannelHost, Diagnosis
 from echo_bot.config import MatrixConfig
 from echo_bot.errors import ConfigError
 from echo_bot.events import Address, Attachment, OutboundMessage, Receipt
 
 from .approvals import Prompts
 from .common import Health, Tasks, log
+from .doctor import diagnose
 from .inbound import Inbound
 from .media import Downloads
 from .outbound import Outbound
@@ -32,7 +33,7 @@ STARTUP_TIMEOUT = 30.0
 class MatrixChannel:
     name = "matrix"
     capabilities = Capabilities(
-        edits=True, previews=True, media=True, reactions=True, rate_limited=True
+        edits=True, previews=True, media=True, reactions=True, rate_limited=True, diagnoses=True
     )
 
     def __init__(
@@ -78,6 +79,12 @@ class MatrixChannel:
         except Exception as exc:
             self._health.status, self._health.last_error = "down", str(exc)
             log.exception("matrix: the sync loop ended")
+
+    @staticmethod
+    async def diagnose(
+        section: MatrixConfig, environ: Mapping[str, str], state_dir: Path
+    ) -> list[Diagnosis]:
+        return await diagnose(section, environ, state_dir)
 
     async def stop(self) -> None:
         await self._tasks.cancel_all()

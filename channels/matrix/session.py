@@ -73,7 +73,7 @@ async def log_in(
     or log in with the password once; the key store is loaded on the way."""
     await asyncio.to_thread(_private_dir, directory)
     token = environ.get(config.access_token_env, "")
-    kept = await asyncio.to_thread(_read_kept, directory / "login.json")
+    kept = await asyncio.to_thread(read_kept, directory / "login.json")
     if token:
         device_id = await _device_of(client, token, config)
     elif kept is not None:
@@ -116,7 +116,7 @@ async def _device_of(client: AsyncClient, token: str, config: MatrixConfig) -> s
     return device
 
 
-def _read_kept(path: Path) -> dict[str, str] | None:
+def read_kept(path: Path) -> dict[str, str] | None:
     try:
         data: Any = json.loads(path.read_text())
     except FileNotFoundError:

@@ -9,9 +9,10 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from urllib.parse import quote
 
+from ..bus import DIAGNOSIS_FAIL, DIAGNOSIS_OK, DIAGNOSIS_WARN, Diagnoses, Diagnosis
 from ..config import (
     DEFAULT_OPENAI_BASE_URL,
     LoadedConfig,
@@ -30,7 +31,7 @@ from ..store import (
     queued_outbound,
 )
 
-OK, WARN, FAIL = "ok", "warn", "FAIL"
+OK, WARN, FAIL = DIAGNOSIS_OK, DIAGNOSIS_WARN, DIAGNOSIS_FAIL
 TIMEOUT = 5.0  # seconds for each peer; the peers are asked at once
 MAX_ANSWER = 64 * 1024
 _ENV_LINE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.*)$")
@@ -217,11 +218,44 @@ async def _get_me(api_base: str, token: str, token_env: str) -> tuple[str, str]:
     return FAIL, f"{api_base} answered getMe with HTTP {status}: is it a Bot API server?"
 
 
-async def _probe_peers(probes: list[tuple[str, Any]]) -> list[tuple[str, str, str]]:
-    results = await asyncio.gather(*(probe for _name, probe in probes))
-    return [
-        (name, status, text) for (name, _p), (status, text) in zip(probes, results, strict=True)
+async def _probe_peers(
+    probes: list[tuple[str, Any]], diagnoses: list[Any]
+) -> list[tuple[str, str, str]]:
+    """The peers asked at once: the core's probes, then each channel's own checks."""
+    results = await asyncio.gather(*(probe for _name, probe in probes), *diagnoses)
+    checks = [
+        (name, status, text)
+        for (name, _p), (status, text) in zip(probes, results[: len(probes)], strict=True)
     ]
+    for found in results[len(probes) :]:
+        checks += [(d.name, d.status, d.text) for d in found]
+    return checks
+
+
+def _diagnosed(loaded: LoadedConfig, environ: Mapping[str, str], state_dir: Path) -> list[Any]:
+    """The checks of the enabled channels that check their own peer
+    (``Capabilities.diagnoses``: the Matrix homeserver, token and keys)."""
+    from ..app import load_channel_class
+    from ..config import CHANNEL_NAMES, channel_enabled
+
+    found = []
+    for name in CHANNEL_NAMES:
+        section = getattr(loaded.config, name, None)
+        if section is None or not channel_enabled(loaded, environ, name):
+            continue
+        try:
+            channel = load_channel_class(name)
+        except ImportError as exc:  # an extra not installed: said as a check of its own
+            found.append(_missing_extra(name, exc))
+            continue
+        if channel.capabilities.diagnoses:
+            found.append(cast("Diagnoses", channel).diagnose(section, environ, state_dir))
+    return found
+
+
+async def _missing_extra(name: str, exc: ImportError) -> list[Diagnosis]:
+    text = f"cannot load the channel ({exc}): pip install 'echo-bot[{name}]'"
+    return [Diagnosis(name, DIAGNOSIS_FAIL, text)]
 
 
 def _check_mcp(mcp: Any, environ: Mapping[str, str]) -> list[tuple[str, str, str]]:
@@ -304,7 +338,7 @@ def _check_configured(
     its channels and the media folder."""
     config = loaded.config
     running, probes = _peer_probes(loaded, environ)
-    checks: list[Check] = asyncio.run(_probe_peers(probes)) if probes else []
+    checks: list[Check] = asyncio.run(_probe_peers(probes, _diagnosed(loaded, environ, state_dir)))
     if config.mcp.servers:
         checks += _check_mcp(config.mcp, environ)
     outbox = _check_outbox(state_dir, frozenset(running), database)

@@ -107,6 +107,7 @@ PROMISED_METHODS = {
     "previews": ("show_preview", "end_preview"),
     "shows_when_ready": ("ready",),
     "reloads": ("reload",),
+    "diagnoses": ("diagnose",),
 }
 
 
