@@ -119,6 +119,8 @@ class BrainContext:
     images: tuple[Path, ...] = ()
     # Where a brain that streams shows its reply as it is written (None: nowhere).
     preview: Preview | None = None
+    # The channel said the chat is the sender's alone with the bot (``Inbound.direct``).
+    direct: bool = False
 
 
 @dataclass(frozen=True, slots=True)

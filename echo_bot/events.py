@@ -146,6 +146,11 @@ class Attachment(_Model):
     duration: int | None = Field(None, ge=0)  # seconds (voice, audio, video)
 
 
+# The metadata key by which a channel says a chat is the sender's alone with the bot
+# (``Inbound.direct``); only channels set metadata, never from what a peer sends.
+DIRECT = "direct"
+
+
 class Inbound(_Model):
     """What every inbound has, whatever it asks: where it came from, who sent it, the
     dedup key (channel, ``external_id``) and where its answer goes."""
@@ -166,6 +171,14 @@ class Inbound(_Model):
     @property
     def session_key(self) -> str:
         return self.address.session_key
+
+    @property
+    def direct(self) -> bool:
+        """The channel that received it knows the chat is the sender's alone with the
+        bot (``metadata[DIRECT]``: a Matrix room of two members, where a room's ID never
+        says so). A metadata key rather than a field, so a row stored by this version
+        reads on a daemon of the one before (several daemons upgraded one at a time)."""
+        return self.metadata.get(DIRECT) is True
 
     @property
     def answer_to(self) -> Address:

@@ -34,6 +34,7 @@ from echo_bot.bus import ChannelHost
 from echo_bot.config import MatrixConfig
 from echo_bot.errors import StoreError
 from echo_bot.events import (
+    DIRECT,
     Address,
     ApprovalDecision,
     Attachment,
@@ -187,9 +188,28 @@ class Inbound:
                 attachments=attachments,
                 external_id=event.event_id,
                 message_id=event.event_id,
+                metadata={DIRECT: True} if self._direct(room_id, sender) else {},
             )
         )
         self.typing.start(inbound_id, room_id)
+
+    def _direct(self, room_id: str, sender: str) -> bool:
+        """Whether the room is the sender's alone with the bot as the sync left it: two
+        members (the joined and the invited, as the room's summary counts them), both
+        of them joined, in a room only an invite lets anyone into, whose history only
+        members read. A room ID never says so, and a room marked direct (``m.direct``)
+        may hold anyone: the gate trusts an approver's direct chat with the owner's
+        data, so only the membership and the rules count. A person the approver invites
+        later reads what the bot says from then on (and, in a room without encryption,
+        what it said before, as the room's history visibility allows), as in any chat
+        its approver opens up."""
+        room = self.client.rooms.get(room_id)
+        if room is None or room.member_count != 2 or room.join_rule != "invite":
+            return False
+        if room.history_visibility == "world_readable":
+            return False
+        joined = {user for user, member in room.users.items() if not member.invited}
+        return joined == {sender, self.client.user_id}
 
     async def _media(
         self, event_id: str, content: dict[str, Any]

@@ -84,7 +84,7 @@ class CallExecutor:
             approval_id=call.approval_id,
             answer_to=inbound.answer_to,
             approver=directory.approves(inbound.address, inbound.sender.id),
-            direct=directory.direct(inbound.address, inbound.sender.id),
+            direct=directory.direct(inbound.address, inbound.sender.id, inbound.direct),
         )
 
     def settle_step(

@@ -389,6 +389,7 @@ class TurnRunner:
             step=turn.step,
             images=tuple(self.media.images_of(inbound)),
             preview=preview,
+            direct=inbound.direct,
         )
         try:
             try:

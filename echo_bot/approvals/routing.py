@@ -56,11 +56,12 @@ class ApproverDirectory:
             return False
         return prompt.channel not in LOCAL_CHANNELS and self.approves(prompt, sender_id)
 
-    def direct(self, address: Address, sender_id: str) -> bool:
+    def direct(self, address: Address, sender_id: str, said: bool) -> bool:
         """Whether ``address`` is a chat of this sender alone with the bot: the
-        terminal, or a private chat (whose id is the sender's, as on Telegram). A
-        group's other members read what is sent there."""
-        return address.channel in LOCAL_CHANNELS or address.chat_id == sender_id
+        terminal, a chat its channel ``said`` is (``Inbound.direct``: a Matrix room of
+        two), or a private chat whose id is the sender's (Telegram's). A group's other
+        members read what is sent there."""
+        return address.channel in LOCAL_CHANNELS or said or address.chat_id == sender_id
 
     def approves(self, address: Address, sender_id: str) -> bool:
         """``is_approver`` where no transaction is at hand (the config-only rule)."""

@@ -59,7 +59,7 @@ def refusal(started: Config, live: Live, context: BrainContext) -> str | None:
         return NOT_HERE
     if not directory.approves(origin, sender.id):
         return NOT_APPROVER
-    if not directory.direct(origin, sender.id):
+    if not directory.direct(origin, sender.id, context.direct):
         return NOT_PRIVATE
     if not started.console.enabled:
         return OFF
