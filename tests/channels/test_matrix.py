@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import stat
 import urllib.error
 import urllib.request
@@ -20,8 +21,8 @@ import pytest
 
 from echo_bot.brains.base import BrainContext, BrainReply
 from echo_bot.config import ConfigError, LoadedConfig, parse_config, secrets_in_use
-from echo_bot.conversation import ChatMessage
-from echo_bot.events import Address
+from echo_bot.conversation import ChatMessage, ToolCall
+from echo_bot.events import Address, new_id
 from echo_bot.tools.base import Tool
 from tests.channels.contract.drivers import ContractBrain, MatrixDriver
 from tests.conftest import running_bot
@@ -293,6 +294,45 @@ device_name = "echo-bot test"
     files = [p for p in directory.iterdir() if p.is_file()]
     assert any(p.suffix == ".db" for p in files), files  # the key store
     assert all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in files), files
+
+
+LONG = "".join(f"line {n:03d}: the quick brown fox jumps over the lazy dog. " for n in range(75))
+
+
+class LongBrain(ContractBrain):
+    """``long:`` → a file_write of 4,500 characters, too long for a chat prompt."""
+
+    async def step(
+        self, conversation: Sequence[ChatMessage], tools: Sequence[Tool], context: BrainContext
+    ) -> BrainReply:
+        last = conversation[-1]
+        if last.role == "user" and (last.content or "").startswith("long:"):
+            call = ToolCall(id=new_id(), name="file_write", args={"path": "l.txt", "content": LONG})
+            return BrainReply(tool_calls=[call], route_reason="test: a long call")
+        if last.role == "tool":
+            return BrainReply(text=f"tool: {last.content}", route_reason="test: report")
+        return await super().step(conversation, tools, context)
+
+
+async def test_a_call_too_long_to_show_offers_deny_only_and_links_to_the_console(
+    synapse: Synapse, state_dir: Path
+) -> None:
+    made = Chat(state_dir, synapse)
+    made.brain = LongBrain()
+    made.extra = "[http]\nport = 0\n[console]\nenabled = true\n"
+    async with made.peer(), made.running():
+        await made.say("long:")
+        shown = await made.prompt()
+        assert "React ❌ to deny — or reply `deny` to this message." in shown.text
+        assert "✅" not in shown.text and LONG not in shown.text
+        link = re.search(r"https?://\S+/console/approvals/([0-9a-f]{32})", shown.text)
+        assert link is not None, shown.text
+        await made.owner.react(made.room_id, shown.handle, "✅", encrypted=True)
+        await made.wait_received("That answer is not offered for this request.")
+        assert not (state_dir / "workspace" / "l.txt").exists()
+        await made.decide(shown, approve=False)
+        await made.wait_received("tool:")
+        assert not (state_dir / "workspace" / "l.txt").exists()
 
 
 # -- config ---------------------------------------------------------------------------------
