@@ -1,5 +1,6 @@
 """What every channel's parts share: the channel's health as /healthz shows it, its
-background tasks, cancelled together when it stops, and the limit of one download."""
+background tasks, cancelled together when it stops, the limit of one download, and
+text from the network made safe to store."""
 
 from __future__ import annotations
 
@@ -53,6 +54,14 @@ class Tasks:
         for task in running:
             task.cancel()
         await asyncio.gather(*running, return_exceptions=True)
+
+
+def clean(text: str) -> str:
+    """Control characters out (but newlines and tabs), and valid Unicode only: JSON may
+    carry a lone surrogate ("\\ud800"), which no store can encode, so such a message
+    would fail to commit on every try."""
+    text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return "".join(c for c in text if c in "\n\t" or (c >= " " and c != "\x7f"))
 
 
 class DownloadLimit:

@@ -19,6 +19,7 @@ class StoreAccess:
         self._configured = {
             "telegram": {str(u) for u in config.telegram.allowed_users},
             "matrix": set(config.matrix.allowed_users),
+            "slack": set(config.slack.allowed_users),
         }
         return []
 

@@ -46,6 +46,7 @@ CHANNELS: dict[str, str] = {
     "cli": "channels.cli:CliChannel",
     "telegram": "channels.telegram:TelegramChannel",
     "matrix": "channels.matrix:MatrixChannel",  # matrix-nio: imported only when enabled
+    "slack": "channels.slack:SlackChannel",  # slack-sdk: imported only when enabled
     "webhook": "channels.webhook:WebhookChannel",
 }
 
@@ -61,6 +62,8 @@ def http_reasons(config: Config, channel_names: Sequence[str]) -> list[str]:
         reasons.append("webhooks")
     if "telegram" in channel_names and config.telegram.mode == "webhook":
         reasons.append("Telegram webhook mode")
+    if "slack" in channel_names and config.slack.mode == "http":
+        reasons.append("Slack's Events API")
     if config.http.enabled:
         reasons.append("[http] enabled")
     if config.console.enabled:

@@ -317,6 +317,60 @@ class MatrixConfig(Section):
         return self.allowed_users if self.approvers is None else self.approvers
 
 
+_SLACK_USER = re.compile(r"^[UW][A-Z0-9]{2,}$")
+_SLACK_CHANNEL = re.compile(r"^[CG][A-Z0-9]{2,}$")
+
+
+def _slack_user(value: str) -> str:
+    if not _SLACK_USER.match(value):
+        raise ValueError(f"{value!r} is not a Slack user ID (U… or W…, as its profile shows)")
+    return value
+
+
+def _slack_channel(value: str) -> str:
+    if not _SLACK_CHANNEL.match(value):
+        raise ValueError(f"{value!r} is not a Slack channel ID (C… or G…, not its #name)")
+    return value
+
+
+def _slack_api_base(value: str) -> str:
+    parts = urlsplit(value)
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        raise ValueError("expected an http:// or https:// URL with a host")
+    return value.rstrip("/") + "/"
+
+
+SlackUser = Annotated[str, AfterValidator(_slack_user)]
+SlackChannel = Annotated[str, AfterValidator(_slack_channel)]
+
+
+class SlackConfig(Section):
+    enabled: bool = False
+    # "socket": Socket Mode, a WebSocket the daemon opens (no public URL needed; the app
+    # token). "http": the Events API and interactivity POSTed to [http] at `path`
+    # (a public HTTPS URL in front of it; the signing secret).
+    mode: Literal["socket", "http"] = "socket"
+    bot_token_env: EnvName = "SLACK_BOT_TOKEN"  # xoxb-…
+    app_token_env: EnvName = "SLACK_APP_TOKEN"  # xapp-…, Socket Mode
+    signing_secret_env: EnvName = "SLACK_SIGNING_SECRET"  # HTTP mode
+    path: str = Field("/slack/events", pattern=r"^/[A-Za-z0-9/_-]{1,100}$")
+    allowed_users: list[SlackUser] = Field(default_factory=list)
+    approvers: list[SlackUser] | None = None
+    # The channels (C…/G…) it answers mentions in; None: any it is a member of. Direct
+    # messages from allowed users are always taken.
+    channels: list[SlackChannel] | None = None
+    # The Web API's base URL (a test server or a proxy).
+    api_base: Annotated[str, AfterValidator(_slack_api_base)] = "https://slack.com/api/"
+    # Files people share: fetched during the turn and saved in the workspace (off:
+    # described by name only).
+    media: bool = True
+    max_download: ByteSize = 20 * 1000**2
+
+    @property
+    def approver_ids(self) -> list[str]:
+        return self.allowed_users if self.approvers is None else self.approvers
+
+
 class MediaConfig(Section):
     # Budgets for the files people send (saved in <workspace>/inbox/<channel>-<sender>/
     # <UTC date>/, whatever the channel). Bytes one sender who is not an approver may
@@ -562,6 +616,7 @@ class Config(Section):
     console: ConsoleConfig = Field(default_factory=ConsoleConfig)
     telegram: TelegramConfig = Field(default_factory=TelegramConfig)
     matrix: MatrixConfig = Field(default_factory=MatrixConfig)
+    slack: SlackConfig = Field(default_factory=SlackConfig)
     media: MediaConfig = Field(default_factory=MediaConfig)
     webhook: WebhookConfig = Field(default_factory=WebhookConfig)
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
@@ -663,10 +718,11 @@ def llm_enabled(loaded: LoadedConfig, environ: Mapping[str, str]) -> bool:
 
 
 # The channels an address (deliver_to, default_chat) may name; app.CHANNELS loads them.
-CHANNEL_NAMES = ("cli", "telegram", "matrix", "webhook")
+CHANNEL_NAMES = ("cli", "telegram", "matrix", "slack", "webhook")
 CHANNEL_SWITCHES = {
     "telegram": "[telegram] enabled = true switches it on",
     "matrix": "[matrix] enabled = true switches it on",
+    "slack": "[slack] enabled = true switches it on",
     "webhook": "[webhook] enabled = true switches it on",
 }
 
@@ -680,6 +736,8 @@ def channel_enabled(loaded: LoadedConfig, environ: Mapping[str, str], channel: s
         return loaded.config.webhook.enabled
     if channel == "matrix":
         return loaded.config.matrix.enabled
+    if channel == "slack":
+        return loaded.config.slack.enabled
     return channel in CHANNEL_NAMES
 
 
@@ -702,6 +760,9 @@ def secrets_in_use(loaded: LoadedConfig, environ: Mapping[str, str]) -> list[tup
         found.append((config.matrix.access_token_env, config.matrix.password_env is None))
         if config.matrix.password_env:
             found.append((config.matrix.password_env, False))
+    if config.slack.enabled:
+        found.append((config.slack.bot_token_env, True))
+        found.append((_slack_transport_secret(config.slack), True))
     # The admin token guards /healthz details whenever the HTTP server runs.
     serves_http = config.webhook.enabled or config.http.enabled or telegram_hook
     if serves_http and config.webhook.admin_token_env:
@@ -714,6 +775,12 @@ def secrets_in_use(loaded: LoadedConfig, environ: Mapping[str, str]) -> list[tup
     return list(needed.items())
 
 
+def _slack_transport_secret(slack: SlackConfig) -> str:
+    """The variable the chosen transport reads: Socket Mode's app token, or the HTTP
+    mode's signing secret."""
+    return slack.app_token_env if slack.mode == "socket" else slack.signing_secret_env
+
+
 def secret_env_names(config: Config) -> list[str]:
     """Every environment variable the config names as holding a secret."""
     names = [config.openai.api_key_env, config.telegram.token_env]
@@ -721,6 +788,8 @@ def secret_env_names(config: Config) -> list[str]:
     names.append(config.matrix.access_token_env)
     if config.matrix.password_env:
         names.append(config.matrix.password_env)
+    names += [config.slack.bot_token_env, config.slack.app_token_env]
+    names.append(config.slack.signing_secret_env)
     if config.webhook.admin_token_env:
         names.append(config.webhook.admin_token_env)
     names += [r.secret_env for r in config.webhook.routes if r.secret_env]
@@ -793,6 +862,13 @@ def check_environment(loaded: LoadedConfig, environ: Mapping[str, str] | None = 
             )
     if config.matrix.enabled and not config.matrix.password_env:
         need("matrix.access_token_env", config.matrix.access_token_env, "the bot's access token")
+    if config.slack.enabled:
+        slack = config.slack
+        need("slack.bot_token_env", slack.bot_token_env, "the bot token, xoxb-…")
+        if slack.mode == "socket":
+            need("slack.app_token_env", slack.app_token_env, "the app token, xapp-…")
+        else:
+            need("slack.signing_secret_env", slack.signing_secret_env, "the signing secret")
     if config.brain.kind == "openai" and config.openai.base_url == DEFAULT_OPENAI_BASE_URL:
         need("openai.api_key_env", config.openai.api_key_env, "the API key")
     if config.webhook.enabled:

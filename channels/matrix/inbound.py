@@ -30,6 +30,7 @@ from nio import (
     RoomMessageText,
 )
 
+from channels.parts import clean
 from echo_bot.bus import ChannelHost
 from echo_bot.config import MatrixConfig
 from echo_bot.errors import StoreError
@@ -63,13 +64,6 @@ NOTICE_INTERVAL = 600.0  # one "cannot decrypt" notice per room per 10 minutes
 
 def address_of(room_id: str) -> Address:
     return Address(channel="matrix", chat_id=room_id)
-
-
-def clean(text: str) -> str:
-    """Control characters out (but newlines and tabs), and valid Unicode only: JSON may
-    carry a lone surrogate ("\\ud800"), which no store can encode."""
-    text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-    return "".join(c for c in text if c in "\n\t" or (c >= " " and c != "\x7f"))
 
 
 def relates_to(event: Any) -> dict[str, Any]:

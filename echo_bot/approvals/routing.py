@@ -33,6 +33,7 @@ class ApproverDirectory:
         self._approvers = {
             "telegram": frozenset(str(i) for i in telegram.approver_ids),
             "matrix": frozenset(config.matrix.approver_ids),
+            "slack": frozenset(config.slack.approver_ids),
         }
         default = config.approvals.default_chat
         self.default_chat = Address.parse(default) if default else None

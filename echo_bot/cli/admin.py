@@ -159,6 +159,7 @@ def check_config(loaded: LoadedConfig, state_dir: Path, env: Mapping[str, str]) 
         f"brain: {'llm (' + config.openai.model + ')' if llm_enabled(loaded, env) else 'rules'}",
         f"telegram: {'on' if telegram_enabled(loaded, env) else 'off'}",
         f"matrix: {_matrix_line(config)}",
+        f"slack: {_slack_line(config)}",
         f"webhook: {'on' if config.webhook.enabled else 'off'} "
         f"({len(config.webhook.routes)} route(s))",
         f"http server: {http}",
@@ -187,6 +188,15 @@ def _matrix_line(config: Config) -> str:
         return "off"
     e2ee = "end-to-end encryption on" if matrix.encryption else "unencrypted rooms only"
     return f"on as {matrix.user_id} at {matrix.homeserver} ({e2ee})"
+
+
+def _slack_line(config: Config) -> str:
+    slack = config.slack
+    if not slack.enabled:
+        return "off"
+    if slack.mode == "socket":
+        return "on, Socket Mode (a WebSocket to Slack; no public URL)"
+    return f"on, the Events API over HTTP at {slack.path} on [http]"
 
 
 def _console_line(config: Config) -> str:

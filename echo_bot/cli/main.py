@@ -358,7 +358,7 @@ def _run_daemon(
     command: str, loaded: LoadedConfig, state_dir: Path, environ: dict[str, str]
 ) -> int:
     from ..app import Daemon
-    from ..config import telegram_enabled
+    from ..config import CHANNEL_NAMES, channel_enabled
     from ..runtime import build
 
     runtime = build(loaded, state_dir, environ)
@@ -372,12 +372,11 @@ def _run_daemon(
         if tty:
             channels.append("cli")
             options["cli"] = {"interactive": True, "exit_on_eof": False}
-        if telegram_enabled(loaded, environ):
-            channels.append("telegram")
-        if loaded.config.matrix.enabled:
-            channels.append("matrix")
-        if loaded.config.webhook.enabled:
-            channels.append("webhook")
+        channels += [
+            name
+            for name in CHANNEL_NAMES
+            if name != "cli" and channel_enabled(loaded, environ, name)
+        ]
     daemon = Daemon(
         runtime,
         channel_names=channels,
