@@ -6,6 +6,7 @@ import asyncio
 import time
 from collections.abc import Callable
 
+from channels.parts import TokenBucket
 from echo_bot.events import Button
 
 MAX_TEXT = 4096  # Telegram counts UTF-16 code units, not characters
@@ -66,48 +67,6 @@ def keyboard_rows(buttons: list[list[Button]]) -> list[list[tuple[str, str]]]:
         if cells:
             rows.append(cells)
     return rows
-
-
-class TokenBucket:
-    def __init__(
-        self, rate: float, burst: float, clock: Callable[[], float] = time.monotonic
-    ) -> None:
-        self.rate = rate
-        self.burst = burst
-        self.tokens = burst
-        self.clock = clock
-        self.updated = clock()
-
-    def _refill(self) -> None:
-        now = self.clock()
-        self.tokens = min(self.burst, self.tokens + (now - self.updated) * self.rate)
-        self.updated = now
-
-    def delay(self) -> float:
-        """Take one token; return how long to wait before using it."""
-        self._refill()
-        self.tokens -= 1
-        return 0.0 if self.tokens >= 0 else -self.tokens / self.rate
-
-    def wait_for_spare(self, reserve: float) -> float:
-        """Seconds until one token is spare above ``reserve`` (0.0: now); takes none."""
-        self._refill()
-        if self.tokens - 1 >= reserve:
-            return 0.0
-        return (reserve + 1 - self.tokens) / self.rate
-
-    def take(self) -> None:
-        self._refill()
-        self.tokens -= 1
-
-    def spare(self, reserve: float) -> float:
-        """Take one token only if at least ``reserve`` remain after it (then 0.0); else
-        take none and return the seconds until one is spare."""
-        self._refill()
-        if self.tokens - 1 >= reserve:
-            self.tokens -= 1
-            return 0.0
-        return (reserve + 1 - self.tokens) / self.rate
 
 
 class Pacer:
