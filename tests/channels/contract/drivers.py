@@ -539,8 +539,124 @@ approvers = ["{owner.user_id}"]
         return int(channel.health().get("rate_limited", 0))  # type: ignore[call-overload]
 
 
+# -- Slack ----------------------------------------------------------------------------------
+SLACK_OWNER, SLACK_FRIEND = "U0OWNER", "U0FRIEND"
+SLACK_DM = "D0OWNER"  # the owner's direct messages with the bot
+
+
+def slack_shown(message: dict[str, Any]) -> str:
+    """A message as a person reads it in Slack: its blocks' texts (else its text), the
+    code fences and Slack's escapes undone."""
+    texts = [
+        block["text"]["text"]
+        for block in message.get("blocks") or []
+        if block.get("type") == "section" and isinstance(block.get("text"), dict)
+    ] or [str(message.get("text") or "")]
+    text = "\n".join(t.strip("`").strip("\n") if t.startswith("```") else t for t in texts)
+    return text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+
+
+class SlackDriver(Driver):
+    """A fake Slack at the HTTP and WebSocket boundary (tests/fakes/slack_api.py) that the
+    real slack-sdk talks to: the bot in Socket Mode; the owner (an approver) and a
+    friend (allowed to chat, not an approver) write to it in direct messages."""
+
+    NAME = "slack"
+    ACK = "the Socket Mode envelope is acknowledged on the WebSocket (after the inbox commit)"
+
+    def __init__(self, state_dir: Path) -> None:
+        super().__init__(state_dir)
+        self.slack: Any = None
+        self.extra = ""  # more config (TOML) for the daemon
+        self.brain: Any = ContractBrain()
+        self._prompted: set[str] = set()
+
+    @contextlib.asynccontextmanager
+    async def peer(self) -> AsyncIterator[None]:
+        from tests.fakes.slack_api import FakeSlack
+
+        async with FakeSlack() as slack:
+            self.slack = slack
+            yield
+
+    def config(self) -> str:
+        return f"""
+[slack]
+enabled = true
+api_base = "{self.slack.base_url}"
+allowed_users = ["{SLACK_OWNER}", "{SLACK_FRIEND}"]
+approvers = ["{SLACK_OWNER}"]
+{TOOLS}{self.extra}"""
+
+    def environ(self) -> dict[str, str]:
+        return {"SLACK_BOT_TOKEN": self.slack.bot_token, "SLACK_APP_TOKEN": self.slack.app_token}
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[Bot]:
+        connections = self.slack.connections
+        async with running_bot(
+            self.state_dir, self.config(), environ=self.environ(), channels=["slack"],
+            brain=self.brain,
+        ) as bot:  # fmt: skip
+            self.bot = bot
+            await eventually(lambda: self.slack.connections > connections, timeout=10,
+                             what="the bot's Socket Mode connection")  # fmt: skip
+            yield bot
+
+    async def say(self, text: str) -> Any:
+        return await self.slack.push_message(text, user=SLACK_OWNER, channel=SLACK_DM)
+
+    async def acknowledged(self, token: Any) -> None:
+        await self.slack.wait_acked(token, timeout=15)
+
+    def sent(self, channel: str = SLACK_DM) -> list[dict[str, Any]]:
+        return list(self.slack.messages.get(channel, []))
+
+    def received(self) -> list[str]:
+        return [slack_shown(m) for m in self.sent()]
+
+    async def prompt(self) -> Shown:
+        def new_prompt() -> dict[str, Any] | None:
+            for message in self.sent():
+                actions = [b for b in message.get("blocks") or [] if b.get("type") == "actions"]
+                if actions and message["ts"] not in self._prompted:
+                    return message
+            return None
+
+        message = await eventually(new_prompt, timeout=15, what="an approval prompt")
+        self._prompted.add(message["ts"])
+        [actions] = [b for b in message["blocks"] if b.get("type") == "actions"]
+        ids = [e["action_id"] for e in actions["elements"]]
+        return Shown(text=slack_shown(message), buttons=bool(ids), handle=(message["ts"], ids))
+
+    async def decide(self, shown: Shown, *, approve: bool, approver: bool = True) -> str:
+        ts, ids = shown.handle
+        verb = "approve_once:" if approve else "deny:"
+        action = next(a for a in ids if a.startswith(verb))
+        before = len(self.received())
+        envelope = await self.slack.push_action(
+            channel=SLACK_DM, message_ts=ts, action_id=action, value=action,
+            user=SLACK_OWNER if approver else SLACK_FRIEND,
+        )  # fmt: skip
+        await self.slack.wait_acked(envelope, timeout=15)
+        if approver:
+            return ""
+
+        def refusal() -> str | None:
+            return next((t for t in self.received()[before:] if t.startswith("⚠️")), None)
+
+        return await eventually(refusal, timeout=15, what="the refusal in the conversation")
+
+    def rate_limit_next(self) -> None:
+        self.slack.fail_next("chat.postMessage", status=429, retry_after=1)
+
+    def rate_limited(self) -> int:
+        return sum(1 for c in self.slack.calls_to("chat.postMessage") if c.status == 429)
+
+
 DRIVERS: dict[str, type[Driver]] = {
     "matrix": MatrixDriver,
+    "slack": SlackDriver,
     "telegram": TelegramDriver,
     "webhook": WebhookDriver,
     "cli": CliDriver,

@@ -1,0 +1,113 @@
+"""Approval prompts as Block Kit: the call as the gate rendered it, in a code block
+(escaped for mrkdwn), and its buttons — Approve once / Allow for a time (where offered)
+/ Deny.
+
+Each button's ``action_id`` is the gate's opaque action (``verb:request id[:seconds]``).
+The actions of a prompt are kept in the store by the message's ``ts``
+(``host.remember_note``) when it is sent, and a press counts only for an action that
+message carries: a payload naming any other action, or a message that is no prompt, is
+refused as forged. The gate then checks the presser as for any decision (only
+approvers decide; a request decided once stays decided, so a replayed press changes
+nothing).
+
+A section holds at most 3,000 characters: a long call takes several code blocks.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from echo_bot.bus import ChannelHost
+from echo_bot.events import Button, DecisionVerb, OutboundMessage
+
+from .formatting import escape
+
+SECTION_MAX = 2_900  # characters of one section's text (Slack: 3,000)
+LABEL_MAX = 75  # characters of a button's label
+STYLES = {DecisionVerb.APPROVE_ONCE.value: "primary", DecisionVerb.DENY.value: "danger"}
+
+
+def chunks(text: str, limit: int) -> list[str]:
+    """``text`` (escaped already) in pieces of at most ``limit`` characters, cut at a line
+    where one is near, never inside an escape such as ``&amp;``."""
+    pieces: list[str] = []
+    rest = text
+    while len(rest) > limit:
+        cut = rest.rfind("\n", 0, limit)
+        if cut < limit // 2:
+            cut = limit
+            amp = rest.rfind("&", max(0, limit - 5), limit)
+            if amp != -1 and ";" not in rest[amp:limit]:
+                cut = amp
+        pieces.append(rest[:cut])
+        rest = rest[cut:].lstrip("\n")
+    pieces.append(rest)
+    return [p for p in pieces if p]
+
+
+def _code(text: str) -> list[str]:
+    """Preformatted sections: no ``` inside may end the block early."""
+    body = escape(text).replace("```", "`\u2060``")
+    return [f"```\n{piece}\n```" for piece in chunks(body, SECTION_MAX - 8)]
+
+
+def text_sections(message: OutboundMessage) -> list[str]:
+    """The prompt's text as section texts: the call in code blocks, the rest escaped."""
+    text = message.text
+    call = message.approval.call if message.approval is not None else None
+    if call and call in text:
+        before, after = text.split(call, 1)
+        return [
+            *chunks(escape(before.strip()), SECTION_MAX),
+            *_code(call),
+            *chunks(escape(after.strip()), SECTION_MAX),
+        ]
+    return chunks(escape(text), SECTION_MAX)
+
+
+def button(item: Button) -> dict[str, Any]:
+    label = item.label if len(item.label) <= LABEL_MAX else item.label[: LABEL_MAX - 1] + "…"
+    element: dict[str, Any] = {
+        "type": "button",
+        "text": {"type": "plain_text", "text": label, "emoji": True},
+        "action_id": item.action,
+        "value": item.action,
+    }
+    style = STYLES.get(item.action.split(":", 1)[0])
+    if style:
+        element["style"] = style
+    return element
+
+
+def blocks_of(message: OutboundMessage) -> list[dict[str, Any]]:
+    """The message as blocks: its sections, then its buttons (none on an outcome)."""
+    blocks: list[dict[str, Any]] = [
+        {"type": "section", "text": {"type": "mrkdwn", "text": text}}
+        for text in text_sections(message)
+    ]
+    elements = [button(b) for row in message.buttons for b in row]
+    if elements:
+        blocks.append({"type": "actions", "block_id": "approval", "elements": elements})
+    return blocks
+
+
+def actions_of(buttons: list[list[Button]]) -> list[str]:
+    return [button.action for row in buttons for button in row]
+
+
+class Prompts:
+    """A prompt's message (conversation + ts) → its actions, in the store."""
+
+    def __init__(self, host: ChannelHost) -> None:
+        self.host = host
+
+    async def keep(self, channel: str, ts: str, actions: list[str]) -> None:
+        await self.host.remember_note(f"slack-prompt:{channel}:{ts}", json.dumps(actions))
+
+    async def actions(self, channel: str, ts: str) -> list[str] | None:
+        kept = await self.host.recall_note(f"slack-prompt:{channel}:{ts}")
+        if kept is None:
+            return None
+        loaded = json.loads(kept[0])
+        return [str(a) for a in loaded] if isinstance(loaded, list) else None

@@ -1,0 +1,143 @@
+"""The Slack channel: the wiring of the Web API client, the transport and the parts that
+do the work, and the start's checks (a wrong token fails the start with its key's name,
+instead of a connection retried for ever)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from slack_sdk.web.async_client import AsyncWebClient
+
+from echo_bot.bus import Bus, Capabilities, ChannelHost, Diagnosis
+from echo_bot.config import SlackConfig
+from echo_bot.errors import ChannelError, ConfigError
+from echo_bot.events import Attachment, OutboundMessage, Receipt
+
+from .blocks import Prompts
+from .common import Health, Tasks, log
+from .doctor import diagnose
+from .inbound import Inbound
+from .media import Downloads
+from .outbound import Outbound
+from .transport import EventsOverHttp, SocketMode
+from .web import Web
+
+STARTUP_TIMEOUT = 30.0
+
+
+class SlackChannel:
+    name = "slack"
+    capabilities = Capabilities(
+        buttons=True, edits=True, media=True, threads=True, rate_limited=True, diagnoses=True
+    )
+
+    def __init__(self, section: SlackConfig, options: Mapping[str, Any], host: ChannelHost) -> None:
+        self.config = section
+        self.host = host
+        self.token = host.environ.get(section.bot_token_env, "")
+        if not self.token:
+            raise ConfigError(f"slack.bot_token_env: ${section.bot_token_env} is not set")
+        self._health = Health(transport=section.mode)
+        self._tasks = Tasks()
+        self.web = Web(self.token, section.api_base, self._health)
+        self.prompts = Prompts(host)
+        self.outbound = Outbound(host, self.web, self.prompts)
+        self.downloads = Downloads(section, self.token)
+        self.socket: SocketMode | None = None
+        host.add_health("slack", self.health)
+
+    async def start(self, bus: Bus) -> None:
+        await self.web.open()
+        try:
+            async with asyncio.timeout(STARTUP_TIMEOUT):
+                bot_user = await self._who_am_i()
+                inbound = Inbound(self.config, self.host, self.prompts, self._tasks, bot_user)
+                if self.config.mode == "socket":
+                    app_token = self.host.environ.get(self.config.app_token_env, "")
+                    url = await self._socket_url(app_token)
+                    self.socket = SocketMode(
+                        app_token, self.config.api_base, inbound, self._health, self._tasks
+                    )
+                    await self.socket.start(url)
+                else:
+                    secret = self.host.environ.get(self.config.signing_secret_env, "")
+                    if not secret:
+                        raise ConfigError(
+                            f"slack.signing_secret_env: ${self.config.signing_secret_env} is "
+                            "not set"
+                        )
+                    EventsOverHttp(self.config, self.host, secret, inbound).register()
+                    self._health.status = "ok"
+        except TimeoutError:
+            await self.stop()
+            raise ConfigError(f"slack: {self.config.api_base} did not answer in time") from None
+        except BaseException:
+            await self.stop()
+            raise
+        log.info("slack: signed in as %s (%s)", bot_user, self.config.mode)
+
+    async def _who_am_i(self) -> str:
+        """The bot's user ID (``auth.test``): its own messages and mentions are known by it."""
+        try:
+            answer = await self.web.call("auth.test", self.web.client.auth_test)
+        except ChannelError as exc:
+            raise ConfigError(
+                f"slack.bot_token_env: Slack refused ${self.config.bot_token_env} ({exc})"
+            ) from None
+        user = answer.get("user_id")
+        if not isinstance(user, str) or not user:
+            raise ConfigError("slack: auth.test named no bot user")
+        return user
+
+    async def _socket_url(self, app_token: str) -> str:
+        if not app_token:
+            raise ConfigError(f"slack.app_token_env: ${self.config.app_token_env} is not set")
+        client = AsyncWebClient(
+            token=app_token, base_url=self.config.api_base, retry_handlers=[],
+            session=self.web.client.session,
+        )  # fmt: skip
+        try:
+            answer = await self.web.call(
+                "apps.connections.open", lambda: client.apps_connections_open(app_token=app_token)
+            )
+        except ChannelError as exc:
+            raise ConfigError(
+                f"slack.app_token_env: Slack refused ${self.config.app_token_env} for Socket"
+                f" Mode ({exc}); is Socket Mode on for the app?"
+            ) from None
+        url = answer.get("url")
+        if not isinstance(url, str) or not url.startswith(("wss://", "ws://")):
+            raise ConfigError("slack: apps.connections.open gave no WebSocket URL")
+        return url
+
+    async def stop(self) -> None:
+        if self.socket is not None:
+            await self.socket.stop()
+            self.socket = None
+        await self._tasks.cancel_all()
+        await self.web.close()
+
+    @staticmethod
+    async def diagnose(
+        section: SlackConfig, environ: Mapping[str, str], state_dir: Path
+    ) -> list[Diagnosis]:
+        return await diagnose(section, environ, state_dir)
+
+    def health(self) -> dict[str, object]:
+        state: dict[str, object] = {"status": self._health.status, "mode": self.config.mode}
+        if self._health.last_error:
+            state["error"] = self._health.last_error
+        if self._health.rate_limited:
+            state["rate_limited"] = self._health.rate_limited
+        return state
+
+    async def send(self, message: OutboundMessage) -> Receipt:
+        return await self.outbound.send(message)
+
+    async def fetch_media(
+        self, attachment: Attachment, destination: Path, *, limit: int | None = None
+    ) -> int:
+        return await self.downloads.fetch_media(attachment, destination, limit=limit)

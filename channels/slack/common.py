@@ -1,0 +1,34 @@
+"""What the parts of the Slack channel share: the log, health, background tasks, and
+how a Slack conversation (and thread) is written as an echo-bot address."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import ClassVar
+
+from channels.parts import Health as ChannelHealth
+from channels.parts import Tasks
+from echo_bot.errors import EchoBotError
+from echo_bot.events import Address
+
+log = logging.getLogger("channels.slack")
+
+
+class CommitFailed(EchoBotError):
+    """The inbox did not take an event: it is not acknowledged, so Slack sends it again."""
+
+
+@dataclass
+class Health(ChannelHealth):
+    channel: ClassVar[str] = "slack"
+    rate_limited: int = 0  # HTTP 429 answers seen (each waited out)
+    transport: str = ""  # "socket" or "http"
+
+
+def address_of(channel: str, thread_ts: str | None = None) -> Address:
+    """``slack:<conversation>[:<thread ts>]``: a thread is a conversation of its own."""
+    return Address(channel="slack", chat_id=channel, thread_id=thread_ts or None)
+
+
+__all__ = ["CommitFailed", "Health", "Tasks", "address_of", "log"]

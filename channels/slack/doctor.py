@@ -1,0 +1,112 @@
+"""What ``echo-bot doctor`` checks of Slack: the bot token (``auth.test``: whose, and
+the scopes Slack lists for it against those the channel uses), and the transport's
+secret (Socket Mode: the app token opens a connection URL, which is left unused; HTTP:
+the signing secret is set — only Slack's own requests can prove it right).
+
+Read only, every request bounded by TIMEOUT; the tokens go in headers and bodies only,
+never into what is printed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from pathlib import Path
+
+from slack_sdk.errors import SlackApiError, SlackClientError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from echo_bot.bus import DIAGNOSIS_FAIL, DIAGNOSIS_OK, DIAGNOSIS_WARN, Diagnosis
+from echo_bot.config import SlackConfig
+
+TIMEOUT = 5  # seconds for each request
+# The scopes the channel uses: to read and answer direct messages and mentions, post and
+# update messages; files both ways when [slack] media is on.
+NEEDED = ("chat:write", "im:history", "app_mentions:read")
+FOR_FILES = ("files:read", "files:write")
+REFUSED = frozenset({"invalid_auth", "not_authed", "token_revoked", "account_inactive"})
+
+
+async def diagnose(
+    section: SlackConfig, environ: Mapping[str, str], state_dir: Path
+) -> list[Diagnosis]:
+    found = [await _bot_token(section, environ)]
+    if found[0].status == DIAGNOSIS_FAIL:
+        return found
+    if section.mode == "socket":
+        found.append(await _app_token(section, environ))
+    else:
+        name = section.signing_secret_env
+        if environ.get(name):
+            text = f"${name} is set (Slack's signed requests to {section.path} prove it right)"
+            found.append(Diagnosis("slack signing secret", DIAGNOSIS_OK, text))
+        else:
+            found.append(Diagnosis("slack signing secret", DIAGNOSIS_FAIL, f"${name} is not set"))
+    return found
+
+
+async def _call(
+    client: AsyncWebClient, method: str, **params: str
+) -> tuple[dict[str, object], dict[str, str]]:
+    response = await asyncio.wait_for(client.api_call(method, params=params or None), TIMEOUT)
+    data = response.data if isinstance(response.data, dict) else {}
+    return data, {k.lower(): v for k, v in (response.headers or {}).items()}
+
+
+def _refusal(exc: BaseException) -> str:
+    if isinstance(exc, SlackApiError):
+        data = exc.response.data if isinstance(exc.response.data, dict) else {}
+        return str(data.get("error") or f"HTTP {exc.response.status_code}")
+    return f"{type(exc).__name__} {exc}".strip()
+
+
+async def _bot_token(section: SlackConfig, environ: Mapping[str, str]) -> Diagnosis:
+    name = "slack bot token"
+    token = environ.get(section.bot_token_env, "")
+    if not token:
+        return Diagnosis(name, DIAGNOSIS_FAIL, f"${section.bot_token_env} is not set")
+    client = AsyncWebClient(token=token, base_url=section.api_base, timeout=TIMEOUT,
+                            retry_handlers=[])  # fmt: skip
+    try:
+        data, headers = await _call(client, "auth.test")
+    except (SlackApiError, SlackClientError, OSError, TimeoutError) as exc:
+        why = _refusal(exc)
+        if isinstance(exc, SlackApiError) and why in REFUSED:
+            text = (
+                f"Slack refused ${section.bot_token_env} ({why}): copy the app's Bot User"
+                " OAuth Token again (OAuth & Permissions), or reinstall the app"
+            )
+        else:
+            text = f"cannot ask {section.api_base} (auth.test): {why}"
+        return Diagnosis(name, DIAGNOSIS_FAIL, text)
+    who = f"{data.get('user', '?')} ({data.get('user_id', '?')}) in {data.get('team', '?')}"
+    scopes = {s.strip() for s in headers.get("x-oauth-scopes", "").split(",") if s.strip()}
+    wanted = NEEDED + (FOR_FILES if section.media else ())
+    missing = [s for s in wanted if s not in scopes]
+    if not scopes:
+        return Diagnosis(name, DIAGNOSIS_WARN, f"the bot is {who}; Slack listed no scopes")
+    if missing:
+        text = (
+            f"the bot is {who}, but its token lacks {', '.join(missing)}: add them under OAuth"
+            " & Permissions and reinstall the app"
+        )
+        return Diagnosis(name, DIAGNOSIS_FAIL, text)
+    return Diagnosis(name, DIAGNOSIS_OK, f"the bot is {who}; scopes {', '.join(wanted)} granted")
+
+
+async def _app_token(section: SlackConfig, environ: Mapping[str, str]) -> Diagnosis:
+    name = "slack app token"
+    token = environ.get(section.app_token_env, "")
+    if not token:
+        return Diagnosis(name, DIAGNOSIS_FAIL, f"${section.app_token_env} is not set (Socket Mode)")
+    client = AsyncWebClient(token=token, base_url=section.api_base, timeout=TIMEOUT,
+                            retry_handlers=[])  # fmt: skip
+    try:
+        await _call(client, "apps.connections.open")
+    except (SlackApiError, SlackClientError, OSError, TimeoutError) as exc:
+        text = (
+            f"Slack refused ${section.app_token_env} for Socket Mode ({_refusal(exc)}): an"
+            " app-level token with connections:write, and Socket Mode on for the app"
+        )
+        return Diagnosis(name, DIAGNOSIS_FAIL, text)
+    return Diagnosis(name, DIAGNOSIS_OK, f"${section.app_token_env} opens Socket Mode")

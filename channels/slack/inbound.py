@@ -1,0 +1,221 @@
+"""What Slack delivers, as inbounds: direct messages and mentions become
+``MessageInbound`` (external_id: the event's ``event_id``, so a redelivered envelope
+or an HTTP retry is the same inbound), a button press on a prompt a ``DecisionInbound``.
+``take`` returns once the inbound is committed; only then does the transport
+acknowledge (the envelope ack, or the HTTP 200).
+
+Taken: ``message`` events in direct messages (``channel_type == "im"``) and
+``app_mention`` events in channels (the allowlist ``[slack] channels`` when set); a
+mention's reply goes to the thread it was made in (a thread is a conversation of its
+own). Left alone: the bot's own and other bots' messages, edits and deletions, channel
+messages that do not mention the bot (Slack sends those as ``app_mention`` too when
+they do). A stranger is answered once per REFUSAL_INTERVAL with their user ID and how
+to get in; ``pair CODE`` pairs them.
+
+Commands: Slack keeps ``/word`` for its own slash commands, so echo-bot's are typed
+with ``!`` (``!help``, ``!tools``): a message starting ``!`` and a known command name
+is that command.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any
+
+from channels.parts import clean
+from echo_bot.bus import ChannelHost
+from echo_bot.config import SlackConfig
+from echo_bot.errors import StoreError
+from echo_bot.events import (
+    DIRECT,
+    Address,
+    ApprovalDecision,
+    DecisionInbound,
+    InboundMessage,
+    MessageInbound,
+    OutboundKind,
+    OutboundMessage,
+    Sender,
+    parse_approval_action,
+)
+
+from .blocks import Prompts
+from .common import CommitFailed, Tasks, address_of, log
+from .media import read_files
+
+REFUSAL_INTERVAL = 600.0  # seconds between two refusals to one stranger
+NAMES_MAX = 10_000  # users' display names remembered
+MAX_TEXT = 40_000  # characters of a message's text taken (Slack's own limit)
+_MENTION = re.compile(r"<@([UW][A-Z0-9]+)(?:\|[^>]*)?>")
+_TS = re.compile(r"^[0-9]{1,12}\.[0-9]{1,9}$")
+_ID = re.compile(r"^[A-Z0-9]{2,32}$")
+IGNORED_SUBTYPES = frozenset({None, "file_share", "thread_broadcast"})
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+class Inbound:
+    def __init__(
+        self,
+        config: SlackConfig,
+        host: ChannelHost,
+        prompts: Prompts,
+        tasks: Tasks,
+        bot_user_id: str,
+    ) -> None:
+        self.config = config
+        self.host = host
+        self.prompts = prompts
+        self.tasks = tasks
+        self.bot_user_id = bot_user_id
+        self.names: dict[str, str] = {}  # user ID → display name (as the press said)
+        self._refused_at: dict[str, float] = {}
+        self._commands = {name for name, _help in host.commands}
+
+    async def take(self, kind: str, payload: Any) -> None:
+        """One delivery: an ``events_api`` event_callback or an ``interactive`` payload."""
+        if not isinstance(payload, dict):
+            return
+        if kind == "events_api" and payload.get("type") == "event_callback":
+            await self._event(payload)
+        elif kind == "interactive" and payload.get("type") == "block_actions":
+            await self._press(payload)
+
+    async def _publish(self, message: InboundMessage) -> str:
+        try:
+            return (await self.host.bus.publish(message)).inbound_id
+        except StoreError as exc:
+            raise CommitFailed(str(exc)) from exc
+
+    async def _notice(self, to: Address, text: str) -> None:
+        await self.host.bus.send(OutboundMessage(to=to, text=text, kind=OutboundKind.NOTICE))
+
+    # -- messages -------------------------------------------------------------------------
+    async def _event(self, payload: dict[str, Any]) -> None:
+        event, event_id = payload.get("event"), _str(payload.get("event_id"))
+        if not isinstance(event, dict) or not event_id:
+            return
+        kind = event.get("type")
+        channel, user, ts = (
+            _str(event.get("channel")),
+            _str(event.get("user")),
+            _str(event.get("ts")),
+        )
+        if not channel or not user or not ts or not _ID.match(channel) or not _TS.match(ts):
+            return
+        if event.get("bot_id") or user == self.bot_user_id:
+            return  # the bot's own messages, and other bots'
+        direct = channel.startswith("D")
+        if kind == "message":
+            if event.get("channel_type") != "im" or event.get("subtype") not in IGNORED_SUBTYPES:
+                return  # in channels only mentions count; edits, joins… are not messages
+        elif kind != "app_mention" or direct:
+            return
+        if not direct and self.config.channels is not None and channel not in self.config.channels:
+            return
+        thread = _str(event.get("thread_ts"))
+        chat = address_of(channel, thread if thread and _TS.match(thread) else None)
+        text = self._text(event)
+        if not await self.host.access.is_allowed("slack", user):
+            await self._stranger(user, chat, text)
+            return
+        attachments, notes = read_files(event, self.config)
+        body = "\n".join(part for part in [text, *notes] if part) or None
+        await self._publish(
+            MessageInbound(
+                address=chat,
+                sender=Sender(id=user, name=self.names.get(user, "")),
+                text=body,
+                attachments=attachments,
+                external_id=event_id,
+                message_id=ts,
+                metadata={DIRECT: True} if direct else {},
+            )
+        )
+
+    def _text(self, event: dict[str, Any]) -> str:
+        """The text as the agent reads it: clean, the bot's own mention left out, a
+        ``!command`` as the core's ``/command``."""
+        raw = _str(event.get("text")) or ""
+        text = clean(raw[:MAX_TEXT])
+        text = _MENTION.sub(lambda m: "" if m.group(1) == self.bot_user_id else m.group(0), text)
+        text = text.strip()
+        word = (
+            text[1:].split(maxsplit=1)[0].lower() if text.startswith("!") and len(text) > 1 else ""
+        )
+        if word in self._commands:
+            text = "/" + text[1:]
+        return text
+
+    async def _stranger(self, user: str, chat: Address, text: str) -> None:
+        if text.lower().startswith("pair "):
+            code = text.split(maxsplit=1)[1].strip()
+            result = await self.host.access.pair("slack", user, code[:32])
+            answers = {
+                "paired": "Paired. Welcome! Send !help to see what I can do.",
+                "already": "You are already allowed to talk to me.",
+                "wrong": "That code is not valid (codes expire after 10 minutes).",
+                "locked": "Too many wrong codes. Try again in an hour.",
+            }
+            await self._notice(chat, answers.get(result, "Pairing failed."))
+            return
+        now = time.monotonic()
+        last = self._refused_at.get(user)
+        if last is not None and now - last < REFUSAL_INTERVAL:
+            return
+        if len(self._refused_at) > 10_000:
+            self._refused_at.clear()
+        self._refused_at[user] = now
+        await self.host.audit("slack.refused", user=user, chat=str(chat))
+        await self._notice(
+            chat,
+            f"Sorry, I only talk to people my owner has allowed. Your Slack user ID is "
+            f"{user}: the owner can add it to [slack] allowed_users, or give you a code "
+            "from `echo-bot pair` to send as `pair CODE`.",
+        )
+
+    # -- button presses -------------------------------------------------------------------
+    async def _press(self, payload: dict[str, Any]) -> None:
+        user, container = _dict(payload.get("user")), _dict(payload.get("container"))
+        actions = payload.get("actions") if isinstance(payload.get("actions"), list) else []
+        presser = _str(user.get("id"))
+        channel = _str(container.get("channel_id"))
+        message_ts = _str(container.get("message_ts"))
+        action = actions[0] if actions and isinstance(actions[0], dict) else {}
+        action_id = _str(action.get("action_id")) or ""
+        if not presser or not channel or not message_ts or not _ID.match(channel):
+            return
+        name = clean(_str(user.get("username")) or _str(user.get("name")) or "")[:100]
+        if name and len(self.names) < NAMES_MAX:
+            self.names[presser] = name
+        thread = _str(_dict(payload.get("message")).get("thread_ts"))
+        chat = address_of(channel, thread if thread and _TS.match(thread) else None)
+        offered = await self.prompts.actions(channel, message_ts)
+        parsed = parse_approval_action(action_id)
+        if offered is None or action_id not in offered or parsed is None:
+            log.warning("slack: a press of %r on %s in %s is no prompt's button", action_id[:80],
+                        message_ts, channel)  # fmt: skip
+            await self.host.audit("slack.forged_action", user=presser, chat=channel,
+                                  action=action_id[:80])  # fmt: skip
+            await self._notice(chat, "⚠️ That button is not one of this request's.")
+            return
+        verb, request_id, seconds = parsed
+        when = _str(action.get("action_ts")) or message_ts
+        await self._publish(
+            DecisionInbound(
+                address=chat,
+                sender=Sender(id=presser, name=name),
+                decision=ApprovalDecision(
+                    request_id=request_id, verb=verb, decided_by=chat, sender_id=presser,
+                    via="slack", allow_for_seconds=seconds,
+                ),  # not answered here: a refusal is told in the conversation by the core
+                external_id=f"press:{channel}:{message_ts}:{presser}:{when}",
+            )
+        )  # fmt: skip

@@ -1,0 +1,136 @@
+"""Files people share, both ways: a ``file_share`` message's files read into
+``Attachment``s (the file's private download URL is committed with the message and the
+file fetched during the turn), and ``fetch_media`` streaming one within ``[slack]
+max_download`` through a ``.part`` name.
+
+The download needs the bot token (``files:read``): it is sent only to Slack's file
+host or the configured ``api_base``'s (a test server, a proxy), never to a URL
+elsewhere, and redirects are not followed (Slack answers a request without a valid
+token with its sign-in page, which is refused here as HTML, not saved as the file).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from aiohttp import ClientError, ClientSession, ClientTimeout
+
+from channels.parts import DownloadLimit, clean, drop_partials
+from echo_bot.config import SlackConfig
+from echo_bot.errors import ChannelError, MediaUnavailable
+from echo_bot.events import Attachment, MediaKind
+
+DOWNLOAD_TIMEOUT = 110.0  # one file, whole (the core gives a try 120 s)
+DOWNLOAD_CHUNK = 256 * 1024
+FILES_MAX = 10  # an inbound carries at most 10 attachments
+SLACK_FILES = "files.slack.com"
+
+
+def kind_of(mime: str) -> MediaKind:
+    if mime.startswith("image/"):
+        return MediaKind.PHOTO
+    if mime.startswith("audio/"):
+        return MediaKind.AUDIO
+    if mime.startswith("video/"):
+        return MediaKind.VIDEO
+    return MediaKind.DOCUMENT
+
+
+def _size(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def read_files(event: dict[str, Any], config: SlackConfig) -> tuple[list[Attachment], list[str]]:
+    """The files of a message, and notes for those not taken (and why)."""
+    given = event.get("files")
+    files = [f for f in given if isinstance(f, dict)] if isinstance(given, list) else []
+    attachments: list[Attachment] = []
+    notes: list[str] = []
+    for item in files:
+        name = clean(str(item.get("name") or item.get("title") or "a file"))[:200]
+        if not config.media:
+            notes.append(f"[a file, {name}: not downloaded, [slack] media is off]")
+            continue
+        url = item.get("url_private_download") or item.get("url_private")
+        if not isinstance(url, str) or len(url) > 512 or not allowed_host(url, config):
+            notes.append(f"[a file, {name}: Slack gave no download address I may use]")
+            continue
+        if len(attachments) >= FILES_MAX:
+            notes.append(f"[a file, {name}: more than {FILES_MAX} files in one message]")
+            continue
+        mime = clean(str(item.get("mimetype") or ""))[:128]
+        attachments.append(
+            Attachment(
+                kind=kind_of(mime), file_ref=url, name=name, mime_type=mime or None,
+                size=_size(item.get("size")),
+            )
+        )  # fmt: skip
+    return attachments, notes
+
+
+def allowed_host(url: str, config: SlackConfig) -> bool:
+    """Whether the bot token may go to ``url``: Slack's file host, or ``api_base``'s."""
+    parts, base = urlsplit(url), urlsplit(config.api_base)
+    if parts.scheme not in ("https", "http") or not parts.hostname:
+        return False
+    if parts.scheme == "https" and parts.hostname == SLACK_FILES:
+        return True
+    return (parts.scheme, parts.hostname, parts.port) == (base.scheme, base.hostname, base.port)
+
+
+class Downloads:
+    def __init__(self, config: SlackConfig, token: str) -> None:
+        self.config = config
+        self.token = token
+
+    async def fetch_media(
+        self, attachment: Attachment, destination: Path, *, limit: int | None = None
+    ) -> int:
+        too_big = DownloadLimit(self.config.max_download, limit, "[slack] max_download")
+        if attachment.size is not None and attachment.size > too_big.cap:
+            raise too_big(attachment.size)
+        if not allowed_host(attachment.file_ref, self.config):
+            raise MediaUnavailable("its address is not Slack's")
+        partial = destination.with_name(f".{destination.name}.{secrets.token_hex(4)}.part")
+        try:
+            size = await self._download(attachment.file_ref, partial, too_big)
+            await asyncio.to_thread(partial.replace, destination)
+            await asyncio.to_thread(drop_partials, destination)
+        finally:
+            await asyncio.to_thread(partial.unlink, missing_ok=True)
+        return size
+
+    async def _download(self, url: str, partial: Path, too_big: DownloadLimit) -> int:
+        headers = {"Authorization": f"Bearer {self.token}"}
+        size = 0
+        try:
+            async with (
+                ClientSession(timeout=ClientTimeout(total=DOWNLOAD_TIMEOUT)) as session,
+                session.get(url, headers=headers, allow_redirects=False) as response,
+            ):
+                if response.status != 200:
+                    raise ChannelError(f"Slack answered the download with HTTP {response.status}",
+                                       retryable=response.status >= 500)  # fmt: skip
+                if response.content_type == "text/html":
+                    raise MediaUnavailable(
+                        "Slack answered with a page, not the file (does the bot token have"
+                        " files:read?)"
+                    )
+                if response.content_length is not None and response.content_length > too_big.cap:
+                    raise too_big(response.content_length)
+                handle = await asyncio.to_thread(partial.open, "wb")
+                try:
+                    async for chunk in response.content.iter_chunked(DOWNLOAD_CHUNK):
+                        size += len(chunk)
+                        if size > too_big.cap:
+                            raise too_big(None)
+                        await asyncio.to_thread(handle.write, chunk)
+                finally:
+                    await asyncio.to_thread(handle.close)
+        except (ClientError, TimeoutError) as exc:
+            raise ChannelError(f"the download failed ({type(exc).__name__})") from None
+        return size

@@ -1,0 +1,153 @@
+"""How Slack's deliveries arrive: Socket Mode (a WebSocket the daemon opens with the app
+token) or the Events API over HTTP (POSTs to ``[slack] path`` on the core's server,
+signed with the signing secret). Either way each delivery is committed before it is
+acknowledged, and acknowledged before any work: Slack wants an answer within 3 s, and
+the turn runs later from the inbox.
+
+Socket Mode: slack-sdk's ``SocketModeClient`` (aiohttp) reads the envelopes; its
+listener only queues them (before any await, so their order is kept), and one worker
+commits each in turn and then sends the envelope's ack. An envelope whose commit failed
+is not acknowledged: Slack sends it again (with ``retry_attempt``), and a redelivered
+event is the same inbound (its ``event_id``). Several daemons on one store may each
+hold a connection: Slack hands each envelope to one of them.
+
+HTTP: the signature and timestamp are checked by the SDK's ``SignatureVerifier`` on
+the raw body (5 minutes either way); ``url_verification`` is answered with its
+challenge; a delivery not committed is answered 503, so Slack sends it again
+(``X-Slack-Retry-Num``; the same ``event_id``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+from urllib.parse import parse_qs
+
+from slack_sdk.signature import SignatureVerifier
+from slack_sdk.socket_mode.aiohttp import SocketModeClient
+from slack_sdk.socket_mode.request import SocketModeRequest
+from slack_sdk.socket_mode.response import SocketModeResponse
+from slack_sdk.web.async_client import AsyncWebClient
+
+from echo_bot.bus import ChannelHost, Routes
+from echo_bot.config import SlackConfig
+
+from .common import CommitFailed, Health, Tasks, log
+from .inbound import Inbound
+
+MAX_BODY = 1024 * 1024  # bytes of one HTTP delivery
+TAKEN = frozenset({"events_api", "interactive"})
+
+
+class SocketMode:
+    def __init__(
+        self, app_token: str, api_base: str, inbound: Inbound, health: Health, tasks: Tasks
+    ) -> None:
+        self.app_token = app_token
+        self.api_base = api_base
+        self.inbound = inbound
+        self.health = health
+        self.tasks = tasks
+        self.client: SocketModeClient | None = None
+        self._queue: asyncio.Queue[SocketModeRequest] = asyncio.Queue()
+
+    async def start(self, url: str) -> None:
+        """Connect to ``url`` (from ``apps.connections.open``, asked by the channel so a
+        wrong app token fails the start instead of being retried for ever)."""
+        client = self.client = SocketModeClient(
+            app_token=self.app_token,
+            web_client=AsyncWebClient(base_url=self.api_base, retry_handlers=[]),
+            auto_reconnect_enabled=True,
+        )
+        client.socket_mode_request_listeners.append(self._queued)
+        client.wss_uri = url
+        self.tasks.spawn(self._work(client))
+        await client.connect()  # type: ignore[no-untyped-call]
+        self.health.status = "ok"
+
+    async def _queued(self, client: Any, request: SocketModeRequest) -> None:
+        self._queue.put_nowait(request)  # before any await: the envelopes keep their order
+
+    async def _work(self, client: SocketModeClient) -> None:
+        while True:
+            request = await self._queue.get()
+            if request.type in TAKEN:
+                try:
+                    await self.inbound.take(request.type, request.payload)
+                except CommitFailed as exc:
+                    log.warning("slack: envelope %s not stored (%s); Slack sends it again",
+                                request.envelope_id, exc)  # fmt: skip
+                    continue
+                except Exception:  # a bad payload: acknowledged, or it comes back for ever
+                    log.exception("slack: envelope %s could not be read", request.envelope_id)
+            try:
+                await client.send_socket_mode_response(
+                    SocketModeResponse(envelope_id=request.envelope_id)
+                )
+            except Exception as exc:  # the connection went: Slack sends it again
+                log.info("slack: the ack of %s was not sent: %s", request.envelope_id, exc)
+
+    async def stop(self) -> None:
+        if self.client is not None:
+            await self.client.close()  # type: ignore[no-untyped-call]
+            session = self.client.aiohttp_client_session
+            if not session.closed:
+                await session.close()
+
+
+class EventsOverHttp:
+    def __init__(
+        self, config: SlackConfig, host: ChannelHost, secret: str, inbound: Inbound
+    ) -> None:
+        self.path = config.path
+        self.host = host
+        self.verifier = SignatureVerifier(secret)
+        self.inbound = inbound
+
+    @property
+    def routes(self) -> Routes:
+        return self.host.routes()
+
+    def register(self) -> None:
+        self.routes.add_route("POST", self.path, self.handle, reads_body=True)
+
+    async def handle(self, request: Any) -> Any:
+        from aiohttp import web
+
+        body = await self.routes.read_body(request, key=self.path, limit=MAX_BODY)
+        if isinstance(body, web.Response):
+            return body
+        if not self.verifier.is_valid_request(body, dict(request.headers)):
+            await self.host.audit("slack.bad_signature", path=self.path)
+            return web.json_response({"error": "bad or missing signature"}, status=401)
+        kind, payload = _read(body, request.headers.get("Content-Type", ""))
+        if payload is None:
+            return web.json_response({"error": "not a Slack delivery"}, status=400)
+        if kind == "url_verification":
+            return web.json_response({"challenge": str(payload.get("challenge", ""))})
+        try:
+            await self.inbound.take(kind, payload)
+        except CommitFailed:
+            return web.json_response({"error": "not stored; retry"}, status=503)
+        except Exception:
+            log.exception("slack: a delivery to %s could not be read", self.path)
+        return web.Response(status=200)
+
+
+def _read(body: bytes, content_type: str) -> tuple[str, dict[str, Any] | None]:
+    """(kind, payload) of an HTTP delivery: JSON for the Events API, a form with a
+    ``payload`` field for interactivity."""
+    try:
+        if content_type.startswith("application/x-www-form-urlencoded"):
+            fields = parse_qs(body.decode("utf-8"), max_num_fields=10)
+            data = json.loads(fields.get("payload", [""])[0])
+            return "interactive", data if isinstance(data, dict) else None
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return "", None
+    if not isinstance(data, dict):
+        return "", None
+    if data.get("type") == "url_verification":
+        return "url_verification", data
+    return "events_api", data

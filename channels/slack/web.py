@@ -1,0 +1,150 @@
+"""The Web API: slack-sdk's ``AsyncWebClient`` at ``[slack] api_base``, every call paced
+by Slack's limits and its errors mapped onto the delivery worker's.
+
+Slack's limits (https://docs.slack.dev/apis/web-api/rate-limits): posting is about one
+message a second per conversation, short bursts allowed; other methods by tier per
+workspace (``chat.update`` Tier 3, 50+ a minute; files Tier 4). The pacer keeps 5 %
+under each, as Telegram's does: Slack counts arrivals, so a send that leaves on time
+can arrive early next to the one before. A 429 still possible (another app of the
+workspace, a server that counts differently) holds that method (and conversation) for
+its ``Retry-After``: a short wait is waited out here and the call made again, a long one
+goes back to the delivery worker as ``ChannelError(retry_after=…)``.
+
+The SDK's own retry handlers are off (``retry_handlers=[]``): a retried post it cannot
+tell was delivered would be sent twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from aiohttp import ClientError, ClientSession
+from slack_sdk.errors import SlackApiError, SlackClientError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from channels.parts import TokenBucket
+from echo_bot.errors import ChannelError
+
+from .common import Health, log
+
+T = TypeVar("T")
+
+REQUEST_TIMEOUT = 30  # seconds for one Web API call
+RETRIES = 3
+RETRY_WAIT_MAX = 10.0  # seconds; a longer Retry-After goes back to the delivery worker
+SLACK = 0.05  # kept under each rate
+# Per method: (calls a second, burst) — posting per conversation, the rest per workspace.
+POST_RATE = (1.0, 3.0)
+TIER_RATES = {
+    "chat.update": (50 / 60, 10.0),
+    "chat.delete": (50 / 60, 10.0),
+    "files.getUploadURLExternal": (100 / 60, 20.0),
+    "files.completeUploadExternal": (100 / 60, 20.0),
+    "users.info": (100 / 60, 20.0),
+}
+POSTING = frozenset({"chat.postMessage", "chat.postEphemeral"})
+# Errors no second try mends (the request, the token or the conversation is wrong).
+FINAL = frozenset(
+    {
+        "invalid_auth", "not_authed", "account_inactive", "token_revoked", "token_expired",
+        "missing_scope", "channel_not_found", "not_in_channel", "is_archived",
+        "msg_too_long", "no_text", "invalid_blocks", "invalid_arguments", "too_many_attachments",
+        "message_not_found", "cant_update_message", "edit_window_closed", "restricted_action",
+        "file_not_found", "user_not_found", "invalid_blocks_format", "ekm_access_denied",
+    }
+)  # fmt: skip
+AUTH_ERRORS = frozenset({"invalid_auth", "not_authed", "account_inactive", "token_revoked"})
+
+
+class Pacer:
+    def __init__(self) -> None:
+        self._buckets: dict[tuple[str, str], TokenBucket] = {}
+        self._held: dict[tuple[str, str], float] = {}  # key → the loop's time it is free
+
+    def _key(self, method: str, channel: str | None) -> tuple[str, str]:
+        return (method, channel or "") if method in POSTING else (method, "")
+
+    def reserve(self, method: str, channel: str | None) -> float:
+        """Count one call; the seconds to wait before making it."""
+        key = self._key(method, channel)
+        rate, burst = POST_RATE if method in POSTING else TIER_RATES.get(method, (20.0, 20.0))
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            if len(self._buckets) > 10_000:  # forget idle conversations
+                self._buckets.clear()
+            bucket = self._buckets[key] = TokenBucket(rate / (1 + SLACK), burst)
+        held = self._held.get(key, 0.0) - asyncio.get_running_loop().time()
+        return max(bucket.delay(), held)
+
+    def hold(self, method: str, channel: str | None, seconds: float) -> None:
+        key = self._key(method, channel)
+        until = asyncio.get_running_loop().time() + seconds
+        self._held[key] = max(self._held.get(key, 0.0), until)
+
+
+class Web:
+    """The bot token's client; one aiohttp session for its life (``open`` … ``close``)."""
+
+    def __init__(self, token: str, api_base: str, health: Health) -> None:
+        self.token, self.api_base = token, api_base
+        self.health = health
+        self.pacer = Pacer()
+        self._session: ClientSession | None = None
+        self.client = AsyncWebClient(
+            token=token, base_url=api_base, timeout=REQUEST_TIMEOUT, retry_handlers=[]
+        )
+
+    async def open(self) -> None:
+        self._session = ClientSession()
+        self.client.session = self._session
+
+    async def call(
+        self, method: str, request: Callable[[], Awaitable[T]], *, channel: str | None = None
+    ) -> T:
+        """``request()`` (one SDK call of ``method``), paced; a short 429 waited out."""
+        for attempt in range(RETRIES + 1):
+            wait = self.pacer.reserve(method, channel)
+            if wait > 0:
+                await asyncio.sleep(wait)
+            try:
+                return await request()
+            except SlackApiError as exc:
+                error, status, retry_after = _error_of(exc)
+                if status == 429 or error == "ratelimited":
+                    self.health.rate_limited += 1
+                    self.pacer.hold(method, channel, retry_after)
+                    if retry_after > RETRY_WAIT_MAX or attempt == RETRIES:
+                        raise ChannelError(
+                            f"{method}: rate limited", retry_after=retry_after
+                        ) from None
+                    log.info("slack: %s rate limited; again in %.0f s", method, retry_after)
+                    continue
+                if error in AUTH_ERRORS:
+                    self.health.degrade(f"Slack refused the bot token ({error})")
+                retryable = status >= 500 or error not in FINAL
+                raise ChannelError(f"{method}: {error}", retryable=retryable) from None
+            except (ClientError, OSError, TimeoutError, SlackClientError) as exc:
+                raise ChannelError(f"{method}: network error: {exc}") from None
+        raise AssertionError("unreachable")
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
+def _error_of(exc: SlackApiError) -> tuple[str, int, float]:
+    """(Slack's error code, the HTTP status, the Retry-After in seconds) of a refusal."""
+    response: Any = exc.response
+    data = response.data if isinstance(getattr(response, "data", None), dict) else {}
+    error = str(data.get("error") or "unknown_error")
+    status = int(getattr(response, "status_code", 0) or 0)
+    headers = getattr(response, "headers", None) or {}
+    raw = headers.get("Retry-After") or headers.get("retry-after") or "1"
+    try:
+        retry_after = max(float(raw), 1.0)
+    except (TypeError, ValueError):
+        retry_after = 1.0
+    return error, status, retry_after
