@@ -24,7 +24,7 @@ from aiohttp import ClientError, ClientSession, ClientTimeout
 
 from echo_bot.bus import DIAGNOSIS_FAIL, DIAGNOSIS_OK, DIAGNOSIS_WARN, Diagnosis
 from echo_bot.config import MatrixConfig
-from echo_bot.errors import ConfigError
+from echo_bot.errors import ConfigError, EchoBotError
 
 from .session import read_kept, store_dir
 
@@ -32,8 +32,8 @@ TIMEOUT = 5.0  # seconds for each request
 MAX_ANSWER = 256 * 1024
 
 
-class _Unreachable(Exception):
-    pass
+class _Unreachable(EchoBotError):
+    """The homeserver did not answer (the text says how)."""
 
 
 async def _call(
