@@ -567,6 +567,7 @@ class SlackDriver(Driver):
     def __init__(self, state_dir: Path) -> None:
         super().__init__(state_dir)
         self.slack: Any = None
+        self.slack_keys = ""  # more keys of the [slack] section (TOML)
         self.extra = ""  # more config (TOML) for the daemon
         self.brain: Any = ContractBrain()
         self._prompted: set[str] = set()
@@ -586,6 +587,7 @@ enabled = true
 api_base = "{self.slack.base_url}"
 allowed_users = ["{SLACK_OWNER}", "{SLACK_FRIEND}"]
 approvers = ["{SLACK_OWNER}"]
+{self.slack_keys}
 {TOOLS}{self.extra}"""
 
     def environ(self) -> dict[str, str]:
