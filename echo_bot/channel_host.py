@@ -188,7 +188,8 @@ async def start_channels(
     wire what its capabilities declare: files to the media preparer, previews to the
     preview sinks. ``started`` receives each channel once it runs."""
     for channel in channels:
-        await parts.start(f"the {channel.name} channel", partial(channel.start, bus), channel.stop)
+        stop = partial(_stop_channel, delivery, channel)
+        await parts.start(f"the {channel.name} channel", partial(channel.start, bus), stop)
         started.append(channel)
         delivery.add_channel(channel)
         can = channel.capabilities
@@ -196,6 +197,12 @@ async def start_channels(
             media.add_source(cast(MediaSource, channel))
         if can.previews:
             previews.add_sink(cast(PreviewSink, channel))
+
+
+async def _stop_channel(delivery: DeliveryWorker, channel: Channel) -> None:
+    """Delivery lets go of the channel first (its sends in flight finish), then it stops."""
+    await delivery.release(channel.name)
+    await channel.stop()
 
 
 async def show_when_ready(channels: Sequence[Channel]) -> None:

@@ -101,6 +101,16 @@ class DeliveryWorker:
         self.channels.pop(name, None)
         self._lease_wake.set()
 
+    async def release(self, name: str, grace: float = 5.0) -> None:
+        """The channel is about to stop: nothing more is handed to it, and the sends in
+        flight to it may finish first (bounded by ``grace``). A send the channel's own
+        stop cut off would be an attempt that failed after it reached the network's
+        server, and be sent again at the next start."""
+        self.remove_channel(name)
+        pending = [t for key, t in self._in_flight.items() if key.startswith(f"{name}:")]
+        if pending:
+            await asyncio.wait(pending, timeout=grace)
+
     def wake(self, *_: object) -> None:
         self._wake.set()
 

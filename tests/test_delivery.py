@@ -17,6 +17,7 @@ from echo_bot.errors import ChannelError
 from echo_bot.events import Address, OutboundMessage, Receipt
 from echo_bot.secrets import Masker
 from echo_bot.store import Database, Store
+from tests.conftest import running_bot
 from tests.fakes.channel import RecordingChannel
 from tests.waiting import eventually
 
@@ -577,3 +578,46 @@ async def test_a_message_committed_with_the_look_that_starts_its_chat_is_not_lef
     await store.run(lambda tx: tx.outbox.add(OutboundMessage(to=to, text="two")))  # …and this
     sent = await wait_sent(channel, 2)
     assert [m.text for m in sent] == ["one", "two"]
+
+
+class SessionChannel(RecordingChannel):
+    """A channel whose send reaches its server, then waits for the answer, and whose
+    stop closes its connection: a send still waiting then fails, as an HTTP client's
+    does when its session is closed under it (the message was delivered all the same)."""
+
+    def __init__(self) -> None:
+        super().__init__("cli")
+        self.reached: list[str] = []
+        self._closed = asyncio.Event()
+
+    async def send(self, message: OutboundMessage) -> Receipt:
+        self.reached.append(message.text)
+        answer = asyncio.ensure_future(asyncio.sleep(0.3))
+        closed = asyncio.ensure_future(self._closed.wait())
+        await asyncio.wait({answer, closed}, return_when=asyncio.FIRST_COMPLETED)
+        answer.cancel()
+        closed.cancel()
+        if self._closed.is_set():
+            raise ChannelError("network error: Server disconnected")
+        return await super().send(message)
+
+    async def stop(self) -> None:
+        self._closed.set()
+
+
+async def test_a_send_in_flight_at_a_stop_finishes_before_the_channel_stops(
+    state_dir: Path,
+) -> None:
+    """Regression (found by the Slack HTTP contract driver): channels stopped while the
+    delivery worker still sent to them, so a reply in flight failed as the channel closed
+    its session, though its server had it, and was sent again at the next start."""
+    channel = SessionChannel()
+    async with running_bot(state_dir, channel=channel) as bot:
+        message = OutboundMessage(to=channel.address(), text="in flight at the stop")
+        await bot.store.run(lambda tx: tx.outbox.add(message))
+        await eventually(lambda: channel.reached, timeout=5, what="the send reaching its server")
+    again = SessionChannel()
+    async with running_bot(state_dir, channel=again):
+        await asyncio.sleep(1.0)
+    assert channel.reached == ["in flight at the stop"] and again.reached == []
+    assert [m.text for m in channel.sent] == ["in flight at the stop"]

@@ -656,9 +656,85 @@ approvers = ["{SLACK_OWNER}"]
         return sum(1 for c in self.slack.calls_to("chat.postMessage") if c.status == 429)
 
 
+class SlackHttpDriver(SlackDriver):
+    """The same fake Slack, the bot in HTTP mode: Slack's signed POSTs (events as JSON,
+    button presses as a form) go to the daemon's ``/slack/events``."""
+
+    ACK = "the signed POST to /slack/events is answered 200 (only after the inbox commit)"
+
+    def __init__(self, state_dir: Path) -> None:
+        super().__init__(state_dir)
+        self._ts = 0
+
+    def config(self) -> str:
+        return "[http]\nport = 0\n" + super().config().replace(
+            "enabled = true\n", 'enabled = true\nmode = "http"\n', 1
+        )
+
+    def environ(self) -> dict[str, str]:
+        return {"SLACK_BOT_TOKEN": self.slack.bot_token,
+                "SLACK_SIGNING_SECRET": self.slack.signing_secret}  # fmt: skip
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[Bot]:
+        async with running_bot(
+            self.state_dir, self.config(), environ=self.environ(), channels=["slack"],
+            brain=self.brain,
+        ) as bot:  # fmt: skip
+            self.bot = bot
+            yield bot
+
+    def next_ts(self) -> str:
+        self._ts += 1
+        return f"1800000000.{self._ts:06d}"
+
+    async def post(self, body: bytes, headers: dict[str, str] | None = None) -> tuple[int, str]:
+        """A POST to the daemon as Slack makes it (signed unless ``headers`` are given)."""
+        import aiohttp
+
+        assert self.bot is not None and self.bot.daemon.http is not None
+        url = f"http://127.0.0.1:{self.bot.daemon.http.port}/slack/events"
+        sent = self.slack.signed_headers(body) if headers is None else headers
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(url, data=body, headers=sent) as response,
+        ):
+            return response.status, await response.text()
+
+    async def say(self, text: str) -> Any:
+        event = {"type": "message", "channel": SLACK_DM, "user": SLACK_OWNER, "text": text,
+                 "ts": self.next_ts(), "channel_type": "im"}  # fmt: skip
+        status, answer = await self.post(self.slack.event_body(event))
+        assert status == 200, answer
+        return status
+
+    async def acknowledged(self, token: Any) -> None:
+        assert token == 200  # say() returned once the POST was answered: after the commit
+
+    async def decide(self, shown: Shown, *, approve: bool, approver: bool = True) -> str:
+        ts, ids = shown.handle
+        verb = "approve_once:" if approve else "deny:"
+        action = next(a for a in ids if a.startswith(verb))
+        before = len(self.received())
+        body = self.slack.action_body(
+            channel=SLACK_DM, message_ts=ts, action_id=action, value=action,
+            user=SLACK_OWNER if approver else SLACK_FRIEND,
+        )  # fmt: skip
+        status, answer = await self.post(body)
+        assert status == 200, answer
+        if approver:
+            return ""
+
+        def refusal() -> str | None:
+            return next((t for t in self.received()[before:] if t.startswith("⚠️")), None)
+
+        return await eventually(refusal, timeout=15, what="the refusal in the conversation")
+
+
 DRIVERS: dict[str, type[Driver]] = {
     "matrix": MatrixDriver,
     "slack": SlackDriver,
+    "slack-http": SlackHttpDriver,
     "telegram": TelegramDriver,
     "webhook": WebhookDriver,
     "cli": CliDriver,
