@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import queue
@@ -89,6 +90,58 @@ class EchoBotProcess:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(10)
+
+
+class Daemon:
+    """One `echo-bot run` in an asyncio test (its peer a fake in the same loop), its
+    log read as it runs."""
+
+    def __init__(self, config: Path, state: Path, env: dict[str, str]) -> None:
+        self.config, self.state, self.env = config, state, env
+        self.proc: asyncio.subprocess.Process | None = None
+        self.lines: list[str] = []
+        self._reader: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self.proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "echo_bot", "run",
+            "--config", str(self.config), "--state-dir", str(self.state),
+            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE, env=self.env, cwd=ROOT,
+        )  # fmt: skip
+        ready = asyncio.get_running_loop().create_future()
+        self._reader = asyncio.create_task(self._read(ready))
+        async with asyncio.timeout(60):
+            await ready
+
+    async def _read(self, ready: asyncio.Future[None]) -> None:
+        assert self.proc is not None and self.proc.stderr is not None
+        while line := (await self.proc.stderr.readline()).decode():
+            self.lines.append(line.rstrip())
+            if line.startswith("stop with") and not ready.done():
+                ready.set_result(None)
+        if not ready.done():
+            ready.set_exception(AssertionError("exited:\n" + "\n".join(self.lines)))
+
+    def said(self, text: str) -> bool:
+        return any(text in line for line in self.lines)
+
+    async def kill(self) -> None:
+        assert self.proc is not None
+        if self.proc.returncode is None:
+            self.proc.send_signal(signal.SIGKILL)
+        await self.proc.wait()
+        if self._reader is not None:
+            await self._reader
+
+    async def stop(self) -> None:
+        assert self.proc is not None
+        if self.proc.returncode is None:
+            self.proc.send_signal(signal.SIGTERM)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(30):
+                    await self.proc.wait()
+        await self.kill()
 
 
 def next_match(
