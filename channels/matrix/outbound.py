@@ -29,7 +29,7 @@ from .approvals import Prompts, actions_of, prompt_text
 from .common import Health, Tasks, log
 from .formatting import contents, plain_html, replacement
 from .media import upload
-from .previews import Previews
+from .previews import previews
 from .typing import Typing
 
 FIRST_SYNC_WAIT = 30.0  # seconds a send waits for the first sync (the rooms' state)
@@ -114,7 +114,7 @@ class Outbound:
     ) -> None:
         self.typing = typing
         self.synced = synced
-        self.previews = Previews(host, client, self.send_preview, typing, tasks, synced)
+        self.previews = previews(host, client, self.send_preview, typing, tasks, synced)
         self.host = host
         self.client = client
         self.prompts = prompts
