@@ -14,7 +14,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from echo_bot.bus import Bus, Capabilities, ChannelHost, Diagnosis
 from echo_bot.config import SlackConfig
 from echo_bot.errors import ChannelError, ConfigError
-from echo_bot.events import Attachment, OutboundMessage, Receipt
+from echo_bot.events import Address, Attachment, OutboundMessage, Receipt
 
 from .blocks import Prompts
 from .common import Health, Tasks, log
@@ -31,8 +31,9 @@ STARTUP_TIMEOUT = 30.0
 class SlackChannel:
     name = "slack"
     capabilities = Capabilities(
-        buttons=True, edits=True, media=True, threads=True, rate_limited=True, diagnoses=True
-    )
+        buttons=True, edits=True, previews=True, media=True, threads=True, rate_limited=True,
+        diagnoses=True,
+    )  # fmt: skip
 
     def __init__(self, section: SlackConfig, options: Mapping[str, Any], host: ChannelHost) -> None:
         self.config = section
@@ -44,7 +45,7 @@ class SlackChannel:
         self._tasks = Tasks()
         self.web = Web(self.token, section.api_base, self._health)
         self.prompts = Prompts(host)
-        self.outbound = Outbound(host, self.web, self.prompts)
+        self.outbound = Outbound(host, self.web, self.prompts, self._tasks)
         self.downloads = Downloads(section, self.token)
         self.socket: SocketMode | None = None
         host.add_health("slack", self.health)
@@ -136,6 +137,12 @@ class SlackChannel:
 
     async def send(self, message: OutboundMessage) -> Receipt:
         return await self.outbound.send(message)
+
+    async def show_preview(self, to: Address, key: str, text: str) -> None:
+        await self.outbound.previews.show_preview(to, key, text)
+
+    async def end_preview(self, to: Address, key: str) -> None:
+        await self.outbound.previews.end_preview(to, key)
 
     async def fetch_media(
         self, attachment: Attachment, destination: Path, *, limit: int | None = None

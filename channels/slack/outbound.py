@@ -1,6 +1,8 @@
 """Sending: replies as mrkdwn (long ones in parts), in the thread they came from;
 approval prompts as Block Kit; edits (``chat.update``); files (``files_upload_v2``:
-``files.getUploadURLExternal``, the upload, ``files.completeUploadExternal``).
+``files.getUploadURLExternal``, the upload, ``files.completeUploadExternal``); a reply
+shown while it is written (``channels/previewing.py``): posted with the first text,
+updated at most every EDIT_INTERVAL from spare budget only, then updated into the reply.
 
 What the renderer made is masked (``host.masker``) right before it leaves. Parts
 already sent of a long reply are not sent again when a later part fails and the
@@ -13,22 +15,32 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+from channels.parts import Tasks
+from channels.previewing import EditedPreviews
 from echo_bot.bus import ChannelHost
 from echo_bot.errors import ChannelError
-from echo_bot.events import OutboundKind, OutboundMessage, Receipt, TextFormat
+from echo_bot.events import Address, OutboundKind, OutboundMessage, Receipt, TextFormat
 
 from .blocks import Prompts, actions_of, blocks_of
 from .common import log
 from .formatting import escape, split_text, to_mrkdwn
 from .web import Web
 
+EDIT_INTERVAL = 2.0  # seconds between two texts of one preview (chat.update is Tier 3)
+PREVIEW_MARK = " ✍️"  # ends the preview message while the reply is written
+PREVIEW_KEEP = 30.0  # seconds a preview no reply took the place of is kept, then deleted
+
 
 class Outbound:
-    def __init__(self, host: ChannelHost, web: Web, prompts: Prompts) -> None:
+    def __init__(self, host: ChannelHost, web: Web, prompts: Prompts, tasks: Tasks) -> None:
         self.web = web
         self.prompts = prompts
         self.masker = host.masker
         self._parts_sent: dict[str, list[str]] = {}  # outbound id → ts of the parts sent
+        self.previews = EditedPreviews(
+            self._show_preview, self._delete, tasks,
+            interval=EDIT_INTERVAL, mark=PREVIEW_MARK, keep=PREVIEW_KEEP,
+        )  # fmt: skip
 
     def mrkdwn(self, message: OutboundMessage) -> str:
         markdown = message.format == TextFormat.MARKDOWN
@@ -44,12 +56,64 @@ class Outbound:
             return await self._send_file(channel, thread, message)
         sent = self._parts_sent.setdefault(message.id, [])
         parts = split_text(self.mrkdwn(message))
+        preview = self.previews.message_of(message) if not sent else None
+        if preview is not None:  # the reply takes the place of its preview message
+            await self._into_preview(channel, preview, message, parts[0], sent)
         for index in range(len(sent), len(parts)):
             sent.append(await self.post(channel, thread, text=parts[index]))
         self._parts_sent.pop(message.id, None)
         return Receipt(channel_message_id=sent[-1])
 
-    async def post(self, channel: str, thread: str | None, **fields: Any) -> str:
+    async def _into_preview(
+        self, channel: str, ts: str, message: OutboundMessage, first: str, sent: list[str]
+    ) -> None:
+        """The reply's first part as an update of its preview; if Slack refuses it, the
+        preview is deleted and the part posted anew."""
+        try:
+            await self.update(channel, ts, first)
+            sent.append(ts)
+        except ChannelError as exc:
+            if exc.retryable:
+                raise
+            log.info("slack: the preview in %s was not updated (%s); posting anew", channel, exc)
+            await self._delete(message.to, ts)
+        self.previews.replaced(message)
+
+    async def _show_preview(
+        self, chat: Address, key: str, ts: str | None, text: str, shown: int
+    ) -> str | None:
+        """One text of a preview, only from spare budget (None: not now), tried once."""
+        method = "chat.postMessage" if ts is None else "chat.update"
+        if not self.web.pacer.spare(method, chat.chat_id):
+            return None
+        part = split_text(self.masker.mask(to_mrkdwn(text)))[0]
+        if ts is None:
+            return await self.post(chat.chat_id, chat.thread_id, retries=0, text=part)
+        await self.update(chat.chat_id, ts, part, retries=0)
+        return ts
+
+    async def update(
+        self, channel: str, ts: str, text: str, *, blocks: Any = None, retries: int = 3
+    ) -> None:
+        await self.web.call(
+            "chat.update",
+            lambda: self.web.client.chat_update(
+                channel=channel, ts=ts, text=text, blocks=blocks or []
+            ),
+            retries=retries,
+        )
+
+    async def _delete(self, chat: Address, ts: str) -> None:
+        try:
+            await self.web.call(
+                "chat.delete", lambda: self.web.client.chat_delete(channel=chat.chat_id, ts=ts)
+            )
+        except ChannelError as exc:  # what is left is a stale preview, never a lost reply
+            log.info("slack: %s in %s was not deleted: %s", ts, chat, exc)
+
+    async def post(
+        self, channel: str, thread: str | None, *, retries: int = 3, **fields: Any
+    ) -> str:
         """One ``chat.postMessage``; its ``ts``."""
         answer = await self.web.call(
             "chat.postMessage",
@@ -57,7 +121,7 @@ class Outbound:
                 channel=channel, thread_ts=thread, mrkdwn=True,
                 unfurl_links=False, unfurl_media=False, **fields,
             ),
-            channel=channel,
+            channel=channel, retries=retries,
         )  # fmt: skip
         ts = answer.get("ts")
         if not isinstance(ts, str):
@@ -80,12 +144,7 @@ class Outbound:
             _masked(blocks_of(message), self.masker.mask) if message.approval is not None else None
         )
         try:
-            await self.web.call(
-                "chat.update",
-                lambda: self.web.client.chat_update(
-                    channel=channel, ts=ts, text=split_text(text)[0], blocks=blocks or []
-                ),
-            )
+            await self.update(channel, ts, split_text(text)[0], blocks=blocks)
         except ChannelError as exc:
             if exc.retryable:
                 raise

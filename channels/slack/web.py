@@ -66,17 +66,29 @@ class Pacer:
     def _key(self, method: str, channel: str | None) -> tuple[str, str]:
         return (method, channel or "") if method in POSTING else (method, "")
 
-    def reserve(self, method: str, channel: str | None) -> float:
-        """Count one call; the seconds to wait before making it."""
-        key = self._key(method, channel)
-        rate, burst = POST_RATE if method in POSTING else TIER_RATES.get(method, (20.0, 20.0))
+    def _bucket(self, key: tuple[str, str]) -> TokenBucket:
         bucket = self._buckets.get(key)
         if bucket is None:
             if len(self._buckets) > 10_000:  # forget idle conversations
                 self._buckets.clear()
+            method = key[0]
+            rate, burst = POST_RATE if method in POSTING else TIER_RATES.get(method, (20.0, 20.0))
             bucket = self._buckets[key] = TokenBucket(rate / (1 + SLACK), burst)
-        held = self._held.get(key, 0.0) - asyncio.get_running_loop().time()
-        return max(bucket.delay(), held)
+        return bucket
+
+    def _held_for(self, key: tuple[str, str]) -> float:
+        return self._held.get(key, 0.0) - asyncio.get_running_loop().time()
+
+    def reserve(self, method: str, channel: str | None) -> float:
+        """Count one call; the seconds to wait before making it."""
+        key = self._key(method, channel)
+        return max(self._bucket(key).delay(), self._held_for(key))
+
+    def spare(self, method: str, channel: str | None) -> bool:
+        """Take one call of ``method`` only if one is left beyond it for a real message
+        and the method is not held (a preview goes only then)."""
+        key = self._key(method, channel)
+        return self._held_for(key) <= 0 and self._bucket(key).spare(1) == 0.0
 
     def hold(self, method: str, channel: str | None, seconds: float) -> None:
         key = self._key(method, channel)
@@ -101,10 +113,16 @@ class Web:
         self.client.session = self._session
 
     async def call(
-        self, method: str, request: Callable[[], Awaitable[T]], *, channel: str | None = None
+        self,
+        method: str,
+        request: Callable[[], Awaitable[T]],
+        *,
+        channel: str | None = None,
+        retries: int = RETRIES,
     ) -> T:
-        """``request()`` (one SDK call of ``method``), paced; a short 429 waited out."""
-        for attempt in range(RETRIES + 1):
+        """``request()`` (one SDK call of ``method``), paced; a short 429 waited out (up
+        to ``retries`` times)."""
+        for attempt in range(retries + 1):
             wait = self.pacer.reserve(method, channel)
             if wait > 0:
                 await asyncio.sleep(wait)
@@ -115,7 +133,7 @@ class Web:
                 if status == 429 or error == "ratelimited":
                     self.health.rate_limited += 1
                     self.pacer.hold(method, channel, retry_after)
-                    if retry_after > RETRY_WAIT_MAX or attempt == RETRIES:
+                    if retry_after > RETRY_WAIT_MAX or attempt == retries:
                         raise ChannelError(
                             f"{method}: rate limited", retry_after=retry_after
                         ) from None

@@ -115,7 +115,7 @@ PROMISED_METHODS = {
 def test_each_declared_capability_comes_with_its_methods(name: str) -> None:
     """The core wires a channel from its declared capabilities without probing it: a
     flag without its methods would fail only when first used, so it fails here."""
-    channel_class = load_channel_class(name)
+    channel_class = load_channel_class(DRIVERS[name].NAME)
     capabilities = channel_class.capabilities
     for flag, methods in PROMISED_METHODS.items():
         for method in methods:
