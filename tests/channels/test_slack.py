@@ -18,7 +18,8 @@ import pytest
 
 from echo_bot.brains.base import BrainContext, BrainReply
 from echo_bot.brains.rules import files_reply
-from echo_bot.conversation import ChatMessage
+from echo_bot.conversation import ChatMessage, ToolCall
+from echo_bot.events import new_id
 from echo_bot.tools.base import Tool
 from tests.channels.contract.drivers import (
     SLACK_DM,
@@ -303,3 +304,88 @@ async def test_a_file_over_max_download_is_refused_before_its_download(chat: Cha
     [reply] = [t for t in chat.replies() if "big.bin" in t]
     assert "max_download" in reply or "limit" in reply, reply
     assert chat.fake.downloads == []  # refused by its announced size: never fetched
+
+
+class LongBrain(SlackBrain):
+    """``long:`` → a reply of 10,000 characters; ``hostile:`` → a shell call whose
+    arguments hold mrkdwn, a mention and a fence."""
+
+    async def step(
+        self, conversation: Sequence[ChatMessage], tools: Sequence[Tool], context: BrainContext
+    ) -> BrainReply:
+        last = conversation[-1]
+        if last.role == "user" and "long:" in (last.content or ""):
+            text = "\n\n".join(f"paragraph {n}: " + "lorem ipsum " * 30 for n in range(27))
+            return BrainReply(text=text, route_reason="test: long")
+        if last.role == "user" and "hostile:" in (last.content or ""):
+            command = "echo ```*bold* <!channel> <@U0FRIEND> &amp;```"
+            call = ToolCall(id=new_id(), name="shell_exec", args={"command": command})
+            return BrainReply(tool_calls=[call], route_reason="test: hostile call")
+        return await super().step(conversation, tools, context)
+
+
+async def test_a_long_reply_is_split_in_order_and_each_part_fits(chat: Chat) -> None:
+    chat.brain = LongBrain()
+    async with chat.running():
+        await chat.say("long: please")
+        await chat.wait_received("paragraph 26")
+        parts = [m["text"] for m in chat.sent() if "paragraph" in m["text"]]
+    assert len(parts) >= 3 and all(len(p) <= 3_900 for p in parts)
+    joined = "\n\n".join(parts)
+    assert [f"paragraph {n}:" in joined for n in range(27)] == [True] * 27
+    assert joined.index("paragraph 3:") < joined.index("paragraph 25:")
+
+
+async def test_a_prompt_shows_hostile_arguments_escaped_in_its_code_block(chat: Chat) -> None:
+    chat.brain = LongBrain()
+    async with chat.running():
+        await chat.say("hostile:")
+        shown = await chat.prompt()
+        ts, _ids = shown.handle
+        message = chat.fake.message(SLACK_DM, ts)
+    assert message is not None
+    raw = json.dumps(message["blocks"])
+    assert "<!channel>" not in raw and "<@U0FRIEND>" not in raw
+    sections = [b["text"]["text"] for b in message["blocks"] if b["type"] == "section"]
+    [code] = [s for s in sections if s.startswith("```")]
+    assert "&lt;!channel&gt;" in code and "&amp;amp;" in code
+    assert code.count("```") == 2  # the argument's own fences cannot end the block
+    assert "*bold*" in code  # shown as typed: inside a code block mrkdwn is not applied
+
+
+def test_the_slack_section_is_checked_and_its_secrets_named_by_mode() -> None:
+    from echo_bot.config import ConfigError, LoadedConfig, parse_config, secrets_in_use
+
+    with pytest.raises(ConfigError, match="not a Slack user ID"):
+        parse_config({"slack": {"allowed_users": ["@alice"]}})
+    with pytest.raises(ConfigError, match="not a Slack channel ID"):
+        parse_config({"slack": {"channels": ["#general"]}})
+    with pytest.raises(ConfigError, match=r"slack\.mode"):
+        parse_config({"slack": {"mode": "rtm"}})
+    with pytest.raises(ConfigError, match=r"slack\.api_base"):
+        parse_config({"slack": {"api_base": "slack.com/api"}})
+    with pytest.raises(ConfigError, match=r"slack\.bot_tokn_env"):
+        parse_config({"slack": {"bot_tokn_env": "X"}})
+    socket = parse_config({"slack": {"enabled": True, "allowed_users": ["U0ALICE"]}})
+    assert socket.slack.approver_ids == ["U0ALICE"]
+    loaded = LoadedConfig(config=socket, path=Path("x.toml"))
+    assert dict(secrets_in_use(loaded, {})) == {"SLACK_BOT_TOKEN": True, "SLACK_APP_TOKEN": True}
+    http = parse_config({"slack": {"enabled": True, "mode": "http"}})
+    loaded = LoadedConfig(config=http, path=Path("x.toml"))
+    assert dict(secrets_in_use(loaded, {})) == {
+        "SLACK_BOT_TOKEN": True, "SLACK_SIGNING_SECRET": True,
+    }  # fmt: skip
+
+
+def test_markdown_to_mrkdwn_escapes_everything_but_its_own_markup() -> None:
+    from channels.slack.formatting import split_text, to_mrkdwn
+
+    assert to_mrkdwn("# Title\n\n**b** _i_ ~~s~~") == "*Title*\n\n*b* _i_ ~s~"
+    assert to_mrkdwn("- a\n- b <!here>") == "• a\n• b &lt;!here&gt;"
+    assert to_mrkdwn("```\nx < y ```\n```") == "```\nx &lt; y `\u2060``\n```"
+    # A | in the URL would end it early: the parser encodes it (%7C); in the label it is text.
+    assert to_mrkdwn("[a|b](https://x.org/?q=a|b)") == "<https://x.org/?q=a%7Cb|a|b>"
+    assert to_mrkdwn("[x](https://x.org/a>b)") == "<https://x.org/a%3Eb|x>"
+    assert to_mrkdwn("<script>&") == "&lt;script&gt;&amp;"
+    parts = split_text("&amp;" * 2_000, limit=3_900)
+    assert all(p.count("&") == p.count(";") for p in parts)  # never cut inside an escape
