@@ -85,6 +85,10 @@ class SlackChannel:
         try:
             answer = await self.web.call("auth.test", self.web.client.auth_test)
         except ChannelError as exc:
+            if exc.retryable:  # the network, or Slack's side: not the token
+                raise ConfigError(
+                    f"slack.api_base: cannot reach {self.config.api_base} ({exc})"
+                ) from None
             raise ConfigError(
                 f"slack.bot_token_env: Slack refused ${self.config.bot_token_env} ({exc})"
             ) from None

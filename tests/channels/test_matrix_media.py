@@ -289,8 +289,8 @@ async def test_a_file_the_bot_sends_arrives_encrypted_and_whole(chat: MediaChat)
     async with chat.running():
         args = {"path": "report.txt", "caption": "the report"}
         await chat.say(f"/tool send_file {json.dumps(args)}")
-        # A Matrix room is never a direct chat to the gate (routing.py: the chat's id is
-        # not the sender's), so a workspace file sent there asks: the owner approves.
+        # The room holds the friend too, so it is no direct chat to the gate: a workspace
+        # file sent there asks, and the owner approves.
         await chat.decide(await chat.prompt(), approve=True)
         await chat.wait_received("the report", "Sent report.txt")
         await chat.say('/tool send_file {"path": "chart.png"}')
