@@ -389,3 +389,21 @@ def test_markdown_to_mrkdwn_escapes_everything_but_its_own_markup() -> None:
     assert to_mrkdwn("<script>&") == "&lt;script&gt;&amp;"
     parts = split_text("&amp;" * 2_000, limit=3_900)
     assert all(p.count("&") == p.count(";") for p in parts)  # never cut inside an escape
+
+
+async def test_after_slack_asks_it_to_reconnect_nothing_is_lost(chat: Chat) -> None:
+    """Slack sends ``disconnect`` (a refresh, a deploy on its side) and closes the socket:
+    the SDK opens a new connection, and what is said meanwhile is answered once."""
+    async with chat.running():
+        await chat.say("say:before")
+        await chat.wait_received("echo: before")
+        await chat.fake.disconnect()
+        await eventually(lambda: chat.fake.connections == 2, timeout=15, what="reconnected")
+        await chat.say("say:after")  # held by the fake until a connection takes it
+        await chat.wait_received("echo: after")
+        await chat.fake.drop_connection()  # no disconnect message: the socket just dies
+        await chat.say("say:dropped")
+        await chat.wait_received("echo: dropped")
+    assert [t for t in chat.replies() if t.startswith("echo")] == [
+        "echo: before", "echo: after", "echo: dropped",
+    ]  # fmt: skip
