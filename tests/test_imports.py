@@ -36,7 +36,7 @@ CHANNEL_API = {
     "echo_bot.statuses",
 }
 # Libraries the core must import lazily (inside functions), never at module level…
-LAZY_ONLY = {"aiogram", "nio", "openai", "aiohttp", "apscheduler", "psycopg", "jinja2"}
+LAZY_ONLY = {"aiogram", "nio", "slack_sdk", "openai", "aiohttp", "apscheduler", "psycopg", "jinja2"}
 # …except in modules that are themselves only imported inside functions.
 LAZY_MODULES = {
     "echo_bot.http",
@@ -306,7 +306,7 @@ async def main():
 
 asyncio.run(main())
 # The scheduler (APScheduler, ~50 ms) always runs: reminders can be set at any time.
-lazy = {{"aiogram", "nio", "openai", "aiohttp", "dateparser", "psycopg", "jinja2"}}
+lazy = {{"aiogram", "nio", "slack_sdk", "openai", "aiohttp", "dateparser", "psycopg", "jinja2"}}
 heavy = sorted(m for m in sys.modules if m.split(".")[0] in lazy)
 print("HEAVY:", ",".join(heavy))
 """
