@@ -6,7 +6,9 @@ a message; this keeps the state every such channel needs.
 Previews are paced hard and take only spare budget, since such a network counts an
 edit as a message: one text per ``interval`` per reply, and ``show`` answers None when
 the conversation's or the account's sends wait now (the texts in between are simply
-skipped). A refused preview (``ChannelError``) is never tried again for that reply.
+skipped). A preview refused for good or rate limited (``ChannelError`` not retryable,
+or with ``retry_after``) is not tried again for that reply; a network error only
+skips that text.
 
 The reply comes through the outbox as every message does: the channel's send asks
 ``message_of`` for the preview it replaces and edits that into the final text, then

@@ -16,12 +16,13 @@ A section holds at most 3,000 characters: a long call takes several code blocks.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from echo_bot.bus import ChannelHost
-from echo_bot.events import Button, DecisionVerb, OutboundMessage
+from echo_bot.events import Address, Button, DecisionVerb, OutboundMessage
 
-from .formatting import escape
+from .formatting import escape, preformatted
 
 SECTION_MAX = 2_900  # characters of one section's text (Slack: 3,000)
 LABEL_MAX = 75  # characters of a button's label
@@ -48,7 +49,7 @@ def chunks(text: str, limit: int) -> list[str]:
 
 def _code(text: str) -> list[str]:
     """Preformatted sections: no ``` inside may end the block early."""
-    body = escape(text).replace("```", "`\u2060``")
+    body = preformatted(text)
     return [f"```\n{piece}\n```" for piece in chunks(body, SECTION_MAX - 8)]
 
 
@@ -96,18 +97,32 @@ def actions_of(buttons: list[list[Button]]) -> list[str]:
     return [button.action for row in buttons for button in row]
 
 
+@dataclass(frozen=True)
+class Kept:
+    """A prompt as sent: the chat it went to and its buttons' actions."""
+
+    to: Address
+    actions: list[str]
+
+
 class Prompts:
-    """A prompt's message (conversation + ts) → its actions, in the store."""
+    """A prompt's message (conversation + ts) → where it went and its actions, in the
+    store."""
 
     def __init__(self, host: ChannelHost) -> None:
         self.host = host
 
-    async def keep(self, channel: str, ts: str, actions: list[str]) -> None:
-        await self.host.remember_note(f"slack-prompt:{channel}:{ts}", json.dumps(actions))
+    async def keep(self, to: Address, ts: str, actions: list[str]) -> None:
+        kept = json.dumps({"to": str(to), "actions": actions})
+        await self.host.remember_note(f"slack-prompt:{to.chat_id}:{ts}", kept)
 
-    async def actions(self, channel: str, ts: str) -> list[str] | None:
-        kept = await self.host.recall_note(f"slack-prompt:{channel}:{ts}")
-        if kept is None:
+    async def kept(self, channel: str, ts: str) -> Kept | None:
+        found = await self.host.recall_note(f"slack-prompt:{channel}:{ts}")
+        if found is None:
             return None
-        loaded = json.loads(kept[0])
-        return [str(a) for a in loaded] if isinstance(loaded, list) else None
+        try:
+            loaded = json.loads(found[0])
+            to = Address.parse(str(loaded["to"]))
+            return Kept(to, [str(a) for a in loaded["actions"]])
+        except (ValueError, KeyError, TypeError):
+            return None

@@ -109,6 +109,10 @@ class SlackChannel:
                 "apps.connections.open", lambda: client.apps_connections_open(app_token=app_token)
             )
         except ChannelError as exc:
+            if exc.retryable:  # the network, or Slack's side: not the token
+                raise ConfigError(
+                    f"slack.api_base: cannot reach {self.config.api_base} ({exc})"
+                ) from None
             raise ConfigError(
                 f"slack.app_token_env: Slack refused ${self.config.app_token_env} for Socket"
                 f" Mode ({exc}); is Socket Mode on for the app?"

@@ -16,7 +16,8 @@ log = logging.getLogger("channels.slack")
 
 
 class CommitFailed(EchoBotError):
-    """The inbox did not take an event: it is not acknowledged, so Slack sends it again."""
+    """The inbox did not take a delivery: it is not acknowledged (an event then comes
+    again; a press is pressed again)."""
 
 
 @dataclass

@@ -3,9 +3,11 @@ Markdown, and split to fit a message.
 
 Every text that is not markup is escaped (``&``, ``<``, ``>`` as Slack asks), so
 nothing the model or a tool writes can become a mention (``<!channel>``, ``<@U…>``), a
-link with a hidden target, or broken markup: Slack answers no API error for odd input,
+link of its own making, or broken markup: Slack answers no API error for odd input,
 and an ``@channel`` in a reply pings no one. Links are written ``<url|text>`` only for
-http(s) and mailto URLs the parser validated; any other link is shown as text. Markdown
+http(s) and mailto URLs the parser validated; any other link is shown as text. A link
+whose text looks like an address other than its target's (``[bank.com](evil.example)``)
+shows its target too. Markdown
 that mrkdwn lacks becomes its nearest: headings bold lines, tables and code blocks
 preformatted, images their link.
 
@@ -14,6 +16,9 @@ What the renderer made is masked again (``host.masker``) right before it leaves.
 
 from __future__ import annotations
 
+import re
+from urllib.parse import urlsplit
+
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
@@ -21,6 +26,7 @@ MAX_TEXT = 3_900  # characters of one message (Slack advises ≤ 4,000; it cuts 
 _PARSER = MarkdownIt("commonmark", {"html": False}).enable(["strikethrough", "table"])
 _SAFE_SCHEMES = ("http://", "https://", "mailto:")
 _INLINE_MARKS = {"strong": "*", "em": "_", "s": "~"}
+_BACKQUOTES = re.compile("`(?=`)")
 
 
 def escape(text: str) -> str:
@@ -75,7 +81,7 @@ def _blocks(tokens: list[Token], out: list[str]) -> None:
         elif kind == "paragraph_close" and not lists:
             out.append(prefix.rstrip())
         elif kind in ("fence", "code_block"):
-            body = _preformatted(token.content.rstrip("\n"))
+            body = preformatted(token.content.rstrip("\n"))
             out.extend(prefix + line for line in f"```\n{body}\n```".split("\n"))
             out.append(prefix.rstrip())
         elif kind == "hr":
@@ -91,13 +97,14 @@ def _blocks(tokens: list[Token], out: list[str]) -> None:
             out.extend([prefix + "```", prefix.rstrip()])
 
 
-def _preformatted(text: str) -> str:
-    """Text inside a code block: escaped, and no ``` that would end the block early."""
-    return escape(text).replace("```", "`\u2060``")
+def preformatted(text: str) -> str:
+    """Text inside a code block: escaped, and no two backquotes in a row (a word joiner
+    after each that another follows), so no run of them can end the block early."""
+    return _BACKQUOTES.sub("`\u2060", escape(text))
 
 
 def _plain(children: list[Token]) -> str:
-    return _preformatted("".join(c.content for c in children if c.type != "softbreak"))
+    return preformatted("".join(c.content for c in children if c.type != "softbreak"))
 
 
 def _inline(children: list[Token]) -> str:
@@ -123,7 +130,10 @@ def _inline(children: list[Token]) -> str:
         elif kind == "link_close" and links:
             target, outer = links.pop()
             label = "".join(parts)
-            outer.append(f"<{escape(target)}|{label}>" if target else label)
+            if target and _misleading(label, target):
+                outer.append(f"{label} (<{escape(target)}>)")
+            else:
+                outer.append(f"<{escape(target)}|{label}>" if target else label)
             parts = outer
         elif kind == "image":
             parts.append(escape(child.content or str(child.attrGet("src") or "")))
@@ -134,6 +144,18 @@ def _inline(children: list[Token]) -> str:
         outer.extend(parts)
         parts = outer
     return "".join(parts)
+
+
+_ADDRESS = re.compile(r"^(?:https?://)?(?:www\.)?([a-z0-9-]+(?:\.[a-z0-9-]+)+)(?:[/?#]\S*)?$", re.I)
+
+
+def _misleading(label: str, target: str) -> bool:
+    """Whether a link's text names an address (a host) that is not its target's."""
+    found = _ADDRESS.match(label.strip())
+    if found is None:
+        return False
+    host = (urlsplit(target).hostname or "").lower().removeprefix("www.")
+    return found.group(1).lower().removeprefix("www.") != host
 
 
 def split_text(text: str, limit: int = MAX_TEXT) -> list[str]:

@@ -50,7 +50,8 @@ MAX_TEXT = 40_000  # characters of a message's text taken (Slack's own limit)
 _MENTION = re.compile(r"<@([UW][A-Z0-9]+)(?:\|[^>]*)?>")
 _TS = re.compile(r"^[0-9]{1,12}\.[0-9]{1,9}$")
 _ID = re.compile(r"^[A-Z0-9]{2,32}$")
-IGNORED_SUBTYPES = frozenset({None, "file_share", "thread_broadcast"})
+# The message subtypes that are something a person wrote (edits, joins… are not).
+TAKEN_SUBTYPES = frozenset({None, "file_share", "thread_broadcast"})
 
 
 def _str(value: Any) -> str | None:
@@ -80,19 +81,22 @@ class Inbound:
         self._commands = {name for name, _help in host.commands}
 
     async def take(self, kind: str, payload: Any) -> None:
-        """One delivery: an ``events_api`` event_callback or an ``interactive`` payload."""
+        """One delivery: an ``events_api`` event_callback or an ``interactive`` payload.
+        Raises ``CommitFailed`` when the store could not be asked or could not take it
+        (an allowlist read, a prompt's actions, the inbound itself): then it is not
+        acknowledged."""
         if not isinstance(payload, dict):
             return
-        if kind == "events_api" and payload.get("type") == "event_callback":
-            await self._event(payload)
-        elif kind == "interactive" and payload.get("type") == "block_actions":
-            await self._press(payload)
-
-    async def _publish(self, message: InboundMessage) -> str:
         try:
-            return (await self.host.bus.publish(message)).inbound_id
+            if kind == "events_api" and payload.get("type") == "event_callback":
+                await self._event(payload)
+            elif kind == "interactive" and payload.get("type") == "block_actions":
+                await self._press(payload)
         except StoreError as exc:
             raise CommitFailed(str(exc)) from exc
+
+    async def _publish(self, message: InboundMessage) -> str:
+        return (await self.host.bus.publish(message)).inbound_id
 
     async def _notice(self, to: Address, text: str) -> None:
         await self.host.bus.send(OutboundMessage(to=to, text=text, kind=OutboundKind.NOTICE))
@@ -114,7 +118,7 @@ class Inbound:
             return  # the bot's own messages, and other bots'
         direct = channel.startswith("D")
         if kind == "message":
-            if event.get("channel_type") != "im" or event.get("subtype") not in IGNORED_SUBTYPES:
+            if event.get("channel_type") != "im" or event.get("subtype") not in TAKEN_SUBTYPES:
                 return  # in channels only mentions count; edits, joins… are not messages
         elif kind != "app_mention" or direct:
             return
@@ -196,10 +200,18 @@ class Inbound:
         if name and len(self.names) < NAMES_MAX:
             self.names[presser] = name
         thread = _str(_dict(payload.get("message")).get("thread_ts"))
-        chat = address_of(channel, thread if thread and _TS.match(thread) else None)
-        offered = await self.prompts.actions(channel, message_ts)
+        kept = await self.prompts.kept(channel, message_ts)
+        # Where the prompt was sent (a parent message gets a thread_ts of its own once
+        # someone replies under it: the press still decides in the prompt's chat).
+        chat = (
+            kept.to
+            if kept is not None
+            else address_of(
+                channel, thread if thread and _TS.match(thread) and thread != message_ts else None
+            )
+        )
         parsed = parse_approval_action(action_id)
-        if offered is None or action_id not in offered or parsed is None:
+        if kept is None or action_id not in kept.actions or parsed is None:
             log.warning("slack: a press of %r on %s in %s is no prompt's button", action_id[:80],
                         message_ts, channel)  # fmt: skip
             await self.host.audit("slack.forged_action", user=presser, chat=channel,

@@ -24,7 +24,7 @@ from echo_bot.events import Address, OutboundKind, OutboundMessage, Receipt, Tex
 from .blocks import Prompts, actions_of, blocks_of
 from .common import log
 from .formatting import escape, split_text, to_mrkdwn
-from .web import Web
+from .web import RETRIES, Web
 
 EDIT_INTERVAL = 2.0  # seconds between two texts of one preview (chat.update is Tier 3)
 PREVIEW_MARK = " ✍️"  # ends the preview message while the reply is written
@@ -87,21 +87,28 @@ class Outbound:
         if not self.web.pacer.spare(method, chat.chat_id):
             return None
         part = split_text(self.masker.mask(to_mrkdwn(text)))[0]
-        if ts is None:
-            return await self.post(chat.chat_id, chat.thread_id, retries=0, text=part)
-        await self.update(chat.chat_id, ts, part, retries=0)
+        if ts is None:  # counted by spare() already: not paced again
+            return await self.post(chat.chat_id, chat.thread_id, retries=0, paced=False, text=part)
+        await self.update(chat.chat_id, ts, part, retries=0, paced=False)
         return ts
 
     async def update(
-        self, channel: str, ts: str, text: str, *, blocks: Any = None, retries: int = 3
+        self,
+        channel: str,
+        ts: str,
+        text: str,
+        *,
+        blocks: Any = None,
+        retries: int = RETRIES,
+        paced: bool = True,
     ) -> None:
         await self.web.call(
             "chat.update",
             lambda: self.web.client.chat_update(
                 channel=channel, ts=ts, text=text, blocks=blocks or []
             ),
-            retries=retries,
-        )
+            retries=retries, paced=paced,
+        )  # fmt: skip
 
     async def _delete(self, chat: Address, ts: str) -> None:
         try:
@@ -112,7 +119,13 @@ class Outbound:
             log.info("slack: %s in %s was not deleted: %s", ts, chat, exc)
 
     async def post(
-        self, channel: str, thread: str | None, *, retries: int = 3, **fields: Any
+        self,
+        channel: str,
+        thread: str | None,
+        *,
+        retries: int = RETRIES,
+        paced: bool = True,
+        **fields: Any,
     ) -> str:
         """One ``chat.postMessage``; its ``ts``."""
         answer = await self.web.call(
@@ -121,7 +134,7 @@ class Outbound:
                 channel=channel, thread_ts=thread, mrkdwn=True,
                 unfurl_links=False, unfurl_media=False, **fields,
             ),
-            channel=channel, retries=retries,
+            channel=channel, retries=retries, paced=paced,
         )  # fmt: skip
         ts = answer.get("ts")
         if not isinstance(ts, str):
@@ -134,7 +147,7 @@ class Outbound:
         fallback = self.masker.mask(escape(message.text.split("\n", 1)[0]))
         blocks = _masked(blocks_of(message), self.masker.mask)
         ts = await self.post(channel, thread, text=fallback, blocks=blocks)
-        await self.prompts.keep(channel, ts, actions_of(message.buttons))
+        await self.prompts.keep(message.to, ts, actions_of(message.buttons))
         return Receipt(channel_message_id=ts)
 
     async def _edit(self, channel: str, ts: str, message: OutboundMessage) -> Receipt:
@@ -148,7 +161,10 @@ class Outbound:
         except ChannelError as exc:
             if exc.retryable:
                 raise
-            log.info("slack: the edit of %s in %s was refused: %s", ts, channel, exc)
+            # Gone (deleted, too old to edit): the outcome is posted instead, never lost.
+            log.info("slack: the edit of %s in %s was refused (%s); posting it", ts, channel, exc)
+            posted = await self.post(channel, message.to.thread_id, text=split_text(text)[0])
+            return Receipt(channel_message_id=posted)
         return Receipt(channel_message_id=ts)
 
     async def _send_file(
@@ -165,16 +181,27 @@ class Outbound:
             raise ChannelError(
                 f"cannot read {file.name}: {exc.strerror}", retryable=False
             ) from None
-        answer = await self.web.call(
-            "files.completeUploadExternal",
-            lambda: self.web.client.files_upload_v2(
-                channel=channel, file=data, filename=name, title=name,
-                initial_comment=split_text(comment)[0] if comment else None, thread_ts=thread,
-            ),
-        )  # fmt: skip
-        files = answer.get("files") or [answer.get("file") or {}]
-        first = files[0] if isinstance(files, list) and files else {}
-        return Receipt(channel_message_id=str(first.get("id") or "") or None)
+        parts = split_text(comment) if comment else []
+        sent = self._parts_sent.setdefault(message.id, [])
+        if not sent:  # not uploaded again when only the text after it failed
+            answer = await self.web.call(
+                "files.completeUploadExternal",
+                lambda: self.web.client.files_upload_v2(
+                    channel=channel, file=data, filename=name, title=name,
+                    initial_comment=parts[0] if parts else None, thread_ts=thread,
+                ),
+            )  # fmt: skip
+            sent.append(_file_id(answer))
+        for index in range(len(sent), len(parts)):  # a long text goes on after the file
+            sent.append(await self.post(channel, thread, text=parts[index]))
+        self._parts_sent.pop(message.id, None)
+        return Receipt(channel_message_id=sent[0] or None)
+
+
+def _file_id(answer: Any) -> str:
+    files = answer.get("files") or [answer.get("file") or {}]
+    first = files[0] if isinstance(files, list) and files and isinstance(files[0], dict) else {}
+    return str(first.get("id") or "")
 
 
 def _masked(value: Any, mask: Any) -> Any:

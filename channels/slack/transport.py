@@ -6,10 +6,12 @@ the turn runs later from the inbox.
 
 Socket Mode: slack-sdk's ``SocketModeClient`` (aiohttp) reads the envelopes; its
 listener only queues them (before any await, so their order is kept), and one worker
-commits each in turn and then sends the envelope's ack. An envelope whose commit failed
-is not acknowledged: Slack sends it again (with ``retry_attempt``), and a redelivered
-event is the same inbound (its ``event_id``). Several daemons on one store may each
-hold a connection: Slack hands each envelope to one of them.
+commits each in turn and then sends the envelope's ack. An event whose commit failed is
+not acknowledged: Slack sends it again (with ``retry_attempt``), and a redelivered event
+is the same inbound (its ``event_id``). Slack sends no button press again: one whose
+commit failed shows Slack's warning on the button, and the person presses again.
+Several daemons on one store may each hold a connection: Slack hands each envelope to
+one of them.
 
 HTTP: the signature and timestamp are checked by the SDK's ``SignatureVerifier`` on
 the raw body (5 minutes either way); ``url_verification`` is answered with its
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -72,21 +75,32 @@ class SocketMode:
     async def _work(self, client: SocketModeClient) -> None:
         while True:
             request = await self._queue.get()
-            if request.type in TAKEN:
-                try:
-                    await self.inbound.take(request.type, request.payload)
-                except CommitFailed as exc:
-                    log.warning("slack: envelope %s not stored (%s); Slack sends it again",
-                                request.envelope_id, exc)  # fmt: skip
-                    continue
-                except Exception:  # a bad payload: acknowledged, or it comes back for ever
-                    log.exception("slack: envelope %s could not be read", request.envelope_id)
             try:
-                await client.send_socket_mode_response(
-                    SocketModeResponse(envelope_id=request.envelope_id)
-                )
-            except Exception as exc:  # the connection went: Slack sends it again
-                log.info("slack: the ack of %s was not sent: %s", request.envelope_id, exc)
+                await self._take(client, request)
+            except Exception:  # one envelope never stops the ones after it
+                log.exception("slack: envelope %r could not be handled", request.envelope_id)
+
+    async def _take(self, client: SocketModeClient, request: SocketModeRequest) -> None:
+        kind = request.type if isinstance(request.type, str) else ""
+        if kind in TAKEN:
+            try:
+                await self.inbound.take(kind, request.payload)
+            except CommitFailed as exc:
+                # An event comes again (retry_attempt); a press does not: the person
+                # sees Slack's warning on the button and presses again.
+                log.warning("slack: envelope %s (%s) not stored: %s", request.envelope_id,
+                            kind, exc)  # fmt: skip
+                return
+            except Exception:  # a bad payload: acknowledged, or it comes back for ever
+                log.exception("slack: envelope %s could not be read", request.envelope_id)
+        if not isinstance(request.envelope_id, str):
+            return
+        try:
+            await client.send_socket_mode_response(
+                SocketModeResponse(envelope_id=request.envelope_id)
+            )
+        except Exception as exc:  # the connection went: an event comes again
+            log.info("slack: the ack of %s was not sent: %s", request.envelope_id, exc)
 
     async def stop(self) -> None:
         if self.client is not None:
@@ -104,6 +118,8 @@ class EventsOverHttp:
         self.host = host
         self.verifier = SignatureVerifier(secret)
         self.inbound = inbound
+        self.refused = 0  # requests without a valid signature
+        self._refusal_logged = -1e9
 
     @property
     def routes(self) -> Routes:
@@ -118,8 +134,7 @@ class EventsOverHttp:
         body = await self.routes.read_body(request, key=self.path, limit=MAX_BODY)
         if isinstance(body, web.Response):
             return body
-        if not self.verifier.is_valid_request(body, dict(request.headers)):
-            await self.host.audit("slack.bad_signature", path=self.path)
+        if not self._signed(body, request.headers):
             return web.json_response({"error": "bad or missing signature"}, status=401)
         kind, payload = _read(body, request.headers.get("Content-Type", ""))
         if payload is None:
@@ -134,6 +149,23 @@ class EventsOverHttp:
             log.exception("slack: a delivery to %s could not be read", self.path)
         return web.Response(status=200)
 
+    def _signed(self, body: bytes, headers: Any) -> bool:
+        """Whether Slack signed it (slack-sdk's verifier, which raises on some malformed
+        headers and bodies rather than answering False: those are refused too). Refusals
+        are counted and logged at most once a minute: anyone can send them."""
+        try:
+            if self.verifier.is_valid_request(body, dict(headers)):
+                return True
+        except (ValueError, TypeError, UnicodeError):
+            pass
+        self.refused += 1
+        now = time.monotonic()
+        if now - self._refusal_logged > 60:
+            self._refusal_logged = now
+            log.warning("slack: a request to %s without Slack's signature refused (%d so far)",
+                        self.path, self.refused)  # fmt: skip
+        return False
+
 
 def _read(body: bytes, content_type: str) -> tuple[str, dict[str, Any] | None]:
     """(kind, payload) of an HTTP delivery: JSON for the Events API, a form with a
@@ -144,7 +176,7 @@ def _read(body: bytes, content_type: str) -> tuple[str, dict[str, Any] | None]:
             data = json.loads(fields.get("payload", [""])[0])
             return "interactive", data if isinstance(data, dict) else None
         data = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return "", None
     if not isinstance(data, dict):
         return "", None

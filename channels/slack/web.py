@@ -20,7 +20,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from aiohttp import ClientError, ClientSession
+from aiohttp import ClientError, ClientSession, ClientTimeout
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
@@ -93,6 +93,9 @@ class Pacer:
     def hold(self, method: str, channel: str | None, seconds: float) -> None:
         key = self._key(method, channel)
         until = asyncio.get_running_loop().time() + seconds
+        if len(self._held) > 10_000:  # forget the holds long over
+            now = asyncio.get_running_loop().time()
+            self._held = {k: t for k, t in self._held.items() if t > now}
         self._held[key] = max(self._held.get(key, 0.0), until)
 
 
@@ -109,7 +112,8 @@ class Web:
         )
 
     async def open(self) -> None:
-        self._session = ClientSession()
+        # The SDK applies its own timeout only to sessions it makes: this one has its own.
+        self._session = ClientSession(timeout=ClientTimeout(total=REQUEST_TIMEOUT))
         self.client.session = self._session
 
     async def call(
@@ -119,11 +123,13 @@ class Web:
         *,
         channel: str | None = None,
         retries: int = RETRIES,
+        paced: bool = True,
     ) -> T:
-        """``request()`` (one SDK call of ``method``), paced; a short 429 waited out (up
-        to ``retries`` times)."""
+        """``request()`` (one SDK call of ``method``), paced (``paced=False``: its call was
+        counted already, by ``Pacer.spare``); a short 429 waited out, up to ``retries``
+        times."""
         for attempt in range(retries + 1):
-            wait = self.pacer.reserve(method, channel)
+            wait = self.pacer.reserve(method, channel) if paced or attempt else 0.0
             if wait > 0:
                 await asyncio.sleep(wait)
             try:

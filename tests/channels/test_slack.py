@@ -382,7 +382,12 @@ def test_markdown_to_mrkdwn_escapes_everything_but_its_own_markup() -> None:
 
     assert to_mrkdwn("# Title\n\n**b** _i_ ~~s~~") == "*Title*\n\n*b* _i_ ~s~"
     assert to_mrkdwn("- a\n- b <!here>") == "• a\n• b &lt;!here&gt;"
-    assert to_mrkdwn("```\nx < y ```\n```") == "```\nx &lt; y `\u2060``\n```"
+    # No run of backquotes (three, four…) inside a code block can end it early.
+    assert to_mrkdwn("```\nx < y ```\n```") == "```\nx &lt; y `\u2060`\u2060`\n```"
+    assert "``" not in to_mrkdwn("```\na````b\n```").strip("`\n")
+    # A link's text naming another address than its target shows the target.
+    assert to_mrkdwn("[bank.com](https://evil.example/x)") == "bank.com (<https://evil.example/x>)"
+    assert to_mrkdwn("[docs](https://x.org/d)") == "<https://x.org/d|docs>"
     # A | in the URL would end it early: the parser encodes it (%7C); in the label it is text.
     assert to_mrkdwn("[a|b](https://x.org/?q=a|b)") == "<https://x.org/?q=a%7Cb|a|b>"
     assert to_mrkdwn("[x](https://x.org/a>b)") == "<https://x.org/a%3Eb|x>"
@@ -407,3 +412,45 @@ async def test_after_slack_asks_it_to_reconnect_nothing_is_lost(chat: Chat) -> N
     assert [t for t in chat.replies() if t.startswith("echo")] == [
         "echo: before", "echo: after", "echo: dropped",
     ]  # fmt: skip
+
+
+async def test_a_press_on_a_prompt_someone_replied_under_still_decides(chat: Chat) -> None:
+    """Regression (review): once a message has replies under it, Slack gives it a
+    ``thread_ts`` of its own, and a press on it came as from that thread, which is not
+    the chat the prompt went to: the approver was refused."""
+    async with chat.running():
+        await chat.say("run:threaded")
+        shown = await chat.prompt()
+        ts, _ids = shown.handle
+        prompt = chat.fake.message(SLACK_DM, ts)
+        assert prompt is not None
+        prompt["thread_ts"] = ts  # someone replied under it
+        await chat.decide(shown, approve=True)
+        await chat.wait_received("ran: threaded")
+
+
+async def test_an_envelope_of_a_strange_type_stops_nothing_after_it(chat: Chat) -> None:
+    """Regression (review): the worker read ``request.type`` outside its guard, so an
+    envelope whose type was no string ended the worker, and nothing after it was taken."""
+    from tests.fakes.slack_api import Envelope
+
+    async with chat.running():
+        for kind in (["events_api"], {"a": 1}, None, "slash_commands"):
+            # An envelope no SDK method makes: sent as the fake sends any envelope.
+            await chat.fake._deliver(Envelope(envelope_id=str(kind), type=kind, payload={}))  # type: ignore[arg-type]
+        await chat.say("say:still")
+        await chat.wait_received("echo: still")
+
+
+async def test_the_outcome_of_a_prompt_deleted_meanwhile_is_posted_not_lost(chat: Chat) -> None:
+    async with chat.running():
+        await chat.say("run:deleted")
+        shown = await chat.prompt()
+        ts, _ids = shown.handle
+        prompt = chat.fake.message(SLACK_DM, ts)
+        assert prompt is not None
+        chat.fake._remove(prompt)  # deleted in Slack meanwhile: chat.update finds nothing
+        await chat.decide(shown, approve=True)
+        await chat.wait_received("ran: deleted")
+        await eventually(lambda: any("Approved" in t for t in chat.replies()), timeout=15,
+                         what="the outcome posted")  # fmt: skip

@@ -102,3 +102,22 @@ async def test_a_button_press_posted_as_a_form_decides_the_request(
             lambda: "Approved" in slack_shown(chat.slack.message(SLACK_DM, ts) or {}),
             timeout=15, what="the prompt updated",
         )  # fmt: skip
+
+
+async def test_malformed_signature_headers_are_refused_not_a_server_error(
+    chat: SlackHttpDriver,
+) -> None:
+    """Regression (review): slack-sdk's verifier raises on some malformed input rather
+    than answering False, and those requests got a 500 with a traceback."""
+    async with chat.running():
+        body = chat.slack.event_body(message_event(chat, "say:odd"))
+        good = chat.slack.signed_headers(body)
+        for headers, sent in (
+            ({**good, "X-Slack-Request-Timestamp": "abc"}, body),
+            ({**good, "X-Slack-Signature": "v0=é"}, body),
+            (chat.slack.signed_headers(b"\xff\xfe"), b"\xff\xfe"),
+        ):
+            status, answer = await chat.post(sent, headers)
+            assert status == 401, (headers, status, answer)
+        await chat.say("say:fine")
+        await chat.wait_received("echo: fine")
