@@ -462,7 +462,7 @@ class ApprovalGate:
         if decision.via == VIA_CONSOLE:  # shows every argument: any length may be approved
             requester = str(row.requested_by.get("id", ""))
             return directory.console_decides(
-                row.prompt_to, requester, decision.decided_by, decision.sender_id
+                row.prompt_to, requester, decision.decided_by, decision.sender_id, row.origin
             )
         if str(decision.decided_by) != row.prompt_to:
             return False

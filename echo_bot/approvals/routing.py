@@ -8,6 +8,9 @@ from ..store import Tx
 
 # The terminal is the owner's: whoever types in ``echo-bot chat`` may approve there.
 LOCAL_CHANNELS = frozenset({"cli"})
+# Channels whose chat ids say which chat is a person's own with the bot (Telegram: a
+# private chat's id is its user's).
+IDS_TELL_DIRECT = frozenset({"telegram"})
 # Where a request waits when no chat can prompt for it (docs/SECURITY.md "Where the prompt
 # goes"): no channel has this name, so no prompt is sent anywhere; the owner at the
 # server decides it with ``echo-bot approvals approve|deny`` (the gate's ``via ==
@@ -42,19 +45,32 @@ class ApproverDirectory:
         return self.approves(address, sender_id)
 
     def console_decides(
-        self, prompt_to: str, requester_id: str, decided_by: Address, sender_id: str
+        self,
+        prompt_to: str,
+        requester_id: str,
+        decided_by: Address,
+        sender_id: str,
+        origin: str,
     ) -> bool:
         """Whether someone signed in to the console may decide a request prompted in
         ``prompt_to``: the owner (a link made at the server) any; an approver what the
         prompt's buttons would let them decide, on their own channel — but not a request
-        prompted in another person's own chat with the bot, which they never see."""
+        prompted in another person's own chat with the bot, which they never see.
+
+        Only Telegram's ids say which chat is someone's own (a private chat's id is its
+        user's); on a channel whose ids do not (a Matrix room, a Slack conversation), a
+        request prompted in the chat another person asked it in is left to them, the
+        owner and that chat: it may be their own."""
         if decided_by == OWNER_CONSOLE:
             return True
         prompt = Address.parse(prompt_to)
         if prompt.channel != decided_by.channel or decided_by.chat_id != sender_id:
             return False
-        if prompt.chat_id == requester_id and requester_id != sender_id:
-            return False
+        if requester_id != sender_id:
+            if prompt.chat_id == requester_id:
+                return False
+            if prompt.channel not in IDS_TELL_DIRECT and Address.parse(origin) == prompt:
+                return False
         return prompt.channel not in LOCAL_CHANNELS and self.approves(prompt, sender_id)
 
     def direct(self, address: Address, sender_id: str, said: bool) -> bool:

@@ -83,7 +83,7 @@ def view(gate: ApprovalGate, row: ApprovalRow, *, brief: bool = False) -> Reques
 
 def may_see(directory: ApproverDirectory, user: ConsoleUser, row: ApprovalRow) -> bool:
     requester = str(row.requested_by.get("id", ""))
-    return directory.console_decides(row.prompt_to, requester, user.address, user.id)
+    return directory.console_decides(row.prompt_to, requester, user.address, user.id, row.origin)
 
 
 def pending(
