@@ -7,8 +7,9 @@ from __future__ import annotations
 import asyncio
 import glob
 import logging
+import secrets
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -110,6 +111,9 @@ class TokenBucket:
         return (reserve + 1 - self.tokens) / self.rate
 
 
+DOWNLOAD_CHUNK = 256 * 1024
+
+
 class DownloadLimit:
     """The most one download may take, and the error that says a file is over it: the
     channel's own limit (``key`` names its config key, "[telegram] max_download"), or
@@ -127,6 +131,39 @@ class DownloadLimit:
         if self.budget:
             return MediaTooLarge(f"{shown}, over the {format_size(self.cap)} its budget leaves")
         return MediaUnavailable(f"{shown}, {over}" if size is not None else f"it is {over}")
+
+
+async def save_whole(destination: Path, write: Callable[[Path], Awaitable[int]]) -> int:
+    """``write(partial)`` fills a file beside ``destination`` (a name of its own: two
+    tries at once, a turn taken over, never share one) and says its size; it becomes
+    ``destination`` only whole, and earlier tries' partial files go."""
+    partial = destination.with_name(f".{destination.name}.{secrets.token_hex(4)}.part")
+    try:
+        size = await write(partial)
+        await asyncio.to_thread(partial.replace, destination)
+        await asyncio.to_thread(drop_partials, destination)
+    finally:
+        await asyncio.to_thread(partial.unlink, missing_ok=True)
+    return size
+
+
+async def stream_to(partial: Path, response: Any, too_big: DownloadLimit) -> int:
+    """An HTTP response's body (aiohttp's) written to ``partial`` off the loop, within
+    ``too_big.cap``: an announced length over it is refused before any byte is read,
+    a body that outgrows it as soon as it does. Its size."""
+    if response.content_length is not None and response.content_length > too_big.cap:
+        raise too_big(response.content_length)
+    size = 0
+    handle = await asyncio.to_thread(partial.open, "wb")
+    try:
+        async for chunk in response.content.iter_chunked(DOWNLOAD_CHUNK):
+            size += len(chunk)
+            if size > too_big.cap:
+                raise too_big(None)
+            await asyncio.to_thread(handle.write, chunk)
+    finally:
+        await asyncio.to_thread(handle.close)
+    return size
 
 
 def drop_partials(saved: Path) -> None:

@@ -20,7 +20,6 @@ import asyncio
 import json
 import mimetypes
 import re
-import secrets
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,7 +29,7 @@ from aiohttp import ClientError, ClientResponse
 from nio import AsyncClient, UploadError, UploadResponse
 from nio.crypto.attachments import decrypt_attachment
 
-from channels.parts import DownloadLimit, drop_partials
+from channels.parts import DownloadLimit, save_whole, stream_to
 from echo_bot.bus import ChannelHost
 from echo_bot.config import MatrixConfig
 from echo_bot.errors import ChannelError, MediaUnavailable
@@ -52,7 +51,6 @@ ENCRYPTED = "enc:"
 KEPT = "matrix-file:"
 MAX_KEY_FIELD = 256  # characters of a key, IV or hash (base64 of 32 bytes is 43)
 DOWNLOAD_TIMEOUT = 110.0  # one file, whole (the core gives a try 120 s)
-DOWNLOAD_CHUNK = 256 * 1024
 UPLOAD_TIMEOUT = 300.0
 MAX_ERROR_BODY = 64 * 1024
 
@@ -180,17 +178,14 @@ class Downloads:
         if attachment.size is not None and attachment.size > too_big.cap:
             raise too_big(attachment.size)
         url, keys = await self._source(attachment.file_ref)
-        # A name of its own: two tries at once (a turn taken over) never share a file.
-        partial = destination.with_name(f".{destination.name}.{secrets.token_hex(4)}.part")
-        try:
+
+        async def write(partial: Path) -> int:
             size = await self._download(url, partial, too_big)
             if keys is not None:
                 size = await asyncio.to_thread(_decrypt, partial, keys)
-            await asyncio.to_thread(partial.replace, destination)
-            await asyncio.to_thread(drop_partials, destination)
-        finally:
-            await asyncio.to_thread(partial.unlink, missing_ok=True)
-        return size
+            return size
+
+        return await save_whole(destination, write)
 
     async def _source(self, ref: str) -> tuple[str, dict[str, str] | None]:
         if ref.startswith(ENCRYPTED):
@@ -211,7 +206,6 @@ class Downloads:
         path = (f"/_matrix/client/v1/media/download/{quote(server, safe='')}/"
                 f"{quote(match.group(3), safe='')}")  # fmt: skip
         headers = {"Authorization": f"Bearer {self.client.access_token}"}
-        size = 0
         try:
             async with asyncio.timeout(DOWNLOAD_TIMEOUT):
                 response = await self.client.send("GET", path, headers=headers,
@@ -219,24 +213,11 @@ class Downloads:
                 async with response:
                     if response.status != 200:
                         raise await _refused(response)
-                    if response.content_length is not None and (
-                        response.content_length > too_big.cap
-                    ):
-                        raise too_big(response.content_length)
-                    handle = await asyncio.to_thread(partial.open, "wb")
-                    try:
-                        async for chunk in response.content.iter_chunked(DOWNLOAD_CHUNK):
-                            size += len(chunk)
-                            if size > too_big.cap:
-                                raise too_big(None)
-                            await asyncio.to_thread(handle.write, chunk)
-                    finally:
-                        await asyncio.to_thread(handle.close)
+                    return await stream_to(partial, response, too_big)
         except ClientError as exc:
             raise ChannelError(f"the download failed ({type(exc).__name__})") from None
         except TimeoutError:
             raise ChannelError("the download timed out") from None
-        return size
 
 
 async def _refused(response: ClientResponse) -> ChannelError:

@@ -11,21 +11,18 @@ token with its sign-in page, which is refused here as HTML, not saved as the fil
 
 from __future__ import annotations
 
-import asyncio
-import secrets
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from aiohttp import ClientError, ClientSession, ClientTimeout
 
-from channels.parts import DownloadLimit, clean, drop_partials
+from channels.parts import DownloadLimit, clean, save_whole, stream_to
 from echo_bot.config import SlackConfig
 from echo_bot.errors import ChannelError, MediaUnavailable
 from echo_bot.events import Attachment, MediaKind
 
 DOWNLOAD_TIMEOUT = 110.0  # one file, whole (the core gives a try 120 s)
-DOWNLOAD_CHUNK = 256 * 1024
 FILES_MAX = 10  # an inbound carries at most 10 attachments
 SLACK_FILES = "files.slack.com"
 
@@ -95,18 +92,11 @@ class Downloads:
             raise too_big(attachment.size)
         if not allowed_host(attachment.file_ref, self.config):
             raise MediaUnavailable("its address is not Slack's")
-        partial = destination.with_name(f".{destination.name}.{secrets.token_hex(4)}.part")
-        try:
-            size = await self._download(attachment.file_ref, partial, too_big)
-            await asyncio.to_thread(partial.replace, destination)
-            await asyncio.to_thread(drop_partials, destination)
-        finally:
-            await asyncio.to_thread(partial.unlink, missing_ok=True)
-        return size
+        url = attachment.file_ref
+        return await save_whole(destination, lambda partial: self._download(url, partial, too_big))
 
     async def _download(self, url: str, partial: Path, too_big: DownloadLimit) -> int:
         headers = {"Authorization": f"Bearer {self.token}"}
-        size = 0
         try:
             async with (
                 ClientSession(timeout=ClientTimeout(total=DOWNLOAD_TIMEOUT)) as session,
@@ -120,17 +110,6 @@ class Downloads:
                         "Slack answered with a page, not the file (does the bot token have"
                         " files:read?)"
                     )
-                if response.content_length is not None and response.content_length > too_big.cap:
-                    raise too_big(response.content_length)
-                handle = await asyncio.to_thread(partial.open, "wb")
-                try:
-                    async for chunk in response.content.iter_chunked(DOWNLOAD_CHUNK):
-                        size += len(chunk)
-                        if size > too_big.cap:
-                            raise too_big(None)
-                        await asyncio.to_thread(handle.write, chunk)
-                finally:
-                    await asyncio.to_thread(handle.close)
+                return await stream_to(partial, response, too_big)
         except (ClientError, TimeoutError) as exc:
             raise ChannelError(f"the download failed ({type(exc).__name__})") from None
-        return size
