@@ -27,7 +27,7 @@ from urllib.parse import quote
 
 from aiohttp import ClientError, ClientResponse
 from nio import AsyncClient, UploadError, UploadResponse
-from nio.crypto.attachments import decrypt_attachment
+from nio.crypto.attachments import decrypt_attachment, encrypted_attachment_generator
 
 from channels.parts import DownloadLimit, save_whole, stream_to
 from echo_bot.bus import ChannelHost
@@ -52,6 +52,7 @@ KEPT = "matrix-file:"
 MAX_KEY_FIELD = 256  # characters of a key, IV or hash (base64 of 32 bytes is 43)
 DOWNLOAD_TIMEOUT = 110.0  # one file, whole (the core gives a try 120 s)
 UPLOAD_TIMEOUT = 300.0
+UPLOAD_CHUNK = 256 * 1024
 MAX_ERROR_BODY = 64 * 1024
 
 
@@ -239,22 +240,34 @@ async def _refused(response: ClientResponse) -> ChannelError:
 async def upload(
     client: AsyncClient, file: OutboundFile, *, encrypt: bool, body: str
 ) -> dict[str, Any]:
-    """``file`` uploaded to the media repository (encrypted for an encrypted room; nio
-    reads it in chunks off the loop): the ``m.room.message`` content that shows it."""
+    """``file`` uploaded to the media repository (encrypted for an encrypted room): the
+    ``m.room.message`` content that shows it.
+
+    An encrypted file is encrypted here, in a thread, into a ciphertext file beside it,
+    which is then uploaded as it is. nio's own ``upload(encrypt=True)`` hands back the
+    decryption info its generator fills in after the last chunk, which a homeserver's
+    quick answer can outrun: the event then went out without ``key``, ``iv`` and
+    ``hashes``, and no client could open the file (seen once in CI)."""
     path = Path(file.path)
     if not await asyncio.to_thread(path.is_file):
         raise ChannelError(f"the file to send is gone ({file.name})", retryable=False)
     mime = mimetypes.guess_type(file.name)[0] or "application/octet-stream"
+    sealed = path.with_name(f".{path.name}.sealed")
     try:
+        keys = await asyncio.to_thread(_encrypt_to, path, sealed) if encrypt else None
+        source = sealed if keys is not None else path
         async with asyncio.timeout(UPLOAD_TIMEOUT):
-            answer, decryption = await client.upload(
-                lambda _limited, _timeouts: path, content_type=mime, filename=file.name,
-                encrypt=encrypt, filesize=file.size,
+            answer, _ = await client.upload(
+                lambda _limited, _timeouts: source,
+                content_type="application/octet-stream" if keys is not None else mime,
+                filename=file.name, filesize=await asyncio.to_thread(_size, source),
             )  # fmt: skip
     except FileNotFoundError:
         raise ChannelError(f"the file to send is gone ({file.name})", retryable=False) from None
     except (ClientError, OSError, TimeoutError) as exc:
         raise ChannelError(f"the upload failed ({type(exc).__name__})") from None
+    finally:
+        await asyncio.to_thread(sealed.unlink, missing_ok=True)
     if not isinstance(answer, UploadResponse):
         raise _upload_refused(answer)
     photo = file.kind == MediaKind.PHOTO
@@ -264,11 +277,31 @@ async def upload(
         "filename": body,
         "info": {"mimetype": mime, "size": file.size},
     }
-    if decryption is not None:
-        content["file"] = {**decryption, "url": answer.content_uri, "mimetype": mime}
+    if keys is not None:
+        content["file"] = {**keys, "url": answer.content_uri, "mimetype": mime}
     else:
         content["url"] = answer.content_uri
     return content
+
+
+def _size(path: Path) -> int:
+    return path.stat().st_size
+
+
+def _encrypt_to(path: Path, sealed: Path) -> dict[str, Any]:
+    """``path`` encrypted (AES-CTR, as Matrix attachments are) into ``sealed``, chunk by
+    chunk; the decryption info, its hash over the whole ciphertext."""
+    keys: dict[str, Any] = {}
+    with path.open("rb") as source, sealed.open("wb") as target:
+        chunks = iter(lambda: source.read(UPLOAD_CHUNK), b"")
+        for value in encrypted_attachment_generator(chunks):
+            if isinstance(value, dict):
+                keys = value
+            else:
+                target.write(value)
+    if not {"key", "iv", "hashes"} <= keys.keys():
+        raise OSError("the encryption gave no decryption info")
+    return keys
 
 
 def _upload_refused(answer: UploadError) -> ChannelError:
