@@ -54,6 +54,7 @@ from urllib.parse import quote, urlencode
 
 from aiohttp import WSMsgType, web
 
+from tests.fakes.limits import TokenBucket
 from tests.waiting import eventually
 
 JSON = dict[str, Any]
@@ -167,23 +168,6 @@ class _Connection:
     ready: bool = False  # got its hello; envelopes may go here
     draining: bool = False  # told to go away (disconnect) or being dropped
     closed: bool = False
-
-
-class _TokenBucket:
-    def __init__(self, rate: float, burst: int) -> None:
-        self.rate = rate
-        self.capacity = float(burst)
-        self.tokens = float(burst)
-        self.stamp = time.monotonic()
-
-    def wait(self, now: float) -> float:
-        """Seconds until one token is available (0 if one is available now)."""
-        self.tokens = min(self.capacity, self.tokens + (now - self.stamp) * self.rate)
-        self.stamp = now
-        return 0.0 if self.tokens >= 1 else (1 - self.tokens) / self.rate
-
-    def take(self) -> None:
-        self.tokens -= 1
 
 
 # ---------------------------------------------------------------------------------------------
@@ -549,7 +533,7 @@ class FakeSlack:
 
         self._faults: dict[str, list[_Fault]] = {}
         self._limits: dict[str, tuple[float, int]] = {}
-        self._buckets: dict[tuple[str, str], _TokenBucket] = {}
+        self._buckets: dict[tuple[str, str], TokenBucket] = {}
         self._ts = 0
         self._ids = 0
         self._event_ids: set[str] = set()
@@ -1101,7 +1085,7 @@ class FakeSlack:
         channel = str(params.get("channel") or params.get("channel_id") or "")
         bucket = self._buckets.get((method, channel))
         if bucket is None:
-            bucket = self._buckets[(method, channel)] = _TokenBucket(*limit)
+            bucket = self._buckets[(method, channel)] = TokenBucket(*limit)
         wait = bucket.wait(time.monotonic())
         if wait == 0:
             bucket.take()

@@ -38,6 +38,7 @@ from aiogram.client.session.aiohttp import AiohttpSession
 from aiogram.client.telegram import TelegramAPIServer
 from aiohttp import web
 
+from tests.fakes.limits import TokenBucket
 from tests.waiting import eventually
 
 JSON = dict[str, Any]
@@ -194,23 +195,6 @@ class ApiError(Exception):
         if self.retry_after is not None:
             body["parameters"] = {"retry_after": self.retry_after}
         return body
-
-
-class _TokenBucket:
-    def __init__(self, rate: float, burst: int) -> None:
-        self.rate = rate
-        self.capacity = float(burst)
-        self.tokens = float(burst)
-        self.stamp = time.monotonic()
-
-    def wait(self, now: float) -> float:
-        """Seconds until one token is available (0 if one is available now)."""
-        self.tokens = min(self.capacity, self.tokens + (now - self.stamp) * self.rate)
-        self.stamp = now
-        return 0.0 if self.tokens >= 1 else (1 - self.tokens) / self.rate
-
-    def take(self) -> None:
-        self.tokens -= 1
 
 
 # ---------------------------------------------------------------------------------------------
@@ -420,9 +404,9 @@ class FakeTelegramAPI:
         self._closing = False
         self._stopping = asyncio.Event()
         self._changed = asyncio.Event()
-        self._global_bucket: _TokenBucket | None = None
-        self._chat_buckets: dict[ChatId, _TokenBucket] = {}
-        self._group_buckets: dict[ChatId, _TokenBucket] = {}
+        self._global_bucket: TokenBucket | None = None
+        self._chat_buckets: dict[ChatId, TokenBucket] = {}
+        self._group_buckets: dict[ChatId, TokenBucket] = {}
 
         self._handlers: dict[str, Callable[[JSON], Awaitable[Any]]] = {
             "getMe": self._get_me,
@@ -1120,18 +1104,18 @@ class FakeTelegramAPI:
         now = time.monotonic()
         limits = self.limits
         if self._global_bucket is None:
-            self._global_bucket = _TokenBucket(limits.global_rate, limits.global_burst)
+            self._global_bucket = TokenBucket(limits.global_rate, limits.global_burst)
         buckets = [self._global_bucket]
         buckets.append(
             self._chat_buckets.setdefault(
-                chat_id, _TokenBucket(limits.per_chat_rate, limits.per_chat_burst)
+                chat_id, TokenBucket(limits.per_chat_rate, limits.per_chat_burst)
             )
         )
         if isinstance(chat_id, int) and chat_id < 0:
             buckets.append(
                 self._group_buckets.setdefault(
                     chat_id,
-                    _TokenBucket(limits.group_per_minute / 60, limits.group_per_minute),
+                    TokenBucket(limits.group_per_minute / 60, limits.group_per_minute),
                 )
             )
         wait = max(bucket.wait(now) for bucket in buckets)
