@@ -96,8 +96,8 @@ class Daemon:
     """One `echo-bot run` in an asyncio test (its peer a fake in the same loop), its
     log read as it runs."""
 
-    def __init__(self, config: Path, state: Path, env: dict[str, str]) -> None:
-        self.config, self.state, self.env = config, state, env
+    def __init__(self, config: Path, state: Path, env: dict[str, str], name: str = "") -> None:
+        self.config, self.state, self.env, self.name = config, state, env, name
         self.proc: asyncio.subprocess.Process | None = None
         self.lines: list[str] = []
         self._reader: asyncio.Task[None] | None = None
@@ -121,7 +121,8 @@ class Daemon:
             if line.startswith("stop with") and not ready.done():
                 ready.set_result(None)
         if not ready.done():
-            ready.set_exception(AssertionError("exited:\n" + "\n".join(self.lines)))
+            who = f"{self.name} " if self.name else ""
+            ready.set_exception(AssertionError(f"{who}exited:\n" + "\n".join(self.lines)))
 
     def said(self, text: str) -> bool:
         return any(text in line for line in self.lines)

@@ -12,7 +12,6 @@ import contextlib
 import json
 import signal
 import socket
-import sys
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -24,7 +23,8 @@ import aiohttp
 import pytest
 
 from echo_bot.store import Tx, make_database
-from tests.conftest import ROOT, echo_bot_env, read_engine
+from tests import proc
+from tests.conftest import echo_bot_env, read_engine
 from tests.fakes.openai_api import FakeOpenAI, Reply
 from tests.fakes.telegram_api import FakeTelegramAPI
 from tests.postgres import fresh_database
@@ -76,41 +76,13 @@ deliver_to = "telegram:{OWNER}"
     )
 
 
-class Daemon:
+class Daemon(proc.Daemon):
+    """One `echo-bot run` of the cluster, by name, on the shared database."""
+
     def __init__(self, name: str, config: Path, state: Path, url: str, port: int) -> None:
-        self.name, self.config, self.state, self.url, self.port = name, config, state, url, port
-        self.proc: asyncio.subprocess.Process | None = None
-        self.lines: list[str] = []
-        self._reader: asyncio.Task[None] | None = None
-
-    async def start(self) -> None:
-        self.proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "echo_bot", "run",
-            "--config", str(self.config), "--state-dir", str(self.state),
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.PIPE,
-            env=echo_bot_env(
-                TELEGRAM_BOT_TOKEN=TOKEN, COUNT_SECRET=SECRET, ECHO_BOT_DATABASE_URL=self.url
-            ),
-            cwd=ROOT,
-        )  # fmt: skip
-        ready = asyncio.get_running_loop().create_future()
-        self._reader = asyncio.create_task(self._read(ready))
-        async with asyncio.timeout(30):
-            await ready
-
-    async def _read(self, ready: asyncio.Future[None]) -> None:
-        assert self.proc is not None and self.proc.stderr is not None
-        while line := (await self.proc.stderr.readline()).decode():
-            self.lines.append(line.rstrip())
-            if line.startswith("stop with") and not ready.done():
-                ready.set_result(None)
-        if not ready.done():
-            ready.set_exception(AssertionError(f"{self.name} exited:\n" + "\n".join(self.lines)))
-
-    def said(self, text: str) -> bool:
-        return any(text in line for line in self.lines)
+        env = echo_bot_env(TELEGRAM_BOT_TOKEN=TOKEN, COUNT_SECRET=SECRET, ECHO_BOT_DATABASE_URL=url)
+        super().__init__(config, state, env, name)
+        self.url, self.port = url, port
 
     def said_all(self) -> str:
         return f"{self.name}:\n" + "\n".join(self.lines)
