@@ -45,10 +45,18 @@ async def diagnose(
     return found
 
 
+# What a call made here can fail with (the token refused, the network, the time).
+FAILED = (SlackApiError, SlackClientError, OSError, TimeoutError)
+
+
 async def _call(
-    client: AsyncWebClient, method: str, **params: str
+    section: SlackConfig, token: str, method: str
 ) -> tuple[dict[str, object], dict[str, str]]:
-    response = await asyncio.wait_for(client.api_call(method, params=params or None), TIMEOUT)
+    """One Web API method with ``token``, bounded by TIMEOUT: its answer and headers."""
+    client = AsyncWebClient(
+        token=token, base_url=section.api_base, timeout=TIMEOUT, retry_handlers=[]
+    )
+    response = await asyncio.wait_for(client.api_call(method), TIMEOUT)
     data = response.data if isinstance(response.data, dict) else {}
     return data, {k.lower(): v for k, v in (response.headers or {}).items()}
 
@@ -65,11 +73,9 @@ async def _bot_token(section: SlackConfig, environ: Mapping[str, str]) -> Diagno
     token = environ.get(section.bot_token_env, "")
     if not token:
         return Diagnosis(name, DIAGNOSIS_FAIL, f"${section.bot_token_env} is not set")
-    client = AsyncWebClient(token=token, base_url=section.api_base, timeout=TIMEOUT,
-                            retry_handlers=[])  # fmt: skip
     try:
-        data, headers = await _call(client, "auth.test")
-    except (SlackApiError, SlackClientError, OSError, TimeoutError) as exc:
+        data, headers = await _call(section, token, "auth.test")
+    except FAILED as exc:
         why = _refusal(exc)
         if isinstance(exc, SlackApiError) and why in REFUSED:
             text = (
@@ -99,11 +105,9 @@ async def _app_token(section: SlackConfig, environ: Mapping[str, str]) -> Diagno
     token = environ.get(section.app_token_env, "")
     if not token:
         return Diagnosis(name, DIAGNOSIS_FAIL, f"${section.app_token_env} is not set (Socket Mode)")
-    client = AsyncWebClient(token=token, base_url=section.api_base, timeout=TIMEOUT,
-                            retry_handlers=[])  # fmt: skip
     try:
-        await _call(client, "apps.connections.open")
-    except (SlackApiError, SlackClientError, OSError, TimeoutError) as exc:
+        await _call(section, token, "apps.connections.open")
+    except FAILED as exc:
         text = (
             f"Slack refused ${section.app_token_env} for Socket Mode ({_refusal(exc)}): an"
             " app-level token with connections:write, and Socket Mode on for the app"
