@@ -60,7 +60,8 @@ class Bot:
     state_dir: Path
 
     @property
-    def db(self) -> Database:
+    def db(self) -> Engine:
+        """The store's engine: SQLite's ``Database``, or PostgreSQL's on both engines."""
         return self.daemon.runtime.store.database
 
     @property

@@ -42,7 +42,6 @@ import json
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -53,6 +52,8 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import pytest
+
+from tests.ports import free_port
 
 PYTHON_ENV = "ECHO_BOT_SYNAPSE_PYTHON"
 SERVER_NAME = "localhost"
@@ -158,12 +159,6 @@ def _request(method: str, url: str, body: Mapping[str, object] | None = None) ->
     except urllib.error.HTTPError as exc:
         detail = exc.read().decode(errors="replace")
         raise AssertionError(f"{method} {url}: HTTP {exc.code} {detail}") from None
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _signing_key() -> str:

@@ -8,7 +8,6 @@ import os
 import queue
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import IO
 
 from tests.conftest import ROOT, echo_bot_cmd, echo_bot_env
+from tests.ports import free_port
 
 
 class EchoBotProcess:
@@ -135,7 +135,8 @@ class Daemon:
         if self._reader is not None:
             await self._reader
 
-    async def stop(self) -> None:
+    async def stop(self) -> int:
+        """SIGTERM, SIGKILL if it is still running 30 s later: its exit code."""
         assert self.proc is not None
         if self.proc.returncode is None:
             self.proc.send_signal(signal.SIGTERM)
@@ -143,6 +144,8 @@ class Daemon:
                 async with asyncio.timeout(30):
                     await self.proc.wait()
         await self.kill()
+        assert self.proc.returncode is not None
+        return self.proc.returncode
 
 
 def next_match(
@@ -162,12 +165,6 @@ def next_match(
             continue
         if regex.search(line):
             return line
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @contextlib.contextmanager

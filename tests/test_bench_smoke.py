@@ -2,6 +2,11 @@
 
 No timing is asserted here (the machines are shared and noisy; the figures live in
 bench/RESULTS.md): only that a script exits 0 and prints its Markdown table.
+
+They run one after another on one xdist worker (``xdist_group("bench")``, with the short
+soak and the HTTP flood's script): each script loads the machine by itself (a burst, a
+flood, several daemons) for up to minutes, and two at once on two cores would starve each
+other and the rest of the suite. They are ``slow``: the inner loop leaves them out.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import pytest
 from tests.conftest import ROOT, echo_bot_env
 from tests.postgres import reachable_admin_url
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("bench")]
 
 
 def run_quick(script: str, *extra: str, timeout: float = 240) -> str:

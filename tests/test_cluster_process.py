@@ -27,8 +27,8 @@ from tests import proc
 from tests.conftest import echo_bot_env, read_engine
 from tests.fakes.openai_api import FakeOpenAI, Reply
 from tests.fakes.telegram_api import FakeTelegramAPI
+from tests.ports import free_port
 from tests.postgres import fresh_database
-from tests.proc import free_port
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.slow

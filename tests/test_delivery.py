@@ -16,7 +16,7 @@ from echo_bot.delivery import DeliveryWorker
 from echo_bot.errors import ChannelError
 from echo_bot.events import Address, OutboundMessage, Receipt
 from echo_bot.secrets import Masker
-from echo_bot.store import Database, Store
+from echo_bot.store import Database, Store, Tx
 from tests.conftest import running_bot
 from tests.fakes.channel import RecordingChannel
 from tests.waiting import eventually
@@ -42,7 +42,7 @@ class Harness:
     clock: Clock
 
     async def send(self, to: Address, text: str, **fields: object) -> OutboundMessage:
-        message = OutboundMessage(to=to, text=text, **fields)  # type: ignore[arg-type]
+        message = OutboundMessage(to=to, text=text, **fields)
         await self.store.run(lambda tx: tx.outbox.add(message))  # the commit wakes the worker
         return message
 
@@ -84,6 +84,11 @@ async def harness(tmp_path: Path) -> AsyncIterator[Harness]:
 async def wait_sent(channel: RecordingChannel, count: int) -> list[OutboundMessage]:
     await eventually(lambda: len(channel.sent) >= count, WAIT, f"{count} messages sent")
     return channel.sent
+
+
+def adding(message: OutboundMessage) -> Callable[[Tx], None]:
+    """Store work that queues ``message`` (bound now, not when the work runs)."""
+    return lambda tx: tx.outbox.add(message)
 
 
 def fail_first(
@@ -221,7 +226,7 @@ async def test_max_attempts_marks_failed_not_dropped(
 
 async def test_plain_exception_in_send_is_retried(harness: Harness) -> None:
     channel = RecordingChannel("cli")
-    channel.failure = fail_first(1, lambda: RuntimeError("socket closed"))  # type: ignore[arg-type,return-value]
+    channel.failure = fail_first(1, lambda: RuntimeError("socket closed"))
     harness.worker.add_channel(channel)
     message = await harness.send(channel.address("a"), "hello")
     # The first attempt fails with a backoff of seconds; let that time pass at once.
@@ -348,7 +353,7 @@ async def test_the_worker_waits_quietly_while_a_send_is_in_flight(tmp_path: Path
     try:
         for text in ("one", "two"):
             message = OutboundMessage(to=channel.address("a"), text=text)
-            await store.run(lambda tx, m=message: tx.outbox.add(m))
+            await store.run(adding(message))
         sent = await wait_sent(channel, 2)
         assert [m.text for m in sent] == ["one", "two"]
         # One look when woken, one after each send (more queued / the last one), and an
@@ -381,7 +386,7 @@ async def test_the_worker_waits_quietly_while_a_chat_waits_out_a_retry(tmp_path:
     try:
         for text in ("first", "second"):
             message = OutboundMessage(to=channel.address("a"), text=text)
-            await store.run(lambda tx, m=message: tx.outbox.add(m))
+            await store.run(adding(message))
         await worker.start()
         async with asyncio.timeout(WAIT):
             while not channel.attempts:
@@ -494,7 +499,12 @@ async def test_messages_queued_in_one_transaction_go_in_their_order(
     await settle_worker(worker)
     texts = ["reply", "attachment 1", "attachment 2"]
     messages = [OutboundMessage(to=channel.address("a"), text=t) for t in texts]
-    await store.run(lambda tx: [tx.outbox.add(m) for m in messages])
+
+    def add_all(tx: Tx) -> None:
+        for m in messages:
+            tx.outbox.add(m)
+
+    await store.run(add_all)
     sent = await wait_sent(channel, 3)
     assert [m.text for m in sent] == texts
 

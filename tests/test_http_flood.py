@@ -126,6 +126,7 @@ async def closed_by_server(reader: asyncio.StreamReader) -> bytes:
 
 
 def http_stats(bot: Bot) -> dict[str, Any]:
+    assert bot.daemon.http is not None
     return dict(bot.daemon.http.health()[1]["components"]["http"])
 
 
@@ -137,7 +138,9 @@ async def test_attack_half_open_connections_over_the_cap_never_silence_healthz(
         running_bot(state_dir, CAPPED, environ=ENV, channels=["webhook"]) as bot,
         aiohttp.ClientSession() as session,
     ):
+        assert bot.daemon.http is not None
         port = bot.daemon.http.port
+        assert port is not None
         peers = await half_open_async(port, 80)
         try:
             # answers while 80 peers hang mid-request-line, 30 more than the cap
@@ -215,7 +218,9 @@ async def test_attack_stalled_large_bodies_past_the_route_bound_get_503_then_408
         running_bot(state_dir, BODIES, environ=ENV, channels=["webhook"]) as bot,
         aiohttp.ClientSession() as session,
     ):
+        assert bot.daemon.http is not None
         port = bot.daemon.http.port
+        assert port is not None
         base = f"http://127.0.0.1:{port}"
         stalled = [await send_head(port, body_start, length) for _ in range(2)]
         async with asyncio.timeout(30):
@@ -264,6 +269,7 @@ async def test_attack_endless_request_heads_are_cut_off_and_large_bodies_still_p
         running_bot(state_dir, UNCAPPED, environ=ENV, channels=["webhook"]) as bot,
         aiohttp.ClientSession() as session,
     ):
+        assert bot.daemon.http is not None
         port = bot.daemon.http.port
         base = f"http://127.0.0.1:{port}"
         peers = []
@@ -308,6 +314,7 @@ async def test_a_kept_alive_peer_that_stalls_after_answered_requests_is_cut_off(
     """The header timeout is one timer per connection that each request moves: after
     several answered requests, a partial head that never ends still closes it."""
     async with running_bot(state_dir, CAPPED, environ=ENV, channels=["webhook"]) as bot:
+        assert bot.daemon.http is not None
         reader, writer = await asyncio.open_connection("127.0.0.1", bot.daemon.http.port)
         for _ in range(3):
             writer.write(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
@@ -329,6 +336,7 @@ async def test_a_large_head_sent_in_one_write_is_refused_too(state_dir: Path) ->
         + b"\r\n"
     )
     async with running_bot(state_dir, UNCAPPED, environ=ENV, channels=["webhook"]) as bot:
+        assert bot.daemon.http is not None
         reader, writer = await asyncio.open_connection("127.0.0.1", bot.daemon.http.port)
         writer.write(head)
         assert (await closed_by_server(reader)) in (b"", TOO_LARGE)
@@ -355,8 +363,13 @@ async def test_repeated_errors_are_logged_once_per_interval_with_a_count(
     assert all(record.exc_info is None for record in caplog.records)
 
 
+@pytest.mark.slow
+@pytest.mark.xdist_group("bench")
 def test_http_flood_bench_quick() -> None:
-    """The bench script still runs (its figures live in bench/RESULTS.md)."""
+    """The bench script still runs (its figures live in bench/RESULTS.md); ``slow`` like
+    the other benchmark smoke runs, and on their xdist worker (``xdist_group("bench")``,
+    tests/test_bench_smoke): its flood of connections and its RSS figures would load,
+    and be skewed by, another benchmark running beside it."""
     result = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "http_flood.py"), "--quick"],
         capture_output=True,

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from tests.conftest import ROOT, echo_bot_env, run_echo_bot
 from tests.fakes.telegram_api import FakeTelegramAPI
-from tests.proc import EchoBotProcess, free_port
+from tests.ports import free_port
+from tests.proc import EchoBotProcess
 
 TOKEN = "123456:PORT-test-token"
 

@@ -30,6 +30,7 @@ def value(text: str, prefix: str) -> float:
 
 async def test_metrics_count_turns_tools_approvals_and_queues(state_dir: Path) -> None:
     async with running_bot(state_dir, CONFIG, channels=["webhook"]) as bot:
+        assert bot.daemon.http is not None
         url = f"http://127.0.0.1:{bot.daemon.http.port}/metrics"
         async with ClientSession() as session:
             async with session.get(url) as response:
@@ -40,6 +41,7 @@ async def test_metrics_count_turns_tools_approvals_and_queues(state_dir: Path) -
             prompt = await bot.channel.prompt_for(asked)
             async with session.get(url) as response:
                 waiting = await response.text()
+            assert prompt.approval is not None
             await bot.channel.press(
                 approval_action(DecisionVerb.APPROVE_ONCE, prompt.approval.request_id)
             )

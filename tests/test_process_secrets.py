@@ -28,6 +28,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypedDict
 
 import aiohttp
 import pytest
@@ -35,7 +36,7 @@ import pytest
 from echo_bot.secrets import MASK
 from tests.conftest import ROOT, echo_bot_env
 from tests.fakes.telegram_api import FakeTelegramAPI
-from tests.proc import free_port
+from tests.ports import free_port
 
 SECRET = "sk-proc-8c1f4e0d2b7a4399-secret"
 
@@ -53,26 +54,34 @@ print(json.dumps(seen))
 """
 
 
+class RunAs(TypedDict, total=False):
+    """Extra ``subprocess`` arguments that switch the user a child runs as."""
+
+    user: int
+    group: int
+    extra_groups: list[int]
+
+
 @dataclass
 class Account:
     """Who the daemon and the reader run as, and with which interpreter."""
 
     python: str
-    popen: dict[str, object]
+    popen: RunAs
     env: dict[str, str]
     scratch: Path  # a dir this account may write
 
     def run(self, *args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [self.python, *args], capture_output=True, text=True, timeout=timeout,
-            env=self.env, cwd=ROOT, **self.popen,  # type: ignore[arg-type]
+            env=self.env, cwd=ROOT, **self.popen,
         )  # fmt: skip
 
     def start(self, *args: str, env: dict[str, str]) -> subprocess.Popen[str]:
         return subprocess.Popen(
             [self.python, *args], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE, text=True, env={**self.env, **env}, cwd=ROOT,
-            **self.popen,  # type: ignore[arg-type]
+            **self.popen,
         )  # fmt: skip
 
 
@@ -92,7 +101,7 @@ def _unprivileged() -> Iterator[Account]:
             PYTHONPATH=os.pathsep.join([str(ROOT), paths["purelib"], paths["platlib"]]),
             HOME=str(scratch),
         )
-        popen = {"user": nobody.pw_uid, "group": nobody.pw_gid, "extra_groups": []}
+        popen: RunAs = {"user": nobody.pw_uid, "group": nobody.pw_gid, "extra_groups": []}
         version = f"python{sys.version_info.major}.{sys.version_info.minor}"
         for candidate in (sys.executable, shutil.which(version), f"/usr/bin/{version}"):
             if not candidate:

@@ -20,7 +20,7 @@ import pytest
 
 from tests.conftest import ROOT, echo_bot_cmd, echo_bot_env, run_echo_bot
 from tests.fakes.telegram_api import FakeTelegramAPI
-from tests.proc import free_port
+from tests.ports import free_port
 
 README = ROOT / "README.md"
 FENCE = re.compile(

@@ -86,7 +86,11 @@ def test_duplicates_are_told_apart_by_the_kills_between_their_copies() -> None:
 
 
 @pytest.mark.timeout(180)
+@pytest.mark.xdist_group("bench")
 async def test_short_soak_loses_nothing_and_runs_nothing_twice(tmp_path: Path) -> None:
+    """On the benchmarks' xdist worker (``xdist_group("bench")``, tests/test_bench_smoke):
+    the soak's daemon, its load and its kills keep a core busy for a minute, which the
+    benchmark scripts must not share."""
     cfg = soak.SoakConfig(
         seed=1,
         kills=3,

@@ -16,20 +16,40 @@ import asyncio
 import inspect
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import TypeVar, overload
 
 T = TypeVar("T")
 
 EVERY = 0.05  # seconds between two looks when nothing wakes the wait
 
 
+@overload
 async def eventually(
-    check: Callable[[], Awaitable[T] | T],
+    check: Callable[[], Awaitable[T | None]],
     timeout: float = 10.0,
     what: str | Callable[[], object] = "",
     *,
     woken_by: Callable[[], Awaitable[object]] | None = None,
-) -> T:
+) -> T: ...
+
+
+@overload
+async def eventually(
+    check: Callable[[], T | None],
+    timeout: float = 10.0,
+    what: str | Callable[[], object] = "",
+    *,
+    woken_by: Callable[[], Awaitable[object]] | None = None,
+) -> T: ...
+
+
+async def eventually(
+    check: Callable[[], object],
+    timeout: float = 10.0,
+    what: str | Callable[[], object] = "",
+    *,
+    woken_by: Callable[[], Awaitable[object]] | None = None,
+) -> object:
     """Wait until ``check()`` (it may be async) gives a truthy value, and return it.
 
     ``woken_by()`` (if given) is awaited between two looks: a fake's change signal.
@@ -42,7 +62,7 @@ async def eventually(
                 if inspect.isawaitable(answer):
                     answer = await answer
                 if answer:
-                    return answer  # type: ignore[return-value]
+                    return answer
                 if woken_by is None:
                     await asyncio.sleep(EVERY)
                 else:
@@ -52,7 +72,7 @@ async def eventually(
 
 
 def eventually_blocking(
-    check: Callable[[], T],
+    check: Callable[[], T | None],
     timeout: float = 10.0,
     what: str | Callable[[], object] = "",
     *,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -455,6 +455,10 @@ async def test_every_message_is_taken_once_whether_handed_over_or_found_by_the_p
     from echo_bot.secrets import Masker
     from echo_bot.store import Tx
 
+    def adding(m: MessageInbound) -> Callable[[Any], object]:
+        """Work for the other process's store that adds ``m`` (bound now)."""
+        return lambda db: Tx(db, Masker()).inbox.add(m)
+
     def taken() -> float:
         value = metrics.REGISTRY.get_sample_value(
             "echo_bot_inbound_total", {"channel": "cli", "kind": "message"}
@@ -481,9 +485,7 @@ async def test_every_message_is_taken_once_whether_handed_over_or_found_by_the_p
             # inbox across several polls.
             here, _ = await asyncio.gather(
                 asyncio.gather(*(bot.channel.say(nap, chat=f"chat{i % 2}") for i in range(16))),
-                asyncio.gather(
-                    *(other.run(lambda db, m=m: Tx(db, Masker()).inbox.add(m)) for m in elsewhere)
-                ),
+                asyncio.gather(*(other.run(adding(m)) for m in elsewhere)),
             )
             ids = [*here, *(m.id for m in elsewhere)]
             for inbound_id in ids:
@@ -498,7 +500,7 @@ async def test_every_message_is_taken_once_whether_handed_over_or_found_by_the_p
                     text=nap,
                     external_id=new_id(),
                 )
-                await other.run(lambda db, m=marker: Tx(db, Masker()).inbox.add(m))
+                await other.run(adding(marker))
                 await bot.channel.reply_to(marker.id)
                 later.append(marker.id)
         finally:

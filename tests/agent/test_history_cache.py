@@ -44,6 +44,10 @@ def append(db: Database, key: str, turn_id: str, message: ChatMessage) -> None:
     db.run_sync(lambda d: Tx(d, Masker()).turns.append_message(key, turn_id, message))
 
 
+def reset(db: Database, key: str) -> None:
+    db.run_sync(lambda d: Tx(d, Masker()).turns.reset_session(key))
+
+
 def both(db: Database, cache: HistoryCache, key: str) -> tuple[list[ChatMessage], ...]:
     """The cache's answer and the store's, read in the same transaction (committed, so
     the cache keeps what it read, as ``Store.run`` has it)."""
@@ -117,7 +121,7 @@ def test_cache_always_equals_history(tmp_path: Path, ops: list[Any], limit: int)
             if kind == "append":
                 append(db, key, op[2], op[3])
             elif kind == "reset":
-                db.run_sync(lambda d, key=key: Tx(d, Masker()).turns.reset_session(key))
+                reset(db, key)
             elif kind == "forget":
                 cache.forget(key)
             else:

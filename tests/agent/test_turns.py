@@ -33,6 +33,7 @@ async def test_approved_call_runs_once_and_prompt_is_edited(state_dir: Path) -> 
     async with running_bot(state_dir, SHELL) as bot:
         inbound = await bot.channel.say("/run touch approved.txt")
         prompt = await bot.channel.prompt_for(inbound)
+        assert prompt.approval is not None
         request_id = prompt.approval.request_id
         assert [b.label for b in prompt.buttons[0]] == ["Approve once", "Deny"]
         assert not (state_dir / "workspace" / "approved.txt").exists()
@@ -58,6 +59,7 @@ async def test_send_message_to_another_chat_asks_first(state_dir: Path) -> None:
         inbound = await bot.channel.say('/tool send_message {"text": "psst", "to": "cli:other"}')
         prompt = await bot.channel.prompt_for(inbound)
         assert not any(m.text == "psst" for m in bot.channel.sent)
+        assert prompt.approval is not None
         await bot.channel.press(
             approval_action(DecisionVerb.APPROVE_ONCE, prompt.approval.request_id)
         )
@@ -69,6 +71,7 @@ async def test_send_message_to_a_channel_that_is_not_running(state_dir: Path) ->
     async with running_bot(state_dir) as bot:
         inbound = await bot.channel.say('/tool send_message {"text": "x", "to": "nowhere:1"}')
         prompt = await bot.channel.prompt_for(inbound)
+        assert prompt.approval is not None
         await bot.channel.press(
             approval_action(DecisionVerb.APPROVE_ONCE, prompt.approval.request_id)
         )
@@ -82,11 +85,13 @@ async def test_approvals_command_shows_pending_prompts_again_with_buttons(state_
         prompt = await bot.channel.prompt_for(first)
         asked = await bot.channel.say("/approvals")
         listing = await bot.channel.reply_to(asked)
+        assert prompt.approval is not None
         request_id = prompt.approval.request_id
         assert request_id in listing.text
         again = await bot.channel.wait_for(
             lambda m: m.kind == "approval" and m.id != prompt.id and m.edit_of is None
         )
+        assert again.approval is not None
         assert again.approval.request_id == request_id
         assert [b.action for b in again.buttons[0]] == [b.action for b in prompt.buttons[0]]
         await bot.channel.press(again.buttons[0][0].action)

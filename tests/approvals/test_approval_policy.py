@@ -261,7 +261,7 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> ToolRegistry:
     return runtime.registry
 
 
-def _setting_id(setting: tuple[bool, bool, bool]) -> str:
+def _setting_id(setting: tuple[bool, ...]) -> str:
     names = ("require", "never", "grant")
     return "+".join(n for n, on in zip(names, setting, strict=True) if on) or "plain"
 

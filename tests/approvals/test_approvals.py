@@ -16,6 +16,7 @@ from echo_bot.events import (
     DecisionVerb,
     InboundMessage,
     InboundStatus,
+    OutboundKind,
     OutboundMessage,
     Sender,
     ToolCallInbound,
@@ -130,6 +131,7 @@ async def test_approve_once_runs_the_tool_exactly_once(state_dir: Path) -> None:
         assert labels(prompt) == ["Approve once", "Allow here for 1 h", "Deny"]
         assert not (workspace(bot) / "count.txt").exists()
 
+        assert prompt.approval is not None
         await bot.channel.press(
             approval_action(DecisionVerb.APPROVE_ONCE, prompt.approval.request_id)
         )
@@ -153,6 +155,7 @@ async def test_deny_answers_approval_denied_and_nothing_runs(state_dir: Path) ->
         assert not (workspace(bot) / "denied.txt").exists()
         edit = await bot.channel.wait_for(lambda m: m.edit_of == prompt.id)
         assert edit.text.startswith("❌ Denied") and not edit.buttons
+        assert prompt.approval is not None
         assert (await approval(bot, prompt.approval.request_id)).status == "denied"
 
 
@@ -160,6 +163,7 @@ async def test_second_decision_is_refused_and_the_tool_ran_once(state_dir: Path)
     async with running_bot(state_dir, CODING) as bot:
         inbound = await bot.channel.say(APPEND_X)
         prompt = await bot.channel.prompt_for(inbound)
+        assert prompt.approval is not None
         request_id = prompt.approval.request_id
         await bot.channel.press(action_of(prompt, "Approve once"))
         await bot.channel.reply_to(inbound)
@@ -175,7 +179,7 @@ async def test_second_decision_is_refused_and_the_tool_ran_once(state_dir: Path)
         assert (workspace(bot) / "count.txt").read_text() == "x"
         assert len(edits_of(bot.channel, prompt)) == 1
         replies = [m for m in bot.channel.sent if m.metadata.get("inbound_id") == inbound]
-        assert [m.kind for m in replies].count("reply") == 1
+        assert [m.kind for m in replies].count(OutboundKind.REPLY) == 1
 
 
 async def test_racing_presses_decide_once(state_dir: Path) -> None:
@@ -188,6 +192,7 @@ async def test_racing_presses_decide_once(state_dir: Path) -> None:
             await bot.channel.press(action_of(prompt, "Deny")),
         ]
         reply = await bot.channel.reply_to(inbound)
+        assert prompt.approval is not None
         row = await approval(bot, prompt.approval.request_id)
         assert row.status in ("approved", "denied")
         loser = presses[1] if row.status == "approved" else presses[0]
@@ -207,6 +212,7 @@ async def test_unknown_request_id_is_refused_and_changes_nothing(state_dir: Path
         inbound = await bot.channel.say("/run touch forged.txt")
         prompt = await bot.channel.prompt_for(inbound)
         forged = new_id()
+        assert prompt.approval is not None
         assert forged != prompt.approval.request_id
 
         press = await bot.channel.press(approval_action(DecisionVerb.APPROVE_ONCE, forged))
@@ -289,6 +295,7 @@ async def test_unanswered_request_expires_and_the_turn_resumes(state_dir: Path) 
         assert edit.text.startswith("⌛ Expired") and not edit.buttons
         reply = await bot.channel.reply_to(inbound)
         assert "APPROVAL_EXPIRED" in reply.text
+        assert prompt.approval is not None
         assert (await approval(bot, prompt.approval.request_id)).status == "expired"
         assert not (workspace(bot) / "late.txt").exists()
 
@@ -297,6 +304,7 @@ async def test_decision_after_expiry_is_refused(state_dir: Path) -> None:
     async with running_bot(state_dir, EXPIRING) as bot:
         inbound = await bot.channel.say("/run touch late.txt")
         prompt = await bot.channel.prompt_for(inbound)
+        assert prompt.approval is not None
         row = await approval(bot, prompt.approval.request_id)
         # Press just after the deadline (the gate's clock moved past it, no waiting):
         # whether the decision or the sweeper sees the expiry first, the request must
@@ -321,6 +329,7 @@ async def test_non_approver_press_is_refused(state_dir: Path) -> None:
         inbound = await channel.say("/run touch t1.txt", chat="1", sender="1")
         prompt = await channel.prompt_for(inbound)
         assert prompt.to == Address(channel="telegram", chat_id="1")
+        assert prompt.approval is not None
         request_id = prompt.approval.request_id
 
         press = await channel.press(action_of(prompt, "Approve once"), chat="1", sender="2")
@@ -341,6 +350,7 @@ async def test_press_from_another_chat_is_refused(state_dir: Path) -> None:
     async with running_bot(state_dir, TELEGRAM, channel=channel) as bot:
         inbound = await channel.say("/run touch t2.txt", chat="1", sender="1")
         prompt = await channel.prompt_for(inbound)
+        assert prompt.approval is not None
         request_id = prompt.approval.request_id
 
         # The same approver, but pressing from a different chat than the prompt's.
@@ -359,6 +369,7 @@ async def test_press_from_another_local_chat_is_refused(state_dir: Path) -> None
         press = await bot.channel.press(action_of(prompt, "Approve once"), chat="elsewhere")
         notice = await notice_for(bot.channel, press)
         assert "not allowed" in notice.text
+        assert prompt.approval is not None
         assert (await approval(bot, prompt.approval.request_id)).status == "pending"
         assert not (workspace(bot) / "t3.txt").exists()
 
@@ -457,6 +468,7 @@ async def test_attack_a_forged_longer_allow_for_grants_one_hour_at_most(state_di
         first = await bot.channel.say('/tool file_write {"path": "a.txt", "content": "1"}')
         prompt = await bot.channel.prompt_for(first)
         week = 7 * 24 * 3600
+        assert prompt.approval is not None
         await bot.channel.press(
             approval_action(DecisionVerb.ALLOW_FOR, prompt.approval.request_id, week)
         )
@@ -470,6 +482,7 @@ async def test_allow_for_is_neither_offered_nor_accepted_for_dangerous(state_dir
         inbound = await bot.channel.say("/run touch d.txt")
         prompt = await bot.channel.prompt_for(inbound)
         assert labels(prompt) == ["Approve once", "Deny"]
+        assert prompt.approval is not None
         request_id = prompt.approval.request_id
 
         forged = approval_action(DecisionVerb.ALLOW_FOR, request_id, 3600)
@@ -602,6 +615,7 @@ async def test_too_long_dangerous_arguments_offer_only_deny(state_dir: Path) -> 
         word = "z" * (CALL_LIMIT + 100)
         inbound = await bot.channel.say(f"/run echo {word}")
         prompt = await bot.channel.prompt_for(inbound)
+        assert prompt.approval is not None
         request_id = prompt.approval.request_id
         assert labels(prompt) == ["Deny"]
         assert f"echo-bot approvals show {request_id}" in prompt.text
@@ -621,6 +635,7 @@ async def test_too_long_dangerous_arguments_cannot_be_approved_from_chat(
         # sh -c 'touch marker.txt' zzz…: the long word is only $0 of the script.
         inbound = await bot.channel.say(f"/run sh -c 'touch marker.txt' {word}")
         prompt = await bot.channel.prompt_for(inbound)
+        assert prompt.approval is not None
         request_id = prompt.approval.request_id
         assert labels(prompt) == ["Deny"]
 
@@ -679,6 +694,7 @@ async def test_secrets_are_masked_in_the_prompt(state_dir: Path) -> None:
         assert "Approve once" in labels(note_prompt)
 
         await bot.channel.press(action_of(prompt, "Deny").replace("deny", "approve_once"))
+        assert prompt.approval is not None
         assert (await approval(bot, prompt.approval.request_id)).status == "pending"
         await bot.channel.press(
             action_of(prompt, "Deny").replace("deny", "approve_once"), via="admin"

@@ -268,7 +268,7 @@ async def test_attack_an_mcp_read_of_the_owners_notes_asks_for_a_non_approver(
             bot,
             api,
         ):
-            await eventually(lambda: mcp_state(bot)["notes"]["state"] == "ready")  # type: ignore[index]
+            await eventually(lambda: mcp_state(bot)["notes"]["state"] == "ready")
             mine = say(api, "list my notes")
             await reply_to(api, mine, "Here are your notes.")
             assert not [c for c in api.calls_of("sendMessage") if keyboard(c)]

@@ -580,7 +580,7 @@ async def test_slash_commands_never_reach_the_llm(state_dir: Path) -> None:
 # -- loops ------------------------------------------------------------------------------------
 async def test_a_model_repeating_the_same_call_is_stopped(state_dir: Path) -> None:
     async with llm_bot(state_dir) as (llm, bot):
-        llm.responder = lambda body: {  # type: ignore[assignment]
+        llm.responder = lambda body: {
             "id": "x",
             "object": "chat.completion",
             "created": 0,

@@ -4,7 +4,7 @@ shapes, and trimming to a budget without ever splitting a tool call from its res
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Literal
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -221,7 +221,9 @@ def test_a_call_still_waiting_gets_a_stand_in_result() -> None:
 def histories(draw: st.DrawFn) -> list[ChatMessage]:
     history: list[ChatMessage] = []
     ids = iter(range(1000))
-    kinds = st.sampled_from(["user", "assistant", "calls", "orphan"])
+    kinds: st.SearchStrategy[Literal["user", "assistant", "calls", "orphan"]] = st.sampled_from(
+        ["user", "assistant", "calls", "orphan"]
+    )
     for kind in draw(st.lists(kinds, max_size=20)):
         text = "é" * draw(st.integers(0, 800))
         if kind == "calls":

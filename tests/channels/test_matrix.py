@@ -13,15 +13,16 @@ import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from urllib.parse import quote
 from uuid import uuid4
 
 import pytest
 
 from echo_bot.brains.base import BrainContext, BrainReply
-from echo_bot.config import ConfigError, LoadedConfig, parse_config, secrets_in_use
+from echo_bot.config import LoadedConfig, parse_config, secrets_in_use
 from echo_bot.conversation import ChatMessage, ToolCall
+from echo_bot.errors import ConfigError
 from echo_bot.events import Address, new_id
 from echo_bot.tools.base import Tool
 from tests.channels.contract.drivers import ContractBrain, MatrixDriver
@@ -228,7 +229,7 @@ async def test_hostile_input_neither_crashes_nor_loses_anything(chat: Chat) -> N
         [(not_a_prompt, _)] = owner.received_events(room, chat.bot_id)  # "echo: ready"
         huge = "say:huge " + "x" * 30_000
         await owner.say(room, huge)
-        for kind, content in [
+        for kind, content in cast(list[tuple[str, dict[str, Any]]], [
             ("org.example.odd", {"anything": [1, 2, 3]}),
             ("m.room.message", {"msgtype": "m.text"}),  # no body
             ("m.room.message", {"body": 42, "msgtype": "m.text"}),  # not a string
@@ -236,7 +237,7 @@ async def test_hostile_input_neither_crashes_nor_loses_anything(chat: Chat) -> N
             ("m.reaction", {"m.relates_to": {"rel_type": "m.annotation"}}),  # no target
             ("m.reaction", {"m.relates_to": {"rel_type": "m.annotation",
                                              "event_id": not_a_prompt, "key": "✅"}}),
-        ]:  # fmt: skip
+        ]):  # fmt: skip
             # Encrypted: the homeserver cannot check what it cannot read (it refuses a
             # clear m.room.message without a string body), so the bot gets them all.
             await send_encrypted(owner, room, kind, content)
@@ -246,6 +247,7 @@ async def test_hostile_input_neither_crashes_nor_loses_anything(chat: Chat) -> N
         texts = await chat.inbound_texts()
         assert texts.count(huge) == 1  # whole, once
         assert texts[-1] == "say:after"
+        assert chat.bot is not None
         health = next(c for c in chat.bot.daemon.channels if c.name == "matrix").health()
         assert health["status"] == "ok", health
 

@@ -354,7 +354,8 @@ async def test_a_prompt_shows_hostile_arguments_escaped_in_its_code_block(chat: 
 
 
 def test_the_slack_section_is_checked_and_its_secrets_named_by_mode() -> None:
-    from echo_bot.config import ConfigError, LoadedConfig, parse_config, secrets_in_use
+    from echo_bot.config import LoadedConfig, parse_config, secrets_in_use
+    from echo_bot.errors import ConfigError
 
     with pytest.raises(ConfigError, match="not a Slack user ID"):
         parse_config({"slack": {"allowed_users": ["@alice"]}})

@@ -24,7 +24,14 @@ from echo_bot.brains.base import Brain, BrainContext, BrainReply
 from echo_bot.config import LoadedConfig, parse_config
 from echo_bot.conversation import ChatMessage, ToolCall
 from echo_bot.errors import ConfigError
-from echo_bot.events import Address, Button, InboundMessage, OutboundMessage, new_id
+from echo_bot.events import (
+    Address,
+    Button,
+    InboundKind,
+    InboundMessage,
+    OutboundMessage,
+    new_id,
+)
 from echo_bot.runtime import build
 from echo_bot.tools.base import Tool
 from tests.conftest import Bot, inbound_of, running_bot
@@ -273,7 +280,9 @@ def ran(bot: Bot) -> str | None:
     return path.read_text() if path.exists() else None
 
 
-def raw_message(chat_id: int, message_id: int, user_id: int = OWNER, **content: Any) -> dict:
+def raw_message(
+    chat_id: int, message_id: int, user_id: int = OWNER, **content: Any
+) -> dict[str, Any]:
     chat: dict[str, Any] = {"id": chat_id, "type": "private", "first_name": "User"}
     return {
         "message_id": message_id,
@@ -328,7 +337,9 @@ async def test_reply_goes_to_the_same_chat_as_a_reply_and_typing_shows_meanwhile
         reply = await reply_to(api, message_id, "done: hello there")
         assert chat_of(reply) == OWNER
         assert replied_to(reply) == message_id
-        assert api.message(OWNER, sent_id(reply))["reply_to_message_id"] == message_id
+        stored = api.message(OWNER, sent_id(reply))
+        assert stored is not None
+        assert stored["reply_to_message_id"] == message_id
         assert api.calls.index(typing) < api.calls.index(reply)
         assert len(replies(api, message_id)) == 1
 
@@ -344,7 +355,9 @@ async def test_forum_topic_message_is_answered_in_the_same_thread(state_dir: Pat
         brain.release.set()
         reply = await reply_to(api, message_id, "done: news?", chat_id=group)
         assert reply.params.get("message_thread_id") == 5
-        assert api.message(group, sent_id(reply))["message_thread_id"] == 5
+        stored = api.message(group, sent_id(reply))
+        assert stored is not None
+        assert stored["message_thread_id"] == 5
 
 
 # -- who may talk ---------------------------------------------------------------------------
@@ -500,7 +513,9 @@ async def test_expired_request_says_so_and_a_late_press_is_refused(state_dir: Pa
         await barrier(api)
         assert ran(bot) is None
         assert all(not text_of(c).startswith("✅") for c in api.calls_of("editMessageText"))
-        assert api.message(OWNER, sent_id(prompt))["plain_text"].startswith("⌛ Expired")
+        stored = api.message(OWNER, sent_id(prompt))
+        assert stored is not None
+        assert stored["plain_text"].startswith("⌛ Expired")
         assert await approval_status(bot, action(prompt, "approve_once")) == "expired"
 
 
@@ -869,6 +884,7 @@ async def test_server_errors_and_dropped_connections_are_retried(
 
 
 async def healthz(bot: Bot) -> tuple[int, dict[str, Any]]:
+    assert bot.daemon.http is not None
     url = f"http://127.0.0.1:{bot.daemon.http.port}/healthz"
     async with aiohttp.ClientSession() as session, session.get(url) as resp:
         return resp.status, await resp.json()
@@ -881,6 +897,7 @@ async def test_polling_recovers_from_bad_gateways_and_health_shows_it(state_dir:
         api.fail_next("getUpdates", status=502, count=2, body="<html>502 Bad Gateway</html>")
 
         async def degraded() -> bool:
+            assert bot.daemon.http is not None
             return not bot.daemon.http.health()[0]
 
         await eventually(degraded)
@@ -893,6 +910,7 @@ async def test_polling_recovers_from_bad_gateways_and_health_shows_it(state_dir:
         await reply_to(api, message_id, "It is", timeout=15)
 
         async def healthy() -> bool:
+            assert bot.daemon.http is not None
             return bot.daemon.http.health()[0]
 
         await eventually(healthy)
@@ -962,6 +980,7 @@ async def test_webhook_mode_registers_checks_the_secret_and_answers(state_dir: P
         assert registered.params["secret_token"] == SECRET
         assert registered.params.get("drop_pending_updates") is False
         assert api.calls_of("getUpdates") == []
+        assert bot.daemon.http is not None
         url = f"http://127.0.0.1:{bot.daemon.http.port}/telegram"
 
         forged = api.push_message("what time is it?")
@@ -1002,6 +1021,7 @@ async def test_webhook_mode_refuses_a_stranger_before_reading_the_body(state_dir
     async with telegram_bot(
         state_dir, telegram=WEBHOOK, http=bound, environ={"TELEGRAM_WEBHOOK_SECRET": SECRET}
     ) as (bot, api):
+        assert bot.daemon.http is not None
         port = bot.daemon.http.port
         url = f"http://127.0.0.1:{port}/telegram"
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
@@ -1055,6 +1075,8 @@ async def test_in_groups_only_mentions_replies_and_commands_are_answered(
 
         assert replies(api, plain, group) == [] and replies(api, stranger, group) == []
         assert len(sends(api, group)) == 4
-        assert api.message(group, sent_id(help_reply))["from_bot"]
-        texts = [m.text for m in await inbound(bot) if m.kind == "message"]
+        stored = api.message(group, sent_id(help_reply))
+        assert stored is not None
+        assert stored["from_bot"]
+        texts = [m.text for m in await inbound(bot) if m.kind == InboundKind.MESSAGE]
         assert texts[:3] == ["/help", "what time is it?", "what time is it?"]

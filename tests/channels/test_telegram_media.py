@@ -296,6 +296,7 @@ async def test_hostile_media_fields_get_an_answer_not_a_crash(state_dir: Path) -
             "file_size": -5,
         }
         voice = {**api.add_file(OGG), "duration": -3}
+        content: dict[str, Any]
         for content in (
             {"document": document, "caption": "c" * 20_000},
             {"voice": voice},

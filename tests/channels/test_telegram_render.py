@@ -6,11 +6,11 @@ import random
 
 import pytest
 
+from channels.parts import TokenBucket
 from channels.telegram.render import (
     MAX_TEXT,
     TYPING_INTERVAL,
     Pacer,
-    TokenBucket,
     keyboard_rows,
     split_text,
 )

@@ -184,6 +184,7 @@ class Hooks:
     def __init__(self, bot: Bot, session: aiohttp.ClientSession) -> None:
         self.bot = bot
         self.session = session
+        assert bot.daemon.http is not None
         self.base = f"http://127.0.0.1:{bot.daemon.http.port}"
 
     @staticmethod
@@ -677,7 +678,9 @@ async def raw_http(port: int, request: bytes) -> tuple[int, bytes]:
 
 
 async def test_huge_content_length_with_a_small_body(hooks: Hooks) -> None:
+    assert hooks.bot.daemon.http is not None
     port = hooks.bot.daemon.http.port
+    assert port is not None
     body = b'{"ref": "small"}'
     request = (
         b"POST /hooks/bearer HTTP/1.1\r\nHost: localhost\r\n"
@@ -1109,6 +1112,8 @@ async def test_non_utf8_header_bytes_are_refused_not_a_5xx(
     body = dumps({"ref": "x"})
     headers = {**std_headers(body), **gh_headers(body), **bearer_headers()}
     headers[name] = value
+    assert hooks.bot.daemon.http is not None
+    assert hooks.bot.daemon.http.port is not None
     status, answer = await raw_http(
         hooks.bot.daemon.http.port, raw_request("POST", f"/hooks/{route}", headers, body)
     )
@@ -1117,7 +1122,9 @@ async def test_non_utf8_header_bytes_are_refused_not_a_5xx(
 
 
 async def test_delivery_status_with_junk_token_or_id_is_not_a_5xx(hooks: Hooks) -> None:
+    assert hooks.bot.daemon.http is not None
     port = hooks.bot.daemon.http.port
+    assert port is not None
     junk_token = {"Authorization": "Bearer \x00"}
     status, _ = await raw_http(port, raw_request("GET", "/hooks/gh/deliveries/x", junk_token))
     assert status == 401
@@ -1142,6 +1149,8 @@ async def test_header_and_route_templates(hooks: Hooks) -> None:
     assert answer.status == 422 and "headers[X-Build]" in answer.json["error"]
     # an X-Build header that is not text: refused, never a 5xx
     headers = {**bearer_headers(), "X-Build": "\x00"}
+    assert hooks.bot.daemon.http is not None
+    assert hooks.bot.daemon.http.port is not None
     status, text = await raw_http(
         hooks.bot.daemon.http.port,
         raw_request("POST", "/hooks/hdr", headers, dumps({"ref": "junk"})),

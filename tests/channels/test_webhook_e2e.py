@@ -63,6 +63,7 @@ async def daemon(state_dir: Path) -> AsyncIterator[tuple[Bot, FakeTelegramAPI, s
             channel_options={"telegram": {"poll_timeout": 1}},
         ) as bot,
     ):
+        assert bot.daemon.http is not None
         yield bot, api, f"http://127.0.0.1:{bot.daemon.http.port}"
 
 

@@ -13,8 +13,9 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.channels.test_webhook import CONFIG, ENV, daemon_process
+from tests.channels.test_webhook import CONFIG, ENV
 from tests.conftest import read_store
+from tests.proc import daemon_process
 
 PATHS = [
     "/hooks/gh",

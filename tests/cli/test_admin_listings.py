@@ -78,7 +78,11 @@ def test_a_request_id_prefix_finds_the_request_or_says_which_ones_it_begins(
             prompt_outbound_id=None, expires_at=4_000_000_000.0, grant_scope=None,
         ))  # fmt: skip
 
-    seeded(state, lambda tx: [request(tx, i) for i in ("c0ffee01", "c0ffee02", "c0ffee")])
+    def requests(tx: Tx) -> None:
+        for i in ("c0ffee01", "c0ffee02", "c0ffee"):
+            request(tx, i)
+
+    seeded(state, requests)
     exact = run_echo_bot("approvals", "show", "c0ffee", "--state-dir", str(state))
     assert exact.returncode == 0, exact.stderr
     assert exact.stdout.splitlines()[0] == "request:   c0ffee"

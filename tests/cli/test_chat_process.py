@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import echo_bot_env, run_echo_bot
+from tests.ports import free_port
 from tests.postgres import fresh_database
-from tests.proc import EchoBotProcess, free_port
+from tests.proc import EchoBotProcess
 from tests.waiting import eventually
 
 SHELL_CONFIG = """

@@ -7,15 +7,21 @@ import asyncio
 import contextlib
 import sqlite3
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from echo_bot.events import Address, OutboundMessage
 from echo_bot.secrets import Masker
-from echo_bot.store import DB_FILENAME, Database, Store
+from echo_bot.store import DB_FILENAME, Database, Store, Tx
 from tests.conftest import ROOT, echo_bot_env
 from tests.fakes.telegram_api import FakeTelegramAPI
 
 TOKEN = "123456:DOCTOR-test-token"
+
+
+def adding(message: OutboundMessage) -> Callable[[Tx], None]:
+    """Store work that queues ``message`` (bound now, not when the work runs)."""
+    return lambda tx: tx.outbox.add(message)
 
 
 async def doctor(*args: str, **env: str) -> tuple[int, str]:
@@ -106,7 +112,7 @@ def test_doctor_warns_about_queued_messages_for_a_channel_that_is_not_running(
     try:
         for n in range(3):  # what a cron job delivering to Telegram left while it was off
             message = OutboundMessage(to=Address.parse("telegram:42"), text=f"report {n}")
-            Store(db, Masker()).run_sync(lambda tx, m=message: tx.outbox.add(m))
+            Store(db, Masker()).run_sync(adding(message))
     finally:
         db.close_sync()
     code, out = asyncio.run(doctor("--state-dir", str(state)))
@@ -124,7 +130,7 @@ def make_store(state: Path, queued: int = 0) -> Path:
     try:
         for n in range(queued):
             message = OutboundMessage(to=Address.parse("cli:local"), text=f"note {n} " * 40)
-            Store(db, Masker()).run_sync(lambda tx, m=message: tx.outbox.add(m))
+            Store(db, Masker()).run_sync(adding(message))
     finally:
         db.close_sync()  # the last connection: the WAL is checkpointed into the file
     assert not path.with_name(path.name + "-wal").exists()

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from tests.cli.test_doctor_checks import doctor
 from tests.conftest import running_bot
-from tests.matrix_server import Registered, Synapse, free_port, unique
+from tests.matrix_server import Registered, Synapse, unique
+from tests.ports import free_port
 from tests.waiting import eventually
 
 

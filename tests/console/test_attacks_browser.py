@@ -181,6 +181,7 @@ async def test_attack_clickjacking_in_a_browser(page: WebDriver, state_dir: Path
             return texts if "a page that may be framed" in texts["plain"] else None
 
         texts = await asyncio.to_thread(wait_for, page, all_loaded, what="the frames")
+        assert texts is not None
         assert "a page that may be framed" in texts["plain"]  # framing works…
         for frame in ("queue", "login"):  # …but not of the console
             assert "echo-bot" not in texts[frame] and "Sign in" not in texts[frame], texts

@@ -49,6 +49,7 @@ async def test_an_owner_signs_in_sees_a_pending_call_and_approves_it_once(
 
         inbound = await bot.channel.say(APPEND_X)
         prompt = await bot.channel.prompt_for(inbound)
+        assert prompt.approval is not None
         request_id = prompt.approval.request_id
         async with session.get("/console/") as page:
             html = await page.text()
@@ -88,6 +89,7 @@ async def test_deny_from_the_console(state_dir: Path) -> None:
         csrf = await signed_in(bot, session)
         inbound = await bot.channel.say("/run touch denied.txt")
         prompt = await bot.channel.prompt_for(inbound)
+        assert prompt.approval is not None
         async with await decide(session, prompt.approval.request_id, "deny", csrf) as result:
             assert "Denied" in await result.text()
         reply = await bot.channel.reply_to(inbound)
@@ -105,6 +107,7 @@ async def test_the_live_queue_shows_a_new_request(state_dir: Path) -> None:
             inbound = await bot.channel.say(APPEND_X)
             prompt = await bot.channel.prompt_for(inbound)
             shown = await queue_event(stream)
+            assert prompt.approval is not None
             assert prompt.approval.request_id in shown
 
 

@@ -6,7 +6,6 @@ import asyncio
 from collections.abc import Callable
 
 from echo_bot.bus import Bus, Capabilities
-from echo_bot.errors import ChannelError
 from echo_bot.events import (
     Address,
     ApprovalDecision,
@@ -30,7 +29,7 @@ class RecordingChannel:
         self.bus: Bus | None = None
         self._changed = asyncio.Event()  # replaced (and set) at every send
         # A hook a test sets to make sends fail: returns an exception to raise, or None.
-        self.failure: Callable[[OutboundMessage], ChannelError | None] | None = None
+        self.failure: Callable[[OutboundMessage], Exception | None] | None = None
         self.attempts: list[OutboundMessage] = []
 
     async def start(self, bus: Bus) -> None:

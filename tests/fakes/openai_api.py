@@ -32,7 +32,7 @@ import re
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NoReturn, Self, cast
+from typing import Any, NoReturn, Self
 
 from aiohttp import web
 
@@ -458,7 +458,7 @@ class FakeOpenAI:
         answer = self.responder(body)
         if inspect.isawaitable(answer):
             return await answer
-        return cast(StepLike, answer)
+        return answer
 
     async def _render(self, request: web.Request, body: JSON, step: Step) -> web.StreamResponse:
         match step:

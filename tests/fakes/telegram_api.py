@@ -1007,10 +1007,10 @@ class FakeTelegramAPI:
     def _message_object(self, record: JSON, *, with_reply: bool = True) -> JSON:
         """The Message JSON Telegram would return for a stored record."""
         if not record["from_bot"]:
-            obj = copy.deepcopy(record["raw"])
+            raw: JSON = copy.deepcopy(record["raw"])
             if not with_reply:
-                obj.pop("reply_to_message", None)
-            return obj
+                raw.pop("reply_to_message", None)
+            return raw
         chat = self._chat(record["chat_id"])
         obj: JSON = {
             "message_id": record["message_id"],

@@ -66,7 +66,7 @@ async def ask(client: openai.AsyncOpenAI, **kwargs: Any) -> Any:
     return await client.chat.completions.create(**request)
 
 
-WEATHER_TOOL = {
+WEATHER_TOOL: dict[str, Any] = {
     "type": "function",
     "function": {
         "name": "weather",

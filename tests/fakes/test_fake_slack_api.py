@@ -13,7 +13,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from urllib.parse import parse_qs
 
 import aiohttp
@@ -109,11 +109,11 @@ async def socket_peer(
     client.message_listeners.append(peer.on_message)
     client.on_message_listeners.append(peer.on_frame)
     try:
-        await client.connect()
+        await client.connect()  # type: ignore[no-untyped-call]  # slack_sdk leaves it untyped
         await slack.wait_connected(timeout=2)
         yield peer
     finally:
-        await client.close()
+        await client.close()  # type: ignore[no-untyped-call]  # slack_sdk leaves it untyped
 
 
 # ---------------------------------------------------------------------------------------------
@@ -301,7 +301,7 @@ async def test_block_kit_limits_are_enforced(
 
 
 async def test_valid_rich_blocks_pass(slack: FakeSlack, web: AsyncWebClient) -> None:
-    blocks = [
+    blocks: list[dict[str, Any]] = [
         {"type": "header", "text": {"type": "plain_text", "text": "Report"}},
         {"type": "divider"},
         {"type": "context", "elements": [{"type": "mrkdwn", "text": "by *echo*"}]},
@@ -358,7 +358,7 @@ async def test_update_edits_in_place_and_keeps_omitted_blocks(
     assert answer["ts"] == posted["ts"] and answer["text"] == "working…"
     assert stored["text"] == "working…"
     assert stored["blocks"] == approval_blocks()  # Slack keeps blocks an update leaves out
-    assert stored["edited"]["user"] == "U0BOT"
+    assert cast(dict[str, Any], stored["edited"])["user"] == "U0BOT"
 
     await web.chat_update(channel="C0GENERAL", ts=posted["ts"], text="done", blocks=[])
     assert stored["blocks"] == []

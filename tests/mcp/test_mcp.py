@@ -11,6 +11,7 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -39,12 +40,12 @@ timeout = "3s"
 """
 
 
-def mcp_state(bot: Bot) -> dict[str, object]:
+def mcp_state(bot: Bot) -> dict[str, dict[str, object]]:
     hub = bot.daemon.runtime.mcp.hub
     assert hub is not None
     servers = hub.health()["servers"]
     assert isinstance(servers, dict)
-    return servers
+    return cast(dict[str, dict[str, object]], servers)
 
 
 @contextlib.asynccontextmanager
@@ -52,7 +53,7 @@ async def notes_bot(state_dir: Path, extra: str = "", config: str = "") -> Async
     notes = state_dir / "notes"
     notes.mkdir(exist_ok=True)
     async with running_bot(state_dir, stdio_config(notes, extra) + config) as bot:
-        await eventually(lambda: mcp_state(bot)["notes"]["state"] == "ready")  # type: ignore[index]
+        await eventually(lambda: mcp_state(bot)["notes"]["state"] == "ready")
         yield bot
 
 
@@ -73,6 +74,7 @@ async def test_a_read_tool_runs_at_once_and_a_write_tool_asks_in_the_chat(state_
         prompt = await bot.channel.prompt_for(asked)
         assert "notes__add_note" in prompt.text and "milk" in prompt.text
         assert added(state_dir) == []
+        assert prompt.approval is not None
         await bot.channel.press(
             approval_action(DecisionVerb.APPROVE_ONCE, prompt.approval.request_id)
         )
@@ -81,6 +83,7 @@ async def test_a_read_tool_runs_at_once_and_a_write_tool_asks_in_the_chat(state_
 
         denied = await bot.channel.say('/tool notes__add_note {"title": "eggs", "text": "x"}')
         prompt = await bot.channel.prompt_for(denied)
+        assert prompt.approval is not None
         await bot.channel.press(approval_action(DecisionVerb.DENY, prompt.approval.request_id))
         assert "APPROVAL_DENIED" in (await bot.channel.reply_to(denied)).text
         assert added(state_dir) == ["milk"]
@@ -169,7 +172,7 @@ async def test_a_tool_with_a_broken_schema_is_left_out_and_the_rest_work(state_d
         f'NOTES_DIR = {json.dumps(str(notes))}, NOTES_BAD_SCHEMA = "1"',
     )
     async with running_bot(state_dir, config) as bot:
-        await eventually(lambda: mcp_state(bot)["notes"]["state"] == "ready")  # type: ignore[index]
+        await eventually(lambda: mcp_state(bot)["notes"]["state"] == "ready")
         assert bot.daemon.runtime.registry.get("notes__broken") is None
         hub = bot.daemon.runtime.mcp.hub
         assert hub is not None
@@ -184,6 +187,7 @@ async def test_a_server_that_dies_mid_call_is_outcome_unknown_and_comes_back(
     async with notes_bot(state_dir, 'risk = { crash = "write", list_notes = "read" }') as bot:
         inbound = await bot.channel.say("/tool notes__crash {}")
         prompt = await bot.channel.prompt_for(inbound)
+        assert prompt.approval is not None
         await bot.channel.press(
             approval_action(DecisionVerb.APPROVE_ONCE, prompt.approval.request_id)
         )
@@ -192,7 +196,7 @@ async def test_a_server_that_dies_mid_call_is_outcome_unknown_and_comes_back(
         down = await bot.channel.say("/tool notes__list_notes {}")
         text = (await bot.channel.reply_to(down)).text
         assert "TOOL_UNAVAILABLE" in text or "(no notes)" in text, text  # down, or back already
-        await eventually(lambda: mcp_state(bot)["notes"]["state"] == "ready")  # type: ignore[index]
+        await eventually(lambda: mcp_state(bot)["notes"]["state"] == "ready")
         again = await bot.channel.say("/tool notes__list_notes {}")
         assert "(no notes)" in (await bot.channel.reply_to(again)).text
 
@@ -201,6 +205,7 @@ async def test_a_call_past_its_timeout_is_cancelled_and_outcome_unknown(state_di
     async with notes_bot(state_dir, 'risk = { hang = "write" }') as bot:
         inbound = await bot.channel.say('/tool notes__hang {"seconds": 60}')
         prompt = await bot.channel.prompt_for(inbound)
+        assert prompt.approval is not None
         await bot.channel.press(
             approval_action(DecisionVerb.APPROVE_ONCE, prompt.approval.request_id)
         )
@@ -224,7 +229,7 @@ async def test_a_stdio_server_gets_only_its_own_environment(state_dir: Path) -> 
     notes.mkdir()
     environ = {"ECHO_NOTES_TOKEN": "s3cr3t-notes-token", "TELEGRAM_BOT_TOKEN": "123:tg-token"}
     async with running_bot(state_dir, stdio_config(notes, extra), environ=environ) as bot:
-        await eventually(lambda: mcp_state(bot)["notes"]["state"] == "ready")  # type: ignore[index]
+        await eventually(lambda: mcp_state(bot)["notes"]["state"] == "ready")
         hub = bot.daemon.runtime.mcp.hub
         assert hub is not None
         answer = await hub.servers["notes"].call("env", {}, 5)
@@ -269,7 +274,7 @@ tool = "gone__sync"
 deliver_to = "cli:local"
 """
     async with running_bot(state_dir, config) as bot:  # READY is not held back for long
-        await eventually(lambda: mcp_state(bot)["gone"]["state"] == "down")  # type: ignore[index]
+        await eventually(lambda: mcp_state(bot)["gone"]["state"] == "down")
         assert "no such file" in str(mcp_state(bot)["gone"])
         inbound = await bot.channel.say("/tool gone__sync {}")
         reply = (await bot.channel.reply_to(inbound, timeout=5)).text
@@ -330,12 +335,12 @@ trust_annotations = true
 """
         environ = {"REMOTE_AUTH": "Bearer remote-token"}
         async with running_bot(state_dir, config, environ=environ) as bot:
-            await eventually(lambda: mcp_state(bot)["remote"]["state"] == "ready")  # type: ignore[index]
+            await eventually(lambda: mcp_state(bot)["remote"]["state"] == "ready")
             inbound = await bot.channel.say("/tool remote__list_notes {}")
             assert "(no notes)" in (await bot.channel.reply_to(inbound)).text
             proc.kill()
             await proc.wait()
-            await eventually(lambda: mcp_state(bot)["remote"]["state"] == "down")  # type: ignore[index]
+            await eventually(lambda: mcp_state(bot)["remote"]["state"] == "down")
             after = await bot.channel.say("/tool remote__list_notes {}")
             assert "TOOL_UNAVAILABLE" in (await bot.channel.reply_to(after)).text
     finally:
@@ -413,7 +418,7 @@ deliver_to = "cli:local"
     async with running_bot(
         state_dir, config, environ={"NOTE_SECRET": secret}, channels=["webhook"]
     ) as bot:
-        await eventually(lambda: mcp_state(bot)["notes"]["state"] == "ready")  # type: ignore[index]
+        await eventually(lambda: mcp_state(bot)["notes"]["state"] == "ready")
         assert bot.daemon.http is not None
         url = f"http://127.0.0.1:{bot.daemon.http.port}/hooks/note"
         headers = {"Authorization": f"Bearer {secret}", "Content-Type": "application/json"}
@@ -429,6 +434,7 @@ deliver_to = "cli:local"
         prompt = await bot.channel.wait_for(lambda m: m.kind == "approval")
         assert "notes__add_note" in prompt.text and "deploy" in prompt.text
         assert added(state_dir) == []
+        assert prompt.approval is not None
         await bot.channel.press(
             approval_action(DecisionVerb.APPROVE_ONCE, prompt.approval.request_id)
         )
@@ -445,7 +451,7 @@ async def test_sighup_adds_removes_and_restarts_servers_whose_config_changed(
     more.mkdir()
     first = stdio_config(notes, "trust_annotations = true")
     async with running_bot(state_dir, first) as bot:
-        await eventually(lambda: mcp_state(bot)["notes"]["state"] == "ready")  # type: ignore[index]
+        await eventually(lambda: mcp_state(bot)["notes"]["state"] == "ready")
         path = bot.daemon.runtime.loaded.path
         assert path is not None
         registry = bot.daemon.runtime.registry
@@ -454,7 +460,7 @@ async def test_sighup_adds_removes_and_restarts_servers_whose_config_changed(
         await bot.daemon.reload()
         await eventually(
             lambda: (
-                {s["state"] for s in mcp_state(bot).values()} == {"ready"}  # type: ignore[index]
+                {s["state"] for s in mcp_state(bot).values()} == {"ready"}
                 and len(mcp_state(bot)) == 2
             )
         )
@@ -479,8 +485,8 @@ async def test_status_and_doctor_show_each_server(state_dir: Path, tmp_path: Pat
         '\n[[mcp.servers]]\nname = "gone"\ncommand = ["/nonexistent/mcp-server"]\n'
     )
     async with running_bot(state_dir, text) as bot:
-        await eventually(lambda: mcp_state(bot)["notes"]["state"] == "ready")  # type: ignore[index]
-        await eventually(lambda: mcp_state(bot)["gone"]["state"] == "down")  # type: ignore[index]
+        await eventually(lambda: mcp_state(bot)["notes"]["state"] == "ready")
+        await eventually(lambda: mcp_state(bot)["gone"]["state"] == "down")
         config = tmp_path / "echo-bot.toml"
         config.write_text(text)
         args = ("--config", str(config), "--state-dir", str(state_dir))
@@ -519,9 +525,10 @@ async def test_the_model_is_told_when_the_owner_denies_an_mcp_call(state_dir: Pa
             'model = "gpt-test"\nmax_retries = 0\n'
         )
         async with running_bot(state_dir, config) as bot:
-            await eventually(lambda: mcp_state(bot)["notes"]["state"] == "ready")  # type: ignore[index]
+            await eventually(lambda: mcp_state(bot)["notes"]["state"] == "ready")
             inbound = await bot.channel.say("note that I need milk")
             prompt = await bot.channel.prompt_for(inbound)
+            assert prompt.approval is not None
             await bot.channel.press(approval_action(DecisionVerb.DENY, prompt.approval.request_id))
             reply = await bot.channel.reply_to(inbound)
             assert reply.text == "Understood, I did not add it."
@@ -557,6 +564,7 @@ async def test_an_approval_for_a_tool_whose_server_was_removed_ends_the_call_not
         assert path is not None
         path.write_text("")  # the server is removed while the approval waits
         await bot.daemon.reload()
+        assert prompt.approval is not None
         await bot.channel.press(
             approval_action(DecisionVerb.APPROVE_ONCE, prompt.approval.request_id)
         )

@@ -15,11 +15,12 @@ import sys
 import sysconfig
 import urllib.request
 from pathlib import Path
+from typing import cast
 
 import pytest
 
 from tests.conftest import ROOT, echo_bot_env
-from tests.proc import free_port
+from tests.ports import free_port
 
 INSTALL = "pip install 'echo-bot[mcp]', or pip install '.[mcp]' in a checkout"
 MISSING = f"[[mcp.servers]] needs the MCP SDK: {INSTALL} (No module named 'mcp')"
@@ -63,11 +64,11 @@ env = {{ NOTES_DIR = {json.dumps(str(tmp_path))} }}
 
 
 def run(python: Path, *args: str, **kwargs: object) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    return cast(subprocess.CompletedProcess[str], subprocess.run(
         [python, "-m", "echo_bot", *args],
         capture_output=True, text=True, timeout=120, cwd=ROOT,
         env=echo_bot_env(ECHO_BOT_ADMIN_TOKEN=ADMIN), **kwargs,  # type: ignore[call-overload]
-    )  # fmt: skip
+    ))  # fmt: skip
 
 
 def test_check_config_doctor_and_mcp_list_name_the_extra(

@@ -20,13 +20,21 @@ import pytest
 
 from echo_bot.bus import Bus
 from echo_bot.config import CronJob
-from echo_bot.events import Address, InboundMessage, OutboundMessage
+from echo_bot.events import (
+    Address,
+    InboundMessage,
+    MessageInbound,
+    OutboundMessage,
+    ToolCallInbound,
+)
 from echo_bot.scheduling.reminders import ReminderService
 from echo_bot.scheduling.scheduler import Scheduler
 from echo_bot.secrets import Masker
+from echo_bot.statuses import ReminderStatus
 from echo_bot.store import (
     BusQueues,
     Database,
+    Engine,
     OutboundCommitted,
     ReminderChanged,
     Store,
@@ -63,7 +71,7 @@ class Parts:
     schedulers: list[Scheduler] = field(default_factory=list)
 
     @property
-    def db(self) -> Database:
+    def db(self) -> Engine:
         return self.store.database
 
     def scheduler(
@@ -237,6 +245,7 @@ async def test_a_cancelled_reminder_never_fires(parts: Parts) -> None:
 
 # -- what the store announces ------------------------------------------------------------
 def timers(scheduler: Scheduler) -> set[str]:
+    assert scheduler._aps is not None
     return {job.id for job in scheduler._aps.get_jobs()}
 
 
@@ -362,6 +371,7 @@ async def test_a_prompt_job_publishes_one_inbound_per_occurrence(parts: Parts) -
     await scheduler.run_cron("brief", occurrence)  # the same occurrence again
     [inbound] = await parts.inbox()
     assert inbound.kind == "message"
+    assert isinstance(inbound, MessageInbound)
     assert inbound.address.channel == "cron"
     assert inbound.text == "Summarise what is due today."
     assert inbound.deliver_to == Address.parse("telegram:123456789")
@@ -376,6 +386,7 @@ async def test_a_tool_job_publishes_a_tool_call(parts: Parts) -> None:
     await scheduler.run_cron("brief", START.timestamp())
     [inbound] = await parts.inbox()
     assert inbound.kind == "tool_call"
+    assert isinstance(inbound, ToolCallInbound)
     assert inbound.tool_call is not None
     assert (inbound.tool_call.tool, inbound.tool_call.args) == ("current_time", {"timezone": "UTC"})
     assert inbound.deliver_to == Address.parse("telegram:123456789")
@@ -504,7 +515,7 @@ async def test_a_resync_follows_reminders_changed_through_another_daemon(tmp_pat
         soon = time.time() + 1.0
         moved_id, dropped_id = moved.reminder.id, dropped.reminder.id
         await there.run(lambda tx: tx.reminders.advance(moved_id, soon))
-        await there.run(lambda tx: tx.reminders.set_status(dropped_id, "cancelled"))
+        await there.run(lambda tx: tx.reminders.set_status(dropped_id, ReminderStatus.CANCELLED))
 
         async def sent() -> list[OutboundMessage]:
             return [d.message for d in await here.run(lambda tx: tx.outbox.deliveries())]

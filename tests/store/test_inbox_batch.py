@@ -6,8 +6,10 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import cast
 
 import pytest
 from sqlite_utils import Database as SqlDb
@@ -26,7 +28,7 @@ def message(external_id: str | None, channel: str = "webhook", **extra: object) 
         sender=Sender(id="s"),
         text="hello",
         external_id=external_id,
-        **extra,  # type: ignore[arg-type]
+        **extra,
     )
 
 
@@ -42,8 +44,13 @@ def daemon_inbox(db: Database) -> BusQueues:
     return BusQueues(Store(db, Masker(), instance="host-1"))
 
 
+def adding(m: InboundMessage) -> Callable[[SqlDb], Published]:
+    """Work for ``db.run`` that adds ``m`` (bound now, not when the work runs)."""
+    return lambda d: Tx(d, Masker()).inbox.add(m)
+
+
 def count(db: SqlDb) -> int:
-    return db.execute("SELECT COUNT(*) FROM inbox").fetchone()[0]
+    return cast(int, db.execute("SELECT COUNT(*) FROM inbox").fetchone()[0])
 
 
 async def test_concurrent_adds_each_get_their_own_outcome(db: Database) -> None:
@@ -58,7 +65,7 @@ async def test_two_equal_keys_in_one_batch_the_second_is_a_duplicate(db: Databas
     inbox = daemon_inbox(db)
     first, second, other = message("same"), message("same"), message("other")
     results = await asyncio.gather(inbox.add(first), inbox.add(second), inbox.add(other))
-    assert results == [
+    assert cast(list[Published], results) == [
         Published(first.id, False),
         Published(first.id, True),
         Published(other.id, False),
@@ -75,10 +82,10 @@ async def test_a_key_already_stored_is_a_duplicate_in_a_batch(db: Database) -> N
     await inbox.add(stored)
     again, new = message("seen"), message("new")
     results = await asyncio.gather(inbox.add(new), inbox.add(again))
-    assert results == [Published(new.id, False), Published(stored.id, True)]
+    assert cast(list[Published], results) == [Published(new.id, False), Published(stored.id, True)]
     # The same message (same id, no key) added twice is one row.
     keyless = message(None)
-    assert await asyncio.gather(inbox.add(keyless), inbox.add(keyless)) == [
+    assert cast(list[Published], await asyncio.gather(inbox.add(keyless), inbox.add(keyless))) == [
         Published(keyless.id, False),
         Published(keyless.id, True),
     ]
@@ -100,7 +107,7 @@ async def test_the_dedup_window_holds_in_a_batch(db: Database) -> None:
     results = await asyncio.gather(
         inbox.add(webhook_again), inbox.add(telegram_again), inbox.add(telegram_twice)
     )
-    assert results == [
+    assert cast(list[Published], results) == [
         Published(old_webhook.id, True),
         Published(telegram_again.id, False),
         Published(telegram_again.id, True),
@@ -207,7 +214,7 @@ async def test_a_page_of_the_poll_ends_at_its_last_row(db: Database) -> None:
     store = Store(db, Masker(), instance="host-1")
     rows = [message(f"p{i}") for i in range(5)]
     for m in rows:
-        await db.run(lambda d, m=m: Tx(d, Masker()).inbox.add(m))
+        await db.run(adding(m))
     first, last, more = await store.run(lambda tx: tx.inbox.accepted_from_others(0, 3))
     assert [m.id for m in first] == [m.id for m in rows[:3]] and more
     rest, _last, more = await store.run(lambda tx: tx.inbox.accepted_from_others(last, 3))

@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from sqlite_utils import Database as SqlDb
@@ -22,7 +22,8 @@ from sqlite_utils import Database as SqlDb
 from echo_bot.errors import StoreError
 from echo_bot.secrets import Masker
 from echo_bot.store import Database, Store
-from echo_bot.store.db import BUSY_TIMEOUT_MS, MAX_BATCH
+from echo_bot.store.db import BUSY_TIMEOUT_MS
+from echo_bot.store.engine import MAX_BATCH
 from tests.waiting import eventually
 
 Job = Callable[[SqlDb], Any]
@@ -335,7 +336,7 @@ async def test_another_process_holding_the_write_lock_does_not_block_the_loop(
         holder.stdin.write(b"commit\n")
         await holder.stdin.drain()
         assert await holder.stdout.readline() == b"committed\n"
-        assert await asyncio.gather(first, second) == [1, 2]
+        assert cast(list[int], await asyncio.gather(first, second)) == [1, 2]
         with pytest.raises(asyncio.CancelledError):
             await given_up
         assert await holder.wait() == 0
@@ -380,7 +381,7 @@ async def test_a_job_cancelled_before_its_flush_does_not_run(
 
     def job(d: SqlDb) -> int:
         ran.append(7)
-        return insert(7)(d)
+        return cast(int, insert(7)(d))
 
     task = asyncio.ensure_future(db.run(job))
     await asyncio.sleep(0)  # the task has listed its job; the store's flush comes next

@@ -19,6 +19,7 @@ import importlib
 import inspect
 import re
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -112,7 +113,9 @@ def _folded(node: ast.AST) -> str | None:
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         return node.value
     if isinstance(node, ast.JoinedStr):
-        return "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)
+        return "".join(
+            cast(str, v.value) if isinstance(v, ast.Constant) else "{}" for v in node.values
+        )
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
         left, right = _folded(node.left), _folded(node.right)
         if left is not None and right is not None:

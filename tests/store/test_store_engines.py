@@ -92,7 +92,7 @@ def insert(i: int, value: str | None = None) -> Job:
 async def together(db: ThreadedEngine, jobs: list[Job], *, slow: bool = False) -> list[Any]:
     """Jobs launched at once: the engine commits them in as few batches as it can."""
     return await asyncio.gather(
-        *(db.run(job, slow=slow) for job in jobs),  # type: ignore[attr-defined]
+        *(db.run(job, slow=slow) for job in jobs),
         return_exceptions=True,
     )
 
@@ -550,8 +550,12 @@ async def test_a_stored_reader_position_only_moves_forward(engine: Engine) -> No
     await store.open()
     try:
         assert await store.run(lambda tx: tx.meta.position("poller")) is None
+
+        def position_to(v: int) -> Callable[[Tx], None]:
+            return lambda tx: tx.meta.set_position("poller", v)
+
         for value in (5, 3, 9, 9, 7):
-            await store.run(lambda tx, v=value: tx.meta.set_position("poller", v))
+            await store.run(position_to(value))
         stored = await store.run(lambda tx: tx.meta.position("poller"))
         assert stored is not None and stored[0] == 9
     finally:

@@ -6,7 +6,7 @@ import asyncio
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -555,7 +555,9 @@ async def server() -> AsyncIterator[tuple[str, dict[str, int]]]:
 
     hits: dict[str, int] = {}
 
-    def counted(handler: Any) -> Any:
+    Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+    def counted(handler: Handler) -> Handler:
         async def wrapper(request: web.Request) -> web.StreamResponse:
             hits[request.path] = hits.get(request.path, 0) + 1
             return await handler(request)

@@ -17,7 +17,7 @@ import re
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import aiohttp
 
@@ -494,7 +494,7 @@ approvers = ["{owner.user_id}"]
 
     def received(self) -> list[str]:
         owner, _ = self.people
-        return owner.received(self.room_id, self.account.user_id)
+        return cast(list[str], owner.received(self.room_id, self.account.user_id))
 
     async def prompt(self) -> Shown:
         owner, _ = self.people
@@ -536,7 +536,7 @@ approvers = ["{owner.user_id}"]
     def rate_limited(self) -> int:
         assert self.bot is not None
         channel = next(c for c in self.bot.daemon.channels if c.name == "matrix")
-        return int(channel.health().get("rate_limited", 0))  # type: ignore[call-overload]
+        return int(cast(int, channel.health().get("rate_limited", 0)))
 
 
 # -- Slack ----------------------------------------------------------------------------------
