@@ -132,6 +132,7 @@ def _shell_block(text: str, heading: str) -> str:
     return section.split("```sh", 1)[1].split("```", 1)[0]
 
 
+@pytest.mark.slow  # installs the checkout into a new venv with pip
 def test_install_steps_leave_the_checkouts_venv_behind(tmp_path: Path) -> None:
     """The user's case: a checkout under /home with its own .venv (the README's quick
     start), installed into /opt/echo-bot by the documented steps. The service, with
@@ -184,6 +185,7 @@ def test_install_steps_leave_the_checkouts_venv_behind(tmp_path: Path) -> None:
         assert Path(path).is_relative_to(prefix / ".venv"), path
 
 
+@pytest.mark.slow  # installs the checkout into a new venv with pip
 def test_install_script_replaces_a_venv_copied_from_a_checkout(tmp_path: Path) -> None:
     """After the old `sudo cp -r . /opt/echo-bot`, /opt/echo-bot/.venv is the checkout's:
     running the script again makes it afresh instead of installing through it."""

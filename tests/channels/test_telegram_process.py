@@ -11,10 +11,16 @@ import sqlite3
 import sys
 from pathlib import Path
 
+import pytest
+
 from echo_bot.store import Tx
 from tests.conftest import ROOT, echo_bot_env, read_store
 from tests.fakes.openai_api import FakeOpenAI
 from tests.fakes.telegram_api import FakeTelegramAPI
+
+# The tests that kill a real daemon and start it again are slow: several seconds of a
+# core each (`pytest -m "not slow"`, the inner loop, leaves them to the full run).
+RESTARTS = pytest.mark.slow
 
 TOKEN = "123456:PROCESS-test-token"
 OWNER = 42
@@ -86,6 +92,7 @@ def count_runs(state: Path) -> int:
     return len(path.read_text().splitlines()) if path.exists() else 0
 
 
+@RESTARTS
 async def test_pending_approval_survives_sigkill_and_runs_once(tmp_path: Path) -> None:
     state, config = tmp_path / "st", tmp_path / "config.toml"
     async with FakeTelegramAPI(token=TOKEN) as api:
@@ -190,6 +197,7 @@ port = {http_port}
         assert await asyncio.wait_for(proc.wait(), 20) == 0
 
 
+@RESTARTS
 async def test_a_restarted_poller_goes_on_from_the_offset_it_stored(tmp_path: Path) -> None:
     """The poller keeps its offset in the store: after a kill, the next start asks
     Telegram for what came after the last stored update (it does not fetch that again);
@@ -229,6 +237,7 @@ async def test_a_restarted_poller_goes_on_from_the_offset_it_stored(tmp_path: Pa
     assert len(replies) == 1, "the update was handled again after a restart"
 
 
+@RESTARTS
 async def test_a_photo_whose_download_a_kill_cut_short_is_fetched_after_restart(
     tmp_path: Path,
 ) -> None:
@@ -263,6 +272,7 @@ async def test_a_photo_whose_download_a_kill_cut_short_is_fetched_after_restart(
     assert [p.read_bytes() for p in saved] == [photo]  # whole, and no partial file left
 
 
+@RESTARTS
 async def test_a_reply_cut_mid_stream_by_a_kill_is_delivered_once_after_restart(
     tmp_path: Path,
 ) -> None:

@@ -121,6 +121,7 @@ def test_second_daemon_on_the_same_state_dir_is_refused(tmp_path: Path) -> None:
         first.cleanup()
 
 
+@pytest.mark.slow  # a real daemon killed and started again
 def test_pending_approval_survives_kill_and_runs_exactly_once(
     tmp_path: Path, engine: tuple[Path, dict[str, str]]
 ) -> None:
@@ -162,6 +163,7 @@ def test_pending_approval_survives_kill_and_runs_exactly_once(
     assert sum("exit code 0" in line for line in second.stdout_lines) == 1
 
 
+@pytest.mark.slow  # a real daemon killed and started again
 def test_interrupted_side_effect_is_reported_not_rerun(
     tmp_path: Path, engine: tuple[Path, dict[str, str]]
 ) -> None:

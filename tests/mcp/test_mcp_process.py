@@ -11,11 +11,18 @@ import signal
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.channels.test_telegram_process import answered_later
 from tests.conftest import ROOT, echo_bot_env
 from tests.fakes.openai_api import FakeOpenAI
 from tests.fakes.telegram_api import FakeTelegramAPI
 from tests.waiting import eventually
+
+# Slow: real echo-bot processes, started, stopped or killed, and started again, several
+# seconds of a core each (`pytest -m "not slow"`, the inner loop, leaves them to the
+# full run).
+pytestmark = pytest.mark.slow
 
 TOKEN = "123456:MCP-process-token"
 OWNER = 42

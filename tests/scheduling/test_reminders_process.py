@@ -11,8 +11,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import read_store, run_echo_bot
 from tests.proc import EchoBotProcess
+
+# Slow: real echo-bot processes, started, stopped or killed, and started again, several
+# seconds of a core each (`pytest -m "not slow"`, the inner loop, leaves them to the
+# full run).
+pytestmark = pytest.mark.slow
 
 ID = re.compile(r"\(id ([0-9a-f]{8})\)")
 
