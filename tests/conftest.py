@@ -28,7 +28,7 @@ from tests.postgres import fresh_database
 
 # The real-browser fixtures (``browser``, ``page``) and the Matrix homeserver
 # (``synapse``) for every test module; each starts only for a test that asks for it.
-pytest_plugins = ("tests.browser", "tests.matrix_server")
+pytest_plugins = ("tests.browser", "tests.matrix_server", "tests.cpu_cost")
 
 T = TypeVar("T")
 
@@ -36,6 +36,18 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # The PostgreSQL database ``running_bot`` uses instead of the state dir's SQLite file.
 ON_POSTGRES: ContextVar[str | None] = ContextVar("ON_POSTGRES", default=None)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The slow tests first, each kind in the random order pytest-randomly gave it.
+
+    Under xdist a worker takes the next test when it is nearly out of work, so a run
+    ends when its last long test does: a minute-long test drawn near the end would leave
+    the other workers idle for that minute. Started first, they run beside the many
+    short tests instead. (The benchmarks' xdist_group is a scope of many tests, which
+    loadgroup hands out first anyway.)"""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import ROOT, echo_bot_env, run_echo_bot
 from tests.fakes.telegram_api import FakeTelegramAPI
 from tests.ports import free_port
@@ -69,6 +71,7 @@ def test_the_unit_stops_restarting_on_exit_code_2() -> None:
     assert "\nRestartPreventExitStatus=2\n" in unit
 
 
+@pytest.mark.slow  # its echo-bot processes: 2 s of CPU or more (--cpu-durations)
 async def test_telegram_polling_alone_opens_no_port(tmp_path: Path) -> None:
     async with FakeTelegramAPI(token=TOKEN) as api:
         config = tmp_path / "config.toml"

@@ -102,6 +102,7 @@ def _pending_request(args: tuple[str, ...]) -> tuple[EchoBotProcess, str]:
     return bot, request.group(1)
 
 
+@pytest.mark.slow  # its echo-bot processes: 2 s of CPU or more (--cpu-durations)
 def test_approvals_are_found_by_a_unique_prefix_and_an_ambiguous_one_lists_them(
     tmp_path: Path,
 ) -> None:

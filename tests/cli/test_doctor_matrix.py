@@ -10,6 +10,8 @@ import shutil
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 from tests.cli.test_doctor_checks import doctor
 from tests.conftest import running_bot
 from tests.matrix_server import Registered, Synapse, unique
@@ -60,6 +62,7 @@ async def started_once(state_dir: Path, synapse: Synapse, account: Registered) -
         await eventually(lambda: channel.health()["status"] == "ok", timeout=30, what="synced")
 
 
+@pytest.mark.slow  # its echo-bot processes: 2 s of CPU or more (--cpu-durations)
 async def test_doctor_checks_the_homeserver_the_token_and_the_keys(
     synapse: Synapse, tmp_path: Path
 ) -> None:

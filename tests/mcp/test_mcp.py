@@ -478,6 +478,7 @@ async def test_sighup_adds_removes_and_restarts_servers_whose_config_changed(
         assert "TOOL_NOT_FOUND" in (await bot.channel.reply_to(gone)).text
 
 
+@pytest.mark.slow  # its echo-bot processes: 2 s of CPU or more (--cpu-durations)
 async def test_status_and_doctor_show_each_server(state_dir: Path, tmp_path: Path) -> None:
     notes = state_dir / "notes"
     notes.mkdir()

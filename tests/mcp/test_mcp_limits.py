@@ -356,6 +356,7 @@ def _builtin(name: str) -> Any:
     return type(f"Tool_{name}", (Tool,), attrs)()
 
 
+@pytest.mark.slow  # its echo-bot processes: 2 s of CPU or more (--cpu-durations)
 def test_mcp_list_and_doctor_say_a_server_is_over_a_cap(tmp_path: Path) -> None:
     from tests.conftest import run_echo_bot
 
