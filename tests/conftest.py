@@ -24,7 +24,7 @@ from echo_bot.store import DB_FILENAME, Database, Engine, Store, Tx, make_databa
 from echo_bot.store.turns import CallRow
 from echo_bot.tools.base import Tool, ToolContext
 from tests.fakes.channel import RecordingChannel
-from tests.postgres import fresh_database
+from tests.postgres import empty_database, fresh_database
 
 # The real-browser fixtures (``browser``, ``page``) and the Matrix homeserver
 # (``synapse``) for every test module; each starts only for a test that asks for it.
@@ -50,19 +50,29 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
+@pytest.fixture(scope="session")
+def worker_database() -> Iterator[str]:
+    """This pytest process's (xdist worker's) own PostgreSQL database, emptied before
+    each test that takes it (``on_both_engines``) and dropped at the end."""
+    with fresh_database() as url:
+        yield url
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def on_both_engines(request: pytest.FixtureRequest) -> Iterator[str]:
     """Run the test once on each engine: on PostgreSQL every ``running_bot`` of the
-    test shares one fresh database (a restart finds what the last run stored)."""
+    test shares one empty database (a restart finds what the last run stored): the
+    worker's own, emptied for it (``tests.postgres.empty_database``)."""
     if request.param == "sqlite":
         yield "sqlite"
         return
-    with fresh_database() as url:
-        token = ON_POSTGRES.set(url)
-        try:
-            yield "postgres"
-        finally:
-            ON_POSTGRES.reset(token)
+    url: str = request.getfixturevalue("worker_database")
+    empty_database(url)
+    token = ON_POSTGRES.set(url)
+    try:
+        yield "postgres"
+    finally:
+        ON_POSTGRES.reset(token)
 
 
 @dataclass

@@ -75,7 +75,7 @@ def test_run_on_a_terminal_beside_another_instance_shows_its_replies(tmp_path: P
                 bot.cleanup()
 
 
-@pytest.mark.slow  # its echo-bot processes: 2 s of CPU or more (--cpu-durations)
+@pytest.mark.slow  # its echo-bot processes: 1.5 s of CPU or more (--cpu-durations)
 def test_status_on_postgres_shows_the_cluster_by_the_names_its_log_uses(tmp_path: Path) -> None:
     """A SQLite daemon runs on the state dir given to `status`; the config says
     PostgreSQL, where bot-a runs: status shows bot-a (from the store), nothing of the

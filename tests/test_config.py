@@ -541,7 +541,7 @@ def test_check_config_summary_shows_durations_as_written(tmp_path: Path) -> None
 
 
 @pytest.mark.parametrize("token", ["garbage", "123456:two words", "bot:123456"])
-@pytest.mark.slow  # its echo-bot processes: 2 s of CPU or more (--cpu-durations)
+@pytest.mark.slow  # its echo-bot processes: 1.5 s of CPU or more (--cpu-durations)
 def test_run_check_config_and_doctor_refuse_a_malformed_bot_token_alike(
     tmp_path: Path, token: str
 ) -> None:

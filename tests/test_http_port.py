@@ -71,7 +71,7 @@ def test_the_unit_stops_restarting_on_exit_code_2() -> None:
     assert "\nRestartPreventExitStatus=2\n" in unit
 
 
-@pytest.mark.slow  # its echo-bot processes: 2 s of CPU or more (--cpu-durations)
+@pytest.mark.slow  # its echo-bot processes: 1.5 s of CPU or more (--cpu-durations)
 async def test_telegram_polling_alone_opens_no_port(tmp_path: Path) -> None:
     async with FakeTelegramAPI(token=TOKEN) as api:
         config = tmp_path / "config.toml"

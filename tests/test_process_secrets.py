@@ -241,7 +241,7 @@ async def get(port: int, path: str, token: str | None = None) -> tuple[int, str]
         return response.status, await response.text()
 
 
-@pytest.mark.slow  # its echo-bot processes: 2 s of CPU or more (--cpu-durations)
+@pytest.mark.slow  # its echo-bot processes: 1.5 s of CPU or more (--cpu-durations)
 async def test_secrets_come_from_systemd_credentials_and_win_over_the_environment(
     tmp_path: Path,
 ) -> None:
@@ -276,7 +276,7 @@ async def test_secrets_come_from_systemd_credentials_and_win_over_the_environmen
     assert not any(TOKEN in line or ADMIN in line for line in daemon.log)
 
 
-@pytest.mark.slow  # its echo-bot processes: 2 s of CPU or more (--cpu-durations)
+@pytest.mark.slow  # its echo-bot processes: 1.5 s of CPU or more (--cpu-durations)
 async def test_attack_bot_token_in_a_redirect_loop_error_never_leaves_through_healthz(
     tmp_path: Path,
 ) -> None:

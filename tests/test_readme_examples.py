@@ -122,7 +122,7 @@ def ci_payload() -> str:
     return payload
 
 
-@pytest.mark.slow  # its echo-bot processes: 2 s of CPU or more (--cpu-durations)
+@pytest.mark.slow  # its echo-bot processes: 1.5 s of CPU or more (--cpu-durations)
 async def test_the_readmes_github_example_is_accepted_by_webhook_send(tmp_path: Path) -> None:
     """`echo-bot webhook send ci --data payload.json`, as the README shows it, reaches the
     route with the event its filter waits for: 202 accepted, not 200 "ignored"."""
@@ -179,7 +179,7 @@ def test_webhook_send_asks_for_an_event_when_the_route_takes_several(tmp_path: P
 
 
 # -- the MCP example -------------------------------------------------------------------------
-@pytest.mark.slow  # its echo-bot processes: 2 s of CPU or more (--cpu-durations)
+@pytest.mark.slow  # its echo-bot processes: 1.5 s of CPU or more (--cpu-durations)
 def test_the_readmes_mcp_example_lists_its_notes_tools_and_answers_as_written(
     tmp_path: Path,
 ) -> None:

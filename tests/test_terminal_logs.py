@@ -142,7 +142,7 @@ def test_without_a_terminal_the_banner_offers_no_chat_and_the_log_stays_on_stder
         bot.cleanup()
 
 
-@pytest.mark.slow  # its echo-bot processes: 2 s of CPU or more (--cpu-durations)
+@pytest.mark.slow  # its echo-bot processes: 1.5 s of CPU or more (--cpu-durations)
 async def test_each_telegram_update_is_not_an_info_line_in_the_service_log(tmp_path: Path) -> None:
     """Under systemd the log is the journal: one aiogram line per update drowned it."""
     token, owner = "123456:LOGS-test-token", 42

@@ -89,7 +89,7 @@ def committed_but_unaudited(state: Path) -> list[str]:
     return missing
 
 
-@pytest.mark.slow  # its echo-bot processes: 2 s of CPU or more (--cpu-durations)
+@pytest.mark.slow  # its echo-bot processes: 1.5 s of CPU or more (--cpu-durations)
 def test_a_killed_daemon_loses_no_audit_row_of_what_it_committed(tmp_path: Path) -> None:
     """Killed (SIGKILL) in the middle of a stream of turns, at a different point of a turn
     each time: every step, call and turn it committed has its audit rows, and after a

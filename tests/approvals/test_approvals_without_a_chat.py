@@ -74,7 +74,7 @@ def test_check_config_says_prompts_wait_for_echo_bot_approvals(tmp_path: Path) -
     assert "  webhook route deploy: echo-bot approvals (no [approvals] default_chat)" in out
 
 
-@pytest.mark.slow  # its echo-bot processes: 2 s of CPU or more (--cpu-durations)
+@pytest.mark.slow  # its echo-bot processes: 1.5 s of CPU or more (--cpu-durations)
 def test_webhook_only_setup_waits_for_echo_bot_approvals_and_runs_once_approved(
     tmp_path: Path,
 ) -> None:

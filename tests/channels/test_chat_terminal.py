@@ -8,6 +8,8 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import ROOT, echo_bot_cmd, echo_bot_env, read_store, run_echo_bot
 from tests.proc import run_with_output_closed
 from tests.pty_proc import PtyEchoBot
@@ -171,6 +173,7 @@ def chat_until_its_output_closes(
             proc.wait(10)
 
 
+@pytest.mark.slow  # its echo-bot processes: 1.5 s of CPU or more (--cpu-durations)
 def test_chat_ends_when_its_output_pipe_closes_and_keeps_the_reply_undelivered(
     tmp_path: Path,
 ) -> None:
@@ -216,6 +219,7 @@ def test_chat_ends_when_its_output_pipe_closes_and_keeps_the_reply_undelivered(
     assert all(r[0] == "sent" for r in outbox_rows(state))
 
 
+@pytest.mark.slow  # its echo-bot processes: 1.5 s of CPU or more (--cpu-durations)
 def test_the_chat_and_the_cli_name_the_decider_alike(tmp_path: Path) -> None:
     state = tmp_path / "st"
     args = ("--config", str(config_file(tmp_path)), "--state-dir", str(state))

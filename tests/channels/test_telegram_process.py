@@ -138,7 +138,7 @@ async def test_pending_approval_survives_sigkill_and_runs_once(tmp_path: Path) -
     assert len(prompts) == 1, "the prompt was sent before the kill and must not be re-sent"
 
 
-@pytest.mark.slow  # its echo-bot processes: 2 s of CPU or more (--cpu-durations)
+@pytest.mark.slow  # its echo-bot processes: 1.5 s of CPU or more (--cpu-durations)
 async def test_a_rejected_token_is_one_clear_line_and_exit_code_2(tmp_path: Path) -> None:
     config = tmp_path / "config.toml"
     async with FakeTelegramAPI(token=TOKEN) as api:
@@ -160,7 +160,7 @@ async def test_a_rejected_token_is_one_clear_line_and_exit_code_2(tmp_path: Path
     assert "not-the-right-token" not in err.decode()
 
 
-@pytest.mark.slow  # its echo-bot processes: 2 s of CPU or more (--cpu-durations)
+@pytest.mark.slow  # its echo-bot processes: 1.5 s of CPU or more (--cpu-durations)
 async def test_an_unreachable_bot_api_leaves_the_daemon_running_and_degraded(
     tmp_path: Path,
 ) -> None:

@@ -7,6 +7,8 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from echo_bot.events import Address, InboundMessage, InboundStatus, MessageInbound, Sender
 from echo_bot.secrets import Masker
 from echo_bot.store import DB_FILENAME, Database, Store, Tx
@@ -96,6 +98,7 @@ def test_a_request_id_prefix_finds_the_request_or_says_which_ones_it_begins(
     assert unique.stdout.splitlines()[0] == "request:   c0ffee02"
 
 
+@pytest.mark.slow  # its echo-bot processes: 1.5 s of CPU or more (--cpu-durations)
 def test_one_webhook_delivery_by_a_prefix_with_readable_times(tmp_path: Path) -> None:
     state = tmp_path / "st"
     made = [delivery("gh", n) for n in range(3)]

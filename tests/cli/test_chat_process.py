@@ -215,7 +215,7 @@ def test_sigint_stops_run_cleanly(tmp_path: Path) -> None:
         bot.cleanup()
 
 
-@pytest.mark.slow  # its echo-bot processes: 2 s of CPU or more (--cpu-durations)
+@pytest.mark.slow  # its echo-bot processes: 1.5 s of CPU or more (--cpu-durations)
 def test_management_commands_read_a_postgres_store(tmp_path: Path) -> None:
     """status, audit and reminders read the database the config names; backup says
     PostgreSQL's own tools do that; a missing URL is one line."""
@@ -256,7 +256,7 @@ def test_management_commands_read_a_postgres_store(tmp_path: Path) -> None:
         assert "ECHO_BOT_DATABASE_URL is not set" in missing.stderr
 
 
-@pytest.mark.slow  # its echo-bot processes: 2 s of CPU or more (--cpu-durations)
+@pytest.mark.slow  # its echo-bot processes: 1.5 s of CPU or more (--cpu-durations)
 def test_store_copy_moves_a_stopped_store_to_postgres_and_the_work_goes_on(
     tmp_path: Path, config: Path
 ) -> None:
@@ -414,6 +414,7 @@ def test_a_database_out_of_connections_is_waited_for_with_a_clear_reason(
             daemon.cleanup()
 
 
+@pytest.mark.slow  # its echo-bot processes: 1.5 s of CPU or more (--cpu-durations)
 def test_status_lists_the_live_daemons_by_their_instance_name(
     tmp_path: Path, engine: tuple[Path, dict[str, str]]
 ) -> None:

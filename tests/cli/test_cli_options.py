@@ -32,6 +32,7 @@ def _commands(parser: argparse.ArgumentParser, prefix: Command = ()) -> list[Com
     return found
 
 
+@pytest.mark.slow  # its echo-bot processes: 1.5 s of CPU or more (--cpu-durations)
 def test_global_options_work_before_the_subcommand(tmp_path: Path) -> None:
     state = tmp_path / "st"
     assert run_echo_bot("chat", "--state-dir", str(state), input="/help\n").returncode == 0
@@ -70,6 +71,7 @@ def _brain_words(text: str) -> str:
     ["", '[openai]\nbase_url = "http://127.0.0.1:9/v1"\nmodel = "llama3.1"\n'],
     ids=["rules", "llm"],
 )
+@pytest.mark.slow  # its echo-bot processes: 1.5 s of CPU or more (--cpu-durations)
 def test_banner_check_config_and_status_name_the_brain_alike(
     tmp_path: Path, config_text: str
 ) -> None:
@@ -102,7 +104,7 @@ def _pending_request(args: tuple[str, ...]) -> tuple[EchoBotProcess, str]:
     return bot, request.group(1)
 
 
-@pytest.mark.slow  # its echo-bot processes: 2 s of CPU or more (--cpu-durations)
+@pytest.mark.slow  # its echo-bot processes: 1.5 s of CPU or more (--cpu-durations)
 def test_approvals_are_found_by_a_unique_prefix_and_an_ambiguous_one_lists_them(
     tmp_path: Path,
 ) -> None:

@@ -79,7 +79,7 @@ def add_session(tx: Tx, session_id: str, secret: str, *, ago: float = 0.0, agent
     tx.console.add_session(session_id, digest(secret), approver, "csrf", now, now + HOUR, agent)
 
 
-@pytest.mark.slow  # its echo-bot processes: 2 s of CPU or more (--cpu-durations)
+@pytest.mark.slow  # its echo-bot processes: 1.5 s of CPU or more (--cpu-durations)
 def test_sessions_are_listed_and_revoked_by_a_prefix_or_all(
     tmp_path: Path, on_both_engines: str
 ) -> None:

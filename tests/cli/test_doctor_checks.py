@@ -50,7 +50,7 @@ def telegram_line(output: str) -> str:
     return line
 
 
-@pytest.mark.slow  # its echo-bot processes: 2 s of CPU or more (--cpu-durations)
+@pytest.mark.slow  # its echo-bot processes: 1.5 s of CPU or more (--cpu-durations)
 async def test_doctor_fails_when_the_bot_api_rejects_the_token_with_401(tmp_path: Path) -> None:
     async with FakeTelegramAPI(token=TOKEN) as api:
         config = telegram_config(tmp_path, api)
@@ -69,7 +69,7 @@ async def test_doctor_fails_when_the_bot_api_rejects_the_token_with_401(tmp_path
     assert wrong not in out and "REVOKED" not in out
 
 
-@pytest.mark.slow  # its echo-bot processes: 2 s of CPU or more (--cpu-durations)
+@pytest.mark.slow  # its echo-bot processes: 1.5 s of CPU or more (--cpu-durations)
 async def test_doctor_fails_when_the_bot_api_answers_404_for_the_token(tmp_path: Path) -> None:
     async with FakeTelegramAPI(token=TOKEN) as api:
         api.fail_next("getMe", status=404)  # what Telegram answers for a malformed token
@@ -84,7 +84,7 @@ async def test_doctor_fails_when_the_bot_api_answers_404_for_the_token(tmp_path:
     assert TOKEN not in out
 
 
-@pytest.mark.slow  # its echo-bot processes: 2 s of CPU or more (--cpu-durations)
+@pytest.mark.slow  # its echo-bot processes: 1.5 s of CPU or more (--cpu-durations)
 async def test_doctor_reads_the_token_from_the_service_env_file(tmp_path: Path) -> None:
     env_file = tmp_path / "env"
     env_file.write_text(f'# /etc/echo-bot/env\nTELEGRAM_BOT_TOKEN="{TOKEN}"\n')

@@ -62,7 +62,7 @@ async def started_once(state_dir: Path, synapse: Synapse, account: Registered) -
         await eventually(lambda: channel.health()["status"] == "ok", timeout=30, what="synced")
 
 
-@pytest.mark.slow  # its echo-bot processes: 2 s of CPU or more (--cpu-durations)
+@pytest.mark.slow  # its echo-bot processes: 1.5 s of CPU or more (--cpu-durations)
 async def test_doctor_checks_the_homeserver_the_token_and_the_keys(
     synapse: Synapse, tmp_path: Path
 ) -> None:
@@ -97,6 +97,7 @@ async def test_doctor_checks_the_homeserver_the_token_and_the_keys(
     assert "Fix: matrix keys." in out
 
 
+@pytest.mark.slow  # its echo-bot processes: 1.5 s of CPU or more (--cpu-durations)
 async def test_doctor_fails_a_revoked_token_and_someone_elses(
     synapse: Synapse, tmp_path: Path
 ) -> None:
@@ -119,6 +120,7 @@ async def test_doctor_fails_a_revoked_token_and_someone_elses(
     assert account.access_token not in out and other.access_token not in out
 
 
+@pytest.mark.slow  # its echo-bot processes: 1.5 s of CPU or more (--cpu-durations)
 async def test_doctor_without_a_token_says_what_the_first_start_does(
     synapse: Synapse, tmp_path: Path
 ) -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.cli.test_doctor_checks import doctor
 from tests.fakes.slack_api import FakeSlack
 
@@ -24,6 +26,7 @@ def line(output: str, name: str) -> str:
     return found
 
 
+@pytest.mark.slow  # its echo-bot processes: 1.5 s of CPU or more (--cpu-durations)
 async def test_doctor_checks_the_tokens_and_the_scopes(tmp_path: Path) -> None:
     async with FakeSlack() as slack:
         args = ("--config", str(slack_config(tmp_path, slack)), "--state-dir", str(tmp_path / "s"))

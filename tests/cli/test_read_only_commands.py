@@ -31,7 +31,7 @@ def _tables(url: str) -> list[str]:
     return [str(row[0]) for row in rows]
 
 
-@pytest.mark.slow  # its echo-bot processes: 2 s of CPU or more (--cpu-durations)
+@pytest.mark.slow  # its echo-bot processes: 1.5 s of CPU or more (--cpu-durations)
 def test_looking_at_an_empty_database_creates_no_schema(tmp_path: Path) -> None:
     config = tmp_path / "pg.toml"
     config.write_text('[storage]\nengine = "postgres"\n')

@@ -28,7 +28,7 @@ def test_status_while_running_and_after(tmp_path: Path) -> None:
     assert "daemon: not running" in stopped.stdout
 
 
-@pytest.mark.slow  # its echo-bot processes: 2 s of CPU or more (--cpu-durations)
+@pytest.mark.slow  # its echo-bot processes: 1.5 s of CPU or more (--cpu-durations)
 def test_doctor_passes_on_defaults_and_names_what_to_fix(tmp_path: Path) -> None:
     good = run_echo_bot("doctor", "--state-dir", str(tmp_path / "st"))
     assert good.returncode == 0, good.stdout
@@ -55,7 +55,7 @@ def test_doctor_passes_on_defaults_and_names_what_to_fix(tmp_path: Path) -> None
     assert worse.returncode == 1 and "invalid TOML" in worse.stdout
 
 
-@pytest.mark.slow  # its echo-bot processes: 2 s of CPU or more (--cpu-durations)
+@pytest.mark.slow  # its echo-bot processes: 1.5 s of CPU or more (--cpu-durations)
 def test_telegram_unreachable_is_reported_by_doctor(tmp_path: Path) -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -364,6 +364,7 @@ def test_a_plain_run_does_not_import_the_mcp_sdk(tmp_path: Path) -> None:
     assert done.stdout.strip() == "[]"
 
 
+@pytest.mark.slow  # its echo-bot processes: 1.5 s of CPU or more (--cpu-durations)
 def test_mcp_list_shows_each_server_its_tools_their_risk_and_its_source(tmp_path: Path) -> None:
     notes = tmp_path / "notes"
     notes.mkdir()
@@ -443,6 +444,7 @@ deliver_to = "cli:local"
         assert added(state_dir) == ["deploy"]
 
 
+@pytest.mark.slow  # its echo-bot processes: 1.5 s of CPU or more (--cpu-durations)
 async def test_sighup_adds_removes_and_restarts_servers_whose_config_changed(
     state_dir: Path,
 ) -> None:
@@ -478,7 +480,7 @@ async def test_sighup_adds_removes_and_restarts_servers_whose_config_changed(
         assert "TOOL_NOT_FOUND" in (await bot.channel.reply_to(gone)).text
 
 
-@pytest.mark.slow  # its echo-bot processes: 2 s of CPU or more (--cpu-durations)
+@pytest.mark.slow  # its echo-bot processes: 1.5 s of CPU or more (--cpu-durations)
 async def test_status_and_doctor_show_each_server(state_dir: Path, tmp_path: Path) -> None:
     notes = state_dir / "notes"
     notes.mkdir()

@@ -97,6 +97,7 @@ def offered(llm: FakeOpenAI) -> list[dict[str, Any]]:
 
 
 # -- the caps ----------------------------------------------------------------------------
+@pytest.mark.slow  # its echo-bot processes: 1.5 s of CPU or more (--cpu-durations)
 async def test_attack_a_server_listing_300_tools_leaves_every_chat_on_the_model(
     state_dir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -356,7 +357,7 @@ def _builtin(name: str) -> Any:
     return type(f"Tool_{name}", (Tool,), attrs)()
 
 
-@pytest.mark.slow  # its echo-bot processes: 2 s of CPU or more (--cpu-durations)
+@pytest.mark.slow  # its echo-bot processes: 1.5 s of CPU or more (--cpu-durations)
 def test_mcp_list_and_doctor_say_a_server_is_over_a_cap(tmp_path: Path) -> None:
     from tests.conftest import run_echo_bot
 
