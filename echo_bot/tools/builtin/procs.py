@@ -6,13 +6,13 @@ process group, so killing the group is not enough. Two things close that gap:
 - **The daemon is a child subreaper** (``prctl(PR_SET_CHILD_SUBREAPER)``, set the first
   time a call starts). A process whose parent exits is then re-parented to the daemon
   instead of init, so everything a call starts keeps the daemon as an ancestor.
-- **After every call, a sweep** reads ``/proc`` and SIGKILLs, then reaps, the call's
-  processes until none is left: every process in the call's session (its session id is
-  the call's pid), every descendant of the call's pid, every child of the daemon that
-  appeared during the call (not there before it started) and is neither a running
-  call's own program, nor in the daemon's session, nor in another running call's
-  session, and every descendant of those. Spawning and sweeping take turns (one lock
-  per event loop), so a sweep never mistakes another call's fresh program for an
+- **After every call, a sweep** reads ``/proc`` and stops (SIGSTOP), SIGKILLs, then
+  reaps, the call's processes until none is left: every process in the call's session
+  (its session id is the call's pid), every descendant of the call's pid, every child of
+  the daemon that appeared during the call (not there before it started) and is neither
+  a running call's own program, nor in the daemon's session, nor in another running
+  call's session, and every descendant of those. Spawning and sweeping take turns (one
+  lock per event loop), so a sweep never mistakes another call's fresh program for an
   orphan. A kill goes through a pidfd after checking the process's start time, so a
   recycled pid is never hit.
 
@@ -151,8 +151,8 @@ def call_processes(
     return [table[pid] for pid in members if pid in table]
 
 
-def _kill(proc: Proc) -> None:
-    """SIGKILL ``proc`` unless its pid now names another process."""
+def _signal(proc: Proc, signum: signal.Signals) -> None:
+    """Send ``signum`` to ``proc`` unless its pid now names another process."""
     try:
         fd = os.pidfd_open(proc.pid)
     except ProcessLookupError:
@@ -161,13 +161,13 @@ def _kill(proc: Proc) -> None:
         current = _read_stat(proc.pid)
         if current is not None and current.start == proc.start:
             with suppress(ProcessLookupError, PermissionError):
-                os.kill(proc.pid, signal.SIGKILL)
+                os.kill(proc.pid, signum)
         return
     try:
         current = _read_stat(proc.pid)
         if current is not None and current.start == proc.start:
             with suppress(ProcessLookupError, PermissionError):
-                signal.pidfd_send_signal(fd, signal.SIGKILL)
+                signal.pidfd_send_signal(fd, signum)
     finally:
         os.close(fd)
 
@@ -189,8 +189,13 @@ def sweep(leader: int, before: frozenset[tuple[int, int]], others: frozenset[int
         ours = [p for p in procs if p.dead and p.ppid == me]
         if not live and not ours:  # what is left is a zombie someone else reaps
             return len(seen)
+        # Stopped all first, then killed: killed one by one, a process saw another die
+        # and went on before its own SIGKILL came (a setsid shell's `wait; touch
+        # marker` touched it, on a loaded machine). A stopped process runs nothing.
         for proc in live:
-            _kill(proc)
+            _signal(proc, signal.SIGSTOP)
+        for proc in live:
+            _signal(proc, signal.SIGKILL)
         for proc in ours:
             _reap(proc.pid)
         if time.monotonic() > deadline:
