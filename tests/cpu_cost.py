@@ -42,7 +42,8 @@ def _cpu_now() -> float:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    item.stash[_START] = _cpu_now()
+    if item.config.getoption("cpu_durations") > 0:  # measured only when asked for
+        item.stash[_START] = _cpu_now()
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -16,6 +16,7 @@ bind before it is handed out; the same process never hands one out twice.
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import socket
@@ -27,6 +28,7 @@ _given: set[int] = set()
 _pick = random.SystemRandom()  # unaffected by a seeded ``random`` (pytest-randomly)
 
 
+@functools.cache
 def _ephemeral_range() -> tuple[int, int]:
     try:
         with open("/proc/sys/net/ipv4/ip_local_port_range") as file:
