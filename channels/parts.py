@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import glob
 import logging
+import random
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Coroutine
@@ -34,6 +35,27 @@ class Health:
                 "%s: %s (retrying)", self.channel, error
             )
         self.status, self.last_error = "degraded", error
+
+
+class Backoff:
+    """The waits between tries at a peer that cannot be reached: doubling from ``first``
+    to ``cap`` seconds, each a random 75-100 % of that (jitter), so that daemons which
+    lost the same server do not all come back to it in step. ``reset`` after a success."""
+
+    def __init__(self, first: float = 1.0, cap: float = 60.0) -> None:
+        self.first, self.cap = first, cap
+        self._next = first
+
+    def reset(self) -> None:
+        self._next = self.first
+
+    def next(self) -> float:
+        wait = self._next * random.uniform(0.75, 1.0)
+        self._next = min(self._next * 2, self.cap)
+        return wait
+
+    async def wait(self) -> None:
+        await asyncio.sleep(self.next())
 
 
 class Tasks:

@@ -71,13 +71,33 @@ def http_reasons(config: Config, channel_names: Sequence[str]) -> list[str]:
     return reasons
 
 
+# Channels whose library comes with an extra of the same name (pyproject.toml).
+CHANNEL_EXTRAS = frozenset({"matrix", "slack"})
+
+
 def load_channel_class(name: str) -> type[Channel]:
+    """The channel's class, its module imported now. A library the channel needs that is
+    not installed is a ``ConfigError`` saying how to install it (``run`` and
+    ``check-config`` exit 2 with that line)."""
     target = CHANNELS.get(name)
     if target is None:
         raise ConfigError(f"the {name} channel is not available in echo-bot {__version__}")
     module_name, _, class_name = target.partition(":")
-    module = importlib.import_module(module_name)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] in ("channels", "echo_bot"):
+            raise  # our own code is broken: not a missing extra
+        raise ConfigError(missing_library(name, exc)) from None
     return getattr(module, class_name)  # type: ignore[no-any-return]
+
+
+def missing_library(name: str, exc: ImportError) -> str:
+    if name in CHANNEL_EXTRAS:
+        install = f"pip install 'echo-bot[{name}]', or pip install '.[{name}]' in a checkout"
+    else:
+        install = "install echo-bot again (pip install echo-bot, or pip install . in a checkout)"
+    return f"[{name}] is enabled but its library is not installed ({exc.name}): {install}"
 
 
 class Daemon:

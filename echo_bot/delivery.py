@@ -36,6 +36,9 @@ OUTGOING = "outgoing"  # the state directory's folder of files waiting to be sen
 log = logging.getLogger(__name__)
 
 MAX_ATTEMPTS = 8
+# Seconds between tries of a chat's next message while its channel says its peer cannot
+# be reached (health not "ok"): such tries are not counted as attempts.
+AWAY_RETRY = 5.0
 SEND_TIMEOUT = 60.0
 IDLE_WAIT = 1.0
 DUE_PAGE = 100  # chats' heads read at one look
@@ -312,6 +315,17 @@ class DeliveryWorker:
     async def _failed_attempt(
         self, row: OutboxRow, error: str, retryable: bool, retry_after: float | None
     ) -> None:
+        if retryable and retry_after is None and self._peer_away(row.message.to.channel):
+            # The channel cannot reach its network (it says so on /healthz): the message
+            # waits for it however long that lasts, instead of running out of attempts
+            # during an outage. Tried again every AWAY_RETRY, not counted.
+            retry_at = self.clock() + AWAY_RETRY
+            await self.store.run(
+                lambda tx: tx.outbox.mark_retry(row.message.id, error, retry_at, counted=False)
+            )
+            log.debug("outbound %s to %s waits for its channel: %s", row.message.id,
+                      row.message.to, error)  # fmt: skip
+            return
         attempts = row.attempts + 1
         if not retryable or attempts >= self.max_attempts:
             metrics.OUTBOUND.labels(row.message.to.channel, OutboxStatus.FAILED).inc()
@@ -337,6 +351,15 @@ class DeliveryWorker:
             error,
             delay,
         )
+
+    def _peer_away(self, name: str) -> bool:
+        channel = self.channels.get(name)
+        if channel is None:
+            return False
+        try:
+            return channel.health().get("status") not in ("ok", None)
+        except Exception:  # a health check that fails says nothing about the peer
+            return False
 
 
 async def _discard_copy(message: OutboundMessage) -> None:

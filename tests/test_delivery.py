@@ -224,6 +224,36 @@ async def test_max_attempts_marks_failed_not_dropped(
     assert any(never.id in m and "3 attempt" in m for m in errors), caplog.text
 
 
+class AwayChannel(RecordingChannel):
+    """A channel that says on /healthz whether it can reach its network."""
+
+    status = "degraded"
+
+    def health(self) -> dict[str, object]:
+        return {"status": self.status}
+
+
+async def test_failures_while_the_channel_cannot_reach_its_network_are_not_counted(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An outage longer than the attempts last fails nothing: while the channel's health
+    is not "ok" a failed send is tried again (every AWAY_RETRY) without counting."""
+    monkeypatch.setattr(delivery, "AWAY_RETRY", 0.01)
+    channel = AwayChannel("cli")
+    channel.failure = lambda _m: (
+        ChannelError("network error: refused") if channel.status != "ok" else None
+    )
+    harness.worker.add_channel(channel)  # the harness worker has max_attempts=3
+    message = await harness.send(channel.address("a"), "held")
+    await eventually(lambda: len(channel.attempts) >= 6, WAIT, "six tries while away")
+    status, error, attempts = await harness.row(message.id)
+    assert (status, error, attempts) == ("queued", "network error: refused", 0)
+    channel.status = "ok"  # the network is back
+    await wait_sent(channel, 1)
+    assert await harness.wait_status(message.id, "sent")
+    assert [m.text for m in channel.sent] == ["held"]
+
+
 async def test_plain_exception_in_send_is_retried(harness: Harness) -> None:
     channel = RecordingChannel("cli")
     channel.failure = fail_first(1, lambda: RuntimeError("socket closed"))

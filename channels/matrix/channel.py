@@ -13,13 +13,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from channels.parts import Backoff
 from echo_bot.bus import Bus, Capabilities, ChannelHost, Diagnosis
 from echo_bot.config import MatrixConfig
 from echo_bot.errors import ConfigError
 from echo_bot.events import Address, Attachment, OutboundMessage, Receipt
 
 from .approvals import Prompts
-from .common import Health, Tasks, log
+from .common import NETWORK_ERRORS, Health, Tasks, Unreachable, log
 from .doctor import diagnose
 from .inbound import Inbound
 from .media import Downloads
@@ -58,27 +59,61 @@ class MatrixChannel:
         host.add_health("matrix", self.health)
 
     async def start(self, bus: Bus) -> None:
+        """Sign in and start syncing. A refused token or password fails the start (the
+        user must fix it); a homeserver that cannot be reached does not: the daemon
+        runs, /healthz says so, and the channel signs in once the server answers."""
         try:
-            async with asyncio.timeout(STARTUP_TIMEOUT):
-                await log_in(self.client, self.config, self.host.environ, self.directory)
+            await self._log_in()
         except ConfigError:
             await self.client.close()
             raise
-        except (OSError, TimeoutError) as exc:
-            await self.client.close()
-            where = self.config.homeserver
-            raise ConfigError(f"matrix.homeserver: cannot reach {where}: {exc}") from None
+        except NETWORK_ERRORS as exc:
+            self._health.degrade(f"cannot reach {self.config.homeserver}: {exc}")
+            self._tasks.spawn(self._log_in_later())
+            return
+        self._signed_in()
+
+    async def _log_in(self) -> None:
+        try:
+            async with asyncio.timeout(STARTUP_TIMEOUT):
+                await log_in(self.client, self.config, self.host.environ, self.directory)
+        except TimeoutError:
+            raise Unreachable(f"no answer in {STARTUP_TIMEOUT:.0f} s") from None
+
+    async def _log_in_later(self) -> None:
+        backoff = Backoff()
+        while True:
+            await backoff.wait()
+            try:
+                await self._log_in()
+            except ConfigError as exc:
+                self._health.status, self._health.last_error = "down", str(exc)
+                log.error("matrix: %s; fix it and restart", exc)
+                return
+            except NETWORK_ERRORS as exc:
+                self._health.degrade(f"cannot reach {self.config.homeserver}: {exc}")
+                continue
+            self._signed_in()
+            return
+
+    def _signed_in(self) -> None:
         log.info("matrix: signed in as %s (device %s)", self.client.user_id, self.client.device_id)
         self._tasks.spawn(self._sync())
 
     async def _sync(self) -> None:
-        try:
-            await self.syncer.run()
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            self._health.status, self._health.last_error = "down", str(exc)
-            log.exception("matrix: the sync loop ended")
+        """The sync loop, for as long as the channel runs: the loop itself rides out a
+        homeserver that cannot be reached; anything else it raises is logged and the
+        loop starts again (from the stored token) after a backoff."""
+        backoff = Backoff()
+        while True:
+            try:
+                await self.syncer.run()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self._health.degrade(f"the sync loop failed: {exc}")
+                log.exception("matrix: the sync loop failed; starting it again")
+                await backoff.wait()
 
     @staticmethod
     async def diagnose(

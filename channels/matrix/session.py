@@ -28,7 +28,7 @@ from nio import AsyncClient, AsyncClientConfig, LoginResponse, WhoamiResponse
 from echo_bot.config import MatrixConfig
 from echo_bot.errors import ConfigError
 
-from .common import log
+from .common import Unreachable, log, transient
 
 REQUEST_TIMEOUT = 60.0  # seconds for one HTTP request (a sync's long poll is shorter)
 
@@ -70,7 +70,9 @@ async def log_in(
     client: AsyncClient, config: MatrixConfig, environ: Mapping[str, str], directory: Path
 ) -> None:
     """Restore the session (token from the environment, or kept from a first login),
-    or log in with the password once; the key store is loaded on the way."""
+    or log in with the password once; the key store is loaded on the way. A refusal
+    raises ``ConfigError`` (the user must act); a homeserver that cannot be reached,
+    or fails on its side, raises one of ``NETWORK_ERRORS`` (the caller tries again)."""
     await asyncio.to_thread(_private_dir, directory)
     token = environ.get(config.access_token_env, "")
     kept = await asyncio.to_thread(read_kept, directory / "login.json")
@@ -80,6 +82,8 @@ async def log_in(
         token, device_id = kept["access_token"], kept["device_id"]
     elif config.password_env and environ.get(config.password_env):
         answer = await client.login(environ[config.password_env], device_name=config.device_name)
+        if not isinstance(answer, LoginResponse) and transient(answer):
+            raise Unreachable(f"the login failed on the homeserver's side: {answer}")
         if not isinstance(answer, LoginResponse):
             raise ConfigError(f"matrix.password_env: the homeserver refused the login: {answer}")
         token, device_id = answer.access_token, answer.device_id
@@ -100,6 +104,8 @@ async def log_in(
 async def _device_of(client: AsyncClient, token: str, config: MatrixConfig) -> str:
     client.access_token = token
     answer = await client.whoami()
+    if not isinstance(answer, WhoamiResponse) and transient(answer):
+        raise Unreachable(f"whoami failed on the homeserver's side: {answer}")
     if not isinstance(answer, WhoamiResponse):
         raise ConfigError(
             f"matrix.access_token_env: {config.homeserver} rejected the token in "

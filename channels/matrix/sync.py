@@ -25,13 +25,13 @@ from typing import Any
 
 from nio import AsyncClient, MessageDirection, RoomMessagesResponse, SyncResponse
 
+from channels.parts import Backoff
 from echo_bot.bus import ChannelHost, delivery_lease
 from echo_bot.config import MatrixConfig
 
-from .common import CommitFailed, Health, log
+from .common import NETWORK_ERRORS, CommitFailed, Health, log
 from .inbound import Inbound
 
-MAX_DELAY = 60.0
 # Events per room one sync answer carries (Synapse's default is 10): a longer gap since
 # the last sync is "limited" and fetched back page by page (``gap``).
 TIMELINE_LIMIT = 50
@@ -66,7 +66,7 @@ class Syncer:
         self.token: str | None = None
         self.first = True  # the first sync of this run asks for the rooms' full state
         self.synced = asyncio.Event()  # set once the first sync is handled
-        self._delay = 1.0
+        self._backoff = Backoff()
 
     @property
     def _token_name(self) -> str:
@@ -79,17 +79,22 @@ class Syncer:
             await self.encryption()
         resume = True  # go on from the token the last syncer stored
         while True:
-            if self.host.shared and not await self._may_sync():
-                resume = True  # another daemon syncs: its token will be in the store
-                await asyncio.sleep(STANDBY_CHECK)
-                continue
-            if resume:
-                if self.host.shared:
-                    await self.drain_to_device()
-                kept = await self.host.recall_note(self._token_name)
-                self.token = kept[0] if kept else None
-                self.first, resume = True, False  # the rooms' state afresh
-            await self.once()
+            try:
+                if self.host.shared and not await self._may_sync():
+                    resume = True  # another daemon syncs: its token will be in the store
+                    await asyncio.sleep(STANDBY_CHECK)
+                    continue
+                if resume:
+                    if self.host.shared:
+                        await self.drain_to_device()
+                    kept = await self.host.recall_note(self._token_name)
+                    self.token = kept[0] if kept else None
+                    self.first, resume = True, False  # the rooms' state afresh
+                await self.once()
+            except NETWORK_ERRORS as exc:
+                # The homeserver away (or the path to it): the same batch is asked for
+                # again, from the same token, once it answers.
+                await self._failed(f"cannot reach {self.config.homeserver}: {exc}")
 
     async def drain_to_device(self) -> None:
         """Before syncing from the token another daemon stored: this device's own
@@ -151,7 +156,8 @@ class Syncer:
         self.first = False
         if self.health.status != "ok":
             log.info("matrix: syncing")
-        self.health.status, self.health.last_error, self._delay = "ok", None, 1.0
+        self.health.status, self.health.last_error = "ok", None
+        self._backoff.reset()
         await self.encryption()
         try:
             await self.feed(answer)
@@ -249,5 +255,4 @@ class Syncer:
 
     async def _failed(self, error: str) -> None:
         self.health.degrade(error)
-        await asyncio.sleep(self._delay)
-        self._delay = min(self._delay * 2, MAX_DELAY)
+        await self._backoff.wait()

@@ -1,6 +1,6 @@
 """The Slack channel: the wiring of the Web API client, the transport and the parts that
 do the work, and the start's checks (a wrong token fails the start with its key's name,
-instead of a connection retried for ever)."""
+instead of a connection retried for ever; Slack out of reach is retried)."""
 
 from __future__ import annotations
 
@@ -11,13 +11,14 @@ from typing import Any
 
 from slack_sdk.web.async_client import AsyncWebClient
 
+from channels.parts import Backoff
 from echo_bot.bus import Bus, Capabilities, ChannelHost, Diagnosis
 from echo_bot.config import SlackConfig
 from echo_bot.errors import ChannelError, ConfigError
 from echo_bot.events import Address, Attachment, OutboundMessage, Receipt
 
 from .blocks import Prompts
-from .common import Health, Tasks, log
+from .common import Health, Tasks, Unreachable, log
 from .doctor import diagnose
 from .inbound import Inbound
 from .media import Downloads
@@ -48,10 +49,40 @@ class SlackChannel:
         self.outbound = Outbound(host, self.web, self.prompts, self._tasks)
         self.downloads = Downloads(section, self.token)
         self.socket: SocketMode | None = None
+        self.events: EventsOverHttp | None = None
         host.add_health("slack", self.health)
 
     async def start(self, bus: Bus) -> None:
+        """Check the tokens with Slack and connect. A refused token fails the start (the
+        user must fix it); Slack that cannot be reached, or fails on its side (5xx),
+        does not: the daemon runs, /healthz says so, and the channel connects once Slack
+        answers."""
         await self.web.open()
+        if self.config.mode == "socket":
+            if not self.host.environ.get(self.config.app_token_env, ""):
+                await self.stop()
+                raise ConfigError(f"slack.app_token_env: ${self.config.app_token_env} is not set")
+        else:
+            secret = self.host.environ.get(self.config.signing_secret_env, "")
+            if not secret:
+                await self.stop()
+                raise ConfigError(
+                    f"slack.signing_secret_env: ${self.config.signing_secret_env} is not set"
+                )
+            # Registered now: the server's routes are fixed once it starts. Deliveries
+            # before the first auth.test are answered 503, which Slack sends again.
+            self.events = EventsOverHttp(self.config, self.host, secret)
+            self.events.register()
+        try:
+            await self._connect()
+        except ConfigError:
+            await self.stop()
+            raise
+        except Unreachable as exc:
+            self._unreachable(exc)
+            self._tasks.spawn(self._connect_later())
+
+    async def _connect(self) -> None:
         try:
             async with asyncio.timeout(STARTUP_TIMEOUT):
                 bot_user = await self._who_am_i()
@@ -64,21 +95,40 @@ class SlackChannel:
                     )
                     await self.socket.start(url)
                 else:
-                    secret = self.host.environ.get(self.config.signing_secret_env, "")
-                    if not secret:
-                        raise ConfigError(
-                            f"slack.signing_secret_env: ${self.config.signing_secret_env} is "
-                            "not set"
-                        )
-                    EventsOverHttp(self.config, self.host, secret, inbound).register()
-                    self._health.status = "ok"
+                    assert self.events is not None
+                    self.events.inbound = inbound
         except TimeoutError:
-            await self.stop()
-            raise ConfigError(f"slack: {self.config.api_base} did not answer in time") from None
+            await self._drop_socket()
+            raise Unreachable(f"no answer in {STARTUP_TIMEOUT:.0f} s") from None
         except BaseException:
-            await self.stop()
+            await self._drop_socket()
             raise
+        self._health.status, self._health.last_error = "ok", None
         log.info("slack: signed in as %s (%s)", bot_user, self.config.mode)
+
+    async def _connect_later(self) -> None:
+        backoff = Backoff()
+        while True:
+            await backoff.wait()
+            try:
+                await self._connect()
+            except ConfigError as exc:
+                self._health.status, self._health.last_error = "down", str(exc)
+                log.error("slack: %s; fix it and restart", exc)
+                return
+            except Unreachable as exc:
+                self._unreachable(exc)
+                continue
+            return
+
+    def _unreachable(self, exc: Unreachable) -> None:
+        if self._health.status != "degraded":  # else the Web API's failure said it
+            self._health.degrade(f"cannot reach {self.config.api_base}: {exc}")
+
+    async def _drop_socket(self) -> None:
+        if self.socket is not None:
+            await self.socket.stop()
+            self.socket = None
 
     async def _who_am_i(self) -> str:
         """The bot's user ID (``auth.test``): its own messages and mentions are known by it."""
@@ -86,9 +136,7 @@ class SlackChannel:
             answer = await self.web.call("auth.test", self.web.client.auth_test)
         except ChannelError as exc:
             if exc.retryable:  # the network, or Slack's side: not the token
-                raise ConfigError(
-                    f"slack.api_base: cannot reach {self.config.api_base} ({exc})"
-                ) from None
+                raise Unreachable(str(exc)) from None
             raise ConfigError(
                 f"slack.bot_token_env: Slack refused ${self.config.bot_token_env} ({exc})"
             ) from None
@@ -98,8 +146,6 @@ class SlackChannel:
         return user
 
     async def _socket_url(self, app_token: str) -> str:
-        if not app_token:
-            raise ConfigError(f"slack.app_token_env: ${self.config.app_token_env} is not set")
         client = AsyncWebClient(
             token=app_token, base_url=self.config.api_base, retry_handlers=[],
             session=self.web.client.session,
@@ -110,23 +156,19 @@ class SlackChannel:
             )
         except ChannelError as exc:
             if exc.retryable:  # the network, or Slack's side: not the token
-                raise ConfigError(
-                    f"slack.api_base: cannot reach {self.config.api_base} ({exc})"
-                ) from None
+                raise Unreachable(str(exc)) from None
             raise ConfigError(
                 f"slack.app_token_env: Slack refused ${self.config.app_token_env} for Socket"
                 f" Mode ({exc}); is Socket Mode on for the app?"
             ) from None
         url = answer.get("url")
         if not isinstance(url, str) or not url.startswith(("wss://", "ws://")):
-            raise ConfigError("slack: apps.connections.open gave no WebSocket URL")
+            raise Unreachable("apps.connections.open gave no WebSocket URL")
         return url
 
     async def stop(self) -> None:
-        if self.socket is not None:
-            await self.socket.stop()
-            self.socket = None
         await self._tasks.cancel_all()
+        await self._drop_socket()
         await self.web.close()
 
     @staticmethod

@@ -31,10 +31,11 @@ async def diagnose(
     section: SlackConfig, environ: Mapping[str, str], state_dir: Path
 ) -> list[Diagnosis]:
     found = [await _bot_token(section, environ)]
-    if found[0].status == DIAGNOSIS_FAIL:
-        return found
     if section.mode == "socket":
-        found.append(await _app_token(section, environ))
+        if found[0].name == REACH:  # asked again, it would not answer again
+            found.append(_app_token_set(section, environ))
+        else:
+            found.append(await _app_token(section, environ))
     else:
         name = section.signing_secret_env
         if environ.get(name):
@@ -61,6 +62,25 @@ async def _call(
     return data, {k.lower(): v for k, v in (response.headers or {}).items()}
 
 
+REACH = "slack api"  # the check's name when Slack did not answer (not the token's fault)
+
+
+def _unreachable(exc: BaseException) -> bool:
+    """Whether a failed call says nothing of the token: the network, the time, or a
+    failure on Slack's side (5xx)."""
+    if isinstance(exc, SlackApiError):
+        return int(getattr(exc.response, "status_code", 0) or 0) >= 500
+    return True
+
+
+def _cannot_reach(section: SlackConfig, method: str, exc: BaseException) -> Diagnosis:
+    text = (
+        f"cannot reach {section.api_base} ({method}: {_refusal(exc)}); `echo-bot run` keeps"
+        " trying until Slack answers"
+    )
+    return Diagnosis(REACH, DIAGNOSIS_FAIL, text)
+
+
 def _refusal(exc: BaseException) -> str:
     if isinstance(exc, SlackApiError):
         data = exc.response.data if isinstance(exc.response.data, dict) else {}
@@ -76,14 +96,16 @@ async def _bot_token(section: SlackConfig, environ: Mapping[str, str]) -> Diagno
     try:
         data, headers = await _call(section, token, "auth.test")
     except FAILED as exc:
+        if _unreachable(exc):
+            return _cannot_reach(section, "auth.test", exc)
         why = _refusal(exc)
-        if isinstance(exc, SlackApiError) and why in REFUSED:
+        if why in REFUSED:
             text = (
                 f"Slack refused ${section.bot_token_env} ({why}): copy the app's Bot User"
                 " OAuth Token again (OAuth & Permissions), or reinstall the app"
             )
         else:
-            text = f"cannot ask {section.api_base} (auth.test): {why}"
+            text = f"Slack refused ${section.bot_token_env} (auth.test: {why})"
         return Diagnosis(name, DIAGNOSIS_FAIL, text)
     who = f"{data.get('user', '?')} ({data.get('user_id', '?')}) in {data.get('team', '?')}"
     scopes = {s.strip() for s in headers.get("x-oauth-scopes", "").split(",") if s.strip()}
@@ -108,9 +130,20 @@ async def _app_token(section: SlackConfig, environ: Mapping[str, str]) -> Diagno
     try:
         await _call(section, token, "apps.connections.open")
     except FAILED as exc:
+        if _unreachable(exc):
+            return _cannot_reach(section, "apps.connections.open", exc)
         text = (
             f"Slack refused ${section.app_token_env} for Socket Mode ({_refusal(exc)}): an"
             " app-level token with connections:write, and Socket Mode on for the app"
         )
         return Diagnosis(name, DIAGNOSIS_FAIL, text)
     return Diagnosis(name, DIAGNOSIS_OK, f"${section.app_token_env} opens Socket Mode")
+
+
+def _app_token_set(section: SlackConfig, environ: Mapping[str, str]) -> Diagnosis:
+    """The app token when Slack cannot be asked: set, at least."""
+    name = "slack app token"
+    if not environ.get(section.app_token_env, ""):
+        return Diagnosis(name, DIAGNOSIS_FAIL, f"${section.app_token_env} is not set (Socket Mode)")
+    text = f"${section.app_token_env} is set (not checked: Slack did not answer)"
+    return Diagnosis(name, DIAGNOSIS_WARN, text)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from typing import Any
 from urllib.parse import parse_qs
@@ -40,6 +41,20 @@ from .common import CommitFailed, Health, Tasks, log
 from .inbound import Inbound
 
 MAX_BODY = 1024 * 1024  # bytes of one HTTP delivery
+WATCH_EVERY = 1.0  # seconds between looks at the Socket Mode connection
+
+
+class _Reconnecting(logging.Filter):
+    """The SDK logs each failed try to reconnect, with a traceback, every few seconds
+    for as long as Slack cannot be reached; /healthz and the channel's one line say it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = str(record.msg)
+        return not message.startswith(("Failed to connect", "Failed to check the current"))
+
+
+SDK_LOG = logging.getLogger("channels.slack.socket_mode")
+SDK_LOG.addFilter(_Reconnecting())
 TAKEN = frozenset({"events_api", "interactive"})
 
 
@@ -62,12 +77,23 @@ class SocketMode:
             app_token=self.app_token,
             web_client=AsyncWebClient(base_url=self.api_base, retry_handlers=[]),
             auto_reconnect_enabled=True,
+            logger=SDK_LOG,
         )
         client.socket_mode_request_listeners.append(self._queued)
         client.wss_uri = url
         self.tasks.spawn(self._work(client))
         await client.connect()  # type: ignore[no-untyped-call]
-        self.health.status = "ok"
+        self.tasks.spawn(self._watch(client))
+
+    async def _watch(self, client: SocketModeClient) -> None:
+        """The SDK reconnects by itself (a new URL from apps.connections.open, every
+        ``ping_interval`` while Slack cannot be reached); this shows it on /healthz."""
+        while True:
+            await asyncio.sleep(WATCH_EVERY)
+            if await client.is_connected():
+                self.health.regained("socket")
+            else:
+                self.health.lost("socket", "the Socket Mode connection is down (reconnecting)")
 
     async def _queued(self, client: Any, request: SocketModeRequest) -> None:
         self._queue.put_nowait(request)  # before any await: the envelopes keep their order
@@ -111,13 +137,11 @@ class SocketMode:
 
 
 class EventsOverHttp:
-    def __init__(
-        self, config: SlackConfig, host: ChannelHost, secret: str, inbound: Inbound
-    ) -> None:
+    def __init__(self, config: SlackConfig, host: ChannelHost, secret: str) -> None:
         self.path = config.path
         self.host = host
         self.verifier = SignatureVerifier(secret)
-        self.inbound = inbound
+        self.inbound: Inbound | None = None  # set once auth.test named the bot
         self.refused = 0  # requests without a valid signature
         self._refusal_logged = -1e9
 
@@ -141,6 +165,8 @@ class EventsOverHttp:
             return web.json_response({"error": "not a Slack delivery"}, status=400)
         if kind == "url_verification":
             return web.json_response({"challenge": str(payload.get("challenge", ""))})
+        if self.inbound is None:  # not signed in yet (Slack's Web API out of reach)
+            return web.json_response({"error": "not connected to Slack yet; retry"}, status=503)
         try:
             await self.inbound.take(kind, payload)
         except CommitFailed:

@@ -133,7 +133,7 @@ class Web:
             if wait > 0:
                 await asyncio.sleep(wait)
             try:
-                return await request()
+                answer = await request()
             except SlackApiError as exc:
                 error, status, retry_after = _error_of(exc)
                 if status == 429 or error == "ratelimited":
@@ -147,10 +147,17 @@ class Web:
                     continue
                 if error in AUTH_ERRORS:
                     self.health.degrade(f"Slack refused the bot token ({error})")
+                if status >= 500:
+                    self.health.lost("web", f"Slack failed on its side ({status} to {method})")
+                else:
+                    self.health.regained("web")
                 retryable = status >= 500 or error not in FINAL
                 raise ChannelError(f"{method}: {error}", retryable=retryable) from None
             except (ClientError, OSError, TimeoutError, SlackClientError) as exc:
+                self.health.lost("web", f"cannot reach {self.api_base}: {exc}")
                 raise ChannelError(f"{method}: network error: {exc}") from None
+            self.health.regained("web")
+            return answer
         raise AssertionError("unreachable")
 
     async def close(self) -> None:

@@ -24,6 +24,7 @@ from aiogram.client.telegram import TelegramAPIServer
 from aiogram.exceptions import AiogramError, TelegramAPIError, TelegramUnauthorizedError
 from aiogram.types import BotCommand
 
+from channels.parts import Backoff
 from echo_bot.bus import Bus, Capabilities, ChannelHost
 from echo_bot.config import BOT_TOKEN_SHAPE, TelegramConfig, looks_like_bot_token
 from echo_bot.errors import ConfigError
@@ -117,9 +118,9 @@ class TelegramChannel:
         await self._connected(me.id, me.username)
 
     async def _connect_later(self) -> None:
-        delay = 1.0
+        backoff = Backoff()
         while True:
-            await asyncio.sleep(delay)
+            await backoff.wait()
             try:
                 me = await self.bot.get_me()
             except TelegramUnauthorizedError:
@@ -129,7 +130,6 @@ class TelegramChannel:
                 return
             except (AiogramError, TimeoutError, OSError) as exc:
                 self._health.degrade(f"cannot reach the Bot API: {exc}")
-                delay = min(delay * 2, 60.0)
                 continue
             await self._connected(me.id, me.username)
             return

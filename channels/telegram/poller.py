@@ -25,6 +25,7 @@ from aiogram.exceptions import (
 from aiogram.methods import GetUpdates
 from aiogram.types import Update
 
+from channels.parts import Backoff
 from echo_bot.bus import ChannelHost
 from echo_bot.config import TelegramConfig
 
@@ -57,7 +58,7 @@ class Poller:
         self.health = health
         self.poll_timeout = int(options.get("poll_timeout", 25))
         self._unreadable: set[int] = set()  # update ids aiogram could not read
-        self._delay = 1.0  # before the next try after a failed getUpdates
+        self._backoff = Backoff()  # before the next try after a failed getUpdates
 
     async def run(self) -> None:
         offset: int | None = None
@@ -74,7 +75,8 @@ class Poller:
                 continue
             if self.health.status != "ok":
                 log.info("telegram: connection restored")
-            self.health.status, self.health.last_error, self._delay = "ok", None, 1.0
+            self.health.status, self.health.last_error = "ok", None
+            self._backoff.reset()
             offset = await self._feed(updates, offset)
             if updates and offset is not None:
                 await self._store_offset(offset)
@@ -111,8 +113,7 @@ class Poller:
 
     async def _failed(self, exc: BaseException) -> None:
         self.health.degrade(f"getUpdates failed: {exc}")
-        await asyncio.sleep(self._delay)
-        self._delay = min(self._delay * 2, 60.0)
+        await self._backoff.wait()
 
     async def _feed(self, updates: list[Update], offset: int | None) -> int | None:
         """Each update through the dispatcher, in order; the offset past the last one

@@ -125,7 +125,8 @@ def _with_store(at: StoreAt, fn: Callable[[Tx], T], *, create: bool = False) -> 
 # -- check-config -------------------------------------------------------------------------
 def check_config(loaded: LoadedConfig, state_dir: Path, env: Mapping[str, str]) -> int:
     """``env``: the environment with the systemd credentials filled in."""
-    from ..app import http_reasons
+    from ..app import http_reasons, load_channel_class
+    from ..config import CHANNEL_NAMES, channel_enabled
     from ..runtime import build
 
     runtime = build(loaded, state_dir, env)  # made as `run` makes it, and not started
@@ -137,14 +138,13 @@ def check_config(loaded: LoadedConfig, state_dir: Path, env: Mapping[str, str]) 
         missing = sdk_missing()
         if missing is not None:
             raise ConfigError(missing)
+    # The channels `run` starts (but the terminal), each loaded as `run` loads it: a
+    # library not installed fails here as it would there.
     running = [
-        name
-        for name, on in (
-            ("telegram", telegram_enabled(loaded, env)),
-            ("webhook", config.webhook.enabled),
-        )
-        if on
+        name for name in CHANNEL_NAMES if name != "cli" and channel_enabled(loaded, env, name)
     ]
+    for name in running:
+        load_channel_class(name)
     reasons = http_reasons(config, running)
     http = (
         f"{config.http.host}:{config.http.port} ({', '.join(reasons)})"

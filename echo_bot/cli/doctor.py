@@ -245,17 +245,16 @@ def _diagnosed(loaded: LoadedConfig, environ: Mapping[str, str], state_dir: Path
             continue
         try:
             channel = load_channel_class(name)
-        except ImportError as exc:  # an extra not installed: said as a check of its own
-            found.append(_missing_extra(name, exc))
+        except ConfigError as exc:  # an extra not installed: said as a check of its own
+            found.append(_missing_extra(name, str(exc)))
             continue
         if channel.capabilities.diagnoses:
             found.append(cast("Diagnoses", channel).diagnose(section, environ, state_dir))
     return found
 
 
-async def _missing_extra(name: str, exc: ImportError) -> list[Diagnosis]:
-    text = f"cannot load the channel ({exc}): pip install 'echo-bot[{name}]'"
-    return [Diagnosis(name, DIAGNOSIS_FAIL, text)]
+async def _missing_extra(name: str, why: str) -> list[Diagnosis]:
+    return [Diagnosis(name, DIAGNOSIS_FAIL, why)]
 
 
 def _check_mcp(mcp: Any, environ: Mapping[str, str]) -> list[tuple[str, str, str]]:

@@ -123,11 +123,15 @@ class OutboxRepo:
             [message.id, message.to.channel, receipt.channel_message_id, now],
         )
 
-    def mark_retry(self, outbound_id: str, error: str, next_attempt_at: float) -> None:
+    def mark_retry(
+        self, outbound_id: str, error: str, next_attempt_at: float, *, counted: bool = True
+    ) -> None:
+        """Tried again at ``next_attempt_at``; ``counted=False``: a try that does not
+        count against the attempts (its channel could not reach its network)."""
         self._db.execute(
-            "UPDATE outbox SET attempts = attempts + 1, last_error = ?, next_attempt_at = ?"
+            "UPDATE outbox SET attempts = attempts + ?, last_error = ?, next_attempt_at = ?"
             " WHERE id = ? AND status = 'queued'",
-            [error, next_attempt_at, outbound_id],
+            [1 if counted else 0, error, next_attempt_at, outbound_id],
         )
 
     def note_error(self, outbound_id: str, error: str) -> None:

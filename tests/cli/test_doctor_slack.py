@@ -42,7 +42,8 @@ async def test_doctor_checks_the_tokens_and_the_scopes(tmp_path: Path) -> None:
                                  SLACK_APP_TOKEN=slack.app_token)  # fmt: skip
         assert code == 1 and line(out, "slack bot token").startswith("[FAIL]")
         assert "invalid_auth" in out and "Bot User OAuth Token" in out
-        assert "slack app token" not in out  # not asked with a bot token that fails
+        # The app token is checked on its own, whatever became of the bot token.
+        assert line(out, "slack app token").startswith("[  ok]"), out
 
         code, out = await doctor(*args, SLACK_BOT_TOKEN=slack.bot_token,
                                  SLACK_APP_TOKEN=slack.bot_token)  # fmt: skip
@@ -72,3 +73,27 @@ async def test_doctor_in_http_mode_needs_the_signing_secret(tmp_path: Path) -> N
                                  SLACK_SIGNING_SECRET="s3cret-value")  # fmt: skip
     assert line(out, "slack signing secret").startswith("[  ok]"), out
     assert "s3cret-value" not in out and "slack app token" not in out
+
+
+@pytest.mark.parametrize("failure", ["unreachable", "503"])
+async def test_doctor_says_slack_cannot_be_reached_not_that_a_token_is_wrong(
+    failure: str, tmp_path: Path
+) -> None:
+    async with FakeSlack() as slack:
+        tokens = {"SLACK_BOT_TOKEN": slack.bot_token, "SLACK_APP_TOKEN": slack.app_token}
+        if failure == "503":
+            slack.fail_next("auth.test", status=503, error="service_unavailable")
+            config = slack_config(tmp_path, slack)
+        else:
+            config = tmp_path / "config.toml"
+            config.write_text(
+                '[slack]\nenabled = true\napi_base = "http://127.0.0.1:9/api/"\n'
+                'allowed_users = ["U0OWNER"]\n'
+            )
+        code, out = await doctor("--config", str(config), "--state-dir", str(tmp_path), **tokens)
+    assert code == 1, out
+    reach = line(out, "slack api")
+    assert reach.startswith("[FAIL]") and "cannot reach" in reach and "keeps trying" in reach
+    assert "slack bot token" not in out  # nothing says the token is wrong
+    assert line(out, "slack app token").startswith("[warn]") and "is set" in out
+    assert "Fix: slack api." in out

@@ -563,6 +563,9 @@ class FakeSlack:
         self._runner: web.AppRunner | None = None
         self.origin = ""  # "http://127.0.0.1:PORT"
         self.base_url = ""  # "http://127.0.0.1:PORT/api/"
+        # Where apps.connections.open sends the WebSocket ("127.0.0.1:PORT", a proxy in
+        # front of the fake); None: the fake's own address.
+        self.socket_origin: str | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -801,16 +804,28 @@ class FakeSlack:
     def acked(self, envelope: Envelope) -> bool:
         return envelope.envelope_id in self.acks
 
-    async def wait_acked(self, envelope: Envelope, timeout: float = 10.0) -> JSON:
-        """The ack message (``{"envelope_id": ..., "payload"?: ...}``) the client sent."""
-        ack = await eventually(
-            lambda: self.acks.get(envelope.envelope_id),
+    async def wait_acked(
+        self, envelope: Envelope, timeout: float = 10.0, *, any_delivery: bool = False
+    ) -> JSON:
+        """The ack message (``{"envelope_id": ..., "payload"?: ...}``) the client sent;
+        ``any_delivery``: for this envelope or any redelivery of its event (the first
+        may have gone down with a connection)."""
+
+        def ack() -> JSON | None:
+            if any_delivery and envelope.event_id is not None:
+                for delivery in self.deliveries(envelope.event_id):
+                    if delivery.envelope_id in self.acks:
+                        return self.acks[delivery.envelope_id]
+            return self.acks.get(envelope.envelope_id)
+
+        found = await eventually(
+            ack,
             timeout,
             f"an ack for envelope {envelope.envelope_id} ({envelope.type})",
             woken_by=self._wake,
         )
-        assert ack is not None
-        return ack
+        assert found is not None
+        return found
 
     def deliveries(self, event_id: str) -> list[Envelope]:
         """Every envelope sent for that event: the first and each redelivery."""
@@ -1358,7 +1373,7 @@ class FakeSlack:
     def _connections_open(self, params: JSON) -> JSON:
         ticket = uuid.uuid4().hex
         self._tickets.add(ticket)
-        host = self.origin.removeprefix("http://")
+        host = self.socket_origin or self.origin.removeprefix("http://")
         return {"url": f"ws://{host}/link/?ticket={ticket}&app_id={self.APP_ID}"}
 
     def _content(self, params: JSON) -> tuple[str | None, list[JSON] | None]:

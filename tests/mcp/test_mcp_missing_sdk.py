@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import sysconfig
 import urllib.request
 from pathlib import Path
 from typing import cast
@@ -21,6 +20,7 @@ import pytest
 
 from tests.conftest import ROOT, echo_bot_env
 from tests.ports import free_port
+from tests.venv_without import python_without
 
 INSTALL = "pip install 'echo-bot[mcp]', or pip install '.[mcp]' in a checkout"
 MISSING = f"[[mcp.servers]] needs the MCP SDK: {INSTALL} (No module named 'mcp')"
@@ -29,24 +29,7 @@ ADMIN = "admin-token-for-healthz"
 
 @pytest.fixture(scope="module")
 def python_without_mcp(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("without-mcp")
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
-    python = root / "bin" / "python"
-    site = subprocess.run(
-        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True, text=True, check=True,
-    ).stdout.strip()  # fmt: skip
-    ours = Path(sysconfig.get_paths()["purelib"])
-    for entry in ours.iterdir():
-        if entry.name == "mcp" or entry.name.startswith("mcp-"):
-            continue
-        (Path(site) / entry.name).symlink_to(entry)
-    probe = subprocess.run(
-        [python, "-c", "import echo_bot, aiohttp, pydantic; import mcp"],
-        capture_output=True, text=True, cwd=ROOT,
-    )  # fmt: skip
-    assert "No module named 'mcp'" in probe.stderr, probe.stderr
-    return python
+    return python_without(tmp_path_factory.mktemp("without-mcp"), ["mcp"], "mcp")
 
 
 def write_config(tmp_path: Path, extra: str = "") -> Path:

@@ -29,6 +29,7 @@ from echo_bot.events import new_id
 from echo_bot.tools.base import Tool
 from tests.conftest import Bot, running_bot
 from tests.fakes.channel import RecordingChannel
+from tests.fakes.tcp_proxy import TcpProxy
 from tests.fakes.telegram_api import FakeTelegramAPI
 from tests.waiting import eventually
 
@@ -82,6 +83,7 @@ class Driver:
     # Why a case does not apply (None: it does), said by the driver, never skipped silently.
     NO_PROMPTS: ClassVar[str | None] = None
     NO_STRANGERS: ClassVar[str | None] = None
+    NO_OUTAGE: ClassVar[str | None] = None  # why the peer cannot be taken away
     # Fixtures the driver's peer needs (the session's Synapse), given as ``fixtures``.
     FIXTURES: ClassVar[tuple[str, ...]] = ()
 
@@ -90,6 +92,10 @@ class Driver:
         self.fixtures: dict[str, Any] = {}
         self.bot: Bot | None = None
         self._earlier: list[str] = []  # what a peer made anew each run received before
+        # Set before ``peer()``: the daemon reaches its peer through a TCP proxy
+        # (``proxy``), which ``peer_away`` cuts and ``peer_back`` restores.
+        self.proxied = False
+        self.proxy: TcpProxy | None = None
 
     @property
     def capabilities(self) -> Capabilities:
@@ -102,6 +108,35 @@ class Driver:
 
     def running(self) -> contextlib.AbstractAsyncContextManager[Bot]:
         raise NotImplementedError
+
+    @contextlib.asynccontextmanager
+    async def _proxy(self, url: str) -> AsyncIterator[str]:
+        """``url`` (http://127.0.0.1:PORT…) as the daemon is to reach it: through a proxy
+        when ``proxied``, else as it is."""
+        if not self.proxied:
+            yield url
+            return
+        port = int(url.split("//", 1)[1].split("/", 1)[0].rsplit(":", 1)[1])
+        async with TcpProxy(port) as proxy:
+            self.proxy = proxy
+            yield url.replace(f"127.0.0.1:{port}", proxy.origin, 1)
+
+    async def peer_away(self) -> None:
+        """The network between the daemon and its peer goes down (the peer keeps what
+        people send meanwhile)."""
+        assert self.proxy is not None, "a driver made with proxied = True"
+        await self.proxy.cut()
+
+    async def peer_back(self) -> None:
+        assert self.proxy is not None, "a driver made with proxied = True"
+        await self.proxy.restore()
+
+    def health(self) -> str:
+        """The channel's status as /healthz shows it ("ok", "degraded", "down"…)."""
+        assert self.bot is not None
+        channel = next(c for c in self.bot.daemon.channels if c.name == self.NAME)
+        health = getattr(channel, "health", None)
+        return str(health()["status"]) if health is not None else "ok"
 
     async def say(self, text: str) -> Any:
         """Send ``text`` as the peer does; a token for ``acknowledged``."""
@@ -171,11 +206,12 @@ class TelegramDriver(Driver):
     def __init__(self, state_dir: Path) -> None:
         super().__init__(state_dir)
         self.api: FakeTelegramAPI | None = None
+        self.api_base = ""  # the fake's, or the proxy's in front of it
 
     @contextlib.asynccontextmanager
     async def peer(self) -> AsyncIterator[None]:
-        async with FakeTelegramAPI(token=TOKEN) as api:
-            self.api = api
+        async with FakeTelegramAPI(token=TOKEN) as api, self._proxy(api.base_url) as url:
+            self.api, self.api_base = api, url
             yield
 
     @contextlib.asynccontextmanager
@@ -184,7 +220,7 @@ class TelegramDriver(Driver):
         config = f"""
 [telegram]
 enabled = true
-api_base = "{self.api.base_url}"
+api_base = "{self.api_base}"
 allowed_users = [{OWNER}, {FRIEND}]
 approvers = [{OWNER}]
 {TOOLS}"""
@@ -266,6 +302,10 @@ class WebhookDriver(Driver):
         " the route's deliver_to chat, shown by that chat's channel"
     )
     NO_STRANGERS = "a webhook sender cannot decide approvals: there is no decision to refuse"
+    NO_OUTAGE = (
+        "the daemon holds no connection to a webhook's peer: the sender connects to it, and"
+        " a POST that is not answered 202 is the sender's to send again"
+    )
 
     def __init__(self, state_dir: Path) -> None:
         super().__init__(state_dir)
@@ -326,6 +366,7 @@ class CliDriver(Driver):
         " reader's acknowledgement); the line is in the inbox before that"
     )
     NO_STRANGERS = "the terminal has one person, its owner, who approves there"
+    NO_OUTAGE = "the terminal is the daemon's own standard input and output: no peer to lose"
 
     def __init__(self, state_dir: Path) -> None:
         super().__init__(state_dir)
@@ -407,6 +448,7 @@ class MatrixDriver(Driver):
         self.server: Any = None
         self.people: Any = None  # (owner, friend)
         self.room_id = ""
+        self.homeserver = ""  # the server's URL, or the proxy's in front of it
         self.account: Any = None  # the bot's Registered
         self._prompted: set[str] = set()
         self.brain: Any = ContractBrain()  # None: the config's ([openai] in ``extra``)
@@ -428,7 +470,8 @@ class MatrixDriver(Driver):
             self.room_id = await open_room(owner, [self.account.user_id, friend.user_id])
             await friend.until(lambda: self.room_id in friend.invites, "friend invited")
             await friend.client.join(self.room_id)
-            async with owner.syncing(), friend.syncing():
+            async with owner.syncing(), friend.syncing(), self._proxy(server.url) as url:
+                self.homeserver = url
                 yield
         finally:
             for person in (owner, friend):
@@ -440,7 +483,7 @@ class MatrixDriver(Driver):
         config = f"""
 [matrix]
 enabled = true
-homeserver = "{self.server.url}"
+homeserver = "{self.homeserver}"
 user_id = "{self.account.user_id}"
 allowed_users = ["{owner.user_id}", "{friend.user_id}"]
 approvers = ["{owner.user_id}"]
@@ -567,6 +610,7 @@ class SlackDriver(Driver):
     def __init__(self, state_dir: Path) -> None:
         super().__init__(state_dir)
         self.slack: Any = None
+        self.api_base = ""  # the fake's, or the proxy's in front of it
         self.slack_keys = ""  # more keys of the [slack] section (TOML)
         self.extra = ""  # more config (TOML) for the daemon
         self.brain: Any = ContractBrain()
@@ -576,15 +620,17 @@ class SlackDriver(Driver):
     async def peer(self) -> AsyncIterator[None]:
         from tests.fakes.slack_api import FakeSlack
 
-        async with FakeSlack() as slack:
-            self.slack = slack
+        async with FakeSlack() as slack, self._proxy(slack.base_url) as url:
+            self.slack, self.api_base = slack, url
+            if self.proxy is not None:
+                slack.socket_origin = self.proxy.origin
             yield
 
     def config(self) -> str:
         return f"""
 [slack]
 enabled = true
-api_base = "{self.slack.base_url}"
+api_base = "{self.api_base}"
 allowed_users = ["{SLACK_OWNER}", "{SLACK_FRIEND}"]
 approvers = ["{SLACK_OWNER}"]
 {self.slack_keys}
@@ -601,15 +647,17 @@ approvers = ["{SLACK_OWNER}"]
             brain=self.brain,
         ) as bot:  # fmt: skip
             self.bot = bot
-            await eventually(lambda: self.slack.connections > connections, timeout=10,
-                             what="the bot's Socket Mode connection")  # fmt: skip
+            if self.proxy is None or self.proxy.up:  # else it connects once the peer is back
+                await eventually(lambda: self.slack.connections > connections, timeout=10,
+                                 what="the bot's Socket Mode connection")  # fmt: skip
             yield bot
 
     async def say(self, text: str) -> Any:
         return await self.slack.push_message(text, user=SLACK_OWNER, channel=SLACK_DM)
 
     async def acknowledged(self, token: Any) -> None:
-        await self.slack.wait_acked(token, timeout=15)
+        # Any delivery of the event: one sent as a connection went is sent again.
+        await self.slack.wait_acked(token, timeout=15, any_delivery=True)
 
     def sent(self, channel: str = SLACK_DM) -> list[dict[str, Any]]:
         return list(self.slack.messages.get(channel, []))
@@ -702,9 +750,19 @@ class SlackHttpDriver(SlackDriver):
             return response.status, await response.text()
 
     async def say(self, text: str) -> Any:
+        """Slack's POST of the event; sent again while it is answered 503, as Slack does
+        (here every 0.5 s, not Slack's 1 min and 5 min)."""
         event = {"type": "message", "channel": SLACK_DM, "user": SLACK_OWNER, "text": text,
                  "ts": self.next_ts(), "channel_type": "im"}  # fmt: skip
-        status, answer = await self.post(self.slack.event_body(event))
+        body = self.slack.event_body(event)
+        status, answer = await self.post(body)
+        for retry in range(1, 61):
+            if status != 503:
+                break
+            await asyncio.sleep(0.5)
+            headers = {**self.slack.signed_headers(body), "X-Slack-Retry-Num": str(retry),
+                       "X-Slack-Retry-Reason": "http_error"}  # fmt: skip
+            status, answer = await self.post(body, headers)
         assert status == 200, answer
         return status
 

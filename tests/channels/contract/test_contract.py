@@ -7,6 +7,7 @@ To add a channel: a driver in drivers.py and its name in ``DRIVERS`` (docs/CHANN
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -15,12 +16,14 @@ import pytest
 from echo_bot.app import load_channel_class
 from echo_bot.approvals.display import render_call
 from tests.channels.contract.drivers import DRIVERS, RUN_ARGS, Driver
+from tests.waiting import eventually
 
 
 @pytest.fixture(params=sorted(DRIVERS))
 async def driver(request: pytest.FixtureRequest, state_dir: Path) -> AsyncIterator[Driver]:
     made = DRIVERS[request.param](state_dir)
     made.fixtures = {name: request.getfixturevalue(name) for name in made.FIXTURES}
+    made.proxied = made.NO_OUTAGE is None  # the peer behind a proxy the outage cases cut
     async with made.peer():
         yield made
 
@@ -99,6 +102,67 @@ async def test_a_rate_limit_is_paced_and_the_reply_arrives_once(driver: Driver) 
         received = await driver.wait_received("echo: limited")
         assert driver.rate_limited() == 1  # answered 429 once, then paced and sent once
         assert echoes(received) == ["echo: limited"]
+
+
+OUTAGE = 3.0  # seconds the peer stays away: over the first retries' backoff
+
+
+async def until_health(driver: Driver, healthy: bool) -> None:
+    await eventually(
+        lambda: (driver.health() == "ok") == healthy,
+        timeout=30,
+        what=f"{driver.NAME}'s health {'ok' if healthy else 'not ok'} (now {driver.health()})",
+    )
+
+
+async def test_the_peer_away_for_a_while_and_back_loses_nothing_and_repeats_nothing(
+    driver: Driver,
+) -> None:
+    """The network to the peer goes down for a while and comes back: the channel says so
+    on /healthz, reconnects by itself, and what people sent meanwhile is answered once."""
+    if driver.NO_OUTAGE:
+        pytest.skip(f"not applicable to {driver.NAME}: {driver.NO_OUTAGE}")
+    async with driver.running():
+        await driver.acknowledged(await driver.say("say:before"))
+        await driver.wait_received("echo: before")
+        await until_health(driver, True)
+        await driver.peer_away()
+        # Said while the daemon cannot reach the peer (a push may wait for it).
+        said = asyncio.ensure_future(driver.say("say:meanwhile"))
+        await until_health(driver, False)
+        await asyncio.sleep(OUTAGE)
+        await driver.peer_back()
+        await driver.acknowledged(await said)
+        received = await driver.wait_received("echo: meanwhile")
+        await until_health(driver, True)
+        await driver.acknowledged(await driver.say("say:after"))
+        received = await driver.wait_received("echo: after")
+        assert echoes(received) == ["echo: before", "echo: meanwhile", "echo: after"]
+        for text in ("say:before", "say:meanwhile", "say:after"):
+            assert sum(text in t for t in await driver.inbound_texts()) == 1, text
+
+
+async def test_a_start_with_the_peer_away_runs_and_connects_when_it_comes(
+    driver: Driver,
+) -> None:
+    """The daemon starts while its peer cannot be reached (a boot-time network blip, the
+    peer's incident): it runs, says so on /healthz, and connects once the peer is back."""
+    if driver.NO_OUTAGE:
+        pytest.skip(f"not applicable to {driver.NAME}: {driver.NO_OUTAGE}")
+    async with driver.running():  # a first run: the channel meets its peer (a login kept)
+        await driver.acknowledged(await driver.say("say:first"))
+        await driver.wait_received("echo: first")
+    await driver.peer_away()
+    async with driver.running():
+        await until_health(driver, False)
+        said = asyncio.ensure_future(driver.say("say:early"))
+        await asyncio.sleep(OUTAGE)
+        await driver.peer_back()
+        await driver.acknowledged(await said)
+        received = await driver.wait_received("echo: early")
+        await until_health(driver, True)
+        assert echoes(received) == ["echo: first", "echo: early"]
+        assert sum("say:early" in t for t in await driver.inbound_texts()) == 1
 
 
 # What a capability promises: the methods the core then calls (bus.py's protocols).
