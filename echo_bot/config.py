@@ -6,6 +6,7 @@ own section. Secrets never live in the file: it names environment variables inst
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import tomllib
@@ -190,6 +191,12 @@ def _console_url(value: str | None) -> str | None:
         )
     if parts.query or parts.fragment or parts.username or parts.password:
         raise ValueError("the console's address may not carry a query, fragment or login")
+    if parts.path not in ("", "/"):
+        raise ValueError(
+            f"give the address without a path, like {parts.scheme}://{parts.netloc}: the"
+            " console is served under /console/ at the address itself (a reverse proxy on"
+            " a sub-path is not supported)"
+        )
     return value.rstrip("/")
 
 
@@ -211,6 +218,23 @@ class ConsoleConfig(Section):
     login_rate: int = Field(10, ge=1, le=1000)
     # Decisions per minute per signed-in session.
     decision_rate: int = Field(30, ge=1, le=1000)
+    # A public_url of plain http:// on a host other than this machine is refused unless
+    # this is true: the console's sessions approve shell commands.
+    allow_plain_http: bool = False
+
+    @model_validator(mode="after")
+    def _no_plain_http_abroad(self) -> ConsoleConfig:
+        url = self.public_url
+        parts = urlsplit(url or "")
+        plain = parts.scheme.lower() == "http" and not is_loopback(parts.hostname or "")
+        if url and plain and not self.allow_plain_http:
+            raise ValueError(
+                f"public_url {url} is plain HTTP on another machine's address: sign-in"
+                " links and sessions (which approve shell commands) would cross the"
+                " network readable. Give the https:// address of your TLS reverse proxy,"
+                " or set allow_plain_http = true if you mean it"
+            )
+        return self
 
 
 def _https_url(value: str | None) -> str | None:
@@ -631,6 +655,31 @@ class Config(Section):
         return jobs
 
 
+def is_loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def console_exposure(config: Config) -> str | None:
+    """Why the console is open to the network over plain HTTP (said loudly by
+    ``check-config``, ``run`` and ``doctor``); None when it is not."""
+    console = config.console
+    if not console.enabled or is_loopback(config.http.host):
+        return None
+    if console.public_url and urlsplit(console.public_url).scheme.lower() == "https":
+        return None  # a TLS proxy in front; the port itself is the firewall's
+    return (
+        f"the console is served over plain HTTP on {config.http.host}:{config.http.port},"
+        " open to other machines: its sign-in links and sessions approve shell commands."
+        ' Serve it on [http] host = "127.0.0.1" behind a TLS reverse proxy (and set'
+        " [console] public_url to the proxy's https:// address)"
+    )
+
+
 def console_base(config: Config) -> str:
     """The console's address as browsers reach it: ``[console] public_url``, else the
     HTTP server's own address (right only on the server itself)."""
@@ -835,8 +884,34 @@ def looks_like_bot_token(token: str) -> bool:
     return bool(sep and bot_id.isdigit() and rest) and not any(c.isspace() for c in token)
 
 
-def check_environment(loaded: LoadedConfig, environ: Mapping[str, str] | None = None) -> None:
-    """Fail when a secret that an enabled part needs is missing from the environment."""
+SLACK_TOKEN_KINDS = {"xoxb-": "a bot token", "xapp-": "an app-level token", "xoxp-": "a user token"}
+# What each of the channel's keys must hold: its prefix, and what to copy.
+SLACK_TOKENS = {
+    "slack.bot_token_env": ("xoxb-", "the bot token, the app's Bot User OAuth Token"),
+    "slack.app_token_env": ("xapp-", "the app-level token, with connections:write"),
+}
+
+
+def _slack_token_shape(source: str, key: str, name: str, env: Mapping[str, str]) -> list[str]:
+    """A Slack token of the wrong kind (each names its kind in its prefix) is said now,
+    not after a network call: the two tokens swapped is the common mistake."""
+    prefix, what = SLACK_TOKENS[key]
+    token = env.get(name, "")
+    if not token or token.startswith(prefix):
+        return []
+    kind = next((k for p, k in SLACK_TOKEN_KINDS.items() if token.startswith(p)), None)
+    found = f"it holds {kind}" if kind else "it does not look like a Slack token"
+    return [f"{source}: {key}: ${name} should be {what} ({prefix}…); {found}"]
+
+
+def check_environment(
+    loaded: LoadedConfig,
+    environ: Mapping[str, str] | None = None,
+    state_dir: Path | None = None,
+) -> None:
+    """Fail when a secret that an enabled part needs is missing from the environment, or
+    is plainly not what it should be (a Slack token of the other kind). ``state_dir``:
+    where a Matrix login kept from a first password login may stand in for both."""
     env = os.environ if environ is None else environ
     config = loaded.config
     source = str(loaded.path) if loaded.path else "<defaults>"
@@ -860,13 +935,24 @@ def check_environment(loaded: LoadedConfig, environ: Mapping[str, str] | None = 
                 config.telegram.webhook_secret_env,
                 "the webhook secret token",
             )
-    if config.matrix.enabled and not config.matrix.password_env:
-        need("matrix.access_token_env", config.matrix.access_token_env, "the bot's access token")
+    if config.matrix.enabled:
+        matrix = config.matrix
+        kept = state_dir is not None and (state_dir / "matrix" / "login.json").exists()
+        password = bool(matrix.password_env and env.get(matrix.password_env))
+        if not (env.get(matrix.access_token_env) or password or kept):
+            also = f", nor {matrix.password_env} for a first login" if matrix.password_env else ""
+            problems.append(
+                f"{source}: matrix.access_token_env: environment variable"
+                f" {matrix.access_token_env} is not set (the bot's access token{also}; or set"
+                " matrix.password_env and the variable it names to log in with a password)"
+            )
     if config.slack.enabled:
         slack = config.slack
         need("slack.bot_token_env", slack.bot_token_env, "the bot token, xoxb-…")
+        problems += _slack_token_shape(source, "slack.bot_token_env", slack.bot_token_env, env)
         if slack.mode == "socket":
             need("slack.app_token_env", slack.app_token_env, "the app token, xapp-…")
+            problems += _slack_token_shape(source, "slack.app_token_env", slack.app_token_env, env)
         else:
             need("slack.signing_secret_env", slack.signing_secret_env, "the signing secret")
     if config.brain.kind == "openai" and config.openai.base_url == DEFAULT_OPENAI_BASE_URL:

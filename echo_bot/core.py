@@ -87,7 +87,7 @@ def check(
     """Validate ``loaded`` as a reload would apply it: no store is made or opened and
     nothing starts (the tools made here are thrown away; ``reminders`` is the running
     service the reminder tools are declared on). Raises ``ConfigError``."""
-    check_environment(loaded, environ)
+    check_environment(loaded, environ, state_dir)
     registry = tool_registry(loaded, state_dir, reminders)
     if loaded.config.mcp.servers:  # their tools are known once listed: names only here
         from .mcp.naming import prefix

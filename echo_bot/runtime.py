@@ -315,7 +315,7 @@ def build(
     """The one place the daemon is made: validate everything that can be validated,
     make every part, start none (``brain`` replaces the configured one)."""
     config = loaded.config
-    check_environment(loaded, environ)
+    check_environment(loaded, environ, state_dir)
     masker = Masker.from_environment(secret_env_names(config), environ)
     workspace = workspace_of(config, state_dir)
     database = make_database(

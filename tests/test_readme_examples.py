@@ -80,6 +80,9 @@ def env_for(text: str) -> dict[str, str]:
     names = {m["name"] for m in ENV_NAME.finditer(text)} | {"TELEGRAM_BOT_TOKEN"}
     env = {name: f"value-of-{name.lower()}" for name in names}
     env["TELEGRAM_BOT_TOKEN"] = TOKEN
+    for name, prefix in (("SLACK_BOT_TOKEN", "xoxb-"), ("SLACK_APP_TOKEN", "xapp-")):
+        if name in env:  # shaped as Slack's: check-config refuses a token of another kind
+            env[name] = prefix + env[name]
     if "ECHO_BOT_DATABASE_URL" in env:  # as the README's PostgreSQL section exports it
         env["ECHO_BOT_DATABASE_URL"] = "postgresql://echo:secret@db.example:5432/echo_bot"
     return env

@@ -21,7 +21,12 @@ from typing import Any
 from aiogram import Bot, Dispatcher
 from aiogram.client.session.aiohttp import AiohttpSession
 from aiogram.client.telegram import TelegramAPIServer
-from aiogram.exceptions import AiogramError, TelegramAPIError, TelegramUnauthorizedError
+from aiogram.exceptions import (
+    AiogramError,
+    TelegramAPIError,
+    TelegramBadRequest,
+    TelegramUnauthorizedError,
+)
 from aiogram.types import BotCommand
 
 from channels.parts import Backoff
@@ -40,6 +45,8 @@ from .render import Pacer
 from .webhook import Webhook
 
 STARTUP_TIMEOUT = 15.0
+# What a Bot API that cannot be reached (or fails on its side) raises: tried again later.
+UNREACHABLE = (AiogramError, TimeoutError, OSError)
 
 
 class TelegramChannel:
@@ -102,55 +109,66 @@ class TelegramChannel:
 
     # -- lifecycle ------------------------------------------------------------------------
     async def start(self, bus: Bus) -> None:
+        """Connect: a refused token (or webhook) fails the start, for the user to fix; a
+        Bot API that cannot be reached does not: the daemon runs, /healthz says so, and
+        the channel connects once the Bot API answers."""
         try:
-            async with asyncio.timeout(STARTUP_TIMEOUT):
-                me = await self.bot.get_me()
-        except TelegramUnauthorizedError:
+            await self._connect()
+        except ConfigError:
             await self.bot.session.close()
-            raise ConfigError(
-                f"telegram.token_env: the Bot API at {self.config.api_base} rejected the token "
-                f"in ${self.config.token_env} (401 Unauthorized)"
-            ) from None
-        except (AiogramError, TimeoutError, OSError) as exc:
+            raise
+        except UNREACHABLE as exc:
             self._health.degrade(f"cannot reach the Bot API: {exc}")
             self._tasks.spawn(self._connect_later())
-            return
-        await self._connected(me.id, me.username)
+
+    async def _connect(self) -> None:
+        async with asyncio.timeout(STARTUP_TIMEOUT):
+            try:
+                me = await self.bot.get_me()
+            except TelegramUnauthorizedError:
+                raise ConfigError(
+                    f"telegram.token_env: the Bot API at {self.config.api_base} rejected the"
+                    f" token in ${self.config.token_env} (401 Unauthorized)"
+                ) from None
+            await self._connected(me.id, me.username)
 
     async def _connect_later(self) -> None:
         backoff = Backoff()
         while True:
             await backoff.wait()
             try:
-                me = await self.bot.get_me()
-            except TelegramUnauthorizedError:
-                self._health.status = "down"
-                self._health.last_error = "the Bot API rejected the token (401)"
-                log.error("telegram: the Bot API rejected the token (401); fix it and restart")
+                await self._connect()
+            except ConfigError as exc:
+                self._health.status, self._health.last_error = "down", str(exc)
+                log.error("telegram: %s; fix it and restart", exc)
                 return
-            except (AiogramError, TimeoutError, OSError) as exc:
+            except UNREACHABLE as exc:
                 self._health.degrade(f"cannot reach the Bot API: {exc}")
                 continue
-            await self._connected(me.id, me.username)
             return
 
     async def _connected(self, bot_id: int, username: str | None) -> None:
         self.me.bot_id, self.me.username = bot_id, username
-        log.info("telegram: connected as @%s", username)
         with contextlib.suppress(TelegramAPIError, OSError, TimeoutError):
             await self.bot.set_my_commands(
                 [BotCommand(command=name, description=text[:256]) for name, text in self._menu()]
             )
         if self.config.mode == "webhook":
-            await self.bot.set_webhook(
-                url=self.config.webhook_url or "",
-                secret_token=self.webhook.secret or None,
-                allowed_updates=ALLOWED_UPDATES,
-                drop_pending_updates=False,
-            )
+            try:
+                await self.bot.set_webhook(
+                    url=self.config.webhook_url or "",
+                    secret_token=self.webhook.secret or None,
+                    allowed_updates=ALLOWED_UPDATES,
+                    drop_pending_updates=False,
+                )
+            except TelegramBadRequest as exc:
+                raise ConfigError(
+                    f"telegram.webhook_url: the Bot API refused the webhook: {exc.message}"
+                ) from None
         else:
             await self.bot.delete_webhook(drop_pending_updates=False)
             self._tasks.spawn(self.poller.run())
+        log.info("telegram: connected as @%s", username)
         self._health.status = "ok"
         self._health.last_error = None
 

@@ -22,6 +22,7 @@ from ..config import (
     LoadedConfig,
     WebhookRoute,
     console_base,
+    console_exposure,
     llm_enabled,
     secrets_in_use,
     telegram_enabled,
@@ -178,8 +179,25 @@ def check_config(loaded: LoadedConfig, state_dir: Path, env: Mapping[str, str]) 
         for name, needed in secrets_in_use(loaded, env)
     ]
     lines.append("secrets (environment or credentials): " + (", ".join(secrets) or "none needed"))
+    lines += [f"warning: {text}" for text in _warnings(config)]
     print("\n".join(lines))
     return 0
+
+
+def _warnings(config: Config) -> list[str]:
+    """What is valid but will not work as people expect, or is dangerous."""
+    found = []
+    exposure = console_exposure(config)
+    if exposure is not None:
+        found.append(exposure)
+    for name, section in (("matrix", config.matrix), ("slack", config.slack)):
+        if section.enabled and not section.allowed_users:
+            found.append(
+                f"[{name}] allowed_users is empty: nobody can chat with the bot there"
+                f"{' and every invite is refused' if name == 'matrix' else ''}; list the"
+                " people it serves by their IDs"
+            )
+    return found
 
 
 def _matrix_line(config: Config) -> str:

@@ -345,7 +345,18 @@ def _check_configured(
         checks.append(("outbox", *outbox))
     workspace = (config.tools.workspace or state_dir / "workspace").expanduser()
     checks.append(("media", *_check_media(workspace, config.media.inbox_max)))
+    if config.console.enabled:
+        checks.append(("console", *_check_console(config)))
     return checks
+
+
+def _check_console(config: Any) -> tuple[str, str]:
+    from ..config import console_base, console_exposure
+
+    exposure = console_exposure(config)
+    if exposure is not None:
+        return WARN, exposure
+    return OK, f"served at {console_base(config)}/console/ (sign in: `echo-bot console link`)"
 
 
 def _peer_probes(
