@@ -101,14 +101,19 @@ class StoreAt:
         return f"PostgreSQL {describe_url(self.url)}"
 
 
+class NoStoreYet(SystemExit):
+    """No store at ``at`` yet (the daemon never ran there): a command that asked for
+    something in it exits 1 with the reason; one that lists says "nothing yet"."""
+
+
 def _with_store(at: StoreAt, fn: Callable[[Tx], T], *, create: bool = False) -> T:
     """``fn(tx)`` in one transaction on the store ``at``; ``create``: make the SQLite
-    store if there is none yet, else there is nothing to read (exit with why)."""
+    store if there is none yet, else there is nothing to read (``NoStoreYet``)."""
     if at.url is not None:
         database = make_database("postgres", state_dir=at.state_dir, url=at.url)
     else:
         if not create and not at.path.exists():
-            raise SystemExit(f"echo-bot: no store at {at.path} (has the daemon ever run here?)")
+            raise NoStoreYet(f"echo-bot: no store at {at.path} yet; `echo-bot run` creates it")
         database = Database(at.path)
     # These commands write no audit rows, so the store has nothing to mask; what they
     # print is masked on the way out (secrets.masked_output).
@@ -116,11 +121,21 @@ def _with_store(at: StoreAt, fn: Callable[[Tx], T], *, create: bool = False) -> 
     try:
         store.open_sync(create=create)
     except NoSchema as exc:  # nothing to read, and reading it changes nothing
-        raise SystemExit(f"echo-bot: {exc}") from None
+        raise NoStoreYet(f"echo-bot: {exc}") from None
     try:
         return store.run_sync(fn)
     finally:
         store.close_sync()
+
+
+def _listed(at: StoreAt, fn: Callable[[Tx], list[T]]) -> list[T]:
+    """What a listing reads: nothing yet where no store is (said on stderr, exit 0
+    follows: nothing is wrong with a state dir the daemon has not used yet)."""
+    try:
+        return _with_store(at, fn)
+    except NoStoreYet as exc:
+        print(exc.code, file=sys.stderr)
+        return []
 
 
 # -- check-config -------------------------------------------------------------------------
@@ -267,7 +282,7 @@ def _prompt_lines(loaded: LoadedConfig, directory: ApproverDirectory) -> list[st
 # -- approvals ----------------------------------------------------------------------------
 def approvals_command(at: StoreAt, action: str, approval_id: str | None, wait: float) -> int:
     if action == "list":
-        rows = _with_store(at, lambda tx: tx.approvals.list())
+        rows = _listed(at, lambda tx: tx.approvals.list())
         if not rows:
             print("No approvals are pending.")
             return 0
@@ -402,7 +417,7 @@ def reminders_command(at: StoreAt, action: str, reminder_id: str | None) -> int:
     from ..scheduling.reminders import render_list
 
     if action == "list":
-        rows = _with_store(at, lambda tx: tx.reminders.active())
+        rows = _listed(at, lambda tx: tx.reminders.active())
         if not rows:
             print("No active reminders.")
             return 0
@@ -581,7 +596,14 @@ def _github_event(route: WebhookRoute, event: str | None) -> str | None:
 # -- status and backup --------------------------------------------------------------------
 def status_command(at: StoreAt) -> int:
     shared = at.url is not None
-    seen = _with_store(at, overview.read)
+    try:
+        seen = _with_store(at, overview.read)
+    except NoStoreYet as exc:
+        if not shared:
+            print("daemon: not running")
+        print(f"state: {at.describe()}")
+        print(f"nothing yet: {str(exc.code).removeprefix('echo-bot: ')}")
+        return 0
     counts = seen.counts
     _print_daemon(at, seen.info, shared)
     print(f"state: {at.describe()}")
@@ -728,7 +750,7 @@ def pair_command(loaded: LoadedConfig, at: StoreAt, environ: Mapping[str, str]) 
 
 def pairings_command(loaded: LoadedConfig, at: StoreAt, action: str, user: str | None) -> int:
     if action == "list":
-        rows = _with_store(at, lambda tx: tx.access.paired_users())
+        rows = _listed(at, lambda tx: tx.access.paired_users())
         if not rows:
             print("No paired users.")
             return 0
@@ -757,7 +779,9 @@ def pairings_command(loaded: LoadedConfig, at: StoreAt, action: str, user: str |
 def audit_command(at: StoreAt, tail: int, trace: str | None, *, usage: bool = False) -> int:
     if usage:
         return _usage(at)
-    rows = _with_store(at, lambda tx: tx.audit.read(tail=tail, trace_id=trace))
+    rows = _listed(at, lambda tx: tx.audit.read(tail=tail, trace_id=trace))
+    if not rows:
+        print("No audit rows." if trace is None else f"No audit rows for trace {trace}.")
     for row in rows:
         data = " ".join(
             f"{k}={_audit_value(v)}" for k, v in row.data.items() if v not in (None, "", [], {})
@@ -767,7 +791,7 @@ def audit_command(at: StoreAt, tail: int, trace: str | None, *, usage: bool = Fa
 
 
 def _usage(at: StoreAt) -> int:
-    rows = _with_store(at, lambda tx: tx.audit.usage_by_day())
+    rows = _listed(at, lambda tx: tx.audit.usage_by_day())
     if not rows:
         print("No LLM calls recorded.")
         return 0

@@ -22,7 +22,7 @@ from ..errors import ConfigError
 from ..events import Address
 from ..store import Tx
 from ..store.console import ConsoleSessionRow
-from .admin import StoreAt, _ambiguous, _clock, _id_prefix, _with_store
+from .admin import StoreAt, _ambiguous, _clock, _id_prefix, _listed, _with_store
 
 # How much of a bad --as value an error shows (it is escaped, and one line).
 SHOWN = 40
@@ -87,7 +87,7 @@ def _shown(given: str) -> str:
 # -- sessions -----------------------------------------------------------------------------
 def sessions_command(at: StoreAt, *, every: bool) -> int:
     now = time.time()
-    rows = _with_store(at, lambda tx: tx.console.sessions(now, ended=every))
+    rows = _listed(at, lambda tx: tx.console.sessions(now, ended=every))
     if not rows:
         print("No console sessions." if every else "No live console sessions.")
         return 0

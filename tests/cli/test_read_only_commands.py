@@ -43,8 +43,10 @@ def test_looking_at_an_empty_database_creates_no_schema(tmp_path: Path) -> None:
             assert "Traceback" not in done.stderr, done.stderr
             assert _tables(url) == [], f"`echo-bot {' '.join(command)}` created tables"
             if command[0] in ("status", "approvals", "audit", "reminders"):
-                assert done.returncode == 1, done.stdout + done.stderr
-                assert "has no echo-bot schema yet; `echo-bot run` creates it" in done.stderr
+                # Nothing is wrong: nothing is there yet (exit 0), and it says why.
+                assert done.returncode == 0, done.stdout + done.stderr
+                said = done.stdout + done.stderr
+                assert "has no echo-bot schema yet; `echo-bot run` creates it" in said
         assert not (tmp_path / "st").exists()
 
 
@@ -54,3 +56,9 @@ def test_looking_at_a_new_state_dir_creates_nothing(tmp_path: Path, command: tup
     done = run_echo_bot(*command, "--state-dir", str(state))
     assert "Traceback" not in done.stderr, done.stderr
     assert not state.exists(), sorted(p.name for p in state.rglob("*"))
+    if command[0] in ("status", "approvals", "audit", "reminders"):
+        # A state dir the daemon has not used yet: nothing there, nothing wrong.
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "`echo-bot run` creates it" in done.stdout + done.stderr
+    if command[0] == "status":
+        assert "daemon: not running" in done.stdout and "nothing yet" in done.stdout
