@@ -69,7 +69,7 @@ async def diagnose(
         token, device, check = await _token(session, base, section, environ, state_dir)
         found.append(check)
         if section.encryption and token and device:
-            found.append(await _keys(session, base, section, token, device, state_dir))
+            found.append(await keys_diagnosis(session, base, section, token, device, state_dir))
         elif not section.encryption:
             found.append(Diagnosis("matrix keys", DIAGNOSIS_OK, "encryption off: no keys"))
     return found
@@ -146,7 +146,7 @@ async def _token(
     return token, device, Diagnosis(name, DIAGNOSIS_OK, f"{where} is {user}'s, device {device}")
 
 
-async def _keys(
+async def keys_diagnosis(
     session: ClientSession,
     base: str,
     section: MatrixConfig,

@@ -97,6 +97,8 @@ async def log_in(
             f"matrix.access_token_env: ${config.access_token_env} is not set (nor a password)"
         )
     assert config.user_id is not None
+    if config.encryption:
+        await _check_key_store(config, token, device_id, directory)
     client.restore_login(config.user_id, device_id, token)  # loads the key store
     await asyncio.to_thread(tighten, directory)
 
@@ -140,3 +142,29 @@ def _write_kept(path: Path, data: dict[str, str]) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as handle:
         json.dump(data, handle)
+
+
+async def _check_key_store(
+    config: MatrixConfig, token: str, device_id: str, directory: Path
+) -> None:
+    """A device whose keys the homeserver has published but whose key store is not here
+    (a state dir moved without ``matrix/``) would get a new identity from
+    ``restore_login``, which people's clients refuse to encrypt for: the start fails
+    with what ``doctor`` says, instead of running unable to read encrypted rooms."""
+    from aiohttp import ClientSession, ClientTimeout
+
+    from echo_bot.bus import DIAGNOSIS_FAIL
+
+    from .doctor import TIMEOUT, keys_diagnosis
+
+    assert config.user_id is not None
+    if await asyncio.to_thread((directory / f"{config.user_id}_{device_id}.db").is_file):
+        return
+    base = config.homeserver.rstrip("/")
+    async with ClientSession(timeout=ClientTimeout(total=TIMEOUT)) as session:
+        found = await keys_diagnosis(session, base, config, token, device_id, directory.parent)
+    if found.status != DIAGNOSIS_FAIL:
+        return
+    if found.text.startswith("cannot reach"):
+        raise Unreachable(found.text)
+    raise ConfigError(f"matrix keys: {found.text}")

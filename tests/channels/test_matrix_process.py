@@ -15,7 +15,7 @@ import pytest
 
 from echo_bot.brains.rules import NO_MATCH_HINT
 from echo_bot.store import make_database
-from tests.conftest import echo_bot_env, read_engine
+from tests.conftest import echo_bot_env, read_engine, run_echo_bot
 from tests.matrix_people import Person, open_room
 from tests.matrix_server import Registered, Synapse, unique
 from tests.proc import Daemon
@@ -197,3 +197,35 @@ async def test_two_daemons_on_one_database_sync_one_at_a_time_and_take_over(
                     if daemon.proc is not None:
                         await daemon.stop()
             assert owner.received(room_id, bot.user_id) == [NO_MATCH_HINT] * 4
+
+
+async def test_a_published_device_without_its_key_store_fails_the_start_as_doctor_says_it(
+    synapse: Synapse, tmp_path: Path
+) -> None:
+    """The state dir's matrix/ key store lost (moved without it, a backup not restored)
+    while the homeserver has the device's keys: a new store would be a new identity that
+    people's clients refuse to encrypt for. `run` exits 2 with doctor's words, instead of
+    starting without a word and reading nothing encrypted."""
+    state, config = tmp_path / "state", tmp_path / "config.toml"
+    async with people(synapse, tmp_path) as (bot, owner, room_id):
+        config.write_text(config_text(synapse, bot, owner))
+        env = echo_bot_env(MATRIX_ACCESS_TOKEN=bot.access_token)
+        daemon = Daemon(config, state, env)
+        await daemon.start()
+        try:
+            await bot_ready(owner, room_id, bot)  # its keys are published now
+        finally:
+            await daemon.stop()
+        for key_store in (state / "matrix").glob("*.db"):
+            key_store.unlink()
+        args = ("--config", str(config), "--state-dir", str(state))
+        done = await asyncio.to_thread(run_echo_bot, "run", *args, env=env, timeout=60)
+        doctor = await asyncio.to_thread(run_echo_bot, "doctor", *args, env=env, timeout=60)
+    assert done.returncode == 2, done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("echo-bot: ")]
+    assert len(errors) == 1, done.stderr
+    assert "holds no key store for it" in errors[0] and "restore" in errors[0], errors[0]
+    assert "Traceback" not in done.stderr
+    (keys,) = [line for line in doctor.stdout.splitlines() if "] matrix keys " in line]
+    assert keys.startswith("[FAIL]") and "holds no key store for it" in keys
+    assert not list((state / "matrix").glob("*.db")), "a new identity was made"
