@@ -30,3 +30,6 @@ class StoreAccess:
 
     async def pair(self, channel: str, user_id: str, code: str) -> str:
         return await self._store.run(lambda tx: tx.access.try_pair(channel, user_id, code))
+
+    async def pairing_open(self) -> bool:
+        return await self._store.run(lambda tx: tx.access.pairing_open())

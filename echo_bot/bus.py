@@ -98,6 +98,11 @@ class AccessControl(Protocol):
         """ "paired", "already", "wrong" or "locked"."""
         ...
 
+    async def pairing_open(self) -> bool:
+        """Whether a pairing code waits to be used: a channel may then let a stranger in
+        far enough to send it (Matrix joins a stranger's direct chat only then)."""
+        ...
+
 
 class Routes(Protocol):
     """The core's HTTP server, as channels see it."""

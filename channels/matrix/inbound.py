@@ -30,6 +30,7 @@ from nio import (
     RoomMessageText,
 )
 
+from channels.pairing import Refusals, pair_answer, refusal
 from channels.parts import clean
 from echo_bot.bus import ChannelHost
 from echo_bot.config import MatrixConfig
@@ -89,6 +90,16 @@ def reply_target(event: Any) -> str | None:
     return target if isinstance(target, str) else None
 
 
+def _direct_invite(invite_state: list[Any], bot: str) -> bool:
+    """Whether the invite asks the bot into a direct chat (``is_direct``, as Element
+    sets it for a new direct message)."""
+    for event in invite_state:
+        if isinstance(event, InviteMemberEvent) and event.state_key == bot:
+            content = event.content  # nio takes it out of ``source``
+            return isinstance(content, dict) and content.get("is_direct") is True
+    return False
+
+
 class Inbound:
     def __init__(
         self, config: MatrixConfig, host: ChannelHost, client: AsyncClient, prompts: Prompts,
@@ -101,6 +112,7 @@ class Inbound:
         self.tasks = tasks
         self.typing = Typing(client, tasks)
         self._noticed: dict[str, float] = {}
+        self.refusals = Refusals()
 
     def room_allowed(self, room_id: str) -> bool:
         return self.config.rooms is None or room_id in self.config.rooms
@@ -129,7 +141,18 @@ class Inbound:
              and e.membership == "invite"),
             None,
         )  # fmt: skip
-        if inviter and self.room_allowed(room_id) and await self.allowed(inviter):
+        stranger_may_pair = (
+            inviter is not None
+            and self.room_allowed(room_id)
+            and _direct_invite(invite_state, self.client.user_id)
+            and not await self.allowed(inviter)
+            and await self.host.access.pairing_open()
+        )
+        if (
+            inviter
+            and self.room_allowed(room_id)
+            and (stranger_may_pair or await self.allowed(inviter))
+        ):
             answer = await self.client.join(room_id)
             if isinstance(answer, JoinError):
                 if answer.status_code in (None, "M_LIMIT_EXCEEDED", "M_UNKNOWN"):
@@ -141,9 +164,18 @@ class Inbound:
                             answer)  # fmt: skip
                 return
             log.info("matrix: joined %s (invited by %s)", room_id, inviter)
+            if stranger_may_pair:  # a pairing code waits: they may send it here
+                assert inviter is not None
+                self.refusals.due(inviter)
+                await self._notice(room_id, refusal("matrix", inviter, "here as `pair CODE`"))
         else:
             await self.client.room_leave(room_id)
-            log.info("matrix: refused the invite to %s from %s", room_id, inviter)
+            log.warning(
+                "matrix: refused the invite to %s from %s: not in [matrix] allowed_users. To"
+                " let them in, add them there, or run `echo-bot pair` and have them invite"
+                " the bot to a direct chat within 10 minutes and send it the code",
+                room_id, inviter,
+            )  # fmt: skip
             await self.host.audit("matrix.invite_refused", room=room_id, inviter=inviter or "?")
 
     # -- timeline events ------------------------------------------------------------------
@@ -163,7 +195,11 @@ class Inbound:
         if media is None and not isinstance(event, RoomMessageText | RoomMessageEmote):
             return  # state, redactions, notices (bots talk with m.notice), unknown kinds
         if not await self.allowed(sender):
-            return  # a stranger in a room an allowed user made: not ours to answer
+            # A stranger: answered only alone with the bot (a room they invited it to
+            # while a pairing code waited), where they may send the code.
+            if self._direct(room_id, sender) and isinstance(event, RoomMessageText):
+                await self._stranger(room_id, sender, self._text(event))
+            return
         attachments: list[Attachment] = []
         if media is not None:
             text, attachments = await self._media(event.event_id, media)
@@ -186,6 +222,16 @@ class Inbound:
             )
         )
         self.typing.start(inbound_id, room_id)
+
+    async def _stranger(self, room_id: str, sender: str, text: str) -> None:
+        if text.lower().startswith("pair "):
+            code = text.split(maxsplit=1)[1].strip()
+            result = await self.host.access.pair("matrix", sender, code[:32])
+            await self._notice(room_id, pair_answer(result, "/help"))
+            return
+        if self.refusals.due(sender):
+            await self.host.audit("matrix.refused", user=sender, room=room_id)
+            await self._notice(room_id, refusal("matrix", sender, "here as `pair CODE`"))
 
     def _direct(self, room_id: str, sender: str) -> bool:
         """Whether the room is the sender's alone with the bot as the sync left it: two

@@ -20,9 +20,9 @@ is that command.
 from __future__ import annotations
 
 import re
-import time
 from typing import Any
 
+from channels.pairing import Refusals, pair_answer, refusal
 from channels.parts import clean
 from echo_bot.bus import ChannelHost
 from echo_bot.config import SlackConfig
@@ -44,7 +44,6 @@ from .blocks import Prompts
 from .common import CommitFailed, Tasks, address_of, log
 from .media import read_files
 
-REFUSAL_INTERVAL = 600.0  # seconds between two refusals to one stranger
 NAMES_MAX = 10_000  # users' display names remembered
 MAX_TEXT = 40_000  # characters of a message's text taken (Slack's own limit)
 _MENTION = re.compile(r"<@([UW][A-Z0-9]+)(?:\|[^>]*)?>")
@@ -77,7 +76,7 @@ class Inbound:
         self.tasks = tasks
         self.bot_user_id = bot_user_id
         self.names: dict[str, str] = {}  # user ID → display name (as the press said)
-        self._refused_at: dict[str, float] = {}
+        self.refusals = Refusals()
         self._commands = {name for name, _help in host.commands}
 
     async def take(self, kind: str, payload: Any) -> None:
@@ -162,28 +161,12 @@ class Inbound:
         if text.lower().startswith("pair "):
             code = text.split(maxsplit=1)[1].strip()
             result = await self.host.access.pair("slack", user, code[:32])
-            answers = {
-                "paired": "Paired. Welcome! Send !help to see what I can do.",
-                "already": "You are already allowed to talk to me.",
-                "wrong": "That code is not valid (codes expire after 10 minutes).",
-                "locked": "Too many wrong codes. Try again in an hour.",
-            }
-            await self._notice(chat, answers.get(result, "Pairing failed."))
+            await self._notice(chat, pair_answer(result, "!help"))
             return
-        now = time.monotonic()
-        last = self._refused_at.get(user)
-        if last is not None and now - last < REFUSAL_INTERVAL:
+        if not self.refusals.due(user):
             return
-        if len(self._refused_at) > 10_000:
-            self._refused_at.clear()
-        self._refused_at[user] = now
         await self.host.audit("slack.refused", user=user, chat=str(chat))
-        await self._notice(
-            chat,
-            f"Sorry, I only talk to people my owner has allowed. Your Slack user ID is "
-            f"{user}: the owner can add it to [slack] allowed_users, or give you a code "
-            "from `echo-bot pair` to send as `pair CODE`.",
-        )
+        await self._notice(chat, refusal("slack", user, "as `pair CODE`"))
 
     # -- button presses -------------------------------------------------------------------
     async def _press(self, payload: dict[str, Any]) -> None:

@@ -12,12 +12,11 @@ again through ``Bot.me()``; the filter does none of that the same way.
 
 from __future__ import annotations
 
-import time
-
 from aiogram import Bot, Router
 from aiogram.exceptions import TelegramAPIError
 from aiogram.types import CallbackQuery, Message, Update
 
+from channels.pairing import Refusals, pair_answer, refusal
 from echo_bot.bus import ChannelHost
 from echo_bot.config import TelegramConfig
 from echo_bot.errors import StoreError
@@ -39,7 +38,6 @@ from .media import read_media
 from .previews import Previews, Typing
 from .text import clean
 
-REFUSAL_INTERVAL = 600.0  # one refusal per unknown user per 10 minutes
 # Commands answered before the sender's access is checked.
 _OPEN_COMMANDS = ("/whoami", "/pair")
 
@@ -77,7 +75,7 @@ class Handlers:
         self.tasks = tasks
         self.access = host.access
         self.bus = host.bus
-        self._refused_at: dict[int, float] = {}
+        self.refusals = Refusals()  # one refusal per stranger per 10 minutes
 
     def router(self, previews: Previews) -> Router:
         router = Router(name="echo-bot")
@@ -180,20 +178,8 @@ class Handlers:
         return None  # edits of earlier messages are not re-run
 
     async def _refuse(self, user_id: int, chat: Address, message_id: int) -> None:
-        now = time.monotonic()
-        last = self._refused_at.get(user_id)
-        if last is not None and now - last < REFUSAL_INTERVAL:
-            return
-        if len(self._refused_at) > 10_000:
-            self._refused_at.clear()
-        self._refused_at[user_id] = now
-        await self._notice(
-            chat,
-            f"Sorry, I only talk to people my owner has allowed. Your Telegram user id is "
-            f"{user_id}: the owner can add it to [telegram] allowed_users, or give you a "
-            "code from `echo-bot pair` to send as /pair CODE.",
-            message_id,
-        )
+        if self.refusals.due(str(user_id)):
+            await self._notice(chat, refusal("telegram", str(user_id), "as /pair CODE"), message_id)
 
     async def _pair(self, message: Message, chat: Address, text: str) -> None:
         assert message.from_user is not None
@@ -202,13 +188,7 @@ class Handlers:
             await self._notice(chat, "Send /pair followed by the code from `echo-bot pair`.")
             return
         result = await self.access.pair("telegram", str(message.from_user.id), parts[1])
-        answers = {
-            "paired": "Paired. Welcome! Send /help to see what I can do.",
-            "already": "You are already allowed to talk to me.",
-            "wrong": "That code is not valid (codes expire after 10 minutes).",
-            "locked": "Too many wrong codes. Try again in an hour.",
-        }
-        await self._notice(chat, answers.get(result, "Pairing failed."), message.message_id)
+        await self._notice(chat, pair_answer(result, "/help"), message.message_id)
 
     # -- button presses ---------------------------------------------------------------------
     async def _on_callback(self, callback_query: CallbackQuery, event_update: Update) -> None:

@@ -729,21 +729,38 @@ def backup_name(directory: Path) -> Path:
 
 
 # -- pairing ------------------------------------------------------------------------------
+# How a stranger sends a code on each channel that pairs.
+PAIR_AS = {
+    "telegram": "on Telegram: /pair {code}",
+    "slack": "on Slack, in a direct message to the bot: pair {code}",
+    "matrix": "on Matrix: invite the bot to a direct chat, then send: pair {code}",
+}
+
+
 def pair_command(loaded: LoadedConfig, at: StoreAt, environ: Mapping[str, str]) -> int:
     """``environ``: the environment with systemd credentials filled in (a token given
     only as a credential switches Telegram on too)."""
-    if not telegram_enabled(loaded, environ):
+    from ..config import channel_enabled
+
+    pairing = [name for name in PAIR_AS if channel_enabled(loaded, environ, name)]
+    if not pairing:
         how = (
-            f"set [telegram] enabled = true in {loaded.path}"
+            f"set enabled = true under [telegram], [slack] or [matrix] in {loaded.path}"
             if loaded.from_file
-            else f"set ${loaded.config.telegram.token_env}"
+            else f"set ${loaded.config.telegram.token_env} for Telegram, or enable [slack] or"
+            " [matrix] in a config file"
         )
-        print(f"echo-bot: pair: Telegram is off, so no code could be used ({how})", file=sys.stderr)
+        print(
+            "echo-bot: pair: no channel that pairs strangers (Telegram, Slack, Matrix) is on,"
+            f" so no code could be used ({how})",
+            file=sys.stderr,
+        )
         return 2
     code = _with_store(at, lambda tx: tx.access.new_pairing_code(), create=True)
     print(f"Pairing code: {code}")
-    print("Valid for 10 minutes, once. Send it to the bot on Telegram as:")
-    print(f"  /pair {code}")
+    print("Valid for 10 minutes, once, on the channel it is sent on. Send it to the bot")
+    for name in pairing:
+        print(f"  {PAIR_AS[name].format(code=code)}")
     print("A paired user may chat, never approve (approvers come only from the config).")
     return 0
 

@@ -93,7 +93,9 @@ def _parser() -> argparse.ArgumentParser:
         "--wait", type=float, default=10.0, help="seconds to wait for the daemon (default 10)"
     )
     sub.add_parser(
-        "pair", parents=[common], help="print a one-time code that lets a Telegram user chat"
+        "pair",
+        parents=[common],
+        help="print a one-time code that lets a stranger chat (Telegram, Slack, Matrix)",
     )
     pairings = sub.add_parser("pairings", parents=[common], help="list or revoke paired users")
     pairings.add_argument("action", choices=["list", "revoke"])

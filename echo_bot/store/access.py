@@ -45,6 +45,14 @@ class AccessRepo:
         )
         return f"{raw[:4]}-{raw[4:]}"
 
+    def pairing_open(self, now: float | None = None) -> bool:
+        """Whether a code made by ``echo-bot pair`` is still unused and unexpired."""
+        now = time.time() if now is None else now
+        row = self._db.execute(
+            "SELECT 1 FROM pairing_codes WHERE used_by IS NULL AND expires_at > ? LIMIT 1", [now]
+        ).fetchone()
+        return row is not None
+
     def is_paired(self, channel: str, user_id: str) -> bool:
         row = self._db.execute(
             "SELECT 1 FROM allowed_users WHERE channel = ? AND user_id = ?", [channel, user_id]

@@ -27,7 +27,7 @@ from echo_bot.events import Address, new_id
 from echo_bot.tools.base import Tool
 from tests.channels.contract.drivers import ContractBrain, MatrixDriver
 from tests.conftest import running_bot
-from tests.matrix_people import Person
+from tests.matrix_people import Person, open_room
 from tests.matrix_server import Synapse, unique
 from tests.test_matrix_harness import raw_event, send_encrypted
 from tests.waiting import eventually
@@ -173,6 +173,38 @@ async def test_an_invite_from_a_stranger_is_refused(chat: Chat, synapse: Synapse
                 return await asyncio.to_thread(membership) == "leave"
 
             await eventually(left, timeout=15, what="the bot refused the stranger's invite")
+    finally:
+        await stranger.client.close()
+
+
+async def test_a_stranger_pairs_in_a_direct_chat_while_a_code_waits(
+    chat: Chat, synapse: Synapse
+) -> None:
+    """With a code from `echo-bot pair` unused, a stranger's invite to a direct chat is
+    taken: the bot says how to get in, the stranger sends the code there, and is then
+    answered as any allowed user."""
+    stranger = Person(synapse, "stranger", chat.state_dir.parent / "stranger")
+    try:
+        await stranger.step()
+        async with chat.running() as bot, stranger.syncing():
+            await chat.say("say:up")
+            await chat.wait_received("echo: up")
+            code = await bot.store.run(lambda tx: tx.access.new_pairing_code())
+            room_id = await open_room(stranger, [chat.bot_id])
+
+            def said(text: str) -> bool:
+                return any(text in t for t in stranger.received(room_id, chat.bot_id))
+
+            await eventually(lambda: said("send here as `pair CODE`"), timeout=30,
+                             what="the refusal that says how to pair")  # fmt: skip
+            assert said(f"Your Matrix user ID is {stranger.user_id}")
+            await eventually(lambda: chat.bot_id in stranger.client.rooms[room_id].users and
+                             list(stranger.client.device_store.active_user_devices(chat.bot_id)),
+                             timeout=30, what="the bot's device known")  # fmt: skip
+            await stranger.say(room_id, f"pair {code}")
+            await eventually(lambda: said("Paired. Welcome!"), timeout=30, what="paired")
+            await stranger.say(room_id, "say:paired")
+            await eventually(lambda: said("echo: paired"), timeout=30, what="answered")
     finally:
         await stranger.client.close()
 

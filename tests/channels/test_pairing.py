@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
 from tests.channels.test_telegram import (
     OWNER,
     RUN_ONCE,
@@ -145,14 +147,15 @@ def test_pairings_revoke_of_a_configured_user_points_to_the_config(tmp_path: Pat
     assert "allowed_users" in result.stdout
 
 
-def test_attack_pair_refuses_when_telegram_is_off(tmp_path: Path) -> None:
+def test_attack_pair_refuses_when_no_channel_that_pairs_is_on(tmp_path: Path) -> None:
     """A code nobody can use is no code: `echo-bot pair` says why in one line, exit 2."""
     state = tmp_path / "st"
     bare = run_echo_bot("pair", "--state-dir", str(state))
     assert bare.returncode == 2
     assert bare.stdout == ""
     assert len(bare.stderr.splitlines()) == 1, bare.stderr
-    assert "Telegram is off" in bare.stderr and "TELEGRAM_BOT_TOKEN" in bare.stderr
+    assert "no channel that pairs strangers" in bare.stderr
+    assert "TELEGRAM_BOT_TOKEN" in bare.stderr
 
     config = tmp_path / "config.toml"
     config.write_text("[telegram]\nallowed_users = [42]\n")
@@ -166,6 +169,28 @@ def test_attack_pair_refuses_when_telegram_is_off(tmp_path: Path) -> None:
     on = run_echo_bot("pair", "--state-dir", str(state), env=env)
     assert on.returncode == 0, on.stderr
     assert "Pairing code:" in on.stdout
+
+
+@pytest.mark.parametrize(
+    ("section", "env", "said"),
+    [
+        ("[slack]\nenabled = true\n", {"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_APP_TOKEN": "xapp-1"},
+         "on Slack, in a direct message to the bot: pair "),
+        ('[matrix]\nenabled = true\nuser_id = "@bot:example.org"\n',
+         {"MATRIX_ACCESS_TOKEN": "syt_x"}, "on Matrix: invite the bot to a direct chat, then"),
+    ],
+    ids=["slack", "matrix"],
+)  # fmt: skip
+def test_pair_makes_a_code_for_slack_or_matrix_with_telegram_off(
+    tmp_path: Path, section: str, env: dict[str, str], said: str
+) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text(section)
+    args = ("--config", str(config), "--state-dir", str(tmp_path / "st"))
+    done = run_echo_bot("pair", *args, env=echo_bot_env(**env))
+    assert done.returncode == 0, done.stderr
+    assert "Pairing code:" in done.stdout and said in done.stdout, done.stdout
+    assert "Telegram" not in done.stdout
 
 
 def test_pair_sees_a_token_given_as_a_systemd_credential(tmp_path: Path) -> None:
