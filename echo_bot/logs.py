@@ -77,9 +77,10 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(payload, ensure_ascii=False)
 
 
-# Routine chatter of libraries, one line per Telegram update and three per reminder
-# fired: debug detail, shown only when [bot] log_level is DEBUG.
-CHATTY_LOGGERS = ("aiogram.event", "apscheduler")
+# Routine chatter of libraries, one line per Telegram update, per Matrix event (nio's
+# rooms and crypto), per Slack reconnect and three per reminder fired: debug detail,
+# shown only when [bot] log_level is DEBUG (their warnings always are).
+CHATTY_LOGGERS = ("aiogram.event", "apscheduler", "nio", "channels.slack.socket_mode")
 
 
 def setup_logging(

@@ -1,7 +1,7 @@
 """Approval prompts in a network without buttons: answered by reaction or by reply.
 
 A prompt (``OutboundKind.APPROVAL``) is sent as the gate rendered it, then how to answer:
-react ✅ (approve once), ⏱ (allow for the time shown, when offered) or ❌ (deny), or reply
+react ✅ (approve once), ⏱ (allow here for 1 h, when offered) or ❌ (deny), or reply
 ``approve`` / ``deny`` to it. The prompt's event ID → its buttons' actions is kept in the
 store (``host.remember_note``), not in memory, so a reaction after a restart (or seen by
 another daemon on a shared store) still finds its request; the actions are opaque and
@@ -40,7 +40,7 @@ def instructions(actions: list[str]) -> str:
     if DecisionVerb.APPROVE_ONCE.value in verbs:
         ways.append(f"{APPROVE} to approve once")
     if DecisionVerb.ALLOW_FOR.value in verbs:
-        ways.append(f"{ALLOW} to allow for the time shown")
+        ways.append(f"{ALLOW} to allow it here for 1 h")
     ways.append(f"{DENY} to deny")  # a prompt too long to show offers Deny only
     ways[0] = f"React {ways[0]}"
     typed = "`approve` / `deny`" if DecisionVerb.APPROVE_ONCE.value in verbs else "`deny`"

@@ -69,6 +69,15 @@ def _scope_text(scope: str | None) -> str:
     return f", for {clip(escape_text(scope), ADDRESS_CLIP)} only"
 
 
+def allow_for_text(tool: str, chat: Address | str, scope: str | None) -> str:
+    """What "Allow here for 1 h" grants, as the console shows it before it is pressed
+    (a chat prompt, bounded in size, says it once decided)."""
+    return (
+        f"Allow here for 1 h: {clip(escape_text(tool), TOOL_CLIP)} runs unasked in"
+        f" {clip(str(chat), ADDRESS_CLIP)} for an hour{_scope_text(scope)}."
+    )
+
+
 class Refusal(StrEnum):
     """Why a decision changed nothing."""
 

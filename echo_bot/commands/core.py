@@ -52,7 +52,7 @@ def register_core_commands(
         again = [await reprompt(row) for row in rows if reprompt and row.prompt_to == here]
         if again:
             lines.append(
-                f"The {len(again)} waiting for a decision here follow, with their buttons."
+                f"The {len(again)} waiting for a decision here follow: answer each as it says."
             )
         lines.append("Or decide with: echo-bot approvals approve|deny ID")
         return BrainReply(text="\n".join(lines), attachments=again)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..approvals.display import decider, fits, show_json
-from ..approvals.gate import ApprovalGate
+from ..approvals.gate import ApprovalGate, allow_for_text
 from ..approvals.routing import OWNER_QUEUE, ApproverDirectory
 from ..statuses import ApprovalStatus
 from ..store import Tx
@@ -35,6 +35,7 @@ class RequestView:
     args_json: str  # indented JSON, escaped
     approvable: bool  # no secret-named values: Approve may be offered
     allow_for: bool  # "Allow here for a time" was offered in the chat, and is here
+    allow_scope: str  # what it grants (the tool, the chat, the scope), shown before
     chat_could_show: bool  # False: the chat prompt offered Deny only
     asked_by: str
     origin: str
@@ -68,6 +69,7 @@ def view(gate: ApprovalGate, row: ApprovalRow, *, brief: bool = False) -> Reques
         args_json="" if brief else show_json(gate.masker.mask_data(row.args)),
         approvable=approvable,
         allow_for=row.grant_scope is not None and row.risk == "write",
+        allow_scope=allow_for_text(row.tool, row.prompt_to, row.grant_scope),
         chat_could_show=approvable and fits(call),
         asked_by=str(requester.get("name") or requester.get("id") or "?"),
         origin=row.origin,

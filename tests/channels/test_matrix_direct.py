@@ -111,7 +111,7 @@ async def test_allow_for_a_time_by_reaction_covers_the_next_write_in_the_direct_
             return next(((e, b) for e, b in from_bot(chat, room_id) if "to deny" in b), None)
 
         prompt_id, text = await eventually(prompt, timeout=20, what="the write's prompt")
-        assert "⏱ to allow for the time shown" in text, text
+        assert "⏱ to allow it here for 1 h" in text, text
         await chat.owner.react(room_id, prompt_id, "⏱", encrypted=True)
         await eventually(
             lambda: (chat.state_dir / "workspace" / "drafts" / "a.txt").exists(),

@@ -130,6 +130,9 @@ async def test_matrix_first_login_with_the_homeserver_away_then_an_outage_answer
                              what="the last answer")  # fmt: skip
             assert daemon.said("matrix: cannot reach")
             assert not daemon.said("Traceback")
+            # nio's line per event is debug detail (README: routine library lines).
+            chatty = [line for line in daemon.lines if " INFO nio" in line]
+            assert not chatty, chatty[:3]
         finally:
             assert await daemon.stop() == 0
     assert answers(owner, room_id, bot) == 3

@@ -59,3 +59,31 @@ async def test_a_button_pressed_in_telegram_meanwhile_shows_who_decided(state_di
         workspace = bot.state_dir / "workspace" / "count.txt"
         await eventually(workspace.exists, what="the approved write")
         assert workspace.read_text() == "x"
+
+
+async def test_allow_for_an_hour_shows_what_it_grants_before_it_is_pressed(
+    state_dir: Path,
+) -> None:
+    approver = ConsoleUser(channel="telegram", id=str(OWNER), name="owner")
+    async with (
+        telegram_bot(
+            state_dir, "[console]\nenabled = true\n", telegram=f"approvers = [{OWNER}]"
+        ) as (bot, api),
+        client(bot) as session,
+    ):
+        await signed_in(bot, session, approver)
+        say(api, APPEND_X)
+        prompt = await prompt_in(api)
+        assert "Allow here for 1 h" in [b["text"] for row in prompt.params["reply_markup"]
+                                        ["inline_keyboard"] for b in row]  # fmt: skip
+        found = REQUEST.search(text_of(prompt))
+        assert found is not None, text_of(prompt)
+        async with session.get(f"/console/approvals/{found.group(1)}") as page:
+            text = await page.text()
+    assert "Allow here for 1 h</button>" in text
+    scope = re.search(r'<p class="note scope">([^<]*)</p>', text)
+    assert scope is not None, text
+    assert scope.group(1).startswith(
+        f"Allow here for 1 h: file_write runs unasked in telegram:{OWNER}"
+    )
+    assert "for an hour" in scope.group(1)
