@@ -24,6 +24,7 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainSerializer,
+    StrictBool,
     ValidationError,
     field_validator,
     model_validator,
@@ -123,9 +124,9 @@ class OpenAIConfig(Section):
     daily_token_budget: int | None = Field(None, ge=1)
     # Replies are streamed: a chat shows the reply growing as the model writes it (the
     # final message is sent once, as without streaming).
-    stream: bool = True
+    stream: StrictBool = True
     # The model reads images: a photo sent in a chat goes to it as image input.
-    vision: bool = False
+    vision: StrictBool = False
     # Voice notes and audio are transcribed by this model through the same server's
     # /audio/transcriptions endpoint (OpenAI's "whisper-1", or a local Whisper server).
     transcription_model: str | None = Field(None, min_length=1, max_length=200)
@@ -135,7 +136,7 @@ class OpenAIConfig(Section):
 
 
 class ShellToolConfig(Section):
-    enabled: bool = False
+    enabled: StrictBool = False
     allow_commands: list[str] = Field(default_factory=list)
     timeout: Duration = timedelta(seconds=30)
     max_output: int = Field(64 * 1024, ge=1024)
@@ -146,7 +147,7 @@ class HttpToolConfig(Section):
     timeout: Duration = timedelta(seconds=20)
     max_bytes: int = Field(1024 * 1024, ge=1024)
     # Off: the address connected to must be public (no loopback, private, link-local ...).
-    allow_private: bool = False
+    allow_private: StrictBool = False
 
 
 class ToolsConfig(Section):
@@ -169,7 +170,7 @@ class ApprovalsConfig(Section):
 class HttpConfig(Section):
     # The server starts for webhooks and Telegram webhook mode; true starts it anyway,
     # for /healthz and /metrics (Telegram polling and cron need no port).
-    enabled: bool = False
+    enabled: StrictBool = False
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=0, le=65535)  # 0: any free port
     max_connections: int = Field(256, ge=1, le=100_000)
@@ -204,7 +205,7 @@ class ConsoleConfig(Section):
     """The web console (docs/CONSOLE.md): off unless enabled; served by the HTTP server
     under /console/."""
 
-    enabled: bool = False
+    enabled: StrictBool = False
     # The address browsers use (your TLS reverse proxy); sign-in links are built on it.
     # Unset: http://[http] host:port (right only on the server itself).
     public_url: Annotated[str | None, AfterValidator(_console_url)] = None
@@ -220,7 +221,7 @@ class ConsoleConfig(Section):
     decision_rate: int = Field(30, ge=1, le=1000)
     # A public_url of plain http:// on a host other than this machine is refused unless
     # this is true: the console's sessions approve shell commands.
-    allow_plain_http: bool = False
+    allow_plain_http: StrictBool = False
 
     @model_validator(mode="after")
     def _no_plain_http_abroad(self) -> ConsoleConfig:
@@ -253,7 +254,7 @@ def _https_url(value: str | None) -> str | None:
 
 
 class TelegramConfig(Section):
-    enabled: bool = False
+    enabled: StrictBool = False
     token_env: EnvName = "TELEGRAM_BOT_TOKEN"
     api_base: str = "https://api.telegram.org"
     mode: Literal["polling", "webhook"] = "polling"
@@ -266,7 +267,7 @@ class TelegramConfig(Section):
     approvers: list[int] | None = None
     # Photos, voice notes, documents…: fetched during the turn and saved in the workspace
     # (off: described by name and size only, nothing downloaded).
-    media: bool = True
+    media: StrictBool = True
     # Telegram's cloud Bot API hands bots files of at most 20 MB; a local Bot API server
     # allows more.
     max_download: ByteSize = 20 * 1000**2
@@ -310,7 +311,7 @@ MatrixRoom = Annotated[str, AfterValidator(_matrix_room)]
 
 
 class MatrixConfig(Section):
-    enabled: bool = False
+    enabled: StrictBool = False
     homeserver: Annotated[str, AfterValidator(_homeserver_url)] = "https://matrix.org"
     user_id: MatrixUser | None = None
     # The bot account's access token; or, for a first login, its password (the device
@@ -321,13 +322,13 @@ class MatrixConfig(Section):
     allowed_users: list[MatrixUser] = Field(default_factory=list)
     approvers: list[MatrixUser] | None = None
     rooms: list[MatrixRoom] | None = None  # None: any room an allowed user invites it to
-    encryption: bool = True
+    encryption: StrictBool = True
     # Several daemons on one PostgreSQL store: one syncs; when it dies, another takes
     # over once it has been unseen this long (at least 10 s: daemons are seen every 5).
     lease: Duration = Field(timedelta(seconds=15), ge=timedelta(seconds=10))
     # Images, files, audio and video people send: fetched from the media repository
     # during the turn and saved in the workspace (off: described by name only).
-    media: bool = True
+    media: StrictBool = True
     max_download: ByteSize = 20 * 1000**2
 
     @model_validator(mode="after")
@@ -369,7 +370,7 @@ SlackChannel = Annotated[str, AfterValidator(_slack_channel)]
 
 
 class SlackConfig(Section):
-    enabled: bool = False
+    enabled: StrictBool = False
     # "socket": Socket Mode, a WebSocket the daemon opens (no public URL needed; the app
     # token). "http": the Events API and interactivity POSTed to [http] at `path`
     # (a public HTTPS URL in front of it; the signing secret).
@@ -387,7 +388,7 @@ class SlackConfig(Section):
     api_base: Annotated[str, AfterValidator(_slack_api_base)] = "https://slack.com/api/"
     # Files people share: fetched during the turn and saved in the workspace (off:
     # described by name only).
-    media: bool = True
+    media: StrictBool = True
     max_download: ByteSize = 20 * 1000**2
 
     @property
@@ -456,7 +457,7 @@ class WebhookRoute(Section):
     rate_limit: int = Field(60, ge=1, le=100_000)
     auth: Literal["github", "standard", "bearer", "none"]
     secret_env: EnvName | None = None
-    allow_unauthenticated: bool = False
+    allow_unauthenticated: StrictBool = False
     events: list[str] = Field(default_factory=list)
     match: dict[str, Any] = Field(default_factory=dict)
     deliver_to: AddressText | None = None
@@ -489,7 +490,7 @@ def _unique(names: list[str]) -> None:
 
 
 class WebhookConfig(Section):
-    enabled: bool = False
+    enabled: StrictBool = False
     max_body: int = Field(1024 * 1024, ge=1024)
     admin_token_env: EnvName | None = None
     routes: list[WebhookRoute] = Field(default_factory=list)
@@ -590,7 +591,7 @@ class McpServerConfig(Section):
     tools: list[str] = Field(default_factory=lambda: ["*"])
     # Take a tool's risk from the server's annotations (readOnlyHint → read,
     # destructiveHint = false → write, else dangerous) when `risk` does not name it.
-    trust_annotations: bool = False
+    trust_annotations: StrictBool = False
     # The owner's word on a tool's risk (by the server's tool name): always wins.
     risk: dict[str, RiskName] = Field(default_factory=dict)
     timeout: Duration = Field(timedelta(seconds=60), gt=timedelta(0))
@@ -720,6 +721,8 @@ def format_validation_error(source: str, error: ValidationError) -> str:
         message = item["msg"].removeprefix("Value error, ")
         if item["type"] == "extra_forbidden":
             message = "unknown key"
+        elif item["type"] == "bool_type":
+            message = f"write true or false, without quotes (not {item['input']!r})"
         lines.append(f"{source}: {_dotted(loc)}: {message}")
     return "\n".join(lines)
 

@@ -136,3 +136,6 @@ class BrainReply:
     attachments: list[OutboundMessage] = field(default_factory=list)
     # The text is Markdown (a model's answer): chat channels may show it formatted.
     markdown: bool = False
+    # False: the text is kept in the conversation only, not sent (the attachments say
+    # it to the chat, e.g. the console's sign-in link, kept out of the history).
+    shown: bool = True

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from .config import Config, LoadedConfig, TelegramConfig, ToolsConfig
+from .config import Config, LoadedConfig, ToolsConfig
 
 if TYPE_CHECKING:
     from .approvals import ApprovalPolicy, ApproverDirectory
@@ -67,23 +67,30 @@ class Reloadable(Protocol):
 
 
 # What a reload applies while running; any other change needs a restart.
-LIVE_SECTIONS = frozenset({"approvals", "webhook", "cron", "telegram", "tools", "mcp"})
-LIVE_TELEGRAM = frozenset({"allowed_users", "approvers"})
+LIVE_SECTIONS = frozenset({"approvals", "webhook", "cron", "tools", "mcp"})
+# Of the chat channels' sections, the allowlists (read at each message and decision
+# through the access check and the approver directory); their other keys need a restart.
+CHAT_SECTIONS = ("telegram", "matrix", "slack")
+LIVE_CHAT_KEYS = frozenset({"allowed_users", "approvers"})
 
 
 def restart_needed(old: Config, new: Config) -> list[str]:
-    """The changed keys a reload cannot apply: whole sections, Telegram's keys other
-    than its allowlists, and the tools other than the shell's live settings."""
+    """The changed keys a reload cannot apply: whole sections, the chat channels' keys
+    other than their allowlists, and the tools other than the shell's live settings."""
     changed = [
         name
         for name in Config.model_fields
-        if name not in LIVE_SECTIONS and getattr(old, name) != getattr(new, name)
+        if name not in LIVE_SECTIONS
+        and name not in CHAT_SECTIONS
+        and getattr(old, name) != getattr(new, name)
     ]
-    changed += [
-        f"telegram.{key}"
-        for key in TelegramConfig.model_fields
-        if key not in LIVE_TELEGRAM and getattr(old.telegram, key) != getattr(new.telegram, key)
-    ]
+    for section in CHAT_SECTIONS:
+        before, after = getattr(old, section), getattr(new, section)
+        changed += [
+            f"{section}.{key}"
+            for key in type(before).model_fields
+            if key not in LIVE_CHAT_KEYS and getattr(before, key) != getattr(after, key)
+        ]
     if old.tools.model_copy(update={"shell": new.tools.shell}) != new.tools or (
         old.tools.shell.enabled != new.tools.shell.enabled
     ):

@@ -78,9 +78,9 @@ class JsonFormatter(logging.Formatter):
 
 
 # Routine chatter of libraries, one line per Telegram update, per Matrix event (nio's
-# rooms and crypto), per Slack reconnect and three per reminder fired: debug detail,
-# shown only when [bot] log_level is DEBUG (their warnings always are).
-CHATTY_LOGGERS = ("aiogram.event", "apscheduler", "nio", "channels.slack.socket_mode")
+# rooms and crypto) and three per reminder fired: debug detail, shown only when [bot]
+# log_level is DEBUG (their warnings always are).
+CHATTY_LOGGERS = ("aiogram.event", "apscheduler", "nio")
 
 
 def setup_logging(

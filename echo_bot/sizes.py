@@ -19,7 +19,10 @@ def parse_size(value: str | int) -> int:
         match = _PATTERN.match(str(value))
         unit = match.group(2).lower() if match else ""
         if not match or unit not in _UNITS:
-            raise ValueError(f"{value!r} is not a size (use e.g. '512KB', '20MB', '1GB')")
+            raise ValueError(
+                f"{value!r} is not a size (use e.g. '512KB', '20MB', '1GB'; the units are B, KB,"
+                " MB, GB and KiB, MiB, GiB, up to 1000GB)"
+            )
         size = int(float(match.group(1)) * _UNITS[unit])
     if size <= 0:
         raise ValueError("a size must be positive")

@@ -72,7 +72,7 @@ ROUTE_BASE = 'name = "gh"\nauth = "github"\nsecret_env = "GH_SECRET"\n'
         pytest.param(
             "[tools.shell]\nenabled = 'maybe'",
             "tools.shell.enabled",
-            "boolean",
+            "write true or false",
             id="wrong-type-bool",
         ),
         pytest.param("[bot]\nlog_level = 'LOUD'", "bot.log_level", "'DEBUG'", id="literal"),
@@ -240,6 +240,11 @@ def test_empty_config_is_all_defaults() -> None:
     [
         ("daily_bytes_per_sender = 'lots'", "'lots' is not a size (use e.g. '512KB', '20MB',"),
         ("inbox_max = '5PB'", "'5PB' is not a size"),
+        (
+            "inbox_max = '1TB'",
+            "'1TB' is not a size (use e.g. '512KB', '20MB', '1GB'; the"
+            " units are B, KB, MB, GB and KiB, MiB, GiB, up to 1000GB)",
+        ),
         ("inbox_max = 0", "a size must be positive"),
         ("daily_bytes_per_sender = '2000GB'", "a size must be at most 1000GB"),
         ("daily_bytes_per_sender = true", "a size must be a number of bytes or a string"),
@@ -599,3 +604,12 @@ def test_check_config_says_where_the_store_is_and_how_off_tools_switch_on(
     assert "storage: PostgreSQL db.example:5432/echo (retention 14d)" in lines
     assert "http_request: on" in lines
     assert "s3cret-pw" not in offered.stdout
+
+
+@pytest.mark.parametrize("value", ['"yes"', '"true"', "1", '"on"'])
+def test_a_boolean_key_takes_only_a_boolean(value: str) -> None:
+    """`enabled = "yes"` was read as true: a typo or a quoted word never switches a part
+    on (or off) by pydantic's guess."""
+    with pytest.raises(ConfigError) as refusal:
+        parse_config(tomllib.loads(f"[console]\nenabled = {value}\n"), "t.toml")
+    assert "console.enabled: write true or false, without quotes" in str(refusal.value)

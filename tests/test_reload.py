@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
+from echo_bot.config import Config
 from tests.conftest import echo_bot_env
 from tests.proc import EchoBotProcess
 
@@ -46,3 +47,26 @@ def test_sighup_reloads_the_policy_and_keeps_running_on_a_bad_file(tmp_path: Pat
         assert bot.wait() == 0
     finally:
         bot.cleanup()
+
+
+def test_a_chat_channels_allowlists_apply_live_and_its_other_keys_need_a_restart() -> None:
+    """Changing only [matrix] allowed_users said `needs restart to apply: matrix`,
+    though the access check and the approvers read it live."""
+    from echo_bot.config import parse_config
+    from echo_bot.live import restart_needed
+
+    def config(section: str, **keys: object) -> Config:
+        return parse_config({section: {"enabled": True, **keys}}, "t.toml")
+
+    for section, one, two in (
+        ("matrix", ["@a:example.org"], ["@a:example.org", "@b:example.org"]),
+        ("slack", ["U0A"], ["U0A", "U0B"]),
+        ("telegram", [1], [1, 2]),
+    ):
+        extra = {"user_id": "@bot:example.org"} if section == "matrix" else {}
+        old = config(section, allowed_users=one, **extra)
+        assert restart_needed(old, config(section, allowed_users=two, **extra)) == []
+        assert restart_needed(old, config(section, allowed_users=one, approvers=one, **extra)) == []
+    old = config("matrix", user_id="@bot:example.org")
+    new = config("matrix", user_id="@bot:example.org", homeserver="https://other.example")
+    assert restart_needed(old, new) == ["matrix.homeserver"]

@@ -194,6 +194,13 @@ class Inbound:
         media = media_content(event)
         if media is None and not isinstance(event, RoomMessageText | RoomMessageEmote):
             return  # state, redactions, notices (bots talk with m.notice), unknown kinds
+        target = reply_target(event)
+        if target is not None and isinstance(event, RoomMessageText):
+            # A decision typed in reply to a prompt goes to the gate from anyone, as a
+            # reaction does: a non-approver is refused and told so, either way.
+            verb = verb_of_reply(event.body or "")
+            if verb is not None and await self._decide(room_id, event, target, verb):
+                return
         if not await self.allowed(sender):
             # A stranger: answered only alone with the bot (a room they invited it to
             # while a pairing code waited), where they may send the code.
@@ -205,11 +212,8 @@ class Inbound:
             text, attachments = await self._media(event.event_id, media)
         else:
             text = self._text(event)
-        target = reply_target(event)
-        if target is not None and isinstance(event, RoomMessageText):
-            verb = verb_of_reply(event.body or "")
-            if verb is not None and await self._decide(room_id, event, target, verb):
-                return
+        if target is None and text and await self._unattached(room_id, text):
+            return
         inbound_id = await self._publish(
             MessageInbound(
                 address=address_of(room_id),
@@ -222,6 +226,22 @@ class Inbound:
             )
         )
         self.typing.start(inbound_id, room_id)
+
+    async def _unattached(self, room_id: str, text: str) -> bool:
+        """``approve`` or ``deny`` typed on its own while a request waits here: Matrix
+        has no buttons, so say how to answer (a reply to the prompt, or a reaction)
+        instead of handing the word to the brain."""
+        words = text.strip().lower().rstrip(".!").split()
+        if len(words) != 1 or verb_of_reply(words[0]) is None:
+            return False
+        if not await self.host.pending_prompts(address_of(room_id)):
+            return False
+        await self._notice(
+            room_id,
+            "To answer a request, reply to its prompt (in Element: hover over it, then"
+            " Reply) with `approve` or `deny`, or react to it with ✅ or ❌.",
+        )
+        return True
 
     async def _stranger(self, room_id: str, sender: str, text: str) -> None:
         if text.lower().startswith("pair "):

@@ -44,17 +44,21 @@ MAX_BODY = 1024 * 1024  # bytes of one HTTP delivery
 WATCH_EVERY = 1.0  # seconds between looks at the Socket Mode connection
 
 
-class _Reconnecting(logging.Filter):
-    """The SDK logs each failed try to reconnect, with a traceback, every few seconds
-    for as long as Slack cannot be reached; /healthz and the channel's one line say it."""
+class _Routine(logging.Filter):
+    """The SDK's routine lines (each session made or abandoned) are debug detail, as the
+    README promises of library lines; and it logs each failed try to reconnect, with a
+    traceback, every few seconds for as long as Slack cannot be reached, which
+    /healthz and the channel's one line say."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING and not logging.getLogger().isEnabledFor(logging.DEBUG):
+            return False
         message = str(record.msg)
         return not message.startswith(("Failed to connect", "Failed to check the current"))
 
 
 SDK_LOG = logging.getLogger("channels.slack.socket_mode")
-SDK_LOG.addFilter(_Reconnecting())
+SDK_LOG.addFilter(_Routine())
 TAKEN = frozenset({"events_api", "interactive"})
 
 

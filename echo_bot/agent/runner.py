@@ -474,7 +474,8 @@ class TurnRunner:
                     inbound.session_key, turn.id, ChatMessage(role="assistant", content=text)
                 )
             markdown = decision is not None and decision.markdown
-            tx.outbox.add(self._reply(inbound, text, markdown=markdown))
+            if decision is None or decision.shown or not attachments:
+                tx.outbox.add(self._reply(inbound, text, markdown=markdown))
             for extra in attachments:
                 tx.outbox.add(extra)
             tx.inbox.set_status(inbound.id, status, error, result=text)

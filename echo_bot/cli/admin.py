@@ -28,7 +28,7 @@ from ..config import (
     telegram_enabled,
 )
 from ..durations import format_duration
-from ..errors import ConfigError, NoSchema
+from ..errors import ConfigError, EchoBotError, NoSchema
 from ..events import (
     Address,
     ApprovalDecision,
@@ -101,7 +101,7 @@ class StoreAt:
         return f"PostgreSQL {describe_url(self.url)}"
 
 
-class NoStoreYet(SystemExit):
+class NoStoreYet(EchoBotError):
     """No store at ``at`` yet (the daemon never ran there): a command that asked for
     something in it exits 1 with the reason; one that lists says "nothing yet"."""
 
@@ -113,15 +113,16 @@ def _with_store(at: StoreAt, fn: Callable[[Tx], T], *, create: bool = False) -> 
         database = make_database("postgres", state_dir=at.state_dir, url=at.url)
     else:
         if not create and not at.path.exists():
-            raise NoStoreYet(f"echo-bot: no store at {at.path} yet; `echo-bot run` creates it")
+            raise NoStoreYet(f"no store at {at.path} yet; `echo-bot run` creates it")
         database = Database(at.path)
-    # These commands write no audit rows, so the store has nothing to mask; what they
-    # print is masked on the way out (secrets.masked_output).
+    # The audit rows these commands write (a console session revoked) hold no secret,
+    # so the store has nothing to mask; what they print is masked on the way out
+    # (secrets.masked_output).
     store = Store(database, Masker())
     try:
         store.open_sync(create=create)
     except NoSchema as exc:  # nothing to read, and reading it changes nothing
-        raise NoStoreYet(f"echo-bot: {exc}") from None
+        raise NoStoreYet(str(exc)) from None
     try:
         return store.run_sync(fn)
     finally:
@@ -134,7 +135,7 @@ def _listed(at: StoreAt, fn: Callable[[Tx], list[T]]) -> list[T]:
     try:
         return _with_store(at, fn)
     except NoStoreYet as exc:
-        print(exc.code, file=sys.stderr)
+        print(f"echo-bot: {exc}", file=sys.stderr)
         return []
 
 
@@ -602,7 +603,7 @@ def status_command(at: StoreAt) -> int:
         if not shared:
             print("daemon: not running")
         print(f"state: {at.describe()}")
-        print(f"nothing yet: {str(exc.code).removeprefix('echo-bot: ')}")
+        print(f"nothing yet: {exc}")
         return 0
     counts = seen.counts
     _print_daemon(at, seen.info, shared)

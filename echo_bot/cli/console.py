@@ -16,8 +16,8 @@ import time
 from ..approvals.display import escape_text
 from ..approvals.routing import LOCAL_CHANNELS, ApproverDirectory
 from ..commands.console import owner_at_server
-from ..config import LoadedConfig, console_base
-from ..console.auth import ConsoleUser, link_url, new_link
+from ..config import CHANNEL_NAMES, LoadedConfig, console_base
+from ..console.auth import ConsoleUser, audit_session, link_url, new_link
 from ..errors import ConfigError
 from ..events import Address
 from ..store import Tx
@@ -61,9 +61,11 @@ def _approver(loaded: LoadedConfig, given: str) -> ConsoleUser | None:
     try:
         user = ConsoleUser.parse(given)
     except ConfigError:
+        user = None
+    if user is None or user.channel not in CHANNEL_NAMES:
         print(
-            f'echo-bot: --as "{shown}" names no approver: give CHANNEL:ID, like'
-            " telegram:12345 (without --as the link is for you, the owner)",
+            f'echo-bot: --as "{shown}" names no approver: write CHANNEL:ID (telegram:12345,'
+            " matrix:@you:example.org, slack:U0123ABCD)",
             file=sys.stderr,
         )
         return None
@@ -72,7 +74,7 @@ def _approver(loaded: LoadedConfig, given: str) -> ConsoleUser | None:
         why = "the terminal's user is the owner: leave out --as"
     elif not directory.approves(Address(channel=user.channel, chat_id=user.id), user.id):
         source = loaded.path or "the embedded defaults"
-        why = f"not an approver in {source} ([telegram] approvers, else allowed_users)"
+        why = f"not an approver in {source} ([{user.channel}] approvers, else its allowed_users)"
     else:
         return user
     print(f'echo-bot: --as "{shown}": {why}; no link was made', file=sys.stderr)
@@ -134,7 +136,10 @@ def revoke_command(at: StoreAt, given: str | None, *, every: bool) -> int:
         if len(matches) != 1:
             return matches, None, False
         row = next(r for r in tx.console.sessions(now, ended=True) if r.id == matches[0])
-        return matches, row, tx.console.revoke(row.id, now)
+        ended = tx.console.revoke(row.id, now)
+        if ended:
+            audit_session(tx, "console.revoked", row.approver, row.id, by=_revoker())
+        return matches, row, ended
 
     matches, row, ended = _with_store(at, revoke)
     if len(matches) > 1:
@@ -154,10 +159,17 @@ def revoke_command(at: StoreAt, given: str | None, *, every: bool) -> int:
     return 0
 
 
+def _revoker() -> str:
+    return f"{owner_at_server().name} (echo-bot console revoke)"
+
+
 def _revoke_all(at: StoreAt) -> int:
     def revoke(tx: Tx) -> list[ConsoleSessionRow]:
         now = time.time()
-        return [row for row in tx.console.sessions(now) if tx.console.revoke(row.id, now)]
+        ended = [row for row in tx.console.sessions(now) if tx.console.revoke(row.id, now)]
+        for row in ended:
+            audit_session(tx, "console.revoked", row.approver, row.id, by=_revoker())
+        return ended
 
     ended = _with_store(at, revoke)
     if not ended:

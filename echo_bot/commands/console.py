@@ -107,9 +107,10 @@ def register_console_command(
             kind=OutboundKind.NOTICE,
             trace_id=context.trace_id,
         )
-        return BrainReply(
-            text=f"A one-time sign-in link for the console follows (works once, until {until}).",
+        return BrainReply(  # one message in the chat: the link (kept out of the history)
+            text=f"(A one-time sign-in link for the console was sent, until {until}.)",
             attachments=[link],
+            shown=False,
         )
 
     commands.register(Command("console", HELP, console))

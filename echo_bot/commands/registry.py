@@ -83,6 +83,7 @@ class CommandRegistry:
             tool_calls=reply.tool_calls,
             route_reason=reply.route_reason or f"rules: command /{name}",
             attachments=reply.attachments,
+            shown=reply.shown,
         )
 
     def help_text(self) -> str:

@@ -111,8 +111,12 @@ class AuditPage:
     async def handle(self, request: web.Request, visitor: Visitor) -> web.StreamResponse:
         console = self.console
         ask = asked(request.query, console.clock.zone)
-        wanted = Scope.of(visitor.user).narrow(ask.wanted)
-        rows, newer, older = await console.store.run(lambda tx: self._read(tx, wanted))
+        user = visitor.user
+
+        def read(tx: Tx) -> tuple[list[AuditRow], bool, bool]:
+            return self._read(tx, Scope.read(tx, user).narrow(ask.wanted))
+
+        rows, newer, older = await console.store.run(read)
         kept = {name: value for name, value in ask.values.items() if value}
         return console.render(
             request,

@@ -112,6 +112,17 @@ def sign_in(
     return NewSession(secret=secret, row=row)
 
 
+def audit_session(
+    tx: Tx, event: str, approver: dict[str, Any], session_id: str, **data: Any
+) -> None:
+    """A sign-in, sign-out or revocation in the audit log (``console.signed_in``…): who,
+    which session, and what else is known (the address it came from, who revoked it),
+    so the Audit page answers who was signed in, from where, and when."""
+    user = ConsoleUser.from_json(approver)
+    who = user.name if user.owner else f"{user.channel}:{user.id}"
+    tx.audit.write(event, trace_id=None, session_key=None, approver=who, session=session_id, **data)
+
+
 def session_of(tx: Tx, secret: str, now: float | None = None) -> ConsoleSessionRow | None:
     """The live session of a cookie's value (None: none, ended or revoked)."""
     if not secret or len(secret) > 256:

@@ -11,6 +11,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import jinja2
+import markupsafe
 
 from ..approvals.display import clip, escape_text
 
@@ -25,7 +26,20 @@ def environment() -> jinja2.Environment:
     )
     env.filters["shown"] = lambda value: escape_text(str(value))
     env.filters["clip"] = lambda value, limit=64: clip(str(value), int(limit))
+    env.filters["code"] = code_spans
     return env
+
+
+def code_spans(value: object) -> markupsafe.Markup:
+    """A message's text with its `backquoted` parts as code, the rest escaped (the texts
+    are the ones a chat or the terminal shows, written with backquotes)."""
+    parts = str(value).split("`")
+    if len(parts) % 2 == 0:  # an unpaired backquote: shown as it is
+        return markupsafe.escape(str(value))
+    return markupsafe.Markup("").join(
+        markupsafe.Markup("<code>{}</code>").format(part) if n % 2 else markupsafe.escape(part)
+        for n, part in enumerate(parts)
+    )
 
 
 class Clock:

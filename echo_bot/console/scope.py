@@ -2,14 +2,19 @@
 reminders): the owner every one; an approver the chats of their own channel — their own
 chat with the bot and the groups — but never another person's own chat with the bot.
 
-On Telegram (the one chat channel with approvers) a person's own chat with the bot has
-that person's id, a positive number; a group's id is negative. So a chat of the channel
-whose id does not begin with ``-`` and is not theirs is another person's."""
+On Telegram a person's own chat with the bot has that person's id, a positive number; a
+group's id is negative. So a chat of the channel whose id does not begin with ``-`` and
+is not theirs is another person's. A Matrix room's or Slack conversation's id says
+neither whose it is nor whether it is direct: there an approver sees the chats they
+wrote in (with their threads). A direct chat holds one person and the bot, so one they
+wrote in is their own."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from ..store import Tx
 from ..store.audit import AuditFilter
 from .auth import ConsoleUser
 
@@ -23,11 +28,22 @@ class Scope:
     prefixes: tuple[str, ...] = ()
 
     @classmethod
-    def of(cls, user: ConsoleUser) -> Scope:
+    def of(cls, user: ConsoleUser, written_in: Sequence[str] = ()) -> Scope:
+        """``written_in``: the session keys ``user`` wrote in (``tx.inbox.chats_of``),
+        which are what they see on a channel whose ids do not tell."""
         if user.owner:
             return cls(None)
+        if user.channel != "telegram":
+            chats = tuple(written_in)
+            return cls(chats, tuple(f"{chat}:" for chat in chats))
         own = f"{user.channel}:{user.id}"
         return cls((own,), (f"{own}:", f"{user.channel}:-"))
+
+    @classmethod
+    def read(cls, tx: Tx, user: ConsoleUser) -> Scope:
+        if user.owner or user.channel == "telegram":
+            return cls.of(user)
+        return cls.of(user, tx.inbox.chats_of(user.channel, user.id))
 
     def sees(self, session_key: str | None) -> bool:
         if self.exact is None:

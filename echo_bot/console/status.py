@@ -70,17 +70,18 @@ class StatusPage:
 
     async def handle(self, request: web.Request, visitor: Visitor) -> web.StreamResponse:
         console = self.console
-        scope = Scope.of(visitor.user)
+        user = visitor.user
         today = datetime.now(console.clock.zone).replace(hour=0, minute=0, second=0, microsecond=0)
 
-        def read(tx: Tx) -> tuple[overview.Overview, list[UsageRow], int]:
+        def read(tx: Tx) -> tuple[overview.Overview, list[UsageRow], int, Scope]:
             return (
                 overview.read(tx),
                 tx.audit.usage_by_day(),
                 tx.audit.tokens_since(today.timestamp()),
+                Scope.read(tx, user),
             )
 
-        seen, usage, used_today = await console.store.run(read)
+        seen, usage, used_today, scope = await console.store.run(read)
         note = NOTES.get(request.query.get("note", ""), "")
         reminder_id = request.query.get("id", "")
         shown_note = note.format(id=reminder_id) if note and _REMINDER.match(reminder_id) else ""
@@ -128,11 +129,11 @@ class StatusPage:
         reminder_id = request.match_info["id"]
         if not _REMINDER.match(reminder_id):
             return see_other("/console/status?note=gone")
-        scope = Scope.of(visitor.user)
+        user = visitor.user
 
         def cancel(tx: Tx) -> str:
             row: ReminderRow | None = tx.reminders.get(reminder_id)
-            if row is None or not scope.sees(row.chat):
+            if row is None or not Scope.read(tx, user).sees(row.chat):
                 return "gone"
             return "gone" if overview.cancel_reminder(tx, reminder_id) else "cancelled"
 

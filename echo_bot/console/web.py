@@ -35,7 +35,7 @@ from ..store import Store, Tx
 from ..store.console import ConsoleSessionRow
 from . import requests as req
 from .audit import AuditPage
-from .auth import COOKIE, ConsoleUser, session_of, sign_in
+from .auth import COOKIE, ConsoleUser, audit_session, session_of, sign_in
 from .feed import Feed
 from .render import Clock, environment
 from .security import RateLimit, safe_next, same_origin, secure, tokens_match
@@ -108,6 +108,7 @@ class Console:
         """Add the routes (before the HTTP server starts)."""
         add = self.http.add_route
         add("GET", "/console", self._to_queue)
+        add("GET", "/", self._to_queue)  # the server's root leads to the console
         add("GET", "/console/", self._page(self._queue))
         add("GET", "/console/login", self._public(self._login_form))
         add("POST", "/console/login", self._public(self._login), reads_body=True)
@@ -279,13 +280,22 @@ class Console:
         ttl = self.config.session_ttl.total_seconds()
         replaced = request.cookies.get(COOKIE, "")
         opened = None
+        address = request.remote or "?"
         if 0 < len(link) <= 256:
-            opened = await self.store.run(lambda tx: self._open(tx, link, ttl, agent, replaced))
+            opened = await self.store.run(
+                lambda tx: self._open(tx, link, ttl, agent, replaced, address)
+            )
         if opened is None:
             return self._message(request, 403, "This link does not work", BAD_LINK)
         user = ConsoleUser.from_json(opened.row.approver)
         if not self.still_approves(user):
-            await self.store.run(lambda tx: tx.console.revoke(opened.row.id, time.time()))
+
+            def refuse(tx: Tx) -> None:
+                tx.console.revoke(opened.row.id, time.time())
+                audit_session(tx, "console.revoked", opened.row.approver, opened.row.id,
+                              by="the console: no longer an approver")  # fmt: skip
+
+            await self.store.run(refuse)
             return self._message(request, 403, "This link does not work", BAD_LINK)
         log.info("console: %s signed in (session %s)", user.label, opened.row.id)
         response = see_other(safe_next(fields.get("next")))
@@ -293,14 +303,22 @@ class Console:
         return response
 
     @staticmethod
-    def _open(tx: Tx, link: str, ttl: float, agent: str, replaced: str) -> Any:
+    def _open(tx: Tx, link: str, ttl: float, agent: str, replaced: str, address: str) -> Any:
         """Sign in with ``link``; a session the browser had before is ended (a new one is
-        always made: a cookie planted before sign-in never becomes a session)."""
+        always made: a cookie planted before sign-in never becomes a session). Audited
+        with the address it came from (a reverse proxy's, behind one)."""
         opened = sign_in(tx, link, ttl, agent)
-        if opened is not None and replaced:
+        if opened is None:
+            return None
+        row = opened.row
+        audit_session(
+            tx, "console.signed_in", row.approver, row.id, address=address, agent=row.agent
+        )
+        if replaced:
             old = session_of(tx, replaced)
             if old is not None:
                 tx.console.revoke(old.id, time.time())
+                audit_session(tx, "console.signed_out", old.approver, old.id, by="a new sign-in")
         return opened
 
     def _set_cookie(self, response: web.StreamResponse, value: str, max_age: int) -> None:
@@ -325,8 +343,14 @@ class Console:
                 fields.get("csrf"), visitor.session.csrf
             ):
                 return self._message(request, 403, "Refused", FORGED)
-            session_id = visitor.session.id
-            await self.store.run(lambda tx: tx.console.revoke(session_id, time.time()))
+            session = visitor.session
+
+            def sign_out(tx: Tx) -> None:
+                if tx.console.revoke(session.id, time.time()):
+                    audit_session(tx, "console.signed_out", session.approver, session.id,
+                                  address=request.remote or "?")  # fmt: skip
+
+            await self.store.run(sign_out)
         response = see_other("/console/login")
         self._set_cookie(response, "", 0)
         return response

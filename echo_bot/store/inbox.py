@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from ..bus import Published
 from ..events import INBOUND, InboundKind, InboundMessage, InboundStatus
 from .committed import InboundCommitted
-from .sql import SqlDb, db_clock
+from .sql import SqlDb, db_clock, json_text
 
 if TYPE_CHECKING:
     from .tx import Tx
@@ -238,6 +238,16 @@ class InboxRepo:
             [channel, len(prefix), prefix],
         ).fetchall()
         return [row[0] for row in rows]
+
+    def chats_of(self, channel: str, user_id: str, limit: int = 1000) -> list[str]:
+        """The session keys of ``channel`` where ``user_id`` wrote (a chat message)."""
+        sender = json_text(self._db, "payload", "sender", "id")
+        rows = self._db.execute(
+            f"SELECT DISTINCT session_key FROM inbox WHERE channel = ? AND kind = 'message'"
+            f" AND {sender} = ? LIMIT ?",
+            [channel, user_id, limit],
+        ).fetchall()
+        return sorted(str(row[0]) for row in rows)
 
     def recent(
         self, channel: str, *, session_key: str | None = None, limit: int = 20

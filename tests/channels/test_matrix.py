@@ -6,6 +6,7 @@ hostile input. The people are matrix-nio clients with E2EE (tests/matrix_people.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import stat
@@ -25,8 +26,8 @@ from echo_bot.conversation import ChatMessage, ToolCall
 from echo_bot.errors import ConfigError
 from echo_bot.events import Address, new_id
 from echo_bot.tools.base import Tool
-from tests.channels.contract.drivers import ContractBrain, MatrixDriver
-from tests.conftest import running_bot
+from tests.channels.contract.drivers import TOOLS, ContractBrain, MatrixDriver
+from tests.conftest import Bot, running_bot
 from tests.matrix_people import Person, open_room
 from tests.matrix_server import Synapse, unique
 from tests.test_matrix_harness import raw_event, send_encrypted
@@ -152,6 +153,69 @@ async def test_a_reply_approve_to_the_prompt_decides_it(chat: Chat) -> None:
             **{"m.relates_to": {"m.in_reply_to": {"event_id": shown.handle}}},
         )  # fmt: skip
         await chat.wait_received("ran: replied")
+
+
+async def test_approve_typed_without_replying_says_how_to_answer(chat: Chat) -> None:
+    """Matrix has no buttons: `approve` typed on its own while a request waits is told
+    how to answer (reply to the prompt, or react), not handed to the brain."""
+    async with chat.running():
+        await chat.say("run:typed")
+        shown = await chat.prompt()
+        await chat.say("approve")
+        await chat.wait_received("To answer a request, reply to its prompt")
+        assert "echo: ?" not in chat.received()
+        await chat.decide(shown, approve=False)
+        await chat.wait_received("not run: typed")
+
+
+class NotAllowedFriend(Chat):
+    """The friend is in the room but not among the allowed users."""
+
+    def __init__(self, state_dir: Path, synapse: Synapse) -> None:
+        super().__init__(state_dir, synapse)
+        self.brain = ContractBrain()
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[Bot]:
+        owner, _friend = self.people
+        config = f"""
+[matrix]
+enabled = true
+homeserver = "{self.homeserver}"
+user_id = "{self.account.user_id}"
+allowed_users = ["{owner.user_id}"]
+{TOOLS}"""
+        async with running_bot(
+            self.state_dir, config, environ={"MATRIX_ACCESS_TOKEN": self.account.access_token},
+            channels=["matrix"], channel_options={"matrix": {"sync_timeout": 1}},
+            brain=self.brain,
+        ) as bot:  # fmt: skip
+            self.bot = bot
+            yield bot
+
+
+async def test_a_non_approvers_typed_answer_is_refused_as_their_reaction_is(
+    synapse: Synapse, state_dir: Path
+) -> None:
+    chat = NotAllowedFriend(state_dir, synapse)
+    async with chat.peer(), chat.running():
+        _owner, friend = chat.people
+        await chat.say("run:guarded")
+        shown = await chat.prompt()
+        before = len(chat.received())
+        await friend.say(
+            chat.room_id, "> <bot> the prompt\n\napprove",
+            **{"m.relates_to": {"m.in_reply_to": {"event_id": shown.handle}}},
+        )  # fmt: skip
+
+        def refusal() -> str | None:
+            return next((t for t in chat.received()[before:] if t.startswith("⚠️")), None)
+
+        said = await eventually(refusal, timeout=30, what="the refusal of the typed answer")
+        assert "not allowed" in said, said
+        assert not (chat.state_dir / "workspace" / "contract.txt").exists()
+        await chat.decide(shown, approve=False)
+        await chat.wait_received("not run: guarded")
 
 
 async def test_an_invite_from_a_stranger_is_refused(chat: Chat, synapse: Synapse) -> None:

@@ -177,6 +177,8 @@ def test_sessions_are_listed_and_revoked_by_a_prefix_or_all(
         "telegram:4\x1b[31m2\nfake line",
         "telegram:" + "9" * 5000,
         "nochannel",
+        "@me:example.org",  # a Matrix ID without its channel
+        "12345",  # a Telegram ID without its channel
     ],
     ids=lambda given: repr(given[:24]),
 )
@@ -205,3 +207,18 @@ def test_no_link_while_the_console_is_off(tmp_path: Path) -> None:
     assert no_config.returncode == 2
     assert "no config file was given" in no_config.stderr and "--config" in no_config.stderr
     assert not (tmp_path / "st").exists()
+
+
+@pytest.mark.parametrize("given", ["@me:example.org", "12345", "U0123ABCD"])
+def test_an_id_without_its_channel_is_told_how_to_write_it(tmp_path: Path, given: str) -> None:
+    args, env = console_cli(tmp_path)
+    refused = console(args, env, "link", "--as", given)
+    assert refused.returncode == 2
+    assert "write CHANNEL:ID (telegram:12345, matrix:@you:example.org" in refused.stderr
+
+
+def test_a_matrix_id_not_an_approver_is_told_of_the_matrix_section(tmp_path: Path) -> None:
+    args, env = console_cli(tmp_path)
+    refused = console(args, env, "link", "--as", "matrix:@stranger:example.org")
+    assert refused.returncode == 2
+    assert "([matrix] approvers, else its allowed_users)" in refused.stderr, refused.stderr

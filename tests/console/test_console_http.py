@@ -38,6 +38,18 @@ async def test_the_console_is_off_by_default(state_dir: Path) -> None:
             assert page.status == 404
 
 
+async def test_the_server_root_leads_to_the_console(state_dir: Path) -> None:
+    config = "[http]\nenabled = true\nport = 0\n[console]\nenabled = true\n"
+    async with running_bot(state_dir, config) as bot:
+        assert bot.daemon.http is not None
+        root = f"http://127.0.0.1:{bot.daemon.http.port}/"
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(root, allow_redirects=False) as answer,
+        ):
+            assert answer.status == 303 and answer.headers["Location"] == "/console/"
+
+
 async def test_an_owner_signs_in_sees_a_pending_call_and_approves_it_once(
     state_dir: Path,
 ) -> None:
@@ -81,7 +93,10 @@ async def test_a_link_works_once(state_dir: Path) -> None:
         async with client(bot) as second:
             again = await sign_in(second, link)
             assert again.status == 403
-            assert "does not work" in await again.text()
+            text = await again.text()
+            assert "does not work" in text
+            # The commands it names are code, not Markdown's backquotes shown as they are.
+            assert "<code>echo-bot console link</code>" in text and "`" not in text
 
 
 async def test_deny_from_the_console(state_dir: Path) -> None:

@@ -15,6 +15,7 @@ import aiohttp
 import pytest
 
 from echo_bot.console.auth import ConsoleUser
+from echo_bot.events import Address, MessageInbound, Sender
 from echo_bot.statuses import ReminderStatus
 from echo_bot.store import Tx
 from echo_bot.store.reminders import ReminderRow
@@ -196,6 +197,78 @@ async def test_an_approver_sees_only_their_channel_and_never_another_persons_cha
             await signed_in(bot, owner)
             everything = await page(owner, "/console/audit")
         assert markers(everything) == {"own", "group", "otherperson", "terminal", "daemon"}
+
+
+MATRIX_APPROVERS = """
+[matrix]
+user_id = "@bot:example.org"
+allowed_users = ["@ann:example.org", "@bob:example.org"]
+approvers = ["@ann:example.org", "@bob:example.org"]
+"""
+ANN = ConsoleUser(channel="matrix", id="@ann:example.org", name="ann")
+
+
+async def test_a_matrix_approver_sees_the_rooms_they_wrote_in_and_no_other(
+    state_dir: Path,
+) -> None:
+    """A Matrix room's id says neither whose it is nor whether it is direct: Ann sees
+    the rooms she wrote in (her direct chat with the bot, a group), never Bob's direct
+    chat; an empty page says what she is shown."""
+    own, group, bobs = "!annsroom:example.org", "!group:example.org", "!bobsroom:example.org"
+
+    def wrote(room: str, user: str) -> MessageInbound:
+        return MessageInbound(
+            address=Address(channel="matrix", chat_id=room),
+            sender=Sender(id=user, name=user),
+            text="hello",
+            external_id=f"${room}{user}",
+        )
+
+    async with console_bot(state_dir, MATRIX_APPROVERS) as bot, client(bot) as session:
+        await signed_in(bot, session, ANN)
+        empty = await page(session, "/console/audit")
+        assert "No audit rows" in empty and "the matrix chats you have written in" in empty
+        messages = [wrote(own, ANN.id), wrote(group, ANN.id), wrote(group, "@bob:example.org"),
+                    wrote(bobs, "@bob:example.org")]  # fmt: skip
+
+        def add_all(tx: Tx) -> None:
+            for message in messages:
+                tx.inbox.add(message)
+
+        await bot.store.run(add_all)
+        await write_rows(
+            bot,
+            [
+                (f"matrix:{own}", None, {"marker": "own"}),
+                (f"matrix:{group}", None, {"marker": "group"}),
+                (f"matrix:{bobs}", None, {"marker": "otherperson"}),
+                ("telegram:1", None, {"marker": "telegram"}),
+                (None, None, {"marker": "daemon"}),
+            ],
+        )
+        assert markers(await page(session, "/console/audit")) == {"own", "group"}
+        assert markers(await page(session, f"/console/audit?chat=matrix:{bobs}")) == set()
+
+
+async def test_sign_ins_sign_outs_and_revocations_are_in_the_audit_log(state_dir: Path) -> None:
+    async with console_bot(state_dir, TELEGRAM_APPROVERS) as bot, client(bot) as session:
+        csrf = await signed_in(bot, session, APPROVER)
+        async with session.post(
+            "/console/logout", data={"csrf": csrf}, headers={"Origin": str(session._base_url)},
+            allow_redirects=False,
+        ) as out:  # fmt: skip
+            assert out.status == 303
+        rows = await bot.store.run(lambda tx: tx.audit.read(tail=100))
+        kinds = [
+            (row.kind, row.data.get("approver")) for row in rows if row.kind.startswith("console.")
+        ]
+        assert kinds == [("console.signed_in", "telegram:1"), ("console.signed_out", "telegram:1")]
+        signed = next(row for row in rows if row.kind == "console.signed_in")
+        assert signed.data["address"] == "127.0.0.1" and signed.data["session"]
+        async with client(bot) as owner:
+            await signed_in(bot, owner)
+            shown = await page(owner, "/console/audit")
+        assert "console.signed_in" in shown and "console.signed_out" in shown
 
 
 def reminder(reminder_id: str, chat: str, text: str, hours: float = 2) -> ReminderRow:
