@@ -30,10 +30,18 @@ def with_database(url: str, name: str) -> str:
     return urlunsplit(parts._replace(path=f"/{name}"))
 
 
-def _unreachable(reason: str) -> None:
+def _unreachable(reason: str, exc: BaseException | None = None) -> None:
     import pytest  # here: bench/ scripts use this module without pytest
 
-    message = f"PostgreSQL at {ENV} is not reachable: {reason}"
+    refused = getattr(exc, "sqlstate", None) in ("28P01", "28000") or (
+        "authentication failed" in reason
+    )
+    if refused:  # it answered: the user or password in the URL is wrong
+        message = (
+            f"PostgreSQL at {ENV} refused the login (check the URL's user and password): {reason}"
+        )
+    else:
+        message = f"PostgreSQL at {ENV} is not reachable: {reason}"
     if os.environ.get("CI"):
         pytest.fail(message, pytrace=False)
     pytest.skip(message + " (start it as the README's Development section says)")
@@ -50,7 +58,7 @@ def reachable_admin_url() -> str:
         with psycopg.connect(admin_url(), connect_timeout=5):
             pass
     except psycopg.Error as exc:
-        _unreachable(" ".join(str(exc).split()))
+        _unreachable(" ".join(str(exc).split()), exc)
     return admin_url()
 
 
@@ -69,7 +77,7 @@ def fresh_database() -> Iterator[str]:
         with psycopg.connect(admin, autocommit=True, connect_timeout=5) as conn:
             conn.execute(f'CREATE DATABASE "{name}"')
     except psycopg.Error as exc:
-        _unreachable(" ".join(str(exc).split()))
+        _unreachable(" ".join(str(exc).split()), exc)
     try:
         yield with_database(admin, name)
     finally:

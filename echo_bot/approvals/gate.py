@@ -413,6 +413,7 @@ class ApprovalGate:
             trace_id=row.trace_id,
             session_key=row.session_key,
             approval_id=row.id,
+            tool=row.tool,  # so a filter by tool shows who decided, too
             status=status,
             verb=verb.value,
             decided_by=who,

@@ -90,6 +90,11 @@ def asked(query: Any, zone: ZoneInfo) -> Asked:
                     f"The '{name}' time is not a date like 2026-03-01 or a time like "
                     "2026-03-01 14:30; it was not applied."
                 )
+    if times["from"] is not None and times["to"] is not None and times["from"] >= times["to"]:
+        problems.append(
+            "The 'from' time is after the 'to' time, so no row could match; neither was applied."
+        )
+        times = {"from": None, "to": None}
     before = query.get("before", "")
     after = query.get("after", "")
     wanted = AuditFilter(

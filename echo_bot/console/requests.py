@@ -120,3 +120,35 @@ def one(
     if row is None or not may_see(directory, user, row):
         return None
     return view(gate, row)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What an approved call did: its result as the audit log has it."""
+
+    ok: bool
+    error_code: str
+    output: str  # the first characters (masked again when shown)
+
+
+OUTCOME_OUTPUT = 2000  # characters of a call's output shown
+
+
+def outcome(tx: Tx, request_id: str) -> Outcome | None:
+    """The result of the call ``request_id`` approved (None: not approved, or it has not
+    finished): the ``tool.result`` audit row of its trace for its tool, written after
+    the decision."""
+    row = tx.approvals.get(request_id)
+    if row is None or row.status != ApprovalStatus.APPROVED or row.decided_at is None:
+        return None
+    for audit in reversed(tx.audit.read(tail=500, trace_id=row.trace_id)):
+        data = audit.data
+        if audit.kind == "tool.result" and data.get("tool") == row.tool:
+            if audit.ts + 1 < row.decided_at:
+                break  # an earlier call of the same tool in the turn
+            return Outcome(
+                ok=bool(data.get("ok")),
+                error_code=str(data.get("error_code") or ""),
+                output=str(data.get("output") or "")[:OUTCOME_OUTPUT],
+            )
+    return None

@@ -445,29 +445,38 @@ class Console:
         inbound_id = request.match_info["id"]
         user = visitor.user
 
-        def read(tx: Tx) -> tuple[Any, req.RequestView | None] | None:
+        def read(tx: Tx) -> tuple[Any, req.RequestView | None, req.Outcome | None] | None:
             row = tx.inbox.get(inbound_id) if _ID.match(inbound_id) else None
             if row is None or not isinstance(row.message, DecisionInbound):
                 return None
             message = row.message
             if message.sender.id != user.id or message.address != user.address:
                 return None  # someone else's decision: not theirs to read
-            return row, req.one(tx, self.gate, self.directory, user, message.decision.request_id)
+            request_id = message.decision.request_id
+            shown = req.one(tx, self.gate, self.directory, user, request_id)
+            outcome = req.outcome(tx, request_id) if shown is not None else None
+            return row, shown, outcome
 
         found = await self.store.run(read)
         if found is None:
             return self._message(request, 404, "No such decision", NO_REQUEST, visitor)
-        row, shown = found
-        waiting = not row.status.terminal
+        row, shown, outcome = found
+        done = row.status == InboundStatus.DONE
+        verb = row.message.decision.verb.value
+        # Looked at again until the approved call has its result.
+        running = done and verb != "deny" and outcome is None and shown is not None
         return self.render(
             request,
             "decision.html",
             visitor,
             r=shown,
-            done=row.status == InboundStatus.DONE,
-            waiting=waiting,
+            done=done,
+            waiting=not row.status.terminal,
+            refresh=not row.status.terminal or running,
+            outcome=outcome,
+            output=self.gate.masker.mask(outcome.output) if outcome else "",
             error=row.error or "",
-            verb=row.message.decision.verb.value,
+            verb=verb,
         )
 
     # -- live -------------------------------------------------------------------------------

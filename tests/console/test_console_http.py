@@ -19,6 +19,7 @@ from tests.console.helpers import (
     sign_in_link,
     signed_in,
 )
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.usefixtures("on_both_engines")
 
@@ -70,6 +71,18 @@ async def test_an_owner_signs_in_sees_a_pending_call_and_approves_it_once(
         async with await decide(session, request_id, "approve", csrf) as result:
             assert result.status == 200
             assert "Approved" in await result.text()
+            decision_page = str(result.url)
+
+        async def ran() -> str | None:  # the page shows the call's result once it is done
+            async with session.get(decision_page) as page:
+                text = await page.text()
+            return text if "The call ran" in text else None
+
+        shown = await eventually(ran, timeout=15, what="the call's result on the decision page")
+        assert "Appended 1 bytes" in shown and 'http-equiv="refresh"' not in shown
+        async with session.get("/console/audit?tool=file_write") as audit:
+            filtered = await audit.text()
+        assert "approval.decided" in filtered  # who decided, under the tool's filter too
         reply = await bot.channel.reply_to(inbound)
         assert "Appended 1 bytes" in reply.text
         assert count_file(bot).read_text() == "x"

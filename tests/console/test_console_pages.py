@@ -155,6 +155,10 @@ async def test_a_bad_date_says_so_on_the_page(state_dir: Path) -> None:
                 text = await r.text()
                 assert r.status == 200, text
             assert "is not a date like 2026-03-01" in text
+        backwards = urlencode({"from": "2026-03-02", "to": "2026-03-01"})
+        async with session.get(f"/console/audit?{backwards}") as r:
+            text = await r.text()
+        assert "The &#39;from&#39; time is after the &#39;to&#39; time" in text, text
 
 
 async def test_hostile_filters_are_refused_or_inert_and_escaped(state_dir: Path) -> None:
