@@ -13,7 +13,9 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from .. import overview
-from ..approvals.display import show_json
+from ..approvals.display import clip, show_json
+from ..events import Address, OutboundKind, OutboundMessage
+from ..statuses import ReminderStatus
 from ..store import Tx
 from ..store.audit import UsageRow
 from ..store.reminders import ReminderRow
@@ -130,12 +132,30 @@ class StatusPage:
         if not _REMINDER.match(reminder_id):
             return see_other("/console/status?note=gone")
         user = visitor.user
+        confirmed = fields.get("confirm") == "yes"
 
-        def cancel(tx: Tx) -> str:
+        def cancel(tx: Tx) -> tuple[str, ReminderRow | None]:
             row: ReminderRow | None = tx.reminders.get(reminder_id)
-            if row is None or not Scope.read(tx, user).sees(row.chat):
-                return "gone"
-            return "gone" if overview.cancel_reminder(tx, reminder_id) else "cancelled"
+            if row is None or row.status != ReminderStatus.ACTIVE:
+                return "gone", None
+            if not Scope.read(tx, user).sees(row.chat):
+                return "gone", None
+            if not confirmed:
+                return "confirm", row
+            if overview.cancel_reminder(tx, reminder_id):
+                return "gone", None
+            # The chat the reminder was for is told, in the same commit.
+            tx.outbox.add(
+                OutboundMessage(
+                    to=Address.parse(row.chat),
+                    text=f"⏰ Reminder {row.id} (“{clip(row.text, 80)}”) was cancelled by"
+                    f" {user.label} in the console.",
+                    kind=OutboundKind.NOTICE,
+                )
+            )
+            return "cancelled", None
 
-        note = await console.store.run(cancel)
+        note, row = await console.store.run(cancel)
+        if note == "confirm" and row is not None:
+            return console.render(request, "cancel.html", visitor, r=row)
         return see_other(f"/console/status?note={note}&id={reminder_id}")

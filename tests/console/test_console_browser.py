@@ -198,6 +198,26 @@ async def test_sign_in_with_a_link_lands_on_the_pending_page(
         assert await asyncio.to_thread(page.execute_script, "return document.cookie") == ""
 
 
+async def test_the_page_says_when_it_has_lost_the_daemon(page: WebDriver, state_dir: Path) -> None:
+    """The daemon goes away under an open page: it says "disconnected, retrying" instead
+    of going on saying that nothing is waiting."""
+    async with console_bot(state_dir) as bot:
+        await asyncio.to_thread(sign_in, page, await sign_in_link(bot))
+        await asyncio.to_thread(open_live_queue, page, base_url(bot))
+        assert not await asyncio.to_thread(lambda: page.find_element(By.ID, "lost").is_displayed())
+    # The daemon has stopped: its stream ended and its port is closed.
+    await asyncio.to_thread(
+        wait_for,
+        page,
+        settled(lambda d: d.find_element(By.ID, "lost").is_displayed()),
+        what="the page to say it lost the daemon",
+    )
+    text = await asyncio.to_thread(page_text, page)
+    assert "Disconnected from the daemon, retrying" in text
+    assert not await asyncio.to_thread(lambda: page.find_element(By.ID, "live").is_displayed())
+    await asyncio.to_thread(screenshot, page, "console-disconnected")
+
+
 @pytest.mark.usefixtures("on_both_engines")
 async def test_a_call_appears_live_is_approved_and_runs_once(
     page: WebDriver, state_dir: Path

@@ -322,12 +322,20 @@ async def test_cancelling_a_reminder_needs_the_token_and_works_once(state_dir: P
             assert wrong.status == 403
         assert await status() == ReminderStatus.ACTIVE
 
-        async with session.post(url, data={"csrf": csrf}, headers=origin) as done:
+        # The first press asks to confirm, and changes nothing.
+        async with session.post(url, data={"csrf": csrf}, headers=origin) as asked:
+            text = await asked.text()
+        assert asked.status == 200 and "Cancel reminder 0f0f0f0f?" in text and "call" in text
+        assert await status() == ReminderStatus.ACTIVE
+        confirm = {"csrf": csrf, "confirm": "yes"}
+        async with session.post(url, data=confirm, headers=origin) as done:
             text = await done.text()
         assert done.status == 200 and "Reminder 0f0f0f0f is cancelled." in text
         assert await status() == ReminderStatus.CANCELLED
         assert "Cancel 0f0f0f0f" not in text
-        async with session.post(url, data={"csrf": csrf}, headers=origin) as again:
+        told = await bot.channel.wait_for(lambda m: "Reminder 0f0f0f0f" in m.text)
+        assert told.to.chat_id == "x" and "was cancelled by alice (console)" in told.text
+        async with session.post(url, data=confirm, headers=origin) as again:
             assert "no active reminder 0f0f0f0f" in await again.text()
 
 

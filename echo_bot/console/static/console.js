@@ -7,12 +7,16 @@
     return;
   }
   var live = document.getElementById("live");
+  var lost = document.getElementById("lost");
   var source = new EventSource(queue.getAttribute("data-live"));
   source.addEventListener("open", function () {
     if (live) { live.hidden = false; }
+    if (lost) { lost.hidden = true; }
   });
   source.addEventListener("error", function () {
+    // The browser tries again by itself; until then what is shown may be out of date.
     if (live) { live.hidden = true; }
+    if (lost) { lost.hidden = false; }
   });
   source.addEventListener("queue", function (event) {
     // Server-rendered and escaped, as the page itself.
