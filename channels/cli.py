@@ -49,8 +49,17 @@ from echo_bot.events import (
 
 log = logging.getLogger(__name__)
 
+# A terminal in its line mode passes at most this many bytes of one line (Linux's 4096,
+# the newline included) and drops the rest: a line this long was most likely cut.
+TTY_LINE_MAX = 4095
+CUT_LINE = (
+    "This line is as long as a terminal passes in one line (4095 bytes), so its end was"
+    " most likely cut off; it was not sent. For a long call, put its JSON arguments in a"
+    " file and send /tool NAME @FILE, or decide long requests in the console."
+)
 ADDRESS = Address(channel="cli", chat_id="local")
 YES = {"y", "yes", "approve", "ok"}
+ALLOW = {"a", "allow"}  # "allow here for 1 h", where the prompt offers it
 OUTPUT_CLOSED = "the terminal's output is closed; kept for the next terminal chat"
 
 
@@ -79,6 +88,7 @@ class CliChannel:
         # The prompts on screen, oldest first: (approval id, the verbs it offers). The
         # next line answers the first; a prompt settled elsewhere leaves the list.
         self._prompts: list[tuple[str, set[DecisionVerb]]] = []
+        self._allow_for: dict[str, int | None] = {}  # request → its "allow here" seconds
         # Pending requests shown at start for information only (piped input).
         self._listed: set[str] = set()
         self._deferred: list[OutboundMessage] = []  # pending at start, shown by ready()
@@ -241,6 +251,8 @@ class CliChannel:
                 if parsed is not None:
                     verbs.add(parsed[0])
                     approval_id = parsed[1]
+                    if parsed[0] is DecisionVerb.ALLOW_FOR:
+                        self._allow_for[approval_id] = parsed[2]
         if self._input_ended:
             self._print(
                 f"{self._describe(message)} (request {approval_id}); this terminal takes no "
@@ -251,7 +263,8 @@ class CliChannel:
         # prompt without it (arguments too long to show) offers Deny only.
         call = message.approval.call if message.approval is not None else None
         if DecisionVerb.APPROVE_ONCE in verbs and call:
-            self._print(f"Approve {call}? [y/N] (request {approval_id})")
+            allow = " — or a: allow it here for 1 h" if DecisionVerb.ALLOW_FOR in verbs else ""
+            self._print(f"Approve {call}? [y/N] (request {approval_id}){allow}")
         else:
             self._print(message.text + "\nOnly Deny is offered here. [N]")
         if not any(shown == approval_id for shown, _verbs in self._prompts):
@@ -346,6 +359,9 @@ class CliChannel:
                 continue
             if not line.strip():
                 continue
+            if self._interactive and len(line.encode("utf-8", "surrogateescape")) >= TTY_LINE_MAX:
+                self._print(CUT_LINE)  # not sent: the end of it is missing
+                continue
             await self._submit(line)
             if not self._interactive:
                 await self._wait_reply_or_prompt()
@@ -364,14 +380,21 @@ class CliChannel:
 
     async def _answer(self, line: str) -> None:
         approval_id, verbs = self._prompts.pop(0)
-        approve = line.strip().lower() in YES and DecisionVerb.APPROVE_ONCE in verbs
-        verb = DecisionVerb.APPROVE_ONCE if approve else DecisionVerb.DENY
+        answer = line.strip().lower()
+        seconds = self._allow_for.pop(approval_id, None)
+        if answer in ALLOW and DecisionVerb.ALLOW_FOR in verbs:
+            verb = DecisionVerb.ALLOW_FOR
+        elif answer in YES and DecisionVerb.APPROVE_ONCE in verbs:
+            verb = DecisionVerb.APPROVE_ONCE
+        else:
+            verb = DecisionVerb.DENY
         decision = ApprovalDecision(
             request_id=approval_id,
             verb=verb,
             decided_by=ADDRESS,
             sender_id=self._sender.id,
             via="cli",
+            allow_for_seconds=seconds if verb is DecisionVerb.ALLOW_FOR else None,
         )
         await self._host.bus.publish(
             DecisionInbound(

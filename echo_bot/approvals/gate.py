@@ -42,7 +42,7 @@ from .display import (
     render_call,
     render_if_fits,
 )
-from .routing import OWNER_QUEUE, VIA_CONSOLE, ApproverDirectory
+from .routing import LOCAL_CHANNELS, OWNER_QUEUE, VIA_CONSOLE, ApproverDirectory
 
 ALLOW_FOR_SECONDS = 3600
 
@@ -298,7 +298,7 @@ class ApprovalGate:
         allow_for: bool,
         zone: str,
     ) -> OutboundMessage:
-        call, unshown = self._chat_view(tool, args)
+        call, unshown = self._chat_view(tool, args, prompt_to)
         lines = [
             f"🔐 Approval needed — {clip(tool, TOOL_CLIP)} "
             f"({risk.value}: {clip(reason, REASON_CLIP)})"
@@ -444,7 +444,7 @@ class ApprovalGate:
                     f"does not show; read them with `echo-bot approvals show {row.id}` on "
                     "the server and approve there."
                 )
-        elif decision.via != "admin" and self._unshown(row):
+        elif decision.via != "admin" and self._unshown(row, decision.decided_by):
             return (
                 "The arguments could not be shown in chat (too long to show in chat, or "
                 "secret); read them with "
@@ -478,9 +478,10 @@ class ApprovalGate:
             return False
         return directory.is_approver(tx, decision.decided_by, decision.sender_id)
 
-    def _unshown(self, row: ApprovalRow) -> bool:
-        """A call whose prompt offered only Deny (DESIGN: never approve unseen)."""
-        return self._chat_view(row.tool, row.args)[0] is None
+    def _unshown(self, row: ApprovalRow, chat: Address) -> bool:
+        """A call whose prompt in ``chat`` offered only Deny (DESIGN: never approve
+        unseen)."""
+        return self._chat_view(row.tool, row.args, chat)[0] is None
 
     def _secret_unshown(self, row: ApprovalRow) -> bool:
         """A call with values under secret-named keys: masked wherever people look."""
@@ -495,15 +496,17 @@ class ApprovalGate:
         shown = self.masker.mask_data(row.args)
         return render_call(row.tool, shown), not self._secret_unshown(row)
 
-    def _chat_view(self, tool: str, args: dict[str, Any]) -> tuple[str | None, str]:
-        """The call as a chat shows it, or None and why a chat cannot show it completely:
-        too long for one message, or a value under a secret-named key (masked for
-        people, so it would be approved unseen — an ``X-Api-Token`` header can carry any
-        data out). Values of configured secrets are masked and do not count as unseen:
-        the approver knows which secret goes there."""
+    def _chat_view(self, tool: str, args: dict[str, Any], chat: Address) -> tuple[str | None, str]:
+        """The call as ``chat`` shows it, or None and why it cannot show it completely:
+        too long for one message (the terminal shows any length), or a value under a
+        secret-named key (masked for people, so it would be approved unseen — an
+        ``X-Api-Token`` header can carry any data out). Values of configured secrets are
+        masked and do not count as unseen: the approver knows which secret goes there."""
         shown = self.masker.mask_data(args, by_key=False)
         if self.masker.mask_data(args) != shown:
             return None, SECRET_KEYS
+        if chat.channel in LOCAL_CHANNELS:
+            return render_call(tool, shown), ""
         call = render_if_fits(tool, shown)
         return call, "" if call is not None else TOO_LONG
 
@@ -520,7 +523,7 @@ class ApprovalGate:
     def _edit_prompt(self, tx: Tx, row: ApprovalRow, outcome: str) -> None:
         if not row.prompt_outbound_id:
             return
-        call, _ = self._chat_view(row.tool, row.args)
+        call, _ = self._chat_view(row.tool, row.args, Address.parse(row.prompt_to))
         if call is None:
             call = (
                 f"{clip(row.tool, TOOL_CLIP)}: the arguments cannot be shown here; "

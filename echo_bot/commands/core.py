@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 from ..approvals.display import escape_text
 from ..conversation import BrainReply, ToolCall
@@ -62,6 +64,11 @@ def register_core_commands(
         if not name:
             return BrainReply(text="Usage: /tool NAME {json arguments}")
         raw_args = raw_args.strip() or "{}"
+        if raw_args.startswith("@"):  # the arguments from a file: the terminal's owner only
+            read = await _arguments_file(raw_args[1:].strip(), ctx)
+            if isinstance(read, BrainReply):
+                return read
+            raw_args = read
         try:
             args = json.loads(raw_args)
         except json.JSONDecodeError as exc:
@@ -90,6 +97,37 @@ def register_core_commands(
     commands.register(Command("help", "show this help", help_))
     commands.register(Command("tools", "list the tools I can use", tools))
     commands.register(Command("approvals", "list pending approvals", approvals))
-    commands.register(Command("tool", "run a tool explicitly", tool, usage="NAME {json}"))
+    commands.register(
+        Command("tool", "run a tool explicitly", tool, usage="NAME {json} or NAME @FILE")
+    )
     commands.register(Command("run", "run a shell command (no shell syntax)", run, usage="COMMAND"))
     commands.register(Command("reset", "start a fresh conversation in this chat", reset_))
+
+
+ARGUMENTS_FILE_MAX = 1024 * 1024  # bytes of a /tool NAME @FILE file
+
+
+async def _arguments_file(path: str, ctx: CommandContext) -> str | BrainReply:
+    """The text of ``/tool NAME @FILE``'s file: for a call too long to type (a terminal
+    passes at most 4095 bytes in one line). Only in the terminal, whose person is the
+    daemon's owner at its machine: a chat never names files there."""
+    if ctx.brain.origin.channel != "cli":
+        return BrainReply(
+            text="/tool NAME @FILE reads a file of the daemon's machine: only in the terminal."
+        )
+    if not path:
+        return BrainReply(text="Usage: /tool NAME @FILE (a file holding the JSON arguments)")
+
+    def read() -> str:
+        target = Path(path).expanduser()
+        with target.open("rb") as handle:
+            data = handle.read(ARGUMENTS_FILE_MAX + 1)
+        if len(data) > ARGUMENTS_FILE_MAX:
+            raise ValueError(f"it is over {ARGUMENTS_FILE_MAX // 1024} KB")
+        return data.decode("utf-8")
+
+    try:
+        return await asyncio.to_thread(read)
+    except (OSError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        return BrainReply(text=f"Cannot read the arguments from {path}: {why}.")

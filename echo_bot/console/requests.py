@@ -70,7 +70,8 @@ def view(gate: ApprovalGate, row: ApprovalRow, *, brief: bool = False) -> Reques
         approvable=approvable,
         allow_for=row.grant_scope is not None and row.risk == "write",
         allow_scope=allow_for_text(row.tool, row.prompt_to, row.grant_scope),
-        chat_could_show=approvable and fits(call),
+        # The terminal shows a call of any length; a chat prompt as much as fits.
+        chat_could_show=approvable and (fits(call) or row.prompt_to.startswith("cli:")),
         asked_by=str(requester.get("name") or requester.get("id") or "?"),
         origin=row.origin,
         prompt_to=prompt_to,

@@ -610,19 +610,37 @@ async def test_dangerous_arguments_are_shown_in_full(state_dir: Path) -> None:
         assert labels(prompt) == ["Approve once", "Deny"]
 
 
+# A chat (not the terminal, which shows a call of any length): a prompt holds what fits.
+CHAT = SHELL + "[telegram]\nallowed_users = [42]\n"
+IN_CHAT = {"chat": "42", "sender": "42"}
+
+
 async def test_too_long_dangerous_arguments_offer_only_deny(state_dir: Path) -> None:
-    async with running_bot(state_dir, SHELL) as bot:
+    chat = RecordingChannel("telegram")
+    async with running_bot(state_dir, CHAT, channel=chat):
         word = "z" * (CALL_LIMIT + 100)
-        inbound = await bot.channel.say(f"/run echo {word}")
-        prompt = await bot.channel.prompt_for(inbound)
+        inbound = await chat.say(f"/run echo {word}", **IN_CHAT)
+        prompt = await chat.prompt_for(inbound)
         assert prompt.approval is not None
         request_id = prompt.approval.request_id
         assert labels(prompt) == ["Deny"]
         assert f"echo-bot approvals show {request_id}" in prompt.text
         assert "z" * 100 not in prompt.text  # never a silently shortened version
 
-        await bot.channel.press(action_of(prompt, "Deny"))
-        assert "APPROVAL_DENIED" in (await bot.channel.reply_to(inbound)).text
+        await chat.press(action_of(prompt, "Deny"), **IN_CHAT)
+        assert "APPROVAL_DENIED" in (await chat.reply_to(inbound)).text
+
+
+async def test_the_terminal_shows_a_call_of_any_length_and_approves_it(state_dir: Path) -> None:
+    """The terminal has no message limit: the owner there reads the whole call and may
+    approve it (a chat offers Deny only, above)."""
+    async with running_bot(state_dir, SHELL) as bot:
+        word = "z" * (CALL_LIMIT + 100)
+        inbound = await bot.channel.say(f"/run echo {word}")
+        prompt = await bot.channel.prompt_for(inbound)
+        assert "Approve once" in labels(prompt) and word in prompt.text
+        await bot.channel.press(action_of(prompt, "Approve once"))
+        assert word in (await bot.channel.reply_to(inbound)).text
 
 
 async def test_too_long_dangerous_arguments_cannot_be_approved_from_chat(
@@ -630,24 +648,27 @@ async def test_too_long_dangerous_arguments_cannot_be_approved_from_chat(
 ) -> None:
     """Regression: an "Approve once" forged for a request whose arguments the chat never
     showed used to be accepted."""
-    async with running_bot(state_dir, SHELL) as bot:
+    chat = RecordingChannel("telegram")
+    async with running_bot(state_dir, CHAT, channel=chat) as bot:
         word = "z" * (CALL_LIMIT + 100)
         # sh -c 'touch marker.txt' zzz…: the long word is only $0 of the script.
-        inbound = await bot.channel.say(f"/run sh -c 'touch marker.txt' {word}")
-        prompt = await bot.channel.prompt_for(inbound)
+        inbound = await chat.say(f"/run sh -c 'touch marker.txt' {word}", **IN_CHAT)
+        prompt = await chat.prompt_for(inbound)
         assert prompt.approval is not None
         request_id = prompt.approval.request_id
         assert labels(prompt) == ["Deny"]
 
-        press = await bot.channel.press(approval_action(DecisionVerb.APPROVE_ONCE, request_id))
-        notice = await notice_for(bot.channel, press)
+        press = await chat.press(approval_action(DecisionVerb.APPROVE_ONCE, request_id), **IN_CHAT)
+        notice = await notice_for(chat, press)
         assert notice.text.startswith("⚠️") and "echo-bot approvals" in notice.text
         assert (await approval(bot, request_id)).status == "pending"
         assert not (workspace(bot) / "marker.txt").exists()
 
         # The owner at the server, who can read the arguments, may still approve.
-        await bot.channel.press(approval_action(DecisionVerb.APPROVE_ONCE, request_id), via="admin")
-        assert "exit code 0" in (await bot.channel.reply_to(inbound)).text
+        await chat.press(
+            approval_action(DecisionVerb.APPROVE_ONCE, request_id), via="admin", **IN_CHAT
+        )
+        assert "exit code 0" in (await chat.reply_to(inbound)).text
         assert (workspace(bot) / "marker.txt").exists()
 
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import getpass
+import json
 import re
 import subprocess
 from pathlib import Path
@@ -295,5 +296,52 @@ def test_a_prompt_the_closed_pipe_could_not_show_is_shown_once_at_the_next_start
         assert sum(line.startswith("Approve shell_exec") for line in bot.lines) == 1
         assert count_runs(state) == 1
         assert bot.terminate() == 0
+    finally:
+        bot.cleanup()
+
+
+def test_a_line_the_terminal_cut_is_not_sent_and_says_how_to_pass_a_long_call(
+    tmp_path: Path,
+) -> None:
+    """A terminal passes at most 4095 bytes of one line and drops the rest: such a line
+    is not sent as it is ("not valid JSON: Unterminated string"); the terminal says it
+    was cut and how to pass a long call, and /tool NAME @FILE takes the arguments."""
+    state = tmp_path / "st"
+    workspace(state).mkdir(parents=True)
+    (workspace(state) / "notes.txt").write_text("kept in the workspace\n")
+    arguments = tmp_path / "args.json"
+    arguments.write_text(json.dumps({"path": "notes.txt"}))
+    args = ("--config", str(config_file(tmp_path)), "--state-dir", str(state))
+    bot = PtyEchoBot("run", *args)
+    try:
+        bot.expect(r"stop with Ctrl\+C")
+        bot.type('/tool file_write {"path": "long.txt", "content": "' + "a" * 5000 + '"}')
+        bot.expect(r"its end was most likely cut off; it was not sent")
+        bot.type(f"/tool file_read @{arguments}")
+        bot.expect(r"kept in the workspace")
+        bot.type("/tool file_read @/nonexistent/args.json")
+        bot.expect(r"Cannot read the arguments from /nonexistent/args.json: No such file")
+        assert not (workspace(state) / "long.txt").exists()
+    finally:
+        bot.cleanup()
+
+
+def test_the_terminal_offers_allow_here_for_an_hour_as_the_console_does(tmp_path: Path) -> None:
+    """The console offered "Allow here for 1 h" for the terminal's requests, which the
+    terminal's [y/N] never did: `a` answers it there now."""
+    state = tmp_path / "st"
+    args = ("--config", str(config_file(tmp_path)), "--state-dir", str(state))
+    bot = PtyEchoBot("run", *args)
+    try:
+        bot.expect(r"stop with Ctrl\+C")
+        write = '/tool file_write {"path": "log.txt", "content": "x", "append": true}'
+        bot.type(write)
+        bot.expect(r"^Approve file_write\(.*\)\? \[y/N\] .* — or a: allow it here for 1 h")
+        bot.type("a")
+        bot.expect(r"Appended 1 bytes")
+        bot.type(write)  # the same call again: runs unasked within the hour
+        bot.expect(r"Appended 1 bytes")
+        assert (workspace(state) / "log.txt").read_text() == "xx"
+        assert not any(line.startswith("Approve") for line in bot.lines[-3:])
     finally:
         bot.cleanup()

@@ -26,8 +26,8 @@ from selenium.webdriver.common.by import By
 from echo_bot.statuses import ReminderStatus
 from echo_bot.store.reminders import ReminderRow
 from tests.browser import csp_violations, screenshot, wait_for
-from tests.conftest import Bot
-from tests.console.helpers import APPEND_X, base_url, console_bot, sign_in_link
+from tests.conftest import Bot, running_bot
+from tests.console.helpers import APPEND_X, CONSOLE, base_url, console_bot, sign_in_link
 from tests.fakes.channel import RecordingChannel
 
 WIDTH = 360  # the phone's width in CSS pixels (tests/browser.py)
@@ -346,11 +346,13 @@ async def test_a_call_too_long_for_the_chat_is_approved_in_the_console(
     command = "/tool file_write " + json.dumps(
         {"path": "long.txt", "content": content, "append": True}
     )
-    async with console_bot(state_dir) as bot:
+    chat = RecordingChannel("telegram")  # a chat shows what fits one message
+    config = CONSOLE + "[telegram]\nallowed_users = [42]\n"
+    async with running_bot(state_dir, config, channel=chat) as bot:
         base = base_url(bot)
         await asyncio.to_thread(sign_in, page, await sign_in_link(bot))
-        inbound = await bot.channel.say(command)
-        prompt = await bot.channel.prompt_for(inbound)
+        inbound = await chat.say(command, chat="42", sender="42")
+        prompt = await chat.prompt_for(inbound)
         assert prompt.approval is not None
         request_id = prompt.approval.request_id
         assert [[b.label for b in row] for row in prompt.buttons] == [["Deny"]]
@@ -366,7 +368,7 @@ async def test_a_call_too_long_for_the_chat_is_approved_in_the_console(
 
         outcome = await asyncio.to_thread(press, page, request_id, "approve")
         assert outcome == "Approved"
-        reply = await bot.channel.reply_to(inbound)
+        reply = await chat.reply_to(inbound)
         assert f"Appended {len(content)} bytes" in reply.text
         assert workspace(bot, "long.txt").read_text() == content  # once
 
