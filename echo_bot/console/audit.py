@@ -8,6 +8,7 @@ A filter that cannot be read is said so on the page and applies nothing."""
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -42,6 +43,7 @@ class Shown:
     kind: str
     chat: str
     trace_id: str
+    summary: str  # its first facts on one line (masked), shown with the row closed
     data: str  # indented JSON, masked, escaped
 
 
@@ -156,11 +158,29 @@ class AuditPage:
 
     def _shown(self, row: AuditRow) -> Shown:
         masker = self.console.gate.masker
+        data = masker.mask_data(row.data)
         return Shown(
             seq=row.seq,
             ts=row.ts,
             kind=row.kind,
             chat=row.session_key or "",
             trace_id=row.trace_id or "",
-            data=show_json(masker.mask_data(row.data)),
+            summary=_summary(data),
+            data=show_json(data),
         )
+
+
+SUMMARY = 120  # characters of a row's one-line summary
+
+
+def _summary(data: dict[str, Any]) -> str:
+    """A row's facts on one line (``tool=file_write status=approved …``), cut to
+    SUMMARY: the whole row is one tap away."""
+    parts = []
+    for key, value in data.items():
+        if value in (None, "", [], {}):
+            continue
+        shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        parts.append(f"{key}={' '.join(str(shown).split())}")
+    line = " ".join(parts)
+    return line if len(line) <= SUMMARY else line[: SUMMARY - 1] + "…"

@@ -6,6 +6,7 @@ chats they may see (``scope.Scope``); the owner all."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections import defaultdict
 from dataclasses import dataclass
@@ -13,7 +14,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from .. import overview
-from ..approvals.display import clip, show_json
+from ..approvals.display import clip
 from ..events import Address, OutboundKind, OutboundMessage
 from ..statuses import ReminderStatus
 from ..store import Tx
@@ -51,7 +52,15 @@ class DayUsage:
 class Component:
     name: str
     status: str
-    details: str  # the rest of its state, masked JSON ('' when none)
+    details: list[tuple[str, str]]  # the rest of its state, masked: (key, value) pairs
+
+
+def _value(value: object) -> str:
+    """A health detail as a person reads it: text and numbers as they are, anything
+    else as compact JSON."""
+    if isinstance(value, str | int | float) and not isinstance(value, bool):
+        return str(value)
+    return json.dumps(value, ensure_ascii=False, separators=(", ", ": "), default=str)
 
 
 def per_day(rows: list[UsageRow], scope: Scope) -> list[DayUsage]:
@@ -117,9 +126,9 @@ class StatusPage:
         masker = self.console.gate.masker
         found: list[Component] = []
         for name, state in sorted(body["components"].items()):
-            rest = {k: v for k, v in state.items() if k != "status"}
-            shown = show_json(masker.mask_data(rest)) if rest and details else ""
-            found.append(Component(str(name), str(state.get("status")), shown))
+            rest = masker.mask_data({k: v for k, v in state.items() if k != "status"})
+            pairs = [(str(k), _value(v)) for k, v in rest.items()] if details else []
+            found.append(Component(str(name), str(state.get("status")), pairs))
         return found
 
     async def cancel(

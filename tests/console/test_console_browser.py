@@ -16,7 +16,7 @@ import re
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
@@ -404,6 +404,47 @@ async def test_every_page_fits_a_phone(page: WebDriver, state_dir: Path) -> None
         problems["status"] = await asyncio.to_thread(layout_problems, page)
         await asyncio.to_thread(screenshot, page, "status")
         assert {name: found for name, found in problems.items() if found} == {}
+
+
+async def test_status_and_audit_read_well_on_a_phone(page: WebDriver, state_dir: Path) -> None:
+    """At 360 px: the Status table's headers stay whole words, its health details are
+    key and value (not raw JSON), and 50 audit rows are a page to scroll, not 17,000 px
+    of JSON (each row's data one tap away)."""
+    async with console_bot(state_dir) as bot:
+        base = base_url(bot)
+        await asyncio.to_thread(sign_in, page, await sign_in_link(bot))
+
+        def write(tx: Any) -> None:
+            for n in range(60):
+                tx.audit.write("test.row", trace_id=None, session_key="cli:local", n=n,
+                               tool="file_write", args={"path": f"notes/{n}.txt",
+                                                        "content": "line\n" * 20})  # fmt: skip
+
+        await bot.store.run(write)
+        await asyncio.to_thread(page.get, f"{base}/console/status")
+        lines = await asyncio.to_thread(
+            page.execute_script,
+            """return Array.from(document.querySelectorAll("table.rows th")).map(th => {
+                 const range = document.createRange(); range.selectNodeContents(th);
+                 return [th.textContent, range.getClientRects().length]; });""",
+        )
+        assert lines and all(count == 1 for _text, count in lines), lines
+        assert not await asyncio.to_thread(page.find_elements, By.CSS_SELECTOR, "td pre.json")
+        assert await asyncio.to_thread(page.find_elements, By.CSS_SELECTOR, "dl.details dt")
+        await asyncio.to_thread(page.get, f"{base}/console/audit")
+        rows = await asyncio.to_thread(page.find_elements, By.CSS_SELECTOR, "li.audit-row")
+        assert len(rows) == 50
+        height = int(await asyncio.to_thread(
+            page.execute_script, "return document.documentElement.scrollHeight"
+        ))  # fmt: skip
+        assert height < 50 * 150, f"{height} px for 50 rows"
+        assert await asyncio.to_thread(layout_problems, page) == []
+        kinds = await asyncio.to_thread(
+            page.execute_script,
+            "return Array.from(document.querySelectorAll('form.filters input[name=from],"
+            " form.filters input[name=to]')).map(e => e.type)",
+        )
+        assert kinds == ["date", "date"]  # a date picker, not typed text
 
 
 async def test_deciding_is_a_plain_form_post(page: WebDriver, state_dir: Path) -> None:
