@@ -595,10 +595,13 @@ def _github_event(route: WebhookRoute, event: str | None) -> str | None:
 
 
 # -- status and backup --------------------------------------------------------------------
-def status_command(at: StoreAt) -> int:
+def status_command(at: StoreAt, config: Config | None = None) -> int:
     shared = at.url is not None
     try:
-        seen = _with_store(at, overview.read)
+        now = time.time()
+        seen, sessions = _with_store(
+            at, lambda tx: (overview.read(tx), len(tx.console.sessions(now)))
+        )
     except NoStoreYet as exc:
         if not shared:
             print("daemon: not running")
@@ -617,6 +620,9 @@ def status_command(at: StoreAt) -> int:
     )
     print(f"approvals pending: {counts['approvals_pending']}; "
           f"reminders active: {counts['reminders_active']}")  # fmt: skip
+    if config is not None and config.console.enabled:
+        print(f"console: {console_base(config)}/console/ ({sessions} live session(s);"
+              " `echo-bot console sessions` lists them)")  # fmt: skip
     for reminder in seen.reminders[:5]:
         print(f"  next: {_clock(reminder.next_at)}  {reminder.id}  {reminder.text[:60]}")
     return 0

@@ -290,7 +290,7 @@ def _manage(
     if args.command == "status":
         from .admin import status_command
 
-        return status_command(at)
+        return status_command(at, loaded.config)
     if args.command == "backup":
         from .admin import backup_command
 

@@ -386,14 +386,19 @@ class Console:
         except ValueError:
             page = 0
         size = req.PAGE // 2
-        rows = await self.store.run(
-            lambda tx: req.decided(
+
+        def read(tx: Tx) -> tuple[list[req.RequestView], dict[str, req.Outcome]]:
+            rows = req.decided(
                 tx, self.gate, self.directory, visitor.user, limit=size + 1, offset=page * size
             )
-        )
+            ran = {row.id: req.outcome(tx, row.id) for row in rows[:size]}
+            return rows, {key: found for key, found in ran.items() if found is not None}
+
+        rows, outcomes = await self.store.run(read)
         return self.render(
-            request, "history.html", visitor, rows=rows[:size], page=page, more=len(rows) > size
-        )
+            request, "history.html", visitor, rows=rows[:size], page=page, more=len(rows) > size,
+            outcomes=outcomes,
+        )  # fmt: skip
 
     # -- deciding ---------------------------------------------------------------------------
     async def _decide(

@@ -222,3 +222,11 @@ def test_a_matrix_id_not_an_approver_is_told_of_the_matrix_section(tmp_path: Pat
     refused = console(args, env, "link", "--as", "matrix:@stranger:example.org")
     assert refused.returncode == 2
     assert "([matrix] approvers, else its allowed_users)" in refused.stderr, refused.stderr
+
+
+def test_status_names_the_console_and_its_live_sessions(tmp_path: Path) -> None:
+    args, env = console_cli(tmp_path)
+    assert console(args, env, "link").returncode == 0  # the store exists now
+    status = run_echo_bot("status", *args, env=env)
+    assert status.returncode == 0, status.stderr
+    assert "console: http://127.0.0.1:8080/console/ (0 live session(s);" in status.stdout

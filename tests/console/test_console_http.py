@@ -83,6 +83,9 @@ async def test_an_owner_signs_in_sees_a_pending_call_and_approves_it_once(
         async with session.get("/console/audit?tool=file_write") as audit:
             filtered = await audit.text()
         assert "approval.decided" in filtered  # who decided, under the tool's filter too
+        async with session.get("/console/history") as history:
+            listed = await history.text()
+        assert '<span class="result ok">ran</span>' in listed  # the outcome, in History too
         reply = await bot.channel.reply_to(inbound)
         assert "Appended 1 bytes" in reply.text
         assert count_file(bot).read_text() == "x"
