@@ -219,3 +219,18 @@ def test_doctor_reports_how_much_the_inbox_holds_against_its_cap(tmp_path: Path)
     assert "full, new files are refused until old days are pruned" in line
     assert code == 0 and out.splitlines()[-1].startswith("Works, but look at:")
     assert out.splitlines()[-1].endswith(" media."), out
+
+
+async def test_doctor_shows_the_console_and_warns_when_it_is_open_to_the_network(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "config.toml"
+    state = ("--config", str(config), "--state-dir", str(tmp_path / "st"))
+    config.write_text("[console]\nenabled = true\n")
+    _code, out = await doctor(*state)
+    (line,) = [row for row in out.splitlines() if "] console " in row]
+    assert line.startswith("[  ok]") and "http://127.0.0.1:8080/console/" in line, out
+    config.write_text('[http]\nhost = "0.0.0.0"\n[console]\nenabled = true\n')
+    _code, out = await doctor(*state)
+    (line,) = [row for row in out.splitlines() if "] console " in row]
+    assert line.startswith("[warn]") and "plain HTTP on 0.0.0.0:8080" in line, out
