@@ -15,7 +15,7 @@ from typing import Any
 
 from channels.parts import Backoff
 from echo_bot.bus import Bus, Capabilities, ChannelHost, Diagnosis
-from echo_bot.config import MatrixConfig
+from echo_bot.config import Config, MatrixConfig
 from echo_bot.errors import ConfigError
 from echo_bot.events import Address, Attachment, OutboundMessage, Receipt
 
@@ -34,8 +34,9 @@ STARTUP_TIMEOUT = 30.0
 class MatrixChannel:
     name = "matrix"
     capabilities = Capabilities(
-        edits=True, previews=True, media=True, reactions=True, rate_limited=True, diagnoses=True
-    )
+        edits=True, previews=True, media=True, reactions=True, rate_limited=True, diagnoses=True,
+        reloads=True,
+    )  # fmt: skip
 
     def __init__(
         self, section: MatrixConfig, options: Mapping[str, Any], host: ChannelHost
@@ -114,6 +115,13 @@ class MatrixChannel:
                 self._health.degrade(f"the sync loop failed: {exc}")
                 log.exception("matrix: the sync loop failed; starting it again")
                 await backoff.wait()
+
+    def reload(self, config: Config) -> list[str]:
+        """The allowlists apply live (the core's access check reads them); the devices
+        of a newly allowed user are trusted from the next sync. Other keys of [matrix]
+        need a restart, which the core's reload says (live.restart_needed)."""
+        self.syncer.trusted = tuple(config.matrix.allowed_users)
+        return []
 
     @staticmethod
     async def diagnose(

@@ -66,6 +66,9 @@ class Syncer:
         self.token: str | None = None
         self.first = True  # the first sync of this run asks for the rooms' full state
         self.synced = asyncio.Event()  # set once the first sync is handled
+        # Whose devices are trusted on first use: [matrix] allowed_users, as the last
+        # reload left them (MatrixChannel.reload).
+        self.trusted: tuple[str, ...] = tuple(config.allowed_users)
         self._backoff = Backoff()
 
     @property
@@ -248,7 +251,7 @@ class Syncer:
         allowed user's account can add a device the bot will trust: the account is the
         boundary, as it is for who may chat. Sends also ignore unverified devices
         (outbound.py), so a new device never makes a reply fail."""
-        for user_id in self.config.allowed_users:
+        for user_id in self.trusted:
             for device in self.client.device_store.active_user_devices(user_id):
                 if not device.verified:
                     self.client.verify_device(device)

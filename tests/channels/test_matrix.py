@@ -218,6 +218,29 @@ async def test_a_non_approvers_typed_answer_is_refused_as_their_reaction_is(
         await chat.wait_received("not run: guarded")
 
 
+async def test_a_reload_that_allows_someone_applies_without_a_restart(chat: Chat) -> None:
+    """[matrix] allowed_users changed and SIGHUP'd: applied live, the new person's
+    devices trusted from the next sync, and no "needs restart to apply: matrix"."""
+    owner, friend = chat.people
+    async with chat.running() as bot:
+        await chat.say("say:up")
+        await chat.wait_received("echo: up")
+        newcomer = "@newcomer:localhost"
+        (chat.state_dir / "test.toml").write_text(f"""
+[matrix]
+enabled = true
+homeserver = "{chat.homeserver}"
+user_id = "{chat.account.user_id}"
+allowed_users = ["{owner.user_id}", "{friend.user_id}", "{newcomer}"]
+approvers = ["{owner.user_id}"]
+{TOOLS}""")
+        restart = await bot.daemon.reload()
+        assert not any("matrix" in change for change in restart), restart
+        channel = next(c for c in bot.daemon.channels if c.name == "matrix")
+        assert newcomer in channel.syncer.trusted  # type: ignore[attr-defined]
+        assert await bot.daemon.runtime.access.is_allowed("matrix", newcomer)
+
+
 async def test_an_invite_from_a_stranger_is_refused(chat: Chat, synapse: Synapse) -> None:
     stranger = Person(synapse, "stranger", chat.state_dir.parent / "stranger")
     try:
