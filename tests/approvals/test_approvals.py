@@ -742,6 +742,8 @@ async def test_prompt_and_outcome_times_are_in_the_chats_time_zone(state_dir: Pa
         assert re.search(r"expires \d\d:\d\d Europe/Berlin", prompt.text), prompt.text
         listing = await bot.channel.reply_to(await bot.channel.say("/approvals"))
         assert re.search(r"expires \d\d:\d\d Europe/Berlin", listing.text), listing.text
+        # Said alike for every channel (Matrix and the terminal have no buttons).
+        assert "follow: answer each as it says" in listing.text and "button" not in listing.text
         await bot.channel.press(action_of(prompt, "Allow here for 1 h"))
         edit = await bot.channel.wait_for(lambda m: m.edit_of == prompt.id)
         assert re.search(r"at \d\d:\d\d Europe/Berlin; .* until \d\d:\d\d Europe/Berlin", edit.text)
