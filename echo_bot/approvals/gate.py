@@ -472,8 +472,9 @@ class ApprovalGate:
         if decision.via == VIA_CONSOLE:  # shows every argument: any length may be approved
             requester = str(row.requested_by.get("id", ""))
             return directory.console_decides(
-                row.prompt_to, requester, decision.decided_by, decision.sender_id, row.origin
-            )
+                row.prompt_to, requester, decision.decided_by, decision.sender_id, row.origin,
+                tx.inbox.direct_with(row.prompt_to),
+            )  # fmt: skip
         if str(decision.decided_by) != row.prompt_to:
             return False
         return directory.is_approver(tx, decision.decided_by, decision.sender_id)

@@ -51,6 +51,7 @@ class ApproverDirectory:
         decided_by: Address,
         sender_id: str,
         origin: str,
+        direct_with: str | None = None,
     ) -> bool:
         """Whether someone signed in to the console may decide a request prompted in
         ``prompt_to``: the owner (a link made at the server) any; an approver what the
@@ -60,12 +61,23 @@ class ApproverDirectory:
         Only Telegram's ids say which chat is someone's own (a private chat's id is its
         user's); on a channel whose ids do not (a Matrix room, a Slack conversation), a
         request prompted in the chat another person asked it in is left to them, the
-        owner and that chat: it may be their own."""
+        owner and that chat: it may be their own.
+
+        A prompt in a person's own chat with the bot is that person's alone, as only
+        they see its buttons: on Telegram a private chat (its id is its person's); on
+        Matrix and Slack a chat its channel said is ``direct_with`` someone (the store's
+        ``inbox.direct_with``) — e.g. ``[approvals] default_chat`` set to one approver's
+        private chat is never decided by another approver in the console."""
         if decided_by == OWNER_CONSOLE:
             return True
         prompt = Address.parse(prompt_to)
         if prompt.channel != decided_by.channel or decided_by.chat_id != sender_id:
             return False
+        private = prompt.channel in IDS_TELL_DIRECT and not prompt.chat_id.startswith("-")
+        if private and prompt.chat_id != sender_id:
+            return False  # another person's private chat
+        if direct_with is not None and direct_with != sender_id:
+            return False  # another person's direct chat
         if requester_id != sender_id:
             if prompt.chat_id == requester_id:
                 return False

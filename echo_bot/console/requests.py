@@ -84,9 +84,14 @@ def view(gate: ApprovalGate, row: ApprovalRow, *, brief: bool = False) -> Reques
     )
 
 
-def may_see(directory: ApproverDirectory, user: ConsoleUser, row: ApprovalRow) -> bool:
+def may_see(tx: Tx, directory: ApproverDirectory, user: ConsoleUser, row: ApprovalRow) -> bool:
+    """What the gate lets ``user`` decide from the console (``console_decides``), read
+    with the same facts: whose direct chat the prompt's chat is."""
     requester = str(row.requested_by.get("id", ""))
-    return directory.console_decides(row.prompt_to, requester, user.address, user.id, row.origin)
+    direct = None if user.owner else tx.inbox.direct_with(row.prompt_to)
+    return directory.console_decides(
+        row.prompt_to, requester, user.address, user.id, row.origin, direct
+    )
 
 
 def pending(
@@ -94,7 +99,7 @@ def pending(
 ) -> list[RequestView]:
     """The pending requests ``user`` may decide, newest first."""
     rows = tx.approvals.list(ApprovalStatus.PENDING, limit=PAGE * 10)
-    seen = [view(gate, row) for row in reversed(rows) if may_see(directory, user, row)]
+    seen = [view(gate, row) for row in reversed(rows) if may_see(tx, directory, user, row)]
     return seen[:PAGE]
 
 
@@ -111,14 +116,14 @@ def decided(
     """Requests no longer pending that ``user`` may see, newest first (decided since
     ``since`` only, when given)."""
     rows = tx.approvals.decided(since=since, limit=limit, offset=offset)
-    return [view(gate, row, brief=True) for row in rows if may_see(directory, user, row)]
+    return [view(gate, row, brief=True) for row in rows if may_see(tx, directory, user, row)]
 
 
 def one(
     tx: Tx, gate: ApprovalGate, directory: ApproverDirectory, user: ConsoleUser, approval_id: str
 ) -> RequestView | None:
     row = tx.approvals.get(approval_id)
-    if row is None or not may_see(directory, user, row):
+    if row is None or not may_see(tx, directory, user, row):
         return None
     return view(gate, row)
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..bus import Published
-from ..events import INBOUND, InboundKind, InboundMessage, InboundStatus
+from ..events import DIRECT, INBOUND, InboundKind, InboundMessage, InboundStatus
 from .committed import InboundCommitted
 from .sql import SqlDb, db_clock, json_text
 
@@ -238,6 +238,21 @@ class InboxRepo:
             [channel, len(prefix), prefix],
         ).fetchall()
         return [row[0] for row in rows]
+
+    def direct_with(self, session_key: str) -> str | None:
+        """Whose direct chat with the bot ``session_key`` is, as its channel said of the
+        messages there (``metadata.direct``); None when none said so."""
+        sender = json_text(self._db, "payload", "sender", "id")
+        direct = json_text(self._db, "payload", "metadata", DIRECT)
+        rows = self._db.execute(
+            f"SELECT {sender}, {direct} FROM inbox WHERE session_key = ? AND kind = 'message'"
+            " ORDER BY seq DESC LIMIT 20",
+            [session_key],
+        ).fetchall()
+        for who, said in rows:
+            if str(said).lower() in ("1", "true") and who is not None:
+                return str(who)
+        return None
 
     def chats_of(self, channel: str, user_id: str, limit: int = 1000) -> list[str]:
         """The session keys of ``channel`` where ``user_id`` wrote (a chat message)."""

@@ -47,3 +47,20 @@ def test_a_slack_dm_is_kept_to_its_person_and_telegram_groups_stay_open() -> Non
     group = "telegram:-100"
     assert found.console_decides(group, "2", telegram_alice, "1", group)
     assert not found.console_decides("telegram:2", "2", telegram_alice, "1", "telegram:2")
+
+
+def test_a_room_its_channel_said_is_someones_direct_chat_is_theirs_alone() -> None:
+    """Round 3, finding 3 on Matrix and Slack: a prompt routed to one approver's direct
+    room (``[approvals] default_chat``) is that approver's; another approver signed in to
+    the console cannot decide it, whoever asked."""
+    found = directory()
+    alice = Address(channel="matrix", chat_id=ALICE)
+    bob = Address(channel="matrix", chat_id=BOB)
+    routed = "webhook:deploys"  # asked elsewhere, routed to Bob's direct room
+    assert not found.console_decides(ROOM, "hook", alice, ALICE, routed, direct_with=BOB)
+    assert found.console_decides(ROOM, "hook", bob, BOB, routed, direct_with=BOB)
+    slack_alice = Address(channel="slack", chat_id="U0ALICE")
+    assert not found.console_decides(
+        "slack:D0BOB", "hook", slack_alice, "U0ALICE", routed, direct_with="U0BOB"
+    )
+    assert found.console_decides(ROOM, BOB, OWNER_CONSOLE, "owner", ROOM, direct_with=BOB)

@@ -613,3 +613,29 @@ async def test_attack_oversized_and_malformed_forms(state_dir: Path) -> None:
         await eventually(lambda: appended(bot) == "x", what="the approved call to run")
         async with browser.get("/console/") as page:
             assert CSRF.search(await page.text()) is not None
+
+
+@pytest.mark.usefixtures("on_both_engines")
+async def test_attack_an_approver_decides_a_request_prompted_in_another_approvers_private_chat(
+    state_dir: Path,
+) -> None:
+    """Round 3, finding 3: approvers 1 and 3, [approvals] default_chat telegram:1. User 2
+    (not an approver) asks; the prompt goes to approver 1's private chat, whose buttons
+    only 1 sees. Approver 3 signed in to the console saw it in Pending and approved it:
+    it ran. The console decides exactly what a button would: it is 1's alone."""
+    routed = TELEGRAM_APPROVERS + '[approvals]\ndefault_chat = "telegram:1"\n'
+    async with telegram_bot(state_dir, routed) as bot, client(bot) as three:
+        csrf = await signed_in(bot, three, APPROVER_B)
+        request_id = await run_in_chat(bot, "2", "q.txt")
+        row = await bot.store.run(lambda tx: tx.approvals.get(request_id))
+        assert row is not None and row.prompt_to == "telegram:1"
+        async with three.get("/console/") as pending_page:
+            assert request_id not in await pending_page.text()
+        assert await page_status(three, f"/console/approvals/{request_id}") == 404
+        await post(three, f"/console/approvals/{request_id}", {"csrf": csrf, "verb": "approve"})
+        assert await status_of(bot, request_id) == "pending"
+        assert not (bot.state_dir / "workspace" / "q.txt").exists()
+        async with client(bot) as one:  # approver 1, whose chat it is, decides it
+            one_csrf = await signed_in(bot, one, APPROVER_A)
+            await post(one, f"/console/approvals/{request_id}", {"csrf": one_csrf, "verb": "deny"})
+        assert await status_of(bot, request_id) == "denied"
