@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import time
 
+from echo_bot.bus import AccessControl
+
 REFUSAL_INTERVAL = 600.0  # seconds between two refusals to one stranger
 REMEMBERED = 10_000  # strangers remembered, at most
 
@@ -21,6 +23,17 @@ ANSWERS = {
 def pair_answer(result: str, help_command: str) -> str:
     """What the stranger is told after sending a code (``AccessControl.pair``'s result)."""
     return ANSWERS.get(result, "Pairing failed.").format(help=help_command)
+
+
+async def pair_attempt(
+    access: AccessControl, channel: str, user_id: str, text: str, help_command: str
+) -> str | None:
+    """The answer to a stranger's ``pair CODE`` (the code tried on ``channel``); None
+    when ``text`` is not one."""
+    if not text.lower().startswith("pair "):
+        return None
+    code = text.split(maxsplit=1)[1].strip()
+    return pair_answer(await access.pair(channel, user_id, code[:32]), help_command)
 
 
 def refusal(network: str, user_id: str, send_as: str) -> str:

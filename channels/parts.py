@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from echo_bot.errors import MediaTooLarge, MediaUnavailable
+from echo_bot.errors import ConfigError, MediaTooLarge, MediaUnavailable
 from echo_bot.sizes import format_size
 
 
@@ -56,6 +56,32 @@ class Backoff:
 
     async def wait(self) -> None:
         await asyncio.sleep(self.next())
+
+
+async def connect_when_reachable(
+    connect: Callable[[], Awaitable[None]],
+    health: Health,
+    unreachable: tuple[type[BaseException], ...],
+    away: Callable[[BaseException], None],
+) -> None:
+    """``connect`` tried again with a ``Backoff`` until it succeeds (its peer was out of
+    reach at start), each failure told by ``away``; a refusal (``ConfigError``: the user
+    must fix it) leaves the channel down, said once."""
+    backoff = Backoff()
+    while True:
+        await backoff.wait()
+        try:
+            await connect()
+        except ConfigError as exc:
+            health.status, health.last_error = "down", str(exc)
+            logging.getLogger(f"channels.{health.channel}").error(
+                "%s: %s; fix it and restart", health.channel, exc
+            )
+            return
+        except unreachable as exc:
+            away(exc)
+            continue
+        return
 
 
 class Tasks:

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from channels.parts import Backoff
+from channels.parts import Backoff, connect_when_reachable
 from echo_bot.bus import Bus, Capabilities, ChannelHost, Diagnosis
 from echo_bot.config import Config, MatrixConfig
 from echo_bot.errors import ConfigError
@@ -69,7 +69,7 @@ class MatrixChannel:
             await self.client.close()
             raise
         except NETWORK_ERRORS as exc:
-            self._health.degrade(f"cannot reach {self.config.homeserver}: {exc}")
+            self._unreachable(exc)
             self._tasks.spawn(self._log_in_later())
             return
         self._signed_in()
@@ -82,20 +82,14 @@ class MatrixChannel:
             raise Unreachable(f"no answer in {STARTUP_TIMEOUT:.0f} s") from None
 
     async def _log_in_later(self) -> None:
-        backoff = Backoff()
-        while True:
-            await backoff.wait()
-            try:
-                await self._log_in()
-            except ConfigError as exc:
-                self._health.status, self._health.last_error = "down", str(exc)
-                log.error("matrix: %s; fix it and restart", exc)
-                return
-            except NETWORK_ERRORS as exc:
-                self._health.degrade(f"cannot reach {self.config.homeserver}: {exc}")
-                continue
+        async def sign_in() -> None:
+            await self._log_in()
             self._signed_in()
-            return
+
+        await connect_when_reachable(sign_in, self._health, NETWORK_ERRORS, self._unreachable)
+
+    def _unreachable(self, exc: BaseException) -> None:
+        self._health.degrade(f"cannot reach {self.config.homeserver}: {exc}")
 
     def _signed_in(self) -> None:
         log.info("matrix: signed in as %s (device %s)", self.client.user_id, self.client.device_id)

@@ -30,7 +30,7 @@ from nio import (
     RoomMessageText,
 )
 
-from channels.pairing import Refusals, pair_answer, refusal
+from channels.pairing import Refusals, pair_attempt, refusal
 from channels.parts import clean
 from echo_bot.bus import ChannelHost
 from echo_bot.config import MatrixConfig
@@ -244,12 +244,10 @@ class Inbound:
         return True
 
     async def _stranger(self, room_id: str, sender: str, text: str) -> None:
-        if text.lower().startswith("pair "):
-            code = text.split(maxsplit=1)[1].strip()
-            result = await self.host.access.pair("matrix", sender, code[:32])
-            await self._notice(room_id, pair_answer(result, "/help"))
-            return
-        if self.refusals.due(sender):
+        answer = await pair_attempt(self.host.access, "matrix", sender, text, "/help")
+        if answer is not None:
+            await self._notice(room_id, answer)
+        elif self.refusals.due(sender):
             await self.host.audit("matrix.refused", user=sender, room=room_id)
             await self._notice(room_id, refusal("matrix", sender, "here as `pair CODE`"))
 

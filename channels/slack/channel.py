@@ -11,7 +11,7 @@ from typing import Any
 
 from slack_sdk.web.async_client import AsyncWebClient
 
-from channels.parts import Backoff
+from channels.parts import connect_when_reachable
 from echo_bot.bus import Bus, Capabilities, ChannelHost, Diagnosis
 from echo_bot.config import SlackConfig
 from echo_bot.errors import ChannelError, ConfigError
@@ -107,21 +107,9 @@ class SlackChannel:
         log.info("slack: signed in as %s (%s)", bot_user, self.config.mode)
 
     async def _connect_later(self) -> None:
-        backoff = Backoff()
-        while True:
-            await backoff.wait()
-            try:
-                await self._connect()
-            except ConfigError as exc:
-                self._health.status, self._health.last_error = "down", str(exc)
-                log.error("slack: %s; fix it and restart", exc)
-                return
-            except Unreachable as exc:
-                self._unreachable(exc)
-                continue
-            return
+        await connect_when_reachable(self._connect, self._health, (Unreachable,), self._unreachable)
 
-    def _unreachable(self, exc: Unreachable) -> None:
+    def _unreachable(self, exc: BaseException) -> None:
         if self._health.status != "degraded":  # else the Web API's failure said it
             self._health.degrade(f"cannot reach {self.config.api_base}: {exc}")
 

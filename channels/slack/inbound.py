@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from channels.pairing import Refusals, pair_answer, refusal
+from channels.pairing import Refusals, pair_attempt, refusal
 from channels.parts import clean
 from echo_bot.bus import ChannelHost
 from echo_bot.config import SlackConfig
@@ -158,10 +158,9 @@ class Inbound:
         return text
 
     async def _stranger(self, user: str, chat: Address, text: str) -> None:
-        if text.lower().startswith("pair "):
-            code = text.split(maxsplit=1)[1].strip()
-            result = await self.host.access.pair("slack", user, code[:32])
-            await self._notice(chat, pair_answer(result, "!help"))
+        answer = await pair_attempt(self.host.access, "slack", user, text, "!help")
+        if answer is not None:
+            await self._notice(chat, answer)
             return
         if not self.refusals.due(user):
             return

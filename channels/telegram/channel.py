@@ -29,7 +29,7 @@ from aiogram.exceptions import (
 )
 from aiogram.types import BotCommand
 
-from channels.parts import Backoff
+from channels.parts import connect_when_reachable
 from echo_bot.bus import Bus, Capabilities, ChannelHost
 from echo_bot.config import BOT_TOKEN_SHAPE, TelegramConfig, looks_like_bot_token
 from echo_bot.errors import ConfigError
@@ -133,19 +133,12 @@ class TelegramChannel:
             await self._connected(me.id, me.username)
 
     async def _connect_later(self) -> None:
-        backoff = Backoff()
-        while True:
-            await backoff.wait()
-            try:
-                await self._connect()
-            except ConfigError as exc:
-                self._health.status, self._health.last_error = "down", str(exc)
-                log.error("telegram: %s; fix it and restart", exc)
-                return
-            except UNREACHABLE as exc:
-                self._health.degrade(f"cannot reach the Bot API: {exc}")
-                continue
-            return
+        await connect_when_reachable(
+            self._connect,
+            self._health,
+            UNREACHABLE,
+            lambda exc: self._health.degrade(f"cannot reach the Bot API: {exc}"),
+        )
 
     async def _connected(self, bot_id: int, username: str | None) -> None:
         self.me.bot_id, self.me.username = bot_id, username

@@ -6,7 +6,6 @@ hostile input. The people are matrix-nio clients with E2EE (tests/matrix_people.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import re
 import stat
@@ -27,7 +26,7 @@ from echo_bot.errors import ConfigError
 from echo_bot.events import Address, new_id
 from echo_bot.tools.base import Tool
 from tests.channels.contract.drivers import TOOLS, ContractBrain, MatrixDriver
-from tests.conftest import Bot, running_bot
+from tests.conftest import running_bot
 from tests.matrix_people import Person, open_room
 from tests.matrix_server import Synapse, unique
 from tests.test_matrix_harness import raw_event, send_encrypted
@@ -168,36 +167,12 @@ async def test_approve_typed_without_replying_says_how_to_answer(chat: Chat) -> 
         await chat.wait_received("not run: typed")
 
 
-class NotAllowedFriend(Chat):
-    """The friend is in the room but not among the allowed users."""
-
-    def __init__(self, state_dir: Path, synapse: Synapse) -> None:
-        super().__init__(state_dir, synapse)
-        self.brain = ContractBrain()
-
-    @contextlib.asynccontextmanager
-    async def running(self) -> AsyncIterator[Bot]:
-        owner, _friend = self.people
-        config = f"""
-[matrix]
-enabled = true
-homeserver = "{self.homeserver}"
-user_id = "{self.account.user_id}"
-allowed_users = ["{owner.user_id}"]
-{TOOLS}"""
-        async with running_bot(
-            self.state_dir, config, environ={"MATRIX_ACCESS_TOKEN": self.account.access_token},
-            channels=["matrix"], channel_options={"matrix": {"sync_timeout": 1}},
-            brain=self.brain,
-        ) as bot:  # fmt: skip
-            self.bot = bot
-            yield bot
-
-
 async def test_a_non_approvers_typed_answer_is_refused_as_their_reaction_is(
     synapse: Synapse, state_dir: Path
 ) -> None:
-    chat = NotAllowedFriend(state_dir, synapse)
+    chat = Chat(state_dir, synapse)
+    chat.brain = ContractBrain()
+    chat.friend_allowed = False  # in the room, not among the allowed users
     async with chat.peer(), chat.running():
         _owner, friend = chat.people
         await chat.say("run:guarded")

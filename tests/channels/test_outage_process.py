@@ -16,11 +16,12 @@ import pytest
 
 from echo_bot.brains.rules import NO_MATCH_HINT
 from tests.channels.contract.drivers import SLACK_DM, SLACK_OWNER
+from tests.channels.test_matrix_process import people
 from tests.conftest import echo_bot_env
 from tests.fakes.slack_api import FakeSlack
 from tests.fakes.tcp_proxy import TcpProxy
-from tests.matrix_people import Person, open_room
-from tests.matrix_server import Synapse, unique
+from tests.matrix_people import Person
+from tests.matrix_server import Synapse
 from tests.ports import free_port
 from tests.proc import Daemon
 from tests.waiting import eventually
@@ -50,15 +51,8 @@ async def until_health(port: int, channel: str, healthy: bool) -> None:
 @pytest.fixture
 async def room(synapse: Synapse, tmp_path: Path) -> AsyncIterator[tuple[Person, str, str]]:
     """The owner, an encrypted room the bot's account is invited to, and that account."""
-    bot = await asyncio.to_thread(synapse.register, unique("echo"), "bot-password")
-    owner = Person(synapse, "owner", tmp_path / "owner")
-    try:
-        await owner.step()
-        room_id = await open_room(owner, [bot.user_id])
-        async with owner.syncing():
-            yield owner, room_id, bot.user_id
-    finally:
-        await owner.client.close()
+    async with people(synapse, tmp_path) as (bot, owner, room_id):
+        yield owner, room_id, bot.user_id
 
 
 def matrix_config(tmp_path: Path, homeserver: str, bot: str, owner: Person, port: int) -> Path:

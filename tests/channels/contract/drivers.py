@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
+import json
 import os
 import re
 from collections.abc import AsyncIterator, Sequence
@@ -453,6 +454,7 @@ class MatrixDriver(Driver):
         self._prompted: set[str] = set()
         self.brain: Any = ContractBrain()  # None: the config's ([openai] in ``extra``)
         self.extra = ""  # more config (TOML) for the daemon
+        self.friend_allowed = True  # the friend among [matrix] allowed_users
 
     @contextlib.asynccontextmanager
     async def peer(self) -> AsyncIterator[None]:
@@ -480,12 +482,13 @@ class MatrixDriver(Driver):
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[Bot]:
         owner, friend = self.people
+        allowed = [owner.user_id] + ([friend.user_id] if self.friend_allowed else [])
         config = f"""
 [matrix]
 enabled = true
 homeserver = "{self.homeserver}"
 user_id = "{self.account.user_id}"
-allowed_users = ["{owner.user_id}", "{friend.user_id}"]
+allowed_users = {json.dumps(allowed)}
 approvers = ["{owner.user_id}"]
 {TOOLS}{self.extra}"""
         async with running_bot(
