@@ -42,10 +42,12 @@ from echo_bot.events import (
     OutboundMessage,
     Receipt,
     Sender,
+    TextFormat,
     id_time,
     new_id,
     parse_approval_action,
 )
+from echo_bot.richtext.parts import as_written
 
 log = logging.getLogger(__name__)
 
@@ -139,8 +141,8 @@ class CliChannel:
 
     # -- a reply as it is written -----------------------------------------------------------
     async def show_preview(self, to: Address, key: str, text: str) -> None:
-        if self._output_closed:
-            return
+        if self._output_closed or as_written(text, True, self._host.masker) != text:
+            return  # a secret in disguise: the final reply shows the text masked, whole
         text = text.lstrip()  # as the final reply will be
         printed = ""
         if self._streaming is not None and self._streaming[0] == key:
@@ -199,6 +201,11 @@ class CliChannel:
     def _show_text(self, message: OutboundMessage, held: str) -> None:
         """A text; a reply that was streamed prints only what the stream did not."""
         printed = self._streamed.pop(str(message.metadata.get("inbound_id", "")), None)
+        markdown = message.format == TextFormat.MARKDOWN
+        text = as_written(message.text, markdown, self._host.masker)
+        if text != message.text:
+            self._print(held + text)  # what the Markdown reads as, masked: never streamed
+            return
         if not printed or message.kind != OutboundKind.REPLY:
             self._print(held + message.text)
             return

@@ -7,6 +7,7 @@ import functools
 import io
 import re
 import sys
+import unicodedata
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, TextIO
 from urllib.parse import quote
@@ -32,6 +33,7 @@ class Masker:
         fresh = {v for v in values if v and len(v) >= _MIN_SECRET_LEN}
         # A secret may also appear percent-encoded: in a URL an error message quotes.
         fresh |= {quote(v, safe="") for v in fresh} | {quote(v) for v in fresh}
+        fresh |= {shown for v in fresh if len(shown := as_read(v)[0]) >= _MIN_SECRET_LEN}
         self._values = sorted(set(self._values) | fresh, key=len, reverse=True)
 
     @classmethod
@@ -39,6 +41,8 @@ class Masker:
         return cls(environ.get(name, "") for name in names)
 
     def mask(self, text: str) -> str:
+        if not text.isascii():  # a secret may be disguised as only Unicode can
+            return _replaced(text, self.find(text)) if self._values else text
         for value in self._values:
             if value in text:
                 text = text.replace(value, MASK)
@@ -48,13 +52,22 @@ class Masker:
         """Where known secret values are in ``text``: (start, end) spans, sorted and
         apart (overlapping occurrences are one span). Replacing each with ``***`` masks
         ``text`` as ``mask`` does (secrets that overlap, wholly), for one who must know
-        what moved: a channel keeping its formatting's offsets valid."""
+        what moved: a channel keeping its formatting's offsets valid.
+
+        A secret is found as a person would read it: with invisible characters (a
+        zero-width space) inside it, or written in look-alike forms (full-width
+        letters) that NFKC folds into it; its span then covers those characters."""
+        if not self._values:
+            return []
+        shown, origin = (text, None) if text.isascii() else as_read(text)
         found = []
         for value in self._values:
-            start = text.find(value)
+            start = shown.find(value)
             while start >= 0:
                 found.append((start, start + len(value)))
-                start = text.find(value, start + 1)
+                start = shown.find(value, start + 1)
+        if origin is not None:
+            found = [(origin[start], origin[end - 1] + 1) for start, end in found]
         spans: list[tuple[int, int]] = []
         for start, end in sorted(found):
             if spans and start < spans[-1][1]:
@@ -99,6 +112,32 @@ class Masker:
         if isinstance(data, list | tuple):
             return [self.mask_data(v, by_key=by_key) for v in data]
         return data
+
+
+def as_read(text: str) -> tuple[str, list[int]]:
+    """``text`` as it reads: format characters (zero-width spaces and joiners, bidi
+    marks) left out and each character NFKC-folded; ``origin[i]``: the index in
+    ``text`` of the character the ``i``-th came from."""
+    pieces: list[str] = []
+    origin: list[int] = []
+    for index, char in enumerate(text):
+        if char.isascii():
+            pieces.append(char)
+            origin.append(index)
+        elif unicodedata.category(char) != "Cf":
+            folded = unicodedata.normalize("NFKC", char)
+            pieces.append(folded)
+            origin.extend([index] * len(folded))
+    return "".join(pieces), origin
+
+
+def _replaced(text: str, spans: list[tuple[int, int]]) -> str:
+    pieces, at = [], 0
+    for start, end in spans:
+        pieces += [text[at:start], MASK]
+        at = end
+    pieces.append(text[at:])
+    return "".join(pieces)
 
 
 class MaskedStream(io.TextIOBase):

@@ -69,6 +69,13 @@ class Person(HarnessPerson):
 
     def received_events(self, room_id: str, sender: str) -> list[tuple[str, str]]:
         """(event ID, body) of the messages and notices ``sender`` sent, edits left out."""
+        return [(event.event_id, event.body) for event in self._messages(room_id, sender)]
+
+    def received_contents(self, room_id: str, sender: str) -> list[dict[str, Any]]:
+        """The contents of the messages and notices ``sender`` sent, edits left out."""
+        return [dict(event.source.get("content", {})) for event in self._messages(room_id, sender)]
+
+    def _messages(self, room_id: str, sender: str) -> list[Any]:
         found = []
         for room, event in self.seen:
             if room.room_id != room_id or getattr(event, "sender", None) != sender:
@@ -78,7 +85,7 @@ class Person(HarnessPerson):
             relation = event.source.get("content", {}).get("m.relates_to") or {}
             if relation.get("rel_type") == "m.replace":
                 continue
-            found.append((event.event_id, event.body))
+            found.append(event)
         return found
 
     def received(self, room_id: str, sender: str) -> list[str]:

@@ -32,6 +32,7 @@ CHANNEL_API = {
     "echo_bot.bus",
     "echo_bot.config",
     "echo_bot.errors",
+    "echo_bot.richtext",  # the outgoing-text pipeline every channel's text passes
     "echo_bot.sizes",
     "echo_bot.statuses",
 }

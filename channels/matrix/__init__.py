@@ -6,7 +6,7 @@ durable sync loop: events committed before the sync token moves past them), ``in
 (events into InboundMessages, invites, undecryptable messages), ``approvals`` (prompts
 answered by reaction or reply), ``media`` (files both ways through the media
 repository), ``outbound`` (send, edit, files, pacing, rate limits) and
-``formatting`` (Markdown into Matrix's sanitised HTML).
+``formatting`` (the renderer: body and HTML from the core's rendered text).
 """
 
 from __future__ import annotations

@@ -1,123 +1,109 @@
-"""What a text becomes in Matrix: ``body`` (plain) and, for Markdown, ``formatted_body``
-(``org.matrix.custom.html``).
+"""What a text becomes in Matrix: ``body`` (the text as a person reads it) and, where it
+is formatted, ``formatted_body`` (``org.matrix.custom.html``), written from the core's
+rendering (``echo_bot.richtext``) and read back as a client shows it.
 
-Sanitised by construction, then checked: markdown-it renders with raw HTML off (so any
-``<script>`` in the source is escaped as text) and only links it validated; the HTML
-it made is then re-read and only the tags the renderer makes (ALLOWED_TAGS) survive,
-with ``href`` only on ``a`` and only for http(s)/mailto. Everything else is escaped.
-What the renderer made is masked again (``host.masker``) right before it leaves.
+Sanitised by construction: all text is escaped, the only tags are the few a span
+becomes (``_TAGS``, ``pre``/``code``, ``a``), and ``href`` only for http(s) and mailto.
+Masking, the misleading-link rule and splitting are the pipeline's
+(``echo_bot.richtext.parts``), done on the text a person sees.
 """
 
 from __future__ import annotations
 
 import html
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
 from html.parser import HTMLParser
 from typing import Any
 
-from markdown_it import MarkdownIt
+from echo_bot.richtext.markup import written
+from echo_bot.richtext.model import Formatted, Span
+from echo_bot.richtext.splitting import Unit
 
-from echo_bot.bus import Masking
-
-MAX_BODY = 16_000  # characters of one event's text (Synapse caps an event at 64 KiB)
-_PARSER = MarkdownIt("commonmark", {"html": False}).enable(["strikethrough", "table"])
-ALLOWED_TAGS = frozenset(
-    [
-        "p",
-        "br",
-        "strong",
-        "em",
-        "del",
-        "s",
-        "code",
-        "pre",
-        "blockquote",
-        "ul",
-        "ol",
-        "li",
-        "a",
-        "h1",
-        "h2",
-        "h3",
-        "h4",
-        "h5",
-        "h6",
-        "hr",
-        "table",
-        "thead",
-        "tbody",
-        "tr",
-        "th",
-        "td",
-    ]
-)  # what the Markdown renderer makes
+MAX_BODY = 16_000  # characters of one event's text
+MAX_EVENT = 60_000  # bytes of an event's content as JSON (Synapse caps an event at 64 KiB)
 _SAFE_SCHEMES = ("http://", "https://", "mailto:")
+_TAGS = {"bold": "strong", "italic": "em", "strikethrough": "del", "code": "code",
+         "blockquote": "blockquote"}  # fmt: skip
 
 
-class _Sanitiser(HTMLParser):
+def _linkable(url: str | None) -> bool:
+    return bool(url) and str(url).lower().startswith(_SAFE_SCHEMES)
+
+
+def _opening(span: Span) -> str:
+    if span.type == "pre":
+        language = f' class="language-{html.escape(span.language)}"' if span.language else ""
+        return f"<pre><code{language}>"
+    if span.type == "text_link":
+        return f'<a href="{html.escape(str(span.url), quote=True)}">' if _linkable(span.url) else ""
+    tag = _TAGS.get(span.type)
+    return f"<{tag}>" if tag else ""
+
+
+def _closing(span: Span) -> str:
+    if span.type == "pre":
+        return "</code></pre>"
+    if span.type == "text_link":
+        return "</a>" if _linkable(span.url) else ""
+    tag = _TAGS.get(span.type)
+    return f"</{tag}>" if tag else ""
+
+
+def _text(piece: str, inside: Sequence[Span]) -> str:
+    escaped = html.escape(piece, quote=False)
+    return escaped if any(s.type == "pre" for s in inside) else escaped.replace("\n", "<br>")
+
+
+def to_html(part: Formatted) -> str:
+    return written(part, text=_text, opening=_opening, closing=_closing)
+
+
+class _Reader(HTMLParser):
+    """The text an HTML body shows: character references decoded, tags gone."""
+
     def __init__(self) -> None:
         super().__init__(convert_charrefs=True)
         self.out: list[str] = []
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag not in ALLOWED_TAGS:
-            return
-        kept = ""
-        if tag == "a":
-            href = next((v for k, v in attrs if k == "href" and v), "")
-            if href.lower().startswith(_SAFE_SCHEMES):
-                kept = f' href="{html.escape(href, quote=True)}"'
-        elif tag == "ol":
-            start = next((v for k, v in attrs if k == "start" and v), "")
-            if start.isdigit():
-                kept = f' start="{start}"'
-        self.out.append(f"<{tag}{kept}>")
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag in ALLOWED_TAGS and tag not in ("br", "hr"):
-            self.out.append(f"</{tag}>")
+        if tag == "br":
+            self.out.append("\n")
 
     def handle_data(self, data: str) -> None:
-        self.out.append(html.escape(data, quote=False))
+        self.out.append(data)
 
 
-def sanitise(markup: str) -> str:
-    """Only ALLOWED_TAGS (and safe links) of ``markup``; all text escaped."""
-    parser = _Sanitiser()
-    parser.feed(markup)
-    parser.close()
-    return "".join(parser.out)
+def shown_html(markup: str) -> str:
+    reader = _Reader()
+    reader.feed(markup)
+    reader.close()
+    return "".join(reader.out)
 
 
-def to_html(markdown: str) -> str:
-    return sanitise(_PARSER.render(markdown)).strip()
+@dataclass(frozen=True)
+class MatrixText:
+    """Matrix's wire: an ``m.room.message`` content."""
 
+    limit: int = MAX_BODY
+    unit: Unit = "chars"
 
-def split_text(text: str, limit: int = MAX_BODY) -> list[str]:
-    """``text`` in parts of at most ``limit`` characters, cut at a paragraph, line or
-    space where one is near the end."""
-    parts: list[str] = []
-    rest = text
-    while len(rest) > limit:
-        window = rest[:limit]
-        cut = max(window.rfind("\n\n"), window.rfind("\n"), window.rfind(" "))
-        if cut < limit // 2:
-            cut = limit
-        parts.append(rest[:cut].rstrip())
-        rest = rest[cut:].lstrip("\n ")
-    parts.append(rest)
-    return [p for p in parts if p] or [""]
-
-
-def contents(text: str, markdown: bool, masker: Masking) -> list[dict[str, str]]:
-    """The ``m.room.message`` contents a text is sent as, in order."""
-    out: list[dict[str, str]] = []
-    for part in split_text(text):
-        content = {"msgtype": "m.text", "body": masker.mask(part)}
-        if markdown:
+    def wire(self, part: Formatted) -> dict[str, Any]:
+        content = {"msgtype": "m.text", "body": part.text}
+        if part.spans:
             content["format"] = "org.matrix.custom.html"
-            content["formatted_body"] = masker.mask(to_html(part))
-        out.append(content)
-    return out
+            content["formatted_body"] = to_html(part)
+        return content
+
+    def visible(self, wire: dict[str, Any]) -> str:
+        return f"{wire['body']}\n{shown_html(wire.get('formatted_body', ''))}"
+
+    def fits(self, wire: dict[str, Any]) -> bool:
+        return len(json.dumps(wire).encode()) <= MAX_EVENT
+
+
+TEXT = MatrixText()
 
 
 def replacement(event_id: str, new: dict[str, Any]) -> dict[str, Any]:
@@ -128,8 +114,3 @@ def replacement(event_id: str, new: dict[str, Any]) -> dict[str, Any]:
     if "formatted_body" in new:
         content["formatted_body"] = f"* {new['formatted_body']}"
     return content
-
-
-def plain_html(text: str) -> str:
-    """A plain text as HTML: escaped, line breaks kept (an approval prompt as rendered)."""
-    return html.escape(text, quote=False).replace("\n", "<br>")

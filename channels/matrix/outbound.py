@@ -1,4 +1,5 @@
-"""Sending: replies (Markdown as sanitised HTML, long ones in parts), approval prompts,
+"""Sending: replies (Markdown as sanitised HTML, long ones in parts: the core's pipeline,
+``echo_bot.richtext.parts``, with Matrix's renderer), approval prompts,
 files (uploaded by media.py), edits (``m.replace``), per-room pacing and
 ``M_LIMIT_EXCEEDED``.
 
@@ -24,10 +25,11 @@ from nio import AsyncClient, RoomSendError, RoomSendResponse
 from echo_bot.bus import ChannelHost
 from echo_bot.errors import ChannelError
 from echo_bot.events import OutboundKind, OutboundMessage, Receipt, TextFormat
+from echo_bot.richtext import parts as richtext
 
 from .approvals import Prompts, actions_of, prompt_text
 from .common import Health, Tasks, log
-from .formatting import contents, plain_html, replacement
+from .formatting import TEXT, MatrixText, replacement
 from .media import upload
 from .previews import previews
 from .typing import Typing
@@ -101,6 +103,9 @@ class Pacer:
         self._spacing *= SHRINK
 
 
+PROMPT = MatrixText(limit=30_000)  # a prompt (or its outcome) is one event, never cut
+
+
 class Outbound:
     def __init__(
         self,
@@ -140,7 +145,7 @@ class Outbound:
             if message.file is not None:
                 return await self._send_file(room_id, message)
             markdown = message.format == TextFormat.MARKDOWN
-            parts = contents(message.text, markdown, self.masker)
+            parts = await richtext.rendered_parts(message.text, markdown, self.masker, TEXT)
             sent = self._parts_sent.setdefault(message.id, [])
             preview = self.previews.message_of(message) if not sent else None
             if preview is not None:  # the reply takes the place of its preview message
@@ -201,7 +206,11 @@ class Outbound:
                                    encrypt=bool(room is not None and room.encrypted))  # fmt: skip
             sent.append(await self._room_send(room_id, content, f"{message.id}.file"))
         markdown = message.format == TextFormat.MARKDOWN
-        texts = contents(message.text, markdown, self.masker) if message.text.strip() else []
+        texts = (
+            await richtext.rendered_parts(message.text, markdown, self.masker, TEXT)
+            if message.text.strip()
+            else []
+        )
         for index in range(len(sent) - 1, len(texts)):
             text: dict[str, Any] = texts[index]
             if message.kind == OutboundKind.NOTICE:
@@ -213,22 +222,14 @@ class Outbound:
     async def _prompt(self, room_id: str, message: OutboundMessage) -> Receipt:
         """The gate's rendering as it is (escaped in the HTML), and how to answer; its
         event ID → actions kept in the store before the receipt is returned."""
-        text = self.masker.mask(prompt_text(message))
-        content = {
-            "msgtype": "m.text",
-            "body": text,
-            "format": "org.matrix.custom.html",
-            "formatted_body": plain_html(text),
-        }
+        content = richtext.message_parts(prompt_text(message), False, self.masker, PROMPT)[0]
         event_id = await self._room_send(room_id, content, message.id)
         await self.prompts.keep(event_id, actions_of(message.buttons))
         return Receipt(channel_message_id=event_id)
 
     async def _edit(self, room_id: str, event_id: str, message: OutboundMessage) -> Receipt:
         """An ``m.replace`` of an earlier event (an approval prompt showing its outcome)."""
-        text = self.masker.mask(message.text)
-        new = {"msgtype": "m.text", "body": text, "format": "org.matrix.custom.html",
-               "formatted_body": plain_html(text)}  # fmt: skip
+        new = richtext.message_parts(message.text, False, self.masker, PROMPT)[0]
         try:
             await self._room_send(room_id, replacement(event_id, new), message.id)
         except ChannelError as exc:

@@ -20,9 +20,10 @@ from nio import AsyncClient
 from channels.previewing import EditedPreviews
 from echo_bot.bus import ChannelHost
 from echo_bot.events import Address
+from echo_bot.richtext import parts as richtext
 
 from .common import Tasks
-from .formatting import contents, replacement
+from .formatting import TEXT, replacement
 from .typing import Typing
 
 EDIT_INTERVAL = 3.0  # seconds between two texts of one preview
@@ -45,7 +46,9 @@ def previews(
     masker = host.masker
 
     async def show(chat: Address, key: str, event_id: str | None, text: str, n: int) -> str | None:
-        content = contents(text, True, masker)[0]
+        content = await richtext.rendered_preview(text, masker, TEXT)
+        if content is None:
+            return None
         if event_id is not None:
             content = replacement(event_id, content)
         return await send(chat.chat_id, content, f"{key}.preview.{n}")

@@ -10,7 +10,8 @@ refused as forged. The gate then checks the presser as for any decision (only
 approvers decide; a request decided once stays decided, so a replayed press changes
 nothing).
 
-A section holds at most 3,000 characters: a long call takes several code blocks.
+A section holds at most 3,000 characters: a long call takes several code blocks. The
+text is rendered, masked and split by the core's pipeline, as every other text.
 """
 
 from __future__ import annotations
@@ -19,56 +20,36 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from echo_bot.bus import ChannelHost
+from echo_bot.bus import ChannelHost, Masking
 from echo_bot.events import Address, Button, DecisionVerb, OutboundMessage
+from echo_bot.richtext import parts as richtext
+from echo_bot.richtext.model import Formatted, Span
 
-from .formatting import escape, preformatted
+from .formatting import SlackText
 
-SECTION_MAX = 2_900  # characters of one section's text (Slack: 3,000)
+SECTION = SlackText(limit=2_900, wire_limit=3_000)  # a section's text: Slack takes 3,000
 LABEL_MAX = 75  # characters of a button's label
 STYLES = {DecisionVerb.APPROVE_ONCE.value: "primary", DecisionVerb.DENY.value: "danger"}
 
 
-def chunks(text: str, limit: int) -> list[str]:
-    """``text`` (escaped already) in pieces of at most ``limit`` characters, cut at a line
-    where one is near, never inside an escape such as ``&amp;``."""
-    pieces: list[str] = []
-    rest = text
-    while len(rest) > limit:
-        cut = rest.rfind("\n", 0, limit)
-        if cut < limit // 2:
-            cut = limit
-            amp = rest.rfind("&", max(0, limit - 5), limit)
-            if amp != -1 and ";" not in rest[amp:limit]:
-                cut = amp
-        pieces.append(rest[:cut])
-        rest = rest[cut:].lstrip("\n")
-    pieces.append(rest)
-    return [p for p in pieces if p]
-
-
-def _code(text: str) -> list[str]:
-    """Preformatted sections: no ``` inside may end the block early."""
-    body = preformatted(text)
-    return [f"```\n{piece}\n```" for piece in chunks(body, SECTION_MAX - 8)]
-
-
-def text_sections(message: OutboundMessage) -> list[str]:
-    """The prompt's text as section texts: the call in code blocks, the rest escaped."""
+def text_sections(message: OutboundMessage, masker: Masking) -> list[str]:
+    """The prompt's text as section texts, through the core's pipeline: the call in
+    code blocks, the rest as it is."""
     text = message.text
     call = message.approval.call if message.approval is not None else None
+    spans: tuple[Span, ...] = ()
     if call and call in text:
-        before, after = text.split(call, 1)
-        return [
-            *chunks(escape(before.strip()), SECTION_MAX),
-            *_code(call),
-            *chunks(escape(after.strip()), SECTION_MAX),
-        ]
-    return chunks(escape(text), SECTION_MAX)
+        start = text.index(call)
+        before, after = text[:start].rstrip(), text[start + len(call) :].lstrip()
+        text = f"{before}\n\n{call}\n\n{after}".strip("\n")
+        start = text.index(call)
+        spans = (Span("pre", start, start + len(call)),)
+    return richtext.formatted_parts(Formatted(text, spans), masker, SECTION)
 
 
-def button(item: Button) -> dict[str, Any]:
-    label = item.label if len(item.label) <= LABEL_MAX else item.label[: LABEL_MAX - 1] + "…"
+def button(item: Button, masker: Masking) -> dict[str, Any]:
+    label = masker.mask(item.label)
+    label = label if len(label) <= LABEL_MAX else label[: LABEL_MAX - 1] + "…"
     element: dict[str, Any] = {
         "type": "button",
         "text": {"type": "plain_text", "text": label, "emoji": True},
@@ -81,13 +62,13 @@ def button(item: Button) -> dict[str, Any]:
     return element
 
 
-def blocks_of(message: OutboundMessage) -> list[dict[str, Any]]:
+def blocks_of(message: OutboundMessage, masker: Masking) -> list[dict[str, Any]]:
     """The message as blocks: its sections, then its buttons (none on an outcome)."""
     blocks: list[dict[str, Any]] = [
         {"type": "section", "text": {"type": "mrkdwn", "text": text}}
-        for text in text_sections(message)
+        for text in text_sections(message, masker)
     ]
-    elements = [button(b) for row in message.buttons for b in row]
+    elements = [button(b, masker) for row in message.buttons for b in row]
     if elements:
         blocks.append({"type": "actions", "block_id": "approval", "elements": elements})
     return blocks

@@ -4,7 +4,8 @@ approval prompts as Block Kit; edits (``chat.update``); files (``files_upload_v2
 shown while it is written (``channels/previewing.py``): posted with the first text,
 updated at most every EDIT_INTERVAL from spare budget only, then updated into the reply.
 
-What the renderer made is masked (``host.masker``) right before it leaves. Parts
+Every text is rendered, masked and split by the core's pipeline
+(``echo_bot.richtext.parts``) with Slack's renderer (``formatting.SlackText``). Parts
 already sent of a long reply are not sent again when a later part fails and the
 delivery worker tries the message again.
 """
@@ -20,10 +21,11 @@ from channels.previewing import EditedPreviews
 from echo_bot.bus import ChannelHost
 from echo_bot.errors import ChannelError
 from echo_bot.events import Address, OutboundKind, OutboundMessage, Receipt, TextFormat
+from echo_bot.richtext import parts as richtext
 
 from .blocks import Prompts, actions_of, blocks_of
 from .common import log
-from .formatting import escape, split_text, to_mrkdwn
+from .formatting import TEXT
 from .web import RETRIES, Web
 
 EDIT_INTERVAL = 2.0  # seconds between two texts of one preview (chat.update is Tier 3)
@@ -42,9 +44,10 @@ class Outbound:
             interval=EDIT_INTERVAL, mark=PREVIEW_MARK, keep=PREVIEW_KEEP,
         )  # fmt: skip
 
-    def mrkdwn(self, message: OutboundMessage) -> str:
+    async def mrkdwn(self, message: OutboundMessage) -> list[str]:
+        """The message's text as the mrkdwn of each part it is sent as."""
         markdown = message.format == TextFormat.MARKDOWN
-        return self.masker.mask(to_mrkdwn(message.text) if markdown else escape(message.text))
+        return await richtext.rendered_parts(message.text, markdown, self.masker, TEXT)
 
     async def send(self, message: OutboundMessage) -> Receipt:
         channel, thread = message.to.chat_id, message.to.thread_id
@@ -55,7 +58,7 @@ class Outbound:
         if message.file is not None:
             return await self._send_file(channel, thread, message)
         sent = self._parts_sent.setdefault(message.id, [])
-        parts = split_text(self.mrkdwn(message))
+        parts = await self.mrkdwn(message)
         preview = self.previews.message_of(message) if not sent else None
         if preview is not None:  # the reply takes the place of its preview message
             await self._into_preview(channel, preview, message, parts[0], sent)
@@ -86,7 +89,9 @@ class Outbound:
         method = "chat.postMessage" if ts is None else "chat.update"
         if not self.web.pacer.spare(method, chat.chat_id):
             return None
-        part = split_text(self.masker.mask(to_mrkdwn(text)))[0]
+        part = await richtext.rendered_preview(text, self.masker, TEXT)
+        if part is None:
+            return None
         if ts is None:  # counted by spare() already: not paced again
             return await self.post(chat.chat_id, chat.thread_id, retries=0, paced=False, text=part)
         await self.update(chat.chat_id, ts, part, retries=0, paced=False)
@@ -144,26 +149,26 @@ class Outbound:
     async def _prompt(self, channel: str, thread: str | None, message: OutboundMessage) -> Receipt:
         """The gate's rendering as blocks with its buttons; the message's ts → its actions
         kept in the store before the receipt is returned."""
-        fallback = self.masker.mask(escape(message.text.split("\n", 1)[0]))
-        blocks = _masked(blocks_of(message), self.masker.mask)
+        fallback = richtext.message_parts(message.text.split("\n", 1)[0], False, self.masker, TEXT)[
+            0
+        ]
+        blocks = blocks_of(message, self.masker)
         ts = await self.post(channel, thread, text=fallback, blocks=blocks)
         await self.prompts.keep(message.to, ts, actions_of(message.buttons))
         return Receipt(channel_message_id=ts)
 
     async def _edit(self, channel: str, ts: str, message: OutboundMessage) -> Receipt:
         """An earlier message edited (an approval prompt showing its outcome: no buttons)."""
-        text = self.mrkdwn(message)
-        blocks = (
-            _masked(blocks_of(message), self.masker.mask) if message.approval is not None else None
-        )
+        text = (await self.mrkdwn(message))[0]
+        blocks = blocks_of(message, self.masker) if message.approval is not None else None
         try:
-            await self.update(channel, ts, split_text(text)[0], blocks=blocks)
+            await self.update(channel, ts, text, blocks=blocks)
         except ChannelError as exc:
             if exc.retryable:
                 raise
             # Gone (deleted, too old to edit): the outcome is posted instead, never lost.
             log.info("slack: the edit of %s in %s was refused (%s); posting it", ts, channel, exc)
-            posted = await self.post(channel, message.to.thread_id, text=split_text(text)[0])
+            posted = await self.post(channel, message.to.thread_id, text=text)
             return Receipt(channel_message_id=posted)
         return Receipt(channel_message_id=ts)
 
@@ -173,7 +178,7 @@ class Outbound:
         """A file (``send_file``) uploaded into the conversation, its text the comment."""
         assert message.file is not None
         file = message.file
-        comment = self.mrkdwn(message) if message.text.strip() else None
+        parts = await self.mrkdwn(message) if message.text.strip() else []
         name = self.masker.mask(file.name)
         try:  # read off the loop: the SDK would read the path in it
             data = await asyncio.to_thread(Path(file.path).read_bytes)
@@ -181,7 +186,6 @@ class Outbound:
             raise ChannelError(
                 f"cannot read {file.name}: {exc.strerror}", retryable=False
             ) from None
-        parts = split_text(comment) if comment else []
         sent = self._parts_sent.setdefault(message.id, [])
         if not sent:  # not uploaded again when only the text after it failed
             answer = await self.web.call(
@@ -202,18 +206,3 @@ def _file_id(answer: Any) -> str:
     files = answer.get("files") or [answer.get("file") or {}]
     first = files[0] if isinstance(files, list) and files and isinstance(files[0], dict) else {}
     return str(first.get("id") or "")
-
-
-def _masked(value: Any, mask: Any) -> Any:
-    """Every string in a Block Kit structure masked (labels, texts, never the actions,
-    which the gate made and hold no secret)."""
-    if isinstance(value, str):
-        return mask(value)
-    if isinstance(value, list):
-        return [_masked(item, mask) for item in value]
-    if isinstance(value, dict):
-        return {
-            k: (v if k in ("action_id", "value", "type", "style", "block_id") else _masked(v, mask))
-            for k, v in value.items()
-        }
-    return value

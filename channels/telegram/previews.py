@@ -19,9 +19,9 @@ from aiogram.types import MessageGenerationStopped
 
 from echo_bot.bus import ChannelHost
 from echo_bot.events import Address, OutboundKind, OutboundMessage
+from echo_bot.richtext.model import Formatted
 
 from .common import Tasks, log
-from .markdown import Formatted
 from .render import Pacer
 from .text import entities, rendered_preview
 

@@ -1,4 +1,4 @@
-"""Telegram-side rendering helpers: splitting long text, keyboards, pacing."""
+"""Telegram-side sending helpers: its message limit, keyboards, pacing."""
 
 from __future__ import annotations
 
@@ -13,50 +13,6 @@ MAX_TEXT = 4096  # Telegram counts UTF-16 code units, not characters
 # Telegram shows "typing…" for 5 s (or until the bot's next message): one per chat per
 # 5 s keeps it on while a turn runs, and no more than that is ever sent.
 TYPING_INTERVAL = 5.0
-
-
-def _fitting(text: str, start: int, limit: int) -> int:
-    """How many characters of ``text`` from ``start`` fit in ``limit`` UTF-16 units."""
-    units = 0
-    for index in range(start, len(text)):
-        units += 2 if ord(text[index]) > 0xFFFF else 1
-        if units > limit:
-            return index - start
-    return len(text) - start
-
-
-def cuts(text: str, limit: int = MAX_TEXT) -> list[tuple[int, int]]:
-    """(start, end) of each message ``text`` is split into: cut after a paragraph, else
-    a line, else a word, else anywhere; each is at most ``limit`` UTF-16 code units, as
-    Telegram measures."""
-    parts: list[tuple[int, int]] = []
-    start = 0
-    while (size := _fitting(text, start, limit)) < len(text) - start:
-        size = max(1, size)
-        window = text[start : start + size]
-        cut = -1
-        for separator in ("\n\n", "\n", " "):
-            cut = window.rfind(separator)
-            if cut > size // 4:
-                cut += len(separator)
-                break
-        if cut <= size // 4:
-            cut = size
-        parts.append((start, start + cut))
-        start += cut
-    if start < len(text):
-        parts.append((start, len(text)))
-    return parts
-
-
-def split_text(text: str, limit: int = MAX_TEXT) -> list[str]:
-    """Split on paragraph, then line, then word boundaries; never lose a character
-    (whitespace at a cut aside). None is blank (Telegram refuses an empty text)."""
-    text = text if text.strip() else "(empty reply)"
-    spans = cuts(text, limit)
-    parts = [text[a:b].rstrip("\n") or text[a:b] for a, b in spans[:-1]]
-    parts += [text[a:b] for a, b in spans[-1:]]
-    return [part for part in parts if part.strip()]
 
 
 def keyboard_rows(buttons: list[list[Button]]) -> list[list[tuple[str, str]]]:

@@ -1,74 +1,83 @@
-"""What a text becomes on its way to and from Telegram: messages with entities (rendered,
-masked, split), a preview's part, and clean Unicode from an update."""
+"""What a text becomes on its way to and from Telegram: messages with entities (through
+the core's ``echo_bot.richtext`` pipeline), a preview's part, and clean Unicode from an
+update."""
 
 from __future__ import annotations
 
-import asyncio
+from dataclasses import dataclass
+from typing import Any
 
 from aiogram.types import MessageEntity
 
 from echo_bot.bus import Masking
+from echo_bot.richtext import parts
+from echo_bot.richtext.model import Formatted, Span, utf16_offsets
+from echo_bot.richtext.splitting import Unit
 
-from .common import log
-from .markdown import Formatted, render_markdown, split_formatted, utf16_offsets
-from .masking import masked, masked_growing
-from .render import MAX_TEXT, split_text
+from .render import MAX_TEXT
 
-RENDER_ON_LOOP = 700  # characters of Markdown rendered on the loop (about 1 ms); more: a thread
+
+@dataclass(frozen=True)
+class TelegramText:
+    """Telegram's wire: the visible text itself plus entities, counted in UTF-16 units."""
+
+    limit: int = MAX_TEXT
+    unit: Unit = "utf16"
+
+    def wire(self, part: Formatted) -> Formatted:
+        return part
+
+    def visible(self, wire: Formatted) -> str:
+        return wire.text
+
+    def fits(self, wire: Formatted) -> bool:
+        return True
+
+
+TEXT = TelegramText()
 
 
 def message_parts(
     text: str, markdown: bool, masker: Masking | None = None, *, limit: int = MAX_TEXT
 ) -> list[Formatted]:
-    """The messages a text is sent as: Markdown rendered to entities (plain text if the
-    renderer fails on it), split within ``limit``. What the renderer made is masked
-    whole before it is cut: no part holds a secret, nor two parts its halves."""
-    if markdown:
-        try:
-            return split_formatted(masked(render_markdown(text), masker), limit)
-        except Exception:  # markdown-it never should; a reply must go out regardless
-            log.exception("telegram: Markdown rendering failed; sending the text as written")
-    return [Formatted(part) for part in split_text(masked(Formatted(text), masker).text, limit)]
+    """The messages a text is sent as: Markdown rendered to entities, masked, split
+    within ``limit``."""
+    return parts.message_parts(text, markdown, masker, TelegramText(limit))
 
 
 async def rendered(text: str, markdown: bool, masker: Masking | None) -> list[Formatted]:
-    """``message_parts``, off the event loop unless short (about 1 ms per 700 chars)."""
-    if markdown and len(text) > RENDER_ON_LOOP:
-        return await asyncio.to_thread(message_parts, text, markdown, masker)
-    return message_parts(text, markdown, masker)
+    return await parts.rendered_parts(text, markdown, masker, TEXT)
 
 
 def preview_part(text: str, mark: str = "", masker: Masking | None = None) -> Formatted | None:
-    """What a preview shows of a reply being written: its newest part that fits one
-    message (a long reply is sent as several), formatted and masked, with ``mark`` after
-    it; None while there is nothing to show (what there is could begin a secret)."""
-    if len(text) > 3 * MAX_TEXT:  # only the end is shown: only the end is rendered
-        tail = text[-2 * MAX_TEXT :]
-        paragraph = tail.find("\n\n")
-        text = tail[paragraph + 2 :] if 0 <= paragraph < MAX_TEXT else tail
-    try:
-        rendered = render_markdown(text)
-    except Exception:  # as in message_parts: shown as written
-        rendered = Formatted(text)
-    rendered = masked_growing(rendered, masker)
-    if not rendered.text.strip():
-        return None
-    last = split_formatted(rendered)[-1]
-    if not mark:
-        return last
-    fits = utf16_offsets(last.text)[-1] + len(mark.encode("utf-16-le")) // 2 <= MAX_TEXT
-    return Formatted(last.text + mark, last.spans) if fits else last
+    return parts.preview_part(text, masker, TEXT, mark)
 
 
 async def rendered_preview(text: str, mark: str, masker: Masking | None) -> Formatted | None:
-    """``preview_part``, off the event loop unless short."""
-    if len(text) > RENDER_ON_LOOP:
-        return await asyncio.to_thread(preview_part, text, mark, masker)
-    return preview_part(text, mark, masker)
+    return await parts.rendered_preview(text, masker, TEXT, mark)
+
+
+def entity(span: Span, units: list[int]) -> dict[str, Any]:
+    """``span`` as a Bot API MessageEntity; ``units[i]``: UTF-16 offset of code point i."""
+    found: dict[str, Any] = {
+        "type": span.type,
+        "offset": units[span.start],
+        "length": units[span.end] - units[span.start],
+    }
+    if span.url is not None:
+        found["url"] = span.url
+    if span.language:
+        found["language"] = span.language
+    return found
+
+
+def entity_dicts(part: Formatted) -> list[dict[str, Any]]:
+    units = utf16_offsets(part.text)
+    return [entity(span, units) for span in part.spans]
 
 
 def entities(part: Formatted) -> list[MessageEntity]:
-    return [MessageEntity(**entity) for entity in part.entities()]
+    return [MessageEntity(**found) for found in entity_dicts(part)]
 
 
 def clean(text: str) -> str:

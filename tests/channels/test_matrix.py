@@ -467,10 +467,16 @@ def test_answers_to_a_prompt_are_read_and_a_deny_only_prompt_offers_deny_only() 
     assert "✅" not in deny_only and "approve" not in deny_only and "❌" in deny_only
 
 
-def test_the_html_keeps_only_the_renderers_tags() -> None:
-    from channels.matrix.formatting import sanitise, split_text
+def test_the_html_has_only_the_spans_tags_and_every_text_escaped() -> None:
+    from channels.matrix.formatting import TEXT
+    from echo_bot.richtext.parts import message_parts
 
-    hostile = '<p onclick="x()">a<iframe src=//e></iframe><a href="javascript:x">b</a></p>'
-    assert sanitise(hostile) == "<p>a<a>b</a></p>"
-    parts = split_text("word " * 10_000, limit=16_000)
-    assert all(len(p) <= 16_000 for p in parts) and "".join(parts).count("word") == 10_000
+    hostile = '<p onclick="x()">a<iframe src=//e></iframe>[b](javascript:x) **c**'
+    [content] = message_parts(hostile, True, None, TEXT)
+    assert content["formatted_body"] == (
+        '&lt;p onclick="x()"&gt;a&lt;iframe src=//e&gt;&lt;/iframe&gt;'
+        "[b](javascript:x) <strong>c</strong>"
+    )
+    parts = message_parts("word " * 10_000, False, None, TEXT)
+    assert all(len(p["body"]) <= 16_000 for p in parts)
+    assert "".join(p["body"] for p in parts).count("word") == 10_000

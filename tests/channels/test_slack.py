@@ -86,7 +86,7 @@ async def test_the_owners_press_approves_and_the_prompt_shows_who_decided(chat: 
         assert prompt is not None
         [actions] = [b for b in prompt["blocks"] if b["type"] == "actions"]
         assert [e["style"] for e in actions["elements"]] == ["primary", "danger"]
-        assert "```" in prompt["blocks"][1]["text"]["text"]  # the call in a code block
+        assert "```" in prompt["blocks"][0]["text"]["text"]  # the call in a code block
         await chat.decide(shown, approve=True)
         await chat.wait_received("ran: pressed")
         assert (chat.state_dir / "workspace" / "contract.txt").exists()
@@ -347,7 +347,8 @@ async def test_a_prompt_shows_hostile_arguments_escaped_in_its_code_block(chat: 
     raw = json.dumps(message["blocks"])
     assert "<!channel>" not in raw and "<@U0FRIEND>" not in raw
     sections = [b["text"]["text"] for b in message["blocks"] if b["type"] == "section"]
-    [code] = [s for s in sections if s.startswith("```")]
+    [section] = [s for s in sections if "```" in s]
+    code = section[section.index("```") :]
     assert "&lt;!channel&gt;" in code and "&amp;amp;" in code
     assert code.count("```") == 2  # the argument's own fences cannot end the block
     assert "*bold*" in code  # shown as typed: inside a code block mrkdwn is not applied
@@ -379,7 +380,11 @@ def test_the_slack_section_is_checked_and_its_secrets_named_by_mode() -> None:
 
 
 def test_markdown_to_mrkdwn_escapes_everything_but_its_own_markup() -> None:
-    from channels.slack.formatting import split_text, to_mrkdwn
+    from channels.slack.formatting import TEXT
+    from echo_bot.richtext.parts import message_parts
+
+    def to_mrkdwn(markdown: str) -> str:
+        return "\n".join(message_parts(markdown, True, None, TEXT))
 
     assert to_mrkdwn("# Title\n\n**b** _i_ ~~s~~") == "*Title*\n\n*b* _i_ ~s~"
     assert to_mrkdwn("- a\n- b <!here>") == "• a\n• b &lt;!here&gt;"
@@ -387,14 +392,19 @@ def test_markdown_to_mrkdwn_escapes_everything_but_its_own_markup() -> None:
     assert to_mrkdwn("```\nx < y ```\n```") == "```\nx &lt; y `\u2060`\u2060`\n```"
     assert "``" not in to_mrkdwn("```\na````b\n```").strip("`\n")
     # A link's text naming another address than its target shows the target.
-    assert to_mrkdwn("[bank.com](https://evil.example/x)") == "bank.com (<https://evil.example/x>)"
+    assert to_mrkdwn("[bank.com](https://evil.example/x)") == (
+        "<https://evil.example/x|bank.com> (https://evil.example/x)"
+    )
     assert to_mrkdwn("[docs](https://x.org/d)") == "<https://x.org/d|docs>"
     # A | in the URL would end it early: the parser encodes it (%7C); in the label it is text.
     assert to_mrkdwn("[a|b](https://x.org/?q=a|b)") == "<https://x.org/?q=a%7Cb|a|b>"
     assert to_mrkdwn("[x](https://x.org/a>b)") == "<https://x.org/a%3Eb|x>"
     assert to_mrkdwn("<script>&") == "&lt;script&gt;&amp;"
-    parts = split_text("&amp;" * 2_000, limit=3_900)
-    assert all(p.count("&") == p.count(";") for p in parts)  # never cut inside an escape
+    # Cut on the text people see, then escaped (never inside an escape); a part whose
+    # escapes make it too long for one message is cut again.
+    parts = message_parts("&" * 8_000, False, None, TEXT)
+    assert all(p == "&amp;" * p.count("&") and len(p) <= 12_000 for p in parts)
+    assert sum(p.count("&") for p in parts) == 8_000
 
 
 async def test_after_slack_asks_it_to_reconnect_nothing_is_lost(chat: Chat) -> None:

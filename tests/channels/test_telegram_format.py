@@ -13,7 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from channels.telegram import message_parts
-from channels.telegram.markdown import render_markdown, split_formatted
+from channels.telegram.render import MAX_TEXT
+from channels.telegram.text import entity_dicts
+from echo_bot.richtext.markdown import render_markdown
+from echo_bot.richtext.model import Formatted
+from echo_bot.richtext.splitting import split_formatted as split
 from tests.channels.test_telegram import OWNER, reply_to, say, sends, telegram_bot
 from tests.fakes.openai_api import FakeOpenAI
 from tests.fakes.telegram_api import check_entities, utf16_len
@@ -21,15 +25,20 @@ from tests.fakes.telegram_api import check_entities, utf16_len
 MODEL = "gpt-test"
 
 
+def split_formatted(formatted: Formatted, limit: int = MAX_TEXT) -> list[Formatted]:
+    """The splitter as Telegram's messages are cut: in UTF-16 units."""
+    return split(formatted, limit, "utf16")
+
+
 def entity_types(text: str) -> dict[str, str]:
     """{entity type: the text it covers} of the rendered Markdown (first of each)."""
     formatted = render_markdown(text)
     units = formatted.text.encode("utf-16-le")
     found: dict[str, str] = {}
-    for entity in formatted.entities():
+    for entity in entity_dicts(formatted):
         start, end = 2 * entity["offset"], 2 * (entity["offset"] + entity["length"])
         found.setdefault(entity["type"], units[start:end].decode("utf-16-le"))
-    check_entities(formatted.text, formatted.entities())
+    check_entities(formatted.text, entity_dicts(formatted))
     return found
 
 
@@ -50,31 +59,31 @@ def test_markdown_becomes_entities_over_plain_text() -> None:
     }
     text = render_markdown(source).text
     assert "**" not in text and "```" not in text and "• one\n• two" in text
-    pre = next(e for e in render_markdown(source).entities() if e["type"] == "pre")
+    pre = next(e for e in entity_dicts(render_markdown(source)) if e["type"] == "pre")
     assert pre["language"] == "python"
 
 
 def test_offsets_count_utf16_units_like_telegram() -> None:
     formatted = render_markdown("😀 **b😀ld** `c😀de`")
     assert formatted.text == "😀 b😀ld c😀de"
-    bold, code = formatted.entities()
+    bold, code = entity_dicts(formatted)
     assert (bold["offset"], bold["length"]) == (3, 5)
     assert (code["offset"], code["length"]) == (9, 5)
-    check_entities(formatted.text, formatted.entities())
+    check_entities(formatted.text, entity_dicts(formatted))
 
 
 def test_code_inside_bold_and_links_is_kept_legal() -> None:
     # Telegram refuses a style around code and code inside a link: the style is cut
     # around the code; the code inside a link loses its entity.
     formatted = render_markdown("**see `cfg` now** and [`run`](https://x.org)")
-    check_entities(formatted.text, formatted.entities())
-    types = [e["type"] for e in formatted.entities()]
+    check_entities(formatted.text, entity_dicts(formatted))
+    types = [e["type"] for e in entity_dicts(formatted)]
     assert types.count("bold") == 2 and types.count("code") == 1 and "text_link" in types
 
 
 def test_links_telegram_would_refuse_are_shown_as_text() -> None:
     formatted = render_markdown("[local](/etc/passwd) and [js](javascript:alert(1))")
-    assert all(e["type"] != "text_link" for e in formatted.entities())
+    assert all(e["type"] != "text_link" for e in entity_dicts(formatted))
     assert "(/etc/passwd)" in formatted.text and "javascript:alert(1)" in formatted.text
 
 
@@ -99,7 +108,7 @@ def test_hostile_markdown_renders_to_entities_telegram_accepts() -> None:
         for part in message_parts(source, markdown=True):
             assert part.text.strip(), source
             assert utf16_len(part.text) <= 4096
-            check_entities(part.text, part.entities())
+            check_entities(part.text, entity_dicts(part))
 
 
 def test_a_5000_character_code_block_is_split_into_two_code_blocks() -> None:
@@ -108,9 +117,9 @@ def test_a_5000_character_code_block_is_split_into_two_code_blocks() -> None:
     assert len(parts) == 2
     shown = ""
     for part in parts:
-        check_entities(part.text, part.entities())
+        check_entities(part.text, entity_dicts(part))
         assert utf16_len(part.text) <= 4096
-        assert any(e["type"] == "pre" for e in part.entities())
+        assert any(e["type"] == "pre" for e in entity_dicts(part))
         shown += part.text + "\n"
     for i in range(110):  # nothing lost at the cut
         assert f"line {i:04d} " in shown
@@ -128,7 +137,7 @@ def test_a_5000_character_code_block_is_split_into_two_code_blocks() -> None:
 def test_any_markdown_gives_legal_entities(source: str) -> None:
     for part in split_formatted(render_markdown(source), limit=120):
         assert utf16_len(part.text) <= 120
-        check_entities(part.text, part.entities())
+        check_entities(part.text, entity_dicts(part))
 
 
 def llm_extra(llm: FakeOpenAI) -> str:

@@ -18,15 +18,26 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from channels.telegram import message_parts, preview_part
-from channels.telegram.markdown import Formatted, Span, render_markdown, split_formatted
-from channels.telegram.masking import masked, masked_growing
+from channels.telegram.render import MAX_TEXT
+from channels.telegram.text import entity_dicts
 from echo_bot.brains.openai_brain import PREVIEW_EVERY
+from echo_bot.richtext.markdown import render_markdown
+from echo_bot.richtext.masking import masked, masked_growing
+from echo_bot.richtext.model import Formatted, Span
+from echo_bot.richtext.splitting import split_formatted as split
 from echo_bot.secrets import Masker
 from tests.channels.test_telegram import OWNER, TOKEN, say, telegram_bot
 from tests.fakes.openai_api import FakeOpenAI
 from tests.fakes.telegram_api import Call, FakeTelegramAPI, check_entities
 
 MODEL = "gpt-test"
+
+
+def split_formatted(formatted: Formatted, limit: int = MAX_TEXT) -> list[Formatted]:
+    """The splitter as Telegram's messages are cut: in UTF-16 units."""
+    return split(formatted, limit, "utf16")
+
+
 SECRETS = (TOKEN, quote(TOKEN, safe=""), quote(TOKEN))  # as the masker knows it
 OTHER = "s3cr3t-passphrase"
 
@@ -51,12 +62,12 @@ def covered(formatted: Formatted) -> list[tuple[str, str]]:
     units = formatted.text.encode("utf-16-le")
     return [
         (e["type"], units[2 * e["offset"] : 2 * (e["offset"] + e["length"])].decode("utf-16-le"))
-        for e in formatted.entities()
+        for e in entity_dicts(formatted)
     ]
 
 
 def assert_clean(formatted: Formatted, masker: Masker) -> None:
-    check_entities(formatted.text, formatted.entities())
+    check_entities(formatted.text, entity_dicts(formatted))
     assert masker.find(formatted.text) == []
     for span in formatted.spans:
         assert masker.mask(span.url or "") == (span.url or "")

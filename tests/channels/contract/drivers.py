@@ -38,6 +38,39 @@ from tests.waiting import eventually
 # payload reaches the brain wrapped as data).
 SAY = re.compile(r"say:(\w+)")
 RUN = re.compile(r"run:(\w+)")
+SHOW = re.compile(r"show:(\w+)")  # the reply is SHOWN[word]
+# A secret the daemon knows (every secret variable is masked), with Markdown's and
+# Slack's control characters in it.
+SECRET = "sk-pa&ss<word>-1234567890"
+SECRET_ENV = {"OPENAI_API_KEY": SECRET}
+DISGUISES = {
+    "entities": "sk-pa&amp;ss&lt;word&gt;-1234567890",
+    "escapes": "sk-pa\\&ss\\<word\\>-1234567890",
+    "emphasis": "sk-pa&ss<word>-12**345**67890",
+    "zerowidth": "sk-pa&ss<word>-12345\u200b67890",
+    "fullwidth": "ｓｋ-pa&ss<word>-1234567890",
+}
+LINKS = [
+    "[**bank.com**](https://evil.example/x)",
+    "[_bank.com_](https://evil.example/x)",
+    "[`bank.com`](https://evil.example/x)",
+    "[bank.com:443](https://evil.example/x)",
+    "[bank.com.](https://evil.example/x)",
+    "[ｂank.com](https://evil.example/x)",
+]
+ACROSS = 1_300  # copies of the secret in a reply over every channel's limit
+LONG_LINES = 400  # numbered lines of a long reply, half of them in one code block
+SHOWN = {
+    "disguised": "\n\n".join(f"{k}: {v}" for k, v in DISGUISES.items()),
+    # Over every channel's limit, masked or not: the secret (disguised) at every position
+    # a cut could be.
+    "across": "-".join([DISGUISES["entities"] + "-" + "y" * 10] * ACROSS),
+    "links": "\n\n".join(f"link {n}: {link}" for n, link in enumerate(LINKS)),
+    "long": "\n".join(f"line {n:03d} " + "words " * 8 for n in range(LONG_LINES // 2))
+    + "\n\n```\n"
+    + "\n".join(f"line {n:03d} " + "code " * 8 for n in range(LONG_LINES // 2, LONG_LINES))
+    + "\n```\n\nthe end",
+}
 RUN_ARGS = {"command": "touch contract.txt"}
 TOOLS = """
 [tools]
@@ -65,6 +98,9 @@ class ContractBrain:
         if run:
             call = ToolCall(id=new_id(), name="shell_exec", args=dict(RUN_ARGS))
             return BrainReply(tool_calls=[call], route_reason="test: a call that asks")
+        shown = SHOW.search(last.content or "")
+        if shown:
+            return BrainReply(text=SHOWN[shown.group(1)], route_reason="test: shown", markdown=True)
         said = SAY.search(last.content or "")
         return BrainReply(text=f"echo: {said.group(1) if said else '?'}", route_reason="test")
 
@@ -85,6 +121,10 @@ class Driver:
     NO_PROMPTS: ClassVar[str | None] = None
     NO_STRANGERS: ClassVar[str | None] = None
     NO_OUTAGE: ClassVar[str | None] = None  # why the peer cannot be taken away
+    NO_DISPLAY: ClassVar[str | None] = None  # why no person reads the replies at the peer
+    # A message's limit at the peer, in what it counts (None: none).
+    LIMIT: ClassVar[int | None] = None
+    UNIT: ClassVar[str] = "chars"
     # Fixtures the driver's peer needs (the session's Synapse), given as ``fixtures``.
     FIXTURES: ClassVar[tuple[str, ...]] = ()
 
@@ -151,6 +191,17 @@ class Driver:
         """The texts the peer has received in this run (replies and notices), in order."""
         raise NotImplementedError
 
+    def displayed(self) -> list[str]:
+        """What a person reads of each message the peer received in this run: the text
+        as the peer shows it (escapes decoded, markup gone), one reading per line where
+        the peer shows it in more than one way."""
+        return self.received()
+
+    def balanced(self) -> bool:
+        """Whether every message's markup is balanced (a code block cut in two is closed
+        in one message and opened again in the next)."""
+        return True
+
     def all_received(self) -> list[str]:
         """What the peer received in every run so far (a new run of a driver whose
         peer starts afresh adds the earlier runs' texts), in order."""
@@ -202,6 +253,7 @@ FRIEND = 7  # allowed to chat, not an approver
 
 class TelegramDriver(Driver):
     NAME = "telegram"
+    LIMIT, UNIT = 4096, "utf16"
     ACK = "getUpdates is called with an offset past the update (the poller confirms it)"
 
     def __init__(self, state_dir: Path) -> None:
@@ -228,7 +280,7 @@ approvers = [{OWNER}]
         async with running_bot(
             self.state_dir,
             config,
-            environ={"TELEGRAM_BOT_TOKEN": TOKEN},
+            environ={"TELEGRAM_BOT_TOKEN": TOKEN, **SECRET_ENV},
             channels=["telegram"],
             channel_options={"telegram": {"poll_timeout": 1}},
             brain=ContractBrain(),
@@ -307,6 +359,10 @@ class WebhookDriver(Driver):
         "the daemon holds no connection to a webhook's peer: the sender connects to it, and"
         " a POST that is not answered 202 is the sender's to send again"
     )
+    NO_DISPLAY = (
+        "a webhook's sender is answered 202 and no text: its replies go to the route's"
+        " deliver_to chat, shown by that chat's channel"
+    )
 
     def __init__(self, state_dir: Path) -> None:
         super().__init__(state_dir)
@@ -333,7 +389,7 @@ deliver_to = "cli:local"
                 self.state_dir,
                 config,
                 channel=self.chat,
-                environ={"HOOK_TOKEN": HOOK_TOKEN},
+                environ={"HOOK_TOKEN": HOOK_TOKEN, **SECRET_ENV},
                 channels=["webhook"],
                 brain=ContractBrain(),
             ) as bot,
@@ -388,6 +444,7 @@ class CliDriver(Driver):
                 self.state_dir,
                 TOOLS,
                 channel=RecordingChannel("recording"),
+                environ=SECRET_ENV,
                 channels=["cli"],
                 channel_options={"cli": options},
                 brain=ContractBrain(),
@@ -431,6 +488,25 @@ class CliDriver(Driver):
 
 
 # -- Matrix ---------------------------------------------------------------------------------
+def html_text(markup: str) -> str:
+    """The text an HTML body shows in a client: references decoded, tags gone."""
+    from html.parser import HTMLParser
+
+    out: list[str] = []
+
+    class Reader(HTMLParser):
+        def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+            out.append("\n" if tag == "br" else "")
+
+        def handle_data(self, data: str) -> None:
+            out.append(data)
+
+    reader = Reader(convert_charrefs=True)
+    reader.feed(markup)
+    reader.close()
+    return "".join(out)
+
+
 class MatrixDriver(Driver):
     """A real Synapse (the session's ``paced_synapse``: rc_message strict enough to use
     up in the rate-limit case, loose enough for the others) and two people on matrix-nio
@@ -438,6 +514,7 @@ class MatrixDriver(Driver):
     invites the bot and a friend (allowed, not an approver)."""
 
     NAME = "matrix"
+    LIMIT = 16_000
     ACK = (
         "the sync token the channel stored is past the event: a /sync from it (the bot's"
         " token, raw HTTP) no longer returns the event"
@@ -494,7 +571,7 @@ approvers = ["{owner.user_id}"]
         async with running_bot(
             self.state_dir,
             config,
-            environ={"MATRIX_ACCESS_TOKEN": self.account.access_token},
+            environ={"MATRIX_ACCESS_TOKEN": self.account.access_token, **SECRET_ENV},
             channels=["matrix"],
             channel_options={"matrix": {"sync_timeout": 1}},
             brain=self.brain,
@@ -541,6 +618,25 @@ approvers = ["{owner.user_id}"]
     def received(self) -> list[str]:
         owner, _ = self.people
         return cast(list[str], owner.received(self.room_id, self.account.user_id))
+
+    def _contents(self) -> list[dict[str, Any]]:
+        owner, _ = self.people
+        return cast(
+            list[dict[str, Any]], owner.received_contents(self.room_id, self.account.user_id)
+        )
+
+    def displayed(self) -> list[str]:
+        return [
+            f"{c.get('body', '')}\n{html_text(c.get('formatted_body', ''))}"
+            for c in self._contents()
+        ]
+
+    def balanced(self) -> bool:
+        return all(
+            c.get("formatted_body", "").count("<pre>")
+            == c.get("formatted_body", "").count("</pre>")
+            for c in self._contents()
+        )
 
     async def prompt(self) -> Shown:
         owner, _ = self.people
@@ -602,12 +698,25 @@ def slack_shown(message: dict[str, Any]) -> str:
     return text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
 
 
+SLACK_LINK = re.compile(r"<([^<>|]*)\|([^<>]*)>|<([^<>|]*)>")
+
+
+def slack_read(message: dict[str, Any]) -> str:
+    """A message as a person reads it in Slack: each link as its text, escapes undone,
+    and (a second reading) any emphasis marks gone."""
+    text = str(message.get("text") or "")
+    text = SLACK_LINK.sub(lambda m: m.group(2) if m.group(3) is None else m.group(3), text)
+    text = text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+    return f"{text}\n{re.sub(r'[*_~`]', '', text)}"
+
+
 class SlackDriver(Driver):
     """A fake Slack at the HTTP and WebSocket boundary (tests/fakes/slack_api.py) that the
     real slack-sdk talks to: the bot in Socket Mode; the owner (an approver) and a
     friend (allowed to chat, not an approver) write to it in direct messages."""
 
     NAME = "slack"
+    LIMIT = 3_900  # Slack advises 4,000 characters
     ACK = "the Socket Mode envelope is acknowledged on the WebSocket (after the inbox commit)"
 
     def __init__(self, state_dir: Path) -> None:
@@ -640,7 +749,8 @@ approvers = ["{SLACK_OWNER}"]
 {TOOLS}{self.extra}"""
 
     def environ(self) -> dict[str, str]:
-        return {"SLACK_BOT_TOKEN": self.slack.bot_token, "SLACK_APP_TOKEN": self.slack.app_token}
+        return {"SLACK_BOT_TOKEN": self.slack.bot_token, "SLACK_APP_TOKEN": self.slack.app_token,
+                **SECRET_ENV}  # fmt: skip
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[Bot]:
@@ -667,6 +777,12 @@ approvers = ["{SLACK_OWNER}"]
 
     def received(self) -> list[str]:
         return [slack_shown(m) for m in self.sent()]
+
+    def displayed(self) -> list[str]:
+        return [slack_read(m) for m in self.sent()]
+
+    def balanced(self) -> bool:
+        return all(str(m.get("text") or "").count("```") % 2 == 0 for m in self.sent())
 
     async def prompt(self) -> Shown:
         def new_prompt() -> dict[str, Any] | None:
@@ -724,7 +840,7 @@ class SlackHttpDriver(SlackDriver):
 
     def environ(self) -> dict[str, str]:
         return {"SLACK_BOT_TOKEN": self.slack.bot_token,
-                "SLACK_SIGNING_SECRET": self.slack.signing_secret}  # fmt: skip
+                "SLACK_SIGNING_SECRET": self.slack.signing_secret, **SECRET_ENV}  # fmt: skip
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[Bot]:

@@ -8,6 +8,8 @@ To add a channel: a driver in drivers.py and its name in ``DRIVERS`` (docs/CHANN
 from __future__ import annotations
 
 import asyncio
+import re
+import unicodedata
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -15,7 +17,16 @@ import pytest
 
 from echo_bot.app import load_channel_class
 from echo_bot.approvals.display import render_call
-from tests.channels.contract.drivers import DRIVERS, RUN_ARGS, Driver
+from tests.channels.contract.drivers import (
+    ACROSS,
+    DISGUISES,
+    DRIVERS,
+    LINKS,
+    LONG_LINES,
+    RUN_ARGS,
+    SECRET,
+    Driver,
+)
 from tests.waiting import eventually
 
 
@@ -163,6 +174,70 @@ async def test_a_start_with_the_peer_away_runs_and_connects_when_it_comes(
         await until_health(driver, True)
         assert echoes(received) == ["echo: first", "echo: early"]
         assert sum("say:early" in t for t in await driver.inbound_texts()) == 1
+
+
+def as_read(text: str) -> str:
+    """A text as a person takes it in: invisible characters unseen, look-alike forms
+    read as what they look like."""
+    return unicodedata.normalize(
+        "NFKC", "".join(c for c in text if unicodedata.category(c) != "Cf")
+    )
+
+
+def shows_secret(texts: list[str]) -> bool:
+    return any(SECRET in as_read(text) for text in texts)
+
+
+def needs_display(driver: Driver) -> None:
+    if driver.NO_DISPLAY:
+        pytest.skip(f"not applicable to {driver.NAME}: {driver.NO_DISPLAY}")
+
+
+async def test_attack_a_disguised_secret_never_shows_at_the_peer(driver: Driver) -> None:
+    """A reply that writes a known secret in disguise (character references, escapes,
+    emphasis inside it, an invisible character, full-width letters) shows the secret
+    nowhere a person reads it, nor in halves across the parts of a long reply."""
+    needs_display(driver)
+    async with driver.running():
+        await driver.say("show:disguised")
+        await driver.wait_received(*(f"{name}:" for name in DISGUISES))
+        await driver.say("show:across")
+        await driver.say("say:done")
+        await driver.wait_received("echo: done")
+        shown = driver.displayed()
+        assert not shows_secret(shown), shown
+        # Whatever the cuts, the parts read together show it nowhere either.
+        assert not shows_secret(["".join(line for text in shown for line in text.split("\n"))])
+        assert sum(t.count("***") for t in shown) >= ACROSS - 10  # a cut may split a ***
+
+
+async def test_attack_a_link_whose_text_names_another_host_shows_its_target(driver: Driver) -> None:
+    needs_display(driver)
+    async with driver.running():
+        await driver.say("show:links")
+        await driver.wait_received(f"link {len(LINKS) - 1}:")
+        shown = "\n".join(driver.displayed())
+        for number in range(len(LINKS)):
+            line = next(line for line in shown.split("\n") if f"link {number}:" in line)
+            assert "evil.example" in line, (LINKS[number], line)
+
+
+def measured(text: str, unit: str) -> int:
+    return len(text.encode("utf-16-le")) // 2 if unit == "utf16" else len(text)
+
+
+async def test_a_long_reply_arrives_split_in_order_within_the_limit(driver: Driver) -> None:
+    needs_display(driver)
+    async with driver.running():
+        await driver.say("show:long")
+        await driver.wait_received("the end")
+        parts = [t for t in driver.received() if "line " in t or "the end" in t]
+        numbers = [int(n) for n in re.findall(r"line (\d{3})", "\n".join(parts))]
+        assert numbers == list(range(LONG_LINES)), numbers  # each once, in order
+        if driver.LIMIT is not None:
+            assert len(parts) > 1
+            assert all(measured(p, driver.UNIT) <= driver.LIMIT for p in parts)
+        assert driver.balanced()  # a code block cut in two is closed and opened again
 
 
 # What a capability promises: the methods the core then calls (bus.py's protocols).

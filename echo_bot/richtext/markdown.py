@@ -1,27 +1,32 @@
-"""Markdown → Telegram text with message entities, and splitting it into messages.
+"""Markdown → the text a person will see, with spans (``model.Formatted``).
 
-Model replies are Markdown. Telegram's own ``parse_mode`` rejects a whole message over
-one unbalanced ``*`` ("can't parse entities"), so replies are parsed here with
-markdown-it (CommonMark, which never fails on any input) and sent as plain text plus
-computed entities: there is nothing left for Telegram to parse.
+Model replies are Markdown. It is parsed here once, for every channel, with markdown-it
+(CommonMark, which never fails on any input): what a channel sends is written from the
+result, so the text that is masked and measured is the text that is shown — entities
+decoded, escapes and emphasis marks gone.
 
-The entities respect Telegram's nesting rules: nothing inside ``code``/``pre``; bold,
-italic, strikethrough never around code; no quote inside a quote; only http(s), tg and
-mailto links. Offsets are computed in code points here and converted to UTF-16 code
-units (what Telegram counts) per message part.
+The spans keep the strictest network's nesting rules (Telegram's), which every other
+wire format can write as they are: nothing inside ``code``/``pre``; bold, italic,
+strikethrough never around code; no quote inside a quote; links only to http(s), tg and
+mailto (any other shows its target as text). A link whose text names another host than
+its target's (``[bank.com](https://evil.example)``) shows its target after it
+(``misleading``).
 """
 
 from __future__ import annotations
 
 import bisect
+import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import replace
+from urllib.parse import urlsplit
 
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
-from .render import MAX_TEXT, cuts
+from echo_bot.secrets import as_read
+
+from .model import Formatted, Span
 
 # Entity types that may wrap or sit inside others (except code and pre).
 _STYLES = frozenset({"bold", "italic", "underline", "strikethrough", "spoiler"})
@@ -31,56 +36,13 @@ _LINK_SCHEMES = ("http://", "https://", "tg://", "mailto:")
 _PARSER = MarkdownIt("commonmark", {"html": False}).enable(["strikethrough", "table"])
 
 
-@dataclass(frozen=True, slots=True)
-class Span:
-    """One entity over ``text[start:end]`` (code points)."""
-
-    type: str
-    start: int
-    end: int
-    url: str | None = None
-    language: str | None = None
-
-    def as_entity(self, units: Sequence[int]) -> dict[str, Any]:
-        """As a Bot API MessageEntity; ``units[i]``: UTF-16 offset of code point i."""
-        entity: dict[str, Any] = {
-            "type": self.type,
-            "offset": units[self.start],
-            "length": units[self.end] - units[self.start],
-        }
-        if self.url is not None:
-            entity["url"] = self.url
-        if self.language:
-            entity["language"] = self.language
-        return entity
-
-
-@dataclass(frozen=True, slots=True)
-class Formatted:
-    text: str
-    spans: tuple[Span, ...] = ()
-
-    def entities(self) -> list[dict[str, Any]]:
-        units = utf16_offsets(self.text)
-        return [span.as_entity(units) for span in self.spans]
-
-
-def utf16_offsets(text: str) -> list[int]:
-    """``offsets[i]``: the UTF-16 offset of code point ``i`` (one entry past the end)."""
-    offsets = [0] * (len(text) + 1)
-    total = 0
-    for index, char in enumerate(text):
-        total += 2 if ord(char) > 0xFFFF else 1
-        offsets[index + 1] = total
-    return offsets
-
-
 class _Open:
-    __slots__ = ("language", "start", "type", "url")
+    __slots__ = ("language", "piece", "start", "type", "url")
 
     def __init__(self, type_: str, url: str | None = None, language: str | None = None) -> None:
         self.type, self.url, self.language = type_, url, language
         self.start: int | None = None  # set where its first text lands
+        self.piece = 0  # the index in ``pieces`` of that text
 
 
 class _Renderer:
@@ -104,7 +66,7 @@ class _Renderer:
         self.pending_break = 0
         for item in self.stack:
             if item.start is None:
-                item.start = self.length
+                item.start, item.piece = self.length, len(self.pieces)
         self._write(text)
 
     def _write(self, text: str) -> None:
@@ -248,6 +210,9 @@ class _Renderer:
                         self.emit(f" ({item.url})")
                 else:
                     self.close("text_link")
+                    label = "".join(self.pieces[item.piece :]) if item.start is not None else ""
+                    if item.url and misleading(label, item.url):
+                        self.emit(f" ({item.url})")
                 return
 
     def result(self) -> Formatted:
@@ -343,34 +308,27 @@ def _outside(span: Span, codes: Sequence[Span]) -> list[Span]:
     return [replace(span, start=s, end=e) for s, e in pieces if e > s]
 
 
+_HOST_LIKE = re.compile(
+    r"^(?:[a-z][a-z0-9+.-]*://)?(?:[^@/\s]*@)?(?:www\.)?((?:[\w-]+\.)+[\w-]+)\.?(?::\d*)?"
+    r"(?:[/?#]\S*)?$"
+)
+
+
+def misleading(label: str, target: str) -> bool:
+    """Whether a link's text, as it reads (markup gone, NFKC-folded, any case, with a
+    port or a trailing dot), names a host that is not its target's."""
+    found = _HOST_LIKE.match(as_read(label)[0].strip().lower())
+    if found is None:
+        return False
+    host = (urlsplit(target).hostname or "").rstrip(".").removeprefix("www.")
+    return found.group(1) != host
+
+
 def render_markdown(source: str) -> Formatted:
-    """``source`` as Telegram shows Markdown: plain text plus entities."""
+    """``source`` as a person reads Markdown: plain text plus spans."""
     renderer = _Renderer()
     renderer.block(_PARSER.parse(source))
     formatted = renderer.result()
     if not formatted.text.strip():
         return Formatted(source)
     return formatted
-
-
-# -- splitting ----------------------------------------------------------------------------
-def split_formatted(formatted: Formatted, limit: int = MAX_TEXT) -> list[Formatted]:
-    """Messages of at most ``limit`` UTF-16 units each; never a character lost
-    (whitespace at a cut aside), none blank. An entity cut in two continues in the next
-    part (a long code block becomes two code blocks)."""
-    text = formatted.text if formatted.text.strip() else "(empty reply)"
-    parts: list[Formatted] = []
-    for start, end in cuts(text, limit):
-        piece = text[start:end].rstrip()
-        lead = len(piece) - len(piece.lstrip("\n"))
-        body = piece[lead:]
-        if not body:
-            continue
-        low, high = start + lead, start + lead + len(body)
-        spans = tuple(
-            replace(span, start=max(span.start, low) - low, end=min(span.end, high) - low)
-            for span in formatted.spans
-            if span.start < high and span.end > low
-        )
-        parts.append(Formatted(body, tuple(s for s in spans if s.end > s.start)))
-    return parts or [Formatted("(empty reply)")]

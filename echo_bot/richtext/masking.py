@@ -1,13 +1,14 @@
-"""The rendered text as it leaves for the Bot API: secrets masked, entities still valid.
+"""The rendered text masked as a person will read it, its spans still valid.
 
 The delivery worker masks the Markdown source, but rendering makes other text of it:
 character references are decoded (``&#49;`` → ``1``), emphasis inside a word and
 backslash escapes disappear. So what the renderer made is masked again — the whole text
 before it is cut into messages (a secret across a cut is masked whole, never sent in
-two halves), and every link's URL. Masking shortens the text; entities are moved with it.
-An entity that covers a masked secret wholly covers its ``***``; one that covers only a
-part of it stops at the ``***`` (so entities that were nested or apart stay so, as
-Telegram demands); one inside a secret is dropped.
+two halves), and every link's URL. The masker finds a secret with invisible characters
+inside it or in look-alike forms too (``Masker.find``). Masking shortens the text;
+spans are moved with it. A span that covers a masked secret wholly covers its ``***``;
+one that covers only a part of it stops at the ``***`` (so spans that were nested or
+apart stay so); one inside a secret is dropped.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from dataclasses import replace
 
 from echo_bot.bus import Masking
 
-from .markdown import Formatted, Span
+from .model import Formatted, Span
 
 MASK = "***"  # what ``Masking.mask`` puts in place of a secret
 
