@@ -33,7 +33,7 @@ class Masker:
         fresh = {v for v in values if v and len(v) >= _MIN_SECRET_LEN}
         # A secret may also appear percent-encoded: in a URL an error message quotes.
         fresh |= {quote(v, safe="") for v in fresh} | {quote(v) for v in fresh}
-        fresh |= {shown for v in fresh if len(shown := as_read(v)[0]) >= _MIN_SECRET_LEN}
+        fresh |= {read for v in fresh if len(read := as_read(v)[0]) >= _MIN_SECRET_LEN}
         self._values = sorted(set(self._values) | fresh, key=len, reverse=True)
 
     @classmethod
@@ -59,7 +59,7 @@ class Masker:
         letters) that NFKC folds into it; its span then covers those characters."""
         if not self._values:
             return []
-        shown, origin = (text, None) if text.isascii() else as_read(text)
+        shown, origin = as_read(text)
         found = []
         for value in self._values:
             start = shown.find(value)
@@ -114,10 +114,29 @@ class Masker:
         return data
 
 
-def as_read(text: str) -> tuple[str, list[int]]:
-    """``text`` as it reads: format characters (zero-width spaces and joiners, bidi
-    marks) left out and each character NFKC-folded; ``origin[i]``: the index in
-    ``text`` of the character the ``i``-th came from."""
+@functools.cache
+def _format_characters() -> re.Pattern[str]:
+    """Format characters (zero-width spaces and joiners, bidi marks): invisible in a
+    text. Built on first use (a walk over Unicode, about 50 ms)."""
+    ranges: list[list[int]] = []  # as ranges: a class of ranges is searched fast
+    for code in range(0x80, 0x110000):
+        if unicodedata.category(chr(code)) == "Cf":
+            if ranges and ranges[-1][1] == code - 1:
+                ranges[-1][1] = code
+            else:
+                ranges.append([code, code])
+    spans = (f"{re.escape(chr(a))}-{re.escape(chr(b))}" for a, b in ranges)
+    return re.compile("[" + "".join(spans) + "]")
+
+
+def as_read(text: str) -> tuple[str, list[int] | None]:
+    """``text`` as it reads: format characters left out and each character
+    NFKC-folded; ``origin[i]``: the index in ``text`` of the character the ``i``-th
+    came from (None: ``text`` reads as it is written, the usual case, found fast)."""
+    if text.isascii() or (
+        unicodedata.is_normalized("NFKC", text) and _format_characters().search(text) is None
+    ):
+        return text, None
     pieces: list[str] = []
     origin: list[int] = []
     for index, char in enumerate(text):

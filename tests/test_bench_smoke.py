@@ -50,6 +50,13 @@ def assert_markdown_table(output: str, first_column: str) -> None:
 
 
 @pytest.mark.timeout(300)
+def test_outgoing_text_quick() -> None:
+    output = run_quick("outgoing_text.py")
+    assert_markdown_table(output, "case")
+    assert "| slack long |" in output and "| matrix short |" in output
+
+
+@pytest.mark.timeout(300)
 def test_webhook_ingest_quick() -> None:
     output = run_quick("webhook_ingest.py")
     assert_markdown_table(output, "case")

@@ -110,7 +110,8 @@ def _written(part: Formatted, masker: Masking | None, renderer: Renderer[Wire]) 
         smaller = max(1, measure(part.text, renderer.unit) // 2)
         pieces = split_formatted(part, smaller, renderer.unit)
         return [wire for piece in pieces for wire in _written(piece, masker, renderer)]
-    if masker is not None and masker.find(renderer.visible(wire)):
+    seen = renderer.visible(wire)
+    if masker is not None and seen != part.text and masker.find(seen):  # else: masked already
         # The rendering showed what the masked text did not: never sent.
         log.error("a part of a reply would have shown a secret on the wire; withheld")
         return [renderer.wire(Formatted(WITHHELD))]

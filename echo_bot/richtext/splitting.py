@@ -17,27 +17,28 @@ Unit = Literal["chars", "utf16", "bytes"]
 EMPTY = "(empty reply)"  # what a blank text is sent as: no network takes an empty message
 
 
-def weight(char: str, unit: Unit) -> int:
-    if unit == "chars":
-        return 1
-    if unit == "utf16":
-        return 2 if ord(char) > 0xFFFF else 1
-    return len(char.encode("utf-8", "surrogatepass"))
-
-
 def measure(text: str, unit: Unit) -> int:
     if unit == "chars" or text.isascii():
         return len(text)
-    return sum(weight(char, unit) for char in text)
+    if unit == "utf16":
+        return len(text.encode("utf-16-le", "surrogatepass")) // 2
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def _one_per_character(text: str, unit: Unit) -> bool:
+    """Whether each character of ``text`` counts one ``unit``."""
+    if unit == "chars" or text.isascii():
+        return True
+    return unit == "utf16" and max(text) < "\U00010000"
 
 
 def _fitting(text: str, start: int, limit: int, unit: Unit) -> int:
-    """How many characters of ``text`` from ``start`` fit in ``limit`` units."""
-    if unit == "chars" or text.isascii():
-        return min(limit, len(text) - start)
+    """How many characters of ``text`` from ``start`` fit in ``limit`` units (a text
+    whose characters count more than one each)."""
     units = 0
     for index in range(start, len(text)):
-        units += weight(text[index], unit)
+        char = text[index]
+        units += (2 if ord(char) > 0xFFFF else 1) if unit == "utf16" else len(char.encode())
         if units > limit:
             return index - start
     return len(text) - start
@@ -47,7 +48,12 @@ def cuts(text: str, limit: int, unit: Unit = "chars") -> list[tuple[int, int]]:
     """(start, end) of each message ``text`` is split into, each at most ``limit``."""
     parts: list[tuple[int, int]] = []
     start = 0
-    while (size := _fitting(text, start, limit, unit)) < len(text) - start:
+    simple = _one_per_character(text, unit)
+
+    def fitting(start: int) -> int:
+        return min(limit, len(text) - start) if simple else _fitting(text, start, limit, unit)
+
+    while (size := fitting(start)) < len(text) - start:
         size = max(1, size)
         window = text[start : start + size]
         cut = -1
@@ -68,6 +74,8 @@ def cuts(text: str, limit: int, unit: Unit = "chars") -> list[tuple[int, int]]:
 def split_formatted(formatted: Formatted, limit: int, unit: Unit = "chars") -> list[Formatted]:
     """``formatted`` as messages of at most ``limit`` units each."""
     text = formatted.text if formatted.text.strip() else EMPTY
+    if text is formatted.text and text == text.strip() and measure(text, unit) <= limit:
+        return [formatted]  # the usual reply: one message as it is
     parts: list[Formatted] = []
     for start, end in cuts(text, limit, unit):
         piece = text[start:end].rstrip()
