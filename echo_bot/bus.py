@@ -170,6 +170,34 @@ class Capabilities:
     diagnoses: bool = False  # checks its own peer for ``echo-bot doctor`` (``Diagnoses``)
 
 
+class ChannelEdge(Protocol):
+    """A channel's way in (``echo_bot.edge.Edge``)."""
+
+    @property
+    def help(self) -> str:
+        """The help command as people type it on this network (``/help``, ``!help``)."""
+        ...
+
+    async def take(self, message: InboundMessage) -> str | None:
+        """``message`` committed (its inbound ID), or None: from a stranger, who was
+        answered (a pairing code taken, or refused with their ID). Raises
+        ``errors.CommitFailed`` when the store did not take it: acknowledge nothing."""
+        ...
+
+    async def notice(self, to: Address, text: str, *, quote: str | None = None) -> None:
+        """A notice from the bot in ``to``, queued in order with the replies."""
+        ...
+
+    async def pair(self, user_id: str, code: str) -> str:
+        """The answer to a pairing ``code`` sent by ``user_id`` on this channel."""
+        ...
+
+    async def refuse(self, to: Address, user_id: str, *, quote: str | None = None) -> None:
+        """Tell a stranger in ``to`` their ID and the two ways in (at most once per 10
+        minutes per person; audited)."""
+        ...
+
+
 class ChannelHost(Protocol):
     """What the runtime hands every channel: one required host, built by the core in one
     place (``echo_bot.channel_host``). Every part is always there; HTTP, which a daemon
@@ -183,6 +211,14 @@ class ChannelHost(Protocol):
     @property
     def access(self) -> AccessControl:
         """Who may talk to a chat channel, and pairing."""
+        ...
+
+    def edge(
+        self, channel: str, *, prefix: str = "/", pair_as: str = "as `pair CODE`"
+    ) -> ChannelEdge:
+        """``channel``'s way in (``echo_bot.edge``): every inbound is handed to its
+        ``take`` (allowlist, pairing, a stranger's refusal, the commit), every notice
+        to its ``notice``."""
         ...
 
     @property

@@ -25,6 +25,7 @@ from .bus import (
     Routes,
     ShowsWhenReady,
 )
+from .edge import Edge
 from .events import Address, OutboundMessage
 from .lifecycle import Parts
 from .secrets import Masker
@@ -86,6 +87,9 @@ class DaemonHost:
     @property
     def access(self) -> AccessControl:
         return self._access
+
+    def edge(self, channel: str, *, prefix: str = "/", pair_as: str = "as `pair CODE`") -> Edge:
+        return Edge(channel, self, prefix=prefix, pair_as=pair_as)
 
     @property
     def masker(self) -> Masker:

@@ -39,6 +39,11 @@ class StoreError(EchoBotError):
     exit_code = 2
 
 
+class CommitFailed(EchoBotError):
+    """The inbox did not take an inbound (the store is away or refused it): the channel
+    acknowledges nothing, so its peer sends it again."""
+
+
 class NoSchema(StoreError):
     """A management command found no echo-bot store where it looked (an empty
     database, no file): it changes nothing, and says that `echo-bot run` makes one."""

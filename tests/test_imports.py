@@ -31,6 +31,7 @@ CHANNEL_API = {
     "echo_bot.events",
     "echo_bot.bus",
     "echo_bot.config",
+    "echo_bot.edge",  # the inbound edge: allowlist, pairing, refusals, the commit
     "echo_bot.errors",
     "echo_bot.richtext",  # the outgoing-text pipeline every channel's text passes
     "echo_bot.sizes",

@@ -10,13 +10,9 @@ from aiohttp import ClientError
 
 from channels.parts import Health as ChannelHealth
 from channels.parts import Tasks
-from echo_bot.errors import EchoBotError
+from echo_bot.errors import CommitFailed, EchoBotError
 
 log = logging.getLogger("channels.matrix")
-
-
-class CommitFailed(EchoBotError):
-    """The inbox did not take an event: the sync token must not move past it."""
 
 
 class Unreachable(EchoBotError):

@@ -30,7 +30,6 @@ from nio import (
     RoomMessageText,
 )
 
-from channels.pairing import Refusals, pair_attempt, refusal
 from channels.parts import clean
 from echo_bot.bus import ChannelHost
 from echo_bot.config import MatrixConfig
@@ -42,10 +41,7 @@ from echo_bot.events import (
     Attachment,
     DecisionInbound,
     DecisionVerb,
-    InboundMessage,
     MessageInbound,
-    OutboundKind,
-    OutboundMessage,
     Sender,
     parse_approval_action,
 )
@@ -59,6 +55,7 @@ UNDECRYPTABLE = (
     "I could not decrypt your message (I have no key for it: it may have been sent to "
     "my device before I could receive keys). Please send it again."
 )
+PAIR_AS = "here as `pair CODE`"  # how a stranger is told to send a pairing code
 MAX_JOIN_WAIT = 30.0  # seconds a rate-limited join waits before the invite is tried again
 NOTICE_INTERVAL = 600.0  # one "cannot decrypt" notice per room per 10 minutes
 
@@ -112,7 +109,7 @@ class Inbound:
         self.tasks = tasks
         self.typing = Typing(client, tasks)
         self._noticed: dict[str, float] = {}
-        self.refusals = Refusals()
+        self.edge = host.edge("matrix", pair_as=PAIR_AS)
 
     def room_allowed(self, room_id: str) -> bool:
         return self.config.rooms is None or room_id in self.config.rooms
@@ -120,17 +117,8 @@ class Inbound:
     async def allowed(self, user_id: str) -> bool:
         return await self.host.access.is_allowed("matrix", user_id)
 
-    async def _publish(self, message: InboundMessage) -> str:
-        try:
-            return (await self.host.bus.publish(message)).inbound_id
-        except StoreError as exc:
-            raise CommitFailed(str(exc)) from exc
-
     async def _notice(self, room_id: str, text: str, quote: str | None = None) -> None:
-        await self.host.bus.send(
-            OutboundMessage(to=address_of(room_id), text=text, kind=OutboundKind.NOTICE,
-                            quote=quote)
-        )  # fmt: skip
+        await self.edge.notice(address_of(room_id), text, quote=quote)
 
     # -- invites --------------------------------------------------------------------------
     async def on_invite(self, room_id: str, invite_state: list[Any]) -> None:
@@ -166,8 +154,7 @@ class Inbound:
             log.info("matrix: joined %s (invited by %s)", room_id, inviter)
             if stranger_may_pair:  # a pairing code waits: they may send it here
                 assert inviter is not None
-                self.refusals.due(inviter)
-                await self._notice(room_id, refusal("matrix", inviter, "here as `pair CODE`"))
+                await self.edge.refuse(address_of(room_id), inviter)
         else:
             await self.client.room_leave(room_id)
             log.warning(
@@ -205,7 +192,10 @@ class Inbound:
             # A stranger: answered only alone with the bot (a room they invited it to
             # while a pairing code waited), where they may send the code.
             if self._direct(room_id, sender) and isinstance(event, RoomMessageText):
-                await self._stranger(room_id, sender, self._text(event))
+                await self.edge.take(MessageInbound(
+                    address=address_of(room_id), sender=Sender(id=sender),
+                    text=self._text(event), external_id=event.event_id,
+                ))  # fmt: skip
             return
         attachments: list[Attachment] = []
         if media is not None:
@@ -214,7 +204,7 @@ class Inbound:
             text = self._text(event)
         if target is None and text and await self._unattached(room_id, text):
             return
-        inbound_id = await self._publish(
+        inbound_id = await self.edge.take(
             MessageInbound(
                 address=address_of(room_id),
                 sender=Sender(id=sender, name=clean(self._name(room_id, sender))),
@@ -225,7 +215,8 @@ class Inbound:
                 metadata={DIRECT: True} if self._direct(room_id, sender) else {},
             )
         )
-        self.typing.start(inbound_id, room_id)
+        if inbound_id is not None:
+            self.typing.start(inbound_id, room_id)
 
     async def _unattached(self, room_id: str, text: str) -> bool:
         """``approve`` or ``deny`` typed on its own while a request waits here: Matrix
@@ -242,14 +233,6 @@ class Inbound:
             " Reply) with `approve` or `deny`, or react to it with ✅ or ❌.",
         )
         return True
-
-    async def _stranger(self, room_id: str, sender: str, text: str) -> None:
-        answer = await pair_attempt(self.host.access, "matrix", sender, text, "/help")
-        if answer is not None:
-            await self._notice(room_id, answer)
-        elif self.refusals.due(sender):
-            await self.host.audit("matrix.refused", user=sender, room=room_id)
-            await self._notice(room_id, refusal("matrix", sender, "here as `pair CODE`"))
 
     def _direct(self, room_id: str, sender: str) -> bool:
         """Whether the room is the sender's alone with the bot as the sync left it: two
@@ -334,7 +317,7 @@ class Inbound:
             return True
         verb, request_id, seconds = parsed
         chat = address_of(room_id)
-        await self._publish(
+        await self.edge.take(
             DecisionInbound(
                 address=chat,
                 sender=Sender(id=event.sender, name=clean(self._name(room_id, event.sender))),

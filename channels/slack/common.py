@@ -9,15 +9,10 @@ from typing import ClassVar
 
 from channels.parts import Health as ChannelHealth
 from channels.parts import Tasks
-from echo_bot.errors import EchoBotError
+from echo_bot.errors import CommitFailed, EchoBotError
 from echo_bot.events import Address
 
 log = logging.getLogger("channels.slack")
-
-
-class CommitFailed(EchoBotError):
-    """The inbox did not take a delivery: it is not acknowledged (an event then comes
-    again; a press is pressed again)."""
 
 
 class Unreachable(EchoBotError):

@@ -22,20 +22,15 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from channels.pairing import Refusals, pair_attempt, refusal
 from channels.parts import clean
 from echo_bot.bus import ChannelHost
 from echo_bot.config import SlackConfig
 from echo_bot.errors import StoreError
 from echo_bot.events import (
     DIRECT,
-    Address,
     ApprovalDecision,
     DecisionInbound,
-    InboundMessage,
     MessageInbound,
-    OutboundKind,
-    OutboundMessage,
     Sender,
     parse_approval_action,
 )
@@ -76,7 +71,7 @@ class Inbound:
         self.tasks = tasks
         self.bot_user_id = bot_user_id
         self.names: dict[str, str] = {}  # user ID → display name (as the press said)
-        self.refusals = Refusals()
+        self.edge = host.edge("slack", prefix="!")
         self._commands = {name for name, _help in host.commands}
 
     async def take(self, kind: str, payload: Any) -> None:
@@ -93,12 +88,6 @@ class Inbound:
                 await self._press(payload)
         except StoreError as exc:
             raise CommitFailed(str(exc)) from exc
-
-    async def _publish(self, message: InboundMessage) -> str:
-        return (await self.host.bus.publish(message)).inbound_id
-
-    async def _notice(self, to: Address, text: str) -> None:
-        await self.host.bus.send(OutboundMessage(to=to, text=text, kind=OutboundKind.NOTICE))
 
     # -- messages -------------------------------------------------------------------------
     async def _event(self, payload: dict[str, Any]) -> None:
@@ -126,12 +115,9 @@ class Inbound:
         thread = _str(event.get("thread_ts"))
         chat = address_of(channel, thread if thread and _TS.match(thread) else None)
         text = self._text(event)
-        if not await self.host.access.is_allowed("slack", user):
-            await self._stranger(user, chat, text)
-            return
         attachments, notes = read_files(event, self.config)
         body = "\n".join(part for part in [text, *notes] if part) or None
-        await self._publish(
+        await self.edge.take(
             MessageInbound(
                 address=chat,
                 sender=Sender(id=user, name=self.names.get(user, "")),
@@ -156,16 +142,6 @@ class Inbound:
         if word in self._commands:
             text = "/" + text[1:]
         return text
-
-    async def _stranger(self, user: str, chat: Address, text: str) -> None:
-        answer = await pair_attempt(self.host.access, "slack", user, text, "!help")
-        if answer is not None:
-            await self._notice(chat, answer)
-            return
-        if not self.refusals.due(user):
-            return
-        await self.host.audit("slack.refused", user=user, chat=str(chat))
-        await self._notice(chat, refusal("slack", user, "as `pair CODE`"))
 
     # -- button presses -------------------------------------------------------------------
     async def _press(self, payload: dict[str, Any]) -> None:
@@ -198,11 +174,11 @@ class Inbound:
                         message_ts, channel)  # fmt: skip
             await self.host.audit("slack.forged_action", user=presser, chat=channel,
                                   action=action_id[:80])  # fmt: skip
-            await self._notice(chat, "⚠️ That button is not one of this request's.")
+            await self.edge.notice(chat, "⚠️ That button is not one of this request's.")
             return
         verb, request_id, seconds = parsed
         when = _str(action.get("action_ts")) or message_ts
-        await self._publish(
+        await self.edge.take(
             DecisionInbound(
                 address=chat,
                 sender=Sender(id=presser, name=name),

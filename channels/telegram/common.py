@@ -8,13 +8,9 @@ from typing import ClassVar
 
 from channels.parts import Health as ChannelHealth
 from channels.parts import Tasks
-from echo_bot.errors import EchoBotError
+from echo_bot.errors import CommitFailed
 
 log = logging.getLogger("channels.telegram")
-
-
-class CommitFailed(EchoBotError):
-    """The inbox did not take an update: it must not be acknowledged."""
 
 
 @dataclass

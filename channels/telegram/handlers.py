@@ -16,24 +16,19 @@ from aiogram import Bot, Router
 from aiogram.exceptions import TelegramAPIError
 from aiogram.types import CallbackQuery, Message, Update
 
-from channels.pairing import Refusals, pair_answer, refusal
 from echo_bot.bus import ChannelHost
 from echo_bot.config import TelegramConfig
-from echo_bot.errors import StoreError
 from echo_bot.events import (
     Address,
     ApprovalDecision,
     DecisionInbound,
-    InboundMessage,
     InboundStatus,
     MessageInbound,
-    OutboundKind,
-    OutboundMessage,
     Sender,
     parse_approval_action,
 )
 
-from .common import CommitFailed, Me, Tasks, log
+from .common import Me, Tasks, log
 from .media import read_media
 from .previews import Previews, Typing
 from .text import clean
@@ -75,7 +70,7 @@ class Handlers:
         self.tasks = tasks
         self.access = host.access
         self.bus = host.bus
-        self.refusals = Refusals()  # one refusal per stranger per 10 minutes
+        self.edge = host.edge("telegram", pair_as="as /pair CODE")
 
     def router(self, previews: Previews) -> Router:
         router = Router(name="echo-bot")
@@ -85,23 +80,8 @@ class Handlers:
         router.stopped_message_generation.register(previews.on_stop)
         return router
 
-    async def _publish(self, message: InboundMessage) -> str:
-        try:
-            published = await self.bus.publish(message)
-        except StoreError as exc:  # the store could not take it now: fetch it again later
-            raise CommitFailed(str(exc)) from exc
-        # Anything else is a bad update: it propagates, is logged and skipped.
-        return published.inbound_id
-
     async def _notice(self, chat: Address, text: str, reply_to: int | None = None) -> None:
-        await self.bus.send(
-            OutboundMessage(
-                to=chat,
-                text=text,
-                kind=OutboundKind.NOTICE,
-                quote=str(reply_to) if reply_to else None,
-            )
-        )
+        await self.edge.notice(chat, text, quote=str(reply_to) if reply_to else None)
 
     # -- messages ---------------------------------------------------------------------------
     async def _on_message(self, message: Message, event_update: Update) -> None:
@@ -116,13 +96,10 @@ class Handlers:
         if command in _OPEN_COMMANDS:
             await self._open_command(command, message, chat, text or "")
             return
-        if not await self.access.is_allowed("telegram", str(user.id)):
-            await self._refuse(user.id, chat, message.message_id)
-            return
-        if command == "/start":
+        if command == "/start" and await self.access.is_allowed("telegram", str(user.id)):
             await self._notice(chat, "Hello! Ask me anything, or send /help to see what I can do.")
             return
-        await self._take(message, event_update, chat, text)
+        await self._take(message, event_update, chat, text)  # a stranger is answered there
 
     def _text(self, message: Message) -> str | None:
         """The text (or caption) as the agent reads it: clean, and in a group without
@@ -145,7 +122,8 @@ class Handlers:
     async def _take(
         self, message: Message, event_update: Update, chat: Address, text: str | None
     ) -> None:
-        """An allowed user's message, with its files and notes, into the inbox."""
+        """A message, with its files and notes, into the inbox (the edge answers a
+        stranger instead)."""
         user = message.from_user
         assert user is not None
         attachments, notes = read_media(message, self.config)
@@ -162,8 +140,9 @@ class Handlers:
             external_id=str(event_update.update_id),
             message_id=str(message.message_id),
         )
-        inbound_id = await self._publish(inbound)
-        self.typing.start(inbound_id, chat)
+        inbound_id = await self.edge.take(inbound)
+        if inbound_id is not None:
+            self.typing.start(inbound_id, chat)
 
     def _addressed_to_me(self, message: Message) -> bool:
         text = message.text or message.caption or ""
@@ -177,18 +156,14 @@ class Handlers:
     async def _on_edited(self, edited_message: Message) -> None:
         return None  # edits of earlier messages are not re-run
 
-    async def _refuse(self, user_id: int, chat: Address, message_id: int) -> None:
-        if self.refusals.due(str(user_id)):
-            await self._notice(chat, refusal("telegram", str(user_id), "as /pair CODE"), message_id)
-
     async def _pair(self, message: Message, chat: Address, text: str) -> None:
         assert message.from_user is not None
         parts = text.split(maxsplit=1)
         if len(parts) < 2 or len(parts[1]) > 32:
             await self._notice(chat, "Send /pair followed by the code from `echo-bot pair`.")
             return
-        result = await self.access.pair("telegram", str(message.from_user.id), parts[1])
-        await self._notice(chat, pair_answer(result, "/help"), message.message_id)
+        answer = await self.edge.pair(str(message.from_user.id), parts[1])
+        await self._notice(chat, answer, message.message_id)
 
     # -- button presses ---------------------------------------------------------------------
     async def _on_callback(self, callback_query: CallbackQuery, event_update: Update) -> None:
@@ -219,7 +194,7 @@ class Handlers:
             allow_for_seconds=seconds,
             answered=True,  # the button's popup says the outcome (_answer_outcome)
         )
-        inbound_id = await self._publish(
+        inbound_id = await self.edge.take(
             DecisionInbound(
                 address=chat,
                 sender=Sender(
@@ -232,8 +207,8 @@ class Handlers:
         )
         self.tasks.spawn(self._answer_outcome(query.id, inbound_id))
 
-    async def _answer_outcome(self, query_id: str, inbound_id: str) -> None:
-        state = await self.bus.at_rest(inbound_id, timeout=2.5)
+    async def _answer_outcome(self, query_id: str, inbound_id: str | None) -> None:
+        state = await self.bus.at_rest(inbound_id, timeout=2.5) if inbound_id else None
         if state is None or not state[0].terminal:
             text = "Received."
         elif state[0] == InboundStatus.DONE:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from echo_bot.bus import AccessControl, Bus, Masking, NoHttpServer, Routes
+from echo_bot.edge import Edge
 from echo_bot.events import Address, OutboundMessage
 from echo_bot.secrets import Masker
 
@@ -41,6 +42,9 @@ class BareHost:
     @property
     def access(self) -> AccessControl:
         raise AssertionError("a bare host has no access control")
+
+    def edge(self, channel: str, *, prefix: str = "/", pair_as: str = "as `pair CODE`") -> Edge:
+        return Edge(channel, self, prefix=prefix, pair_as=pair_as)
 
     @property
     def serves_http(self) -> bool:

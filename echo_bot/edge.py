@@ -1,0 +1,130 @@
+"""The inbound edge every channel's traffic passes (``Edge``, one per channel, made by
+``ChannelHost.edge``): who may write, what a stranger is told, the commit, and the
+one error a channel acknowledges nothing on.
+
+A channel parses its network's event into an ``InboundMessage`` and hands it to
+``Edge.take``, which does in order and once: the allowlist (a message from someone not
+allowed is never published), pairing (a stranger's ``pair CODE`` answered), a
+stranger's refusal with their ID and the two ways in (at most once per
+``REFUSAL_INTERVAL`` per person: anyone can write; audited), then the commit (deduplicated
+by channel and ``external_id``). Only when ``take`` returns does the channel acknowledge
+its peer; ``CommitFailed`` means the store did not take it, so nothing is acknowledged
+and the peer sends it again. Decisions (``DecisionInbound``) are published as they are:
+the gate checks who decides, once, for every channel.
+"""
+
+from __future__ import annotations
+
+import time
+
+from .bus import ChannelHost
+from .errors import CommitFailed, StoreError
+from .events import Address, InboundMessage, MessageInbound, OutboundKind, OutboundMessage
+
+REFUSAL_INTERVAL = 600.0  # seconds between two refusals to one stranger
+REMEMBERED = 10_000  # strangers remembered, at most
+
+ANSWERS = {
+    "paired": "Paired. Welcome! Send {help} to see what I can do.",
+    "already": "You are already allowed to talk to me.",
+    "wrong": "That code is not valid (codes expire after 10 minutes).",
+    "locked": "Too many wrong codes. Try again in an hour.",
+}
+
+
+def pair_answer(result: str, help_command: str) -> str:
+    """What the stranger is told after sending a code (``AccessControl.pair``'s result)."""
+    return ANSWERS.get(result, "Pairing failed.").format(help=help_command)
+
+
+def pair_code(text: str) -> str | None:
+    """The code of a ``pair CODE`` (or ``/pair CODE``, ``!pair CODE``) message; None when
+    ``text`` is not one."""
+    words = text.strip().split(maxsplit=1)
+    if len(words) != 2 or words[0].lower().lstrip("/!") != "pair":
+        return None
+    return words[1].strip()[:32]
+
+
+def refusal(network: str, user_id: str, send_as: str) -> str:
+    """The answer to a stranger: their ID, and the two ways in."""
+    return (
+        f"Sorry, I only talk to people my owner has allowed. Your {network.capitalize()} user"
+        f" ID is {user_id}: the owner can add it to [{network}] allowed_users, or give you a"
+        f" code from `echo-bot pair` to send {send_as}."
+    )
+
+
+class Refusals:
+    """When each stranger was last refused."""
+
+    def __init__(self) -> None:
+        self._at: dict[str, float] = {}
+
+    def due(self, user_id: str) -> bool:
+        """Whether to refuse ``user_id`` now (counted as refused when True)."""
+        now = time.monotonic()
+        last = self._at.get(user_id)
+        if last is not None and now - last < REFUSAL_INTERVAL:
+            return False
+        if len(self._at) > REMEMBERED:
+            self._at.clear()
+        self._at[user_id] = now
+        return True
+
+
+class Edge:
+    """One channel's way in (see the module's docstring)."""
+
+    def __init__(
+        self, channel: str, host: ChannelHost, *, prefix: str = "/",
+        pair_as: str = "as `pair CODE`",
+    ) -> None:  # fmt: skip
+        self.channel = channel
+        self.prefix = prefix  # what the network's commands start with (``!`` on Slack)
+        self.pair_as = pair_as  # how a stranger is told to send a code
+        self._host = host
+        self.refusals = Refusals()
+
+    async def take(self, message: InboundMessage) -> str | None:
+        """``message`` committed (its inbound ID), or None: from a stranger, who was
+        answered. Raises ``CommitFailed`` when the store did not take it (nor could
+        say whether its sender is allowed)."""
+        try:
+            if isinstance(message, MessageInbound) and not await self._host.access.is_allowed(
+                self.channel, message.sender.id
+            ):
+                await self._stranger(message)
+                return None
+            return (await self._host.bus.publish(message)).inbound_id
+        except StoreError as exc:
+            raise CommitFailed(str(exc)) from exc
+
+    async def notice(self, to: Address, text: str, *, quote: str | None = None) -> None:
+        """A notice from the bot in ``to`` (queued like any message: delivered in order)."""
+        await self._host.bus.send(
+            OutboundMessage(to=to, text=text, kind=OutboundKind.NOTICE, quote=quote)
+        )
+
+    async def pair(self, user_id: str, code: str) -> str:
+        """The answer to ``code`` sent by ``user_id`` here."""
+        return pair_answer(await self._host.access.pair(self.channel, user_id, code), self.help)
+
+    @property
+    def help(self) -> str:
+        return f"{self.prefix}help"
+
+    async def refuse(self, to: Address, user_id: str, *, quote: str | None = None) -> None:
+        """Tell a stranger their ID and the two ways in, unless they were told in the
+        last ``REFUSAL_INTERVAL``."""
+        if self.refusals.due(user_id):
+            await self._host.audit(f"{self.channel}.refused", user=user_id, chat=str(to))
+            await self.notice(to, refusal(self.channel, user_id, self.pair_as), quote=quote)
+
+    async def _stranger(self, message: MessageInbound) -> None:
+        code = pair_code(message.text or "")
+        if code is None:
+            await self.refuse(message.address, message.sender.id, quote=message.message_id)
+            return
+        answer = await self.pair(message.sender.id, code)
+        await self.notice(message.address, answer, quote=message.message_id)

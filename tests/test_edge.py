@@ -1,0 +1,71 @@
+"""The inbound edge every channel's traffic passes (echo_bot/edge.py), on a real daemon
+and store: a stranger's message is never committed, they are told their ID once per
+interval (audited), a pairing code lets them in, and an allowed person's message is
+committed once however often the network delivers it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from echo_bot.edge import Edge
+from echo_bot.events import Address, MessageInbound, OutboundKind, Sender
+from tests.conftest import Bot, running_bot
+
+CHAT = Address(channel="cli", chat_id="stranger-chat")
+
+
+class Host:
+    """The parts of the daemon's channel host the edge uses."""
+
+    def __init__(self, bot: Bot) -> None:
+        self.bus = bot.daemon.runtime.bus
+        self.access = bot.daemon.runtime.access
+        self._store = bot.store
+
+    async def audit(self, event: str, **data: Any) -> None:
+        await self._store.run(
+            lambda tx: tx.audit.write(event, trace_id=None, session_key=None, **data)
+        )
+
+
+def said(text: str, external_id: str, user: str = "u-9") -> MessageInbound:
+    return MessageInbound(
+        address=CHAT, sender=Sender(id=user), text=text, external_id=external_id,
+        message_id=external_id,
+    )  # fmt: skip
+
+
+async def test_a_stranger_is_refused_once_and_nothing_of_theirs_is_committed(
+    state_dir: Path,
+) -> None:
+    async with running_bot(state_dir) as bot:
+        edge = Edge("cli", Host(bot))  # type: ignore[arg-type]
+        assert await edge.take(said("hello", "e1")) is None
+        assert await edge.take(said("hello again", "e2")) is None
+        await bot.channel.wait_for(lambda m: m.kind == OutboundKind.NOTICE)
+        notices = [m for m in bot.channel.sent if m.kind == OutboundKind.NOTICE]
+        assert len(notices) == 1 and "u-9" in notices[0].text and "pair CODE" in notices[0].text
+        assert notices[0].quote == "e1"  # an answer to what they said
+        inbox = await bot.store.run(lambda tx: tx.inbox.recent("cli", limit=10))
+        assert inbox == []
+        rows = await bot.store.run(lambda tx: tx.audit.read(tail=10))
+        assert [r.kind for r in rows if r.kind.endswith(".refused")] == ["cli.refused"]
+
+
+async def test_a_pairing_code_lets_a_stranger_in_and_then_they_are_heard_once(
+    state_dir: Path,
+) -> None:
+    async with running_bot(state_dir) as bot:
+        edge = Edge("cli", Host(bot), prefix="!")  # type: ignore[arg-type]
+        code = await bot.store.run(lambda tx: tx.access.new_pairing_code())
+        assert await edge.take(said("pair wrong-code", "e1")) is None
+        assert await edge.take(said(f"!pair {code}", "e2")) is None
+        await bot.channel.wait_for(lambda m: "Paired" in m.text)
+        answers = [m.text for m in bot.channel.sent if m.kind == OutboundKind.NOTICE]
+        assert "not valid" in answers[0] and "Send !help" in answers[1], answers
+        first = await edge.take(said("now me", "e3"))
+        again = await edge.take(said("now me", "e3"))  # the network delivered it twice
+        assert first is not None and again == first
+        inbox = await bot.store.run(lambda tx: tx.inbox.recent("cli", limit=10))
+        assert len(inbox) == 1
