@@ -5,7 +5,8 @@ Paired users are looked up in the store on every message, never cached, so
 
 from __future__ import annotations
 
-from .config import Config
+from .config import Config, channel_section
+from .plugins import registry
 from .store import Store
 
 
@@ -16,11 +17,11 @@ class StoreAccess:
 
     def reload(self, config: Config) -> list[str]:
         """Take the configured allowlists (at start and on reload)."""
-        self._configured = {
-            "telegram": {str(u) for u in config.telegram.allowed_users},
-            "matrix": set(config.matrix.allowed_users),
-            "slack": set(config.slack.allowed_users),
-        }
+        self._configured: dict[str, set[str]] = {}
+        for spec in registry().specs.values():
+            section = channel_section(config, spec.name)
+            if section is not None:
+                self._configured[spec.name] = {str(u) for u in spec.allowed_users(section)}
         return []
 
     async def is_allowed(self, channel: str, user_id: str) -> bool:

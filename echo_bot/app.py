@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import importlib
 import logging
 import os
 import signal
@@ -20,11 +19,19 @@ from typing import TYPE_CHECKING, Any
 from . import __version__
 from .bus import Bus, Channel
 from .channel_host import DaemonHost, show_when_ready, start_channels
-from .config import Config, console_base, console_exposure, load_config, with_credentials
+from .config import (
+    Config,
+    channel_section,
+    console_base,
+    console_exposure,
+    load_config,
+    with_credentials,
+)
 from .errors import ConfigError, StoreUnavailable
 from .housekeeping import warn_unreachable
 from .lifecycle import Parts
 from .logs import log_retrying
+from .plugins import load_class, registry
 from .runtime import Runtime, brain_label
 from .scheduling.scheduler import Scheduler
 from .sdnotify import Notifier
@@ -41,29 +48,20 @@ log = logging.getLogger(__name__)
 STORE_RETRY_FIRST = 1.0
 STORE_RETRY_MAX = 30.0
 
-# name → "module:Class", imported only when the channel is enabled.
-CHANNELS: dict[str, str] = {
-    "cli": "channels.cli:CliChannel",
-    "telegram": "channels.telegram:TelegramChannel",
-    "matrix": "channels.matrix:MatrixChannel",  # matrix-nio: imported only when enabled
-    "slack": "channels.slack:SlackChannel",  # slack-sdk: imported only when enabled
-    "webhook": "channels.webhook:WebhookChannel",
-}
-
 
 def http_reasons(config: Config, channel_names: Sequence[str]) -> list[str]:
     """Why the HTTP server (and its port) is needed; empty: it is not started.
 
-    Webhooks and Telegram webhook mode need it; Telegram polling does not, so /healthz
-    and /metrics alone are asked for with ``[http] enabled = true``.
+    A channel says when it needs it (``ChannelSpec.http_reason``: webhooks, Telegram's
+    webhook mode, Slack's Events API); Telegram polling does not, so /healthz and
+    /metrics alone are asked for with ``[http] enabled = true``.
     """
     reasons = []
-    if "webhook" in channel_names:
-        reasons.append("webhooks")
-    if "telegram" in channel_names and config.telegram.mode == "webhook":
-        reasons.append("Telegram webhook mode")
-    if "slack" in channel_names and config.slack.mode == "http":
-        reasons.append("Slack's Events API")
+    for name in channel_names:
+        section = channel_section(config, name)
+        reason = registry()[name].http_reason(section) if section is not None else None
+        if reason:
+            reasons.append(reason)
     if config.http.enabled:
         reasons.append("[http] enabled")
     if config.console.enabled:
@@ -71,33 +69,12 @@ def http_reasons(config: Config, channel_names: Sequence[str]) -> list[str]:
     return reasons
 
 
-# Channels whose library comes with an extra of the same name (pyproject.toml).
-CHANNEL_EXTRAS = frozenset({"matrix", "slack"})
-
-
 def load_channel_class(name: str) -> type[Channel]:
-    """The channel's class, its module imported now. A library the channel needs that is
-    not installed is a ``ConfigError`` saying how to install it (``run`` and
-    ``check-config`` exit 2 with that line)."""
-    target = CHANNELS.get(name)
-    if target is None:
-        raise ConfigError(f"the {name} channel is not available in echo-bot {__version__}")
-    module_name, _, class_name = target.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if (exc.name or "").split(".")[0] in ("channels", "echo_bot"):
-            raise  # our own code is broken: not a missing extra
-        raise ConfigError(missing_library(name, exc)) from None
-    return getattr(module, class_name)  # type: ignore[no-any-return]
-
-
-def missing_library(name: str, exc: ImportError) -> str:
-    if name in CHANNEL_EXTRAS:
-        install = f"pip install 'echo-bot[{name}]', or pip install '.[{name}]' in a checkout"
-    else:
-        install = "install echo-bot again (pip install echo-bot, or pip install . in a checkout)"
-    return f"[{name}] is enabled but its library is not installed ({exc.name}): {install}"
+    """The channel's class, its module imported now (``plugins.load_class``). A library
+    the channel needs that is not installed is a ``ConfigError`` saying how to install it
+    (``run`` and ``check-config`` exit 2 with that line)."""
+    found: type[Channel] = load_class(name)
+    return found
 
 
 class Daemon:

@@ -33,6 +33,7 @@ from pydantic import (
 from .durations import format_duration, parse_duration
 from .errors import ConfigError
 from .events import Address
+from .plugins import registry
 from .sizes import format_size, parse_size
 
 Duration = Annotated[
@@ -754,9 +755,7 @@ def load_config(path: Path | None) -> LoadedConfig:
 
 
 def telegram_enabled(loaded: LoadedConfig, environ: Mapping[str, str]) -> bool:
-    if loaded.from_file:
-        return loaded.config.telegram.enabled
-    return bool(environ.get(loaded.config.telegram.token_env))
+    return channel_enabled(loaded, environ, "telegram")
 
 
 def llm_enabled(loaded: LoadedConfig, environ: Mapping[str, str]) -> bool:
@@ -769,28 +768,31 @@ def llm_enabled(loaded: LoadedConfig, environ: Mapping[str, str]) -> bool:
     return bool(environ.get(openai.api_key_env)) or openai.base_url != DEFAULT_OPENAI_BASE_URL
 
 
-# The channels an address (deliver_to, default_chat) may name; app.CHANNELS loads them.
-CHANNEL_NAMES = ("cli", "telegram", "matrix", "slack", "webhook")
-CHANNEL_SWITCHES = {
-    "telegram": "[telegram] enabled = true switches it on",
-    "matrix": "[matrix] enabled = true switches it on",
-    "slack": "[slack] enabled = true switches it on",
-    "webhook": "[webhook] enabled = true switches it on",
-}
+def channel_names() -> list[str]:
+    """The installed channels (``plugins.registry``): what an address (deliver_to,
+    default_chat) may name."""
+    return registry().names
+
+
+def channel_section(config: Config, name: str) -> Any:
+    """Channel ``name``'s config section (None: it has none, as the terminal)."""
+    return getattr(config, name, None)
+
+
+def channel_switch(name: str) -> str:
+    return f"[{name}] enabled = true switches it on"
 
 
 def channel_enabled(loaded: LoadedConfig, environ: Mapping[str, str], channel: str) -> bool:
     """Whether ``channel`` runs. The terminal chat runs whenever there is a terminal
     (``run`` on one, or ``chat``), which cannot be known in advance: it counts as on."""
-    if channel == "telegram":
-        return telegram_enabled(loaded, environ)
-    if channel == "webhook":
-        return loaded.config.webhook.enabled
-    if channel == "matrix":
-        return loaded.config.matrix.enabled
-    if channel == "slack":
-        return loaded.config.slack.enabled
-    return channel in CHANNEL_NAMES
+    spec = registry().get(channel)
+    if spec is None:
+        return False
+    if spec.enabled is None:
+        return True
+    section = channel_section(loaded.config, channel)
+    return section is not None and spec.enabled(section, environ, loaded.from_file)
 
 
 def secrets_in_use(loaded: LoadedConfig, environ: Mapping[str, str]) -> list[tuple[str, bool]]:
@@ -801,50 +803,33 @@ def secrets_in_use(loaded: LoadedConfig, environ: Mapping[str, str]) -> list[tup
     if llm_enabled(loaded, environ):
         keyless = config.openai.base_url != DEFAULT_OPENAI_BASE_URL
         found.append((config.openai.api_key_env, not keyless))
-    telegram_hook = False
-    if telegram_enabled(loaded, environ):
-        found.append((config.telegram.token_env, True))
-        telegram_hook = config.telegram.mode == "webhook"
-        if telegram_hook:
-            found.append((config.telegram.webhook_secret_env, True))
-    if config.matrix.enabled:
-        # The token, or for a first login the password (then the kept token is used).
-        found.append((config.matrix.access_token_env, config.matrix.password_env is None))
-        if config.matrix.password_env:
-            found.append((config.matrix.password_env, False))
-    if config.slack.enabled:
-        found.append((config.slack.bot_token_env, True))
-        found.append((_slack_transport_secret(config.slack), True))
+    serves_http = config.http.enabled
+    for name in registry().names:
+        if not channel_enabled(loaded, environ, name):
+            continue
+        spec, section = registry()[name], channel_section(config, name)
+        if section is None:
+            continue
+        found += spec.secrets_in_use(section, environ)
+        serves_http = serves_http or spec.http_reason(section) is not None
     # The admin token guards /healthz details whenever the HTTP server runs.
-    serves_http = config.webhook.enabled or config.http.enabled or telegram_hook
     if serves_http and config.webhook.admin_token_env:
         found.append((config.webhook.admin_token_env, False))
-    if config.webhook.enabled:
-        found += [(r.secret_env, True) for r in config.webhook.routes if r.secret_env]
     needed: dict[str, bool] = {}
     for name, must in found:
         needed[name] = needed.get(name, False) or must
     return list(needed.items())
 
 
-def _slack_transport_secret(slack: SlackConfig) -> str:
-    """The variable the chosen transport reads: Socket Mode's app token, or the HTTP
-    mode's signing secret."""
-    return slack.app_token_env if slack.mode == "socket" else slack.signing_secret_env
-
-
 def secret_env_names(config: Config) -> list[str]:
     """Every environment variable the config names as holding a secret."""
-    names = [config.openai.api_key_env, config.telegram.token_env]
-    names.append(config.telegram.webhook_secret_env)
-    names.append(config.matrix.access_token_env)
-    if config.matrix.password_env:
-        names.append(config.matrix.password_env)
-    names += [config.slack.bot_token_env, config.slack.app_token_env]
-    names.append(config.slack.signing_secret_env)
+    names = [config.openai.api_key_env]
+    for spec in registry().specs.values():
+        section = channel_section(config, spec.name)
+        if section is not None:
+            names += spec.secret_names(section)
     if config.webhook.admin_token_env:
         names.append(config.webhook.admin_token_env)
-    names += [r.secret_env for r in config.webhook.routes if r.secret_env]
     if config.storage.engine == "postgres":
         names.append(config.storage.url_env)  # it holds the database password
     for server in config.mcp.servers:

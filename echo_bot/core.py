@@ -12,11 +12,11 @@ from typing import Any
 
 from .approvals import ApprovalPolicy, ApproverDirectory
 from .config import (
-    CHANNEL_NAMES,
-    CHANNEL_SWITCHES,
     Config,
     LoadedConfig,
     channel_enabled,
+    channel_names,
+    channel_switch,
     check_environment,
 )
 from .errors import ConfigError
@@ -171,10 +171,10 @@ def _channel_problem(
     loaded: LoadedConfig, environ: Mapping[str, str], address: str, *, must_be_on: bool
 ) -> str | None:
     channel = address.split(":", 1)[0]
-    if channel not in CHANNEL_NAMES:
-        return f"no channel {channel!r} in {address!r} (channels: {', '.join(CHANNEL_NAMES)})"
+    if channel not in channel_names():
+        return f"no channel {channel!r} in {address!r} (channels: {', '.join(channel_names())})"
     if must_be_on and not channel_enabled(loaded, environ, channel):
-        return f"the {channel} channel is off ({CHANNEL_SWITCHES[channel]})"
+        return f"the {channel} channel is off ({channel_switch(channel)})"
     return None
 
 

@@ -13,6 +13,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from .config import Config, LoadedConfig, ToolsConfig
+from .plugins import registry
 
 if TYPE_CHECKING:
     from .approvals import ApprovalPolicy, ApproverDirectory
@@ -68,28 +69,36 @@ class Reloadable(Protocol):
 
 # What a reload applies while running; any other change needs a restart.
 LIVE_SECTIONS = frozenset({"approvals", "webhook", "cron", "tools", "mcp"})
+
+
 # Of the chat channels' sections, the allowlists (read at each message and decision
 # through the access check and the approver directory); their other keys need a restart.
-CHAT_SECTIONS = ("telegram", "matrix", "slack")
-LIVE_CHAT_KEYS = frozenset({"allowed_users", "approvers"})
+def chat_sections() -> list[str]:
+    """The sections of the installed channels whose keys a reload may take live
+    (``ChannelSpec.live_keys``: the chat networks' allowlists)."""
+    return [
+        s.name for s in registry().specs.values() if s.live_keys and s.name in Config.model_fields
+    ]
 
 
 def restart_needed(old: Config, new: Config) -> list[str]:
     """The changed keys a reload cannot apply: whole sections, the chat channels' keys
     other than their allowlists, and the tools other than the shell's live settings."""
+    chats = chat_sections()
     changed = [
         name
         for name in Config.model_fields
         if name not in LIVE_SECTIONS
-        and name not in CHAT_SECTIONS
+        and name not in chats
         and getattr(old, name) != getattr(new, name)
     ]
-    for section in CHAT_SECTIONS:
+    for section in chats:
         before, after = getattr(old, section), getattr(new, section)
+        live = registry()[section].live_keys
         changed += [
             f"{section}.{key}"
             for key in type(before).model_fields
-            if key not in LIVE_CHAT_KEYS and getattr(before, key) != getattr(after, key)
+            if key not in live and getattr(before, key) != getattr(after, key)
         ]
     if old.tools.model_copy(update={"shell": new.tools.shell}) != new.tools or (
         old.tools.shell.enabled != new.tools.shell.enabled

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from ..config import Config
+from ..config import Config, channel_section
 from ..events import Address
+from ..plugins import registry
 from ..store import Tx
 
 # The terminal is the owner's: whoever types in ``echo-bot chat`` may approve there.
 LOCAL_CHANNELS = frozenset({"cli"})
-# Channels whose chat ids say which chat is a person's own with the bot (Telegram: a
-# private chat's id is its user's).
-IDS_TELL_DIRECT = frozenset({"telegram"})
 # Where a request waits when no chat can prompt for it (docs/SECURITY.md "Where the prompt
 # goes"): no channel has this name, so no prompt is sent anywhere; the owner at the
 # server decides it with ``echo-bot approvals approve|deny`` (the gate's ``via ==
@@ -23,6 +21,13 @@ VIA_CONSOLE = "console"
 OWNER_CONSOLE = Address(channel="echo-bot", chat_id="console")
 
 
+def _ids_tell_direct(channel: str) -> bool:
+    """Whether ``channel``'s chat ids say which chat is a person's own with the bot
+    (``ChannelSpec.ids_tell_direct``: Telegram's private chat id is its user's)."""
+    spec = registry().get(channel)
+    return spec is not None and spec.ids_tell_direct
+
+
 class ApproverDirectory:
     """Approvers per channel, from the config file only (docs/SECURITY.md "Who approves"): the
     configured ``approvers``, or when unset the configured ``allowed_users``. Pairing
@@ -32,12 +37,11 @@ class ApproverDirectory:
     other directory query is; the config-only rule needs no read."""
 
     def __init__(self, config: Config) -> None:
-        telegram = config.telegram
-        self._approvers = {
-            "telegram": frozenset(str(i) for i in telegram.approver_ids),
-            "matrix": frozenset(config.matrix.approver_ids),
-            "slack": frozenset(config.slack.approver_ids),
-        }
+        self._approvers: dict[str, frozenset[str]] = {}
+        for spec in registry().specs.values():
+            section = channel_section(config, spec.name)
+            if section is not None:
+                self._approvers[spec.name] = frozenset(str(i) for i in spec.approvers(section))
         default = config.approvals.default_chat
         self.default_chat = Address.parse(default) if default else None
 
@@ -73,7 +77,8 @@ class ApproverDirectory:
         prompt = Address.parse(prompt_to)
         if prompt.channel != decided_by.channel or decided_by.chat_id != sender_id:
             return False
-        private = prompt.channel in IDS_TELL_DIRECT and not prompt.chat_id.startswith("-")
+        ids_tell = _ids_tell_direct(prompt.channel)
+        private = ids_tell and not prompt.chat_id.startswith("-")
         if private and prompt.chat_id != sender_id:
             return False  # another person's private chat
         if direct_with is not None and direct_with != sender_id:
@@ -81,7 +86,7 @@ class ApproverDirectory:
         if requester_id != sender_id:
             if prompt.chat_id == requester_id:
                 return False
-            if prompt.channel not in IDS_TELL_DIRECT and Address.parse(origin) == prompt:
+            if not ids_tell and Address.parse(origin) == prompt:
                 return False
         return prompt.channel not in LOCAL_CHANNELS and self.approves(prompt, sender_id)
 

@@ -143,7 +143,7 @@ def _listed(at: StoreAt, fn: Callable[[Tx], list[T]]) -> list[T]:
 def check_config(loaded: LoadedConfig, state_dir: Path, env: Mapping[str, str]) -> int:
     """``env``: the environment with the systemd credentials filled in."""
     from ..app import http_reasons, load_channel_class
-    from ..config import CHANNEL_NAMES, channel_enabled
+    from ..config import channel_enabled, channel_names
     from ..runtime import build
 
     runtime = build(loaded, state_dir, env)  # made as `run` makes it, and not started
@@ -158,7 +158,7 @@ def check_config(loaded: LoadedConfig, state_dir: Path, env: Mapping[str, str]) 
     # The channels `run` starts (but the terminal), each loaded as `run` loads it: a
     # library not installed fails here as it would there.
     running = [
-        name for name in CHANNEL_NAMES if name != "cli" and channel_enabled(loaded, env, name)
+        name for name in channel_names() if name != "cli" and channel_enabled(loaded, env, name)
     ]
     for name in running:
         load_channel_class(name)
@@ -736,20 +736,14 @@ def backup_name(directory: Path) -> Path:
 
 
 # -- pairing ------------------------------------------------------------------------------
-# How a stranger sends a code on each channel that pairs.
-PAIR_AS = {
-    "telegram": "on Telegram: /pair {code}",
-    "slack": "on Slack, in a direct message to the bot: pair {code}",
-    "matrix": "on Matrix: invite the bot to a direct chat, then send: pair {code}",
-}
-
-
 def pair_command(loaded: LoadedConfig, at: StoreAt, environ: Mapping[str, str]) -> int:
     """``environ``: the environment with systemd credentials filled in (a token given
     only as a credential switches Telegram on too)."""
     from ..config import channel_enabled
+    from ..plugins import registry
 
-    pairing = [name for name in PAIR_AS if channel_enabled(loaded, environ, name)]
+    hints = {s.name: s.pair_hint for s in registry().specs.values() if s.pair_hint}
+    pairing = [name for name in hints if channel_enabled(loaded, environ, name)]
     if not pairing:
         how = (
             f"set enabled = true under [telegram], [slack] or [matrix] in {loaded.path}"
@@ -767,7 +761,7 @@ def pair_command(loaded: LoadedConfig, at: StoreAt, environ: Mapping[str, str]) 
     print(f"Pairing code: {code}")
     print("Valid for 10 minutes, once, on the channel it is sent on. Send it to the bot")
     for name in pairing:
-        print(f"  {PAIR_AS[name].format(code=code)}")
+        print(f"  {hints[name].format(code=code)}")
     print("A paired user may chat, never approve (approvers come only from the config).")
     return 0
 

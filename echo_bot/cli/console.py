@@ -16,7 +16,7 @@ import time
 from ..approvals.display import escape_text
 from ..approvals.routing import LOCAL_CHANNELS, ApproverDirectory
 from ..commands.console import owner_at_server
-from ..config import CHANNEL_NAMES, LoadedConfig, console_base
+from ..config import LoadedConfig, channel_names, console_base
 from ..console.auth import ConsoleUser, audit_session, link_url, new_link
 from ..errors import ConfigError
 from ..events import Address
@@ -62,7 +62,7 @@ def _approver(loaded: LoadedConfig, given: str) -> ConsoleUser | None:
         user = ConsoleUser.parse(given)
     except ConfigError:
         user = None
-    if user is None or user.channel not in CHANNEL_NAMES:
+    if user is None or user.channel not in channel_names():
         print(
             f'echo-bot: --as "{shown}" names no approver: write CHANNEL:ID (telegram:12345,'
             " matrix:@you:example.org, slack:U0123ABCD)",

@@ -236,10 +236,10 @@ def _diagnosed(loaded: LoadedConfig, environ: Mapping[str, str], state_dir: Path
     """The checks of the enabled channels that check their own peer
     (``Capabilities.diagnoses``: the Matrix homeserver, token and keys)."""
     from ..app import load_channel_class
-    from ..config import CHANNEL_NAMES, channel_enabled
+    from ..config import channel_enabled, channel_names
 
     found = []
-    for name in CHANNEL_NAMES:
+    for name in channel_names():
         section = getattr(loaded.config, name, None)
         if section is None or not channel_enabled(loaded, environ, name):
             continue

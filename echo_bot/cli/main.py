@@ -237,6 +237,10 @@ def _dispatch(args: argparse.Namespace) -> int:
 
     if args.command == "doctor":
         return _doctor(args)
+    if args.command in ("run", "chat", "check-config"):
+        from ..plugins import registry
+
+        registry().check()  # a broken channel plugin: named, exit 2
     loaded = load_config(args.config)
     config = loaded.config
     environ = with_credentials(config, os.environ)
@@ -333,12 +337,14 @@ def _console(args: argparse.Namespace, loaded: LoadedConfig, at: StoreAt) -> int
 def _doctor(args: argparse.Namespace) -> int:
     from ..config import Config, load_config, secret_env_names, with_credentials
     from ..logs import setup_logging
+    from ..plugins import registry
     from ..secrets import masked_output
     from ..statedir import resolve_state_dir
     from .doctor import environ_with_file, run_doctor
 
     loaded: LoadedConfig | EchoBotError
     try:
+        registry().check()
         loaded = load_config(args.config)
         config, config_dir = loaded.config, loaded.config.bot.state_dir
     except EchoBotError as exc:
@@ -360,7 +366,7 @@ def _run_daemon(
     command: str, loaded: LoadedConfig, state_dir: Path, environ: dict[str, str]
 ) -> int:
     from ..app import Daemon
-    from ..config import CHANNEL_NAMES, channel_enabled
+    from ..config import channel_enabled, channel_names
     from ..runtime import build
 
     runtime = build(loaded, state_dir, environ)
@@ -376,7 +382,7 @@ def _run_daemon(
             options["cli"] = {"interactive": True, "exit_on_eof": False}
         channels += [
             name
-            for name in CHANNEL_NAMES
+            for name in channel_names()
             if name != "cli" and channel_enabled(loaded, environ, name)
         ]
     daemon = Daemon(

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..bus import Published
 from ..events import DIRECT, INBOUND, InboundKind, InboundMessage, InboundStatus
+from ..plugins import registry
 from .committed import InboundCommitted
 from .sql import SqlDb, db_clock, json_text
 
@@ -44,10 +45,15 @@ UNFINISHED = (InboundStatus.ACCEPTED, InboundStatus.RUNNING, InboundStatus.WAITI
 
 
 # How long (channel, external_id) stays a duplicate: 7 days (webhook senders retry for
-# days); Telegram's at least 48 h but under a week, as it may hand out an update_id
-# again after a week of silence.
+# days), or the channel's own (``ChannelSpec.dedupe_window``: Telegram's at least 48 h
+# but under a week, as it may hand out an update_id again after a week of silence).
 DEDUP_WINDOW = 7 * 86400.0
-DEDUP_WINDOWS = {"telegram": 72 * 3600.0}
+
+
+def dedupe_window(channel: str) -> float:
+    spec = registry().get(channel)
+    window = spec.dedupe_window if spec is not None else None
+    return DEDUP_WINDOW if window is None else window
 
 
 _INSERT_NEW = (
@@ -83,7 +89,7 @@ def _after_conflict(
             [
                 message.address.channel,
                 message.external_id,
-                now - DEDUP_WINDOWS.get(message.address.channel, DEDUP_WINDOW),
+                now - dedupe_window(message.address.channel),
             ],
         )
         if retired.rowcount and db.conn.execute(_INSERT_NEW, row).rowcount == 1:

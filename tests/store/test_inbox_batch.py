@@ -19,7 +19,7 @@ from echo_bot.errors import StoreError
 from echo_bot.events import Address, InboundMessage, MessageInbound, Sender
 from echo_bot.secrets import Masker
 from echo_bot.store import BusQueues, Database, InboundCommitted, Store, Tx
-from echo_bot.store.inbox import DEDUP_WINDOW, DEDUP_WINDOWS
+from echo_bot.store.inbox import DEDUP_WINDOW, dedupe_window
 
 
 def message(external_id: str | None, channel: str = "webhook", **extra: object) -> InboundMessage:
@@ -100,7 +100,7 @@ async def test_the_dedup_window_holds_in_a_batch(db: Database) -> None:
     await inbox.add(old_telegram)
     # 4 days ago: beyond Telegram's window, within the webhook one.
     past = time.time() - 4 * 86400
-    assert DEDUP_WINDOWS["telegram"] < 4 * 86400 < DEDUP_WINDOW
+    assert dedupe_window("telegram") < 4 * 86400 < DEDUP_WINDOW == dedupe_window("webhook")
     await db.run(lambda d: d.execute("UPDATE inbox SET received_at = ?", [past]))
     webhook_again, telegram_again = message("w"), message("t", channel="telegram")
     telegram_twice = message("t", channel="telegram")
