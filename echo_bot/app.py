@@ -286,7 +286,7 @@ class Daemon:
         )
         return [
             load_channel_class(name)(
-                getattr(config, name, None), self.channel_options.get(name, {}), host
+                channel_section(config, name), self.channel_options.get(name, {}), host
             )
             for name in self.channel_names
         ]

@@ -24,8 +24,10 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainSerializer,
+    PrivateAttr,
     StrictBool,
     ValidationError,
+    create_model,
     field_validator,
     model_validator,
 )
@@ -649,6 +651,9 @@ class Config(Section):
     storage: StorageConfig = Field(default_factory=StorageConfig)
     cron: list[CronJob] = Field(default_factory=list)
     mcp: McpConfig = Field(default_factory=McpConfig)
+    # The sections of installed channel plugins, by name (``parse_config``): validated
+    # by each one's own model (``ChannelSpec.config_model``), never from input here.
+    _channel_sections: dict[str, Any] = PrivateAttr(default_factory=dict)
 
     @field_validator("cron")
     @classmethod
@@ -729,10 +734,31 @@ def format_validation_error(source: str, error: ValidationError) -> str:
 
 
 def parse_config(data: Mapping[str, Any], source: str = "<config>") -> Config:
+    """``data`` as the config: the core's sections, and each installed channel plugin's
+    section by its own model. A section nothing installed knows is an error naming the
+    installed channels (a typo, or a plugin not installed)."""
+    data = dict(data)
+    plugins = {}
+    for key in [k for k in data if k not in Config.model_fields]:
+        spec = registry().get(key)
+        if spec is not None and spec.config_model is not None:
+            plugins[key] = (spec.config_model, data.pop(key))
+        elif isinstance(data[key], dict):
+            raise ConfigError(
+                f"{source}: [{key}]: unknown section; the installed channels are"
+                f" {registry().names_text} (a channel from another package is known once"
+                " that package is installed)"
+            )
     try:
-        return Config.model_validate(data)
+        config = Config.model_validate(data)
+        if plugins:
+            fields: dict[str, Any] = {key: (model, ...) for key, (model, _) in plugins.items()}
+            sections = create_model("ChannelSections", **fields)
+            read = sections.model_validate({key: raw for key, (_, raw) in plugins.items()})
+            config._channel_sections = {key: getattr(read, key) for key in plugins}
     except ValidationError as exc:
         raise ConfigError(format_validation_error(source, exc)) from None
+    return config
 
 
 def load_config(path: Path | None) -> LoadedConfig:
@@ -775,8 +801,11 @@ def channel_names() -> list[str]:
 
 
 def channel_section(config: Config, name: str) -> Any:
-    """Channel ``name``'s config section (None: it has none, as the terminal)."""
-    return getattr(config, name, None)
+    """Channel ``name``'s config section (None: it has none, as the terminal, or a
+    plugin's section the file leaves out)."""
+    if name in Config.model_fields:
+        return getattr(config, name)
+    return config._channel_sections.get(name)
 
 
 def channel_switch(name: str) -> str:
@@ -943,6 +972,14 @@ def check_environment(
             problems += _slack_token_shape(source, "slack.app_token_env", slack.app_token_env, env)
         else:
             need("slack.signing_secret_env", slack.signing_secret_env, "the signing secret")
+    for name in registry().names:  # the plugins' channels: the secrets they say they need
+        section = channel_section(config, name)
+        if name in Config.model_fields or section is None:
+            continue
+        if channel_enabled(loaded, env, name):
+            for variable, needed in registry()[name].secrets_in_use(section, env):
+                if needed:
+                    need(name, variable, f"a secret the {name} channel reads")
     if config.brain.kind == "openai" and config.openai.base_url == DEFAULT_OPENAI_BASE_URL:
         need("openai.api_key_env", config.openai.api_key_env, "the API key")
     if config.webhook.enabled:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from .config import Config, LoadedConfig, ToolsConfig
+from .config import Config, LoadedConfig, ToolsConfig, channel_section
 from .plugins import registry
 
 if TYPE_CHECKING:
@@ -71,34 +71,30 @@ class Reloadable(Protocol):
 LIVE_SECTIONS = frozenset({"approvals", "webhook", "cron", "tools", "mcp"})
 
 
-# Of the chat channels' sections, the allowlists (read at each message and decision
-# through the access check and the approver directory); their other keys need a restart.
-def chat_sections() -> list[str]:
-    """The sections of the installed channels whose keys a reload may take live
-    (``ChannelSpec.live_keys``: the chat networks' allowlists)."""
-    return [
-        s.name for s in registry().specs.values() if s.live_keys and s.name in Config.model_fields
-    ]
-
-
 def restart_needed(old: Config, new: Config) -> list[str]:
-    """The changed keys a reload cannot apply: whole sections, the chat channels' keys
-    other than their allowlists, and the tools other than the shell's live settings."""
-    chats = chat_sections()
+    """The changed keys a reload cannot apply: whole sections, the channels' keys other
+    than those they take live (``ChannelSpec.live_keys``: the chat networks'
+    allowlists, read at each message and decision), and the tools other than the
+    shell's live settings."""
+    specs = registry().specs
     changed = [
         name
         for name in Config.model_fields
         if name not in LIVE_SECTIONS
-        and name not in chats
+        and name not in specs
         and getattr(old, name) != getattr(new, name)
     ]
-    for section in chats:
-        before, after = getattr(old, section), getattr(new, section)
-        live = registry()[section].live_keys
+    for name, spec in specs.items():
+        if name in LIVE_SECTIONS:  # the webhook's routes: all of it live
+            continue
+        before, after = channel_section(old, name), channel_section(new, name)
+        if before is None or after is None or type(before) is not type(after):
+            changed += [name] if before != after else []
+            continue
         changed += [
-            f"{section}.{key}"
+            f"{name}.{key}"
             for key in type(before).model_fields
-            if key not in live and getattr(before, key) != getattr(after, key)
+            if key not in spec.live_keys and getattr(before, key) != getattr(after, key)
         ]
     if old.tools.model_copy(update={"shell": new.tools.shell}) != new.tools or (
         old.tools.shell.enabled != new.tools.shell.enabled

@@ -68,6 +68,9 @@ class ChannelSpec:
     secret_names: Callable[[Any], list[str]] = lambda section: []
     # Keys of its section a reload (SIGHUP) takes live; the others need a restart.
     live_keys: frozenset[str] = field(default_factory=frozenset)
+    # The pydantic model of its ``[name]`` section (pure pydantic, unknown keys
+    # forbidden); None for the built-in channels, whose sections the core's Config has.
+    config_model: type[Any] | None = None
 
     @property
     def chats(self) -> bool:

@@ -33,6 +33,11 @@ pytest_plugins = ("tests.browser", "tests.matrix_server", "tests.cpu_cost")
 T = TypeVar("T")
 
 ROOT = Path(__file__).resolve().parent.parent
+# The channel plugin defined only in the tests (tests/plugin/README.md), installed for
+# this process as pip would leave it: its package and its dist-info on the path. Its
+# subprocesses get it with ``plugin_env``.
+PLUGIN_DIR = ROOT / "tests" / "plugin"
+sys.path.insert(0, str(PLUGIN_DIR))
 
 # The PostgreSQL database ``running_bot`` uses instead of the state dir's SQLite file.
 ON_POSTGRES: ContextVar[str | None] = ContextVar("ON_POSTGRES", default=None)
@@ -188,6 +193,13 @@ def echo_bot_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k in keep}
     env["PYTHONUNBUFFERED"] = "1"
     env.update(extra)
+    return env
+
+
+def plugin_env(**extra: str) -> dict[str, str]:
+    """``echo_bot_env`` with the test plugin installed (tests/plugin/)."""
+    env = echo_bot_env(**extra)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PLUGIN_DIR), env.get("PYTHONPATH")) if p)
     return env
 
 

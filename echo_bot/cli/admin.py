@@ -21,6 +21,7 @@ from ..config import (
     Config,
     LoadedConfig,
     WebhookRoute,
+    channel_section,
     console_base,
     console_exposure,
     llm_enabled,
@@ -38,6 +39,7 @@ from ..events import (
     Sender,
 )
 from ..overview import Overview, cancel_reminder, holding, mcp_state
+from ..plugins import registry
 from ..secrets import Masker
 from ..statedir import daemon_pid
 from ..statuses import ApprovalStatus
@@ -179,6 +181,11 @@ def check_config(loaded: LoadedConfig, state_dir: Path, env: Mapping[str, str]) 
         f"slack: {_slack_line(config)}",
         f"webhook: {'on' if config.webhook.enabled else 'off'} "
         f"({len(config.webhook.routes)} route(s))",
+        *(
+            f"{name} (a plugin): {'on' if name in running else 'off'}"
+            for name in channel_names()
+            if name != "cli" and name not in Config.model_fields
+        ),
         f"http server: {http}",
         _console_line(config),
         f"cron jobs: {len(config.cron)}",
@@ -206,8 +213,12 @@ def _warnings(config: Config) -> list[str]:
     exposure = console_exposure(config)
     if exposure is not None:
         found.append(exposure)
-    for name, section in (("matrix", config.matrix), ("slack", config.slack)):
-        if section.enabled and not section.allowed_users:
+    for spec in registry().specs.values():
+        section = channel_section(config, spec.name)
+        if not spec.chats or section is None:
+            continue
+        if getattr(section, "enabled", False) and not spec.allowed_users(section):
+            name = spec.name
             found.append(
                 f"[{name}] allowed_users is empty: nobody can chat with the bot there"
                 f"{' and every invite is refused' if name == 'matrix' else ''}; list the"

@@ -236,11 +236,11 @@ def _diagnosed(loaded: LoadedConfig, environ: Mapping[str, str], state_dir: Path
     """The checks of the enabled channels that check their own peer
     (``Capabilities.diagnoses``: the Matrix homeserver, token and keys)."""
     from ..app import load_channel_class
-    from ..config import channel_enabled, channel_names
+    from ..config import channel_enabled, channel_names, channel_section
 
     found = []
     for name in channel_names():
-        section = getattr(loaded.config, name, None)
+        section = channel_section(loaded.config, name)
         if section is None or not channel_enabled(loaded, environ, name):
             continue
         try:

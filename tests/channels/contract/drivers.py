@@ -908,7 +908,87 @@ class SlackHttpDriver(SlackDriver):
         return await eventually(refusal, timeout=15, what="the refusal in the conversation")
 
 
+# -- Pigeon: the channel plugin defined only in the tests (tests/plugin/) ----------------
+PIGEON_OWNER, PIGEON_FRIEND = "owner", "friend"
+
+
+class PigeonDriver(Driver):
+    """The test plugin (tests/plugin/pigeon) against its fake server
+    (tests/fakes/pigeon_api.py): the owner (an approver) and a friend (allowed to chat,
+    not an approver) write to the bot in their own chats."""
+
+    NAME = "pigeon"
+    ACK = "/updates is polled with ``after`` past the update (stored in the inbox first)"
+    LIMIT = 2_000
+
+    def __init__(self, state_dir: Path) -> None:
+        super().__init__(state_dir)
+        self.api: Any = None
+        self.api_base = ""
+        self._prompted: set[int] = set()
+
+    @contextlib.asynccontextmanager
+    async def peer(self) -> AsyncIterator[None]:
+        from tests.fakes.pigeon_api import FakePigeon
+
+        async with FakePigeon() as api, self._proxy(api.base_url) as url:
+            self.api, self.api_base = api, url
+            yield
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[Bot]:
+        config = f"""
+[pigeon]
+enabled = true
+api_base = "{self.api_base}"
+allowed_users = ["{PIGEON_OWNER}", "{PIGEON_FRIEND}"]
+approvers = ["{PIGEON_OWNER}"]
+{TOOLS}"""
+        environ = {"PIGEON_TOKEN": self.api.token, **SECRET_ENV}
+        async with running_bot(
+            self.state_dir, config, environ=environ, channels=["pigeon"], brain=ContractBrain()
+        ) as bot:
+            self.bot = bot
+            yield bot
+
+    async def say(self, text: str) -> Any:
+        return self.api.push_message(text, user=PIGEON_OWNER)
+
+    async def acknowledged(self, token: Any) -> None:
+        await eventually(lambda: any(after >= token for after in self.api.polled_after),
+                         timeout=15, what="a poll past the update")  # fmt: skip
+
+    def received(self) -> list[str]:
+        return cast(list[str], self.api.texts_to(PIGEON_OWNER))
+
+    async def prompt(self) -> Shown:
+        def new_prompt() -> Any:
+            return next((m for m in self.api.sent
+                         if m.buttons and m.chat == PIGEON_OWNER and m.id not in self._prompted),
+                        None)  # fmt: skip
+
+        message = await eventually(new_prompt, timeout=15, what="an approval prompt")
+        self._prompted.add(message.id)
+        actions = [b["action"] for row in message.buttons for b in row]
+        return Shown(text=message.text, buttons=bool(actions), handle=(message.id, actions))
+
+    async def decide(self, shown: Shown, *, approve: bool, approver: bool = True) -> str:
+        message_id, actions = shown.handle
+        verb = "approve_once:" if approve else "deny:"
+        action = next(a for a in actions if a.startswith(verb))
+        before = len(self.received())
+        self.api.push_press(message_id, action, PIGEON_OWNER if approver else PIGEON_FRIEND)
+        if approver:
+            return ""
+
+        def refusal() -> str | None:
+            return next((t for t in self.received()[before:] if t.startswith("⚠️")), None)
+
+        return await eventually(refusal, timeout=15, what="the refusal in the chat")
+
+
 DRIVERS: dict[str, type[Driver]] = {
+    "pigeon": PigeonDriver,
     "matrix": MatrixDriver,
     "slack": SlackDriver,
     "slack-http": SlackHttpDriver,
