@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from echo_bot.brains.rules import NO_MATCH_HINT  # noqa: E402
+from echo_bot.brains.rules import no_match_hint  # noqa: E402
 from echo_bot.store import Tx  # noqa: E402
 from tests.conftest import running_bot  # noqa: E402
 from tests.fakes.slack_api import FakeSlack  # noqa: E402
@@ -62,7 +62,7 @@ allowed_users = [{", ".join(f'"{u}"' for u in users)}]
             def answers() -> int:
                 return sum(
                     1 for c in channels for m in slack.messages.get(c, [])
-                    if m.get("text") == NO_MATCH_HINT
+                    if m.get("text") == no_match_hint("!")  # Slack types !help
                 )  # fmt: skip
 
             started = time.monotonic()

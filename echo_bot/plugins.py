@@ -161,6 +161,13 @@ def registry() -> Registry:
     return build(list(entry_points(group=GROUP)))
 
 
+def command_prefix(channel: str) -> str:
+    """What commands start with as people type them on ``channel`` (``/``, ``!`` on
+    Slack): what the core's answers say (``/help``, an unknown command's reply)."""
+    spec = registry().get(channel)
+    return spec.prefix if spec is not None else "/"
+
+
 def load_class(name: str) -> Any:
     """The class of channel ``name``, its module imported now. A library it needs that
     is not installed is a ``ConfigError`` saying how to install it."""

@@ -15,10 +15,18 @@ from collections.abc import Sequence
 from ..commands.registry import CommandRegistry, summarise_results, trailing_results
 from ..conversation import ChatMessage, FileNote, ToolCall
 from ..events import new_id
+from ..plugins import command_prefix
 from ..tools.base import Tool, words
 from .base import BrainContext, BrainReply
 
 NO_MATCH_HINT = "I did not understand that. Send /help to see what I can do."
+
+
+def no_match_hint(prefix: str = "/") -> str:
+    """``NO_MATCH_HINT`` with the help command as people type it where they are."""
+    return NO_MATCH_HINT.replace("/help", f"{prefix}help")
+
+
 # A message of only these words is a greeting ("hello", "hi there", "good morning!").
 GREETING_STARTS = frozenset({"hello", "hi", "hey", "hiya", "howdy", "hallo", "greetings", "yo"})
 GREETING_WORDS = GREETING_STARTS | {
@@ -82,8 +90,9 @@ class RulesBrain:
     async def step(
         self, conversation: Sequence[ChatMessage], tools: Sequence[Tool], context: BrainContext
     ) -> BrainReply:
+        hint = no_match_hint(command_prefix(context.origin.channel))
         if not conversation:
-            return BrainReply(text=NO_MATCH_HINT, route_reason="rules: empty conversation")
+            return BrainReply(text=hint, route_reason="rules: empty conversation")
         trailing = trailing_results(conversation)
         if trailing:
             return BrainReply(
@@ -102,10 +111,10 @@ class RulesBrain:
         if match is None:
             if notes:
                 return BrainReply(
-                    text=files_reply(notes) + "\n\n" + NO_MATCH_HINT,
+                    text=files_reply(notes) + "\n\n" + hint,
                     route_reason="rules: files received, no trigger matched",
                 )
-            return BrainReply(text=NO_MATCH_HINT, route_reason="rules: no trigger matched")
+            return BrainReply(text=hint, route_reason="rules: no trigger matched")
         tool, score = match
         args = tool.extract_args(text)
         if args is None:

@@ -11,6 +11,7 @@ from ..approvals.display import escape_text
 from ..conversation import BrainReply, ToolCall
 from ..dates import clock_text
 from ..events import Address, OutboundMessage, new_id
+from ..plugins import command_prefix
 from ..store.approvals import ApprovalRow
 from .registry import Command, CommandContext, CommandRegistry
 
@@ -29,7 +30,7 @@ def register_core_commands(
 ) -> None:
     async def help_(rest: str, ctx: CommandContext) -> BrainReply:
         return BrainReply(
-            text=commands.help_text()
+            text=commands.help_text(command_prefix(ctx.brain.origin.channel))
             + '\n\nOr just ask, e.g. "what time is it?". Risky actions wait for your approval.'
         )
 

@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from ..conversation import BrainContext, BrainReply, ChatMessage
+from ..plugins import command_prefix
 from ..tools.base import Tool
 
 
@@ -73,8 +74,9 @@ class CommandRegistry:
         """Command ``name``'s reply to ``rest`` (an unknown command is told so)."""
         command = self.get(name)
         if command is None:
+            mark = command_prefix(context.origin.channel)
             return BrainReply(
-                text=f"Unknown command /{name}. Send /help for the list.",
+                text=f"Unknown command {mark}{name}. Send {mark}help for the list.",
                 route_reason=f"rules: unknown command /{name}",
             )
         reply = await command.handler(rest, CommandContext(brain=context, tools=tools))
@@ -86,11 +88,12 @@ class CommandRegistry:
             shown=reply.shown,
         )
 
-    def help_text(self) -> str:
+    def help_text(self, prefix: str = "/") -> str:
+        """The commands as people type them where ``prefix`` starts one (``!`` on Slack)."""
         lines = ["Commands:"]
         for command in self._commands.values():
             usage = f" {command.usage}" if command.usage else ""
-            lines.append(f"/{command.name}{usage} — {command.help}")
+            lines.append(f"{prefix}{command.name}{usage} — {command.help}")
         return "\n".join(lines)
 
 

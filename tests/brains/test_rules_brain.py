@@ -3,6 +3,7 @@ as a turn meets them (the command registry first, then the brain)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, ClassVar
 
 import pytest
@@ -158,6 +159,19 @@ async def test_unknown_command_is_helpful(brain: RulesBrain, tools: list[Tool]) 
     reply = await ask(brain, "/frobnicate now", tools)
     assert reply.text == "Unknown command /frobnicate. Send /help for the list."
     assert "frobnicate" in reply.route_reason
+
+
+async def test_on_slack_the_answers_name_commands_as_slack_people_type_them(
+    brain: RulesBrain, tools: list[Tool]
+) -> None:
+    """Slack takes /commands as its own: its people type !help (``ChannelSpec.prefix``)."""
+    on_slack = replace(CONTEXT, origin=Address(channel="slack", chat_id="D0OWNER"))
+    unknown = await brain.commands.run("frobnicate", "", on_slack, tools)
+    assert unknown.text == "Unknown command !frobnicate. Send !help for the list."
+    listed = await brain.commands.run("help", "", on_slack, tools)
+    assert "!help — show this help" in (listed.text or "") and "/help" not in (listed.text or "")
+    hint = await brain.step([ChatMessage(role="user", content="zz")], tools, on_slack)
+    assert hint.text == "I did not understand that. Send !help to see what I can do."
 
 
 @pytest.mark.parametrize("text", ["/help", "/help@SomeBot", "/HELP", "  /help  "])

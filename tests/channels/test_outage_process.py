@@ -14,7 +14,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from echo_bot.brains.rules import NO_MATCH_HINT
+from echo_bot.brains.rules import NO_MATCH_HINT, no_match_hint
 from tests.channels.contract.drivers import SLACK_DM, SLACK_OWNER
 from tests.channels.test_matrix_process import people
 from tests.conftest import echo_bot_env
@@ -167,7 +167,7 @@ port = {port}
 
             def answered() -> int:
                 return sum(1 for m in slack.messages.get(SLACK_DM, [])
-                           if m.get("text") == NO_MATCH_HINT)  # fmt: skip
+                           if m.get("text") == no_match_hint("!"))  # fmt: skip
 
             await eventually(lambda: answered() == 1, timeout=30, what="the answer")
             assert daemon.proc is not None and daemon.proc.returncode is None

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from echo_bot.brains.rules import NO_MATCH_HINT
+from echo_bot.brains.rules import no_match_hint
 from tests.channels.contract.drivers import SLACK_DM, SLACK_OWNER
 from tests.conftest import echo_bot_env
 from tests.fakes.slack_api import FakeSlack
@@ -40,7 +40,8 @@ port = 0
 
 
 def answers(slack: FakeSlack) -> int:
-    return sum(1 for m in slack.messages.get(SLACK_DM, []) if m.get("text") == NO_MATCH_HINT)
+    hint = no_match_hint("!")  # Slack's commands start with !
+    return sum(1 for m in slack.messages.get(SLACK_DM, []) if m.get("text") == hint)
 
 
 def stored(state: Path) -> list[str]:

@@ -122,6 +122,8 @@ class Driver:
     NO_STRANGERS: ClassVar[str | None] = None
     NO_OUTAGE: ClassVar[str | None] = None  # why the peer cannot be taken away
     NO_DISPLAY: ClassVar[str | None] = None  # why no person reads the replies at the peer
+    # What commands start with as people type them there.
+    PREFIX: ClassVar[str] = "/"
     # A message's limit at the peer, in what it counts (None: none).
     LIMIT: ClassVar[int | None] = None
     UNIT: ClassVar[str] = "chars"
@@ -716,6 +718,7 @@ class SlackDriver(Driver):
     friend (allowed to chat, not an approver) write to it in direct messages."""
 
     NAME = "slack"
+    PREFIX = "!"  # Slack takes /commands as its own
     LIMIT = 3_900  # Slack advises 4,000 characters
     ACK = "the Socket Mode envelope is acknowledged on the WebSocket (after the inbox commit)"
 

@@ -240,6 +240,15 @@ async def test_a_long_reply_arrives_split_in_order_within_the_limit(driver: Driv
         assert driver.balanced()  # a code block cut in two is closed and opened again
 
 
+async def test_help_lists_the_commands_as_people_type_them_there(driver: Driver) -> None:
+    needs_display(driver)
+    mark = driver.PREFIX
+    async with driver.running():
+        await driver.say(f"{mark}help")
+        received = "\n".join(await driver.wait_received(f"{mark}help — show this help"))
+        assert f"{mark}approvals" in received and f"{mark}tools" in received
+
+
 # What a capability promises: the methods the core then calls (bus.py's protocols).
 PROMISED_METHODS = {
     "media": ("fetch_media",),
