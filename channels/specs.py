@@ -55,6 +55,7 @@ MATRIX = ChannelSpec(
     name="matrix",
     target="channels.matrix:MatrixChannel",
     install="echo-bot[matrix]",
+    colons_in_chat_ids=True,  # a room ID: !opaque:server
     pair_hint="on Matrix: invite the bot to a direct chat, then send: pair {code}",
     enabled=lambda s, environ, from_file: s.enabled,
     allowed_users=lambda s: set(s.allowed_users),
@@ -94,10 +95,12 @@ def _webhook_secrets(section: WebhookConfig, environ: Mapping[str, str]) -> list
 WEBHOOK = ChannelSpec(
     name="webhook",
     target="channels.webhook:WebhookChannel",
+    machine=True,  # a route's sender is a program
     enabled=lambda s, environ, from_file: s.enabled,
     http_reason=lambda s: "webhooks",
     secrets_in_use=_webhook_secrets,
     secret_names=lambda s: [r.secret_env for r in s.routes if r.secret_env],
 )
 
-CLI = ChannelSpec(name="cli", target="channels.cli:CliChannel")  # runs when asked
+# The terminal: runs when asked; its person is the owner at the machine.
+CLI = ChannelSpec(name="cli", target="channels.cli:CliChannel", local=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import secrets
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Annotated, Any, Literal
@@ -41,6 +42,17 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def _no_whole_chat_ids(channel: str) -> bool:
+    return False
+
+
+# Whether a channel's chat ids hold colons of their own (a Matrix room, !opaque:server):
+# then the rest of its address is the chat id, never chat:thread. Set from the installed
+# channels' specs by echo_bot.plugins (imported by the config, before any address is
+# read); this leaf module names no channel.
+whole_chat_id: Callable[[str], bool] = _no_whole_chat_ids
+
+
 class Address(_Model):
     """Where a message comes from or goes to: ``channel:chat_id[:thread_id]``."""
 
@@ -53,7 +65,7 @@ class Address(_Model):
         channel, sep, rest = text.partition(":")
         if not sep or not channel or not rest:
             raise ValueError(f"address {text!r} is not of the form channel:chat_id")
-        if channel == "matrix":  # a room ID has a colon of its own (!opaque:server)
+        if whole_chat_id(channel):  # a room ID has a colon of its own (!opaque:server)
             return cls(channel=channel, chat_id=rest)
         chat_id, _, thread = rest.partition(":")
         return cls(channel=channel, chat_id=chat_id, thread_id=thread or None)

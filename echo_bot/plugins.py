@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
+from . import events
 from .errors import ConfigError
 
 GROUP = "echo_bot.channels"
@@ -51,6 +52,15 @@ class ChannelSpec:
     # Whether its chat ids say which chat is a person's own with the bot (Telegram: a
     # private chat's id is its user's, a group's is negative).
     ids_tell_direct: bool = False
+    # Whether its chat ids hold colons of their own (a Matrix room, ``!opaque:server``):
+    # the rest of an address ``name:…`` is then the chat id, never ``chat:thread``.
+    colons_in_chat_ids: bool = False
+    # Whether its one person is the owner at the daemon's machine (the terminal): they
+    # approve there, and read the machine's files.
+    local: bool = False
+    # Whether what comes in on it is sent by a program, not a person (a webhook's
+    # route): no sign-in link, no pairing, no one to ask.
+    machine: bool = False
     # How ``echo-bot pair`` tells a stranger to send the code ("{code}" filled in);
     # None: the channel takes no pairing codes.
     pair_hint: str | None = None
@@ -159,6 +169,32 @@ def build(points: Collection[EntryPoint]) -> Registry:
 def registry() -> Registry:
     """The installed channels (read once per process)."""
     return build(list(entry_points(group=GROUP)))
+
+
+def ids_tell_direct(channel: str) -> bool:
+    """Whether ``channel``'s chat ids say which chat is a person's own with the bot."""
+    spec = registry().get(channel)
+    return spec is not None and spec.ids_tell_direct
+
+
+def is_local(channel: str) -> bool:
+    """Whether ``channel``'s person is the owner at the daemon's machine (the terminal)."""
+    spec = registry().get(channel)
+    return spec is not None and spec.local
+
+
+def is_machine(channel: str) -> bool:
+    """Whether what comes in on ``channel`` is sent by a program (a webhook's route)."""
+    spec = registry().get(channel)
+    return spec is not None and spec.machine
+
+
+def _whole_chat_id(channel: str) -> bool:
+    spec = registry().get(channel)
+    return spec is not None and spec.colons_in_chat_ids
+
+
+events.whole_chat_id = _whole_chat_id  # how Address.parse reads such a channel's addresses
 
 
 def command_prefix(channel: str) -> str:

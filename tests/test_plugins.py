@@ -68,3 +68,15 @@ def test_management_commands_still_work_beside_a_broken_plugin(tmp_path: Path) -
     installed(site, "echo-bot-gone", {"gone": "echo_bot_gone_module:SPEC"})
     done = echo_bot(site, "pairings", "list", tmp_path=tmp_path)
     assert done.returncode == 0, done.stderr
+
+
+def test_addresses_read_by_what_each_channels_spec_says_of_its_ids() -> None:
+    """A Matrix room ID holds a colon of its own (``colons_in_chat_ids``); elsewhere a
+    third part is a thread. The core names no channel to know it."""
+    from echo_bot.events import Address
+
+    room = Address.parse("matrix:!opaque:example.org")
+    assert (room.chat_id, room.thread_id) == ("!opaque:example.org", None)
+    topic = Address.parse("telegram:-100123:7")
+    assert (topic.chat_id, topic.thread_id) == ("-100123", "7")
+    assert str(Address.parse(str(room))) == "matrix:!opaque:example.org"

@@ -25,6 +25,7 @@ from ..events import (
     approval_action,
     new_id,
 )
+from ..plugins import is_local
 from ..secrets import Masker
 from ..statuses import ApprovalStatus
 from ..store import Tx
@@ -42,7 +43,7 @@ from .display import (
     render_call,
     render_if_fits,
 )
-from .routing import LOCAL_CHANNELS, OWNER_QUEUE, VIA_CONSOLE, ApproverDirectory
+from .routing import OWNER_QUEUE, VIA_CONSOLE, ApproverDirectory
 
 ALLOW_FOR_SECONDS = 3600
 
@@ -506,7 +507,7 @@ class ApprovalGate:
         shown = self.masker.mask_data(args, by_key=False)
         if self.masker.mask_data(args) != shown:
             return None, SECRET_KEYS
-        if chat.channel in LOCAL_CHANNELS:
+        if is_local(chat.channel):
             return render_call(tool, shown), ""
         call = render_if_fits(tool, shown)
         return call, "" if call is not None else TOO_LONG

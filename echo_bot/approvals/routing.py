@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from ..config import Config, channel_section
 from ..events import Address
-from ..plugins import registry
+from ..plugins import ids_tell_direct, is_local, registry
 from ..store import Tx
 
-# The terminal is the owner's: whoever types in ``echo-bot chat`` may approve there.
-LOCAL_CHANNELS = frozenset({"cli"})
 # Where a request waits when no chat can prompt for it (docs/SECURITY.md "Where the prompt
 # goes"): no channel has this name, so no prompt is sent anywhere; the owner at the
 # server decides it with ``echo-bot approvals approve|deny`` (the gate's ``via ==
@@ -19,13 +17,6 @@ OWNER_QUEUE_TEXT = "echo-bot approvals"
 # come from this address, an approver's from their own chat's address.
 VIA_CONSOLE = "console"
 OWNER_CONSOLE = Address(channel="echo-bot", chat_id="console")
-
-
-def _ids_tell_direct(channel: str) -> bool:
-    """Whether ``channel``'s chat ids say which chat is a person's own with the bot
-    (``ChannelSpec.ids_tell_direct``: Telegram's private chat id is its user's)."""
-    spec = registry().get(channel)
-    return spec is not None and spec.ids_tell_direct
 
 
 class ApproverDirectory:
@@ -77,7 +68,7 @@ class ApproverDirectory:
         prompt = Address.parse(prompt_to)
         if prompt.channel != decided_by.channel or decided_by.chat_id != sender_id:
             return False
-        ids_tell = _ids_tell_direct(prompt.channel)
+        ids_tell = ids_tell_direct(prompt.channel)
         private = ids_tell and not prompt.chat_id.startswith("-")
         if private and prompt.chat_id != sender_id:
             return False  # another person's private chat
@@ -88,18 +79,18 @@ class ApproverDirectory:
                 return False
             if not ids_tell and Address.parse(origin) == prompt:
                 return False
-        return prompt.channel not in LOCAL_CHANNELS and self.approves(prompt, sender_id)
+        return not is_local(prompt.channel) and self.approves(prompt, sender_id)
 
     def direct(self, address: Address, sender_id: str, said: bool) -> bool:
         """Whether ``address`` is a chat of this sender alone with the bot: the
         terminal, a chat its channel ``said`` is (``Inbound.direct``: a Matrix room of
         two), or a private chat whose id is the sender's (Telegram's). A group's other
         members read what is sent there."""
-        return address.channel in LOCAL_CHANNELS or said or address.chat_id == sender_id
+        return is_local(address.channel) or said or address.chat_id == sender_id
 
     def approves(self, address: Address, sender_id: str) -> bool:
         """``is_approver`` where no transaction is at hand (the config-only rule)."""
-        if address.channel in LOCAL_CHANNELS:
+        if is_local(address.channel):  # the terminal is the owner's
             return True
         return sender_id in self._approvers.get(address.channel, frozenset())
 
@@ -109,7 +100,7 @@ class ApproverDirectory:
     def prompts_reach(self, address: Address) -> bool:
         """Whether a prompt sent to ``address`` reaches someone who may decide it there
         (``has_approvers`` where no transaction is at hand)."""
-        if address.channel in LOCAL_CHANNELS:
+        if is_local(address.channel):  # the terminal is the owner's
             return True
         return bool(self._approvers.get(address.channel))
 

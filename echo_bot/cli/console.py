@@ -14,12 +14,13 @@ import sys
 import time
 
 from ..approvals.display import escape_text
-from ..approvals.routing import LOCAL_CHANNELS, ApproverDirectory
+from ..approvals.routing import ApproverDirectory
 from ..commands.console import owner_at_server
 from ..config import LoadedConfig, channel_names, console_base
 from ..console.auth import ConsoleUser, audit_session, link_url, new_link
 from ..errors import ConfigError
 from ..events import Address
+from ..plugins import is_local
 from ..store import Tx
 from ..store.console import ConsoleSessionRow
 from .admin import StoreAt, _ambiguous, _clock, _id_prefix, _listed, _with_store
@@ -70,7 +71,7 @@ def _approver(loaded: LoadedConfig, given: str) -> ConsoleUser | None:
         )
         return None
     directory = ApproverDirectory(loaded.config)
-    if user.channel in LOCAL_CHANNELS:
+    if is_local(user.channel):
         why = "the terminal's user is the owner: leave out --as"
     elif not directory.approves(Address(channel=user.channel, chat_id=user.id), user.id):
         source = loaded.path or "the embedded defaults"

@@ -21,13 +21,14 @@ from ..conversation import BrainContext, BrainReply
 from ..dates import clock_text
 from ..events import Address, OutboundKind, OutboundMessage
 from ..live import Live
+from ..plugins import is_local, is_machine
 from ..store import Store
 from .registry import Command, CommandContext, CommandRegistry
 
 TimezoneFor = Callable[[Address], Awaitable[str]]
 
-# Origins that are not a person's chat: their "sender" is a route or a job.
-MACHINE_CHANNELS = frozenset({"webhook", "cron"})
+# The scheduler's origin: a job, not a person (a channel says so in its spec).
+SCHEDULED = "cron"
 
 HELP = "a one-time sign-in link to the web console (approvers, in a private chat)"
 OFF = "The console is off: the owner switches it on with [console] enabled = true."
@@ -55,7 +56,7 @@ def refusal(started: Config, live: Live, context: BrainContext) -> str | None:
     what the daemon started with (a change to [console] needs a restart)."""
     origin, sender = context.origin, context.sender
     directory = live.current.directory
-    if origin.channel in MACHINE_CHANNELS:
+    if origin.channel == SCHEDULED or is_machine(origin.channel):
         return NOT_HERE
     if not directory.approves(origin, sender.id):
         return NOT_APPROVER
@@ -68,7 +69,7 @@ def refusal(started: Config, live: Live, context: BrainContext) -> str | None:
 
 def user_of(context: BrainContext) -> ConsoleUser:
     """Who the link signs in: the owner in the terminal, else the approver who asked."""
-    if context.origin.channel == "cli":
+    if is_local(context.origin.channel):
         return owner_at_server()
     sender = context.sender
     return ConsoleUser(channel=context.origin.channel, id=sender.id, name=sender.name or sender.id)

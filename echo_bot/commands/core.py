@@ -11,7 +11,7 @@ from ..approvals.display import escape_text
 from ..conversation import BrainReply, ToolCall
 from ..dates import clock_text
 from ..events import Address, OutboundMessage, new_id
-from ..plugins import command_prefix
+from ..plugins import command_prefix, is_local
 from ..store.approvals import ApprovalRow
 from .registry import Command, CommandContext, CommandRegistry
 
@@ -112,7 +112,7 @@ async def _arguments_file(path: str, ctx: CommandContext) -> str | BrainReply:
     """The text of ``/tool NAME @FILE``'s file: for a call too long to type (a terminal
     passes at most 4095 bytes in one line). Only in the terminal, whose person is the
     daemon's owner at its machine: a chat never names files there."""
-    if ctx.brain.origin.channel != "cli":
+    if not is_local(ctx.brain.origin.channel):
         return BrainReply(
             text="/tool NAME @FILE reads a file of the daemon's machine: only in the terminal."
         )

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from ..plugins import ids_tell_direct
 from ..store import Tx
 from ..store.audit import AuditFilter
 from .auth import ConsoleUser
@@ -33,7 +34,7 @@ class Scope:
         which are what they see on a channel whose ids do not tell."""
         if user.owner:
             return cls(None)
-        if user.channel != "telegram":
+        if not ids_tell_direct(user.channel):
             chats = tuple(written_in)
             return cls(chats, tuple(f"{chat}:" for chat in chats))
         own = f"{user.channel}:{user.id}"
@@ -41,7 +42,7 @@ class Scope:
 
     @classmethod
     def read(cls, tx: Tx, user: ConsoleUser) -> Scope:
-        if user.owner or user.channel == "telegram":
+        if user.owner or ids_tell_direct(user.channel):
             return cls.of(user)
         return cls.of(user, tx.inbox.chats_of(user.channel, user.id))
 
