@@ -13,9 +13,10 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from echo_bot.errors import ConfigError, MediaTooLarge, MediaUnavailable
+from echo_bot.events import Address, Attachment, OutboundMessage, Receipt
 from echo_bot.sizes import format_size
 
 
@@ -35,6 +36,45 @@ class Health:
                 "%s: %s (retrying)", self.channel, error
             )
         self.status, self.last_error = "degraded", error
+
+
+class _Sends(Protocol):
+    async def send(self, message: OutboundMessage) -> Receipt: ...
+
+
+class _ShowsPreviews(Protocol):
+    async def show_preview(self, to: Address, key: str, text: str) -> None: ...
+    async def end_preview(self, to: Address, key: str) -> None: ...
+
+
+class _FetchesMedia(Protocol):
+    async def fetch_media(
+        self, attachment: Attachment, destination: Path, *, limit: int | None = None
+    ) -> int: ...
+
+
+class ThroughParts:
+    """What a chat channel hands to its parts, written once: ``send`` to its
+    ``outbound``, a reply being written to its ``previews``, a file to its
+    ``downloads`` (the methods ``bus.PreviewSink`` and ``bus.MediaSource`` promise)."""
+
+    outbound: _Sends
+    previews: _ShowsPreviews
+    downloads: _FetchesMedia
+
+    async def send(self, message: OutboundMessage) -> Receipt:
+        return await self.outbound.send(message)
+
+    async def show_preview(self, to: Address, key: str, text: str) -> None:
+        await self.previews.show_preview(to, key, text)
+
+    async def end_preview(self, to: Address, key: str) -> None:
+        await self.previews.end_preview(to, key)
+
+    async def fetch_media(
+        self, attachment: Attachment, destination: Path, *, limit: int | None = None
+    ) -> int:
+        return await self.downloads.fetch_media(attachment, destination, limit=limit)
 
 
 class Backoff:

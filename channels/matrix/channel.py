@@ -13,11 +13,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from channels.parts import Backoff, connect_when_reachable
+from channels.parts import Backoff, ThroughParts, connect_when_reachable
 from echo_bot.bus import Bus, Capabilities, ChannelHost, Diagnosis
 from echo_bot.config import Config, MatrixConfig
 from echo_bot.errors import ConfigError
-from echo_bot.events import Address, Attachment, OutboundMessage, Receipt
 
 from .approvals import Prompts
 from .common import NETWORK_ERRORS, Health, Tasks, Unreachable, log
@@ -31,7 +30,7 @@ from .sync import Syncer
 STARTUP_TIMEOUT = 30.0
 
 
-class MatrixChannel:
+class MatrixChannel(ThroughParts):
     name = "matrix"
     capabilities = Capabilities(
         edits=True, previews=True, media=True, reactions=True, rate_limited=True, diagnoses=True,
@@ -56,6 +55,7 @@ class MatrixChannel:
             host, self.client, self.prompts, self._health, self.inbound.typing,
             self.syncer.synced, self._tasks,
         )  # fmt: skip
+        self.previews = self.outbound.previews
         self.downloads = Downloads(self.client, section, host)
         host.add_health("matrix", self.health)
 
@@ -136,17 +136,3 @@ class MatrixChannel:
         if self._health.rate_limited:
             state["rate_limited"] = self._health.rate_limited
         return state
-
-    async def send(self, message: OutboundMessage) -> Receipt:
-        return await self.outbound.send(message)
-
-    async def show_preview(self, to: Address, key: str, text: str) -> None:
-        await self.outbound.previews.show_preview(to, key, text)
-
-    async def end_preview(self, to: Address, key: str) -> None:
-        await self.outbound.previews.end_preview(to, key)
-
-    async def fetch_media(
-        self, attachment: Attachment, destination: Path, *, limit: int | None = None
-    ) -> int:
-        return await self.downloads.fetch_media(attachment, destination, limit=limit)

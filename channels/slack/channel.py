@@ -11,11 +11,10 @@ from typing import Any
 
 from slack_sdk.web.async_client import AsyncWebClient
 
-from channels.parts import connect_when_reachable
+from channels.parts import ThroughParts, connect_when_reachable
 from echo_bot.bus import Bus, Capabilities, ChannelHost, Diagnosis
 from echo_bot.config import SlackConfig
 from echo_bot.errors import ChannelError, ConfigError
-from echo_bot.events import Address, Attachment, OutboundMessage, Receipt
 
 from .blocks import Prompts
 from .common import Health, Tasks, Unreachable, log
@@ -29,7 +28,7 @@ from .web import Web
 STARTUP_TIMEOUT = 30.0
 
 
-class SlackChannel:
+class SlackChannel(ThroughParts):
     name = "slack"
     capabilities = Capabilities(
         buttons=True, edits=True, previews=True, media=True, threads=True, rate_limited=True,
@@ -47,6 +46,7 @@ class SlackChannel:
         self.web = Web(self.token, section.api_base, self._health)
         self.prompts = Prompts(host)
         self.outbound = Outbound(host, self.web, self.prompts, self._tasks)
+        self.previews = self.outbound.previews
         self.downloads = Downloads(section, self.token)
         self.socket: SocketMode | None = None
         self.events: EventsOverHttp | None = None
@@ -172,17 +172,3 @@ class SlackChannel:
         if self._health.rate_limited:
             state["rate_limited"] = self._health.rate_limited
         return state
-
-    async def send(self, message: OutboundMessage) -> Receipt:
-        return await self.outbound.send(message)
-
-    async def show_preview(self, to: Address, key: str, text: str) -> None:
-        await self.outbound.previews.show_preview(to, key, text)
-
-    async def end_preview(self, to: Address, key: str) -> None:
-        await self.outbound.previews.end_preview(to, key)
-
-    async def fetch_media(
-        self, attachment: Attachment, destination: Path, *, limit: int | None = None
-    ) -> int:
-        return await self.downloads.fetch_media(attachment, destination, limit=limit)

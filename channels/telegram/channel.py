@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from aiogram import Bot, Dispatcher
@@ -29,11 +28,10 @@ from aiogram.exceptions import (
 )
 from aiogram.types import BotCommand
 
-from channels.parts import connect_when_reachable
+from channels.parts import ThroughParts, connect_when_reachable
 from echo_bot.bus import Bus, Capabilities, ChannelHost
 from echo_bot.config import BOT_TOKEN_SHAPE, TelegramConfig, looks_like_bot_token
 from echo_bot.errors import ConfigError
-from echo_bot.events import Address, Attachment, OutboundMessage, Receipt
 
 from .common import Health, Me, Tasks, log
 from .handlers import Handlers
@@ -49,7 +47,7 @@ STARTUP_TIMEOUT = 15.0
 UNREACHABLE = (AiogramError, TimeoutError, OSError)
 
 
-class TelegramChannel:
+class TelegramChannel(ThroughParts):
     name = "telegram"
     capabilities = Capabilities(
         buttons=True,
@@ -191,16 +189,3 @@ class TelegramChannel:
         return own + [(n, h) for n, h in self.commands if n not in names]
 
     # -- what the core calls ----------------------------------------------------------------
-    async def send(self, message: OutboundMessage) -> Receipt:
-        return await self.outbound.send(message)
-
-    async def show_preview(self, to: Address, key: str, text: str) -> None:
-        await self.previews.show_preview(to, key, text)
-
-    async def end_preview(self, to: Address, key: str) -> None:
-        await self.previews.end_preview(to, key)
-
-    async def fetch_media(
-        self, attachment: Attachment, destination: Path, *, limit: int | None = None
-    ) -> int:
-        return await self.downloads.fetch_media(attachment, destination, limit=limit)
