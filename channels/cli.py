@@ -47,7 +47,7 @@ from echo_bot.events import (
     new_id,
     parse_approval_action,
 )
-from echo_bot.richtext.parts import as_written
+from echo_bot.richtext.parts import rendered_as_written
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +132,8 @@ class CliChannel:
         if self._output_closed:
             self._host.detach(self.name)  # closed before delivery took this channel on
             raise ChannelError(OUTPUT_CLOSED)
-        self._show(message)
+        markdown = message.format == TextFormat.MARKDOWN
+        self._show(message, await rendered_as_written(message.text, markdown, self._host.masker))
         inbound_id = message.metadata.get("inbound_id")
         if inbound_id and message.kind == OutboundKind.REPLY:
             self._awaiting.discard(str(inbound_id))
@@ -141,8 +142,14 @@ class CliChannel:
 
     # -- a reply as it is written -----------------------------------------------------------
     async def show_preview(self, to: Address, key: str, text: str) -> None:
-        if self._output_closed or as_written(text, True, self._host.masker) != text:
-            return  # a secret in disguise: the final reply shows the text masked, whole
+        """The reply as written so far, word by word: a word is printed once it is whole
+        (a secret is one word), and nothing more once the Markdown would read as a
+        secret (the final reply then shows the text masked, whole)."""
+        text = text[: max(text.rfind(" "), text.rfind("\n")) + 1]
+        if self._output_closed or not text.strip():
+            return
+        if await rendered_as_written(text, True, self._host.masker) != text:
+            return
         text = text.lstrip()  # as the final reply will be
         printed = ""
         if self._streaming is not None and self._streaming[0] == key:
@@ -166,7 +173,8 @@ class CliChannel:
             self._output_gone(exc)
 
     # -- rendering ------------------------------------------------------------------------
-    def _show(self, message: OutboundMessage) -> None:
+    def _show(self, message: OutboundMessage, shown: str) -> None:
+        """``shown``: the text as it is printed (``rendered_as_written``)."""
         held = self._held(message)
         view = message.approval
         if message.kind == OutboundKind.APPROVAL and message.edit_of is None:
@@ -177,7 +185,7 @@ class CliChannel:
             caption = f": {message.text}" if message.text.strip() else ""
             self._print(f"{held}📎 {message.file.name} ({message.file.size} bytes){caption}")
         else:
-            self._show_text(message, held)
+            self._show_text(message, held, shown)
 
     def _show_approval(self, message: OutboundMessage, held: str) -> None:
         """An approval prompt's first delivery (or again: /approvals)."""
@@ -198,13 +206,11 @@ class CliChannel:
         self._deferred = [p for p in self._deferred if _approval_id(p) != approval_id]
         self._print(f"{held}{outcome} (request {approval_id})")
 
-    def _show_text(self, message: OutboundMessage, held: str) -> None:
+    def _show_text(self, message: OutboundMessage, held: str, shown: str) -> None:
         """A text; a reply that was streamed prints only what the stream did not."""
         printed = self._streamed.pop(str(message.metadata.get("inbound_id", "")), None)
-        markdown = message.format == TextFormat.MARKDOWN
-        text = as_written(message.text, markdown, self._host.masker)
-        if text != message.text:
-            self._print(held + text)  # what the Markdown reads as, masked: never streamed
+        if shown != message.text:
+            self._print(held + shown)  # what the Markdown reads as, masked: never streamed
             return
         if not printed or message.kind != OutboundKind.REPLY:
             self._print(held + message.text)
@@ -214,7 +220,7 @@ class CliChannel:
         if rest is None:
             self._print(message.text)  # not what was streamed: shown whole
         elif rest.strip():
-            self._print(rest.lstrip("\n"))
+            self._print(rest.lstrip(" ").lstrip("\n"))  # the stream ended at a space
 
     def _held(self, message: OutboundMessage) -> str:
         """A mark for a message made before this start: it waited for a terminal."""

@@ -104,6 +104,13 @@ def as_written(text: str, markdown: bool, masker: Masking | None) -> str:
     return masked(shown, masker).text
 
 
+async def rendered_as_written(text: str, markdown: bool, masker: Masking | None) -> str:
+    """``as_written``, off the event loop unless short."""
+    if markdown and len(text) > RENDER_ON_LOOP:
+        return await asyncio.to_thread(as_written, text, markdown, masker)
+    return as_written(text, markdown, masker)
+
+
 def _written(part: Formatted, masker: Masking | None, renderer: Renderer[Wire]) -> list[Wire]:
     wire = renderer.wire(part)
     if not renderer.fits(wire) and len(part.text) > 1:  # the markup made it too long

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from channels.cli import CliChannel
 from channels.telegram import PREVIEW_MARK
-from echo_bot.events import Address, OutboundMessage
+from echo_bot.events import Address, OutboundMessage, TextFormat
+from echo_bot.secrets import Masker
 from tests.agent.test_agent import GateTool
 from tests.channels.test_telegram import OWNER, reply_to, say, sends, telegram_bot
 from tests.conftest import echo_bot_env, run_echo_bot
@@ -191,23 +192,49 @@ async def test_a_broken_stream_falls_back_and_nothing_crashes(state_dir: Path) -
             await reply_to(api, message_id)
 
 
-async def test_the_terminal_prints_a_reply_as_it_is_written() -> None:
+async def test_the_terminal_prints_a_reply_as_it_is_written_word_by_word() -> None:
     out = io.StringIO()
     channel = CliChannel(
         None, {"stdin": io.StringIO(), "stdout": out, "interactive": False}, BareHost()
     )
     here = Address(channel="cli", chat_id="local")
     await channel.show_preview(here, "turn1", "Hello")
-    assert out.getvalue() == "Hello"
+    assert out.getvalue() == ""  # a word is printed once it is whole
     await channel.show_preview(here, "turn1", "Hello, wor")
-    assert out.getvalue() == "Hello, wor"
+    assert out.getvalue() == "Hello, "
     await channel.end_preview(here, "turn1")
     await channel.send(
         OutboundMessage(to=here, text="Hello, world.", metadata={"inbound_id": "turn1"})
     )
-    assert out.getvalue() == "Hello, wor\nld.\n"
+    assert out.getvalue() == "Hello, \nworld.\n"
     await channel.send(OutboundMessage(to=here, text="Next reply", metadata={"inbound_id": "t2"}))
-    assert out.getvalue().endswith("ld.\nNext reply\n")
+    assert out.getvalue().endswith("world.\nNext reply\n")
+
+
+async def test_attack_a_secret_in_markdown_disguise_never_shows_in_the_terminal_even_in_part() -> (
+    None
+):
+    """The terminal prints Markdown as written; written as ``&amp;`` and ``**`` it would
+    still read as the secret. The stream stops before it, the reply prints what the
+    Markdown reads as, masked."""
+    secret = "sk-pa&ss<word>-1234567890"
+    disguised = "sk-pa&amp;ss&lt;word&gt;-12**345**67890"
+    host = BareHost()
+    host.masker = Masker([secret])
+    out = io.StringIO()
+    channel = CliChannel(None, {"stdin": io.StringIO(), "stdout": out, "interactive": False}, host)
+    here = Address(channel="cli", chat_id="local")
+    text = f"The key is {disguised} as asked."
+    for end in range(1, len(text) + 1):
+        await channel.show_preview(here, "turn1", text[:end])
+    await channel.end_preview(here, "turn1")
+    await channel.send(
+        OutboundMessage(to=here, text=text, format=TextFormat.MARKDOWN,
+                        metadata={"inbound_id": "turn1"})
+    )  # fmt: skip
+    shown = out.getvalue()
+    assert "The key is *** as asked." in shown
+    assert not any(part in shown for part in ("sk-pa", "&amp;ss", "12**345", "67890")), shown
 
 
 async def test_stops_for_nothing_and_unreadable_updates_change_nothing(state_dir: Path) -> None:
