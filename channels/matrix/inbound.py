@@ -182,27 +182,47 @@ class Inbound:
         if media is None and not isinstance(event, RoomMessageText | RoomMessageEmote):
             return  # state, redactions, notices (bots talk with m.notice), unknown kinds
         target = reply_target(event)
-        if target is not None and isinstance(event, RoomMessageText):
-            # A decision typed in reply to a prompt goes to the gate from anyone, as a
-            # reaction does: a non-approver is refused and told so, either way.
-            verb = verb_of_reply(event.body or "")
-            if verb is not None and await self._decide(room_id, event, target, verb):
-                return
-        if not await self.allowed(sender):
-            # A stranger: answered only alone with the bot (a room they invited it to
-            # while a pairing code waited), where they may send the code.
-            if self._direct(room_id, sender) and isinstance(event, RoomMessageText):
-                await self.edge.take(MessageInbound(
-                    address=address_of(room_id), sender=Sender(id=sender),
-                    text=self._text(event), external_id=event.event_id,
-                ))  # fmt: skip
+        if target is not None and await self._replied_decision(room_id, event, target):
             return
+        if not await self.allowed(sender):
+            await self._stranger(room_id, sender, event)
+            return
+        await self._message(room_id, sender, event, media, answers_prompt=target is not None)
+
+    async def _replied_decision(self, room_id: str, event: Any, target: str) -> bool:
+        """A decision typed in reply to a prompt goes to the gate from anyone, as a
+        reaction does: a non-approver is refused and told so, either way. False: the
+        event is no such reply."""
+        if not isinstance(event, RoomMessageText):
+            return False
+        verb = verb_of_reply(event.body or "")
+        return verb is not None and await self._decide(room_id, event, target, verb)
+
+    async def _stranger(self, room_id: str, sender: str, event: Any) -> None:
+        """A stranger is answered only alone with the bot (a room they invited it to
+        while a pairing code waited), where they may send the code."""
+        if self._direct(room_id, sender) and isinstance(event, RoomMessageText):
+            await self.edge.take(MessageInbound(
+                address=address_of(room_id), sender=Sender(id=sender),
+                text=self._text(event), external_id=event.event_id,
+            ))  # fmt: skip
+
+    async def _message(
+        self,
+        room_id: str,
+        sender: str,
+        event: Any,
+        media: dict[str, Any] | None,
+        *,
+        answers_prompt: bool,
+    ) -> None:
+        """An allowed person's message, with its file, into the inbox."""
         attachments: list[Attachment] = []
         if media is not None:
             text, attachments = await self._media(event.event_id, media)
         else:
             text = self._text(event)
-        if target is None and text and await self._unattached(room_id, text):
+        if not answers_prompt and text and await self._unattached(room_id, text):
             return
         inbound_id = await self.edge.take(
             MessageInbound(

@@ -28,6 +28,7 @@ from echo_bot.config import SlackConfig
 from echo_bot.errors import StoreError
 from echo_bot.events import (
     DIRECT,
+    Address,
     ApprovalDecision,
     DecisionInbound,
     MessageInbound,
@@ -94,24 +95,11 @@ class Inbound:
         event, event_id = payload.get("event"), _str(payload.get("event_id"))
         if not isinstance(event, dict) or not event_id:
             return
-        kind = event.get("type")
-        channel, user, ts = (
-            _str(event.get("channel")),
-            _str(event.get("user")),
-            _str(event.get("ts")),
-        )
-        if not channel or not user or not ts or not _ID.match(channel) or not _TS.match(ts):
+        wanted = self._answered(event)
+        if wanted is None:
             return
-        if event.get("bot_id") or user == self.bot_user_id:
-            return  # the bot's own messages, and other bots'
+        channel, user, ts = wanted
         direct = channel.startswith("D")
-        if kind == "message":
-            if event.get("channel_type") != "im" or event.get("subtype") not in TAKEN_SUBTYPES:
-                return  # in channels only mentions count; edits, joins… are not messages
-        elif kind != "app_mention" or direct:
-            return
-        if not direct and self.config.channels is not None and channel not in self.config.channels:
-            return
         thread = _str(event.get("thread_ts"))
         chat = address_of(channel, thread if thread and _TS.match(thread) else None)
         text = self._text(event)
@@ -128,6 +116,23 @@ class Inbound:
                 metadata={DIRECT: True} if direct else {},
             )
         )
+
+    def _answered(self, event: dict[str, Any]) -> tuple[str, str, str] | None:
+        """(conversation, user, ts) of an event the bot answers; None for the rest: ids
+        malformed, its own and other bots' messages, in a channel anything but a mention,
+        edits and joins, a conversation outside ``[slack] channels``."""
+        channel, user, ts = (_str(event.get(key)) for key in ("channel", "user", "ts"))
+        if not channel or not user or not ts or not _ID.match(channel) or not _TS.match(ts):
+            return None
+        if event.get("bot_id") or user == self.bot_user_id:
+            return None  # the bot's own messages, and other bots'
+        direct = channel.startswith("D")
+        if event.get("type") == "message":
+            taken = event.get("channel_type") == "im" and event.get("subtype") in TAKEN_SUBTYPES
+        else:
+            taken = event.get("type") == "app_mention" and not direct
+        listed = direct or self.config.channels is None or channel in self.config.channels
+        return (channel, user, ts) if taken and listed else None
 
     def _text(self, event: dict[str, Any]) -> str:
         """The text as the agent reads it: clean, the bot's own mention left out, a
@@ -154,27 +159,12 @@ class Inbound:
         action_id = _str(action.get("action_id")) or ""
         if not presser or not channel or not message_ts or not _ID.match(channel):
             return
-        name = clean(_str(user.get("username")) or _str(user.get("name")) or "")[:100]
-        if name and len(self.names) < NAMES_MAX:
-            self.names[presser] = name
-        thread = _str(_dict(payload.get("message")).get("thread_ts"))
+        name = self._named(presser, user)
         kept = await self.prompts.kept(channel, message_ts)
-        # Where the prompt was sent (a parent message gets a thread_ts of its own once
-        # someone replies under it: the press still decides in the prompt's chat).
-        chat = (
-            kept.to
-            if kept is not None
-            else address_of(
-                channel, thread if thread and _TS.match(thread) and thread != message_ts else None
-            )
-        )
+        chat = kept.to if kept is not None else self._pressed_in(channel, message_ts, payload)
         parsed = parse_approval_action(action_id)
         if kept is None or action_id not in kept.actions or parsed is None:
-            log.warning("slack: a press of %r on %s in %s is no prompt's button", action_id[:80],
-                        message_ts, channel)  # fmt: skip
-            await self.host.audit("slack.forged_action", user=presser, chat=channel,
-                                  action=action_id[:80])  # fmt: skip
-            await self.edge.notice(chat, "⚠️ That button is not one of this request's.")
+            await self._forged(chat, presser, channel, message_ts, action_id)
             return
         verb, request_id, seconds = parsed
         when = _str(action.get("action_ts")) or message_ts
@@ -189,3 +179,29 @@ class Inbound:
                 external_id=f"press:{channel}:{message_ts}:{presser}:{when}",
             )
         )  # fmt: skip
+
+    def _named(self, presser: str, user: dict[str, Any]) -> str:
+        """The presser's display name as the press says it (remembered for their messages)."""
+        name = clean(_str(user.get("username")) or _str(user.get("name")) or "")[:100]
+        if name and len(self.names) < NAMES_MAX:
+            self.names[presser] = name
+        return name
+
+    @staticmethod
+    def _pressed_in(channel: str, message_ts: str, payload: dict[str, Any]) -> Address:
+        """Where a press on a message that is no kept prompt happened (a parent message
+        gets a thread_ts of its own once someone replies under it: that is not a thread
+        the message is in)."""
+        thread = _str(_dict(payload.get("message")).get("thread_ts"))
+        inside = thread if thread and _TS.match(thread) and thread != message_ts else None
+        return address_of(channel, inside)
+
+    async def _forged(
+        self, chat: Address, presser: str, channel: str, message_ts: str, action_id: str
+    ) -> None:
+        """A press naming an action the pressed message does not carry: refused, audited."""
+        log.warning("slack: a press of %r on %s in %s is no prompt's button", action_id[:80],
+                    message_ts, channel)  # fmt: skip
+        await self.host.audit("slack.forged_action", user=presser, chat=channel,
+                              action=action_id[:80])  # fmt: skip
+        await self.edge.notice(chat, "⚠️ That button is not one of this request's.")
