@@ -171,27 +171,29 @@ def registry() -> Registry:
     return build(list(entry_points(group=GROUP)))
 
 
+def _says(channel: str, flag: str) -> bool:
+    """Whether ``channel``'s spec sets ``flag`` (an unknown channel sets none)."""
+    spec = registry().get(channel)
+    return spec is not None and bool(getattr(spec, flag))
+
+
 def ids_tell_direct(channel: str) -> bool:
     """Whether ``channel``'s chat ids say which chat is a person's own with the bot."""
-    spec = registry().get(channel)
-    return spec is not None and spec.ids_tell_direct
+    return _says(channel, "ids_tell_direct")
 
 
 def is_local(channel: str) -> bool:
     """Whether ``channel``'s person is the owner at the daemon's machine (the terminal)."""
-    spec = registry().get(channel)
-    return spec is not None and spec.local
+    return _says(channel, "local")
 
 
 def is_machine(channel: str) -> bool:
     """Whether what comes in on ``channel`` is sent by a program (a webhook's route)."""
-    spec = registry().get(channel)
-    return spec is not None and spec.machine
+    return _says(channel, "machine")
 
 
 def _whole_chat_id(channel: str) -> bool:
-    spec = registry().get(channel)
-    return spec is not None and spec.colons_in_chat_ids
+    return _says(channel, "colons_in_chat_ids")
 
 
 events.whole_chat_id = _whole_chat_id  # how Address.parse reads such a channel's addresses
