@@ -1,80 +1,62 @@
 """The built-in channels as plugins: their ``ChannelSpec``s, registered in pyproject.toml
 under the ``echo_bot.channels`` entry point group like any other channel's. This module
-imports no network library: the channel classes are named here and imported only when
-their channel runs."""
+imports no network library: each channel's section is its package's ``settings`` (pure
+pydantic), and the channel classes are named here and imported only when their channel
+runs."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 
-from echo_bot.config import MatrixConfig, SlackConfig, TelegramConfig, WebhookConfig
+from echo_bot.config import WebhookConfig
 from echo_bot.plugins import ChannelSpec
+
+from .matrix import settings as matrix
+from .slack import settings as slack
+from .telegram import settings as telegram
 
 CHAT_LIVE_KEYS = frozenset({"allowed_users", "approvers"})  # taken at SIGHUP
 
-
-def _telegram_on(section: TelegramConfig, environ: Mapping[str, str], from_file: bool) -> bool:
-    """Switched on in the config file; with no file, by its token in the environment."""
-    return section.enabled if from_file else bool(environ.get(section.token_env))
-
-
-def _telegram_secrets(
-    section: TelegramConfig, environ: Mapping[str, str]
-) -> list[tuple[str, bool]]:
-    found = [(section.token_env, True)]
-    if section.mode == "webhook":
-        found.append((section.webhook_secret_env, True))
-    return found
-
-
 TELEGRAM = ChannelSpec(
     name="telegram",
-    target="channels.telegram:TelegramChannel",
+    target="channels.telegram.channel:TelegramChannel",
     dedupe_window=72 * 3600.0,  # Telegram may reuse an update_id after a week of silence
     ids_tell_direct=True,
     pair_hint="on Telegram: /pair {code}",
-    enabled=_telegram_on,
+    enabled=telegram.is_on,
+    without_file=lambda s: f"set ${s.token_env} for Telegram",
     http_reason=lambda s: "Telegram webhook mode" if s.mode == "webhook" else None,
     allowed_users=lambda s: {str(u) for u in s.allowed_users},
     approvers=lambda s: {str(u) for u in s.approver_ids},
-    secrets_in_use=_telegram_secrets,
+    secrets_in_use=telegram.secrets_in_use,
     secret_names=lambda s: [s.token_env, s.webhook_secret_env],
+    environment_problems=telegram.environment_problems,
+    summary=telegram.summary,
     live_keys=CHAT_LIVE_KEYS,
+    config_model=telegram.TelegramConfig,
 )
-
-
-def _matrix_secrets(section: MatrixConfig, environ: Mapping[str, str]) -> list[tuple[str, bool]]:
-    # The token, or for a first login the password (then the kept token is used).
-    found = [(section.access_token_env, section.password_env is None)]
-    if section.password_env:
-        found.append((section.password_env, False))
-    return found
-
 
 MATRIX = ChannelSpec(
     name="matrix",
-    target="channels.matrix:MatrixChannel",
+    target="channels.matrix.channel:MatrixChannel",
     install="echo-bot[matrix]",
     colons_in_chat_ids=True,  # a room ID: !opaque:server
     pair_hint="on Matrix: invite the bot to a direct chat, then send: pair {code}",
     enabled=lambda s, environ, from_file: s.enabled,
     allowed_users=lambda s: set(s.allowed_users),
     approvers=lambda s: set(s.approver_ids),
-    secrets_in_use=_matrix_secrets,
+    secrets_in_use=matrix.secrets_in_use,
     secret_names=lambda s: [s.access_token_env] + ([s.password_env] if s.password_env else []),
+    environment_problems=matrix.environment_problems,
+    summary=matrix.summary,
     live_keys=CHAT_LIVE_KEYS,
+    config_model=matrix.MatrixConfig,
 )
-
-
-def _slack_secrets(section: SlackConfig, environ: Mapping[str, str]) -> list[tuple[str, bool]]:
-    # Socket Mode reads the app token, the HTTP mode the signing secret.
-    transport = section.app_token_env if section.mode == "socket" else section.signing_secret_env
-    return [(section.bot_token_env, True), (transport, True)]
-
 
 SLACK = ChannelSpec(
     name="slack",
-    target="channels.slack:SlackChannel",
+    target="channels.slack.channel:SlackChannel",
     install="echo-bot[slack]",
     prefix="!",  # Slack takes /commands as its own
     pair_hint="on Slack, in a direct message to the bot: pair {code}",
@@ -82,14 +64,28 @@ SLACK = ChannelSpec(
     http_reason=lambda s: "Slack's Events API" if s.mode == "http" else None,
     allowed_users=lambda s: set(s.allowed_users),
     approvers=lambda s: set(s.approver_ids),
-    secrets_in_use=_slack_secrets,
+    secrets_in_use=slack.secrets_in_use,
     secret_names=lambda s: [s.bot_token_env, s.app_token_env, s.signing_secret_env],
+    environment_problems=slack.environment_problems,
+    summary=slack.summary,
     live_keys=CHAT_LIVE_KEYS,
+    config_model=slack.SlackConfig,
 )
 
 
 def _webhook_secrets(section: WebhookConfig, environ: Mapping[str, str]) -> list[tuple[str, bool]]:
     return [(r.secret_env, True) for r in section.routes if r.secret_env]
+
+
+def _webhook_problems(
+    section: WebhookConfig, environ: Mapping[str, str], state_dir: Path | None
+) -> list[str]:
+    return [
+        f"routes[{index}].secret_env: environment variable {route.secret_env} is not set"
+        " (the route's secret)"
+        for index, route in enumerate(section.routes)
+        if route.secret_env and not environ.get(route.secret_env)
+    ]
 
 
 WEBHOOK = ChannelSpec(
@@ -100,6 +96,8 @@ WEBHOOK = ChannelSpec(
     http_reason=lambda s: "webhooks",
     secrets_in_use=_webhook_secrets,
     secret_names=lambda s: [r.secret_env for r in s.routes if r.secret_env],
+    environment_problems=_webhook_problems,
+    summary=lambda s: f"on ({len(s.routes)} route(s))",
 )
 
 # The terminal: runs when asked; its person is the owner at the machine.

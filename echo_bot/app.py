@@ -177,10 +177,10 @@ class Daemon:
 
     async def _bind_http(self, config: Config) -> HttpServer | None:
         if not http_reasons(config, self.channel_names):
-            if "telegram" in self.channel_names:  # it used to open one in polling mode
-                log.info(
-                    "Telegram polls: no HTTP server and no port ([http] enabled = true"
-                    " serves /healthz and /metrics)"
+            if any(not registry()[name].local for name in self.channel_names):
+                log.info(  # a channel that polls its peer needs no port of its own
+                    "no HTTP server and no port ([http] enabled = true serves /healthz"
+                    " and /metrics)"
                 )
             return None
         from .http import HttpServer
@@ -400,7 +400,8 @@ class Daemon:
         rt = self.runtime
         channels = ", ".join(self.channel_names) or "none (no terminal attached)"
         source = rt.loaded.path or "embedded defaults"
-        chat = "; /help lists commands" if "cli" in self.channel_names else ""
+        local = any(registry()[name].local for name in self.channel_names)
+        chat = "; /help lists commands" if local else ""
         config = rt.loaded.config
         console = (
             f"console: {console_base(config)}/console/ (sign in: `echo-bot console link`)\n"

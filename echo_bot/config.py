@@ -241,162 +241,13 @@ class ConsoleConfig(Section):
         return self
 
 
-def _https_url(value: str | None) -> str | None:
-    """Telegram delivers webhook updates only to HTTPS URLs (setWebhook refuses others)."""
-    if value is None:
-        return value
-    parts = urlsplit(value)
-    if parts.scheme.lower() != "https" or not parts.hostname:
-        scheme = f"{parts.scheme}://" if parts.scheme else "no scheme"
-        raise ValueError(
-            f"Telegram sends updates only to an https:// URL with a host (this one has "
-            f"{scheme if parts.scheme.lower() != 'https' else 'no host'}): your reverse "
-            "proxy's public HTTPS address"
-        )
-    return value
-
-
-class TelegramConfig(Section):
-    enabled: StrictBool = False
-    token_env: EnvName = "TELEGRAM_BOT_TOKEN"
-    api_base: str = "https://api.telegram.org"
-    mode: Literal["polling", "webhook"] = "polling"
-    # Several daemons on one PostgreSQL store: one polls; when it dies, another takes
-    # over once it has been unseen this long (at least 10 s: daemons are seen every 5).
-    lease: Duration = Field(timedelta(seconds=15), ge=timedelta(seconds=10))
-    webhook_url: Annotated[str | None, AfterValidator(_https_url)] = None
-    webhook_secret_env: EnvName = "TELEGRAM_WEBHOOK_SECRET"
-    allowed_users: list[int] = Field(default_factory=list)
-    approvers: list[int] | None = None
-    # Photos, voice notes, documents…: fetched during the turn and saved in the workspace
-    # (off: described by name and size only, nothing downloaded).
-    media: StrictBool = True
-    # Telegram's cloud Bot API hands bots files of at most 20 MB; a local Bot API server
-    # allows more.
-    max_download: ByteSize = 20 * 1000**2
-
-    @model_validator(mode="after")
-    def _webhook_needs_url(self) -> TelegramConfig:
-        if self.mode == "webhook" and not self.webhook_url:
-            raise ValueError("mode = 'webhook' needs webhook_url (the public HTTPS URL)")
-        return self
-
-    @property
-    def approver_ids(self) -> list[int]:
-        return self.allowed_users if self.approvers is None else self.approvers
-
-
-def _homeserver_url(value: str) -> str:
+def http_url(value: str) -> str:
+    """An http:// or https:// URL with a host, without its trailing slash (a peer's
+    base address: a homeserver, an API)."""
     parts = urlsplit(value)
     if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
         raise ValueError("expected an http:// or https:// URL with a host")
     return value.rstrip("/")
-
-
-_MATRIX_USER = re.compile(r"^@[^:\s]+:[^\s]+$")
-_MATRIX_ROOM = re.compile(r"^![^:\s]+:[^\s]+$")
-
-
-def _matrix_user(value: str) -> str:
-    if not _MATRIX_USER.match(value):
-        raise ValueError(f"{value!r} is not a Matrix user ID (@name:server)")
-    return value
-
-
-def _matrix_room(value: str) -> str:
-    if not _MATRIX_ROOM.match(value):
-        raise ValueError(f"{value!r} is not a Matrix room ID (!id:server)")
-    return value
-
-
-MatrixUser = Annotated[str, AfterValidator(_matrix_user)]
-MatrixRoom = Annotated[str, AfterValidator(_matrix_room)]
-
-
-class MatrixConfig(Section):
-    enabled: StrictBool = False
-    homeserver: Annotated[str, AfterValidator(_homeserver_url)] = "https://matrix.org"
-    user_id: MatrixUser | None = None
-    # The bot account's access token; or, for a first login, its password (the device
-    # and token that login gives are then kept in the store and used from then on).
-    access_token_env: EnvName = "MATRIX_ACCESS_TOKEN"
-    password_env: EnvName | None = None
-    device_name: str = Field("echo-bot", min_length=1, max_length=100)
-    allowed_users: list[MatrixUser] = Field(default_factory=list)
-    approvers: list[MatrixUser] | None = None
-    rooms: list[MatrixRoom] | None = None  # None: any room an allowed user invites it to
-    encryption: StrictBool = True
-    # Several daemons on one PostgreSQL store: one syncs; when it dies, another takes
-    # over once it has been unseen this long (at least 10 s: daemons are seen every 5).
-    lease: Duration = Field(timedelta(seconds=15), ge=timedelta(seconds=10))
-    # Images, files, audio and video people send: fetched from the media repository
-    # during the turn and saved in the workspace (off: described by name only).
-    media: StrictBool = True
-    max_download: ByteSize = 20 * 1000**2
-
-    @model_validator(mode="after")
-    def _needs_user(self) -> MatrixConfig:
-        if self.enabled and not self.user_id:
-            raise ValueError("user_id is needed (the bot account, @name:server)")
-        return self
-
-    @property
-    def approver_ids(self) -> list[str]:
-        return self.allowed_users if self.approvers is None else self.approvers
-
-
-_SLACK_USER = re.compile(r"^[UW][A-Z0-9]{2,}$")
-_SLACK_CHANNEL = re.compile(r"^[CG][A-Z0-9]{2,}$")
-
-
-def _slack_user(value: str) -> str:
-    if not _SLACK_USER.match(value):
-        raise ValueError(f"{value!r} is not a Slack user ID (U… or W…, as its profile shows)")
-    return value
-
-
-def _slack_channel(value: str) -> str:
-    if not _SLACK_CHANNEL.match(value):
-        raise ValueError(f"{value!r} is not a Slack channel ID (C… or G…, not its #name)")
-    return value
-
-
-def _slack_api_base(value: str) -> str:
-    parts = urlsplit(value)
-    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
-        raise ValueError("expected an http:// or https:// URL with a host")
-    return value.rstrip("/") + "/"
-
-
-SlackUser = Annotated[str, AfterValidator(_slack_user)]
-SlackChannel = Annotated[str, AfterValidator(_slack_channel)]
-
-
-class SlackConfig(Section):
-    enabled: StrictBool = False
-    # "socket": Socket Mode, a WebSocket the daemon opens (no public URL needed; the app
-    # token). "http": the Events API and interactivity POSTed to [http] at `path`
-    # (a public HTTPS URL in front of it; the signing secret).
-    mode: Literal["socket", "http"] = "socket"
-    bot_token_env: EnvName = "SLACK_BOT_TOKEN"  # xoxb-…
-    app_token_env: EnvName = "SLACK_APP_TOKEN"  # xapp-…, Socket Mode
-    signing_secret_env: EnvName = "SLACK_SIGNING_SECRET"  # HTTP mode
-    path: str = Field("/slack/events", pattern=r"^/[A-Za-z0-9/_-]{1,100}$")
-    allowed_users: list[SlackUser] = Field(default_factory=list)
-    approvers: list[SlackUser] | None = None
-    # The channels (C…/G…) it answers mentions in; None: any it is a member of. Direct
-    # messages from allowed users are always taken.
-    channels: list[SlackChannel] | None = None
-    # The Web API's base URL (a test server or a proxy).
-    api_base: Annotated[str, AfterValidator(_slack_api_base)] = "https://slack.com/api/"
-    # Files people share: fetched during the turn and saved in the workspace (off:
-    # described by name only).
-    media: StrictBool = True
-    max_download: ByteSize = 20 * 1000**2
-
-    @property
-    def approver_ids(self) -> list[str]:
-        return self.allowed_users if self.approvers is None else self.approvers
 
 
 class MediaConfig(Section):
@@ -642,9 +493,6 @@ class Config(Section):
     approvals: ApprovalsConfig = Field(default_factory=ApprovalsConfig)
     http: HttpConfig = Field(default_factory=HttpConfig)
     console: ConsoleConfig = Field(default_factory=ConsoleConfig)
-    telegram: TelegramConfig = Field(default_factory=TelegramConfig)
-    matrix: MatrixConfig = Field(default_factory=MatrixConfig)
-    slack: SlackConfig = Field(default_factory=SlackConfig)
     media: MediaConfig = Field(default_factory=MediaConfig)
     webhook: WebhookConfig = Field(default_factory=WebhookConfig)
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
@@ -652,8 +500,9 @@ class Config(Section):
     cron: list[CronJob] = Field(default_factory=list)
     mcp: McpConfig = Field(default_factory=McpConfig)
     # The sections of installed channel plugins, by name (``parse_config``): validated
-    # by each one's own model (``ChannelSpec.config_model``), never from input here.
-    _channel_sections: dict[str, Any] = PrivateAttr(default_factory=dict)
+    # by each one's own model (``ChannelSpec.config_model``), never from input here. A
+    # section the file leaves out is there with its defaults when its model has one.
+    _channel_sections: dict[str, Any] = PrivateAttr(default_factory=lambda: default_sections())
 
     @field_validator("cron")
     @classmethod
@@ -755,7 +604,7 @@ def parse_config(data: Mapping[str, Any], source: str = "<config>") -> Config:
             fields: dict[str, Any] = {key: (model, ...) for key, (model, _) in plugins.items()}
             sections = create_model("ChannelSections", **fields)
             read = sections.model_validate({key: raw for key, (_, raw) in plugins.items()})
-            config._channel_sections = {key: getattr(read, key) for key in plugins}
+            config._channel_sections.update({key: getattr(read, key) for key in plugins})
     except ValidationError as exc:
         raise ConfigError(format_validation_error(source, exc)) from None
     return config
@@ -780,10 +629,6 @@ def load_config(path: Path | None) -> LoadedConfig:
     return LoadedConfig(config=parse_config(data, str(path)), path=path)
 
 
-def telegram_enabled(loaded: LoadedConfig, environ: Mapping[str, str]) -> bool:
-    return channel_enabled(loaded, environ, "telegram")
-
-
 def llm_enabled(loaded: LoadedConfig, environ: Mapping[str, str]) -> bool:
     """Whether the brain is the routed LLM (config.example.toml, ``[brain] kind``)."""
     brain, openai = loaded.config.brain, loaded.config.openai
@@ -798,6 +643,17 @@ def channel_names() -> list[str]:
     """The installed channels (``plugins.registry``): what an address (deliver_to,
     default_chat) may name."""
     return registry().names
+
+
+def default_sections() -> dict[str, Any]:
+    """Each installed channel's section as its model reads an empty one, for those whose
+    every key has a default (as a core section left out of the file)."""
+    found = {}
+    for name, spec in registry().specs.items():
+        model = spec.config_model
+        if model is not None and not any(f.is_required() for f in model.model_fields.values()):
+            found[name] = model()
+    return found
 
 
 def channel_section(config: Config, name: str) -> Any:
@@ -891,36 +747,6 @@ def with_credentials(config: Config, environ: Mapping[str, str]) -> dict[str, st
     return env
 
 
-BOT_TOKEN_SHAPE = "expected 123456:ABC…, as @BotFather gives it"
-
-
-def looks_like_bot_token(token: str) -> bool:
-    """A Telegram bot token's shape: ``<digits>:<rest>``, no whitespace (the rule aiogram
-    applies when a Bot is made). ``run``, ``check-config`` and ``doctor`` all ask here."""
-    bot_id, sep, rest = token.partition(":")
-    return bool(sep and bot_id.isdigit() and rest) and not any(c.isspace() for c in token)
-
-
-SLACK_TOKEN_KINDS = {"xoxb-": "a bot token", "xapp-": "an app-level token", "xoxp-": "a user token"}
-# What each of the channel's keys must hold: its prefix, and what to copy.
-SLACK_TOKENS = {
-    "slack.bot_token_env": ("xoxb-", "the bot token, the app's Bot User OAuth Token"),
-    "slack.app_token_env": ("xapp-", "the app-level token, with connections:write"),
-}
-
-
-def _slack_token_shape(source: str, key: str, name: str, env: Mapping[str, str]) -> list[str]:
-    """A Slack token of the wrong kind (each names its kind in its prefix) is said now,
-    not after a network call: the two tokens swapped is the common mistake."""
-    prefix, what = SLACK_TOKENS[key]
-    token = env.get(name, "")
-    if not token or token.startswith(prefix):
-        return []
-    kind = next((k for p, k in SLACK_TOKEN_KINDS.items() if token.startswith(p)), None)
-    found = f"it holds {kind}" if kind else "it does not look like a Slack token"
-    return [f"{source}: {key}: ${name} should be {what} ({prefix}…); {found}"]
-
-
 def check_environment(
     loaded: LoadedConfig,
     environ: Mapping[str, str] | None = None,
@@ -928,7 +754,8 @@ def check_environment(
 ) -> None:
     """Fail when a secret that an enabled part needs is missing from the environment, or
     is plainly not what it should be (a Slack token of the other kind). ``state_dir``:
-    where a Matrix login kept from a first password login may stand in for both."""
+    where a channel may keep what stands in for a secret (a login kept from a first
+    password login)."""
     env = os.environ if environ is None else environ
     config = loaded.config
     source = str(loaded.path) if loaded.path else "<defaults>"
@@ -938,54 +765,14 @@ def check_environment(
         if not env.get(name):
             problems.append(f"{source}: {key}: environment variable {name} is not set ({what})")
 
-    if telegram_enabled(loaded, env):
-        need("telegram.token_env", config.telegram.token_env, "the bot token")
-        token = env.get(config.telegram.token_env)
-        if token and not looks_like_bot_token(token):
-            problems.append(
-                f"{source}: telegram.token_env: ${config.telegram.token_env} does not look"
-                f" like a bot token ({BOT_TOKEN_SHAPE})"
-            )
-        if config.telegram.mode == "webhook":
-            need(
-                "telegram.webhook_secret_env",
-                config.telegram.webhook_secret_env,
-                "the webhook secret token",
-            )
-    if config.matrix.enabled:
-        matrix = config.matrix
-        kept = state_dir is not None and (state_dir / "matrix" / "login.json").exists()
-        password = bool(matrix.password_env and env.get(matrix.password_env))
-        if not (env.get(matrix.access_token_env) or password or kept):
-            also = f", nor {matrix.password_env} for a first login" if matrix.password_env else ""
-            problems.append(
-                f"{source}: matrix.access_token_env: environment variable"
-                f" {matrix.access_token_env} is not set (the bot's access token{also}; or set"
-                " matrix.password_env and the variable it names to log in with a password)"
-            )
-    if config.slack.enabled:
-        slack = config.slack
-        need("slack.bot_token_env", slack.bot_token_env, "the bot token, xoxb-…")
-        problems += _slack_token_shape(source, "slack.bot_token_env", slack.bot_token_env, env)
-        if slack.mode == "socket":
-            need("slack.app_token_env", slack.app_token_env, "the app token, xapp-…")
-            problems += _slack_token_shape(source, "slack.app_token_env", slack.app_token_env, env)
-        else:
-            need("slack.signing_secret_env", slack.signing_secret_env, "the signing secret")
-    for name in registry().names:  # the plugins' channels: the secrets they say they need
+    for name in registry().names:  # each channel's own: what its spec says it needs
         section = channel_section(config, name)
-        if name in Config.model_fields or section is None:
-            continue
-        if channel_enabled(loaded, env, name):
-            for variable, needed in registry()[name].secrets_in_use(section, env):
-                if needed:
-                    need(name, variable, f"a secret the {name} channel reads")
+        if section is not None and channel_enabled(loaded, env, name):
+            spec = registry()[name]
+            found = spec.problems(section, env, state_dir)
+            problems += [f"{source}: {name}.{text}" for text in found]
     if config.brain.kind == "openai" and config.openai.base_url == DEFAULT_OPENAI_BASE_URL:
         need("openai.api_key_env", config.openai.api_key_env, "the API key")
-    if config.webhook.enabled:
-        for index, route in enumerate(config.webhook.routes):
-            if route.secret_env:
-                need(f"webhook.routes[{index}].secret_env", route.secret_env, "the route's secret")
     for index, server in enumerate(config.mcp.servers):
         for inner, name in sorted(server.secret_env.items()):
             need(f"mcp.servers[{index}].secret_env.{inner}", name, f"{server.name}'s secret")

@@ -20,6 +20,7 @@ import importlib
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint, entry_points
+from pathlib import Path
 from typing import Any
 
 from . import events
@@ -67,6 +68,9 @@ class ChannelSpec:
     # Whether it runs, given its section, the environment and whether a config file
     # was read (None: it has no section and runs when asked, as the terminal does).
     enabled: Callable[[Any, Mapping[str, str], bool], bool] | None = None
+    # How it is switched on when no config file is read, said to someone who needs it on
+    # (Telegram: "set $TELEGRAM_BOT_TOKEN"); None: only by its section in a file.
+    without_file: Callable[[Any], str] | None = None
     # Why it needs the daemon's HTTP server with this section (None: it does not).
     http_reason: Callable[[Any], str | None] = lambda section: None
     # The people its section lets chat, and approve (ids as its addresses carry them).
@@ -76,11 +80,31 @@ class ChannelSpec:
     # its section names as holding a secret, enabled or not (all are masked).
     secrets_in_use: Callable[[Any, Mapping[str, str]], list[tuple[str, bool]]] = _no_secrets
     secret_names: Callable[[Any], list[str]] = lambda section: []
+    # What its enabled section's environment lacks or holds wrong, each "key: why"
+    # (the key under its section); None: each needed secret of ``secrets_in_use`` set.
+    environment_problems: Callable[[Any, Mapping[str, str], Path | None], list[str]] | None = None
+    # What ``check-config`` says of it when it is on, after its name (default "on").
+    summary: Callable[[Any], str] = lambda section: "on"
     # Keys of its section a reload (SIGHUP) takes live; the others need a restart.
     live_keys: frozenset[str] = field(default_factory=frozenset)
     # The pydantic model of its ``[name]`` section (pure pydantic, unknown keys
-    # forbidden); None for the built-in channels, whose sections the core's Config has.
+    # forbidden: importable without the channel's network library); None: the core's
+    # Config has its section (the webhook's routes), or it has none (the terminal).
     config_model: type[Any] | None = None
+
+    def problems(
+        self, section: Any, environ: Mapping[str, str], state_dir: Path | None
+    ) -> list[str]:
+        """``environment_problems``, or by default each needed secret that is not set."""
+        if self.environment_problems is not None:
+            return self.environment_problems(section, environ, state_dir)
+        keys = {value: key for key, value in section if isinstance(value, str)}
+        return [
+            f"{keys.get(variable, 'secrets')}: environment variable {variable} is not set"
+            f" (a secret the {self.name} channel reads)"
+            for variable, needed in self.secrets_in_use(section, environ)
+            if needed and not environ.get(variable)
+        ]
 
     @property
     def chats(self) -> bool:

@@ -8,6 +8,7 @@ import tomllib
 from pydantic import BaseModel
 
 from echo_bot.config import Config, CronJob, McpServerConfig, WebhookRoute, parse_config
+from echo_bot.plugins import registry
 from tests.conftest import ROOT, echo_bot_env, run_echo_bot
 
 EXAMPLE = ROOT / "config.example.toml"
@@ -35,6 +36,12 @@ def test_example_documents_every_key() -> None:
     missing = []
     for key in (
         keys_of(Config)
+        + [
+            key
+            for spec in registry().specs.values()
+            if spec.config_model is not None and spec.target.startswith("channels.")  # built-in
+            for key in keys_of(spec.config_model, f"{spec.name}.")
+        ]
         + [f"webhook.routes.{k}" for k in WebhookRoute.model_fields]
         + [f"cron.{k}" for k in CronJob.model_fields]
         + [f"mcp.servers.{k}" for k in McpServerConfig.model_fields]

@@ -45,13 +45,13 @@ def test_check_config_reads_the_plugins_section_and_its_secret(tmp_path: Path) -
     config = SECTION.format(base="http://127.0.0.1:9")
     done = echo_bot(tmp_path, config, "check-config", PIGEON_TOKEN="t0ken-value")
     assert done.returncode == 0, done.stderr
-    assert "pigeon (a plugin): on" in done.stdout
+    assert "pigeon: on" in done.stdout
     assert "PIGEON_TOKEN set" in done.stdout
     typo = echo_bot(tmp_path, config + "alowed = 1\n", "check-config")
     assert typo.returncode == 2 and "pigeon.alowed: unknown key" in typo.stderr, typo.stderr
     unset = echo_bot(tmp_path, config, "check-config")
     assert unset.returncode == 2
-    assert "pigeon: environment variable PIGEON_TOKEN is not set" in unset.stderr, unset.stderr
+    assert "pigeon.token_env: environment variable PIGEON_TOKEN is not set" in unset.stderr
     empty = echo_bot(tmp_path, "[pigeon]\nenabled = true\n", "check-config", PIGEON_TOKEN="t")
     assert "warning: [pigeon] allowed_users is empty" in empty.stdout, empty.stdout
 

@@ -1,16 +1,11 @@
 """The Matrix channel on matrix-nio: chat and approve from Element, encrypted rooms too.
 
-The registry names ``channels.matrix:MatrixChannel``. One module per job: ``session``
-(login, the device and its encryption keys in ``<state_dir>/matrix/``), ``sync`` (the
-durable sync loop: events committed before the sync token moves past them), ``inbound``
-(events into InboundMessages, invites, undecryptable messages), ``approvals`` (prompts
-answered by reaction or reply), ``media`` (files both ways through the media
-repository), ``outbound`` (send, edit, files, pacing, rate limits) and
-``formatting`` (the renderer: body and HTML from the core's rendered text).
+The registry names ``channels.matrix.channel:MatrixChannel``; this package imports
+nothing, so its ``settings`` (the ``[matrix]`` section) is read without nio. One module
+per job: ``session`` (login, the device and its encryption keys in
+``<state_dir>/matrix/``), ``sync`` (the durable sync loop: events committed before the
+sync token moves past them), ``inbound`` (events into InboundMessages, invites,
+undecryptable messages), ``approvals`` (prompts answered by reaction or reply),
+``media`` (files both ways through the media repository), ``outbound`` (send, edit,
+files, pacing, rate limits) and ``formatting`` (the renderer: body and HTML).
 """
-
-from __future__ import annotations
-
-from .channel import MatrixChannel
-
-__all__ = ["MatrixChannel"]

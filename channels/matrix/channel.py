@@ -15,7 +15,7 @@ from typing import Any
 
 from channels.parts import Backoff, ThroughParts, connect_when_reachable
 from echo_bot.bus import Bus, Capabilities, ChannelHost, Diagnosis
-from echo_bot.config import Config, MatrixConfig
+from echo_bot.config import Config, channel_section
 from echo_bot.errors import ConfigError
 
 from .approvals import Prompts
@@ -25,6 +25,7 @@ from .inbound import Inbound
 from .media import Downloads
 from .outbound import Outbound
 from .session import log_in, make_client, store_dir
+from .settings import MatrixConfig
 from .sync import Syncer
 
 STARTUP_TIMEOUT = 30.0
@@ -114,7 +115,7 @@ class MatrixChannel(ThroughParts):
         """The allowlists apply live (the core's access check reads them); the devices
         of a newly allowed user are trusted from the next sync. Other keys of [matrix]
         need a restart, which the core's reload says (live.restart_needed)."""
-        self.syncer.trusted = tuple(config.matrix.allowed_users)
+        self.syncer.trusted = tuple(channel_section(config, "matrix").allowed_users)
         return []
 
     @staticmethod

@@ -23,10 +23,10 @@ from typing import Any
 from aiohttp import ClientError, ClientSession, ClientTimeout
 
 from echo_bot.bus import DIAGNOSIS_FAIL, DIAGNOSIS_OK, DIAGNOSIS_WARN, Diagnosis
-from echo_bot.config import MatrixConfig
 from echo_bot.errors import ConfigError, EchoBotError
 
 from .session import read_kept, store_dir
+from .settings import MatrixConfig
 
 TIMEOUT = 5.0  # seconds for each request
 MAX_ANSWER = 256 * 1024

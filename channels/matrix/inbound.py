@@ -32,7 +32,6 @@ from nio import (
 
 from channels.parts import clean
 from echo_bot.bus import ChannelHost
-from echo_bot.config import MatrixConfig
 from echo_bot.errors import StoreError
 from echo_bot.events import (
     DIRECT,
@@ -49,6 +48,7 @@ from echo_bot.events import (
 from .approvals import Prompts, action_for, verb_of_reaction, verb_of_reply
 from .common import CommitFailed, Tasks, log
 from .media import KEPT, is_media, read_media
+from .settings import MatrixConfig
 from .typing import Typing
 
 UNDECRYPTABLE = (

@@ -31,9 +31,10 @@ from nio.crypto.attachments import decrypt_attachment, encrypted_attachment_gene
 
 from channels.parts import DownloadLimit, save_whole, stream_to
 from echo_bot.bus import ChannelHost
-from echo_bot.config import MatrixConfig
 from echo_bot.errors import ChannelError, MediaUnavailable
 from echo_bot.events import Attachment, MediaKind, OutboundFile
+
+from .settings import MatrixConfig
 
 KINDS = {
     "m.image": MediaKind.PHOTO,

@@ -25,10 +25,10 @@ from typing import Any
 
 from nio import AsyncClient, AsyncClientConfig, LoginResponse, WhoamiResponse
 
-from echo_bot.config import MatrixConfig
 from echo_bot.errors import ConfigError
 
 from .common import Unreachable, log, transient
+from .settings import MatrixConfig
 
 REQUEST_TIMEOUT = 60.0  # seconds for one HTTP request (a sync's long poll is shorter)
 

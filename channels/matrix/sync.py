@@ -27,10 +27,10 @@ from nio import AsyncClient, MessageDirection, RoomMessagesResponse, SyncRespons
 
 from channels.parts import Backoff
 from echo_bot.bus import ChannelHost, delivery_lease
-from echo_bot.config import MatrixConfig
 
 from .common import NETWORK_ERRORS, CommitFailed, Health, log
 from .inbound import Inbound
+from .settings import MatrixConfig
 
 # Events per room one sync answer carries (Synapse's default is 10): a longer gap since
 # the last sync is "limited" and fetched back page by page (``gap``).

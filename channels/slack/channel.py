@@ -13,7 +13,6 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from channels.parts import ThroughParts, connect_when_reachable
 from echo_bot.bus import Bus, Capabilities, ChannelHost, Diagnosis
-from echo_bot.config import SlackConfig
 from echo_bot.errors import ChannelError, ConfigError
 
 from .blocks import Prompts
@@ -22,6 +21,7 @@ from .doctor import diagnose
 from .inbound import Inbound
 from .media import Downloads
 from .outbound import Outbound
+from .settings import SlackConfig
 from .transport import EventsOverHttp, SocketMode
 from .web import Web
 

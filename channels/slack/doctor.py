@@ -17,7 +17,8 @@ from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from echo_bot.bus import DIAGNOSIS_FAIL, DIAGNOSIS_OK, DIAGNOSIS_WARN, Diagnosis
-from echo_bot.config import SlackConfig
+
+from .settings import SlackConfig
 
 TIMEOUT = 5  # seconds for each request
 # The scopes the channel uses: to read and answer direct messages and mentions, post and

@@ -24,7 +24,6 @@ from typing import Any
 
 from channels.parts import clean
 from echo_bot.bus import ChannelHost
-from echo_bot.config import SlackConfig
 from echo_bot.errors import StoreError
 from echo_bot.events import (
     DIRECT,
@@ -39,6 +38,7 @@ from echo_bot.events import (
 from .blocks import Prompts
 from .common import CommitFailed, Tasks, address_of, log
 from .media import read_files
+from .settings import SlackConfig
 
 NAMES_MAX = 10_000  # users' display names remembered
 MAX_TEXT = 40_000  # characters of a message's text taken (Slack's own limit)

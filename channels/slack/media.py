@@ -18,9 +18,10 @@ from urllib.parse import urlsplit
 from aiohttp import ClientError, ClientSession, ClientTimeout
 
 from channels.parts import DownloadLimit, clean, save_whole, stream_to
-from echo_bot.config import SlackConfig
 from echo_bot.errors import ChannelError, MediaUnavailable
 from echo_bot.events import Attachment, MediaKind
+
+from .settings import SlackConfig
 
 DOWNLOAD_TIMEOUT = 110.0  # one file, whole (the core gives a try 120 s)
 FILES_MAX = 10  # an inbound carries at most 10 attachments

@@ -35,10 +35,10 @@ from slack_sdk.socket_mode.response import SocketModeResponse
 from slack_sdk.web.async_client import AsyncWebClient
 
 from echo_bot.bus import ChannelHost, Routes
-from echo_bot.config import SlackConfig
 
 from .common import CommitFailed, Health, Tasks, log
 from .inbound import Inbound
+from .settings import SlackConfig
 
 MAX_BODY = 1024 * 1024  # bytes of one HTTP delivery
 WATCH_EVERY = 1.0  # seconds between looks at the Socket Mode connection

@@ -1,16 +1,9 @@
 """The Telegram channel on aiogram 3: chat with the agent, approve from a phone.
 
-The registry names ``channels.telegram:TelegramChannel``. The package follows aiogram's
-own seams: ``channel`` (the wiring), ``poller`` and ``webhook`` (updates in, committed
-before they are acknowledged), ``handlers`` (updates into InboundMessages), ``outbound``
-(send, edit, files), ``previews`` (drafts, typing), ``media`` (files in messages),
-``text``/``markdown``/``masking``/``render`` (what a text becomes in Telegram).
+The registry names ``channels.telegram.channel:TelegramChannel``; this package imports
+nothing, so its ``settings`` (the ``[telegram]`` section) is read without aiogram. The
+rest follows aiogram's own seams: ``channel`` (the wiring), ``poller`` and ``webhook``
+(updates in, committed before they are acknowledged), ``handlers`` (updates into
+InboundMessages), ``outbound`` (send, edit, files), ``previews`` (drafts, typing),
+``media`` (files in messages), ``text`` (the renderer: entities).
 """
-
-from __future__ import annotations
-
-from .channel import TelegramChannel
-from .previews import PREVIEW_MARK
-from .text import message_parts, preview_part
-
-__all__ = ["PREVIEW_MARK", "TelegramChannel", "message_parts", "preview_part"]

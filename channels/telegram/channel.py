@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from aiogram import Bot, Dispatcher
@@ -29,17 +30,18 @@ from aiogram.exceptions import (
 from aiogram.types import BotCommand
 
 from channels.parts import ThroughParts, connect_when_reachable
-from echo_bot.bus import Bus, Capabilities, ChannelHost
-from echo_bot.config import BOT_TOKEN_SHAPE, TelegramConfig, looks_like_bot_token
+from echo_bot.bus import Bus, Capabilities, ChannelHost, Diagnosis
 from echo_bot.errors import ConfigError
 
 from .common import Health, Me, Tasks, log
+from .doctor import diagnose
 from .handlers import Handlers
 from .media import Downloads
 from .outbound import Outbound
 from .poller import ALLOWED_UPDATES, Poller
 from .previews import Previews, Typing
 from .render import Pacer
+from .settings import BOT_TOKEN_SHAPE, TelegramConfig, looks_like_bot_token
 from .webhook import Webhook
 
 STARTUP_TIMEOUT = 15.0
@@ -57,6 +59,7 @@ class TelegramChannel(ThroughParts):
         reactions=True,
         threads=True,
         rate_limited=True,
+        diagnoses=True,
     )
 
     def __init__(
@@ -162,6 +165,12 @@ class TelegramChannel(ThroughParts):
         log.info("telegram: connected as @%s", username)
         self._health.status = "ok"
         self._health.last_error = None
+
+    @staticmethod
+    async def diagnose(
+        section: TelegramConfig, environ: Mapping[str, str], state_dir: Path
+    ) -> list[Diagnosis]:
+        return await diagnose(section, environ, state_dir)
 
     async def stop(self) -> None:
         typing = self.typing.tasks()

@@ -17,7 +17,6 @@ from aiogram.exceptions import TelegramAPIError
 from aiogram.types import CallbackQuery, Message, Update
 
 from echo_bot.bus import ChannelHost
-from echo_bot.config import TelegramConfig
 from echo_bot.events import (
     Address,
     ApprovalDecision,
@@ -31,6 +30,7 @@ from echo_bot.events import (
 from .common import Me, Tasks, log
 from .media import read_media
 from .previews import Previews, Typing
+from .settings import TelegramConfig
 from .text import clean
 
 # Commands answered before the sender's access is checked.

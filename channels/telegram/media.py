@@ -13,10 +13,10 @@ from aiogram.types import Message
 from aiohttp import ClientError, ClientResponseError
 
 from channels.parts import DownloadLimit, drop_partials
-from echo_bot.config import TelegramConfig
 from echo_bot.errors import ChannelError, MediaUnavailable
 from echo_bot.events import Attachment, MediaKind
 
+from .settings import TelegramConfig
 from .text import clean
 
 DOWNLOAD_TIMEOUT = 110.0  # one file, whole (the core gives a try 120 s)

@@ -27,9 +27,9 @@ from aiogram.types import Update
 
 from channels.parts import Backoff
 from echo_bot.bus import ChannelHost
-from echo_bot.config import TelegramConfig
 
 from .common import CommitFailed, Health, log
+from .settings import TelegramConfig
 
 ALLOWED_UPDATES = ["message", "edited_message", "callback_query", "stopped_message_generation"]
 STANDBY_CHECK = 1.0  # seconds between looks at the poller lease while another daemon polls

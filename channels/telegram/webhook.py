@@ -12,9 +12,9 @@ from aiogram import Bot, Dispatcher
 from aiogram.types import Update
 
 from echo_bot.bus import ChannelHost, Routes
-from echo_bot.config import TelegramConfig
 
 from .common import CommitFailed, log
+from .settings import TelegramConfig
 
 
 class Webhook:

@@ -26,7 +26,6 @@ from ..config import (
     console_exposure,
     llm_enabled,
     secrets_in_use,
-    telegram_enabled,
 )
 from ..durations import format_duration
 from ..errors import ConfigError, EchoBotError, NoSchema
@@ -160,7 +159,9 @@ def check_config(loaded: LoadedConfig, state_dir: Path, env: Mapping[str, str]) 
     # The channels `run` starts (but the terminal), each loaded as `run` loads it: a
     # library not installed fails here as it would there.
     running = [
-        name for name in channel_names() if name != "cli" and channel_enabled(loaded, env, name)
+        name
+        for name in channel_names()
+        if not registry()[name].local and channel_enabled(loaded, env, name)
     ]
     for name in running:
         load_channel_class(name)
@@ -176,16 +177,7 @@ def check_config(loaded: LoadedConfig, state_dir: Path, env: Mapping[str, str]) 
         f"storage: {'SQLite ' if at.url is None else ''}{at.describe()}"
         f" (retention {format_duration(config.storage.retention)})",
         f"brain: {'llm (' + config.openai.model + ')' if llm_enabled(loaded, env) else 'rules'}",
-        f"telegram: {'on' if telegram_enabled(loaded, env) else 'off'}",
-        f"matrix: {_matrix_line(config)}",
-        f"slack: {_slack_line(config)}",
-        f"webhook: {'on' if config.webhook.enabled else 'off'} "
-        f"({len(config.webhook.routes)} route(s))",
-        *(
-            f"{name} (a plugin): {'on' if name in running else 'off'}"
-            for name in channel_names()
-            if name != "cli" and name not in Config.model_fields
-        ),
+        *_channel_lines(loaded, running),
         f"http server: {http}",
         _console_line(config),
         f"cron jobs: {len(config.cron)}",
@@ -220,28 +212,23 @@ def _warnings(config: Config) -> list[str]:
         if getattr(section, "enabled", False) and not spec.allowed_users(section):
             name = spec.name
             found.append(
-                f"[{name}] allowed_users is empty: nobody can chat with the bot there"
-                f"{' and every invite is refused' if name == 'matrix' else ''}; list the"
-                " people it serves by their IDs"
+                f"[{name}] allowed_users is empty: nobody can chat with the bot there (nor"
+                " invite it anywhere); list the people it serves by their IDs"
             )
     return found
 
 
-def _matrix_line(config: Config) -> str:
-    matrix = config.matrix
-    if not matrix.enabled:
-        return "off"
-    e2ee = "end-to-end encryption on" if matrix.encryption else "unencrypted rooms only"
-    return f"on as {matrix.user_id} at {matrix.homeserver} ({e2ee})"
-
-
-def _slack_line(config: Config) -> str:
-    slack = config.slack
-    if not slack.enabled:
-        return "off"
-    if slack.mode == "socket":
-        return "on, Socket Mode (a WebSocket to Slack; no public URL)"
-    return f"on, the Events API over HTTP at {slack.path} on [http]"
+def _channel_lines(loaded: LoadedConfig, running: list[str]) -> list[str]:
+    """One line per installed channel (but the terminal's, which runs when asked): what
+    its spec says of it when it runs, else off."""
+    lines = []
+    for spec in registry().specs.values():
+        if spec.local:
+            continue
+        section = channel_section(loaded.config, spec.name)
+        on = spec.name in running and section is not None
+        lines.append(f"{spec.name}: {spec.summary(section) if on else 'off'}")
+    return lines
 
 
 def _console_line(config: Config) -> str:
@@ -756,14 +743,19 @@ def pair_command(loaded: LoadedConfig, at: StoreAt, environ: Mapping[str, str]) 
     hints = {s.name: s.pair_hint for s in registry().specs.values() if s.pair_hint}
     pairing = [name for name in hints if channel_enabled(loaded, environ, name)]
     if not pairing:
-        how = (
-            f"set enabled = true under [telegram], [slack] or [matrix] in {loaded.path}"
-            if loaded.from_file
-            else f"set ${loaded.config.telegram.token_env} for Telegram, or enable [slack] or"
-            " [matrix] in a config file"
-        )
+        sections = ", ".join(f"[{name}]" for name in hints)
+        how = f"set enabled = true under {sections} in {loaded.path}"
+        if not loaded.from_file:
+            hints_without = [
+                spec.without_file(section)
+                for spec in registry().specs.values()
+                if spec.name in hints
+                and spec.without_file is not None
+                and (section := channel_section(loaded.config, spec.name)) is not None
+            ]
+            how = " or ".join([*hints_without, f"enable {sections} in a config file"])
         print(
-            "echo-bot: pair: no channel that pairs strangers (Telegram, Slack, Matrix) is on,"
+            f"echo-bot: pair: no channel that pairs strangers ({', '.join(hints)}) is on,"
             f" so no code could be used ({how})",
             file=sys.stderr,
         )
@@ -777,6 +769,15 @@ def pair_command(loaded: LoadedConfig, at: StoreAt, environ: Mapping[str, str]) 
     return 0
 
 
+def _configured(loaded: LoadedConfig, channels: list[str], user_id: str) -> str:
+    """Where the config itself lets ``user_id`` chat, said when they are not paired."""
+    for name in channels:
+        section = channel_section(loaded.config, name)
+        if section is not None and user_id in registry()[name].allowed_users(section):
+            return f" (they are in [{name}] allowed_users: remove them there)"
+    return ""
+
+
 def pairings_command(loaded: LoadedConfig, at: StoreAt, action: str, user: str | None) -> int:
     if action == "list":
         rows = _listed(at, lambda tx: tx.access.paired_users())
@@ -784,20 +785,21 @@ def pairings_command(loaded: LoadedConfig, at: StoreAt, action: str, user: str |
             print("No paired users.")
             return 0
         for row in rows:
-            who = row.user_id if row.channel == "telegram" else f"{row.channel}:{row.user_id}"
             name = escape_text(row.name) if row.name else "(name unknown)"
-            print(f"{who}  {name}  paired {_clock(row.added_at)}")
+            print(f"{row.channel}:{row.user_id}  {name}  paired {_clock(row.added_at)}")
         return 0
     if not user:
         print("echo-bot: pairings revoke needs a user id (see `echo-bot pairings list`)")
         return 2
-    channel, _, user_id = user.rpartition(":")
-    channel = channel or "telegram"
-    if not _with_store(at, lambda tx: tx.access.revoke(channel, user_id)):
-        configured = channel == "telegram" and user_id in {
-            str(u) for u in loaded.config.telegram.allowed_users
-        }
-        where = " (they are in [telegram] allowed_users: remove them there)" if configured else ""
+    chats = [s.name for s in registry().specs.values() if s.chats]
+    channel, _, rest = user.partition(":")  # a Matrix id has colons of its own
+    named, user_id = ([channel], rest) if channel in chats else (chats, user)  # bare: any
+
+    def revoke(channel: str) -> bool:
+        return bool(_with_store(at, lambda tx: tx.access.revoke(channel, user_id)))
+
+    if not any([revoke(name) for name in named]):
+        where = _configured(loaded, named, user_id)
         print(f"echo-bot: {user} is not a paired user{where}; nothing changed")
         return 1
     print(f"Revoked {user}: a running daemon refuses their next message.")

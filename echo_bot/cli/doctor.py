@@ -3,23 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
 import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, cast
-from urllib.parse import quote
 
 from ..bus import DIAGNOSIS_FAIL, DIAGNOSIS_OK, DIAGNOSIS_WARN, Diagnoses, Diagnosis
-from ..config import (
-    DEFAULT_OPENAI_BASE_URL,
-    LoadedConfig,
-    llm_enabled,
-    looks_like_bot_token,
-    telegram_enabled,
-)
+from ..config import DEFAULT_OPENAI_BASE_URL, LoadedConfig, channel_enabled, llm_enabled
 from ..errors import ConfigError, EchoBotError
 from ..sizes import format_size
 from ..store import (
@@ -118,6 +109,13 @@ def _check_database(url: str) -> tuple[tuple[str, str], DatabaseCheck]:
     ), found
 
 
+def _is_local(name: str) -> bool:
+    from ..plugins import registry
+
+    spec = registry().get(name)
+    return spec is not None and spec.local
+
+
 def _check_outbox(
     state_dir: Path, running: frozenset[str], database: DatabaseCheck | None = None
 ) -> tuple[str, str] | None:
@@ -140,8 +138,8 @@ def _check_outbox(
         return OK, f"{waiting} message(s) waiting for delivery" if waiting else "empty"
     parts = []
     for name, count in stranded.items():
-        if name == "cli":
-            parts.append(f"{count} message(s) for cli wait for a terminal (`echo-bot chat`)")
+        if _is_local(name):
+            parts.append(f"{count} message(s) for {name} wait for a terminal (`echo-bot chat`)")
         else:
             parts.append(
                 f"{count} message(s) for {name} wait, but the {name} channel is not enabled"
@@ -179,43 +177,6 @@ async def _reach(url: str, timeout: float = TIMEOUT) -> tuple[str, str]:
             return OK, f"{url} answers (HTTP {response.status})"
     except (ClientError, TimeoutError, OSError) as exc:
         return FAIL, f"cannot reach {url}: {type(exc).__name__} {exc}".strip()
-
-
-async def _get_me(api_base: str, token: str, token_env: str) -> tuple[str, str]:
-    """Ask the Bot API who the token belongs to: an unknown token is 401 (404 when it is
-    malformed). The URL holds the token: only ``api_base`` is ever shown."""
-    from aiohttp import ClientError, ClientSession, ClientTimeout
-
-    if not token:
-        return WARN, f"not asked: ${token_env} is not set"
-    if not looks_like_bot_token(token):  # said by the config check: never sent anywhere
-        return FAIL, f"not asked: ${token_env} does not look like a bot token"
-    try:
-        async with (
-            ClientSession(timeout=ClientTimeout(total=TIMEOUT)) as session,
-            session.get(f"{api_base}/bot{token}/getMe", allow_redirects=False) as response,
-        ):
-            status, raw = response.status, await response.content.read(MAX_ANSWER)
-    except (ClientError, TimeoutError, OSError, ValueError) as exc:
-        # The error may quote the URL, the token in it escaped past the masker's reach.
-        detail = str(exc)
-        for form in {token, quote(token, safe=""), quote(token, safe=":")}:
-            detail = detail.replace(form, "***")
-        return FAIL, f"cannot reach {api_base}: {type(exc).__name__} {detail}".strip()
-    answer: Any = None
-    with contextlib.suppress(ValueError):
-        answer = json.loads(raw)
-    if status in (401, 404):
-        return FAIL, (
-            f"the Bot API at {api_base} rejected the token (getMe: HTTP {status}): check"
-            f" {token_env} / BotFather"
-        )
-    if status == 200 and isinstance(answer, dict) and answer.get("ok"):
-        bot = answer.get("result") or {}
-        return OK, f"{api_base} knows the token: the bot is @{bot.get('username', '?')}"
-    if status == 429 or status >= 500:
-        return WARN, f"{api_base} answered getMe with HTTP {status}; try again later"
-    return FAIL, f"{api_base} answered getMe with HTTP {status}: is it a Bot API server?"
 
 
 async def _probe_peers(
@@ -362,15 +323,17 @@ def _check_console(config: Any) -> tuple[str, str]:
 def _peer_probes(
     loaded: LoadedConfig, environ: Mapping[str, str]
 ) -> tuple[set[str], list[tuple[str, Any]]]:
-    """The channels that would run, and the probes of the peers the config talks to."""
+    """The channels that would run (but the terminal, which runs only when asked), and
+    the probes of the peers the core talks to (each channel checks its own)."""
+    from ..plugins import registry
+
     config = loaded.config
-    running = {"webhook"} if config.webhook.enabled else set()
+    running = {
+        spec.name
+        for spec in registry().specs.values()
+        if not spec.local and channel_enabled(loaded, environ, spec.name)
+    }
     probes: list[tuple[str, Any]] = []
-    if telegram_enabled(loaded, environ):
-        running.add("telegram")
-        token_env = config.telegram.token_env
-        api_base = config.telegram.api_base.rstrip("/")
-        probes.append(("telegram", _get_me(api_base, environ.get(token_env, ""), token_env)))
     if llm_enabled(loaded, environ):
         base = config.openai.base_url.rstrip("/")
         probes.append(

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 from channels.cli import CliChannel
-from channels.telegram import PREVIEW_MARK
+from channels.telegram.previews import PREVIEW_MARK
 from echo_bot.events import Address, OutboundMessage, TextFormat
 from echo_bot.secrets import Masker
 from tests.agent.test_agent import GateTool

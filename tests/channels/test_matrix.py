@@ -20,7 +20,7 @@ from uuid import uuid4
 import pytest
 
 from echo_bot.brains.base import BrainContext, BrainReply
-from echo_bot.config import LoadedConfig, parse_config, secrets_in_use
+from echo_bot.config import LoadedConfig, channel_section, parse_config, secrets_in_use
 from echo_bot.conversation import ChatMessage, ToolCall
 from echo_bot.errors import ConfigError
 from echo_bot.events import Address, new_id
@@ -448,7 +448,7 @@ def test_matrix_approvers_default_to_allowed_users_and_secrets_are_named() -> No
         {"matrix": {"enabled": True, "user_id": "@bot:example.org",
                     "allowed_users": ["@me:example.org"], "password_env": "MX_PASSWORD"}}
     )  # fmt: skip
-    assert config.matrix.approver_ids == ["@me:example.org"]
+    assert channel_section(config, "matrix").approver_ids == ["@me:example.org"]
     loaded = LoadedConfig(config=config, path=Path("x.toml"))
     assert dict(secrets_in_use(loaded, {})) == {"MATRIX_ACCESS_TOKEN": False, "MX_PASSWORD": False}
     assert Address.parse("matrix:!room:example.org").chat_id == "!room:example.org"

@@ -31,7 +31,7 @@ from nio.crypto.attachments import decrypt_attachment
 from channels.matrix.media import read_media
 from echo_bot.brains.base import BrainContext, BrainReply
 from echo_bot.brains.rules import files_reply
-from echo_bot.config import parse_config
+from echo_bot.config import channel_section, parse_config
 from echo_bot.conversation import ChatMessage
 from echo_bot.errors import ChannelError
 from echo_bot.events import Address, MediaKind, OutboundFile, OutboundMessage
@@ -406,7 +406,7 @@ async def test_a_file_gone_before_its_delivery_is_not_tried_again(chat: MediaCha
 
 # -- what an event carries, without a homeserver ------------------------------------------------
 def test_media_content_is_read_defensively() -> None:
-    config = parse_config({"matrix": {"user_id": "@bot:example.org"}}).matrix
+    config = channel_section(parse_config({"matrix": {"user_id": "@bot:example.org"}}), "matrix")
     info = {"size": True, "duration": 2500, "mimetype": 7}
     audio = {"msgtype": "m.audio", "body": "a\ud800b.ogg", "info": info,
              "url": "mxc://example.org:8448/abc_DEF-1"}  # fmt: skip

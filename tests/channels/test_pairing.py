@@ -111,7 +111,7 @@ async def test_pairings_list_and_revoke_refuse_a_revoked_user_at_once(state_dir:
         )
         assert listed.returncode == 0, listed.stderr
         (line,) = listed.stdout.splitlines()
-        assert line.startswith(f"{STRANGER}  night_owl  paired 20"), line
+        assert line.startswith(f"telegram:{STRANGER}  night_owl  paired 20"), line
 
         revoked = await asyncio.to_thread(
             run_echo_bot, "pairings", "revoke", str(STRANGER), "--state-dir", str(state_dir)
@@ -202,3 +202,33 @@ def test_pair_sees_a_token_given_as_a_systemd_credential(tmp_path: Path) -> None
     on = run_echo_bot("pair", "--state-dir", str(tmp_path / "st"), env=env)
     assert on.returncode == 0, on.stderr
     assert "Pairing code:" in on.stdout
+
+
+async def test_pairings_revoke_takes_a_matrix_id_whose_colons_are_its_own(tmp_path: Path) -> None:
+    """``matrix:@night:example.org`` names the user ``@night:example.org`` on Matrix (the
+    address's first colon ends the channel); a bare id is looked for on every channel."""
+    from echo_bot.secrets import Masker
+    from echo_bot.store import DB_FILENAME, Database, Store
+
+    config = tmp_path / "config.toml"
+    config.write_text('[matrix]\nenabled = true\nuser_id = "@bot:example.org"\n')
+    state = tmp_path / "st"
+    args = ("--config", str(config), "--state-dir", str(state))
+    env = echo_bot_env(MATRIX_ACCESS_TOKEN="syt_x")
+    made = run_echo_bot("pair", *args, env=env)
+    assert made.returncode == 0, made.stderr
+    code = made.stdout.split("Pairing code: ")[1].split()[0]
+    store = Store(Database(state / DB_FILENAME), Masker())
+    await store.open()
+    try:
+        said = await store.run(lambda tx: tx.access.try_pair("matrix", "@night:example.org", code))
+        assert said == "paired"
+    finally:
+        await store.close()
+
+    listed = run_echo_bot("pairings", "list", *args, env=env)
+    assert listed.stdout.startswith("matrix:@night:example.org  (name unknown)  paired"), listed
+    revoked = run_echo_bot("pairings", "revoke", "matrix:@night:example.org", *args, env=env)
+    assert revoked.returncode == 0, revoked.stdout + revoked.stderr
+    again = run_echo_bot("pairings", "revoke", "@night:example.org", *args, env=env)
+    assert again.returncode == 1 and "is not a paired user" in again.stdout

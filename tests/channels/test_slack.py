@@ -355,7 +355,7 @@ async def test_a_prompt_shows_hostile_arguments_escaped_in_its_code_block(chat: 
 
 
 def test_the_slack_section_is_checked_and_its_secrets_named_by_mode() -> None:
-    from echo_bot.config import LoadedConfig, parse_config, secrets_in_use
+    from echo_bot.config import LoadedConfig, channel_section, parse_config, secrets_in_use
     from echo_bot.errors import ConfigError
 
     with pytest.raises(ConfigError, match="not a Slack user ID"):
@@ -369,7 +369,7 @@ def test_the_slack_section_is_checked_and_its_secrets_named_by_mode() -> None:
     with pytest.raises(ConfigError, match=r"slack\.bot_tokn_env"):
         parse_config({"slack": {"bot_tokn_env": "X"}})
     socket = parse_config({"slack": {"enabled": True, "allowed_users": ["U0ALICE"]}})
-    assert socket.slack.approver_ids == ["U0ALICE"]
+    assert channel_section(socket, "slack").approver_ids == ["U0ALICE"]
     loaded = LoadedConfig(config=socket, path=Path("x.toml"))
     assert dict(secrets_in_use(loaded, {})) == {"SLACK_BOT_TOKEN": True, "SLACK_APP_TOKEN": True}
     http = parse_config({"slack": {"enabled": True, "mode": "http"}})

@@ -12,9 +12,8 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from channels.telegram import message_parts
 from channels.telegram.render import MAX_TEXT
-from channels.telegram.text import entity_dicts
+from channels.telegram.text import entity_dicts, message_parts
 from echo_bot.richtext.markdown import render_markdown
 from echo_bot.richtext.model import Formatted
 from echo_bot.richtext.splitting import split_formatted as split

@@ -17,9 +17,8 @@ from urllib.parse import quote
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from channels.telegram import message_parts, preview_part
 from channels.telegram.render import MAX_TEXT
-from channels.telegram.text import entity_dicts
+from channels.telegram.text import entity_dicts, message_parts, preview_part
 from echo_bot.brains.openai_brain import PREVIEW_EVERY
 from echo_bot.richtext.markdown import render_markdown
 from echo_bot.richtext.masking import masked, masked_growing
