@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from echo_bot.config import WebhookConfig
-from echo_bot.plugins import ChannelSpec
+from echo_bot.plugins import ChannelSpec, Trigger
 
 from .matrix import settings as matrix
 from .slack import settings as slack
@@ -24,6 +24,7 @@ TELEGRAM = ChannelSpec(
     dedupe_window=72 * 3600.0,  # Telegram may reuse an update_id after a week of silence
     ids_tell_direct=True,
     pair_hint="on Telegram: /pair {code}",
+    example_id="12345",
     enabled=telegram.is_on,
     without_file=lambda s: f"set ${s.token_env} for Telegram",
     http_reason=lambda s: "Telegram webhook mode" if s.mode == "webhook" else None,
@@ -43,6 +44,7 @@ MATRIX = ChannelSpec(
     install="echo-bot[matrix]",
     colons_in_chat_ids=True,  # a room ID: !opaque:server
     pair_hint="on Matrix: invite the bot to a direct chat, then send: pair {code}",
+    example_id="@you:example.org",
     enabled=lambda s, environ, from_file: s.enabled,
     allowed_users=lambda s: set(s.allowed_users),
     approvers=lambda s: set(s.approver_ids),
@@ -60,6 +62,7 @@ SLACK = ChannelSpec(
     install="echo-bot[slack]",
     prefix="!",  # Slack takes /commands as its own
     pair_hint="on Slack, in a direct message to the bot: pair {code}",
+    example_id="U0123ABCD",
     enabled=lambda s, environ, from_file: s.enabled,
     http_reason=lambda s: "Slack's Events API" if s.mode == "http" else None,
     allowed_users=lambda s: set(s.allowed_users),
@@ -97,7 +100,12 @@ WEBHOOK = ChannelSpec(
     secrets_in_use=_webhook_secrets,
     secret_names=lambda s: [r.secret_env for r in s.routes if r.secret_env],
     environment_problems=_webhook_problems,
+    triggers=lambda s: [
+        Trigger(f"routes[{i}]", f"route {r.name}", r.tool, r.deliver_to)
+        for i, r in enumerate(s.routes)
+    ],
     summary=lambda s: f"on ({len(s.routes)} route(s))",
+    live_keys=frozenset(WebhookConfig.model_fields),  # its routes: all of it, at SIGHUP
 )
 
 # The terminal: runs when asked; its person is the owner at the machine.

@@ -35,7 +35,7 @@ from pydantic import (
 from .durations import format_duration, parse_duration
 from .errors import ConfigError
 from .events import Address
-from .plugins import registry
+from .plugins import Trigger, registry
 from .sizes import format_size, parse_size
 
 Duration = Annotated[
@@ -662,6 +662,17 @@ def channel_section(config: Config, name: str) -> Any:
     if name in Config.model_fields:
         return getattr(config, name)
     return config._channel_sections.get(name)
+
+
+def triggers(config: Config) -> list[tuple[str, Trigger]]:
+    """What each installed channel's section makes act on its own, by channel name (a
+    webhook's routes): checked and shown as cron jobs are."""
+    found = []
+    for name, spec in registry().specs.items():
+        section = channel_section(config, name)
+        if section is not None:
+            found += [(name, trigger) for trigger in spec.triggers(section)]
+    return found
 
 
 def channel_switch(name: str) -> str:

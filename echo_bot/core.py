@@ -18,6 +18,7 @@ from .config import (
     channel_names,
     channel_switch,
     check_environment,
+    triggers,
 )
 from .errors import ConfigError
 from .live import LiveSettings
@@ -115,10 +116,16 @@ def _check_references(
     """
     config = loaded.config
     problems = [f"{source}: {problem}" for problem in _cron_schedule_problems(config)]
-    on = config.webhook.enabled
     users = [
-        _User(f"webhook.routes[{i}]", f"route {r.name}", on, r.tool, None, r.deliver_to)
-        for i, r in enumerate(config.webhook.routes)
+        _User(
+            f"{name}.{t.key}",
+            t.who,
+            channel_enabled(loaded, environ, name),
+            t.tool,
+            None,  # a channel's triggers send what comes in: their args are templates
+            t.deliver_to,
+        )
+        for name, t in triggers(config)
     ]
     users += [
         _User(f"cron[{i}]", f"job {j.name}", True, j.tool, j.args, j.deliver_to)

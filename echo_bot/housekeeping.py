@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from .config import Config
+from .config import Config, triggers
 from .media.budget import prune_inbox
 from .store import Store
 
@@ -69,7 +69,7 @@ class Housekeeping:
 def warn_unreachable(config: Config, running: Iterable[str]) -> None:
     """Results for a channel that is not running wait in the outbox: say so."""
     here = set(running)
-    targets = [(f"webhook route {r.name}", r.deliver_to) for r in config.webhook.routes]
+    targets = [(f"{name} {t.who}", t.deliver_to) for name, t in triggers(config)]
     targets += [(f"cron job {j.name}", j.deliver_to) for j in config.cron]
     targets.append(("[approvals] default_chat", config.approvals.default_chat))
     for what, address in targets:

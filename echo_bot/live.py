@@ -68,7 +68,7 @@ class Reloadable(Protocol):
 
 
 # What a reload applies while running; any other change needs a restart.
-LIVE_SECTIONS = frozenset({"approvals", "webhook", "cron", "tools", "mcp"})
+LIVE_SECTIONS = frozenset({"approvals", "cron", "tools", "mcp"})
 
 
 def restart_needed(old: Config, new: Config) -> list[str]:
@@ -85,8 +85,6 @@ def restart_needed(old: Config, new: Config) -> list[str]:
         and getattr(old, name) != getattr(new, name)
     ]
     for name, spec in specs.items():
-        if name in LIVE_SECTIONS:  # the webhook's routes: all of it live
-            continue
         before, after = channel_section(old, name), channel_section(new, name)
         if before is None or after is None or type(before) is not type(after):
             changed += [name] if before != after else []

@@ -50,12 +50,19 @@ def read(tx: Tx) -> Overview:
     )
 
 
+_CORE_LEASES = ("session:", "delivery:")  # the others are channels' (ChannelHost.hold)
+
+
 def holding(leases: list[str]) -> str:
     """What a live daemon holds: the poller, channels' outboxes, sessions ('' if none)."""
     sessions = sum(1 for name in leases if name.startswith("session:"))
     delivers = [n.removeprefix("delivery:") for n in leases if n.startswith("delivery:")]
+    # A channel's own lease, named "<channel>-<what>:<key>" (its poller, its sync).
+    receives = sorted(
+        {n.split(":")[0].split("-")[0] for n in leases if not n.startswith(_CORE_LEASES)}
+    )
     parts = [
-        "polls Telegram" if any(n.startswith("telegram-poller:") for n in leases) else "",
+        f"receives for {', '.join(receives)}" if receives else "",
         f"delivers the outbox of {', '.join(delivers)}" if delivers else "",
         f"drives {sessions} session(s)" if sessions else "",
     ]

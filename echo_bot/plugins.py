@@ -38,6 +38,18 @@ def _no_secrets(section: Any, environ: Mapping[str, str]) -> list[tuple[str, boo
 
 
 @dataclass(frozen=True)
+class Trigger:
+    """What a channel's section makes act on its own, as a cron job does (a webhook's
+    route): the core checks that its tool exists and that ``deliver_to`` names a
+    channel, and shows where its approval prompts go."""
+
+    key: str  # where in the section (``routes[0]``)
+    who: str  # what people call it (``route deploy``)
+    tool: str | None = None
+    deliver_to: str | None = None
+
+
+@dataclass(frozen=True)
 class ChannelSpec:
     """What the core knows of one channel; everything else is the channel's own."""
 
@@ -65,6 +77,9 @@ class ChannelSpec:
     # How ``echo-bot pair`` tells a stranger to send the code ("{code}" filled in);
     # None: the channel takes no pairing codes.
     pair_hint: str | None = None
+    # A user id as its allowlist writes it, for help texts (``CHANNEL:ID``, like
+    # ``telegram:12345``); None: it has no one who signs in or approves.
+    example_id: str | None = None
     # Whether it runs, given its section, the environment and whether a config file
     # was read (None: it has no section and runs when asked, as the terminal does).
     enabled: Callable[[Any, Mapping[str, str], bool], bool] | None = None
@@ -83,6 +98,8 @@ class ChannelSpec:
     # What its enabled section's environment lacks or holds wrong, each "key: why"
     # (the key under its section); None: each needed secret of ``secrets_in_use`` set.
     environment_problems: Callable[[Any, Mapping[str, str], Path | None], list[str]] | None = None
+    # What its section makes act on its own (a webhook's routes).
+    triggers: Callable[[Any], list[Trigger]] = lambda section: []
     # What ``check-config`` says of it when it is on, after its name (default "on").
     summary: Callable[[Any], str] = lambda section: "on"
     # Keys of its section a reload (SIGHUP) takes live; the others need a restart.
@@ -228,6 +245,22 @@ def command_prefix(channel: str) -> str:
     Slack): what the core's answers say (``/help``, an unknown command's reply)."""
     spec = registry().get(channel)
     return spec.prefix if spec is not None else "/"
+
+
+def local_channel() -> str:
+    """The name of the channel whose person is the owner at the machine (the terminal,
+    ``ChannelSpec.local``): where ``echo-bot chat`` talks, and what the owner's own
+    decisions at the server are recorded under."""
+    found = [spec.name for spec in registry().specs.values() if spec.local]
+    if len(found) != 1:
+        raise ConfigError(f"one local channel (the terminal) is needed; installed: {found}")
+    return found[0]
+
+
+def example_ids() -> str:
+    """``CHANNEL:ID`` as each installed channel writes an approver (for help texts)."""
+    specs = registry().specs.values()
+    return ", ".join(f"{s.name}:{s.example_id}" for s in specs if s.example_id) or "CHANNEL:ID"
 
 
 def load_class(name: str) -> Any:

@@ -16,6 +16,8 @@ import unicodedata
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ..plugins import is_local
+
 # Telegram's limit for one message, in UTF-16 code units; the smallest chat limit.
 PROMPT_LIMIT = 4096
 # Room the lines around the arguments may take at most (every one is clipped, below).
@@ -154,8 +156,9 @@ def render_if_fits(tool: str, args: Mapping[str, Any]) -> str | None:
     return call if fits(call) else None
 
 
-# Where a decision was taken, for the deciders who are the owner at the server.
-_DECIDED_AT = {"cli": "terminal", "admin": "echo-bot approvals", "console": "console"}
+# Where a decision was taken, for the deciders who are the owner at the server (by the
+# chat of the local channel they decided in).
+_DECIDED_AT = {"admin": "echo-bot approvals", "console": "console"}
 
 
 def decider(decided_by: Mapping[str, Any] | None) -> str:
@@ -166,7 +169,8 @@ def decider(decided_by: Mapping[str, Any] | None) -> str:
     if not decided_by:
         return ""
     name = clip(str(decided_by.get("sender_id", "")), NAME_CLIP)
-    where = _DECIDED_AT.get(str(decided_by.get("via", "")))
+    via = str(decided_by.get("via", ""))
+    where = "terminal" if is_local(via) else _DECIDED_AT.get(via)
     return f"{name} ({where})" if where else name
 
 

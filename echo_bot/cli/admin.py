@@ -20,12 +20,13 @@ from ..approvals.routing import OWNER_QUEUE, OWNER_QUEUE_TEXT, ApproverDirectory
 from ..config import (
     Config,
     LoadedConfig,
-    WebhookRoute,
+    channel_enabled,
     channel_section,
     console_base,
     console_exposure,
     llm_enabled,
     secrets_in_use,
+    triggers,
 )
 from ..durations import format_duration
 from ..errors import ConfigError, EchoBotError, NoSchema
@@ -38,7 +39,7 @@ from ..events import (
     Sender,
 )
 from ..overview import Overview, cancel_reminder, holding, mcp_state
-from ..plugins import registry
+from ..plugins import local_channel, registry
 from ..secrets import Masker
 from ..statedir import daemon_pid
 from ..statuses import ApprovalStatus
@@ -59,10 +60,28 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-ADMIN_ADDRESS = Address(channel="cli", chat_id="admin")
 # A request id may be shortened to a unique prefix of at least this many characters.
 MIN_ID_PREFIX = 6
 _AMBIGUOUS_SHOWN = 10
+
+
+def _admin_address() -> Address:
+    """Where a decision taken with ``echo-bot approvals`` is recorded: the owner at the
+    machine, as the terminal's chat ``admin``."""
+    return Address(channel=local_channel(), chat_id="admin")
+
+
+@dataclass(frozen=True)
+class CommandContext:
+    """What a command that says its own handler (``webhook``) is run with: the config
+    read, the state dir, the environment with credentials; the store on demand."""
+
+    loaded: LoadedConfig
+    state_dir: Path
+    environ: Mapping[str, str]
+
+    def store(self) -> StoreAt:
+        return StoreAt.of(self.loaded, self.state_dir, self.environ)
 
 
 def _clock(ts: float | None) -> str:
@@ -144,7 +163,7 @@ def _listed(at: StoreAt, fn: Callable[[Tx], list[T]]) -> list[T]:
 def check_config(loaded: LoadedConfig, state_dir: Path, env: Mapping[str, str]) -> int:
     """``env``: the environment with the systemd credentials filled in."""
     from ..app import http_reasons, load_channel_class
-    from ..config import channel_enabled, channel_names
+    from ..config import channel_names
     from ..runtime import build
 
     runtime = build(loaded, state_dir, env)  # made as `run` makes it, and not started
@@ -187,7 +206,7 @@ def check_config(loaded: LoadedConfig, state_dir: Path, env: Mapping[str, str]) 
         _tool_line("http_request", runtime, "[tools.http] allow_domains switches it on"),
         f"approvals: timeout {format_duration(config.approvals.timeout)}, "
         f"default chat {config.approvals.default_chat or 'none'}",
-        *_prompt_lines(loaded, runtime.live.current.directory),
+        *_prompt_lines(loaded, env, runtime.live.current.directory),
     ]
     secrets = [
         f"{name} {'set' if env.get(name) else 'not set' if needed else 'not set (optional)'}"
@@ -254,10 +273,13 @@ def _tool_line(name: str, runtime: Runtime, how: str) -> str:
     return f"{name}: on"
 
 
-def _prompt_lines(loaded: LoadedConfig, directory: ApproverDirectory) -> list[str]:
+def _prompt_lines(
+    loaded: LoadedConfig, environ: Mapping[str, str], directory: ApproverDirectory
+) -> list[str]:
     """Where approval prompts go (docs/SECURITY.md "Where the prompt goes"): a requester who
     approves in their own chat is asked there; everyone else's prompts, and those of
-    each webhook route and cron job, go where ``ApproverDirectory.routed`` says."""
+    each cron job and channel's trigger (a webhook's route), go where
+    ``ApproverDirectory.routed`` says."""
 
     def where(deliver_to: str | None) -> str:
         address, why = directory.routed(Address.parse(deliver_to) if deliver_to else None)
@@ -270,9 +292,9 @@ def _prompt_lines(loaded: LoadedConfig, directory: ApproverDirectory) -> list[st
         "approval prompts: in the requester's own chat when they approve there; "
         f"others' go to {where(None)}"
     ]
-    if config.webhook.enabled:
-        for route in config.webhook.routes:
-            lines.append(f"  webhook route {route.name}: {where(route.deliver_to)}")
+    for name, trigger in triggers(config):
+        if channel_enabled(loaded, environ, name):
+            lines.append(f"  {name} {trigger.who}: {where(trigger.deliver_to)}")
     for job in config.cron:
         lines.append(f"  cron job {job.name}: {where(job.deliver_to)}")
     return lines
@@ -376,12 +398,12 @@ def _submit_decision(at: StoreAt, approval_id: str, action: str, wait: float) ->
     user = getpass.getuser()
     verb = DecisionVerb.APPROVE_ONCE if action == "approve" else DecisionVerb.DENY
     message = DecisionInbound(
-        address=ADMIN_ADDRESS,
+        address=_admin_address(),
         sender=Sender(id=user, name=user),
         decision=ApprovalDecision(
             request_id=approval_id,
             verb=verb,
-            decided_by=ADMIN_ADDRESS,
+            decided_by=_admin_address(),
             sender_id=user,
             via="admin",
             answered=True,  # printed by the command
@@ -436,29 +458,6 @@ def reminders_command(at: StoreAt, action: str, reminder_id: str | None) -> int:
     return 0
 
 
-# -- webhooks -----------------------------------------------------------------------------
-def webhook_deliveries(at: StoreAt, route: str | None, delivery: str | None, limit: int) -> int:
-    if delivery:
-        return _one_delivery(at, delivery)
-    session = f"webhook:{route}" if route else None
-    rows, pending = _with_store(
-        at,
-        lambda tx: (
-            tx.inbox.recent("webhook", session_key=session, limit=limit),
-            tx.approvals.list(),
-        ),
-    )
-    if not rows:
-        print("No webhook deliveries.")
-        return 0
-    waits = {request.turn_id: f"waits for: {_waits_for(request)}" for request in pending}
-    for row in rows:
-        text = waits.get(row.id) or " ".join(str(row.outcome).split())[:80]
-        print(f"{_clock(row.received_at)}  {row.id}  {row.session_key.split(':', 1)[1]:<12} "
-              f"{row.status:<16} {text}")  # fmt: skip
-    return 0
-
-
 def _id_prefix(given: str, what: str, listing: str) -> str | None:
     """The id or prefix to look for, or None (said on stderr) when it is too short."""
     wanted = given.strip().lower()
@@ -470,126 +469,6 @@ def _id_prefix(given: str, what: str, listing: str) -> str | None:
         file=sys.stderr,
     )
     return None
-
-
-def _one_delivery(at: StoreAt, given: str) -> int:
-    """One delivery, found as a request is (its id or a unique prefix of 6+
-    characters), with readable times and what it waits for."""
-    wanted = _id_prefix(given, "delivery", "echo-bot webhook deliveries")
-    if wanted is None:
-        return 2
-
-    def find(tx: Tx) -> tuple[list[str], dict[str, object] | None, list[ApprovalRow]]:
-        exact = tx.inbox.describe(wanted)
-        if exact is not None and exact.get("channel") == "webhook":
-            matches = [wanted]
-        else:
-            matches = tx.inbox.ids_beginning("webhook", wanted)
-        info = tx.inbox.describe(matches[0]) if len(matches) == 1 else None
-        pending = [r for r in tx.approvals.list() if info and r.turn_id == info["id"]]
-        return matches, info, pending
-
-    matches, info, pending = _with_store(at, find)
-    if len(matches) > 1:
-        _ambiguous(given, matches, "delivery")
-        return 2
-    if info is None:
-        print(f"echo-bot: no webhook delivery {given}", file=sys.stderr)
-        return 1
-    session = str(info.get("session") or "")
-    print(f"delivery:  {info['id']}")
-    print(f"route:     {escape_text(session.removeprefix('webhook:'))}")
-    print(f"status:    {info['status']}")
-    for request in pending:
-        print(f"waits for: {_waits_for(request)}")
-    print(f"received:  {_clock(_number(info.get('received_at')))}")
-    print(f"updated:   {_clock(_number(info.get('updated_at')))}")
-    for key in ("result", "error"):
-        if info.get(key):
-            print(f"{key + ':':<10} {escape_text(str(info[key]))}")
-    return 0
-
-
-def _number(value: object) -> float | None:
-    return float(value) if isinstance(value, int | float) else None
-
-
-def _waits_for(request: ApprovalRow) -> str:
-    """What a delivery waiting for approval waits for, as its listing says it."""
-    if request.prompt_to == str(OWNER_QUEUE):
-        return f"echo-bot approvals approve {request.id}"
-    return f"an approver in {escape_text(request.prompt_to)} (request {request.id})"
-
-
-def webhook_send(
-    loaded: LoadedConfig, route_name: str, data: Path, event: str | None, env: Mapping[str, str]
-) -> int:
-    """Sign ``data`` with the route's secret and POST it to the running daemon."""
-    import asyncio
-
-    from .webhook_client import post_signed
-
-    config = loaded.config
-    route = next((r for r in config.webhook.routes if r.name == route_name), None)
-    if route is None:
-        if not loaded.from_file:
-            print(
-                f"echo-bot: no webhook route {route_name!r}: no config file was given, and the"
-                " embedded defaults have no routes; point at the daemon's config with"
-                " --config PATH (or $ECHO_BOT_CONFIG)",
-                file=sys.stderr,
-            )
-            return 2
-        names = ", ".join(r.name for r in config.webhook.routes)
-        print(
-            f"echo-bot: no webhook route {route_name!r} in {loaded.path} "
-            + (f"(its routes: {names})" if names else "(it has no [[webhook.routes]])"),
-            file=sys.stderr,
-        )
-        return 2
-    secret = env.get(route.secret_env or "", "")
-    if route.auth != "none" and not secret:
-        print(f"echo-bot: ${route.secret_env} is not set; cannot sign for {route_name}")
-        return 2
-    try:
-        body = data.read_bytes()
-    except OSError as exc:
-        print(f"echo-bot: cannot read {data}: {exc.strerror}")
-        return 2
-    if route.auth == "github":
-        event = _github_event(route, event)
-        if event is None:
-            return 2
-    host = config.http.host if config.http.host not in ("0.0.0.0", "::") else "127.0.0.1"
-    url = f"http://{host}:{config.http.port}{route.url_path}"
-    try:
-        status, answer = asyncio.run(post_signed(url, route.auth, secret, body, event))
-    except OSError as exc:
-        print(f"echo-bot: cannot reach the daemon at {url}: {exc}")
-        return 1
-    print(f"HTTP {status} {answer}")
-    return 0 if status < 400 else 1
-
-
-def _github_event(route: WebhookRoute, event: str | None) -> str | None:
-    """The X-GitHub-Event to send: ``--event``, else the route's only event, else push.
-    Says which; None (after saying why) when the route's filter leaves a choice."""
-    if event is None:
-        if len(route.events) > 1:
-            print(
-                f"echo-bot: route {route.name} takes the events {', '.join(route.events)}; "
-                "name one with --event"
-            )
-            return None
-        event = route.events[0] if route.events else "push"
-        why = "the route's events filter" if route.events else "the default"
-        print(f"event: {event} ({why}; --event EVENT sends another)", file=sys.stderr)
-    elif route.events and event not in route.events:
-        print(
-            f"note: route {route.name} ignores {event!r} (events = {route.events})",
-            file=sys.stderr,
-        )
-    return event
 
 
 # -- status and backup --------------------------------------------------------------------
@@ -737,7 +616,6 @@ def backup_name(directory: Path) -> Path:
 def pair_command(loaded: LoadedConfig, at: StoreAt, environ: Mapping[str, str]) -> int:
     """``environ``: the environment with systemd credentials filled in (a token given
     only as a credential switches Telegram on too)."""
-    from ..config import channel_enabled
     from ..plugins import registry
 
     hints = {s.name: s.pair_hint for s in registry().specs.values() if s.pair_hint}

@@ -20,7 +20,7 @@ from ..config import LoadedConfig, channel_names, console_base
 from ..console.auth import ConsoleUser, audit_session, link_url, new_link
 from ..errors import ConfigError
 from ..events import Address
-from ..plugins import is_local
+from ..plugins import example_ids, is_local
 from ..store import Tx
 from ..store.console import ConsoleSessionRow
 from .admin import StoreAt, _ambiguous, _clock, _id_prefix, _listed, _with_store
@@ -65,8 +65,7 @@ def _approver(loaded: LoadedConfig, given: str) -> ConsoleUser | None:
         user = None
     if user is None or user.channel not in channel_names():
         print(
-            f'echo-bot: --as "{shown}" names no approver: write CHANNEL:ID (telegram:12345,'
-            " matrix:@you:example.org, slack:U0123ABCD)",
+            f'echo-bot: --as "{shown}" names no approver: write CHANNEL:ID ({example_ids()})',
             file=sys.stderr,
         )
         return None

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from .. import __version__
 from ..errors import EXIT_OUTPUT_CLOSED, EchoBotError
 from ..secrets import Masker
+from . import webhook
 
 if TYPE_CHECKING:
     from ..config import LoadedConfig
@@ -95,7 +96,7 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser(
         "pair",
         parents=[common],
-        help="print a one-time code that lets a stranger chat (Telegram, Slack, Matrix)",
+        help="print a one-time code that lets a stranger chat (on the networks that pair)",
     )
     pairings = sub.add_parser("pairings", parents=[common], help="list or revoke paired users")
     pairings.add_argument("action", choices=["list", "revoke"])
@@ -116,24 +117,7 @@ def _parser() -> argparse.ArgumentParser:
     backup.add_argument(
         "--force", action="store_true", help="replace PATH if it is an existing file"
     )
-    webhook = sub.add_parser("webhook", parents=[common], help="webhook deliveries; test a route")
-    webhook_sub = webhook.add_subparsers(
-        dest="webhook_command", required=True, metavar="ACTION", action=_Commands
-    )
-    deliveries = webhook_sub.add_parser(
-        "deliveries", parents=[common], help="deliveries and their state"
-    )
-    deliveries.add_argument("route", nargs="?", help="only this route")
-    deliveries.add_argument(
-        "--id", help="one delivery, in full: its id, or a unique prefix of it (6+ characters)"
-    )
-    deliveries.add_argument("--limit", type=int, default=20, help="the newest N (default 20)")
-    send = webhook_sub.add_parser(
-        "send", parents=[common], help="sign a payload and post it to the daemon"
-    )
-    send.add_argument("route")
-    send.add_argument("--data", type=Path, required=True, help="a JSON file")
-    send.add_argument("--event", default=None, help="X-GitHub-Event for github routes")
+    webhook.add_commands(sub, common)
     store = sub.add_parser("store", parents=[common], help="move the store to another engine")
     store_sub = store.add_subparsers(
         dest="store_command", required=True, metavar="ACTION", action=_Commands
@@ -157,7 +141,7 @@ def _parser() -> argparse.ArgumentParser:
         "--as",
         dest="as_",
         metavar="CHANNEL:ID",
-        help="for this approver, e.g. telegram:12345 (default: you, the owner)",
+        help="for this approver, as its channel writes them (default: you, the owner)",
     )
     sessions = console_sub.add_parser(
         "sessions", parents=[common], help="the live sessions: who, since when, which browser"
@@ -280,10 +264,11 @@ def _manage(
         from ..mcp.listing import mcp_list_command
 
         return mcp_list_command(loaded, environ)
-    if args.command == "webhook" and args.webhook_command != "deliveries":
-        from .admin import webhook_send
+    handler = getattr(args, "handler", None)
+    if handler is not None:  # a command that says its own (webhook.add_commands)
+        from .admin import CommandContext
 
-        return webhook_send(loaded, args.route, args.data, args.event, environ)
+        return int(handler(args, CommandContext(loaded, state_dir, environ)))
     from .admin import StoreAt
 
     at = StoreAt.of(loaded, state_dir, environ)  # the state dir's file, or PostgreSQL
@@ -299,10 +284,6 @@ def _manage(
         from .admin import backup_command
 
         return backup_command(at, args.path, force=args.force)
-    if args.command == "webhook":
-        from .admin import webhook_deliveries
-
-        return webhook_deliveries(at, args.route, args.id, args.limit)
     if args.command == "reminders":
         from .admin import reminders_command
 
@@ -367,23 +348,25 @@ def _run_daemon(
 ) -> int:
     from ..app import Daemon
     from ..config import channel_enabled, channel_names
+    from ..plugins import local_channel
     from ..runtime import build
 
     runtime = build(loaded, state_dir, environ)
     tty = _stdin_is_terminal()
     channels: list[str] = []
     options: dict[str, dict[str, object]] = {}
+    terminal = local_channel()
     if command == "chat":
-        channels.append("cli")
-        options["cli"] = {"interactive": tty, "exit_on_eof": True}
+        channels.append(terminal)
+        options[terminal] = {"interactive": tty, "exit_on_eof": True}
     else:
         if tty:
-            channels.append("cli")
-            options["cli"] = {"interactive": True, "exit_on_eof": False}
+            channels.append(terminal)
+            options[terminal] = {"interactive": True, "exit_on_eof": False}
         channels += [
             name
             for name in channel_names()
-            if name != "cli" and channel_enabled(loaded, environ, name)
+            if name != terminal and channel_enabled(loaded, environ, name)
         ]
     daemon = Daemon(
         runtime,

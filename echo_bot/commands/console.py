@@ -32,7 +32,7 @@ SCHEDULED = "cron"
 
 HELP = "a one-time sign-in link to the web console (approvers, in a private chat)"
 OFF = "The console is off: the owner switches it on with [console] enabled = true."
-NOT_HERE = "Console links are given only in a chat with a person, not to a webhook or job."
+NOT_HERE = "Console links are given only in a chat with a person, not to a program or job."
 NOT_APPROVER = "Only approvers sign in to the console."
 NOT_PRIVATE = (
     "Ask for a console link in your private chat with me: the link signs in whoever "

@@ -26,6 +26,7 @@ from ..approvals.display import clip
 from ..approvals.routing import OWNER_CONSOLE, VIA_CONSOLE
 from ..errors import ConfigError
 from ..events import Address
+from ..plugins import example_ids
 from ..store import Tx
 from ..store.console import ConsoleSessionRow
 
@@ -70,7 +71,7 @@ class ConsoleUser:
         channel, sep, user_id = text.partition(":")
         if not sep or not channel or not user_id or channel == OWNER_CONSOLE.channel:
             raise ConfigError(
-                f"{clip(text, 40)!r} is not an approver: give CHANNEL:ID, like telegram:12345"
+                f"{clip(text, 40)!r} is not an approver: give CHANNEL:ID ({example_ids()})"
             )
         return cls(channel=channel, id=user_id, name=user_id)
 

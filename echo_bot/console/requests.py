@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from ..approvals.display import decider, fits, show_json
 from ..approvals.gate import ApprovalGate, allow_for_text
 from ..approvals.routing import OWNER_QUEUE, ApproverDirectory
+from ..events import Address
+from ..plugins import is_local
 from ..statuses import ApprovalStatus
 from ..store import Tx
 from ..store.approvals import ApprovalRow
@@ -71,7 +73,8 @@ def view(gate: ApprovalGate, row: ApprovalRow, *, brief: bool = False) -> Reques
         allow_for=row.grant_scope is not None and row.risk == "write",
         allow_scope=allow_for_text(row.tool, row.prompt_to, row.grant_scope),
         # The terminal shows a call of any length; a chat prompt as much as fits.
-        chat_could_show=approvable and (fits(call) or row.prompt_to.startswith("cli:")),
+        chat_could_show=approvable
+        and (fits(call) or is_local(Address.parse(row.prompt_to).channel)),
         asked_by=str(requester.get("name") or requester.get("id") or "?"),
         origin=row.origin,
         prompt_to=prompt_to,

@@ -214,7 +214,9 @@ def test_an_id_without_its_channel_is_told_how_to_write_it(tmp_path: Path, given
     args, env = console_cli(tmp_path)
     refused = console(args, env, "link", "--as", given)
     assert refused.returncode == 2
-    assert "write CHANNEL:ID (telegram:12345, matrix:@you:example.org" in refused.stderr
+    assert "write CHANNEL:ID (" in refused.stderr
+    for example in ("telegram:12345", "matrix:@you:example.org", "slack:U0123ABCD"):
+        assert example in refused.stderr
 
 
 def test_a_matrix_id_not_an_approver_is_told_of_the_matrix_section(tmp_path: Path) -> None:

@@ -22,7 +22,8 @@ from ..base import Effect, ErrorCode, Risk, ToolContext, ToolGroup, ToolResult
 from .files import read_workspace_file, workspace_file_effect
 from .messaging import ChatSender, Outlet
 
-# Telegram's limits for bots: 50 MB a document, 10 MB a photo.
+# The smallest of the chat networks' limits (Telegram's for bots): 50 MB a document,
+# 10 MB a photo, so that a file sent fits wherever it is sent.
 MAX_DOCUMENT = 50 * 1000**2
 MAX_PHOTO = 10 * 1000**2
 PHOTO_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".webp"})
@@ -82,7 +83,7 @@ class SendFileTool(ChatSender):
             what = "a photo" if photo else "a document"
             return ToolResult.failure(
                 ErrorCode.INVALID_PARAMETER,
-                f"{raw} is over {format_size(limit)}, the most Telegram takes as {what}",
+                f"{raw} is over {format_size(limit)}, the most {target.channel} is sent as {what}",
             )
         copy = await asyncio.to_thread(self._keep, name, data)
         await sink(
