@@ -1,41 +1,21 @@
-"""What every channel's parts share: the channel's health as /healthz shows it, its
-background tasks, cancelled together when it stops, the limit of one download, and
-text from the network made safe to store."""
+"""What every channel's parts share: send, previews and downloads handed to its parts,
+its background tasks, cancelled together when it stops, the limit of one download,
+and text from the network made safe to store. (Its health and the waits between tries
+at its peer are the host's: ``echo_bot.link``.)"""
 
 from __future__ import annotations
 
 import asyncio
 import glob
-import logging
-import random
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import Any, Protocol
 
-from echo_bot.errors import ConfigError, MediaTooLarge, MediaUnavailable
+from echo_bot.errors import MediaTooLarge, MediaUnavailable
 from echo_bot.events import Address, Attachment, OutboundMessage, Receipt
 from echo_bot.sizes import format_size
-
-
-@dataclass
-class Health:
-    """A channel's state as /healthz shows it; a channel subclasses it with its name
-    (and any facts of its own)."""
-
-    channel: ClassVar[str] = "channel"
-    status: str = "starting"
-    last_error: str | None = None
-
-    def degrade(self, error: str) -> None:
-        """Degraded by ``error``; logged once until the error changes."""
-        if self.status != "degraded" or self.last_error != error:
-            logging.getLogger(f"channels.{self.channel}").warning(
-                "%s: %s (retrying)", self.channel, error
-            )
-        self.status, self.last_error = "degraded", error
 
 
 class _Sends(Protocol):
@@ -75,53 +55,6 @@ class ThroughParts:
         self, attachment: Attachment, destination: Path, *, limit: int | None = None
     ) -> int:
         return await self.downloads.fetch_media(attachment, destination, limit=limit)
-
-
-class Backoff:
-    """The waits between tries at a peer that cannot be reached: doubling from ``first``
-    to ``cap`` seconds, each a random 75-100 % of that (jitter), so that daemons which
-    lost the same server do not all come back to it in step. ``reset`` after a success."""
-
-    def __init__(self, first: float = 1.0, cap: float = 60.0) -> None:
-        self.first, self.cap = first, cap
-        self._next = first
-
-    def reset(self) -> None:
-        self._next = self.first
-
-    def next(self) -> float:
-        wait = self._next * random.uniform(0.75, 1.0)
-        self._next = min(self._next * 2, self.cap)
-        return wait
-
-    async def wait(self) -> None:
-        await asyncio.sleep(self.next())
-
-
-async def connect_when_reachable(
-    connect: Callable[[], Awaitable[None]],
-    health: Health,
-    unreachable: tuple[type[BaseException], ...],
-    away: Callable[[BaseException], None],
-) -> None:
-    """``connect`` tried again with a ``Backoff`` until it succeeds (its peer was out of
-    reach at start), each failure told by ``away``; a refusal (``ConfigError``: the user
-    must fix it) leaves the channel down, said once."""
-    backoff = Backoff()
-    while True:
-        await backoff.wait()
-        try:
-            await connect()
-        except ConfigError as exc:
-            health.status, health.last_error = "down", str(exc)
-            logging.getLogger(f"channels.{health.channel}").error(
-                "%s: %s; fix it and restart", health.channel, exc
-            )
-            return
-        except unreachable as exc:
-            away(exc)
-            continue
-        return
 
 
 class Tasks:

@@ -9,7 +9,7 @@ HTTP 202) as soon as ``publish`` returns.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -168,6 +168,40 @@ class Capabilities:
     rate_limited: bool = False  # its peer answers "too many requests"; sends are paced
     reloads: bool = False  # takes a new config live at SIGHUP (``reload(config)``)
     diagnoses: bool = False  # checks its own peer for ``echo-bot doctor`` (``Diagnoses``)
+    # its first contact with its peer is the host's: ``connect()`` after ``start()``,
+    # tried again while the peer is away (``Connects``, ``echo_bot.link``)
+    connects: bool = False
+
+
+class ChannelLink(Protocol):
+    """A channel's connection as the host keeps it (``echo_bot.link.Link``): what the
+    channel reports, what /healthz shows."""
+
+    facts: dict[str, object]
+    ok_after_connect: bool
+
+    def connected(self, part: str = "peer") -> None: ...
+    def back(self, part: str) -> None: ...
+    def reconnecting(self, error: str, part: str = "peer") -> None: ...
+    def refused(self, error: str) -> None: ...
+    def count(self, fact: str) -> None: ...
+    def state(self) -> dict[str, object]: ...
+
+    async def pause(self) -> None: ...
+
+    async def first_contact(self, connect: Callable[[], Awaitable[Any]]) -> None: ...
+    async def close(self) -> None: ...
+
+
+@runtime_checkable
+class Connects(Protocol):
+    """A channel whose first contact with its peer the host makes
+    (``Capabilities.connects``): ``connect()`` raises ``errors.PeerAway`` while the peer
+    is away (tried again) and ``ConfigError`` for what the owner must fix."""
+
+    link: ChannelLink
+
+    async def connect(self) -> None: ...
 
 
 class ChannelEdge(Protocol):
@@ -219,6 +253,11 @@ class ChannelHost(Protocol):
         """``channel``'s way in (``echo_bot.edge``): every inbound is handed to its
         ``take`` (allowlist, pairing, a stranger's refusal, the commit), every notice
         to its ``notice``."""
+        ...
+
+    def link(self, channel: str) -> ChannelLink:
+        """``channel``'s connection to its peer, as /healthz shows it: the channel says
+        connected, reconnecting or refused; the host logs each change once."""
         ...
 
     @property

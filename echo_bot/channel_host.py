@@ -19,6 +19,7 @@ from .bus import (
     AccessControl,
     Bus,
     Channel,
+    Connects,
     MediaSource,
     NoHttpServer,
     PreviewSink,
@@ -28,6 +29,7 @@ from .bus import (
 from .edge import Edge
 from .events import Address, OutboundMessage
 from .lifecycle import Parts
+from .link import Link
 from .secrets import Masker
 from .store import Store, Tx
 
@@ -90,6 +92,11 @@ class DaemonHost:
 
     def edge(self, channel: str, *, prefix: str = "/", pair_as: str = "as `pair CODE`") -> Edge:
         return Edge(channel, self, prefix=prefix, pair_as=pair_as)
+
+    def link(self, channel: str) -> Link:
+        link = Link(channel)
+        self.add_health(channel, link.state)
+        return link
 
     @property
     def masker(self) -> Masker:
@@ -193,7 +200,7 @@ async def start_channels(
     preview sinks. ``started`` receives each channel once it runs."""
     for channel in channels:
         stop = partial(_stop_channel, delivery, channel)
-        await parts.start(f"the {channel.name} channel", partial(channel.start, bus), stop)
+        await parts.start(f"the {channel.name} channel", partial(_start, channel, bus), stop)
         started.append(channel)
         delivery.add_channel(channel)
         can = channel.capabilities
@@ -203,9 +210,28 @@ async def start_channels(
             previews.add_sink(cast(PreviewSink, channel))
 
 
+async def _start(channel: Channel, bus: Bus) -> None:
+    """``start``, then for a channel that ``connects``, its first contact with its peer
+    (``Link.first_contact``: a refusal fails the start, after the channel stops; a peer
+    away is tried again in the background)."""
+    await channel.start(bus)
+    if not channel.capabilities.connects:
+        return
+    connects = cast(Connects, channel)
+    try:
+        await connects.link.first_contact(connects.connect)
+    except BaseException:
+        await connects.link.close()
+        await channel.stop()
+        raise
+
+
 async def _stop_channel(delivery: DeliveryWorker, channel: Channel) -> None:
-    """Delivery lets go of the channel first (its sends in flight finish), then it stops."""
+    """Delivery lets go of the channel first (its sends in flight finish), then it stops
+    (no longer tried again first, when the host makes its contact)."""
     await delivery.release(channel.name)
+    if channel.capabilities.connects:
+        await cast(Connects, channel).link.close()
     await channel.stop()
 
 

@@ -39,6 +39,12 @@ class StoreError(EchoBotError):
     exit_code = 2
 
 
+class PeerAway(EchoBotError):
+    """A channel's peer cannot be reached now, or failed on its side (a 5xx, no answer
+    in time): tried again with a backoff, never a reason to stop (``echo_bot.link``).
+    What the owner must fix (a refused token) is a ``ConfigError`` instead."""
+
+
 class CommitFailed(EchoBotError):
     """The inbox did not take an inbound (the store is away or refused it): the channel
     acknowledges nothing, so its peer sends it again."""

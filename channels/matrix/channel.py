@@ -13,13 +13,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from channels.parts import Backoff, ThroughParts, connect_when_reachable
+from channels.parts import ThroughParts
 from echo_bot.bus import Bus, Capabilities, ChannelHost, Diagnosis
 from echo_bot.config import Config, channel_section
-from echo_bot.errors import ConfigError
+from echo_bot.errors import ConfigError, PeerAway
 
 from .approvals import Prompts
-from .common import NETWORK_ERRORS, Health, Tasks, Unreachable, log
+from .common import NETWORK_ERRORS, Tasks, log
 from .doctor import diagnose
 from .inbound import Inbound
 from .media import Downloads
@@ -28,14 +28,12 @@ from .session import log_in, make_client, store_dir
 from .settings import MatrixConfig
 from .sync import Syncer
 
-STARTUP_TIMEOUT = 30.0
-
 
 class MatrixChannel(ThroughParts):
     name = "matrix"
     capabilities = Capabilities(
         edits=True, previews=True, media=True, reactions=True, rate_limited=True, diagnoses=True,
-        reloads=True,
+        reloads=True, connects=True,
     )  # fmt: skip
 
     def __init__(
@@ -47,52 +45,32 @@ class MatrixChannel(ThroughParts):
         self.host = host
         self.directory = store_dir(host.state_dir)
         self.client = make_client(section, self.directory)
-        self._health = Health()
+        self.link = host.link("matrix")
+        self.link.facts["user"] = section.user_id
+        self.link.ok_after_connect = False  # ok once synced: the rooms' keys are known
         self._tasks = Tasks()
         self.prompts = Prompts(host)
         self.inbound = Inbound(section, host, self.client, self.prompts, self._tasks)
-        self.syncer = Syncer(section, options, host, self.client, self.inbound, self._health)
+        self.syncer = Syncer(section, options, host, self.client, self.inbound, self.link)
         self.outbound = Outbound(
-            host, self.client, self.prompts, self._health, self.inbound.typing,
+            host, self.client, self.prompts, self.link, self.inbound.typing,
             self.syncer.synced, self._tasks,
         )  # fmt: skip
         self.previews = self.outbound.previews
         self.downloads = Downloads(self.client, section, host)
-        host.add_health("matrix", self.health)
 
     async def start(self, bus: Bus) -> None:
-        """Sign in and start syncing. A refused token or password fails the start (the
-        user must fix it); a homeserver that cannot be reached does not: the daemon
-        runs, /healthz says so, and the channel signs in once the server answers."""
+        """Nothing to open before the homeserver answers: the host's first contact is
+        ``connect``."""
+
+    async def connect(self) -> None:
+        """Sign in, then sync. A refused token or password is the user's to fix; a
+        homeserver that cannot be reached is tried again by the host
+        (``Link.first_contact``) while the daemon runs."""
         try:
-            await self._log_in()
-        except ConfigError:
-            await self.client.close()
-            raise
+            await log_in(self.client, self.config, self.host.environ, self.directory)
         except NETWORK_ERRORS as exc:
-            self._unreachable(exc)
-            self._tasks.spawn(self._log_in_later())
-            return
-        self._signed_in()
-
-    async def _log_in(self) -> None:
-        try:
-            async with asyncio.timeout(STARTUP_TIMEOUT):
-                await log_in(self.client, self.config, self.host.environ, self.directory)
-        except TimeoutError:
-            raise Unreachable(f"no answer in {STARTUP_TIMEOUT:.0f} s") from None
-
-    async def _log_in_later(self) -> None:
-        async def sign_in() -> None:
-            await self._log_in()
-            self._signed_in()
-
-        await connect_when_reachable(sign_in, self._health, NETWORK_ERRORS, self._unreachable)
-
-    def _unreachable(self, exc: BaseException) -> None:
-        self._health.degrade(f"cannot reach {self.config.homeserver}: {exc}")
-
-    def _signed_in(self) -> None:
+            raise PeerAway(f"cannot reach {self.config.homeserver}: {exc}") from None
         log.info("matrix: signed in as %s (device %s)", self.client.user_id, self.client.device_id)
         self._tasks.spawn(self._sync())
 
@@ -100,16 +78,15 @@ class MatrixChannel(ThroughParts):
         """The sync loop, for as long as the channel runs: the loop itself rides out a
         homeserver that cannot be reached; anything else it raises is logged and the
         loop starts again (from the stored token) after a backoff."""
-        backoff = Backoff()
         while True:
             try:
                 await self.syncer.run()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                self._health.degrade(f"the sync loop failed: {exc}")
+                self.link.reconnecting(f"the sync loop failed: {exc}")
                 log.exception("matrix: the sync loop failed; starting it again")
-                await backoff.wait()
+                await self.link.pause()
 
     def reload(self, config: Config) -> list[str]:
         """The allowlists apply live (the core's access check reads them); the devices
@@ -129,11 +106,4 @@ class MatrixChannel(ThroughParts):
         await self.client.close()
 
     def health(self) -> dict[str, object]:
-        state: dict[str, object] = {"status": self._health.status, "user": self.config.user_id}
-        if self._health.last_error:
-            state["error"] = self._health.last_error
-        if self._health.standby:
-            state["sync"] = "another daemon"
-        if self._health.rate_limited:
-            state["rate_limited"] = self._health.rate_limited
-        return state
+        return self.link.state()

@@ -1,28 +1,22 @@
-"""What the parts of the Matrix channel share: the log, health, background tasks."""
+"""What the parts of the Matrix channel share: the log, background tasks, and what a
+homeserver that cannot be reached raises."""
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 from aiohttp import ClientError
 
-from channels.parts import Health as ChannelHealth
 from channels.parts import Tasks
-from echo_bot.errors import CommitFailed, EchoBotError
+from echo_bot.errors import CommitFailed, PeerAway
 
 log = logging.getLogger("channels.matrix")
 
-
-class Unreachable(EchoBotError):
-    """The homeserver did not answer, or answered with a failure of its own (a 5xx, a
-    rate limit): tried again later, never a reason to stop."""
-
-
 # What a request to a homeserver that cannot be reached raises (nio retries a few times
-# first, then lets aiohttp's error through).
-NETWORK_ERRORS = (ClientError, OSError, TimeoutError, Unreachable)
+# first, then lets aiohttp's error through; a failure on the server's side, a 5xx or a
+# rate limit, is PeerAway): tried again later, never a reason to stop.
+NETWORK_ERRORS = (ClientError, OSError, TimeoutError, PeerAway)
 
 
 def transient(answer: Any) -> bool:
@@ -33,11 +27,4 @@ def transient(answer: Any) -> bool:
     return status >= 500 or status == 429 or limited
 
 
-@dataclass
-class Health(ChannelHealth):
-    channel: ClassVar[str] = "matrix"
-    rate_limited: int = 0  # M_LIMIT_EXCEEDED answers seen (each waited out)
-    standby: bool | None = None  # another daemon syncs this account now (None: not asked)
-
-
-__all__ = ["NETWORK_ERRORS", "CommitFailed", "Health", "Tasks", "Unreachable", "log", "transient"]
+__all__ = ["NETWORK_ERRORS", "CommitFailed", "PeerAway", "Tasks", "log", "transient"]

@@ -22,13 +22,13 @@ from typing import Any
 
 from nio import AsyncClient, RoomSendError, RoomSendResponse
 
-from echo_bot.bus import ChannelHost
+from echo_bot.bus import ChannelHost, ChannelLink
 from echo_bot.errors import ChannelError
 from echo_bot.events import OutboundKind, OutboundMessage, Receipt, TextFormat
 from echo_bot.richtext import parts as richtext
 
 from .approvals import Prompts, actions_of, prompt_text
-from .common import Health, Tasks, log
+from .common import Tasks, log
 from .formatting import TEXT, MatrixText, replacement
 from .media import upload
 from .previews import previews
@@ -112,7 +112,7 @@ class Outbound:
         host: ChannelHost,
         client: AsyncClient,
         prompts: Prompts,
-        health: Health,
+        link: ChannelLink,
         typing: Typing,
         synced: asyncio.Event,
         tasks: Tasks,
@@ -123,7 +123,7 @@ class Outbound:
         self.host = host
         self.client = client
         self.prompts = prompts
-        self.health = health
+        self.link = link
         self.masker = host.masker
         self.pacer = Pacer()
         self._parts_sent: dict[str, list[str]] = {}  # outbound id → event IDs sent
@@ -262,7 +262,7 @@ class Outbound:
                 return event_id
             assert isinstance(answer, RoomSendError)
             if answer.status_code == "M_LIMIT_EXCEEDED":
-                self.health.rate_limited += 1
+                self.link.count("rate_limited")  # M_LIMIT_EXCEEDED answers, each waited out
                 # Synapse rounds retry_after_ms down: a little later, or it is refused again.
                 wait = (answer.retry_after_ms or 1000) / 1000 + RETRY_MARGIN
                 self.pacer.hold(room_id, wait)

@@ -27,7 +27,7 @@ from nio import AsyncClient, AsyncClientConfig, LoginResponse, WhoamiResponse
 
 from echo_bot.errors import ConfigError
 
-from .common import Unreachable, log, transient
+from .common import PeerAway, log, transient
 from .settings import MatrixConfig
 
 REQUEST_TIMEOUT = 60.0  # seconds for one HTTP request (a sync's long poll is shorter)
@@ -83,7 +83,7 @@ async def log_in(
     elif config.password_env and environ.get(config.password_env):
         answer = await client.login(environ[config.password_env], device_name=config.device_name)
         if not isinstance(answer, LoginResponse) and transient(answer):
-            raise Unreachable(f"the login failed on the homeserver's side: {answer}")
+            raise PeerAway(f"the login failed on the homeserver's side: {answer}")
         if not isinstance(answer, LoginResponse):
             raise ConfigError(f"matrix.password_env: the homeserver refused the login: {answer}")
         token, device_id = answer.access_token, answer.device_id
@@ -107,7 +107,7 @@ async def _device_of(client: AsyncClient, token: str, config: MatrixConfig) -> s
     client.access_token = token
     answer = await client.whoami()
     if not isinstance(answer, WhoamiResponse) and transient(answer):
-        raise Unreachable(f"whoami failed on the homeserver's side: {answer}")
+        raise PeerAway(f"whoami failed on the homeserver's side: {answer}")
     if not isinstance(answer, WhoamiResponse):
         raise ConfigError(
             f"matrix.access_token_env: {config.homeserver} rejected the token in "
@@ -166,5 +166,5 @@ async def _check_key_store(
     if found.status != DIAGNOSIS_FAIL:
         return
     if found.text.startswith("cannot reach"):
-        raise Unreachable(found.text)
+        raise PeerAway(found.text)
     raise ConfigError(f"matrix keys: {found.text}")

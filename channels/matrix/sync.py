@@ -25,10 +25,9 @@ from typing import Any
 
 from nio import AsyncClient, MessageDirection, RoomMessagesResponse, SyncResponse
 
-from channels.parts import Backoff
-from echo_bot.bus import ChannelHost, delivery_lease
+from echo_bot.bus import ChannelHost, ChannelLink, delivery_lease
 
-from .common import NETWORK_ERRORS, CommitFailed, Health, log
+from .common import NETWORK_ERRORS, CommitFailed, log
 from .inbound import Inbound
 from .settings import MatrixConfig
 
@@ -55,13 +54,14 @@ class Syncer:
         host: ChannelHost,
         client: AsyncClient,
         inbound: Inbound,
-        health: Health,
+        link: ChannelLink,
     ) -> None:
         self.config = config
         self.host = host
         self.client = client
         self.inbound = inbound
-        self.health = health
+        self.link = link
+        self.standby: bool | None = None  # another daemon syncs this account (None: not asked)
         self.timeout_ms = int(float(options.get("sync_timeout", 30)) * 1000)
         self.token: str | None = None
         self.first = True  # the first sync of this run asks for the rooms' full state
@@ -69,7 +69,6 @@ class Syncer:
         # Whose devices are trusted on first use: [matrix] allowed_users, as the last
         # reload left them (MatrixChannel.reload).
         self.trusted: tuple[str, ...] = tuple(config.allowed_users)
-        self._backoff = Backoff()
 
     @property
     def _token_name(self) -> str:
@@ -132,14 +131,14 @@ class Syncer:
             within = self.config.lease.total_seconds() - STANDBY_CHECK
             syncing = await self.host.hold(delivery_lease("matrix"), within)
         except Exception as exc:  # the store is away: nobody can store events anyway
-            self.health.degrade(f"cannot tell whether to sync: {exc}")
+            self.link.reconnecting(f"cannot tell whether to sync: {exc}")
             return False
-        standby = self.health.standby
-        if standby is None or syncing == standby:  # the first answer, or a change
+        if self.standby is None or syncing == self.standby:  # the first answer, or a change
             log.info("matrix: %s", "syncing now" if syncing else "another daemon syncs")
-        self.health.standby = not syncing
+        self.standby = not syncing
+        self.link.facts["sync"] = None if syncing else "another daemon"
         if not syncing:
-            self.health.status, self.health.last_error = "ok", None
+            self.link.connected()
         return syncing
 
     async def once(self) -> None:
@@ -157,10 +156,7 @@ class Syncer:
             await self._failed(f"sync failed: {answer}")
             return
         self.first = False
-        if self.health.status != "ok":
-            log.info("matrix: syncing")
-        self.health.status, self.health.last_error = "ok", None
-        self._backoff.reset()
+        self.link.connected()
         await self.encryption()
         try:
             await self.feed(answer)
@@ -257,5 +253,5 @@ class Syncer:
                     self.client.verify_device(device)
 
     async def _failed(self, error: str) -> None:
-        self.health.degrade(error)
-        await self._backoff.wait()
+        self.link.reconnecting(error)
+        await self.link.pause()

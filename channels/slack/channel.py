@@ -4,19 +4,18 @@ instead of a connection retried for ever; Slack out of reach is retried)."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from slack_sdk.web.async_client import AsyncWebClient
 
-from channels.parts import ThroughParts, connect_when_reachable
+from channels.parts import ThroughParts
 from echo_bot.bus import Bus, Capabilities, ChannelHost, Diagnosis
-from echo_bot.errors import ChannelError, ConfigError
+from echo_bot.errors import ChannelError, ConfigError, PeerAway
 
 from .blocks import Prompts
-from .common import Health, Tasks, Unreachable, log
+from .common import Tasks, log
 from .doctor import diagnose
 from .inbound import Inbound
 from .media import Downloads
@@ -25,14 +24,12 @@ from .settings import SlackConfig
 from .transport import EventsOverHttp, SocketMode
 from .web import Web
 
-STARTUP_TIMEOUT = 30.0
-
 
 class SlackChannel(ThroughParts):
     name = "slack"
     capabilities = Capabilities(
         buttons=True, edits=True, previews=True, media=True, threads=True, rate_limited=True,
-        diagnoses=True,
+        diagnoses=True, connects=True,
     )  # fmt: skip
 
     def __init__(self, section: SlackConfig, options: Mapping[str, Any], host: ChannelHost) -> None:
@@ -41,22 +38,20 @@ class SlackChannel(ThroughParts):
         self.token = host.environ.get(section.bot_token_env, "")
         if not self.token:
             raise ConfigError(f"slack.bot_token_env: ${section.bot_token_env} is not set")
-        self._health = Health(transport=section.mode)
+        self.link = host.link("slack")
+        self.link.facts["mode"] = section.mode
         self._tasks = Tasks()
-        self.web = Web(self.token, section.api_base, self._health)
+        self.web = Web(self.token, section.api_base, self.link)
         self.prompts = Prompts(host)
         self.outbound = Outbound(host, self.web, self.prompts, self._tasks)
         self.previews = self.outbound.previews
         self.downloads = Downloads(section, self.token)
         self.socket: SocketMode | None = None
         self.events: EventsOverHttp | None = None
-        host.add_health("slack", self.health)
 
     async def start(self, bus: Bus) -> None:
-        """Check the tokens with Slack and connect. A refused token fails the start (the
-        user must fix it); Slack that cannot be reached, or fails on its side (5xx),
-        does not: the daemon runs, /healthz says so, and the channel connects once Slack
-        answers."""
+        """What needs no answer from Slack: the Web API's session, the transport's
+        secret, the Events API's route (the server's routes are fixed once it starts)."""
         await self.web.open()
         if self.config.mode == "socket":
             if not self.host.environ.get(self.config.app_token_env, ""):
@@ -73,45 +68,28 @@ class SlackChannel(ThroughParts):
             # before the first auth.test are answered 503, which Slack sends again.
             self.events = EventsOverHttp(self.config, self.host, secret)
             self.events.register()
-        try:
-            await self._connect()
-        except ConfigError:
-            await self.stop()
-            raise
-        except Unreachable as exc:
-            self._unreachable(exc)
-            self._tasks.spawn(self._connect_later())
 
-    async def _connect(self) -> None:
+    async def connect(self) -> None:
+        """Check the tokens with Slack and connect. A refused token is the user's to fix;
+        Slack that cannot be reached, or fails on its side (5xx), is tried again by the
+        host (``Link.first_contact``) while the daemon runs."""
         try:
-            async with asyncio.timeout(STARTUP_TIMEOUT):
-                bot_user = await self._who_am_i()
-                inbound = Inbound(self.config, self.host, self.prompts, self._tasks, bot_user)
-                if self.config.mode == "socket":
-                    app_token = self.host.environ.get(self.config.app_token_env, "")
-                    url = await self._socket_url(app_token)
-                    self.socket = SocketMode(
-                        app_token, self.config.api_base, inbound, self._health, self._tasks
-                    )
-                    await self.socket.start(url)
-                else:
-                    assert self.events is not None
-                    self.events.inbound = inbound
-        except TimeoutError:
-            await self._drop_socket()
-            raise Unreachable(f"no answer in {STARTUP_TIMEOUT:.0f} s") from None
+            bot_user = await self._who_am_i()
+            inbound = Inbound(self.config, self.host, self.prompts, self._tasks, bot_user)
+            if self.config.mode == "socket":
+                app_token = self.host.environ.get(self.config.app_token_env, "")
+                url = await self._socket_url(app_token)
+                self.socket = SocketMode(
+                    app_token, self.config.api_base, inbound, self.link, self._tasks
+                )
+                await self.socket.start(url)
+            else:
+                assert self.events is not None
+                self.events.inbound = inbound
         except BaseException:
             await self._drop_socket()
             raise
-        self._health.status, self._health.last_error = "ok", None
         log.info("slack: signed in as %s (%s)", bot_user, self.config.mode)
-
-    async def _connect_later(self) -> None:
-        await connect_when_reachable(self._connect, self._health, (Unreachable,), self._unreachable)
-
-    def _unreachable(self, exc: BaseException) -> None:
-        if self._health.status != "degraded":  # else the Web API's failure said it
-            self._health.degrade(f"cannot reach {self.config.api_base}: {exc}")
 
     async def _drop_socket(self) -> None:
         if self.socket is not None:
@@ -124,7 +102,7 @@ class SlackChannel(ThroughParts):
             answer = await self.web.call("auth.test", self.web.client.auth_test)
         except ChannelError as exc:
             if exc.retryable:  # the network, or Slack's side: not the token
-                raise Unreachable(str(exc)) from None
+                raise PeerAway(str(exc)) from None
             raise ConfigError(
                 f"slack.bot_token_env: Slack refused ${self.config.bot_token_env} ({exc})"
             ) from None
@@ -144,14 +122,14 @@ class SlackChannel(ThroughParts):
             )
         except ChannelError as exc:
             if exc.retryable:  # the network, or Slack's side: not the token
-                raise Unreachable(str(exc)) from None
+                raise PeerAway(str(exc)) from None
             raise ConfigError(
                 f"slack.app_token_env: Slack refused ${self.config.app_token_env} for Socket"
                 f" Mode ({exc}); is Socket Mode on for the app?"
             ) from None
         url = answer.get("url")
         if not isinstance(url, str) or not url.startswith(("wss://", "ws://")):
-            raise Unreachable("apps.connections.open gave no WebSocket URL")
+            raise PeerAway("apps.connections.open gave no WebSocket URL")
         return url
 
     async def stop(self) -> None:
@@ -166,9 +144,4 @@ class SlackChannel(ThroughParts):
         return await diagnose(section, environ, state_dir)
 
     def health(self) -> dict[str, object]:
-        state: dict[str, object] = {"status": self._health.status, "mode": self.config.mode}
-        if self._health.last_error:
-            state["error"] = self._health.last_error
-        if self._health.rate_limited:
-            state["rate_limited"] = self._health.rate_limited
-        return state
+        return self.link.state()

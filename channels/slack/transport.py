@@ -34,9 +34,9 @@ from slack_sdk.socket_mode.request import SocketModeRequest
 from slack_sdk.socket_mode.response import SocketModeResponse
 from slack_sdk.web.async_client import AsyncWebClient
 
-from echo_bot.bus import ChannelHost, Routes
+from echo_bot.bus import ChannelHost, ChannelLink, Routes
 
-from .common import CommitFailed, Health, Tasks, log
+from .common import CommitFailed, Tasks, log
 from .inbound import Inbound
 from .settings import SlackConfig
 
@@ -64,12 +64,12 @@ TAKEN = frozenset({"events_api", "interactive"})
 
 class SocketMode:
     def __init__(
-        self, app_token: str, api_base: str, inbound: Inbound, health: Health, tasks: Tasks
+        self, app_token: str, api_base: str, inbound: Inbound, link: ChannelLink, tasks: Tasks
     ) -> None:
         self.app_token = app_token
         self.api_base = api_base
         self.inbound = inbound
-        self.health = health
+        self.link = link
         self.tasks = tasks
         self.client: SocketModeClient | None = None
         self._queue: asyncio.Queue[SocketModeRequest] = asyncio.Queue()
@@ -95,9 +95,9 @@ class SocketMode:
         while True:
             await asyncio.sleep(WATCH_EVERY)
             if await client.is_connected():
-                self.health.regained("socket")
+                self.link.back("socket")
             else:
-                self.health.lost("socket", "the Socket Mode connection is down (reconnecting)")
+                self.link.reconnecting("the Socket Mode connection is down", "socket")
 
     async def _queued(self, client: Any, request: SocketModeRequest) -> None:
         self._queue.put_nowait(request)  # before any await: the envelopes keep their order

@@ -25,9 +25,10 @@ from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from channels.parts import TokenBucket
+from echo_bot.bus import ChannelLink
 from echo_bot.errors import ChannelError
 
-from .common import Health, log
+from .common import log
 
 T = TypeVar("T")
 
@@ -102,9 +103,9 @@ class Pacer:
 class Web:
     """The bot token's client; one aiohttp session for its life (``open`` … ``close``)."""
 
-    def __init__(self, token: str, api_base: str, health: Health) -> None:
+    def __init__(self, token: str, api_base: str, link: ChannelLink) -> None:
         self.token, self.api_base = token, api_base
-        self.health = health
+        self.link = link
         self.pacer = Pacer()
         self._session: ClientSession | None = None
         self.client = AsyncWebClient(
@@ -137,7 +138,7 @@ class Web:
             except SlackApiError as exc:
                 error, status, retry_after = _error_of(exc)
                 if status == 429 or error == "ratelimited":
-                    self.health.rate_limited += 1
+                    self.link.count("rate_limited")  # each waited out
                     self.pacer.hold(method, channel, retry_after)
                     if retry_after > RETRY_WAIT_MAX or attempt == retries:
                         raise ChannelError(
@@ -146,17 +147,19 @@ class Web:
                     log.info("slack: %s rate limited; again in %.0f s", method, retry_after)
                     continue
                 if error in AUTH_ERRORS:
-                    self.health.degrade(f"Slack refused the bot token ({error})")
+                    self.link.refused(f"Slack refused the bot token ({error})")
                 if status >= 500:
-                    self.health.lost("web", f"Slack failed on its side ({status} to {method})")
+                    self.link.reconnecting(
+                        f"Slack failed on its side ({status} to {method})", "web"
+                    )
                 else:
-                    self.health.regained("web")
+                    self.link.back("web")
                 retryable = status >= 500 or error not in FINAL
                 raise ChannelError(f"{method}: {error}", retryable=retryable) from None
             except (ClientError, OSError, TimeoutError, SlackClientError) as exc:
-                self.health.lost("web", f"cannot reach {self.api_base}: {exc}")
+                self.link.reconnecting(f"cannot reach {self.api_base}: {exc}", "web")
                 raise ChannelError(f"{method}: network error: {exc}") from None
-            self.health.regained("web")
+            self.link.back("web")
             return answer
         raise AssertionError("unreachable")
 

@@ -29,11 +29,11 @@ from aiogram.exceptions import (
 )
 from aiogram.types import BotCommand
 
-from channels.parts import ThroughParts, connect_when_reachable
+from channels.parts import ThroughParts
 from echo_bot.bus import Bus, Capabilities, ChannelHost, Diagnosis
-from echo_bot.errors import ConfigError
+from echo_bot.errors import ConfigError, PeerAway
 
-from .common import Health, Me, Tasks, log
+from .common import Me, Tasks, log
 from .doctor import diagnose
 from .handlers import Handlers
 from .media import Downloads
@@ -44,7 +44,6 @@ from .render import Pacer
 from .settings import BOT_TOKEN_SHAPE, TelegramConfig, looks_like_bot_token
 from .webhook import Webhook
 
-STARTUP_TIMEOUT = 15.0
 # What a Bot API that cannot be reached (or fails on its side) raises: tried again later.
 UNREACHABLE = (AiogramError, TimeoutError, OSError)
 
@@ -60,6 +59,7 @@ class TelegramChannel(ThroughParts):
         threads=True,
         rate_limited=True,
         diagnoses=True,
+        connects=True,
     )
 
     def __init__(
@@ -80,7 +80,8 @@ class TelegramChannel(ThroughParts):
         self.bus = host.bus
         self.pacer = Pacer()
         self.me = Me()
-        self._health = Health()
+        self.link = host.link("telegram")
+        self.link.facts["mode"] = config.mode
         self._tasks = Tasks()
         self.typing = Typing(self.bot, self.pacer)
         self.previews = Previews(host, self.bot, self.pacer, self.typing, self._tasks)
@@ -91,14 +92,13 @@ class TelegramChannel(ThroughParts):
         self.handlers = Handlers(config, host, self.bot, self.me, self.typing, self._tasks)
         self.dp = Dispatcher()
         self.dp.include_router(self.handlers.router(self.previews))
-        self.poller = Poller(config, options, host, self.bot, self.dp, self._health)
+        self.poller = Poller(config, options, host, self.bot, self.dp, self.link)
         self.webhook = Webhook(config, host, self.bot, self.dp)
         if config.mode == "webhook":  # the daemon serves HTTP then (app.http_reasons)
             # The secret token is a header: checked before the body is read (bounded).
             self.webhook.routes.add_route(
                 "POST", self.webhook.path, self.webhook.handle, reads_body=True
             )
-        host.add_health("telegram", self.health)
 
     @property
     def bot_id(self) -> int | None:
@@ -110,36 +110,23 @@ class TelegramChannel(ThroughParts):
 
     # -- lifecycle ------------------------------------------------------------------------
     async def start(self, bus: Bus) -> None:
-        """Connect: a refused token (or webhook) fails the start, for the user to fix; a
-        Bot API that cannot be reached does not: the daemon runs, /healthz says so, and
-        the channel connects once the Bot API answers."""
+        """Nothing to open before the Bot API answers: the host's first contact is
+        ``connect``."""
+
+    async def connect(self) -> None:
+        """Who the bot is, its menu, then polling or the webhook. A refused token (or
+        webhook) is the user's to fix; a Bot API that cannot be reached is tried again
+        by the host (``Link.first_contact``) while the daemon runs."""
         try:
-            await self._connect()
-        except ConfigError:
-            await self.bot.session.close()
-            raise
-        except UNREACHABLE as exc:
-            self._health.degrade(f"cannot reach the Bot API: {exc}")
-            self._tasks.spawn(self._connect_later())
-
-    async def _connect(self) -> None:
-        async with asyncio.timeout(STARTUP_TIMEOUT):
-            try:
-                me = await self.bot.get_me()
-            except TelegramUnauthorizedError:
-                raise ConfigError(
-                    f"telegram.token_env: the Bot API at {self.config.api_base} rejected the"
-                    f" token in ${self.config.token_env} (401 Unauthorized)"
-                ) from None
+            me = await self.bot.get_me()
             await self._connected(me.id, me.username)
-
-    async def _connect_later(self) -> None:
-        await connect_when_reachable(
-            self._connect,
-            self._health,
-            UNREACHABLE,
-            lambda exc: self._health.degrade(f"cannot reach the Bot API: {exc}"),
-        )
+        except TelegramUnauthorizedError:
+            raise ConfigError(
+                f"telegram.token_env: the Bot API at {self.config.api_base} rejected the"
+                f" token in ${self.config.token_env} (401 Unauthorized)"
+            ) from None
+        except UNREACHABLE as exc:
+            raise PeerAway(f"cannot reach the Bot API: {exc}") from None
 
     async def _connected(self, bot_id: int, username: str | None) -> None:
         self.me.bot_id, self.me.username = bot_id, username
@@ -163,8 +150,7 @@ class TelegramChannel(ThroughParts):
             await self.bot.delete_webhook(drop_pending_updates=False)
             self._tasks.spawn(self.poller.run())
         log.info("telegram: connected as @%s", username)
-        self._health.status = "ok"
-        self._health.last_error = None
+        self.link.facts["bot"] = f"@{username}" if username else None
 
     @staticmethod
     async def diagnose(
@@ -181,15 +167,7 @@ class TelegramChannel(ThroughParts):
         await self.bot.session.close()
 
     def health(self) -> dict[str, object]:
-        health = self._health
-        state: dict[str, object] = {"status": health.status, "mode": self.config.mode}
-        if health.standby:
-            state["poller"] = "another daemon"
-        if self.username:
-            state["bot"] = f"@{self.username}"
-        if health.last_error:
-            state["error"] = health.last_error
-        return state
+        return self.link.state()
 
     def _menu(self) -> list[tuple[str, str]]:
         own = [("start", "say hello"), ("whoami", "show your Telegram user id"),

@@ -1,12 +1,10 @@
-"""What the parts of the Telegram channel share: who the bot is, its health, its tasks."""
+"""What the parts of the Telegram channel share: who the bot is, its tasks."""
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import ClassVar
 
-from channels.parts import Health as ChannelHealth
 from channels.parts import Tasks
 from echo_bot.errors import CommitFailed
 
@@ -21,12 +19,4 @@ class Me:
     username: str | None = None
 
 
-@dataclass
-class Health(ChannelHealth):
-    """The channel's state as /healthz shows it."""
-
-    channel: ClassVar[str] = "telegram"
-    standby: bool | None = None  # another daemon polls this bot now (None: not asked)
-
-
-__all__ = ["CommitFailed", "Health", "Me", "Tasks", "log"]
+__all__ = ["CommitFailed", "Me", "Tasks", "log"]

@@ -25,10 +25,9 @@ from aiogram.exceptions import (
 from aiogram.methods import GetUpdates
 from aiogram.types import Update
 
-from channels.parts import Backoff
-from echo_bot.bus import ChannelHost
+from echo_bot.bus import ChannelHost, ChannelLink
 
-from .common import CommitFailed, Health, log
+from .common import CommitFailed, log
 from .settings import TelegramConfig
 
 ALLOWED_UPDATES = ["message", "edited_message", "callback_query", "stopped_message_generation"]
@@ -49,16 +48,16 @@ class Poller:
         host: ChannelHost,
         bot: Bot,
         dp: Dispatcher,
-        health: Health,
+        link: ChannelLink,
     ) -> None:
         self.config = config
         self.host = host
         self.bot = bot
         self.dp = dp
-        self.health = health
+        self.link = link
+        self.standby: bool | None = None  # another daemon polls this bot (None: not asked)
         self.poll_timeout = int(options.get("poll_timeout", 25))
         self._unreadable: set[int] = set()  # update ids aiogram could not read
-        self._backoff = Backoff()  # before the next try after a failed getUpdates
 
     async def run(self) -> None:
         offset: int | None = None
@@ -73,10 +72,7 @@ class Poller:
             updates = await self._fetch(offset)
             if updates is None:
                 continue
-            if self.health.status != "ok":
-                log.info("telegram: connection restored")
-            self.health.status, self.health.last_error = "ok", None
-            self._backoff.reset()
+            self.link.connected()  # the waits after failures start again from the shortest
             offset = await self._feed(updates, offset)
             if updates and offset is not None:
                 await self._store_offset(offset)
@@ -94,10 +90,8 @@ class Poller:
             await asyncio.sleep(exc.retry_after)
             return None
         except TelegramUnauthorizedError:
-            self.health.status = "down"
-            self.health.last_error = "the Bot API rejected the token (401)"
-            log.error("telegram: getUpdates answered 401; retrying in 60 s")
-            await asyncio.sleep(60)
+            self.link.refused("getUpdates: the Bot API rejected the token (401)")
+            await asyncio.sleep(60)  # asked again: a token revoked in error comes back
             return None
         except ClientDecodeError:
             # One update aiogram cannot read would fail every batch it is in, for
@@ -112,8 +106,8 @@ class Poller:
             return None
 
     async def _failed(self, exc: BaseException) -> None:
-        self.health.degrade(f"getUpdates failed: {exc}")
-        await self._backoff.wait()
+        self.link.reconnecting(f"getUpdates failed: {exc}")
+        await self.link.pause()
 
     async def _feed(self, updates: list[Update], offset: int | None) -> int | None:
         """Each update through the dispatcher, in order; the offset past the last one
@@ -207,10 +201,10 @@ class Poller:
             within = self.config.lease.total_seconds() - STANDBY_CHECK
             polling = await self.host.hold(f"telegram-poller:{self.bot.id}", within)
         except Exception as exc:  # the store is away: nobody can store updates anyway
-            self.health.degrade(f"cannot tell whether to poll: {exc}")
+            self.link.reconnecting(f"cannot tell whether to poll: {exc}")
             return False
-        standby = self.health.standby
-        if standby is None or polling == standby:  # the first answer, or a change
+        if self.standby is None or polling == self.standby:  # the first answer, or a change
             log.info("telegram: %s", "polling now" if polling else "another daemon polls")
-        self.health.standby = not polling
+        self.standby = not polling
+        self.link.facts["poller"] = None if polling else "another daemon"
         return polling

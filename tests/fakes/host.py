@@ -10,6 +10,7 @@ from typing import Any
 from echo_bot.bus import AccessControl, Bus, Masking, NoHttpServer, Routes
 from echo_bot.edge import Edge
 from echo_bot.events import Address, OutboundMessage
+from echo_bot.link import Link
 from echo_bot.secrets import Masker
 
 
@@ -45,6 +46,11 @@ class BareHost:
 
     def edge(self, channel: str, *, prefix: str = "/", pair_as: str = "as `pair CODE`") -> Edge:
         return Edge(channel, self, prefix=prefix, pair_as=pair_as)
+
+    def link(self, channel: str) -> Link:
+        link = Link(channel)
+        self.add_health(channel, link.state)
+        return link
 
     @property
     def serves_http(self) -> bool:

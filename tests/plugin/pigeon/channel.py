@@ -14,7 +14,7 @@ from typing import Any
 import aiohttp
 
 from echo_bot.bus import Bus, Capabilities, ChannelHost
-from echo_bot.errors import ChannelError, CommitFailed
+from echo_bot.errors import ChannelError, CommitFailed, PeerAway
 from echo_bot.events import (
     Address,
     ApprovalDecision,
@@ -56,20 +56,27 @@ class PigeonText:
 
 class PigeonChannel:
     name = "pigeon"
-    capabilities = Capabilities(buttons=True, edits=True)
+    capabilities = Capabilities(buttons=True, edits=True, connects=True)
 
     def __init__(self, section: PigeonConfig, options: Mapping[str, Any], host: ChannelHost):
         self.config = section
         self.host = host
         self.edge = host.edge("pigeon")
         self.token = host.environ.get(section.token_env, "")
-        self.status = "starting"
+        self.link = host.link("pigeon")  # its health; the host makes its first contact
         self._session: aiohttp.ClientSession | None = None
         self._task: asyncio.Task[None] | None = None
 
     async def start(self, bus: Bus) -> None:
         auth = {"Authorization": f"Bearer {self.token}"}
         self._session = aiohttp.ClientSession(headers=auth, timeout=aiohttp.ClientTimeout(10))
+
+    async def connect(self) -> None:
+        """The server answers (else ``PeerAway``: the host tries again), then polling."""
+        try:
+            await self._call("GET", "updates", after=0, wait=0)
+        except ChannelError as exc:
+            raise PeerAway(str(exc)) from None
         self._task = asyncio.create_task(self._poll())
 
     async def stop(self) -> None:
@@ -81,7 +88,7 @@ class PigeonChannel:
             await self._session.close()
 
     def health(self) -> dict[str, object]:
-        return {"status": self.status}
+        return self.link.state()
 
     async def _poll(self) -> None:
         kept = await self.host.recall(POSITION)
@@ -91,10 +98,10 @@ class PigeonChannel:
                 updates = await self._call(
                     "GET", "updates", after=after, wait=self.config.poll_wait
                 )
-                self.status = "ok"
-            except ChannelError:
-                self.status = "down"  # the server is away: tried again, never a reason to stop
-                await asyncio.sleep(0.5)
+                self.link.connected()
+            except ChannelError as exc:
+                self.link.reconnecting(str(exc))  # tried again, never a reason to stop
+                await self.link.pause()
                 continue
             for update in updates:
                 try:

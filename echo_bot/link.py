@@ -1,0 +1,169 @@
+"""A channel's connection to its peer, kept by the host: its state as /healthz shows
+it, the waits between tries, and the one difference the owner needs told — *fix your
+config* or *the peer is away*.
+
+A channel reports what it sees (``connected``, ``reconnecting``, ``refused``) to the
+``Link`` the host made for it (``ChannelHost.link``), which logs each change once and
+is what /healthz and the delivery worker read. A channel that declares
+``Capabilities.connects`` leaves its first contact to the host: the host calls its
+``connect()`` after ``start()``, and
+
+- ``ConfigError`` at the first try fails the start: ``run`` exits 2 with that line;
+- ``PeerAway`` (or no answer in ``CONNECT_TIMEOUT``) leaves the daemon running, the
+  channel "degraded", and ``connect()`` tried again with a ``Backoff`` until it
+  succeeds (a ``ConfigError`` then leaves the channel "down", said once);
+
+so a new channel cannot turn a peer's outage into a dead daemon, nor a refused token
+into endless retries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from .errors import ConfigError, PeerAway
+
+CONNECT_TIMEOUT = 30.0  # seconds the first contact with a peer may take
+OK, DEGRADED, DOWN, STARTING = "ok", "degraded", "down", "starting"
+
+
+class Backoff:
+    """The waits between tries at a peer that cannot be reached: doubling from ``first``
+    to ``cap`` seconds, each a random 75-100 % of that (jitter), so that daemons which
+    lost the same server do not all come back to it in step. ``reset`` after a success."""
+
+    def __init__(self, first: float = 1.0, cap: float = 60.0) -> None:
+        self.first, self.cap = first, cap
+        self._next = first
+
+    def reset(self) -> None:
+        self._next = self.first
+
+    def next(self) -> float:
+        wait = self._next * random.uniform(0.75, 1.0)
+        self._next = min(self._next * 2, self.cap)
+        return wait
+
+    async def wait(self) -> None:
+        await asyncio.sleep(self.next())
+
+
+class Link:
+    """One channel's connection as the host keeps it. ``facts`` are the channel's own
+    lines for /healthz (its mode, its bot, a counter); a falsy fact is not shown.
+
+    A connection may have parts that come and go apart (Slack's Web API and its socket):
+    each reports under its own ``part``, and the link is "ok" once no part is away."""
+
+    def __init__(self, channel: str) -> None:
+        self.channel = channel
+        self.status = STARTING
+        self.error: str | None = None
+        self.facts: dict[str, object] = {}
+        # Whether the first contact made makes it "ok"; False: the channel says so itself
+        # later (Matrix, once its first sync is in: before, its sends may not encrypt).
+        self.ok_after_connect = True
+        self.connect_timeout = CONNECT_TIMEOUT
+        self.backoff = Backoff()
+        self._away: dict[str, str] = {}
+        self._log = logging.getLogger("channels").getChild(channel)  # as its own log
+        self._retrying: asyncio.Task[None] | None = None
+
+    def connected(self, part: str = "peer") -> None:
+        """``part`` reaches the peer (again)."""
+        self._away.pop(part, None)
+        self.backoff.reset()
+        if self._away:
+            self.status, self.error = DEGRADED, next(iter(self._away.values()))
+            return
+        if self.status == DEGRADED:
+            self._log.info("%s: connected again", self.channel)
+        self.status, self.error = OK, None
+
+    def back(self, part: str) -> None:
+        """``part`` reached the peer again: as ``connected`` when it was away, nothing
+        when it was not (a call that worked says nothing of a link still starting)."""
+        if part in self._away:
+            self.connected(part)
+
+    def reconnecting(self, error: str, part: str = "peer") -> None:
+        """``part`` cannot reach the peer now; it is tried again. Logged once until the
+        error changes."""
+        self._away[part] = error
+        if self.status != DEGRADED or self.error != error:
+            self._log.warning("%s: %s (retrying)", self.channel, error)
+        self.status, self.error = DEGRADED, error
+
+    def refused(self, error: str) -> None:
+        """The peer refused what the owner must fix (a token): down until a restart."""
+        if self.status != DOWN or self.error != error:
+            self._log.error("%s: %s; fix it and restart", self.channel, error)
+        self.status, self.error = DOWN, error
+
+    async def pause(self) -> None:
+        """Wait before the next try at the peer: 1 s doubling to 60 s, jittered, back to
+        the shortest once ``connected``."""
+        await self.backoff.wait()
+
+    def count(self, fact: str) -> None:
+        """One more of ``fact`` (a rate limit waited out)."""
+        self.facts[fact] = int(self.facts.get(fact) or 0) + 1  # type: ignore[call-overload]
+
+    def state(self) -> dict[str, object]:
+        """What /healthz shows of the channel, and what delivery reads ("ok" or not)."""
+        state: dict[str, object] = {"status": self.status}
+        state.update((key, value) for key, value in self.facts.items() if value)
+        if self.error:
+            state["error"] = self.error
+        return state
+
+    async def first_contact(self, connect: Callable[[], Awaitable[Any]]) -> None:
+        """``connect`` once now; on ``PeerAway`` (or no answer in time), again in the
+        background until it succeeds. A ``ConfigError`` now is raised (the start fails);
+        one later leaves the link down."""
+        try:
+            await self._bounded(connect)
+        except PeerAway as exc:
+            self.reconnecting(str(exc))
+            self._retrying = asyncio.create_task(self._again(connect))
+            return
+        self._made()
+
+    async def _again(self, connect: Callable[[], Awaitable[Any]]) -> None:
+        while True:
+            await self.backoff.wait()
+            try:
+                await self._bounded(connect)
+            except ConfigError as exc:
+                self.refused(str(exc))
+                return
+            except PeerAway as exc:
+                self.reconnecting(str(exc))
+                continue
+            self._made()
+            return
+
+    def _made(self) -> None:
+        if self.ok_after_connect:
+            self.connected()
+        else:
+            self.backoff.reset()
+
+    async def close(self) -> None:
+        """Stop trying (the channel stops)."""
+        if self._retrying is not None:
+            self._retrying.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._retrying
+
+    async def _bounded(self, connect: Callable[[], Awaitable[Any]]) -> None:
+        try:
+            async with asyncio.timeout(self.connect_timeout):
+                await connect()
+        except TimeoutError:
+            raise PeerAway(f"no answer in {self.connect_timeout:g} s") from None
