@@ -12,16 +12,18 @@ import asyncio
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from .errors import ConfigError
 from .events import (
     Address,
     Attachment,
+    DecisionVerb,
     InboundMessage,
     InboundStatus,
     OutboundMessage,
     Receipt,
+    Sender,
 )
 
 
@@ -204,6 +206,16 @@ class Connects(Protocol):
     async def connect(self) -> None: ...
 
 
+@dataclass(frozen=True)
+class Decided:
+    """What a decision given on a message came to: ``taken`` (handed to the gate, which
+    checks who decides), ``refused`` (the message is a prompt that does not offer it),
+    or ``no_prompt`` (the message is no prompt of this channel's)."""
+
+    outcome: Literal["taken", "refused", "no_prompt"]
+    chat: Address | None = None  # where the prompt went
+
+
 class ChannelEdge(Protocol):
     """A channel's way in (``echo_bot.edge.Edge``)."""
 
@@ -224,6 +236,20 @@ class ChannelEdge(Protocol):
 
     async def pair(self, user_id: str, code: str) -> str:
         """The answer to a pairing ``code`` sent by ``user_id`` on this channel."""
+        ...
+
+    async def keep_prompt(self, message_id: str, message: OutboundMessage) -> None:
+        """An approval prompt as sent (``message_id``: its id on the network), kept in
+        the store: only what it offers may be decided on it (``decide``)."""
+        ...
+
+    async def decide(
+        self, message_id: str, sender: Sender, external_id: str, *,
+        action: str | None = None, verb: DecisionVerb | None = None, at: Address | None = None,
+    ) -> Decided:  # fmt: skip
+        """A decision given on message ``message_id`` (a button's ``action``, or a
+        ``verb``): taken when that message is a kept prompt offering it, else refused
+        and said (``echo_bot.edge.Decided``)."""
         ...
 
     async def refuse(self, to: Address, user_id: str, *, quote: str | None = None) -> None:

@@ -9,17 +9,39 @@ stranger's refusal with their ID and the two ways in (at most once per
 ``REFUSAL_INTERVAL`` per person: anyone can write; audited), then the commit (deduplicated
 by channel and ``external_id``). Only when ``take`` returns does the channel acknowledge
 its peer; ``CommitFailed`` means the store did not take it, so nothing is acknowledged
-and the peer sends it again. Decisions (``DecisionInbound``) are published as they are:
-the gate checks who decides, once, for every channel.
+and the peer sends it again.
+
+A decision given on a message (a button pressed, a reaction, a typed reply to a prompt)
+goes through ``Edge.decide``: it counts only when the message is a prompt this channel
+sent (``keep_prompt``: where it went and its buttons' actions, kept in the store, so a
+press after a restart still finds it) and offers that answer; anything else — a forged
+action, a press on another message, an answer the prompt does not offer — is refused
+here, audited and said in the chat, and never reaches the gate. What reaches it is
+checked there for who decides, once, for every channel.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import time
 
-from .bus import ChannelHost
+from .bus import ChannelHost, Decided
 from .errors import CommitFailed, StoreError
-from .events import Address, InboundMessage, MessageInbound, OutboundKind, OutboundMessage
+from .events import (
+    Address,
+    ApprovalDecision,
+    DecisionInbound,
+    DecisionVerb,
+    InboundMessage,
+    MessageInbound,
+    OutboundKind,
+    OutboundMessage,
+    Sender,
+    parse_approval_action,
+)
+
+log = logging.getLogger(__name__)
 
 REFUSAL_INTERVAL = 600.0  # seconds between two refusals to one stranger
 REMEMBERED = 10_000  # strangers remembered, at most
@@ -73,6 +95,9 @@ class Refusals:
         return True
 
 
+NOT_OFFERED = "⚠️ That answer is not one this request offers."
+
+
 class Edge:
     """One channel's way in (see the module's docstring)."""
 
@@ -120,6 +145,77 @@ class Edge:
         if self.refusals.due(user_id):
             await self._host.audit(f"{self.channel}.refused", user=user_id, chat=str(to))
             await self.notice(to, refusal(self.channel, user_id, self.pair_as), quote=quote)
+
+    async def keep_prompt(self, message_id: str, message: OutboundMessage) -> None:
+        """``message`` (an approval prompt) as sent, ``message_id`` its id on the
+        network (unique within the channel): where it went and its buttons' actions.
+        Keep it before the send returns its receipt: a press may come at once."""
+        actions = [button.action for row in message.buttons for button in row]
+        note = json.dumps({"to": str(message.to), "actions": actions})
+        await self._host.remember_note(self._prompt_key(message_id), note)
+
+    async def decide(
+        self, message_id: str, sender: Sender, external_id: str, *,
+        action: str | None = None, verb: DecisionVerb | None = None, at: Address | None = None,
+    ) -> Decided:  # fmt: skip
+        """A decision ``sender`` gave on message ``message_id``: a button's ``action``,
+        or a ``verb`` (a reaction, a typed answer). Taken (committed, ``external_id``
+        unique) only when that message is a kept prompt offering it; refused (audited,
+        said in the chat) when it is a prompt that does not, or, for a button, when it
+        is no prompt at all. ``at``: where it was given, for a prompt kept without
+        where it went (and for a button on no prompt)."""
+        kept = await self._kept(message_id)
+        if kept is None and action is None:  # a reaction or a reply to another message
+            return Decided("no_prompt")
+        to, actions = kept or (None, [])  # a button on no prompt of ours: refused
+        to = to or at
+        if verb is not None and action is None:
+            action = next((a for a in actions if a.split(":", 1)[0] == verb.value), None)
+        parsed = parse_approval_action(action) if action in actions else None
+        if to is None or parsed is None:
+            await self._not_offered(to, sender, message_id, action or (verb or ""))
+            return Decided("refused", to)
+        chosen, request_id, seconds = parsed
+        decision = ApprovalDecision(
+            request_id=request_id, verb=chosen, decided_by=to, sender_id=sender.id,
+            via=self.channel, allow_for_seconds=seconds,
+        )  # fmt: skip
+        await self.take(
+            DecisionInbound(address=to, sender=sender, decision=decision, external_id=external_id)
+        )
+        return Decided("taken", to)
+
+    def _prompt_key(self, message_id: str) -> str:
+        return f"{self.channel}-prompt:{message_id}"
+
+    async def _kept(self, message_id: str) -> tuple[Address | None, list[str]] | None:
+        """The kept prompt: where it went (None when kept without it: an older
+        channel's list of actions alone) and its actions."""
+        try:
+            found = await self._host.recall_note(self._prompt_key(message_id))
+            if found is None:
+                return None
+            loaded = json.loads(found[0])
+            if isinstance(loaded, list):
+                return None, [str(a) for a in loaded]
+            return Address.parse(str(loaded["to"])), [str(a) for a in loaded["actions"]]
+        except StoreError as exc:
+            raise CommitFailed(str(exc)) from exc
+        except (ValueError, KeyError, TypeError):
+            return None
+
+    async def _not_offered(
+        self, to: Address | None, sender: Sender, message_id: str, answer: str
+    ) -> None:
+        log.warning(
+            "%s: %s's answer %r on %s is not one its prompt offers",
+            self.channel, sender.id, answer[:80], message_id,
+        )  # fmt: skip
+        await self._host.audit(
+            f"{self.channel}.forged_action", user=sender.id, message=message_id, action=answer[:80]
+        )
+        if to is not None:
+            await self.notice(to, NOT_OFFERED)
 
     async def _stranger(self, message: MessageInbound) -> None:
         code = pair_code(message.text or "")

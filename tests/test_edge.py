@@ -1,7 +1,8 @@
 """The inbound edge every channel's traffic passes (echo_bot/edge.py), on a real daemon
 and store: a stranger's message is never committed, they are told their ID once per
 interval (audited), a pairing code lets them in, and an allowed person's message is
-committed once however often the network delivers it."""
+committed once however often the network delivers it. A decision given on a message
+counts only when that message is a kept prompt offering it."""
 
 from __future__ import annotations
 
@@ -9,7 +10,15 @@ from pathlib import Path
 from typing import Any
 
 from echo_bot.edge import Edge
-from echo_bot.events import Address, MessageInbound, OutboundKind, Sender
+from echo_bot.events import (
+    Address,
+    Button,
+    DecisionVerb,
+    MessageInbound,
+    OutboundKind,
+    OutboundMessage,
+    Sender,
+)
 from tests.conftest import Bot, running_bot
 
 CHAT = Address(channel="cli", chat_id="stranger-chat")
@@ -22,6 +31,12 @@ class Host:
         self.bus = bot.daemon.runtime.bus
         self.access = bot.daemon.runtime.access
         self._store = bot.store
+
+    async def remember_note(self, name: str, value: str) -> None:
+        await self._store.run(lambda tx: tx.meta.set_note(name, value))
+
+    async def recall_note(self, name: str) -> tuple[str, float] | None:
+        return await self._store.run(lambda tx: tx.meta.note(name))
 
     async def audit(self, event: str, **data: Any) -> None:
         await self._store.run(
@@ -69,3 +84,41 @@ async def test_a_pairing_code_lets_a_stranger_in_and_then_they_are_heard_once(
         assert first is not None and again == first
         inbox = await bot.store.run(lambda tx: tx.inbox.recent("cli", limit=10))
         assert len(inbox) == 1
+
+
+REQUEST = "0123456789abcdef" * 2
+PROMPT = OutboundMessage(
+    to=CHAT, text="shell_exec: touch x", kind=OutboundKind.APPROVAL,
+    buttons=[[Button(label="Approve once", action=f"approve_once:{REQUEST}"),
+              Button(label="Deny", action=f"deny:{REQUEST}")]],
+)  # fmt: skip
+
+
+async def test_a_decision_counts_only_on_a_kept_prompt_that_offers_it(state_dir: Path) -> None:
+    async with running_bot(state_dir) as bot:
+        await Edge("cli", Host(bot)).keep_prompt("m-1", PROMPT)  # type: ignore[arg-type]
+        edge = Edge("cli", Host(bot))  # type: ignore[arg-type]  # as after a restart
+        owner = Sender(id="owner")
+
+        taken = await edge.decide("m-1", owner, "p1", action=f"deny:{REQUEST}")
+        assert (taken.outcome, taken.chat) == ("taken", CHAT)
+        by_verb = await edge.decide("m-1", owner, "p2", verb=DecisionVerb.APPROVE_ONCE)
+        assert by_verb.outcome == "taken"
+        inbox = await bot.store.run(lambda tx: tx.inbox.recent("cli", limit=10))
+        assert len(inbox) == 2
+
+        forged = await edge.decide("m-1", owner, "p3", action=f"approve_once:{'f' * 32}")
+        not_offered = await edge.decide("m-1", owner, "p4", verb=DecisionVerb.ALLOW_FOR)
+        elsewhere = await edge.decide("m-2", owner, "p5", action=f"approve_once:{REQUEST}",
+                                      at=CHAT)  # fmt: skip
+        assert [forged.outcome, not_offered.outcome, elsewhere.outcome] == ["refused"] * 3
+        a_reply = await edge.decide("m-2", owner, "p6", verb=DecisionVerb.DENY)
+        assert a_reply.outcome == "no_prompt"  # a reply to another message: no decision
+
+        inbox = await bot.store.run(lambda tx: tx.inbox.recent("cli", limit=10))
+        assert len(inbox) == 2  # nothing refused reached the gate
+        await bot.channel.wait_for(
+            lambda m: sum("not one this request offers" in s.text for s in bot.channel.sent) == 3
+        )
+        rows = await bot.store.run(lambda tx: tx.audit.read(tail=20))
+        assert [r.kind for r in rows].count("cli.forged_action") == 3

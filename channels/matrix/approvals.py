@@ -2,21 +2,16 @@
 
 A prompt (``OutboundKind.APPROVAL``) is sent as the gate rendered it, then how to answer:
 react ✅ (approve once), ⏱ (allow here for 1 h, when offered) or ❌ (deny), or reply
-``approve`` / ``deny`` to it. The prompt's event ID → its buttons' actions is kept in the
-store (``host.remember_note``), not in memory, so a reaction after a restart (or seen by
-another daemon on a shared store) still finds its request; the actions are opaque and
-were made by the gate, never derived from text anyone can type.
-
-A reaction or reply becomes a ``DecisionInbound`` exactly as a Telegram button press
-does: the gate checks the decider is an approver (a non-approver is refused, and told
-so in the room).
+``approve`` / ``deny`` to it. The edge keeps the prompt by its event ID
+(``Edge.keep_prompt``, in the store: a reaction after a restart, or seen by another
+daemon on a shared store, still finds its request) and takes a reaction or reply only
+for an answer the prompt offers (``Edge.decide``); the actions are opaque and were made
+by the gate, never derived from text anyone can type. The gate then checks the decider
+is an approver (a non-approver is refused, and told so in the room).
 """
 
 from __future__ import annotations
 
-import json
-
-from echo_bot.bus import ChannelHost
 from echo_bot.events import Button, DecisionVerb, OutboundMessage
 
 APPROVE, ALLOW, DENY = "✅", "⏱", "❌"
@@ -61,24 +56,3 @@ def verb_of_reply(body: str) -> DecisionVerb | None:
     lines = [line for line in body.splitlines() if not line.startswith(">")]
     words = " ".join(lines).strip().lower().split()
     return REPLIES.get(words[0].strip(".!")) if words else None
-
-
-def action_for(actions: list[str], verb: DecisionVerb) -> str | None:
-    return next((a for a in actions if a.split(":", 1)[0] == verb.value), None)
-
-
-class Prompts:
-    """Prompt event ID → its actions, in the store."""
-
-    def __init__(self, host: ChannelHost) -> None:
-        self.host = host
-
-    async def keep(self, event_id: str, actions: list[str]) -> None:
-        await self.host.remember_note(f"matrix-prompt:{event_id}", json.dumps(actions))
-
-    async def actions(self, event_id: str) -> list[str] | None:
-        kept = await self.host.recall_note(f"matrix-prompt:{event_id}")
-        if kept is None:
-            return None
-        loaded = json.loads(kept[0])
-        return [str(a) for a in loaded] if isinstance(loaded, list) else None

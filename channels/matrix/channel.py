@@ -18,7 +18,6 @@ from echo_bot.bus import Bus, Capabilities, ChannelHost, Diagnosis
 from echo_bot.config import Config, channel_section
 from echo_bot.errors import ConfigError, PeerAway
 
-from .approvals import Prompts
 from .common import NETWORK_ERRORS, Tasks, log
 from .doctor import diagnose
 from .inbound import Inbound
@@ -49,11 +48,10 @@ class MatrixChannel(ThroughParts):
         self.link.facts["user"] = section.user_id
         self.link.ok_after_connect = False  # ok once synced: the rooms' keys are known
         self._tasks = Tasks()
-        self.prompts = Prompts(host)
-        self.inbound = Inbound(section, host, self.client, self.prompts, self._tasks)
+        self.inbound = Inbound(section, host, self.client, self._tasks)
         self.syncer = Syncer(section, options, host, self.client, self.inbound, self.link)
         self.outbound = Outbound(
-            host, self.client, self.prompts, self.link, self.inbound.typing,
+            host, self.client, self.inbound.edge, self.link, self.inbound.typing,
             self.syncer.synced, self._tasks,
         )  # fmt: skip
         self.previews = self.outbound.previews

@@ -36,16 +36,13 @@ from echo_bot.errors import StoreError
 from echo_bot.events import (
     DIRECT,
     Address,
-    ApprovalDecision,
     Attachment,
-    DecisionInbound,
     DecisionVerb,
     MessageInbound,
     Sender,
-    parse_approval_action,
 )
 
-from .approvals import Prompts, action_for, verb_of_reaction, verb_of_reply
+from .approvals import verb_of_reaction, verb_of_reply
 from .common import CommitFailed, Tasks, log
 from .media import KEPT, is_media, read_media
 from .settings import MatrixConfig
@@ -99,13 +96,11 @@ def _direct_invite(invite_state: list[Any], bot: str) -> bool:
 
 class Inbound:
     def __init__(
-        self, config: MatrixConfig, host: ChannelHost, client: AsyncClient, prompts: Prompts,
-        tasks: Tasks,
-    ) -> None:  # fmt: skip
+        self, config: MatrixConfig, host: ChannelHost, client: AsyncClient, tasks: Tasks
+    ) -> None:
         self.config = config
         self.host = host
         self.client = client
-        self.prompts = prompts
         self.tasks = tasks
         self.typing = Typing(client, tasks)
         self._noticed: dict[str, float] = {}
@@ -323,29 +318,11 @@ class Inbound:
             await self._decide(room_id, event, event.reacts_to, verb)
 
     async def _decide(self, room_id: str, event: Any, prompt_id: str, verb: DecisionVerb) -> bool:
-        """A reaction or reply to a prompt, as the decision it means; False when
-        ``prompt_id`` is not a prompt (a reply that is a plain message)."""
-        actions = await self.prompts.actions(prompt_id)
-        if actions is None:
-            return False
-        action = action_for(actions, verb)
-        if action is None:
-            await self._notice(room_id, "That answer is not offered for this request.")
-            return True
-        parsed = parse_approval_action(action)
-        if parsed is None:
-            return True
-        verb, request_id, seconds = parsed
-        chat = address_of(room_id)
-        await self.edge.take(
-            DecisionInbound(
-                address=chat,
-                sender=Sender(id=event.sender, name=clean(self._name(room_id, event.sender))),
-                decision=ApprovalDecision(
-                    request_id=request_id, verb=verb, decided_by=chat,
-                    sender_id=event.sender, via="matrix", allow_for_seconds=seconds,
-                ),  # not answered here: a refusal is told in the room by the core
-                external_id=event.event_id,
-            )
-        )  # fmt: skip
-        return True
+        """A reaction or reply to a prompt, as the decision it means (the edge checks
+        the prompt offers it); False when ``prompt_id`` is not a prompt (a reply that is
+        a plain message)."""
+        sender = Sender(id=event.sender, name=clean(self._name(room_id, event.sender)))
+        decided = await self.edge.decide(
+            prompt_id, sender, event.event_id, verb=verb, at=address_of(room_id)
+        )
+        return decided.outcome != "no_prompt"

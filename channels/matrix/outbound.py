@@ -22,12 +22,12 @@ from typing import Any
 
 from nio import AsyncClient, RoomSendError, RoomSendResponse
 
-from echo_bot.bus import ChannelHost, ChannelLink
+from echo_bot.bus import ChannelEdge, ChannelHost, ChannelLink
 from echo_bot.errors import ChannelError
 from echo_bot.events import OutboundKind, OutboundMessage, Receipt, TextFormat
 from echo_bot.richtext import parts as richtext
 
-from .approvals import Prompts, actions_of, prompt_text
+from .approvals import prompt_text
 from .common import Tasks, log
 from .formatting import TEXT, MatrixText, replacement
 from .media import upload
@@ -111,7 +111,7 @@ class Outbound:
         self,
         host: ChannelHost,
         client: AsyncClient,
-        prompts: Prompts,
+        edge: ChannelEdge,
         link: ChannelLink,
         typing: Typing,
         synced: asyncio.Event,
@@ -122,7 +122,7 @@ class Outbound:
         self.previews = previews(host, client, self.send_preview, typing, tasks, synced)
         self.host = host
         self.client = client
-        self.prompts = prompts
+        self.edge = edge
         self.link = link
         self.masker = host.masker
         self.pacer = Pacer()
@@ -224,7 +224,7 @@ class Outbound:
         event ID → actions kept in the store before the receipt is returned."""
         content = richtext.message_parts(prompt_text(message), False, self.masker, PROMPT)[0]
         event_id = await self._room_send(room_id, content, message.id)
-        await self.prompts.keep(event_id, actions_of(message.buttons))
+        await self.edge.keep_prompt(event_id, message)
         return Receipt(channel_message_id=event_id)
 
     async def _edit(self, room_id: str, event_id: str, message: OutboundMessage) -> Receipt:

@@ -3,12 +3,11 @@
 / Deny.
 
 Each button's ``action_id`` is the gate's opaque action (``verb:request id[:seconds]``).
-The actions of a prompt are kept in the store by the message's ``ts``
-(``host.remember_note``) when it is sent, and a press counts only for an action that
-message carries: a payload naming any other action, or a message that is no prompt, is
-refused as forged. The gate then checks the presser as for any decision (only
-approvers decide; a request decided once stays decided, so a replayed press changes
-nothing).
+The prompt is kept by the edge when it is sent (``Edge.keep_prompt``, by conversation
+and ``ts``), and a press counts only for an action that message carries
+(``Edge.decide``): any other action, or a message that is no prompt, is refused there.
+The gate then checks the presser as for any decision (only approvers decide; a request
+decided once stays decided, so a replayed press changes nothing).
 
 A section holds at most 3,000 characters: a long call takes several code blocks. The
 text is rendered, masked and split by the core's pipeline, as every other text.
@@ -16,12 +15,10 @@ text is rendered, masked and split by the core's pipeline, as every other text.
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
 from typing import Any
 
-from echo_bot.bus import ChannelHost, Masking
-from echo_bot.events import Address, Button, DecisionVerb, OutboundMessage
+from echo_bot.bus import Masking
+from echo_bot.events import Button, DecisionVerb, OutboundMessage
 from echo_bot.richtext import parts as richtext
 from echo_bot.richtext.model import Formatted, Span
 
@@ -72,38 +69,3 @@ def blocks_of(message: OutboundMessage, masker: Masking) -> list[dict[str, Any]]
     if elements:
         blocks.append({"type": "actions", "block_id": "approval", "elements": elements})
     return blocks
-
-
-def actions_of(buttons: list[list[Button]]) -> list[str]:
-    return [button.action for row in buttons for button in row]
-
-
-@dataclass(frozen=True)
-class Kept:
-    """A prompt as sent: the chat it went to and its buttons' actions."""
-
-    to: Address
-    actions: list[str]
-
-
-class Prompts:
-    """A prompt's message (conversation + ts) → where it went and its actions, in the
-    store."""
-
-    def __init__(self, host: ChannelHost) -> None:
-        self.host = host
-
-    async def keep(self, to: Address, ts: str, actions: list[str]) -> None:
-        kept = json.dumps({"to": str(to), "actions": actions})
-        await self.host.remember_note(f"slack-prompt:{to.chat_id}:{ts}", kept)
-
-    async def kept(self, channel: str, ts: str) -> Kept | None:
-        found = await self.host.recall_note(f"slack-prompt:{channel}:{ts}")
-        if found is None:
-            return None
-        try:
-            loaded = json.loads(found[0])
-            to = Address.parse(str(loaded["to"]))
-            return Kept(to, [str(a) for a in loaded["actions"]])
-        except (ValueError, KeyError, TypeError):
-            return None

@@ -14,7 +14,6 @@ from channels.parts import ThroughParts
 from echo_bot.bus import Bus, Capabilities, ChannelHost, Diagnosis
 from echo_bot.errors import ChannelError, ConfigError, PeerAway
 
-from .blocks import Prompts
 from .common import Tasks, log
 from .doctor import diagnose
 from .inbound import Inbound
@@ -42,8 +41,8 @@ class SlackChannel(ThroughParts):
         self.link.facts["mode"] = section.mode
         self._tasks = Tasks()
         self.web = Web(self.token, section.api_base, self.link)
-        self.prompts = Prompts(host)
-        self.outbound = Outbound(host, self.web, self.prompts, self._tasks)
+        self.edge = host.edge("slack", prefix="!")  # Slack takes /commands as its own
+        self.outbound = Outbound(host, self.web, self.edge, self._tasks)
         self.previews = self.outbound.previews
         self.downloads = Downloads(section, self.token)
         self.socket: SocketMode | None = None
@@ -75,7 +74,7 @@ class SlackChannel(ThroughParts):
         host (``Link.first_contact``) while the daemon runs."""
         try:
             bot_user = await self._who_am_i()
-            inbound = Inbound(self.config, self.host, self.prompts, self._tasks, bot_user)
+            inbound = Inbound(self.config, self.host, self.edge, self._tasks, bot_user)
             if self.config.mode == "socket":
                 app_token = self.host.environ.get(self.config.app_token_env, "")
                 url = await self._socket_url(app_token)

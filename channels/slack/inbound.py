@@ -23,20 +23,16 @@ import re
 from typing import Any
 
 from channels.parts import clean
-from echo_bot.bus import ChannelHost
+from echo_bot.bus import ChannelEdge, ChannelHost
 from echo_bot.errors import StoreError
 from echo_bot.events import (
     DIRECT,
     Address,
-    ApprovalDecision,
-    DecisionInbound,
     MessageInbound,
     Sender,
-    parse_approval_action,
 )
 
-from .blocks import Prompts
-from .common import CommitFailed, Tasks, address_of, log
+from .common import CommitFailed, Tasks, address_of
 from .media import read_files
 from .settings import SlackConfig
 
@@ -62,17 +58,16 @@ class Inbound:
         self,
         config: SlackConfig,
         host: ChannelHost,
-        prompts: Prompts,
+        edge: ChannelEdge,
         tasks: Tasks,
         bot_user_id: str,
     ) -> None:
         self.config = config
         self.host = host
-        self.prompts = prompts
         self.tasks = tasks
         self.bot_user_id = bot_user_id
         self.names: dict[str, str] = {}  # user ID → display name (as the press said)
-        self.edge = host.edge("slack", prefix="!")
+        self.edge = edge
         self._commands = {name for name, _help in host.commands}
 
     async def take(self, kind: str, payload: Any) -> None:
@@ -159,26 +154,15 @@ class Inbound:
         action_id = _str(action.get("action_id")) or ""
         if not presser or not channel or not message_ts or not _ID.match(channel):
             return
-        name = self._named(presser, user)
-        kept = await self.prompts.kept(channel, message_ts)
-        chat = kept.to if kept is not None else self._pressed_in(channel, message_ts, payload)
-        parsed = parse_approval_action(action_id)
-        if kept is None or action_id not in kept.actions or parsed is None:
-            await self._forged(chat, presser, channel, message_ts, action_id)
-            return
-        verb, request_id, seconds = parsed
+        sender = Sender(id=presser, name=self._named(presser, user))
         when = _str(action.get("action_ts")) or message_ts
-        await self.edge.take(
-            DecisionInbound(
-                address=chat,
-                sender=Sender(id=presser, name=name),
-                decision=ApprovalDecision(
-                    request_id=request_id, verb=verb, decided_by=chat, sender_id=presser,
-                    via="slack", allow_for_seconds=seconds,
-                ),  # not answered here: a refusal is told in the conversation by the core
-                external_id=f"press:{channel}:{message_ts}:{presser}:{when}",
-            )
-        )  # fmt: skip
+        await self.edge.decide(
+            f"{channel}:{message_ts}",
+            sender,
+            f"press:{channel}:{message_ts}:{presser}:{when}",
+            action=action_id,
+            at=self._pressed_in(channel, message_ts, payload),
+        )  # taken, or refused and said there: the gate then checks who decides
 
     def _named(self, presser: str, user: dict[str, Any]) -> str:
         """The presser's display name as the press says it (remembered for their messages)."""
@@ -195,13 +179,3 @@ class Inbound:
         thread = _str(_dict(payload.get("message")).get("thread_ts"))
         inside = thread if thread and _TS.match(thread) and thread != message_ts else None
         return address_of(channel, inside)
-
-    async def _forged(
-        self, chat: Address, presser: str, channel: str, message_ts: str, action_id: str
-    ) -> None:
-        """A press naming an action the pressed message does not carry: refused, audited."""
-        log.warning("slack: a press of %r on %s in %s is no prompt's button", action_id[:80],
-                    message_ts, channel)  # fmt: skip
-        await self.host.audit("slack.forged_action", user=presser, chat=channel,
-                              action=action_id[:80])  # fmt: skip
-        await self.edge.notice(chat, "⚠️ That button is not one of this request's.")

@@ -18,12 +18,12 @@ from typing import Any
 
 from channels.parts import Tasks
 from channels.previewing import EditedPreviews
-from echo_bot.bus import ChannelHost
+from echo_bot.bus import ChannelEdge, ChannelHost
 from echo_bot.errors import ChannelError
 from echo_bot.events import Address, OutboundKind, OutboundMessage, Receipt, TextFormat
 from echo_bot.richtext import parts as richtext
 
-from .blocks import Prompts, actions_of, blocks_of
+from .blocks import blocks_of
 from .common import log
 from .formatting import TEXT
 from .web import RETRIES, Web
@@ -34,9 +34,9 @@ PREVIEW_KEEP = 30.0  # seconds a preview no reply took the place of is kept, the
 
 
 class Outbound:
-    def __init__(self, host: ChannelHost, web: Web, prompts: Prompts, tasks: Tasks) -> None:
+    def __init__(self, host: ChannelHost, web: Web, edge: ChannelEdge, tasks: Tasks) -> None:
         self.web = web
-        self.prompts = prompts
+        self.edge = edge
         self.masker = host.masker
         self._parts_sent: dict[str, list[str]] = {}  # outbound id → ts of the parts sent
         self.previews = EditedPreviews(
@@ -154,7 +154,7 @@ class Outbound:
         ]
         blocks = blocks_of(message, self.masker)
         ts = await self.post(channel, thread, text=fallback, blocks=blocks)
-        await self.prompts.keep(message.to, ts, actions_of(message.buttons))
+        await self.edge.keep_prompt(f"{channel}:{ts}", message)
         return Receipt(channel_message_id=ts)
 
     async def _edit(self, channel: str, ts: str, message: OutboundMessage) -> Receipt:

@@ -424,7 +424,7 @@ async def test_a_call_too_long_to_show_offers_deny_only_and_links_to_the_console
         link = re.search(r"https?://\S+/console/approvals/([0-9a-f]{32})", shown.text)
         assert link is not None, shown.text
         await made.owner.react(made.room_id, shown.handle, "✅", encrypted=True)
-        await made.wait_received("That answer is not offered for this request.")
+        await made.wait_received("⚠️ That answer is not one this request offers.")
         assert not (state_dir / "workspace" / "l.txt").exists()
         await made.decide(shown, approve=False)
         await made.wait_received("tool:")

@@ -118,7 +118,7 @@ async def test_a_forged_press_is_refused_and_a_replayed_one_changes_nothing(chat
             )
             await chat.fake.wait_acked(envelope)
         await eventually(
-            lambda: sum("not one of this request's" in t for t in chat.replies()) == 2,
+            lambda: sum("not one this request offers" in t for t in chat.replies()) == 2,
             timeout=15, what="both forged presses refused",
         )  # fmt: skip
         assert not (chat.state_dir / "workspace" / "contract.txt").exists()

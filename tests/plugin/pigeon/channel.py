@@ -17,15 +17,11 @@ from echo_bot.bus import Bus, Capabilities, ChannelHost
 from echo_bot.errors import ChannelError, CommitFailed, PeerAway
 from echo_bot.events import (
     Address,
-    ApprovalDecision,
-    DecisionInbound,
-    InboundMessage,
     MessageInbound,
     OutboundMessage,
     Receipt,
     Sender,
     TextFormat,
-    parse_approval_action,
 )
 from echo_bot.richtext import parts
 from echo_bot.richtext.model import Formatted
@@ -105,34 +101,28 @@ class PigeonChannel:
                 continue
             for update in updates:
                 try:
-                    inbound = self._inbound(update)
-                    if inbound is not None:
-                        await self.edge.take(inbound)
+                    await self._take(update)
                     await self.host.remember(POSITION, int(update["id"]))
                 except CommitFailed:
                     await asyncio.sleep(0.5)  # not acknowledged: read again
                     break
                 after = int(update["id"])
 
-    def _inbound(self, update: dict[str, Any]) -> InboundMessage | None:
+    async def _take(self, update: dict[str, Any]) -> None:
+        """A message to the edge; a press to the edge's check of the prompt pressed."""
         chat = Address(channel="pigeon", chat_id=str(update["chat"]))
-        sender = Sender(id=str(update["user"]))
+        sender, said = Sender(id=str(update["user"])), str(update["id"])
         press = update.get("press")
         if press is None:
-            text, said = str(update.get("text", "")), str(update["id"])
-            return MessageInbound(
-                address=chat, sender=sender, text=text, external_id=said, message_id=said
+            text = str(update.get("text", ""))
+            await self.edge.take(
+                MessageInbound(
+                    address=chat, sender=sender, text=text, external_id=said, message_id=said
+                )
             )
-        parsed = parse_approval_action(str(press.get("action", "")))
-        if parsed is None:
-            return None
-        verb, request_id, seconds = parsed
-        decision = ApprovalDecision(
-            request_id=request_id, verb=verb, decided_by=chat, sender_id=sender.id,
-            via="pigeon", allow_for_seconds=seconds,
-        )  # fmt: skip
-        return DecisionInbound(address=chat, sender=sender, decision=decision,
-                               external_id=str(update["id"]))  # fmt: skip
+            return
+        message, action = str(press.get("message")), str(press.get("action", ""))
+        await self.edge.decide(message, sender, said, action=action, at=chat)
 
     async def send(self, message: OutboundMessage) -> Receipt:
         chat = message.to.chat_id
@@ -148,6 +138,8 @@ class PigeonChannel:
             answer = await self._call("POST", "send", chat=chat, text=text,
                                       buttons=buttons if last else [])  # fmt: skip
             sent = str(answer["id"])
+            if last and message.buttons:  # a prompt: only what it offers may be pressed
+                await self.edge.keep_prompt(sent, message)
         return Receipt(channel_message_id=sent)
 
     async def _call(self, method: str, path: str, **fields: Any) -> Any:
