@@ -76,6 +76,7 @@ class CliChannel:
 
     def __init__(self, section: None, options: Mapping[str, Any], host: ChannelHost) -> None:
         self._host = host
+        self.edge = host.edge(self.name)  # the owner at the machine: no allowlist
         self._stdin: TextIO = options.get("stdin", sys.stdin)
         self._stdout: TextIO = options.get("stdout", sys.stdout)
         self._interactive: bool = bool(options.get("interactive", self._stdin.isatty()))
@@ -388,8 +389,9 @@ class CliChannel:
             external_id=line_id,
             message_id=line_id,
         )
-        published = await self._host.bus.publish(message)
-        self._awaiting.add(published.inbound_id)
+        inbound_id = await self.edge.take(message)
+        if inbound_id is not None:
+            self._awaiting.add(inbound_id)
 
     async def _answer(self, line: str) -> None:
         approval_id, verbs = self._prompts.pop(0)
@@ -409,7 +411,7 @@ class CliChannel:
             via="cli",
             allow_for_seconds=seconds if verb is DecisionVerb.ALLOW_FOR else None,
         )
-        await self._host.bus.publish(
+        await self.edge.take(
             DecisionInbound(
                 address=ADDRESS,
                 sender=self._sender,

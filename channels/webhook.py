@@ -21,7 +21,7 @@ from aiohttp import web
 
 from echo_bot.bus import Bus, Capabilities, ChannelHost
 from echo_bot.config import Config, WebhookConfig, WebhookRoute
-from echo_bot.errors import ConfigError, StoreError
+from echo_bot.errors import CommitFailed, ConfigError, StoreError
 from echo_bot.events import (
     Address,
     InboundMessage,
@@ -82,6 +82,7 @@ class WebhookChannel:
         config = section
         self.config = config
         self.host = host
+        self.edge = host.edge(self.name)  # every request proved its signature first
         self.environ = host.environ
         self.routes: dict[str, WebhookRoute] = {}
         self.limits: dict[str, RateLimit] = {}
@@ -200,7 +201,7 @@ class WebhookChannel:
             )
         try:
             response = await self._deliver(route, request)
-        except StoreError:
+        except (CommitFailed, StoreError):  # the store away: the sender tries again
             log.exception("webhook %s: the store did not take the delivery", route.name)
             response = _error(503, "could not store the delivery; retry later")
         except Exception:  # a task boundary: never a traceback to the sender
@@ -253,7 +254,7 @@ class WebhookChannel:
                 "webhook.rejected", route=route.name, status=422, reason=exc.audited
             )
             return _error(422, exc.answer)
-        published = await self.host.bus.publish(message)
+        published = await self.edge.commit(message)  # signed: no allowlist
         if published.duplicate:
             self.counts["duplicate"] += 1
             return web.json_response({"status": "duplicate", "id": published.inbound_id})

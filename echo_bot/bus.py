@@ -230,6 +230,12 @@ class ChannelEdge(Protocol):
         ``errors.CommitFailed`` when the store did not take it: acknowledge nothing."""
         ...
 
+    async def commit(self, message: InboundMessage) -> Published:
+        """``message`` committed as it is, with whether it is a repeat: what ``take``
+        does after its checks (a webhook answers a repeat itself). Raises
+        ``errors.CommitFailed``."""
+        ...
+
     async def notice(self, to: Address, text: str, *, quote: str | None = None) -> None:
         """A notice from the bot in ``to``, queued in order with the replies."""
         ...

@@ -26,7 +26,7 @@ import json
 import logging
 import time
 
-from .bus import ChannelHost, Decided
+from .bus import ChannelHost, Decided, Published
 from .errors import CommitFailed, StoreError
 from .events import (
     Address,
@@ -40,6 +40,7 @@ from .events import (
     Sender,
     parse_approval_action,
 )
+from .plugins import is_local, is_machine
 
 log = logging.getLogger(__name__)
 
@@ -110,18 +111,32 @@ class Edge:
         self.pair_as = pair_as  # how a stranger is told to send a code
         self._host = host
         self.refusals = Refusals()
+        self._has_allowlist = not (is_local(channel) or is_machine(channel))
 
     async def take(self, message: InboundMessage) -> str | None:
         """``message`` committed (its inbound ID), or None: from a stranger, who was
         answered. Raises ``CommitFailed`` when the store did not take it (nor could
-        say whether its sender is allowed)."""
+        say whether its sender is allowed). The terminal's person is the owner, and a
+        webhook's request proved its signature: their channels (``ChannelSpec.local``,
+        ``machine``) have no allowlist."""
         try:
-            if isinstance(message, MessageInbound) and not await self._host.access.is_allowed(
-                self.channel, message.sender.id
+            if (
+                isinstance(message, MessageInbound)
+                and self._has_allowlist
+                and not await self._host.access.is_allowed(self.channel, message.sender.id)
             ):
                 await self._stranger(message)
                 return None
-            return (await self._host.bus.publish(message)).inbound_id
+        except StoreError as exc:
+            raise CommitFailed(str(exc)) from exc
+        return (await self.commit(message)).inbound_id
+
+    async def commit(self, message: InboundMessage) -> Published:
+        """``message`` committed as it is, and whether the network had sent it before
+        (``duplicate``): for what ``take`` let through, and for a channel that answers
+        a repeat otherwise (a webhook). Raises ``CommitFailed``."""
+        try:
+            return await self._host.bus.publish(message)
         except StoreError as exc:
             raise CommitFailed(str(exc)) from exc
 

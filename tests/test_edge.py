@@ -55,7 +55,7 @@ async def test_a_stranger_is_refused_once_and_nothing_of_theirs_is_committed(
     state_dir: Path,
 ) -> None:
     async with running_bot(state_dir) as bot:
-        edge = Edge("cli", Host(bot))  # type: ignore[arg-type]
+        edge = Edge("telegram", Host(bot))  # type: ignore[arg-type]  # a chat network's
         assert await edge.take(said("hello", "e1")) is None
         assert await edge.take(said("hello again", "e2")) is None
         await bot.channel.wait_for(lambda m: m.kind == OutboundKind.NOTICE)
@@ -65,14 +65,14 @@ async def test_a_stranger_is_refused_once_and_nothing_of_theirs_is_committed(
         inbox = await bot.store.run(lambda tx: tx.inbox.recent("cli", limit=10))
         assert inbox == []
         rows = await bot.store.run(lambda tx: tx.audit.read(tail=10))
-        assert [r.kind for r in rows if r.kind.endswith(".refused")] == ["cli.refused"]
+        assert [r.kind for r in rows if r.kind.endswith(".refused")] == ["telegram.refused"]
 
 
 async def test_a_pairing_code_lets_a_stranger_in_and_then_they_are_heard_once(
     state_dir: Path,
 ) -> None:
     async with running_bot(state_dir) as bot:
-        edge = Edge("cli", Host(bot), prefix="!")  # type: ignore[arg-type]
+        edge = Edge("telegram", Host(bot), prefix="!")  # type: ignore[arg-type]
         code = await bot.store.run(lambda tx: tx.access.new_pairing_code())
         assert await edge.take(said("pair wrong-code", "e1")) is None
         assert await edge.take(said(f"!pair {code}", "e2")) is None
@@ -84,6 +84,21 @@ async def test_a_pairing_code_lets_a_stranger_in_and_then_they_are_heard_once(
         assert first is not None and again == first
         inbox = await bot.store.run(lambda tx: tx.inbox.recent("cli", limit=10))
         assert len(inbox) == 1
+
+
+async def test_the_terminal_and_a_webhook_have_no_allowlist_and_commit_once(
+    state_dir: Path,
+) -> None:
+    """The terminal's person is the owner, a webhook's request proved its signature:
+    their edges commit what comes, once, and ``commit`` says a repeat is one."""
+    async with running_bot(state_dir) as bot:
+        terminal, webhook = (Edge(name, Host(bot)) for name in ("cli", "webhook"))  # type: ignore[arg-type]
+        assert await terminal.take(said("hello", "t1")) is not None
+        first = await webhook.commit(said("a delivery", "w1"))
+        again = await webhook.commit(said("a delivery", "w1"))
+        assert not first.duplicate and again.duplicate and again.inbound_id == first.inbound_id
+        inbox = await bot.store.run(lambda tx: tx.inbox.recent("cli", limit=10))
+        assert len(inbox) == 2 and not [m for m in bot.channel.sent if "allowed" in m.text]
 
 
 REQUEST = "0123456789abcdef" * 2

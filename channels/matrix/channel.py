@@ -29,6 +29,8 @@ from .sync import Syncer
 
 
 class MatrixChannel(ThroughParts):
+    """No buttons: prompts are answered by reaction or reply; rooms may be encrypted."""
+
     name = "matrix"
     capabilities = Capabilities(
         edits=True, previews=True, media=True, reactions=True, rate_limited=True, diagnoses=True,

@@ -25,6 +25,9 @@ from .web import Web
 
 
 class SlackChannel(ThroughParts):
+    """Buttons (Block Kit), threads as conversations of their own, and two transports:
+    Socket Mode, or the Events API over the daemon's HTTP server."""
+
     name = "slack"
     capabilities = Capabilities(
         buttons=True, edits=True, previews=True, media=True, threads=True, rate_limited=True,
