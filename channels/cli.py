@@ -26,7 +26,6 @@ import sys
 import threading
 import time
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from typing import Any, TextIO
 
 from echo_bot.bus import Bus, Capabilities, ChannelHost
@@ -448,7 +447,3 @@ class CliChannel:
 
 def _approval_id(message: OutboundMessage) -> str:
     return message.approval.request_id if message.approval is not None else ""
-
-
-def _utc(ts: float) -> datetime:
-    return datetime.fromtimestamp(ts, UTC)
