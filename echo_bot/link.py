@@ -125,7 +125,7 @@ class Link:
     async def first_contact(self, connect: Callable[[], Awaitable[Any]]) -> None:
         """``connect`` once now; on ``PeerAway`` (or no answer in time), again in the
         background until it succeeds. A ``ConfigError`` now is raised (the start fails);
-        one later leaves the link down."""
+        one later leaves the link down; anything else later is logged and tried again."""
         try:
             await self._bounded(connect)
         except PeerAway as exc:
@@ -144,6 +144,10 @@ class Link:
                 return
             except PeerAway as exc:
                 self.reconnecting(str(exc))
+                continue
+            except Exception as exc:  # the channel's bug: logged, tried again, never left dead
+                self._log.exception("%s: connecting failed", self.channel)
+                self.reconnecting(f"connecting failed: {exc!r}")
                 continue
             self._made()
             return

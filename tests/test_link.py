@@ -36,6 +36,8 @@ class Peer:
             raise ConfigError("token_env: the peer refused the token")
         if answer == "hangs":
             await asyncio.sleep(3600)
+        if answer == "bug":
+            raise RuntimeError("the channel's own bug")
 
 
 class Channel:
@@ -136,6 +138,18 @@ async def test_a_peer_that_never_answers_is_away_and_the_stop_ends_the_tries() -
     tries = channel.peer.tries
     await asyncio.sleep(0.3)
     assert channel.peer.tries == tries and channel.stopped == 1
+
+
+async def test_a_channel_bug_while_retrying_is_logged_and_tried_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    channel = Channel(Peer("away", "bug", "ok"))
+    async with AsyncExitStack() as stack:
+        with caplog.at_level(logging.ERROR, logger="channels"):
+            await started(channel, stack)
+            await eventually(lambda: channel.health() == {"status": "ok"}, what="connected")
+    assert channel.peer.tries == 3
+    assert any(r.exc_info and "connecting failed" in r.getMessage() for r in caplog.records)
 
 
 def test_a_link_with_parts_is_ok_once_no_part_is_away() -> None:
