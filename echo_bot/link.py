@@ -73,6 +73,7 @@ class Link:
         self._away: dict[str, str] = {}
         self._log = logging.getLogger("channels").getChild(channel)  # as its own log
         self._retrying: asyncio.Task[None] | None = None
+        self._standby: bool | None = None  # another daemon does the work (None: not asked)
 
     def connected(self, part: str = "peer") -> None:
         """``part`` reaches the peer (again)."""
@@ -121,6 +122,25 @@ class Link:
         if self.error:
             state["error"] = self.error
         return state
+
+    async def takes_turn(self, hold: Awaitable[bool], doing: str, now: str, elsewhere: str) -> bool:
+        """Whether this daemon does the channel's one-at-a-time work now (its poll, its
+        sync), with several daemons on one store: ``hold`` asks the store's lease
+        (``ChannelHost.hold``). A change is said once (``now`` / ``elsewhere``); a
+        daemon standing by is "ok", its /healthz saying another daemon does ``doing``;
+        the store away is ``reconnecting`` (nobody could store what comes in anyway)."""
+        try:
+            mine = await hold
+        except Exception as exc:
+            self.reconnecting(f"cannot tell whether to {doing}: {exc}")
+            return False
+        if self._standby is None or mine == self._standby:  # the first answer, or a change
+            self._log.info("%s: %s", self.channel, now if mine else elsewhere)
+        self._standby = not mine
+        self.facts[doing] = None if mine else "another daemon"
+        if not mine:
+            self.connected()
+        return mine
 
     async def first_contact(self, connect: Callable[[], Awaitable[Any]]) -> None:
         """``connect`` once now; on ``PeerAway`` (or no answer in time), again in the

@@ -152,6 +152,31 @@ async def test_a_channel_bug_while_retrying_is_logged_and_tried_again(
     assert any(r.exc_info and "connecting failed" in r.getMessage() for r in caplog.records)
 
 
+async def test_whose_turn_it_is_is_said_once_per_change_and_a_standby_is_ok(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    link = Link("fake")
+
+    async def answer(mine: bool) -> bool:
+        return mine
+
+    async def store_away() -> bool:
+        raise OSError("the database is away")
+
+    with caplog.at_level(logging.INFO, logger="channels"):
+        assert not await link.takes_turn(store_away(), "poll", "polling now", "another polls")
+        assert link.state()["status"] == "degraded"
+        for mine in (False, False, True, True):
+            assert (
+                await link.takes_turn(answer(mine), "poll", "polling now", "another polls") is mine
+            )
+            if not mine:
+                assert link.state() == {"status": "ok", "poll": "another daemon"}
+    assert link.state() == {"status": "ok"}
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    assert said == ["fake: another polls", "fake: connected again", "fake: polling now"]
+
+
 def test_a_link_with_parts_is_ok_once_no_part_is_away() -> None:
     link = Link("fake")
     link.connected()

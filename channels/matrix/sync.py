@@ -61,7 +61,6 @@ class Syncer:
         self.client = client
         self.inbound = inbound
         self.link = link
-        self.standby: bool | None = None  # another daemon syncs this account (None: not asked)
         self.timeout_ms = int(float(options.get("sync_timeout", 30)) * 1000)
         self.token: str | None = None
         self.first = True  # the first sync of this run asks for the rooms' full state
@@ -125,21 +124,11 @@ class Syncer:
         The lease is the channel's delivery lease (echo_bot/delivery.py): the daemon
         that sends Matrix's outbox is the one that syncs, since only a synced client
         knows the rooms' members and their devices' keys to encrypt for."""
-        try:
-            # Its holder counts as gone after lease - STANDBY_CHECK unseen: with this
-            # look every STANDBY_CHECK, the sync is taken over within [matrix] lease.
-            within = self.config.lease.total_seconds() - STANDBY_CHECK
-            syncing = await self.host.hold(delivery_lease("matrix"), within)
-        except Exception as exc:  # the store is away: nobody can store events anyway
-            self.link.reconnecting(f"cannot tell whether to sync: {exc}")
-            return False
-        if self.standby is None or syncing == self.standby:  # the first answer, or a change
-            log.info("matrix: %s", "syncing now" if syncing else "another daemon syncs")
-        self.standby = not syncing
-        self.link.facts["sync"] = None if syncing else "another daemon"
-        if not syncing:
-            self.link.connected()
-        return syncing
+        # Its holder counts as gone after lease - STANDBY_CHECK unseen: with this look
+        # every STANDBY_CHECK, the sync is taken over within [matrix] lease.
+        within = self.config.lease.total_seconds() - STANDBY_CHECK
+        hold = self.host.hold(delivery_lease("matrix"), within)
+        return await self.link.takes_turn(hold, "sync", "syncing now", "another daemon syncs")
 
     async def once(self) -> None:
         # nio syncs from its own next_batch when ``since`` is None: make it ours, so a

@@ -55,7 +55,6 @@ class Poller:
         self.bot = bot
         self.dp = dp
         self.link = link
-        self.standby: bool | None = None  # another daemon polls this bot (None: not asked)
         self.poll_timeout = int(options.get("poll_timeout", 25))
         self._unreadable: set[int] = set()  # update ids aiogram could not read
 
@@ -195,16 +194,8 @@ class Poller:
         """With several daemons on one store, one polls this bot at a time; the others
         stand by and take over once its lease lapses (what it had not confirmed is
         fetched again and deduplicated by update_id)."""
-        try:
-            # Its holder counts as gone after lease - STANDBY_CHECK unseen: with this
-            # look every STANDBY_CHECK, the poll is taken over within [telegram] lease.
-            within = self.config.lease.total_seconds() - STANDBY_CHECK
-            polling = await self.host.hold(f"telegram-poller:{self.bot.id}", within)
-        except Exception as exc:  # the store is away: nobody can store updates anyway
-            self.link.reconnecting(f"cannot tell whether to poll: {exc}")
-            return False
-        if self.standby is None or polling == self.standby:  # the first answer, or a change
-            log.info("telegram: %s", "polling now" if polling else "another daemon polls")
-        self.standby = not polling
-        self.link.facts["poller"] = None if polling else "another daemon"
-        return polling
+        # Its holder counts as gone after lease - STANDBY_CHECK unseen: with this look
+        # every STANDBY_CHECK, the poll is taken over within [telegram] lease.
+        within = self.config.lease.total_seconds() - STANDBY_CHECK
+        hold = self.host.hold(f"telegram-poller:{self.bot.id}", within)
+        return await self.link.takes_turn(hold, "poll", "polling now", "another daemon polls")
