@@ -672,11 +672,9 @@ def pairings_command(loaded: LoadedConfig, at: StoreAt, action: str, user: str |
     chats = [s.name for s in registry().specs.values() if s.chats]
     channel, _, rest = user.partition(":")  # a Matrix id has colons of its own
     named, user_id = ([channel], rest) if channel in chats else (chats, user)  # bare: any
-
-    def revoke(channel: str) -> bool:
-        return bool(_with_store(at, lambda tx: tx.access.revoke(channel, user_id)))
-
-    if not any([revoke(name) for name in named]):
+    # One transaction for every channel named (a list, not any(): each is revoked).
+    revoked = _with_store(at, lambda tx: [tx.access.revoke(name, user_id) for name in named])
+    if not any(revoked):
         where = _configured(loaded, named, user_id)
         print(f"echo-bot: {user} is not a paired user{where}; nothing changed")
         return 1
