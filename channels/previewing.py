@@ -60,12 +60,10 @@ class EditedPreviews:
         mark: str,
         keep: float,
         ready: Callable[[], bool] = lambda: True,
-        shown: Callable[[str], None] = lambda key: None,
     ) -> None:
         self.show, self.remove, self.tasks = show, remove, tasks
         self.interval, self.mark, self.keep = interval, mark, keep
         self.ready = ready  # False: nothing is shown (the channel cannot send yet)
-        self.shown = shown  # the turn of this key shows something now (typing may stop)
         self._live: dict[str, _Preview] = {}  # by key (the turn's inbound id)
         self._left: dict[str, _Preview] = {}  # previews ended without a reply, by key
 
@@ -80,7 +78,6 @@ class EditedPreviews:
         if wait > 0:  # returns when ready for the next: the texts in between are skipped
             await asyncio.sleep(wait)
         state.next_at = loop.time() + self.interval
-        self.shown(key)
         try:
             message_id = await self.show(
                 state.chat, key, state.message_id, text + self.mark, state.shown

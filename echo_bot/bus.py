@@ -153,9 +153,10 @@ class Capabilities:
     """What a channel can do, declared by the channel and read by the core (which wires
     media, previews and the after-start display from it, never by probing the object).
 
-    ``media``, ``previews``, ``shows_when_ready``, ``reloads`` and ``diagnoses`` promise
-    the methods of ``MediaSource``, ``PreviewSink``, ``ShowsWhenReady``,
-    ``live.Reloadable`` (``reload(config) -> list[str]``) and ``Diagnoses``; the others
+    ``media``, ``previews``, ``typing``, ``shows_when_ready``, ``reloads`` and
+    ``diagnoses`` promise the methods of ``MediaSource``, ``PreviewSink``,
+    ``ShowsTyping``, ``ShowsWhenReady``, ``live.Reloadable`` (``reload(config) ->
+    list[str]``) and ``Diagnoses``; the others
     describe the network, for renderers and the channel contract suite
     (tests/channels/contract/).
     """
@@ -173,6 +174,7 @@ class Capabilities:
     # its first contact with its peer is the host's: ``connect()`` after ``start()``,
     # tried again while the peer is away (``Connects``, ``echo_bot.link``)
     connects: bool = False
+    typing: bool = False  # shows "typing" while a turn runs (``ShowsTyping``)
 
 
 class ChannelLink(Protocol):
@@ -462,6 +464,20 @@ class MediaSource(Protocol):
 
 
 @runtime_checkable
+class ShowsTyping(Protocol):
+    """A channel whose network shows a person typing (``echo_bot.typing_shown`` keeps
+    when it shows, from a message's commit until its reply is on its way)."""
+
+    name: str
+
+    async def show_typing(self, to: Address, on: bool) -> float | None:
+        """One typing notification in ``to``: the seconds until the next may go (it
+        shows at least that long), or None when the chat shows none (refused there). A
+        network error is the channel's to swallow. ``on=False``: it is over (for a
+        network that shows typing until told otherwise; the answer is not read)."""
+        ...
+
+
 class PreviewSink(Protocol):
     """A channel that can show a reply while it is written (``echo_bot.previews``)."""
 

@@ -24,6 +24,7 @@ from .bus import (
     NoHttpServer,
     PreviewSink,
     Routes,
+    ShowsTyping,
     ShowsWhenReady,
 )
 from .edge import Edge
@@ -91,7 +92,8 @@ class DaemonHost:
         return self._access
 
     def edge(self, channel: str, *, prefix: str = "/", pair_as: str = "as `pair CODE`") -> Edge:
-        return Edge(channel, self, prefix=prefix, pair_as=pair_as)
+        typing = self._previews.typing
+        return Edge(channel, self, prefix=prefix, pair_as=pair_as, typing=typing)
 
     def link(self, channel: str) -> Link:
         link = Link(channel)
@@ -197,9 +199,9 @@ async def start_channels(
 ) -> None:
     """Start each channel (stopped in reverse by ``parts``), hand it to delivery, and
     wire what its capabilities declare: files to the media preparer, previews to the
-    preview sinks. ``started`` receives each channel once it runs."""
+    preview sinks, typing to the indicator. ``started`` receives each channel once it runs."""
     for channel in channels:
-        stop = partial(_stop_channel, delivery, channel)
+        stop = partial(_stop_channel, delivery, previews, channel)
         await parts.start(f"the {channel.name} channel", partial(_start, channel, bus), stop)
         started.append(channel)
         delivery.add_channel(channel)
@@ -208,6 +210,8 @@ async def start_channels(
             media.add_source(cast(MediaSource, channel))
         if can.previews:
             previews.add_sink(cast(PreviewSink, channel))
+        if can.typing:
+            previews.typing.add(cast(ShowsTyping, channel))
 
 
 async def _start(channel: Channel, bus: Bus) -> None:
@@ -226,10 +230,11 @@ async def _start(channel: Channel, bus: Bus) -> None:
         raise
 
 
-async def _stop_channel(delivery: DeliveryWorker, channel: Channel) -> None:
+async def _stop_channel(delivery: DeliveryWorker, previews: Previews, channel: Channel) -> None:
     """Delivery lets go of the channel first (its sends in flight finish), then it stops
-    (no longer tried again first, when the host makes its contact)."""
+    (no longer tried again first, when the host makes its contact; typing no more)."""
     await delivery.release(channel.name)
+    await previews.typing.remove(channel.name)
     if channel.capabilities.connects:
         await cast(Connects, channel).link.close()
     await channel.stop()

@@ -57,8 +57,10 @@ class DeliveryWorker:
         max_attempts: int = MAX_ATTEMPTS,
         masker: Masker | None = None,
         cluster: Cluster | None = None,
+        sending: Callable[[OutboundMessage], None] = lambda message: None,
     ) -> None:
         self.store = store
+        self.sending = sending  # told of each send as it starts (the chat stops "typing")
         # Every text a chat receives leaves through here: the last place to mask a
         # secret that reached a notice, a prompt or a reply some other way.
         self.masker = masker or Masker()
@@ -285,6 +287,7 @@ class DeliveryWorker:
                 edit_of = message.edit_of
                 target = await self.store.run(lambda tx: tx.outbox.receipt_of(edit_of))
                 message = message.model_copy(update={"edit_message_id": target})
+            self.sending(message)
             try:
                 receipt = await asyncio.wait_for(channel.send(message), SEND_TIMEOUT)
             except ChannelError as exc:

@@ -41,6 +41,7 @@ from .events import (
     parse_approval_action,
 )
 from .plugins import is_local, is_machine
+from .typing_shown import TypingShown
 
 log = logging.getLogger(__name__)
 
@@ -104,9 +105,10 @@ class Edge:
 
     def __init__(
         self, channel: str, host: ChannelHost, *, prefix: str = "/",
-        pair_as: str = "as `pair CODE`",
+        pair_as: str = "as `pair CODE`", typing: TypingShown | None = None,
     ) -> None:  # fmt: skip
         self.channel = channel
+        self.typing = typing  # shows the chat typing from a message's commit
         self.prefix = prefix  # what the network's commands start with (``!`` on Slack)
         self.pair_as = pair_as  # how a stranger is told to send a code
         self._host = host
@@ -129,7 +131,11 @@ class Edge:
                 return None
         except StoreError as exc:
             raise CommitFailed(str(exc)) from exc
-        return (await self.commit(message)).inbound_id
+        published = await self.commit(message)
+        fresh = isinstance(message, MessageInbound) and not published.duplicate
+        if self.typing is not None and fresh:
+            self.typing.start(message.address, published.inbound_id)
+        return published.inbound_id
 
     async def commit(self, message: InboundMessage) -> Published:
         """``message`` committed as it is, and whether the network had sent it before

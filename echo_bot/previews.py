@@ -18,6 +18,7 @@ import time
 from .bus import PreviewSink
 from .events import Address
 from .secrets import Masker
+from .typing_shown import TypingShown
 
 log = logging.getLogger(__name__)
 
@@ -27,8 +28,11 @@ STOP_KEPT = 3600.0  # a stop between steps counts this long (the turn's tools ma
 
 
 class LivePreview:
-    def __init__(self, sink: PreviewSink, to: Address, key: str, masker: Masker) -> None:
+    def __init__(
+        self, sink: PreviewSink, to: Address, key: str, masker: Masker, typing: TypingShown
+    ) -> None:
         self.sink, self.to, self.key, self.masker = sink, to, key, masker
+        self.typing = typing
         self._text = ""
         self._shown = ""
         self._changed = asyncio.Event()
@@ -61,6 +65,7 @@ class LivePreview:
             text = self.masker.mask_growing(self._text)  # a secret never shows, even in part
             if text == self._shown:
                 continue
+            self.typing.stop(self.key)  # the reply shows now: no longer "typing"
             try:
                 await self.sink.show_preview(self.to, self.key, text)
             except Exception as exc:  # a preview is never worth a failed turn
@@ -94,6 +99,7 @@ class Previews:
 
     def __init__(self, masker: Masker) -> None:
         self.masker = masker
+        self.typing = TypingShown()  # what shows before a preview, or with none
         self._sinks: dict[str, PreviewSink] = {}
         self._live: dict[str, LivePreview] = {}
         self._stopped: dict[str, float] = {}  # key -> when: asked to stop between steps
@@ -105,7 +111,7 @@ class Previews:
         sink = self._sinks.get(to.channel)
         if sink is None or len(self._live) >= MAX_LIVE:
             return None
-        preview = self._live[key] = LivePreview(sink, to, key, self.masker)
+        preview = self._live[key] = LivePreview(sink, to, key, self.masker, self.typing)
         return preview
 
     async def close(self, preview: LivePreview) -> None:

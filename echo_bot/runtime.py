@@ -412,7 +412,9 @@ def build(
         previews=previews,
         runner=runner,
         # Both subscribe to the store: new inbound runs, queued outbound is sent.
-        delivery=DeliveryWorker(store=store, masker=masker, cluster=cluster),
+        delivery=DeliveryWorker(
+            store=store, masker=masker, cluster=cluster, sending=previews.typing.stop_for
+        ),
         dispatcher=Dispatcher(
             store=store,
             runner=runner,

@@ -16,6 +16,8 @@ from echo_bot.channel_host import start_channels
 from echo_bot.errors import ConfigError, PeerAway
 from echo_bot.lifecycle import Parts
 from echo_bot.link import Backoff, Link
+from echo_bot.previews import Previews
+from echo_bot.secrets import Masker
 from tests.waiting import eventually
 
 
@@ -67,8 +69,8 @@ class Channel:
 
 
 class Parts_:
-    """What start_channels hands a channel to besides: no media, no previews; delivery
-    lets go of a channel at once."""
+    """What start_channels hands a channel to besides: no media; delivery lets go of a
+    channel at once."""
 
     def __init__(self) -> None:
         self.released: list[str] = []
@@ -84,7 +86,7 @@ async def started(channel: Channel, stack: AsyncExitStack) -> None:
     delivery = Parts_()
     await start_channels(
         Parts(stack), [cast(Any, channel)], bus=cast(Any, None), delivery=cast(Any, delivery),
-        media=cast(Any, None), previews=cast(Any, None), started=[],
+        media=cast(Any, None), previews=Previews(Masker()), started=[],
     )  # fmt: skip
 
 

@@ -2,8 +2,8 @@
 
 ``session`` logs in and loads the key store; ``sync`` runs the durable loop; ``inbound``
 maps events; ``media`` reads, fetches and uploads files; ``outbound`` sends;
-``previews`` shows a reply while it is written; ``typing`` shows the bot typing while a
-turn runs.
+``previews`` shows a reply while it is written; ``show_typing`` is how a room shows the
+bot typing (the host's indicator says when).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from channels.parts import ThroughParts
 from echo_bot.bus import Bus, Capabilities, ChannelHost, Diagnosis
 from echo_bot.config import Config, channel_section
 from echo_bot.errors import ConfigError, PeerAway
+from echo_bot.events import Address
 
 from .common import NETWORK_ERRORS, Tasks, log
 from .doctor import diagnose
@@ -27,6 +28,8 @@ from .session import log_in, make_client, store_dir
 from .settings import MatrixConfig
 from .sync import Syncer
 
+TYPING_LASTS = 30.0  # seconds one typing notification shows
+
 
 class MatrixChannel(ThroughParts):
     """No buttons: prompts are answered by reaction or reply; rooms may be encrypted."""
@@ -34,7 +37,7 @@ class MatrixChannel(ThroughParts):
     name = "matrix"
     capabilities = Capabilities(
         edits=True, previews=True, media=True, reactions=True, rate_limited=True, diagnoses=True,
-        reloads=True, connects=True,
+        reloads=True, connects=True, typing=True,
     )  # fmt: skip
 
     def __init__(
@@ -53,8 +56,7 @@ class MatrixChannel(ThroughParts):
         self.inbound = Inbound(section, host, self.client, self._tasks)
         self.syncer = Syncer(section, options, host, self.client, self.inbound, self.link)
         self.outbound = Outbound(
-            host, self.client, self.inbound.edge, self.link, self.inbound.typing,
-            self.syncer.synced, self._tasks,
+            host, self.client, self.inbound.edge, self.link, self.syncer.synced, self._tasks,
         )  # fmt: skip
         self.previews = self.outbound.previews
         self.downloads = Downloads(self.client, section, host)
@@ -87,6 +89,15 @@ class MatrixChannel(ThroughParts):
                 self.link.reconnecting(f"the sync loop failed: {exc}")
                 log.exception("matrix: the sync loop failed; starting it again")
                 await self.link.pause()
+
+    async def show_typing(self, to: Address, on: bool) -> float | None:
+        """Each notification lasts TYPING_LASTS; renewed before it ends."""
+        try:
+            await self.client.room_typing(to.chat_id, on, timeout=int(TYPING_LASTS * 1000))
+        except Exception as exc:  # never worth a failure: this room shows none
+            log.debug("matrix: typing in %s failed: %s", to.chat_id, exc)
+            return None
+        return TYPING_LASTS * 2 / 3
 
     def reload(self, config: Config) -> list[str]:
         """The allowlists apply live (the core's access check reads them); the devices

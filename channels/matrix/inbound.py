@@ -46,7 +46,6 @@ from .approvals import verb_of_reaction, verb_of_reply
 from .common import CommitFailed, Tasks, log
 from .media import KEPT, is_media, read_media
 from .settings import MatrixConfig
-from .typing import Typing
 
 UNDECRYPTABLE = (
     "I could not decrypt your message (I have no key for it: it may have been sent to "
@@ -102,7 +101,6 @@ class Inbound:
         self.host = host
         self.client = client
         self.tasks = tasks
-        self.typing = Typing(client, tasks)
         self._noticed: dict[str, float] = {}
         self.edge = host.edge("matrix", pair_as=PAIR_AS)
 
@@ -219,7 +217,7 @@ class Inbound:
             text = self._text(event)
         if not answers_prompt and text and await self._unattached(room_id, text):
             return
-        inbound_id = await self.edge.take(
+        await self.edge.take(
             MessageInbound(
                 address=address_of(room_id),
                 sender=Sender(id=sender, name=clean(self._name(room_id, sender))),
@@ -230,8 +228,6 @@ class Inbound:
                 metadata={DIRECT: True} if self._direct(room_id, sender) else {},
             )
         )
-        if inbound_id is not None:
-            self.typing.start(inbound_id, room_id)
 
     async def _unattached(self, room_id: str, text: str) -> bool:
         """``approve`` or ``deny`` typed on its own while a request waits here: Matrix

@@ -32,7 +32,6 @@ from .common import Tasks, log
 from .formatting import TEXT, MatrixText, replacement
 from .media import upload
 from .previews import previews
-from .typing import Typing
 
 FIRST_SYNC_WAIT = 30.0  # seconds a send waits for the first sync (the rooms' state)
 
@@ -113,13 +112,11 @@ class Outbound:
         client: AsyncClient,
         edge: ChannelEdge,
         link: ChannelLink,
-        typing: Typing,
         synced: asyncio.Event,
         tasks: Tasks,
     ) -> None:
-        self.typing = typing
         self.synced = synced
-        self.previews = previews(host, client, self.send_preview, typing, tasks, synced)
+        self.previews = previews(host, client, self.send_preview, tasks, synced)
         self.host = host
         self.client = client
         self.edge = edge
@@ -130,7 +127,6 @@ class Outbound:
 
     async def send(self, message: OutboundMessage) -> Receipt:
         room_id = message.to.chat_id
-        self.typing.stop_for(message)
         if not self.synced.is_set():  # nio knows no room (nor its members' keys) before
             try:
                 async with asyncio.timeout(FIRST_SYNC_WAIT):

@@ -24,7 +24,6 @@ from echo_bot.richtext import parts as richtext
 
 from .common import Tasks
 from .formatting import TEXT, replacement
-from .typing import Typing
 
 EDIT_INTERVAL = 3.0  # seconds between two texts of one preview
 PREVIEW_MARK = " ✍️"  # ends the preview message while the reply is written
@@ -39,7 +38,6 @@ def previews(
     host: ChannelHost,
     client: AsyncClient,
     send: SendPreview,
-    typing: Typing,
     tasks: Tasks,
     synced: asyncio.Event,
 ) -> EditedPreviews:
@@ -59,5 +57,5 @@ def previews(
 
     return EditedPreviews(
         show, redact, tasks, interval=EDIT_INTERVAL, mark=PREVIEW_MARK, keep=PREVIEW_KEEP,
-        ready=synced.is_set, shown=typing.stop,
+        ready=synced.is_set,
     )  # fmt: skip

@@ -4,6 +4,6 @@ The registry names ``channels.telegram.channel:TelegramChannel``; this package i
 nothing, so its ``settings`` (the ``[telegram]`` section) is read without aiogram. The
 rest follows aiogram's own seams: ``channel`` (the wiring), ``poller`` and ``webhook``
 (updates in, committed before they are acknowledged), ``handlers`` (updates into
-InboundMessages), ``outbound`` (send, edit, files), ``previews`` (drafts, typing),
+InboundMessages), ``outbound`` (send, edit, files), ``previews`` (drafts),
 ``media`` (files in messages), ``text`` (the renderer: entities).
 """

@@ -6,13 +6,13 @@ answer is sent only after the commit. Replies go through the core's durable outb
 
 This class is the wiring: the Bot and its Dispatcher, and the parts that do the work —
 ``poller`` (getUpdates) or ``webhook``, ``handlers`` (updates into the inbox),
-``outbound`` (send, edit, files, pacing), ``previews`` (drafts, typing), ``media``
-(downloads).
+``outbound`` (send, edit, files, pacing), ``previews`` (drafts), ``media``
+(downloads); ``show_typing`` is how a chat shows the bot typing (the host's indicator
+says when).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import Mapping
 from pathlib import Path
@@ -25,6 +25,9 @@ from aiogram.exceptions import (
     AiogramError,
     TelegramAPIError,
     TelegramBadRequest,
+    TelegramNetworkError,
+    TelegramRetryAfter,
+    TelegramServerError,
     TelegramUnauthorizedError,
 )
 from aiogram.types import BotCommand
@@ -32,6 +35,7 @@ from aiogram.types import BotCommand
 from channels.parts import ThroughParts
 from echo_bot.bus import Bus, Capabilities, ChannelHost, Diagnosis
 from echo_bot.errors import ConfigError, PeerAway
+from echo_bot.events import Address
 
 from .common import Me, Tasks, log
 from .doctor import diagnose
@@ -39,7 +43,7 @@ from .handlers import Handlers
 from .media import Downloads
 from .outbound import Outbound
 from .poller import ALLOWED_UPDATES, Poller
-from .previews import Previews, Typing
+from .previews import Previews
 from .render import Pacer
 from .settings import BOT_TOKEN_SHAPE, TelegramConfig, looks_like_bot_token
 from .webhook import Webhook
@@ -60,6 +64,7 @@ class TelegramChannel(ThroughParts):
         rate_limited=True,
         diagnoses=True,
         connects=True,
+        typing=True,
     )
 
     def __init__(
@@ -83,13 +88,10 @@ class TelegramChannel(ThroughParts):
         self.link = host.link("telegram")
         self.link.facts["mode"] = config.mode
         self._tasks = Tasks()
-        self.typing = Typing(self.bot, self.pacer)
-        self.previews = Previews(host, self.bot, self.pacer, self.typing, self._tasks)
-        self.outbound = Outbound(
-            host, self.bot, self.pacer, self.typing, self.previews, self._tasks
-        )
+        self.previews = Previews(host, self.bot, self.pacer, self._tasks)
+        self.outbound = Outbound(host, self.bot, self.pacer, self.previews, self._tasks)
         self.downloads = Downloads(self.bot, config)
-        self.handlers = Handlers(config, host, self.bot, self.me, self.typing, self._tasks)
+        self.handlers = Handlers(config, host, self.bot, self.me, self._tasks)
         self.dp = Dispatcher()
         self.dp.include_router(self.handlers.router(self.previews))
         self.poller = Poller(config, options, host, self.bot, self.dp, self.link)
@@ -159,15 +161,32 @@ class TelegramChannel(ThroughParts):
         return await diagnose(section, environ, state_dir)
 
     async def stop(self) -> None:
-        typing = self.typing.tasks()
-        running = self._tasks.running()
-        for task in running + typing:
-            task.cancel()
-        await asyncio.gather(*running, *typing, return_exceptions=True)
+        await self._tasks.cancel_all()
         await self.bot.session.close()
 
     def health(self) -> dict[str, object]:
         return self.link.state()
+
+    async def show_typing(self, to: Address, on: bool) -> float | None:
+        """One "typing…" (Telegram shows it 5 s, or until the bot's next message) when
+        the pacer has room for it: replies never queue behind typing."""
+        if not on:
+            return None  # it ends by itself
+        wait = self.pacer.typing(f"{to.chat_id}/{to.thread_id or ''}")
+        if wait > 0:
+            return wait
+        try:
+            await self.bot.send_chat_action(
+                chat_id=int(to.chat_id), action="typing",
+                message_thread_id=int(to.thread_id) if to.thread_id else None,
+            )  # fmt: skip
+        except TelegramRetryAfter as exc:
+            return float(exc.retry_after)
+        except (TelegramNetworkError, TelegramServerError, OSError, TimeoutError):
+            pass  # the next beat tries again
+        except (AiogramError, ValueError):
+            return None  # blocked, gone, refused: this chat shows no typing
+        return 0.0  # the pacer says when the next may go
 
     def _menu(self) -> list[tuple[str, str]]:
         own = [("start", "say hello"), ("whoami", "show your Telegram user id"),

@@ -29,7 +29,7 @@ from echo_bot.events import (
 
 from .common import Me, Tasks, log
 from .media import read_media
-from .previews import Previews, Typing
+from .previews import Previews
 from .settings import TelegramConfig
 from .text import clean
 
@@ -60,13 +60,11 @@ class Handlers:
         host: ChannelHost,
         bot: Bot,
         me: Me,
-        typing: Typing,
         tasks: Tasks,
     ) -> None:
         self.config = config
         self.bot = bot
         self.me = me
-        self.typing = typing
         self.tasks = tasks
         self.access = host.access
         self.bus = host.bus
@@ -140,9 +138,7 @@ class Handlers:
             external_id=str(event_update.update_id),
             message_id=str(message.message_id),
         )
-        inbound_id = await self.edge.take(inbound)
-        if inbound_id is not None:
-            self.typing.start(inbound_id, chat)
+        await self.edge.take(inbound)
 
     def _addressed_to_me(self, message: Message) -> bool:
         text = message.text or message.caption or ""

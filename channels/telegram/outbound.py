@@ -31,7 +31,7 @@ from echo_bot.events import MediaKind, OutboundMessage, Receipt, TextFormat
 from echo_bot.richtext.model import Formatted
 
 from .common import Tasks, log
-from .previews import Previews, Typing
+from .previews import Previews
 from .render import Pacer, keyboard_rows
 from .text import entities, message_parts, rendered
 
@@ -48,20 +48,17 @@ class Outbound:
         host: ChannelHost,
         bot: Bot,
         pacer: Pacer,
-        typing: Typing,
         previews: Previews,
         tasks: Tasks,
     ) -> None:
         self.bot = bot
         self.pacer = pacer
-        self.typing = typing
         self.previews = previews
         self.tasks = tasks
         self.masker = host.masker  # what the renderer made is masked again before it leaves
         self._parts_sent: dict[str, list[int]] = {}
 
     async def send(self, message: OutboundMessage) -> Receipt:
-        self.typing.stop_for(message)
         try:
             chat_id = int(message.to.chat_id)
         except ValueError:

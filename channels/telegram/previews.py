@@ -1,11 +1,10 @@
-"""What shows while a reply is on its way: the typing indicator, and the reply itself as
-it is written (a draft in private chats, a message edited as it grows in groups)."""
+"""A reply shown as it is written: a draft in private chats, a message edited as it grows
+in groups. (The typing indicator before it is the host's: ``show_typing``.)"""
 
 from __future__ import annotations
 
 import asyncio
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from aiogram import Bot
 from aiogram.exceptions import (
@@ -25,11 +24,8 @@ from .common import Tasks, log
 from .render import Pacer
 from .text import entities, rendered_preview
 
-# Typing stops in a chat where nothing moved (no message in, no reply out) for this long:
-# a turn waiting on something slow does not type forever.
-TYPING_MAX = 120.0
-TYPING_CHATS = 1000  # chats shown typing at once, at most
-TYPING_TURNS = 100_000  # queued turns remembered for them, at most
+PREVIEWS_MAX = 1000  # replies being written shown at once, at most
+DRAFTS_KEPT = 100_000  # draft ids remembered for their stop buttons, at most
 # A reply being written: a draft (private chats) at most once a second, an edit of one
 # message (groups, where Telegram allows about 20 messages a minute) every 3 s.
 DRAFT_INTERVAL = 1.0
@@ -38,91 +34,6 @@ PREVIEW_MARK = " ✍️"  # ends a group's preview message while the reply is wr
 # A group's preview message left by a turn that sent no reply (it waits for an approval,
 # or failed) is deleted after this long; a reply sent meanwhile takes its place.
 PREVIEW_KEEP = 30.0
-
-
-@dataclass
-class _Typing:
-    """One chat's typing indicator: the turns it shows for, until when, its task."""
-
-    turns: set[str] = field(default_factory=set)
-    until: float = 0.0
-    task: asyncio.Task[None] | None = None
-
-
-class Typing:
-    """One indicator per chat, however many of its turns are queued: it shows while any
-    of them waits for its reply, and the pacer lets at most one through per chat per 5 s."""
-
-    def __init__(self, bot: Bot, pacer: Pacer) -> None:
-        self.bot = bot
-        self.pacer = pacer
-        self._typing: dict[Address, _Typing] = {}
-        self._typing_turns: dict[str, Address] = {}  # inbound id → its chat
-
-    def start(self, inbound_id: str, chat: Address) -> None:
-        state = self._typing.get(chat)
-        if state is None:
-            if len(self._typing) >= TYPING_CHATS:
-                return
-            state = self._typing[chat] = _Typing()
-        state.until = time.monotonic() + TYPING_MAX
-        if len(self._typing_turns) < TYPING_TURNS:
-            state.turns.add(inbound_id)
-            self._typing_turns[inbound_id] = chat
-        if state.task is None and state.turns:
-            state.task = asyncio.create_task(self._keep_typing(chat, state))
-
-    async def _keep_typing(self, chat: Address, state: _Typing) -> None:
-        key = f"{chat.chat_id}/{chat.thread_id or ''}"
-        try:
-            while state.turns and time.monotonic() < state.until:
-                wait = self.pacer.typing(key)
-                if wait > 0:
-                    await asyncio.sleep(min(wait, state.until - time.monotonic()))
-                    continue
-                try:
-                    await self.bot.send_chat_action(
-                        chat_id=int(chat.chat_id),
-                        action="typing",
-                        message_thread_id=int(chat.thread_id) if chat.thread_id else None,
-                    )
-                except TelegramRetryAfter as exc:
-                    await asyncio.sleep(exc.retry_after)
-                except (TelegramNetworkError, TelegramServerError, OSError, TimeoutError):
-                    pass  # the next beat tries again
-                except (AiogramError, ValueError):
-                    return  # blocked, gone, refused: this chat shows no typing
-                except Exception:  # a typing indicator is never worth a failed task
-                    log.debug("telegram: typing in %s failed", chat, exc_info=True)
-                    return
-        finally:
-            self._forget(chat, state)
-
-    def _forget(self, chat: Address, state: _Typing) -> None:
-        if self._typing.get(chat) is state:
-            del self._typing[chat]
-        for inbound_id in state.turns:
-            self._typing_turns.pop(inbound_id, None)
-        state.turns.clear()
-
-    def stop_for(self, message: OutboundMessage) -> None:
-        self.stop(str(message.metadata.get("inbound_id", "")))
-
-    def stop(self, inbound_id: str) -> None:
-        chat = self._typing_turns.pop(inbound_id, None)
-        state = self._typing.get(chat) if chat is not None else None
-        if chat is None or state is None:
-            return
-        state.turns.discard(inbound_id)
-        state.until = time.monotonic() + TYPING_MAX  # the chat moves on: keep showing it
-        if not state.turns:
-            # Out of the map at once: a message arriving now starts a fresh indicator.
-            del self._typing[chat]
-            if state.task is not None:
-                state.task.cancel()
-
-    def tasks(self) -> list[asyncio.Task[None]]:
-        return [state.task for state in self._typing.values() if state.task is not None]
 
 
 @dataclass
@@ -150,12 +61,10 @@ class Previews:
         host: ChannelHost,
         bot: Bot,
         pacer: Pacer,
-        typing: Typing,
         tasks: Tasks,
     ) -> None:
         self.bot = bot
         self.pacer = pacer
-        self.typing = typing
         self.tasks = tasks
         self.stop_generation = host.stop_generation
         self.masker = host.masker  # what the renderer made is masked again before it leaves
@@ -183,7 +92,6 @@ class Previews:
             if wait <= 0:
                 break
             await asyncio.sleep(wait)
-        self.typing.stop(key)
         try:
             await self._show(chat_id, state, part)
             state.shown = text
@@ -206,13 +114,13 @@ class Previews:
             timer.cancel()
             self._previews[key] = state
         if state is None:
-            if len(self._previews) >= TYPING_CHATS:
+            if len(self._previews) >= PREVIEWS_MAX:
                 return None
             draft_id = int(key[-7:], 16) if _is_hex(key[-7:]) else hash(key) % 2**28
             state = self._previews[key] = _Preview(
                 chat_id, int(to.thread_id) if to.thread_id else None, draft_id or 1
             )
-            if len(self._drafts) >= TYPING_TURNS:
+            if len(self._drafts) >= DRAFTS_KEPT:
                 self._drafts.clear()
             self._drafts[state.draft_id] = (key, chat_id)  # kept: a stop between steps counts
         return state

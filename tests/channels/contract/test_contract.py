@@ -253,6 +253,7 @@ async def test_help_lists_the_commands_as_people_type_them_there(driver: Driver)
 PROMISED_METHODS = {
     "media": ("fetch_media",),
     "previews": ("show_preview", "end_preview"),
+    "typing": ("show_typing",),
     "shows_when_ready": ("ready",),
     "reloads": ("reload",),
     "diagnoses": ("diagnose",),
