@@ -268,6 +268,25 @@ class ChannelEdge(Protocol):
         minutes per person; audited)."""
         ...
 
+    async def react(
+        self, prompt_id: str, sender: Sender, external_id: str, key: str, at: Address
+    ) -> None:
+        """A reaction on message ``prompt_id`` (a network without buttons): the answer
+        it means, decided (``echo_bot.approvals.answers``)."""
+        ...
+
+    async def reply(
+        self, prompt_id: str, sender: Sender, external_id: str, text: str, at: Address
+    ) -> bool:
+        """A reply to message ``prompt_id`` as a typed answer; False when it is none (a
+        message like any other)."""
+        ...
+
+    async def lone_answer(self, to: Address, text: str, how: str) -> bool:
+        """``approve`` / ``deny`` typed on its own while a request waits in ``to``: told
+        ``how`` to answer instead (True)."""
+        ...
+
 
 class ChannelHost(Protocol):
     """What the runtime hands every channel: one required host, built by the core in one

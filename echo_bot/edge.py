@@ -26,6 +26,7 @@ import json
 import logging
 import time
 
+from . import prompt_answers as answers
 from .bus import ChannelHost, Decided, Published
 from .errors import CommitFailed, StoreError
 from .events import (
@@ -205,6 +206,34 @@ class Edge:
             DecisionInbound(address=to, sender=sender, decision=decision, external_id=external_id)
         )
         return Decided("taken", to)
+
+    async def react(
+        self, prompt_id: str, sender: Sender, external_id: str, key: str, at: Address
+    ) -> None:
+        """A reaction ``key`` on message ``prompt_id``: the answer it means, if any."""
+        verb = answers.verb_of_reaction(key)
+        if verb is not None:
+            await self.decide(prompt_id, sender, external_id, verb=verb, at=at)
+
+    async def reply(
+        self, prompt_id: str, sender: Sender, external_id: str, text: str, at: Address
+    ) -> bool:
+        """A reply ``text`` to message ``prompt_id``, as the answer it types; False when
+        it is none or replies to no prompt (then it is a message like any other)."""
+        verb = answers.verb_of_reply(text)
+        if verb is None:
+            return False
+        decided = await self.decide(prompt_id, sender, external_id, verb=verb, at=at)
+        return decided.outcome != "no_prompt"
+
+    async def lone_answer(self, to: Address, text: str, how: str) -> bool:
+        """``approve`` or ``deny`` typed on its own while a request waits in ``to``: on a
+        network without buttons the person is told ``how`` to answer instead (True), and
+        the word never reaches the brain."""
+        if not answers.is_lone_answer(text) or not await self._host.pending_prompts(to):
+            return False
+        await self.notice(to, how)
+        return True
 
     def _prompt_key(self, message_id: str) -> str:
         return f"{self.channel}-prompt:{message_id}"

@@ -137,3 +137,42 @@ async def test_a_decision_counts_only_on_a_kept_prompt_that_offers_it(state_dir:
         )
         rows = await bot.store.run(lambda tx: tx.audit.read(tail=20))
         assert [r.kind for r in rows].count("cli.forged_action") == 3
+
+
+async def test_reactions_and_typed_replies_answer_a_prompt_and_anything_else_is_a_message(
+    state_dir: Path,
+) -> None:
+    async with running_bot(state_dir) as bot:
+        edge = Edge("cli", Host(bot))  # type: ignore[arg-type]
+        await edge.keep_prompt("m-1", PROMPT)
+        owner = Sender(id="owner")
+
+        await edge.react("m-1", owner, "r1", "👍", CHAT)  # means nothing: no decision
+        await edge.react("m-1", owner, "r2", "❌\ufe0f", CHAT)  # Element's variant of ❌
+        assert await edge.reply("m-1", owner, "r3", "> quoted prompt\n\nApprove!", CHAT)
+        assert not await edge.reply("m-1", owner, "r4", "what does it do?", CHAT)
+        assert not await edge.reply("m-9", owner, "r5", "deny", CHAT)  # no prompt of ours
+
+        inbox = await bot.store.run(lambda tx: tx.inbox.recent("cli", limit=10))
+        assert len(inbox) == 2  # ❌ and the typed approve: decisions, the rest none
+
+
+class Waiting(Host):
+    """A host where an approval request waits in ``CHAT``."""
+
+    async def pending_prompts(self, to: Address) -> list[OutboundMessage]:
+        return [PROMPT] if to == CHAT else []
+
+
+async def test_approve_typed_alone_while_a_request_waits_is_told_how_to_answer(
+    state_dir: Path,
+) -> None:
+    async with running_bot(state_dir) as bot:
+        edge = Edge("cli", Waiting(bot))  # type: ignore[arg-type]
+        how = "Reply to the prompt with approve or deny."
+        assert await edge.lone_answer(CHAT, " Approve. ", how)
+        assert not await edge.lone_answer(CHAT, "approve the merge please", how)
+        elsewhere = Address(channel="cli", chat_id="other")
+        assert not await edge.lone_answer(elsewhere, "deny", how)  # nothing waits there
+        await bot.channel.wait_for(lambda m: m.text == how)
+        assert [m.text for m in bot.channel.sent].count(how) == 1

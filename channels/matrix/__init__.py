@@ -5,7 +5,7 @@ nothing, so its ``settings`` (the ``[matrix]`` section) is read without nio. One
 per job: ``session`` (login, the device and its encryption keys in
 ``<state_dir>/matrix/``), ``sync`` (the durable sync loop: events committed before the
 sync token moves past them), ``inbound`` (events into InboundMessages, invites,
-undecryptable messages), ``approvals`` (prompts answered by reaction or reply),
+undecryptable messages; reactions and replies to prompts handed to the edge),
 ``media`` (files both ways through the media repository), ``outbound`` (send, edit,
 files, pacing, rate limits) and ``formatting`` (the renderer: body and HTML).
 """

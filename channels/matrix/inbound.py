@@ -37,12 +37,10 @@ from echo_bot.events import (
     DIRECT,
     Address,
     Attachment,
-    DecisionVerb,
     MessageInbound,
     Sender,
 )
 
-from .approvals import verb_of_reaction, verb_of_reply
 from .common import CommitFailed, Tasks, log
 from .media import KEPT, is_media, read_media
 from .settings import MatrixConfig
@@ -52,6 +50,10 @@ UNDECRYPTABLE = (
     "my device before I could receive keys). Please send it again."
 )
 PAIR_AS = "here as `pair CODE`"  # how a stranger is told to send a pairing code
+HOW_TO_ANSWER = (  # when `approve` or `deny` is typed on its own while a request waits
+    "To answer a request, reply to its prompt (in Element: hover over it, then Reply) with"
+    " `approve` or `deny`, or react to it with ✅ or ❌."
+)
 MAX_JOIN_WAIT = 30.0  # seconds a rate-limited join waits before the invite is tried again
 NOTICE_INTERVAL = 600.0  # one "cannot decrypt" notice per room per 10 minutes
 
@@ -168,28 +170,23 @@ class Inbound:
         if isinstance(event, MegolmEvent):
             await self._undecryptable(room_id, event)
             return
-        if isinstance(event, ReactionEvent):
-            await self._reaction(room_id, event)
+        who, at = self._sender(room_id, sender), address_of(room_id)
+        if isinstance(event, ReactionEvent):  # an answer to a prompt, from anyone: the
+            if event.reacts_to:  # edge checks it is one, the gate who decides
+                await self.edge.react(event.reacts_to, who, event.event_id, event.key or "", at)
             return
         media = media_content(event)
         if media is None and not isinstance(event, RoomMessageText | RoomMessageEmote):
             return  # state, redactions, notices (bots talk with m.notice), unknown kinds
         target = reply_target(event)
-        if target is not None and await self._replied_decision(room_id, event, target):
-            return
+        typed = (event.body or "") if isinstance(event, RoomMessageText) else None
+        if target is not None and typed and await self.edge.reply(target, who, event.event_id,
+                                                                 typed, at):  # fmt: skip
+            return  # as a reaction
         if not await self.allowed(sender):
             await self._stranger(room_id, sender, event)
             return
         await self._message(room_id, sender, event, media, answers_prompt=target is not None)
-
-    async def _replied_decision(self, room_id: str, event: Any, target: str) -> bool:
-        """A decision typed in reply to a prompt goes to the gate from anyone, as a
-        reaction does: a non-approver is refused and told so, either way. False: the
-        event is no such reply."""
-        if not isinstance(event, RoomMessageText):
-            return False
-        verb = verb_of_reply(event.body or "")
-        return verb is not None and await self._decide(room_id, event, target, verb)
 
     async def _stranger(self, room_id: str, sender: str, event: Any) -> None:
         """A stranger is answered only alone with the bot (a room they invited it to
@@ -215,12 +212,16 @@ class Inbound:
             text, attachments = await self._media(event.event_id, media)
         else:
             text = self._text(event)
-        if not answers_prompt and text and await self._unattached(room_id, text):
-            return
+        if (
+            not answers_prompt
+            and text
+            and await self.edge.lone_answer(address_of(room_id), text, HOW_TO_ANSWER)
+        ):
+            return  # no buttons here: told how to answer instead
         await self.edge.take(
             MessageInbound(
                 address=address_of(room_id),
-                sender=Sender(id=sender, name=clean(self._name(room_id, sender))),
+                sender=self._sender(room_id, sender),
                 text=text,
                 attachments=attachments,
                 external_id=event.event_id,
@@ -228,22 +229,6 @@ class Inbound:
                 metadata={DIRECT: True} if self._direct(room_id, sender) else {},
             )
         )
-
-    async def _unattached(self, room_id: str, text: str) -> bool:
-        """``approve`` or ``deny`` typed on its own while a request waits here: Matrix
-        has no buttons, so say how to answer (a reply to the prompt, or a reaction)
-        instead of handing the word to the brain."""
-        words = text.strip().lower().rstrip(".!").split()
-        if len(words) != 1 or verb_of_reply(words[0]) is None:
-            return False
-        if not await self.host.pending_prompts(address_of(room_id)):
-            return False
-        await self._notice(
-            room_id,
-            "To answer a request, reply to its prompt (in Element: hover over it, then"
-            " Reply) with `approve` or `deny`, or react to it with ✅ or ❌.",
-        )
-        return True
 
     def _direct(self, room_id: str, sender: str) -> bool:
         """Whether the room is the sender's alone with the bot as the sync left it: two
@@ -289,10 +274,10 @@ class Inbound:
             body = f"* {body}"
         return body
 
-    def _name(self, room_id: str, user_id: str) -> str:
+    def _sender(self, room_id: str, user_id: str) -> Sender:
         room = self.client.rooms.get(room_id)
         name = room.user_name(user_id) if room is not None else None
-        return str(name or user_id)
+        return Sender(id=user_id, name=clean(str(name or user_id)))
 
     async def _undecryptable(self, room_id: str, event: MegolmEvent) -> None:
         log.warning(
@@ -307,18 +292,3 @@ class Inbound:
             return
         self._noticed[room_id] = now
         await self._notice(room_id, UNDECRYPTABLE, quote=event.event_id)
-
-    async def _reaction(self, room_id: str, event: ReactionEvent) -> None:
-        verb = verb_of_reaction(event.key or "")
-        if verb is not None and event.reacts_to:
-            await self._decide(room_id, event, event.reacts_to, verb)
-
-    async def _decide(self, room_id: str, event: Any, prompt_id: str, verb: DecisionVerb) -> bool:
-        """A reaction or reply to a prompt, as the decision it means (the edge checks
-        the prompt offers it); False when ``prompt_id`` is not a prompt (a reply that is
-        a plain message)."""
-        sender = Sender(id=event.sender, name=clean(self._name(room_id, event.sender)))
-        decided = await self.edge.decide(
-            prompt_id, sender, event.event_id, verb=verb, at=address_of(room_id)
-        )
-        return decided.outcome != "no_prompt"

@@ -25,9 +25,9 @@ from nio import AsyncClient, RoomSendError, RoomSendResponse
 from echo_bot.bus import ChannelEdge, ChannelHost, ChannelLink
 from echo_bot.errors import ChannelError
 from echo_bot.events import OutboundKind, OutboundMessage, Receipt, TextFormat
+from echo_bot.prompt_answers import prompt_text
 from echo_bot.richtext import parts as richtext
 
-from .approvals import prompt_text
 from .common import Tasks, log
 from .formatting import TEXT, MatrixText, replacement
 from .media import upload

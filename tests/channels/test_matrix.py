@@ -456,8 +456,8 @@ def test_matrix_approvers_default_to_allowed_users_and_secrets_are_named() -> No
 
 # -- answers and HTML, without a homeserver -------------------------------------------------
 def test_answers_to_a_prompt_are_read_and_a_deny_only_prompt_offers_deny_only() -> None:
-    from channels.matrix.approvals import instructions, verb_of_reaction, verb_of_reply
     from echo_bot.events import DecisionVerb
+    from echo_bot.prompt_answers import instructions, verb_of_reaction, verb_of_reply
 
     assert verb_of_reaction("✅\ufe0f") == DecisionVerb.APPROVE_ONCE  # Element's variant
     assert verb_of_reaction("👍") is None

@@ -1,18 +1,20 @@
-"""Approval prompts in a network without buttons: answered by reaction or by reply.
+"""Approval prompts on a network without buttons (Matrix): answered by reaction or by
+reply, for every such channel alike.
 
-A prompt (``OutboundKind.APPROVAL``) is sent as the gate rendered it, then how to answer:
-react ✅ (approve once), ⏱ (allow here for 1 h, when offered) or ❌ (deny), or reply
-``approve`` / ``deny`` to it. The edge keeps the prompt by its event ID
-(``Edge.keep_prompt``, in the store: a reaction after a restart, or seen by another
-daemon on a shared store, still finds its request) and takes a reaction or reply only
-for an answer the prompt offers (``Edge.decide``); the actions are opaque and were made
-by the gate, never derived from text anyone can type. The gate then checks the decider
-is an approver (a non-approver is refused, and told so in the room).
+A prompt (``OutboundKind.APPROVAL``) is sent as the gate rendered it, then how to answer
+(``prompt_text``): react ✅ (approve once), ⏱ (allow here for 1 h, when offered) or ❌
+(deny), or reply ``approve`` / ``deny`` to it. The channel keeps the prompt by its
+message ID (``Edge.keep_prompt``, in the store: a reaction after a restart, or seen by
+another daemon on a shared store, still finds its request) and hands a reaction or reply
+to ``Edge.react`` / ``Edge.reply``, which read the answer here and take it only when the
+prompt offers it (``Edge.decide``): the actions are opaque and were made by the gate,
+never derived from text anyone can type. The gate then checks the decider is an approver
+(a non-approver is refused, and told so in the chat).
 """
 
 from __future__ import annotations
 
-from echo_bot.events import Button, DecisionVerb, OutboundMessage
+from .events import Button, DecisionVerb, OutboundMessage
 
 APPROVE, ALLOW, DENY = "✅", "⏱", "❌"
 # What a reaction means; Element may add the variation selector U+FE0F to an emoji.
@@ -56,3 +58,10 @@ def verb_of_reply(body: str) -> DecisionVerb | None:
     lines = [line for line in body.splitlines() if not line.startswith(">")]
     words = " ".join(lines).strip().lower().split()
     return REPLIES.get(words[0].strip(".!")) if words else None
+
+
+def is_lone_answer(text: str) -> bool:
+    """Whether ``text`` is only ``approve`` or ``deny`` (a reply's way of answering,
+    typed as a message of its own)."""
+    words = text.strip().lower().rstrip(".!").split()
+    return len(words) == 1 and verb_of_reply(words[0]) is not None
