@@ -1,7 +1,7 @@
 """What every channel's parts share: send, previews and downloads handed to its parts,
-its background tasks, cancelled together when it stops, the limit of one download,
-and text from the network made safe to store. (Its health and the waits between tries
-at its peer are the host's: ``echo_bot.link``.)"""
+the limit of one download, and text from the network made safe to store. (Its health
+and the waits between tries at its peer are the host's, ``echo_bot.link``; its
+background tasks are ``echo_bot.background.Tasks``, named here too.)"""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ import asyncio
 import glob
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Protocol
 
+from echo_bot.background import Tasks
 from echo_bot.errors import MediaTooLarge, MediaUnavailable
 from echo_bot.events import Address, Attachment, OutboundMessage, Receipt
 from echo_bot.sizes import format_size
@@ -55,28 +56,6 @@ class ThroughParts:
         self, attachment: Attachment, destination: Path, *, limit: int | None = None
     ) -> int:
         return await self.downloads.fetch_media(attachment, destination, limit=limit)
-
-
-class Tasks:
-    """The channel's background tasks, cancelled together when it stops."""
-
-    def __init__(self) -> None:
-        self._tasks: set[asyncio.Task[Any]] = set()
-
-    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
-        task = asyncio.create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
-
-    def running(self) -> list[asyncio.Task[Any]]:
-        return list(self._tasks)
-
-    async def cancel_all(self) -> None:
-        running = self.running()
-        for task in running:
-            task.cancel()
-        await asyncio.gather(*running, return_exceptions=True)
 
 
 def clean(text: str) -> str:
@@ -192,3 +171,7 @@ def drop_partials(saved: Path) -> None:
     kill cut short) can go."""
     for stale in saved.parent.glob(f".{glob.escape(saved.name)}.*.part"):
         stale.unlink(missing_ok=True)
+
+
+__all__ = ["DownloadLimit", "Tasks", "ThroughParts", "TokenBucket", "clean", "save_whole",
+           "stream_to"]  # fmt: skip

@@ -27,6 +27,8 @@ LEAVES = {
 LEAF_ALLOWED_THIRD_PARTY = {"pydantic"}
 # What a channel may import from the core: its public API.
 CHANNEL_API = {
+    "echo_bot.background",  # a part's background tasks, cancelled together
+    "echo_bot.chat_sends",  # sending to a network whose messages can be edited
     "echo_bot.dates",
     "echo_bot.events",
     "echo_bot.bus",

@@ -1,7 +1,8 @@
-"""Sending: replies (Markdown as sanitised HTML, long ones in parts: the core's pipeline,
-``echo_bot.richtext.parts``, with Matrix's renderer), approval prompts,
-files (uploaded by media.py), edits (``m.replace``), per-room pacing and
-``M_LIMIT_EXCEEDED``.
+"""Sending: how Matrix posts, edits (``m.replace``) and redacts one event, for the
+core's ``ChatSends`` (replies in parts through the core's pipeline with Matrix's
+renderer, each part once; a reply shown while it is written, then taking its place), and
+what is Matrix's own: approval prompts, files (uploaded by media.py), per-room pacing
+and ``M_LIMIT_EXCEEDED``.
 
 In an encrypted room nio encrypts what ``room_send`` sends; it is sent with
 ``ignore_unverified_devices=True``: the bot trusts allowed users' devices on first use
@@ -12,7 +13,12 @@ room's members' devices.
 The client gives up at the first ``M_LIMIT_EXCEEDED`` (``max_limit_exceeded=0``):
 a short wait (``retry_after_ms`` up to RETRY_WAIT_MAX) is waited out here and the send
 tried again, up to RETRIES times; a longer one is raised as ``ChannelError(retry_after=…)``
-for the delivery worker to pace. Parts already sent of a long reply are not sent again.
+for the delivery worker to pace.
+
+A homeserver counts an edit as a message (Synapse's ``rc_message``), so a preview's text
+goes only from spare budget (``Pacer.spare``: none while the room's or the account's
+sends wait, a send in progress or a recent ``M_LIMIT_EXCEEDED``), tried once; nothing is
+shown before the first sync (rooms unknown) or on a daemon that does not sync.
 """
 
 from __future__ import annotations
@@ -23,16 +29,17 @@ from typing import Any
 from nio import AsyncClient, RoomSendError, RoomSendResponse
 
 from echo_bot.bus import ChannelEdge, ChannelHost, ChannelLink
+from echo_bot.chat_sends import ChatSends
 from echo_bot.errors import ChannelError
-from echo_bot.events import OutboundKind, OutboundMessage, Receipt, TextFormat
+from echo_bot.events import Address, OutboundKind, OutboundMessage, Receipt
 from echo_bot.prompt_answers import prompt_text
 from echo_bot.richtext import parts as richtext
 
 from .common import Tasks, log
 from .formatting import TEXT, MatrixText, replacement
 from .media import upload
-from .previews import previews
 
+EDIT_INTERVAL = 3.0  # seconds between two texts of one preview
 FIRST_SYNC_WAIT = 30.0  # seconds a send waits for the first sync (the rooms' state)
 
 RETRIES = 3
@@ -106,6 +113,8 @@ PROMPT = MatrixText(limit=30_000)  # a prompt (or its outcome) is one event, nev
 
 
 class Outbound:
+    renderer = TEXT  # for ChatSends
+
     def __init__(
         self,
         host: ChannelHost,
@@ -116,14 +125,14 @@ class Outbound:
         tasks: Tasks,
     ) -> None:
         self.synced = synced
-        self.previews = previews(host, client, self.send_preview, tasks, synced)
-        self.host = host
         self.client = client
         self.edge = edge
         self.link = link
         self.masker = host.masker
         self.pacer = Pacer()
-        self._parts_sent: dict[str, list[str]] = {}  # outbound id → event IDs sent
+        self.sends = ChatSends(self, self.masker, tasks, interval=EDIT_INTERVAL,
+                               ready=synced.is_set)  # fmt: skip
+        self.previews = self.sends.previews
 
     async def send(self, message: OutboundMessage) -> Receipt:
         room_id = message.to.chat_id
@@ -139,81 +148,50 @@ class Outbound:
             if message.kind == OutboundKind.APPROVAL and message.buttons:
                 return await self._prompt(room_id, message)
             if message.file is not None:
-                return await self._send_file(room_id, message)
-            markdown = message.format == TextFormat.MARKDOWN
-            parts = await richtext.rendered_parts(message.text, markdown, self.masker, TEXT)
-            sent = self._parts_sent.setdefault(message.id, [])
-            preview = self.previews.message_of(message) if not sent else None
-            if preview is not None:  # the reply takes the place of its preview message
-                await self._into_preview(room_id, preview, message, parts[0], sent)
-            for index in range(len(sent), len(parts)):
-                content: dict[str, Any] = parts[index]
-                if message.kind == OutboundKind.NOTICE:
-                    content = {**content, "msgtype": "m.notice"}
-                if index == 0 and message.quote and message.quote.startswith("$"):
-                    content["m.relates_to"] = {"m.in_reply_to": {"event_id": message.quote}}
-                sent.append(await self._room_send(room_id, content, f"{message.id}.{index}"))
-            self._parts_sent.pop(message.id, None)
-            return Receipt(channel_message_id=sent[-1])
+                return await self.sends.with_file(message, lambda _: self._upload(message))
+            return await self.sends.reply(message)
 
-    async def _into_preview(
-        self,
-        room_id: str,
-        preview: str,
-        message: OutboundMessage,
-        first: dict[str, Any],
-        sent: list[str],
+    # -- one event, for ChatSends ---------------------------------------------------------
+    async def post(
+        self, to: Address, part: dict[str, Any], key: str, *, quote: str | None = None,
+        notice: bool = False, spare: bool = False,
+    ) -> str:  # fmt: skip
+        content = {**part, "msgtype": "m.notice"} if notice else dict(part)
+        if quote and quote.startswith("$"):
+            content["m.relates_to"] = {"m.in_reply_to": {"event_id": quote}}
+        return await self._send_event(to.chat_id, content, key, spare)
+
+    async def edit(
+        self, to: Address, message_id: str, part: dict[str, Any], key: str, *, spare: bool = False
     ) -> None:
-        """The reply's first part as an edit of the preview message it replaces; if the
-        homeserver refuses the edit, the preview is redacted and the part sent anew."""
-        try:
-            await self._room_send(room_id, replacement(preview, first), f"{message.id}.edit")
-            sent.append(preview)
-        except ChannelError as exc:
-            if exc.retryable:
-                raise
-            log.info("matrix: the preview in %s was not edited (%s); sending anew", room_id, exc)
-            await self._redact(room_id, preview)
-        self.previews.replaced(message)
+        await self._send_event(to.chat_id, replacement(message_id, part), key, spare)
 
-    async def _redact(self, room_id: str, event_id: str) -> None:
-        try:
-            await self.client.room_redact(room_id, event_id, reason="replaced by the reply")
-        except Exception as exc:  # what is left is a stale preview, never a lost reply
-            log.info("matrix: %s in %s was not redacted: %s", event_id, room_id, exc)
+    async def remove(self, to: Address, message_id: str) -> None:
+        await self.client.room_redact(to.chat_id, message_id, reason="a preview of a reply")
 
-    async def send_preview(self, room_id: str, content: dict[str, Any], tx_id: str) -> str | None:
-        """One event of a preview, only from spare budget (None: not sent, the room's or
-        the account's sends wait now) and tried once: a refusal is raised at once."""
-        if not self.pacer.spare(room_id):
-            return None
+    def has_spare(self, to: Address, editing: bool) -> bool:
+        return self.pacer.spare(to.chat_id)
+
+    async def _send_event(
+        self, room_id: str, content: dict[str, Any], key: str, spare: bool
+    ) -> str:
+        """A send within ``send`` (the room's lock held), or a preview's: from spare
+        budget, taking the lock, tried once (a refusal is raised at once)."""
+        if not spare:
+            return await self._room_send(room_id, content, key)
         async with self.pacer.lock(room_id):
-            return await self._room_send(room_id, content, tx_id, retries=0)
+            return await self._room_send(room_id, content, key, retries=0)
 
-    async def _send_file(self, room_id: str, message: OutboundMessage) -> Receipt:
+    # -- what is Matrix's own -------------------------------------------------------------
+    async def _upload(self, message: OutboundMessage) -> str:
         """A file (``send_file``) uploaded, then sent as ``m.image`` or ``m.file``; its
-        text, if any, in messages after it (clients show a file's caption poorly)."""
+        text follows in messages of its own (clients show a file's caption poorly)."""
         assert message.file is not None
-        sent = self._parts_sent.setdefault(message.id, [])
-        if not sent:  # not uploaded again when only the text after it failed
-            room = self.client.rooms.get(room_id)
-            body = self.masker.mask(message.file.name)
-            content = await upload(self.client, message.file, body=body,
-                                   encrypt=bool(room is not None and room.encrypted))  # fmt: skip
-            sent.append(await self._room_send(room_id, content, f"{message.id}.file"))
-        markdown = message.format == TextFormat.MARKDOWN
-        texts = (
-            await richtext.rendered_parts(message.text, markdown, self.masker, TEXT)
-            if message.text.strip()
-            else []
-        )
-        for index in range(len(sent) - 1, len(texts)):
-            text: dict[str, Any] = texts[index]
-            if message.kind == OutboundKind.NOTICE:
-                text = {**text, "msgtype": "m.notice"}
-            sent.append(await self._room_send(room_id, text, f"{message.id}.{index}"))
-        self._parts_sent.pop(message.id, None)
-        return Receipt(channel_message_id=sent[0])
+        room = self.client.rooms.get(message.to.chat_id)
+        body = self.masker.mask(message.file.name)
+        content = await upload(self.client, message.file, body=body,
+                               encrypt=bool(room is not None and room.encrypted))  # fmt: skip
+        return await self._room_send(message.to.chat_id, content, f"{message.id}.file")
 
     async def _prompt(self, room_id: str, message: OutboundMessage) -> Receipt:
         """The gate's rendering as it is (escaped in the HTML), and how to answer; its

@@ -1,13 +1,10 @@
-"""Sending: replies as mrkdwn (long ones in parts), in the thread they came from;
-approval prompts as Block Kit; edits (``chat.update``); files (``files_upload_v2``:
-``files.getUploadURLExternal``, the upload, ``files.completeUploadExternal``); a reply
-shown while it is written (``channels/previewing.py``): posted with the first text,
-updated at most every EDIT_INTERVAL from spare budget only, then updated into the reply.
-
-Every text is rendered, masked and split by the core's pipeline
-(``echo_bot.richtext.parts``) with Slack's renderer (``formatting.SlackText``). Parts
-already sent of a long reply are not sent again when a later part fails and the
-delivery worker tries the message again.
+"""Sending: how Slack posts (``chat.postMessage``, in the thread a message came from),
+updates (``chat.update``) and deletes one message, for the core's ``ChatSends`` (replies
+as mrkdwn in parts through the core's pipeline with Slack's renderer, each part once; a
+reply shown while it is written, updated at most every EDIT_INTERVAL from spare budget
+only, then updated into the reply), and what is Slack's own: approval prompts as Block
+Kit, outcome edits, files (``files_upload_v2``: ``files.getUploadURLExternal``, the
+upload, ``files.completeUploadExternal``, the text's first part its comment).
 """
 
 from __future__ import annotations
@@ -16,11 +13,11 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from channels.parts import Tasks
-from channels.previewing import EditedPreviews
+from echo_bot.background import Tasks
 from echo_bot.bus import ChannelEdge, ChannelHost
+from echo_bot.chat_sends import ChatSends
 from echo_bot.errors import ChannelError
-from echo_bot.events import Address, OutboundKind, OutboundMessage, Receipt, TextFormat
+from echo_bot.events import Address, OutboundKind, OutboundMessage, Receipt
 from echo_bot.richtext import parts as richtext
 
 from .blocks import blocks_of
@@ -29,156 +26,106 @@ from .formatting import TEXT
 from .web import RETRIES, Web
 
 EDIT_INTERVAL = 2.0  # seconds between two texts of one preview (chat.update is Tier 3)
-PREVIEW_MARK = " ✍️"  # ends the preview message while the reply is written
-PREVIEW_KEEP = 30.0  # seconds a preview no reply took the place of is kept, then deleted
 
 
 class Outbound:
+    renderer = TEXT  # for ChatSends
+
     def __init__(self, host: ChannelHost, web: Web, edge: ChannelEdge, tasks: Tasks) -> None:
         self.web = web
         self.edge = edge
         self.masker = host.masker
-        self._parts_sent: dict[str, list[str]] = {}  # outbound id → ts of the parts sent
-        self.previews = EditedPreviews(
-            self._show_preview, self._delete, tasks,
-            interval=EDIT_INTERVAL, mark=PREVIEW_MARK, keep=PREVIEW_KEEP,
-        )  # fmt: skip
-
-    async def mrkdwn(self, message: OutboundMessage) -> list[str]:
-        """The message's text as the mrkdwn of each part it is sent as."""
-        markdown = message.format == TextFormat.MARKDOWN
-        return await richtext.rendered_parts(message.text, markdown, self.masker, TEXT)
+        self.sends = ChatSends(self, self.masker, tasks, interval=EDIT_INTERVAL,
+                               file_carries_text=True)  # fmt: skip
+        self.previews = self.sends.previews
 
     async def send(self, message: OutboundMessage) -> Receipt:
-        channel, thread = message.to.chat_id, message.to.thread_id
         if message.edit_of is not None and message.edit_message_id:
-            return await self._edit(channel, message.edit_message_id, message)
+            return await self._edit(message.to, message.edit_message_id, message)
         if message.kind == OutboundKind.APPROVAL and message.buttons:
-            return await self._prompt(channel, thread, message)
+            return await self._prompt(message.to, message)
         if message.file is not None:
-            return await self._send_file(channel, thread, message)
-        sent = self._parts_sent.setdefault(message.id, [])
-        parts = await self.mrkdwn(message)
-        preview = self.previews.message_of(message) if not sent else None
-        if preview is not None:  # the reply takes the place of its preview message
-            await self._into_preview(channel, preview, message, parts[0], sent)
-        for index in range(len(sent), len(parts)):
-            sent.append(await self.post(channel, thread, text=parts[index]))
-        self._parts_sent.pop(message.id, None)
-        return Receipt(channel_message_id=sent[-1])
+            return await self.sends.with_file(message, lambda first: self._upload(message, first))
+        return await self.sends.reply(message)
 
-    async def _into_preview(
-        self, channel: str, ts: str, message: OutboundMessage, first: str, sent: list[str]
+    # -- one message, for ChatSends -------------------------------------------------------
+    async def post(
+        self, to: Address, part: str, key: str, *, quote: str | None = None,
+        notice: bool = False, spare: bool = False,
+    ) -> str:  # fmt: skip
+        """A spare one was counted by ``has_spare`` already: not paced again."""
+        return await self._post(to, retries=0 if spare else RETRIES, paced=not spare, text=part)
+
+    async def edit(
+        self, to: Address, message_id: str, part: str, key: str, *, spare: bool = False
     ) -> None:
-        """The reply's first part as an update of its preview; if Slack refuses it, the
-        preview is deleted and the part posted anew."""
-        try:
-            await self.update(channel, ts, first)
-            sent.append(ts)
-        except ChannelError as exc:
-            if exc.retryable:
-                raise
-            log.info("slack: the preview in %s was not updated (%s); posting anew", channel, exc)
-            await self._delete(message.to, ts)
-        self.previews.replaced(message)
+        await self._update(to, message_id, part, retries=0 if spare else RETRIES, paced=not spare)
 
-    async def _show_preview(
-        self, chat: Address, key: str, ts: str | None, text: str, shown: int
-    ) -> str | None:
-        """One text of a preview, only from spare budget (None: not now), tried once."""
-        method = "chat.postMessage" if ts is None else "chat.update"
-        if not self.web.pacer.spare(method, chat.chat_id):
-            return None
-        part = await richtext.rendered_preview(text, self.masker, TEXT)
-        if part is None:
-            return None
-        if ts is None:  # counted by spare() already: not paced again
-            return await self.post(chat.chat_id, chat.thread_id, retries=0, paced=False, text=part)
-        await self.update(chat.chat_id, ts, part, retries=0, paced=False)
-        return ts
+    async def remove(self, to: Address, message_id: str) -> None:
+        await self.web.call(
+            "chat.delete", lambda: self.web.client.chat_delete(channel=to.chat_id, ts=message_id)
+        )
 
-    async def update(
-        self,
-        channel: str,
-        ts: str,
-        text: str,
-        *,
-        blocks: Any = None,
-        retries: int = RETRIES,
+    def has_spare(self, to: Address, editing: bool) -> bool:
+        return self.web.pacer.spare("chat.update" if editing else "chat.postMessage", to.chat_id)
+
+    async def _update(
+        self, to: Address, ts: str, text: str, *, blocks: Any = None, retries: int = RETRIES,
         paced: bool = True,
-    ) -> None:
+    ) -> None:  # fmt: skip
         await self.web.call(
             "chat.update",
             lambda: self.web.client.chat_update(
-                channel=channel, ts=ts, text=text, blocks=blocks or []
+                channel=to.chat_id, ts=ts, text=text, blocks=blocks or []
             ),
             retries=retries, paced=paced,
         )  # fmt: skip
 
-    async def _delete(self, chat: Address, ts: str) -> None:
-        try:
-            await self.web.call(
-                "chat.delete", lambda: self.web.client.chat_delete(channel=chat.chat_id, ts=ts)
-            )
-        except ChannelError as exc:  # what is left is a stale preview, never a lost reply
-            log.info("slack: %s in %s was not deleted: %s", ts, chat, exc)
-
-    async def post(
-        self,
-        channel: str,
-        thread: str | None,
-        *,
-        retries: int = RETRIES,
-        paced: bool = True,
-        **fields: Any,
+    async def _post(
+        self, to: Address, *, retries: int = RETRIES, paced: bool = True, **fields: Any
     ) -> str:
         """One ``chat.postMessage``; its ``ts``."""
         answer = await self.web.call(
             "chat.postMessage",
             lambda: self.web.client.chat_postMessage(
-                channel=channel, thread_ts=thread, mrkdwn=True,
+                channel=to.chat_id, thread_ts=to.thread_id, mrkdwn=True,
                 unfurl_links=False, unfurl_media=False, **fields,
             ),
-            channel=channel, retries=retries, paced=paced,
+            channel=to.chat_id, retries=retries, paced=paced,
         )  # fmt: skip
         ts = answer.get("ts")
         if not isinstance(ts, str):
             raise ChannelError("chat.postMessage answered no ts", retryable=False)
         return ts
 
-    async def _prompt(self, channel: str, thread: str | None, message: OutboundMessage) -> Receipt:
+    # -- what is Slack's own --------------------------------------------------------------
+    async def _prompt(self, to: Address, message: OutboundMessage) -> Receipt:
         """The gate's rendering as blocks with its buttons; the message's ts → its actions
         kept in the store before the receipt is returned."""
-        fallback = richtext.message_parts(message.text.split("\n", 1)[0], False, self.masker, TEXT)[
-            0
-        ]
-        blocks = blocks_of(message, self.masker)
-        ts = await self.post(channel, thread, text=fallback, blocks=blocks)
-        await self.edge.keep_prompt(f"{channel}:{ts}", message)
+        headline = message.text.split("\n", 1)[0]
+        fallback = richtext.message_parts(headline, False, self.masker, TEXT)[0]
+        ts = await self._post(to, text=fallback, blocks=blocks_of(message, self.masker))
+        await self.edge.keep_prompt(f"{to.chat_id}:{ts}", message)
         return Receipt(channel_message_id=ts)
 
-    async def _edit(self, channel: str, ts: str, message: OutboundMessage) -> Receipt:
+    async def _edit(self, to: Address, ts: str, message: OutboundMessage) -> Receipt:
         """An earlier message edited (an approval prompt showing its outcome: no buttons)."""
-        text = (await self.mrkdwn(message))[0]
+        text = (await self.sends.parts(message))[0]
         blocks = blocks_of(message, self.masker) if message.approval is not None else None
         try:
-            await self.update(channel, ts, text, blocks=blocks)
+            await self._update(to, ts, text, blocks=blocks)
         except ChannelError as exc:
             if exc.retryable:
                 raise
             # Gone (deleted, too old to edit): the outcome is posted instead, never lost.
-            log.info("slack: the edit of %s in %s was refused (%s); posting it", ts, channel, exc)
-            posted = await self.post(channel, message.to.thread_id, text=text)
-            return Receipt(channel_message_id=posted)
+            log.info("slack: the edit of %s in %s was refused (%s); posting it", ts, to, exc)
+            return Receipt(channel_message_id=await self._post(to, text=text))
         return Receipt(channel_message_id=ts)
 
-    async def _send_file(
-        self, channel: str, thread: str | None, message: OutboundMessage
-    ) -> Receipt:
-        """A file (``send_file``) uploaded into the conversation, its text the comment."""
+    async def _upload(self, message: OutboundMessage, comment: str | None) -> str:
+        """A file (``send_file``) uploaded into the conversation; its id."""
         assert message.file is not None
-        file = message.file
-        parts = await self.mrkdwn(message) if message.text.strip() else []
+        file, to = message.file, message.to
         name = self.masker.mask(file.name)
         try:  # read off the loop: the SDK would read the path in it
             data = await asyncio.to_thread(Path(file.path).read_bytes)
@@ -186,20 +133,14 @@ class Outbound:
             raise ChannelError(
                 f"cannot read {file.name}: {exc.strerror}", retryable=False
             ) from None
-        sent = self._parts_sent.setdefault(message.id, [])
-        if not sent:  # not uploaded again when only the text after it failed
-            answer = await self.web.call(
-                "files.completeUploadExternal",
-                lambda: self.web.client.files_upload_v2(
-                    channel=channel, file=data, filename=name, title=name,
-                    initial_comment=parts[0] if parts else None, thread_ts=thread,
-                ),
-            )  # fmt: skip
-            sent.append(_file_id(answer))
-        for index in range(len(sent), len(parts)):  # a long text goes on after the file
-            sent.append(await self.post(channel, thread, text=parts[index]))
-        self._parts_sent.pop(message.id, None)
-        return Receipt(channel_message_id=sent[0] or None)
+        answer = await self.web.call(
+            "files.completeUploadExternal",
+            lambda: self.web.client.files_upload_v2(
+                channel=to.chat_id, file=data, filename=name, title=name,
+                initial_comment=comment, thread_ts=to.thread_id,
+            ),
+        )  # fmt: skip
+        return _file_id(answer)
 
 
 def _file_id(answer: Any) -> str:

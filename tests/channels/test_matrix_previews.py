@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from channels.matrix.previews import PREVIEW_MARK
+from echo_bot.chat_sends import PREVIEW_MARK
 from tests.channels.test_matrix import Chat
 from tests.fakes.openai_api import FakeOpenAI
 from tests.matrix_server import Synapse

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from channels.slack.outbound import PREVIEW_MARK
+from echo_bot.chat_sends import PREVIEW_MARK
 from tests.channels.contract.drivers import SLACK_DM, SlackDriver
 from tests.fakes.openai_api import FakeOpenAI
 from tests.waiting import eventually

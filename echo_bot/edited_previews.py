@@ -1,7 +1,7 @@
 """A reply shown while it is written, for a network without drafts (Matrix, Slack): one
 message, sent with the first text and edited as it grows, which the reply then takes
-the place of (``PreviewSink``). The channel says how to show a text and how to remove
-a message; this keeps the state every such channel needs.
+the place of (``PreviewSink``). ``chat_sends.ChatSends`` says how to show a text and how
+to remove a message, from what the channel's network does; this keeps the state.
 
 Previews are paced hard and take only spare budget, since such a network counts an
 edit as a message: one text per ``interval`` per reply, and ``show`` answers None when
@@ -10,7 +10,7 @@ skipped). A preview refused for good or rate limited (``ChannelError`` not retry
 or with ``retry_after``) is not tried again for that reply; a network error only
 skips that text.
 
-The reply comes through the outbox as every message does: the channel's send asks
+The reply comes through the outbox as every message does: ``ChatSends.reply`` asks
 ``message_of`` for the preview it replaces and edits that into the final text, then
 calls ``replaced``. A preview left by a turn that sent no reply (it waits for an
 approval, or failed) is removed after ``keep`` seconds, unless the turn's next step
@@ -25,11 +25,11 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from channels.parts import Tasks
-from echo_bot.errors import ChannelError
-from echo_bot.events import Address, OutboundKind, OutboundMessage
+from .background import Tasks
+from .errors import ChannelError
+from .events import Address, OutboundKind, OutboundMessage
 
-log = logging.getLogger("channels.previews")
+log = logging.getLogger(__name__)
 
 PREVIEWS_MAX = 1000  # previews at once, at most
 
