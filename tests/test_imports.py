@@ -37,6 +37,7 @@ CHANNEL_API = {
     "echo_bot.errors",
     "echo_bot.link",  # a channel's connection to its peer as the host keeps it
     "echo_bot.plugins",  # a channel's spec: what the core knows of it
+    "echo_bot.probe",  # one bounded HTTP request, for a channel's doctor checks
     "echo_bot.prompt_answers",  # prompts on a network without buttons: how to answer
     "echo_bot.richtext",  # the outgoing-text pipeline every channel's text passes
     "echo_bot.sizes",

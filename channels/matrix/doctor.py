@@ -2,9 +2,8 @@
 bot account's (``whoami``), and the device's encryption keys are where the daemon
 will look for them and agree with what the homeserver has published.
 
-Read only: a daemon may run beside it. Plain HTTP (aiohttp, which nio itself uses) with
-the token in the ``Authorization`` header only, every request bounded by TIMEOUT and
-every answer by MAX_ANSWER.
+Read only: a daemon may run beside it. Plain HTTP, each request bounded
+(``echo_bot.probe``), the token in the ``Authorization`` header only.
 
 The keys: nio keeps a device's keys in ``<state_dir>/matrix/<user>_<device>.db``. A
 device whose keys the homeserver has published but whose key store is missing here
@@ -15,69 +14,41 @@ encrypt for, so the bot could no longer read encrypted rooms.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
-
-from aiohttp import ClientError, ClientSession, ClientTimeout
 
 from echo_bot.bus import DIAGNOSIS_FAIL, DIAGNOSIS_OK, DIAGNOSIS_WARN, Diagnosis
-from echo_bot.errors import ConfigError, EchoBotError
+from echo_bot.errors import ConfigError
+from echo_bot.probe import Probe, Unreachable
 
 from .session import read_kept, store_dir
 from .settings import MatrixConfig
-
-TIMEOUT = 5.0  # seconds for each request
-MAX_ANSWER = 256 * 1024
-
-
-class _Unreachable(EchoBotError):
-    """The homeserver did not answer (the text says how)."""
-
-
-async def _call(
-    session: ClientSession, method: str, url: str, token: str | None = None, body: Any = None
-) -> tuple[int, Any]:
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    try:
-        async with session.request(
-            method, url, json=body, headers=headers, allow_redirects=False
-        ) as response:
-            raw = await response.content.read(MAX_ANSWER)
-            status = response.status
-    except (ClientError, TimeoutError, OSError, ValueError) as exc:
-        raise _Unreachable(f"{type(exc).__name__} {exc}".strip()) from None
-    try:
-        return status, json.loads(raw)
-    except ValueError:
-        return status, None
 
 
 async def diagnose(
     section: MatrixConfig, environ: Mapping[str, str], state_dir: Path
 ) -> list[Diagnosis]:
     base = section.homeserver.rstrip("/")
-    async with ClientSession(timeout=ClientTimeout(total=TIMEOUT)) as session:
+    async with Probe() as probe:
         try:
-            server = await _homeserver(session, base)
-        except _Unreachable as exc:
+            server = await _homeserver(probe, base)
+        except Unreachable as exc:
             return [Diagnosis("matrix homeserver", DIAGNOSIS_FAIL, f"cannot reach {base}: {exc}")]
         found = [server]
         if server.status == DIAGNOSIS_FAIL:
             return found
-        token, device, check = await _token(session, base, section, environ, state_dir)
+        token, device, check = await _token(probe, base, section, environ, state_dir)
         found.append(check)
         if section.encryption and token and device:
-            found.append(await keys_diagnosis(session, base, section, token, device, state_dir))
+            found.append(await keys_diagnosis(probe, base, section, token, device, state_dir))
         elif not section.encryption:
             found.append(Diagnosis("matrix keys", DIAGNOSIS_OK, "encryption off: no keys"))
     return found
 
 
-async def _homeserver(session: ClientSession, base: str) -> Diagnosis:
-    status, answer = await _call(session, "GET", f"{base}/_matrix/client/versions")
-    versions = answer.get("versions") if isinstance(answer, dict) else None
+async def _homeserver(probe: Probe, base: str) -> Diagnosis:
+    answer = await probe.ask("GET", f"{base}/_matrix/client/versions")
+    status, versions = answer.status, answer.fields.get("versions")
     if status != 200 or not isinstance(versions, list):
         return Diagnosis(
             "matrix homeserver",
@@ -90,7 +61,7 @@ async def _homeserver(session: ClientSession, base: str) -> Diagnosis:
 
 
 async def _token(
-    session: ClientSession,
+    probe: Probe,
     base: str,
     section: MatrixConfig,
     environ: Mapping[str, str],
@@ -119,12 +90,10 @@ async def _token(
             text = f"${section.access_token_env} is not set (nor a password, password_env)"
             return None, None, Diagnosis(name, DIAGNOSIS_FAIL, text)
     try:
-        status, answer = await _call(
-            session, "GET", f"{base}/_matrix/client/v3/account/whoami", token
-        )
-    except _Unreachable as exc:
+        asked = await probe.ask("GET", f"{base}/_matrix/client/v3/account/whoami", token=token)
+    except Unreachable as exc:
         return None, None, Diagnosis(name, DIAGNOSIS_FAIL, f"cannot reach {base}: {exc}")
-    answer = answer if isinstance(answer, dict) else {}
+    status, answer = asked.status, asked.fields
     if status == 401:
         fix = "delete it to log in again by password" if "kept" in where else "make a new one"
         why = answer.get("errcode", "HTTP 401")
@@ -147,7 +116,7 @@ async def _token(
 
 
 async def keys_diagnosis(
-    session: ClientSession,
+    probe: Probe,
     base: str,
     section: MatrixConfig,
     token: str,
@@ -158,16 +127,17 @@ async def keys_diagnosis(
     assert section.user_id is not None
     directory = store_dir(state_dir)
     local = directory / f"{section.user_id}_{device}.db"
+    query = {"device_keys": {section.user_id: [device]}}
     try:
-        status, answer = await _call(
-            session, "POST", f"{base}/_matrix/client/v3/keys/query", token,
-            {"device_keys": {section.user_id: [device]}},
-        )  # fmt: skip
-    except _Unreachable as exc:
+        asked = await probe.ask("POST", f"{base}/_matrix/client/v3/keys/query", token=token,
+                                  body=query)  # fmt: skip
+    except Unreachable as exc:
         return Diagnosis(name, DIAGNOSIS_FAIL, f"cannot reach {base}: {exc}")
-    if status != 200 or not isinstance(answer, dict):
-        return Diagnosis(name, DIAGNOSIS_WARN, f"{base} answered keys/query with HTTP {status}")
-    devices = (answer.get("device_keys") or {}).get(section.user_id) or {}
+    if asked.status != 200 or not isinstance(asked.body, dict):
+        return Diagnosis(
+            name, DIAGNOSIS_WARN, f"{base} answered keys/query with HTTP {asked.status}"
+        )
+    devices = (asked.body.get("device_keys") or {}).get(section.user_id) or {}
     published = isinstance(devices, dict) and device in devices
     if not local.is_file():
         others = sorted(p.name for p in directory.glob("*.db")) if directory.is_dir() else []

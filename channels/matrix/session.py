@@ -151,18 +151,17 @@ async def _check_key_store(
     (a state dir moved without ``matrix/``) would get a new identity from
     ``restore_login``, which people's clients refuse to encrypt for: the start fails
     with what ``doctor`` says, instead of running unable to read encrypted rooms."""
-    from aiohttp import ClientSession, ClientTimeout
-
     from echo_bot.bus import DIAGNOSIS_FAIL
+    from echo_bot.probe import Probe
 
-    from .doctor import TIMEOUT, keys_diagnosis
+    from .doctor import keys_diagnosis
 
     assert config.user_id is not None
     if await asyncio.to_thread((directory / f"{config.user_id}_{device_id}.db").is_file):
         return
     base = config.homeserver.rstrip("/")
-    async with ClientSession(timeout=ClientTimeout(total=TIMEOUT)) as session:
-        found = await keys_diagnosis(session, base, config, token, device_id, directory.parent)
+    async with Probe() as probe:
+        found = await keys_diagnosis(probe, base, config, token, device_id, directory.parent)
     if found.status != DIAGNOSIS_FAIL:
         return
     if found.text.startswith("cannot reach"):

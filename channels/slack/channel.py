@@ -37,9 +37,9 @@ class SlackChannel(ThroughParts):
     def __init__(self, section: SlackConfig, options: Mapping[str, Any], host: ChannelHost) -> None:
         self.config = section
         self.host = host
+        # Each secret the mode needs is set: the host made the channel only after its
+        # spec found no problem in the environment (config.check_environment).
         self.token = host.environ.get(section.bot_token_env, "")
-        if not self.token:
-            raise ConfigError(f"slack.bot_token_env: ${section.bot_token_env} is not set")
         self.link = host.link("slack")
         self.link.facts["mode"] = section.mode
         self._tasks = Tasks()
@@ -52,22 +52,12 @@ class SlackChannel(ThroughParts):
         self.events: EventsOverHttp | None = None
 
     async def start(self, bus: Bus) -> None:
-        """What needs no answer from Slack: the Web API's session, the transport's
-        secret, the Events API's route (the server's routes are fixed once it starts)."""
+        """What needs no answer from Slack: the Web API's session, the Events API's
+        route (the server's routes are fixed once it starts)."""
         await self.web.open()
-        if self.config.mode == "socket":
-            if not self.host.environ.get(self.config.app_token_env, ""):
-                await self.stop()
-                raise ConfigError(f"slack.app_token_env: ${self.config.app_token_env} is not set")
-        else:
+        if self.config.mode == "http":
+            # Deliveries before the first auth.test are answered 503: Slack sends again.
             secret = self.host.environ.get(self.config.signing_secret_env, "")
-            if not secret:
-                await self.stop()
-                raise ConfigError(
-                    f"slack.signing_secret_env: ${self.config.signing_secret_env} is not set"
-                )
-            # Registered now: the server's routes are fixed once it starts. Deliveries
-            # before the first auth.test are answered 503, which Slack sends again.
             self.events = EventsOverHttp(self.config, self.host, secret)
             self.events.register()
 
@@ -100,14 +90,8 @@ class SlackChannel(ThroughParts):
 
     async def _who_am_i(self) -> str:
         """The bot's user ID (``auth.test``): its own messages and mentions are known by it."""
-        try:
-            answer = await self.web.call("auth.test", self.web.client.auth_test)
-        except ChannelError as exc:
-            if exc.retryable:  # the network, or Slack's side: not the token
-                raise PeerAway(str(exc)) from None
-            raise ConfigError(
-                f"slack.bot_token_env: Slack refused ${self.config.bot_token_env} ({exc})"
-            ) from None
+        refused = f"slack.bot_token_env: Slack refused ${self.config.bot_token_env}"
+        answer = await self._asked("auth.test", self.web.client.auth_test, refused)
         user = answer.get("user_id")
         if not isinstance(user, str) or not user:
             raise ConfigError("slack: auth.test named no bot user")
@@ -118,21 +102,28 @@ class SlackChannel(ThroughParts):
             token=app_token, base_url=self.config.api_base, retry_handlers=[],
             session=self.web.client.session,
         )  # fmt: skip
-        try:
-            answer = await self.web.call(
-                "apps.connections.open", lambda: client.apps_connections_open(app_token=app_token)
-            )
-        except ChannelError as exc:
-            if exc.retryable:  # the network, or Slack's side: not the token
-                raise PeerAway(str(exc)) from None
-            raise ConfigError(
-                f"slack.app_token_env: Slack refused ${self.config.app_token_env} for Socket"
-                f" Mode ({exc}); is Socket Mode on for the app?"
-            ) from None
+        refused = (
+            f"slack.app_token_env: Slack refused ${self.config.app_token_env} for Socket Mode"
+            " (is Socket Mode on for the app?)"
+        )
+        answer = await self._asked(
+            "apps.connections.open", lambda: client.apps_connections_open(app_token=app_token),
+            refused,
+        )  # fmt: skip
         url = answer.get("url")
         if not isinstance(url, str) or not url.startswith(("wss://", "ws://")):
             raise PeerAway("apps.connections.open gave no WebSocket URL")
         return url
+
+    async def _asked(self, method: str, call: Any, refused: str) -> Any:
+        """A Web API call at the first contact: a refusal is the user's to fix (a
+        ``ConfigError`` saying ``refused``), the network or Slack's side is away."""
+        try:
+            return await self.web.call(method, call)
+        except ChannelError as exc:
+            if exc.retryable:
+                raise PeerAway(str(exc)) from None
+            raise ConfigError(f"{refused}: {exc}") from None
 
     async def stop(self) -> None:
         await self._tasks.cancel_all()

@@ -3,24 +3,21 @@ the scopes Slack lists for it against those the channel uses), and the transport
 secret (Socket Mode: the app token opens a connection URL, which is left unused; HTTP:
 the signing secret is set — only Slack's own requests can prove it right).
 
-Read only, every request bounded by TIMEOUT; the tokens go in headers and bodies only,
+Read only, every request bounded (``echo_bot.probe``); the tokens go in headers only,
 never into what is printed.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping
 from pathlib import Path
 
-from slack_sdk.errors import SlackApiError, SlackClientError
-from slack_sdk.web.async_client import AsyncWebClient
-
 from echo_bot.bus import DIAGNOSIS_FAIL, DIAGNOSIS_OK, DIAGNOSIS_WARN, Diagnosis
+from echo_bot.errors import EchoBotError
+from echo_bot.probe import Probe, Unreachable
 
 from .settings import SlackConfig
 
-TIMEOUT = 5  # seconds for each request
 # The scopes the channel uses: to read and answer direct messages and mentions, post and
 # update messages; files both ways when [slack] media is on.
 NEEDED = ("chat:write", "im:history", "app_mentions:read")
@@ -47,46 +44,33 @@ async def diagnose(
     return found
 
 
-# What a call made here can fail with (the token refused, the network, the time).
-FAILED = (SlackApiError, SlackClientError, OSError, TimeoutError)
+REACH = "slack api"  # the check's name when Slack did not answer (not the token's fault)
+
+
+class _Refused(EchoBotError):
+    """Slack answered the call with an error (its code)."""
 
 
 async def _call(
     section: SlackConfig, token: str, method: str
-) -> tuple[dict[str, object], dict[str, str]]:
-    """One Web API method with ``token``, bounded by TIMEOUT: its answer and headers."""
-    client = AsyncWebClient(
-        token=token, base_url=section.api_base, timeout=TIMEOUT, retry_handlers=[]
-    )
-    response = await asyncio.wait_for(client.api_call(method), TIMEOUT)
-    data = response.data if isinstance(response.data, dict) else {}
-    return data, {k.lower(): v for k, v in (response.headers or {}).items()}
+) -> tuple[dict[str, object], Mapping[str, str]]:
+    """One Web API method with ``token``: its answer and headers. Raises ``_Refused``,
+    or ``Unreachable`` for the network, the time, or Slack's side (429, 5xx)."""
+    async with Probe() as probe:
+        answer = await probe.ask("POST", f"{section.api_base.rstrip('/')}/{method}", token=token)
+    if answer.status == 429 or answer.status >= 500:
+        raise Unreachable(f"HTTP {answer.status}")
+    if not answer.fields.get("ok"):
+        raise _Refused(str(answer.fields.get("error") or f"HTTP {answer.status}"))
+    return answer.fields, answer.headers
 
 
-REACH = "slack api"  # the check's name when Slack did not answer (not the token's fault)
-
-
-def _unreachable(exc: BaseException) -> bool:
-    """Whether a failed call says nothing of the token: the network, the time, or a
-    failure on Slack's side (5xx)."""
-    if isinstance(exc, SlackApiError):
-        return int(getattr(exc.response, "status_code", 0) or 0) >= 500
-    return True
-
-
-def _cannot_reach(section: SlackConfig, method: str, exc: BaseException) -> Diagnosis:
+def _cannot_reach(section: SlackConfig, method: str, exc: Unreachable) -> Diagnosis:
     text = (
-        f"cannot reach {section.api_base} ({method}: {_refusal(exc)}); `echo-bot run` keeps"
-        " trying until Slack answers"
+        f"cannot reach {section.api_base} ({method}: {exc}); `echo-bot run` keeps trying"
+        " until Slack answers"
     )
     return Diagnosis(REACH, DIAGNOSIS_FAIL, text)
-
-
-def _refusal(exc: BaseException) -> str:
-    if isinstance(exc, SlackApiError):
-        data = exc.response.data if isinstance(exc.response.data, dict) else {}
-        return str(data.get("error") or f"HTTP {exc.response.status_code}")
-    return f"{type(exc).__name__} {exc}".strip()
 
 
 async def _bot_token(section: SlackConfig, environ: Mapping[str, str]) -> Diagnosis:
@@ -96,10 +80,10 @@ async def _bot_token(section: SlackConfig, environ: Mapping[str, str]) -> Diagno
         return Diagnosis(name, DIAGNOSIS_FAIL, f"${section.bot_token_env} is not set")
     try:
         data, headers = await _call(section, token, "auth.test")
-    except FAILED as exc:
-        if _unreachable(exc):
-            return _cannot_reach(section, "auth.test", exc)
-        why = _refusal(exc)
+    except Unreachable as exc:
+        return _cannot_reach(section, "auth.test", exc)
+    except _Refused as exc:
+        why = str(exc)
         if why in REFUSED:
             text = (
                 f"Slack refused ${section.bot_token_env} ({why}): copy the app's Bot User"
@@ -130,11 +114,11 @@ async def _app_token(section: SlackConfig, environ: Mapping[str, str]) -> Diagno
         return Diagnosis(name, DIAGNOSIS_FAIL, f"${section.app_token_env} is not set (Socket Mode)")
     try:
         await _call(section, token, "apps.connections.open")
-    except FAILED as exc:
-        if _unreachable(exc):
-            return _cannot_reach(section, "apps.connections.open", exc)
+    except Unreachable as exc:
+        return _cannot_reach(section, "apps.connections.open", exc)
+    except _Refused as exc:
         text = (
-            f"Slack refused ${section.app_token_env} for Socket Mode ({_refusal(exc)}): an"
+            f"Slack refused ${section.app_token_env} for Socket Mode ({exc}): an"
             " app-level token with connections:write, and Socket Mode on for the app"
         )
         return Diagnosis(name, DIAGNOSIS_FAIL, text)

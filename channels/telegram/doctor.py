@@ -1,23 +1,16 @@
 """What ``echo-bot doctor`` checks of Telegram: whose the token is (``getMe``). Read
-only, bounded by TIMEOUT; the URL holds the token, so only ``api_base`` is ever shown."""
+only, one bounded request (``echo_bot.probe``); the URL holds the token, so only
+``api_base`` is ever shown."""
 
 from __future__ import annotations
 
-import contextlib
-import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
-from urllib.parse import quote
-
-from aiohttp import ClientError, ClientSession, ClientTimeout
 
 from echo_bot.bus import DIAGNOSIS_FAIL, DIAGNOSIS_OK, DIAGNOSIS_WARN, Diagnosis
+from echo_bot.probe import Probe, Unreachable
 
 from .settings import TelegramConfig, looks_like_bot_token
-
-TIMEOUT = 5.0  # seconds
-MAX_ANSWER = 64 * 1024
 
 
 async def diagnose(
@@ -36,27 +29,18 @@ async def _get_me(api_base: str, token: str, token_env: str) -> tuple[str, str]:
     if not looks_like_bot_token(token):  # said by the config check: never sent anywhere
         return DIAGNOSIS_FAIL, f"not asked: ${token_env} does not look like a bot token"
     try:
-        async with (
-            ClientSession(timeout=ClientTimeout(total=TIMEOUT)) as session,
-            session.get(f"{api_base}/bot{token}/getMe", allow_redirects=False) as response,
-        ):
-            status, raw = response.status, await response.content.read(MAX_ANSWER)
-    except (ClientError, TimeoutError, OSError, ValueError) as exc:
-        # The error may quote the URL, the token in it escaped past the masker's reach.
-        detail = str(exc)
-        for form in {token, quote(token, safe=""), quote(token, safe=":")}:
-            detail = detail.replace(form, "***")
-        return DIAGNOSIS_FAIL, f"cannot reach {api_base}: {type(exc).__name__} {detail}".strip()
-    answer: Any = None
-    with contextlib.suppress(ValueError):
-        answer = json.loads(raw)
+        async with Probe() as probe:
+            answer = await probe.ask("GET", f"{api_base}/bot{token}/getMe", hide=[token])
+    except Unreachable as exc:
+        return DIAGNOSIS_FAIL, f"cannot reach {api_base}: {exc}"
+    status = answer.status
     if status in (401, 404):
         return DIAGNOSIS_FAIL, (
             f"the Bot API at {api_base} rejected the token (getMe: HTTP {status}): check"
             f" {token_env} / BotFather"
         )
-    if status == 200 and isinstance(answer, dict) and answer.get("ok"):
-        bot = answer.get("result") or {}
+    if status == 200 and answer.fields.get("ok"):
+        bot = answer.fields.get("result") or {}
         return DIAGNOSIS_OK, f"{api_base} knows the token: the bot is @{bot.get('username', '?')}"
     if status == 429 or status >= 500:
         return DIAGNOSIS_WARN, f"{api_base} answered getMe with HTTP {status}; try again later"
