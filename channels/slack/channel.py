@@ -59,7 +59,6 @@ class SlackChannel(ThroughParts):
             # Deliveries before the first auth.test are answered 503: Slack sends again.
             secret = self.host.environ.get(self.config.signing_secret_env, "")
             self.events = EventsOverHttp(self.config, self.host, secret)
-            self.events.register()
 
     async def connect(self) -> None:
         """Check the tokens with Slack and connect. A refused token is the user's to fix;

@@ -13,10 +13,10 @@ commit failed shows Slack's warning on the button, and the person presses again.
 Several daemons on one store may each hold a connection: Slack hands each envelope to
 one of them.
 
-HTTP: the signature and timestamp are checked by the SDK's ``SignatureVerifier`` on
-the raw body (5 minutes either way); ``url_verification`` is answered with its
-challenge; a delivery not committed is answered 503, so Slack sends it again
-(``X-Slack-Retry-Num``; the same ``event_id``).
+HTTP (the core's ``echo_bot.http_deliveries``): the signature and timestamp are checked
+by the SDK's ``SignatureVerifier`` on the raw body (5 minutes either way);
+``url_verification`` is answered with its challenge; a delivery not committed is
+answered 503, so Slack sends it again (``X-Slack-Retry-Num``; the same ``event_id``).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import time
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -34,7 +34,8 @@ from slack_sdk.socket_mode.request import SocketModeRequest
 from slack_sdk.socket_mode.response import SocketModeResponse
 from slack_sdk.web.async_client import AsyncWebClient
 
-from echo_bot.bus import ChannelHost, ChannelLink, Routes
+from echo_bot.bus import ChannelHost, ChannelLink
+from echo_bot.http_deliveries import DeliveryRoute, NotADelivery
 
 from .common import CommitFailed, Tasks, log
 from .inbound import Inbound
@@ -141,60 +142,32 @@ class SocketMode:
 
 
 class EventsOverHttp:
+    """The Events API's route on the core's server (``echo_bot.http_deliveries``)."""
+
     def __init__(self, config: SlackConfig, host: ChannelHost, secret: str) -> None:
-        self.path = config.path
-        self.host = host
         self.verifier = SignatureVerifier(secret)
         self.inbound: Inbound | None = None  # set once auth.test named the bot
-        self.refused = 0  # requests without a valid signature
-        self._refusal_logged = -1e9
+        self.route = DeliveryRoute(host.routes(), config.path, self.take, network="slack",
+                                   body_ok=self.signed, max_body=MAX_BODY)  # fmt: skip
 
-    @property
-    def routes(self) -> Routes:
-        return self.host.routes()
-
-    def register(self) -> None:
-        self.routes.add_route("POST", self.path, self.handle, reads_body=True)
-
-    async def handle(self, request: Any) -> Any:
-        from aiohttp import web
-
-        body = await self.routes.read_body(request, key=self.path, limit=MAX_BODY)
-        if isinstance(body, web.Response):
-            return body
-        if not self._signed(body, request.headers):
-            return web.json_response({"error": "bad or missing signature"}, status=401)
-        kind, payload = _read(body, request.headers.get("Content-Type", ""))
-        if payload is None:
-            return web.json_response({"error": "not a Slack delivery"}, status=400)
-        if kind == "url_verification":
-            return web.json_response({"challenge": str(payload.get("challenge", ""))})
-        if self.inbound is None:  # not signed in yet (Slack's Web API out of reach)
-            return web.json_response({"error": "not connected to Slack yet; retry"}, status=503)
-        try:
-            await self.inbound.take(kind, payload)
-        except CommitFailed:
-            return web.json_response({"error": "not stored; retry"}, status=503)
-        except Exception:
-            log.exception("slack: a delivery to %s could not be read", self.path)
-        return web.Response(status=200)
-
-    def _signed(self, body: bytes, headers: Any) -> bool:
+    def signed(self, body: bytes, headers: Mapping[str, str]) -> bool:
         """Whether Slack signed it (slack-sdk's verifier, which raises on some malformed
-        headers and bodies rather than answering False: those are refused too). Refusals
-        are counted and logged at most once a minute: anyone can send them."""
+        headers and bodies rather than answering False: those are refused too)."""
         try:
-            if self.verifier.is_valid_request(body, dict(headers)):
-                return True
+            return bool(self.verifier.is_valid_request(body, dict(headers)))
         except (ValueError, TypeError, UnicodeError):
-            pass
-        self.refused += 1
-        now = time.monotonic()
-        if now - self._refusal_logged > 60:
-            self._refusal_logged = now
-            log.warning("slack: a request to %s without Slack's signature refused (%d so far)",
-                        self.path, self.refused)  # fmt: skip
-        return False
+            return False
+
+    async def take(self, body: bytes, headers: Mapping[str, str]) -> Any:
+        kind, payload = _read(body, headers.get("Content-Type", ""))
+        if payload is None:
+            raise NotADelivery("not a Slack delivery")
+        if kind == "url_verification":
+            return {"challenge": str(payload.get("challenge", ""))}
+        if self.inbound is None:  # not signed in yet (Slack's Web API out of reach)
+            raise CommitFailed("not connected to Slack yet")
+        await self.inbound.take(kind, payload)
+        return None
 
 
 def _read(body: bytes, content_type: str) -> tuple[str, dict[str, Any] | None]:

@@ -94,10 +94,7 @@ class TelegramChannel(ThroughParts):
         self.poller = Poller(config, options, host, self.bot, self.dp, self.link)
         self.webhook = Webhook(config, host, self.bot, self.dp)
         if config.mode == "webhook":  # the daemon serves HTTP then (app.http_reasons)
-            # The secret token is a header: checked before the body is read (bounded).
-            self.webhook.routes.add_route(
-                "POST", self.webhook.path, self.webhook.handle, reads_body=True
-            )
+            self.webhook.register()
 
     @property
     def bot_id(self) -> int | None:
