@@ -5,18 +5,13 @@ background tasks are ``echo_bot.background.Tasks``, named here too.)"""
 
 from __future__ import annotations
 
-import asyncio
-import glob
-import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from echo_bot.background import Tasks
-from echo_bot.errors import MediaTooLarge, MediaUnavailable
 from echo_bot.events import Address, Attachment, OutboundMessage, Receipt
-from echo_bot.sizes import format_size
 
 
 class _Sends(Protocol):
@@ -111,67 +106,4 @@ class TokenBucket:
         return (reserve + 1 - self.tokens) / self.rate
 
 
-DOWNLOAD_CHUNK = 256 * 1024
-
-
-class DownloadLimit:
-    """The most one download may take, and the error that says a file is over it: the
-    channel's own limit (``key`` names its config key, "[telegram] max_download"), or
-    less when ``limit`` (what the core's media budgets leave) is smaller."""
-
-    def __init__(self, own: int, limit: int | None, key: str) -> None:
-        self.own = own
-        self.key = key
-        self.budget = limit is not None and limit < own
-        self.cap = min(own, limit) if limit is not None else own
-
-    def __call__(self, size: int | None) -> MediaUnavailable:
-        over = f"over the {format_size(self.own)} download limit ({self.key})"
-        shown = f"it is {format_size(size)}" if size is not None else "it is larger"
-        if self.budget:
-            return MediaTooLarge(f"{shown}, over the {format_size(self.cap)} its budget leaves")
-        return MediaUnavailable(f"{shown}, {over}" if size is not None else f"it is {over}")
-
-
-async def save_whole(destination: Path, write: Callable[[Path], Awaitable[int]]) -> int:
-    """``write(partial)`` fills a file beside ``destination`` (a name of its own: two
-    tries at once, a turn taken over, never share one) and says its size; it becomes
-    ``destination`` only whole, and earlier tries' partial files go."""
-    partial = destination.with_name(f".{destination.name}.{secrets.token_hex(4)}.part")
-    try:
-        size = await write(partial)
-        await asyncio.to_thread(partial.replace, destination)
-        await asyncio.to_thread(drop_partials, destination)
-    finally:
-        await asyncio.to_thread(partial.unlink, missing_ok=True)
-    return size
-
-
-async def stream_to(partial: Path, response: Any, too_big: DownloadLimit) -> int:
-    """An HTTP response's body (aiohttp's) written to ``partial`` off the loop, within
-    ``too_big.cap``: an announced length over it is refused before any byte is read,
-    a body that outgrows it as soon as it does. Its size."""
-    if response.content_length is not None and response.content_length > too_big.cap:
-        raise too_big(response.content_length)
-    size = 0
-    handle = await asyncio.to_thread(partial.open, "wb")
-    try:
-        async for chunk in response.content.iter_chunked(DOWNLOAD_CHUNK):
-            size += len(chunk)
-            if size > too_big.cap:
-                raise too_big(None)
-            await asyncio.to_thread(handle.write, chunk)
-    finally:
-        await asyncio.to_thread(handle.close)
-    return size
-
-
-def drop_partials(saved: Path) -> None:
-    """``saved`` is whole: partial downloads of it (``.<name>.<random>.part``, a try a
-    kill cut short) can go."""
-    for stale in saved.parent.glob(f".{glob.escape(saved.name)}.*.part"):
-        stale.unlink(missing_ok=True)
-
-
-__all__ = ["DownloadLimit", "Tasks", "ThroughParts", "TokenBucket", "clean", "save_whole",
-           "stream_to"]  # fmt: skip
+__all__ = ["Tasks", "ThroughParts", "TokenBucket", "clean"]

@@ -30,6 +30,7 @@ CHANNEL_API = {
     "echo_bot.background",  # a part's background tasks, cancelled together
     "echo_bot.chat_sends",  # sending to a network whose messages can be edited
     "echo_bot.dates",
+    "echo_bot.downloads",  # a person's file fetched during the turn, whole or not at all
     "echo_bot.events",
     "echo_bot.bus",
     "echo_bot.config",

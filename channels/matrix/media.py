@@ -25,12 +25,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from aiohttp import ClientError, ClientResponse
+from aiohttp import ClientError
 from nio import AsyncClient, UploadError, UploadResponse
 from nio.crypto.attachments import decrypt_attachment, encrypted_attachment_generator
 
-from channels.parts import DownloadLimit, save_whole, stream_to
 from echo_bot.bus import ChannelHost
+from echo_bot.downloads import DownloadLimit, fetch_to, save_whole
 from echo_bot.errors import ChannelError, MediaUnavailable
 from echo_bot.events import Attachment, MediaKind, OutboundFile
 
@@ -51,10 +51,8 @@ _MXC = re.compile(r"mxc://([A-Za-z0-9.\-]{1,255}|\[[0-9A-Fa-f:.]{2,45}\])(:[0-9]
 ENCRYPTED = "enc:"
 KEPT = "matrix-file:"
 MAX_KEY_FIELD = 256  # characters of a key, IV or hash (base64 of 32 bytes is 43)
-DOWNLOAD_TIMEOUT = 110.0  # one file, whole (the core gives a try 120 s)
 UPLOAD_TIMEOUT = 300.0
 UPLOAD_CHUNK = 256 * 1024
-MAX_ERROR_BODY = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -208,34 +206,13 @@ class Downloads:
         path = (f"/_matrix/client/v1/media/download/{quote(server, safe='')}/"
                 f"{quote(match.group(3), safe='')}")  # fmt: skip
         headers = {"Authorization": f"Bearer {self.client.access_token}"}
-        try:
-            async with asyncio.timeout(DOWNLOAD_TIMEOUT):
-                response = await self.client.send("GET", path, headers=headers,
-                                                  timeout=DOWNLOAD_TIMEOUT)  # fmt: skip
-                async with response:
-                    if response.status != 200:
-                        raise await _refused(response)
-                    return await stream_to(partial, response, too_big)
-        except ClientError as exc:
-            raise ChannelError(f"the download failed ({type(exc).__name__})") from None
-        except TimeoutError:
-            raise ChannelError("the download timed out") from None
+        return await fetch_to(partial, self.config.homeserver.rstrip("/") + path, too_big,
+                              peer="the homeserver", headers=headers, explain=_errcode)  # fmt: skip
 
 
-async def _refused(response: ClientResponse) -> ChannelError:
-    """The error for a download the homeserver did not answer with the file."""
-    errcode = ""
-    try:
-        answer = json.loads(await response.content.read(MAX_ERROR_BODY))
-        errcode = str(answer.get("errcode", ""))[:64] if isinstance(answer, dict) else ""
-    except (ValueError, ClientError):
-        pass
-    said = f"HTTP {response.status}" + (f" {errcode}" if errcode else "")
-    if response.status == 404 or errcode == "M_NOT_FOUND":
-        return MediaUnavailable(f"the homeserver has no such file ({said})")
-    if response.status == 429 or response.status >= 500:
-        return ChannelError(f"the download failed ({said})")
-    return MediaUnavailable(f"the homeserver refused it ({said})")
+def _errcode(answer: Any) -> str:
+    """The Matrix error code of a refusal's JSON answer."""
+    return str(answer.get("errcode", ""))[:64] if isinstance(answer, dict) else ""
 
 
 async def upload(

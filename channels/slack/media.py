@@ -15,15 +15,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from aiohttp import ClientError, ClientSession, ClientTimeout
-
-from channels.parts import DownloadLimit, clean, save_whole, stream_to
-from echo_bot.errors import ChannelError, MediaUnavailable
+from channels.parts import clean
+from echo_bot.downloads import DownloadLimit, fetch_to, save_whole
+from echo_bot.errors import MediaUnavailable
 from echo_bot.events import Attachment, MediaKind
 
 from .settings import SlackConfig
 
-DOWNLOAD_TIMEOUT = 110.0  # one file, whole (the core gives a try 120 s)
 FILES_MAX = 10  # an inbound carries at most 10 attachments
 SLACK_FILES = "files.slack.com"
 
@@ -97,20 +95,8 @@ class Downloads:
         return await save_whole(destination, lambda partial: self._download(url, partial, too_big))
 
     async def _download(self, url: str, partial: Path, too_big: DownloadLimit) -> int:
-        headers = {"Authorization": f"Bearer {self.token}"}
-        try:
-            async with (
-                ClientSession(timeout=ClientTimeout(total=DOWNLOAD_TIMEOUT)) as session,
-                session.get(url, headers=headers, allow_redirects=False) as response,
-            ):
-                if response.status != 200:
-                    raise ChannelError(f"Slack answered the download with HTTP {response.status}",
-                                       retryable=response.status >= 500)  # fmt: skip
-                if response.content_type == "text/html":
-                    raise MediaUnavailable(
-                        "Slack answered with a page, not the file (does the bot token have"
-                        " files:read?)"
-                    )
-                return await stream_to(partial, response, too_big)
-        except (ClientError, TimeoutError) as exc:
-            raise ChannelError(f"the download failed ({type(exc).__name__})") from None
+        return await fetch_to(
+            partial, url, too_big, peer="Slack", headers={"Authorization": f"Bearer {self.token}"},
+            html_means="Slack answered with a page, not the file (does the bot token have"
+            " files:read?)",
+        )  # fmt: skip

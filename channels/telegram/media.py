@@ -3,24 +3,18 @@ download of one of its files (during its turn, when the core asks)."""
 
 from __future__ import annotations
 
-import asyncio
-import secrets
 from pathlib import Path
 
 from aiogram import Bot
 from aiogram.exceptions import TelegramBadRequest
 from aiogram.types import Message
-from aiohttp import ClientError, ClientResponseError
 
-from channels.parts import DownloadLimit, drop_partials
-from echo_bot.errors import ChannelError, MediaUnavailable
+from echo_bot.downloads import DownloadLimit, fetch_to, save_whole
+from echo_bot.errors import MediaUnavailable
 from echo_bot.events import Attachment, MediaKind
 
 from .settings import TelegramConfig
 from .text import clean
-
-DOWNLOAD_TIMEOUT = 110.0  # one file, whole (the core gives a try 120 s)
-DOWNLOAD_CHUNK = 256 * 1024
 
 
 def read_media(message: Message, config: TelegramConfig) -> tuple[list[Attachment], list[str]]:
@@ -138,32 +132,6 @@ class Downloads:
         if not file.file_path:
             raise MediaUnavailable("Telegram gave no path to download it from")
         url = self.bot.session.api.file_url(self.bot.token, file.file_path)
-        # A name of its own: two tries at once (a turn taken over) never share a file.
-        partial = destination.with_name(f".{destination.name}.{secrets.token_hex(4)}.part")
-        handle = await asyncio.to_thread(partial.open, "wb")
-        size = 0
-        try:
-            try:
-                async for chunk in self.bot.session.stream_content(
-                    url, timeout=int(DOWNLOAD_TIMEOUT), chunk_size=DOWNLOAD_CHUNK
-                ):
-                    size += len(chunk)
-                    if size > cap:
-                        raise too_big(None)
-                    await asyncio.to_thread(handle.write, chunk)
-            except ClientResponseError as exc:  # its text has the URL, and so the token
-                if exc.status in (400, 403, 404):
-                    raise MediaUnavailable(
-                        f"Telegram has no such file any more (HTTP {exc.status})"
-                    ) from None
-                raise ChannelError(f"the download failed (HTTP {exc.status})") from None
-            except ClientError as exc:
-                raise ChannelError(f"the download failed ({type(exc).__name__})") from None
-            await asyncio.to_thread(handle.close)
-            await asyncio.to_thread(partial.replace, destination)
-            await asyncio.to_thread(drop_partials, destination)
-        finally:
-            if not handle.closed:
-                await asyncio.to_thread(handle.close)
-            await asyncio.to_thread(partial.unlink, missing_ok=True)
-        return size
+        return await save_whole(  # the URL holds the token: no error quotes it
+            destination, lambda partial: fetch_to(partial, url, too_big, peer="Telegram")
+        )
