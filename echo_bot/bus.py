@@ -196,6 +196,14 @@ class ChannelLink(Protocol):
         self, hold: Awaitable[bool], doing: str, now: str, elsewhere: str
     ) -> bool: ...
 
+    async def receive(
+        self, once: Callable[[], Awaitable[Any]], *, resume: Callable[[], Awaitable[Any]],
+        turn: Callable[[], Awaitable[bool]] | None = None,
+        away: tuple[type[BaseException], ...] = (), peer: str = "the peer",
+    ) -> None:  # fmt: skip
+        """The channel's receiving loop, its turn, resumption and errors kept here."""
+        ...
+
     async def first_contact(self, connect: Callable[[], Awaitable[Any]]) -> None: ...
     async def close(self) -> None: ...
 

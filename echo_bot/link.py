@@ -14,7 +14,9 @@ is what /healthz and the delivery worker read. A channel that declares
   succeeds (a ``ConfigError`` then leaves the channel "down", said once);
 
 so a new channel cannot turn a peer's outage into a dead daemon, nor a refused token
-into endless retries.
+into endless retries. A channel that receives by asking (a poll, a sync) runs its loop
+through ``Link.receive``: one daemon of those sharing a store at a time, resumed from
+the stored position, the peer away ridden out, a bug logged and the loop going on.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from typing import Any
 from .errors import ConfigError, PeerAway
 
 CONNECT_TIMEOUT = 30.0  # seconds the first contact with a peer may take
+STANDBY_CHECK = 1.0  # seconds between looks at a receiving lease another daemon holds
 OK, DEGRADED, DOWN, STARTING = "ok", "degraded", "down", "starting"
 
 
@@ -141,6 +144,42 @@ class Link:
         if not mine:
             self.connected()
         return mine
+
+    async def receive(
+        self,
+        once: Callable[[], Awaitable[Any]],
+        *,
+        resume: Callable[[], Awaitable[Any]],
+        turn: Callable[[], Awaitable[bool]] | None = None,
+        away: tuple[type[BaseException], ...] = (),
+        peer: str = "the peer",
+    ) -> None:
+        """The channel's receiving loop, for as long as it runs: ``once`` a round (one
+        poll, one sync), after ``resume`` (from the position the last receiver stored)
+        at the start and after standing by. ``turn`` (several daemons on one store:
+        whether this one receives now, ``takes_turn``) is looked at before each round,
+        every STANDBY_CHECK while it says no. An error in ``away`` is the peer out of
+        reach: said, then a pause; any other is a bug: logged, said, paused, and the
+        loop goes on (a channel's bug never ends its receiving)."""
+        fresh = True
+        while True:
+            try:
+                if turn is not None and not await turn():
+                    fresh = True  # another daemon receives: its position will be stored
+                    await asyncio.sleep(STANDBY_CHECK)
+                    continue
+                if fresh:
+                    await resume()
+                    fresh = False
+                await once()
+            except away as exc:
+                self.reconnecting(f"cannot reach {peer}: {exc}")
+                await self.pause()
+            except Exception as exc:
+                self._log.exception("%s: receiving failed; going on", self.channel)
+                self.reconnecting(f"receiving failed: {exc}")
+                fresh = True
+                await self.pause()
 
     async def first_contact(self, connect: Callable[[], Awaitable[Any]]) -> None:
         """``connect`` once now; on ``PeerAway`` (or no answer in time), again in the

@@ -201,3 +201,38 @@ def test_facts_show_when_set_and_counters_count() -> None:
     assert link.state() == {
         "status": "down", "mode": "socket", "rate_limited": 2, "error": "refused the token"
     }  # fmt: skip
+
+
+async def test_receiving_takes_turns_resumes_rides_out_the_peer_and_survives_a_bug(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    link = Link("fake")
+    link.backoff = Backoff(first=0.01, cap=0.01)
+    turns = iter([True, False, True] + [True] * 100)
+    rounds: list[str] = []
+    resumed: list[int] = []
+
+    async def turn() -> bool:
+        return next(turns)
+
+    async def resume() -> None:
+        resumed.append(len(rounds))
+
+    async def once() -> None:
+        rounds.append("round")
+        if len(rounds) == 2:
+            raise OSError("peer gone")
+        if len(rounds) == 3:
+            raise KeyError("a bug")
+        if len(rounds) >= 5:
+            await asyncio.Event().wait()
+
+    task = asyncio.create_task(link.receive(once, resume=resume, turn=turn, away=(OSError,)))
+    await eventually(lambda: len(rounds) >= 5, what="rounds after the failures")
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    # Resumed at the start, after standing by (the 2nd turn), and after the bug; the peer
+    # away is the same position asked again.
+    assert resumed == [0, 1, 3]
+    assert "cannot reach the peer: peer gone" in caplog.text
+    assert "receiving failed; going on" in caplog.text and "KeyError" in caplog.text

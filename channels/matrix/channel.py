@@ -8,7 +8,6 @@ bot typing (the host's indicator says when).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -74,21 +73,7 @@ class MatrixChannel(ThroughParts):
         except NETWORK_ERRORS as exc:
             raise PeerAway(f"cannot reach {self.config.homeserver}: {exc}") from None
         log.info("matrix: signed in as %s (device %s)", self.client.user_id, self.client.device_id)
-        self._tasks.spawn(self._sync())
-
-    async def _sync(self) -> None:
-        """The sync loop, for as long as the channel runs: the loop itself rides out a
-        homeserver that cannot be reached; anything else it raises is logged and the
-        loop starts again (from the stored token) after a backoff."""
-        while True:
-            try:
-                await self.syncer.run()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                self.link.reconnecting(f"the sync loop failed: {exc}")
-                log.exception("matrix: the sync loop failed; starting it again")
-                await self.link.pause()
+        self._tasks.spawn(self.syncer.run())
 
     async def show_typing(self, to: Address, on: bool) -> float | None:
         """Each notification lasts TYPING_LASTS; renewed before it ends."""

@@ -26,6 +26,7 @@ from typing import Any
 from nio import AsyncClient, MessageDirection, RoomMessagesResponse, SyncResponse
 
 from echo_bot.bus import ChannelHost, ChannelLink, delivery_lease
+from echo_bot.link import STANDBY_CHECK
 
 from .common import NETWORK_ERRORS, CommitFailed, log
 from .inbound import Inbound
@@ -43,7 +44,6 @@ NO_ROOMS: dict[str, Any] = {
 }
 DRAIN_MAX = 50  # syncs of to-device messages at a takeover (100 a sync)
 GAP_MAX = 2000  # events of one room fetched back after a long absence, at most
-STANDBY_CHECK = 1.0  # seconds between looks at the sync lease while another daemon syncs
 
 
 class Syncer:
@@ -74,28 +74,23 @@ class Syncer:
         return f"matrix-sync:{self.config.user_id}"
 
     async def run(self) -> None:
+        """The sync loop (``Link.receive``) for as long as the channel runs."""
         if self.host.shared:
             # This device's keys on the server now, even while another daemon syncs:
             # people's clients then share room keys with it before it takes over.
             await self.encryption()
-        resume = True  # go on from the token the last syncer stored
-        while True:
-            try:
-                if self.host.shared and not await self._may_sync():
-                    resume = True  # another daemon syncs: its token will be in the store
-                    await asyncio.sleep(STANDBY_CHECK)
-                    continue
-                if resume:
-                    if self.host.shared:
-                        await self.drain_to_device()
-                    kept = await self.host.recall_note(self._token_name)
-                    self.token = kept[0] if kept else None
-                    self.first, resume = True, False  # the rooms' state afresh
-                await self.once()
-            except NETWORK_ERRORS as exc:
-                # The homeserver away (or the path to it): the same batch is asked for
-                # again, from the same token, once it answers.
-                await self._failed(f"cannot reach {self.config.homeserver}: {exc}")
+        turn = self._may_sync if self.host.shared else None
+        await self.link.receive(self.once, resume=self._resume, turn=turn, away=NETWORK_ERRORS,
+                                peer=self.config.homeserver)  # fmt: skip
+
+    async def _resume(self) -> None:
+        """From the token the last syncer stored (this daemon before, or another),
+        the rooms' state afresh; first this device's keys sent meanwhile."""
+        if self.host.shared:
+            await self.drain_to_device()
+        kept = await self.host.recall_note(self._token_name)
+        self.token = kept[0] if kept else None
+        self.first = True
 
     async def drain_to_device(self) -> None:
         """Before syncing from the token another daemon stored: this device's own
@@ -124,8 +119,8 @@ class Syncer:
         The lease is the channel's delivery lease (echo_bot/delivery.py): the daemon
         that sends Matrix's outbox is the one that syncs, since only a synced client
         knows the rooms' members and their devices' keys to encrypt for."""
-        # Its holder counts as gone after lease - STANDBY_CHECK unseen: with this look
-        # every STANDBY_CHECK, the sync is taken over within [matrix] lease.
+        # Its holder counts as gone after lease - STANDBY_CHECK unseen: with the link's
+        # look every STANDBY_CHECK, the sync is taken over within [matrix] lease.
         within = self.config.lease.total_seconds() - STANDBY_CHECK
         hold = self.host.hold(delivery_lease("matrix"), within)
         return await self.link.takes_turn(hold, "sync", "syncing now", "another daemon syncs")
@@ -142,7 +137,8 @@ class Syncer:
             full_state=self.first or None,
         )
         if not isinstance(answer, SyncResponse):
-            await self._failed(f"sync failed: {answer}")
+            self.link.reconnecting(f"sync failed: {answer}")
+            await self.link.pause()
             return
         self.first = False
         self.link.connected()
@@ -240,7 +236,3 @@ class Syncer:
             for device in self.client.device_store.active_user_devices(user_id):
                 if not device.verified:
                     self.client.verify_device(device)
-
-    async def _failed(self, error: str) -> None:
-        self.link.reconnecting(error)
-        await self.link.pause()

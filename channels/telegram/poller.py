@@ -26,12 +26,12 @@ from aiogram.methods import GetUpdates
 from aiogram.types import Update
 
 from echo_bot.bus import ChannelHost, ChannelLink
+from echo_bot.link import STANDBY_CHECK
 
 from .common import CommitFailed, log
 from .settings import TelegramConfig
 
 ALLOWED_UPDATES = ["message", "edited_message", "callback_query", "stopped_message_generation"]
-STANDBY_CHECK = 1.0  # seconds between looks at the poller lease while another daemon polls
 # A stored offset older than this is not used: Telegram keeps unconfirmed updates for 24
 # hours only, and after a week without updates it numbers the next ones afresh, maybe
 # below an old offset (which would confirm them unseen).
@@ -57,24 +57,24 @@ class Poller:
         self.link = link
         self.poll_timeout = int(options.get("poll_timeout", 25))
         self._unreadable: set[int] = set()  # update ids aiogram could not read
+        self.offset: int | None = None  # past the last update the inbox took
 
     async def run(self) -> None:
-        offset: int | None = None
-        resume = True  # go on from the offset the last poller stored
-        while True:
-            if self.host.shared and not await self._may_poll():
-                resume = True  # another daemon polls: its offset will be in the store
-                await asyncio.sleep(STANDBY_CHECK)
-                continue
-            if resume:
-                offset, resume = await self._stored_offset(), False
-            updates = await self._fetch(offset)
-            if updates is None:
-                continue
-            self.link.connected()  # the waits after failures start again from the shortest
-            offset = await self._feed(updates, offset)
-            if updates and offset is not None:
-                await self._store_offset(offset)
+        """getUpdates (``Link.receive``) for as long as the channel runs."""
+        turn = self._may_poll if self.host.shared else None
+        await self.link.receive(self._once, resume=self._resume, turn=turn)
+
+    async def _resume(self) -> None:
+        self.offset = await self._stored_offset()
+
+    async def _once(self) -> None:
+        updates = await self._fetch(self.offset)
+        if updates is None:
+            return
+        self.link.connected()  # the waits after failures start again from the shortest
+        self.offset = await self._feed(updates, self.offset)
+        if updates and self.offset is not None:
+            await self._store_offset(self.offset)
 
     async def _fetch(self, offset: int | None) -> list[Update] | None:
         """The next batch; None after a failure (waited out: the caller asks again)."""
@@ -194,8 +194,8 @@ class Poller:
         """With several daemons on one store, one polls this bot at a time; the others
         stand by and take over once its lease lapses (what it had not confirmed is
         fetched again and deduplicated by update_id)."""
-        # Its holder counts as gone after lease - STANDBY_CHECK unseen: with this look
-        # every STANDBY_CHECK, the poll is taken over within [telegram] lease.
+        # Its holder counts as gone after lease - STANDBY_CHECK unseen: with the link's
+        # look every STANDBY_CHECK, the poll is taken over within [telegram] lease.
         within = self.config.lease.total_seconds() - STANDBY_CHECK
         hold = self.host.hold(f"telegram-poller:{self.bot.id}", within)
         return await self.link.takes_turn(hold, "poll", "polling now", "another daemon polls")
