@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Protocol
 
 from echo_bot.background import Tasks
+from echo_bot.bus import ChannelLink
 from echo_bot.events import Address, Attachment, OutboundMessage, Receipt
 
 
@@ -32,11 +33,16 @@ class _FetchesMedia(Protocol):
 class ThroughParts:
     """What a chat channel hands to its parts, written once: ``send`` to its
     ``outbound``, a reply being written to its ``previews``, a file to its
-    ``downloads`` (the methods ``bus.PreviewSink`` and ``bus.MediaSource`` promise)."""
+    ``downloads`` (the methods ``bus.PreviewSink`` and ``bus.MediaSource`` promise), its
+    health to its ``link``."""
 
     outbound: _Sends
     previews: _ShowsPreviews
     downloads: _FetchesMedia
+    link: ChannelLink
+
+    def health(self) -> dict[str, object]:
+        return self.link.state()
 
     async def send(self, message: OutboundMessage) -> Receipt:
         return await self.outbound.send(message)

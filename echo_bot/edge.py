@@ -132,11 +132,22 @@ class Edge:
                 return None
         except StoreError as exc:
             raise CommitFailed(str(exc)) from exc
-        published = await self.commit(message)
+        published = await self.commit(self._as_command(message))
         fresh = isinstance(message, MessageInbound) and not published.duplicate
         if self.typing is not None and fresh:
             self.typing.start(message.address, published.inbound_id)
         return published.inbound_id
+
+    def _as_command(self, message: InboundMessage) -> InboundMessage:
+        """``!help`` on a network whose commands start with ``!``: the core's ``/help``
+        (a known command's name only: ``!important`` stays as typed)."""
+        text = message.text if isinstance(message, MessageInbound) else None
+        if self.prefix == "/" or not text or not text.startswith(self.prefix):
+            return message
+        word = text[len(self.prefix) :].split(maxsplit=1)
+        if not word or word[0].lower() not in {name for name, _ in self._host.commands}:
+            return message
+        return message.model_copy(update={"text": "/" + text[len(self.prefix) :]})
 
     async def commit(self, message: InboundMessage) -> Published:
         """``message`` committed as it is, and whether the network had sent it before

@@ -19,6 +19,7 @@ from echo_bot.events import (
     OutboundMessage,
     Sender,
 )
+from echo_bot.store import Tx
 from tests.conftest import Bot, running_bot
 
 CHAT = Address(channel="cli", chat_id="stranger-chat")
@@ -30,6 +31,7 @@ class Host:
     def __init__(self, bot: Bot) -> None:
         self.bus = bot.daemon.runtime.bus
         self.access = bot.daemon.runtime.access
+        self.commands = [("help", "what I can do"), ("tools", "the tools")]
         self._store = bot.store
 
     async def remember_note(self, name: str, value: str) -> None:
@@ -176,3 +178,22 @@ async def test_approve_typed_alone_while_a_request_waits_is_told_how_to_answer(
         assert not await edge.lone_answer(elsewhere, "deny", how)  # nothing waits there
         await bot.channel.wait_for(lambda m: m.text == how)
         assert [m.text for m in bot.channel.sent].count(how) == 1
+
+
+async def test_a_command_typed_with_the_networks_prefix_is_the_cores_command(
+    state_dir: Path,
+) -> None:
+    async with running_bot(state_dir) as bot:
+        edge = Edge("cli", Host(bot), prefix="!")  # type: ignore[arg-type]
+        typed = ["!help", "!TOOLS please", "!important: read this", "!", "/help"]
+        ids = [await edge.take(said(text, f"c{n}")) for n, text in enumerate(typed)]
+
+        def read(tx: Tx) -> list[str | None]:
+            rows = [tx.inbox.get(i) for i in ids if i is not None]
+            return [
+                row.message.text if row and isinstance(row.message, MessageInbound) else None
+                for row in rows
+            ]
+
+        texts = await bot.store.run(read)
+        assert texts == ["/help", "/TOOLS please", "!important: read this", "!", "/help"]

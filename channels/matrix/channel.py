@@ -100,6 +100,3 @@ class MatrixChannel(ThroughParts):
     async def stop(self) -> None:
         await self._tasks.cancel_all()
         await self.client.close()
-
-    def health(self) -> dict[str, object]:
-        return self.link.state()

@@ -134,6 +134,3 @@ class SlackChannel(ThroughParts):
         section: SlackConfig, environ: Mapping[str, str], state_dir: Path
     ) -> list[Diagnosis]:
         return await diagnose(section, environ, state_dir)
-
-    def health(self) -> dict[str, object]:
-        return self.link.state()

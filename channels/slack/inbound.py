@@ -24,7 +24,6 @@ from typing import Any
 
 from channels.parts import clean
 from echo_bot.bus import ChannelEdge, ChannelHost
-from echo_bot.errors import StoreError
 from echo_bot.events import (
     DIRECT,
     Address,
@@ -32,7 +31,7 @@ from echo_bot.events import (
     Sender,
 )
 
-from .common import CommitFailed, Tasks, address_of
+from .common import Tasks, address_of
 from .media import read_files
 from .settings import SlackConfig
 
@@ -68,7 +67,6 @@ class Inbound:
         self.bot_user_id = bot_user_id
         self.names: dict[str, str] = {}  # user ID → display name (as the press said)
         self.edge = edge
-        self._commands = {name for name, _help in host.commands}
 
     async def take(self, kind: str, payload: Any) -> None:
         """One delivery: an ``events_api`` event_callback or an ``interactive`` payload.
@@ -77,13 +75,10 @@ class Inbound:
         acknowledged."""
         if not isinstance(payload, dict):
             return
-        try:
-            if kind == "events_api" and payload.get("type") == "event_callback":
-                await self._event(payload)
-            elif kind == "interactive" and payload.get("type") == "block_actions":
-                await self._press(payload)
-        except StoreError as exc:
-            raise CommitFailed(str(exc)) from exc
+        if kind == "events_api" and payload.get("type") == "event_callback":
+            await self._event(payload)
+        elif kind == "interactive" and payload.get("type") == "block_actions":
+            await self._press(payload)
 
     # -- messages -------------------------------------------------------------------------
     async def _event(self, payload: dict[str, Any]) -> None:
@@ -130,18 +125,12 @@ class Inbound:
         return (channel, user, ts) if taken and listed else None
 
     def _text(self, event: dict[str, Any]) -> str:
-        """The text as the agent reads it: clean, the bot's own mention left out, a
-        ``!command`` as the core's ``/command``."""
+        """The text as the agent reads it: clean, the bot's own mention left out (a
+        ``!command`` is the core's ``/command``: the edge knows the prefix)."""
         raw = _str(event.get("text")) or ""
         text = clean(raw[:MAX_TEXT])
         text = _MENTION.sub(lambda m: "" if m.group(1) == self.bot_user_id else m.group(0), text)
-        text = text.strip()
-        word = (
-            text[1:].split(maxsplit=1)[0].lower() if text.startswith("!") and len(text) > 1 else ""
-        )
-        if word in self._commands:
-            text = "/" + text[1:]
-        return text
+        return text.strip()
 
     # -- button presses -------------------------------------------------------------------
     async def _press(self, payload: dict[str, Any]) -> None:

@@ -158,9 +158,6 @@ class TelegramChannel(ThroughParts):
         await self._tasks.cancel_all()
         await self.bot.session.close()
 
-    def health(self) -> dict[str, object]:
-        return self.link.state()
-
     async def show_typing(self, to: Address, on: bool) -> float | None:
         """One "typing…" (Telegram shows it 5 s, or until the bot's next message) when
         the pacer has room for it: replies never queue behind typing."""
