@@ -33,6 +33,7 @@ from echo_bot.chat_sends import ChatSends
 from echo_bot.errors import ChannelError
 from echo_bot.events import Address, OutboundKind, OutboundMessage, Receipt
 from echo_bot.prompt_answers import prompt_text
+from echo_bot.rate_limits import RateLimited, within_limits
 from echo_bot.richtext import parts as richtext
 
 from .common import Tasks, log
@@ -219,7 +220,8 @@ class Outbound:
         the delivery worker's: the homeserver answers a repeat with the event it made
         the first time (for this device's token), so a send in flight at a kill is not
         repeated either."""
-        for attempt in range(retries + 1):
+
+        async def once(tried: int) -> str:
             await self.pacer.wait(room_id)
             try:
                 answer = await self.client.room_send(
@@ -236,17 +238,15 @@ class Outbound:
                 return event_id
             assert isinstance(answer, RoomSendError)
             if answer.status_code == "M_LIMIT_EXCEEDED":
-                self.link.count("rate_limited")  # M_LIMIT_EXCEEDED answers, each waited out
                 # Synapse rounds retry_after_ms down: a little later, or it is refused again.
-                wait = (answer.retry_after_ms or 1000) / 1000 + RETRY_MARGIN
-                self.pacer.hold(room_id, wait)
-                if wait > RETRY_WAIT_MAX or attempt == retries:
-                    raise ChannelError("rate limited (M_LIMIT_EXCEEDED)", retry_after=wait)
-                log.info("matrix: rate limited in %s; sending again in %.1f s", room_id, wait)
-                continue
+                raise RateLimited((answer.retry_after_ms or 1000) / 1000 + RETRY_MARGIN)
             retryable = answer.status_code in (None, "M_UNKNOWN") or str(
                 answer.transport_response.status if answer.transport_response else ""
             ).startswith("5")
             raise ChannelError(f"send refused: {answer.status_code} {answer.message}",
                                retryable=retryable)  # fmt: skip
-        raise AssertionError("unreachable")
+
+        return await within_limits(
+            once, link=self.link, what=f"matrix: sending in {room_id}", retries=retries,
+            wait_max=RETRY_WAIT_MAX, held=lambda wait: self.pacer.hold(room_id, wait),
+        )  # fmt: skip

@@ -27,8 +27,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from channels.parts import TokenBucket
 from echo_bot.bus import ChannelLink
 from echo_bot.errors import ChannelError
-
-from .common import log
+from echo_bot.rate_limits import RateLimited, within_limits
 
 T = TypeVar("T")
 
@@ -129,8 +128,9 @@ class Web:
         """``request()`` (one SDK call of ``method``), paced (``paced=False``: its call was
         counted already, by ``Pacer.spare``); a short 429 waited out, up to ``retries``
         times."""
-        for attempt in range(retries + 1):
-            wait = self.pacer.reserve(method, channel) if paced or attempt else 0.0
+
+        async def once(tried: int) -> T:
+            wait = self.pacer.reserve(method, channel) if paced or tried else 0.0
             if wait > 0:
                 await asyncio.sleep(wait)
             try:
@@ -138,14 +138,7 @@ class Web:
             except SlackApiError as exc:
                 error, status, retry_after = _error_of(exc)
                 if status == 429 or error == "ratelimited":
-                    self.link.count("rate_limited")  # each waited out
-                    self.pacer.hold(method, channel, retry_after)
-                    if retry_after > RETRY_WAIT_MAX or attempt == retries:
-                        raise ChannelError(
-                            f"{method}: rate limited", retry_after=retry_after
-                        ) from None
-                    log.info("slack: %s rate limited; again in %.0f s", method, retry_after)
-                    continue
+                    raise RateLimited(retry_after) from None
                 if error in AUTH_ERRORS:
                     self.link.refused(f"Slack refused the bot token ({error})")
                 if status >= 500:
@@ -161,7 +154,11 @@ class Web:
                 raise ChannelError(f"{method}: network error: {exc}") from None
             self.link.back("web")
             return answer
-        raise AssertionError("unreachable")
+
+        return await within_limits(
+            once, link=self.link, what=f"slack: {method}", retries=retries,
+            wait_max=RETRY_WAIT_MAX, held=lambda wait: self.pacer.hold(method, channel, wait),
+        )  # fmt: skip
 
     async def close(self) -> None:
         if self._session is not None:
