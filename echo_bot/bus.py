@@ -290,6 +290,11 @@ class ChannelEdge(Protocol):
         message like any other)."""
         ...
 
+    async def invited(self, inviter: str, *, direct: bool, where: str) -> str:
+        """Whether to join a chat ``inviter`` invited the bot to: "join", "pair" (a
+        stranger's direct invite while a code waits) or "refuse" (audited)."""
+        ...
+
     async def lone_answer(self, to: Address, text: str, how: str) -> bool:
         """``approve`` / ``deny`` typed on its own while a request waits in ``to``: told
         ``how`` to answer instead (True)."""

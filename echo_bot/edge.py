@@ -179,6 +179,22 @@ class Edge:
             await self._host.audit(f"{self.channel}.refused", user=user_id, chat=str(to))
             await self.notice(to, refusal(self.channel, user_id, self.pair_as), quote=quote)
 
+    async def invited(self, inviter: str, *, direct: bool, where: str) -> str:
+        """Whether to join a chat ``inviter`` asked the bot into (a network where the
+        bot is invited): "join" (they are allowed), "pair" (a stranger's direct invite
+        while a pairing code waits: join, then ``refuse`` there, which tells them how
+        to send it), or "refuse" (audited). Raises ``CommitFailed`` when the store could
+        not say: the invite comes again."""
+        try:
+            if await self._host.access.is_allowed(self.channel, inviter):
+                return "join"
+            if direct and await self._host.access.pairing_open():
+                return "pair"
+        except StoreError as exc:
+            raise CommitFailed(str(exc)) from exc
+        await self._host.audit(f"{self.channel}.invite_refused", chat=where, inviter=inviter)
+        return "refuse"
+
     async def keep_prompt(self, message_id: str, message: OutboundMessage) -> None:
         """``message`` (an approval prompt) as sent, ``message_id`` its id on the
         network (unique within the channel): where it went and its buttons' actions.

@@ -197,3 +197,19 @@ async def test_a_command_typed_with_the_networks_prefix_is_the_cores_command(
 
         texts = await bot.store.run(read)
         assert texts == ["/help", "/TOOLS please", "!important: read this", "!", "/help"]
+
+
+async def test_an_invite_is_joined_for_the_allowed_and_a_stranger_only_to_pair(
+    state_dir: Path,
+) -> None:
+    async with running_bot(state_dir) as bot:
+        edge = Edge("telegram", Host(bot))  # type: ignore[arg-type]
+        assert await edge.invited("u-9", direct=True, where="room-1") == "refuse"
+        code = await bot.store.run(lambda tx: tx.access.new_pairing_code())
+        assert await edge.invited("u-9", direct=False, where="room-2") == "refuse"
+        assert await edge.invited("u-9", direct=True, where="room-3") == "pair"
+        assert (await edge.pair("u-9", code)).startswith("Paired.")
+        assert await edge.invited("u-9", direct=False, where="room-4") == "join"
+        rows = await bot.store.run(lambda tx: tx.audit.read(tail=20))
+        refused = [r for r in rows if r.kind == "telegram.invite_refused"]
+        assert len(refused) == 2

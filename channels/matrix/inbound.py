@@ -124,31 +124,25 @@ class Inbound:
              and e.membership == "invite"),
             None,
         )  # fmt: skip
-        stranger_may_pair = (
-            inviter is not None
-            and self.room_allowed(room_id)
-            and _direct_invite(invite_state, self.client.user_id)
-            and not await self.allowed(inviter)
-            and await self.host.access.pairing_open()
-        )
-        if (
-            inviter
-            and self.room_allowed(room_id)
-            and (stranger_may_pair or await self.allowed(inviter))
-        ):
-            answer = await self.client.join(room_id)
-            if isinstance(answer, JoinError):
-                if answer.status_code in (None, "M_LIMIT_EXCEEDED", "M_UNKNOWN"):
+        direct = _direct_invite(invite_state, self.client.user_id)
+        if inviter is not None and self.room_allowed(room_id):
+            answer = await self.edge.invited(inviter, direct=direct, where=room_id)
+        else:  # no one to ask about, or a room outside [matrix] rooms
+            answer = "refuse"
+            await self.host.audit("matrix.invite_refused", chat=room_id, inviter=inviter or "?")
+        if inviter is not None and answer != "refuse":
+            joined = await self.client.join(room_id)
+            if isinstance(joined, JoinError):
+                if joined.status_code in (None, "M_LIMIT_EXCEEDED", "M_UNKNOWN"):
                     # Not lost: the token stays before the invite, which comes again.
-                    wait = min((answer.retry_after_ms or 1000) / 1000, MAX_JOIN_WAIT)
+                    wait = min((joined.retry_after_ms or 1000) / 1000, MAX_JOIN_WAIT)
                     await asyncio.sleep(wait)
-                    raise CommitFailed(f"joining {room_id} failed for now: {answer}")
+                    raise CommitFailed(f"joining {room_id} failed for now: {joined}")
                 log.warning("matrix: could not join %s (invited by %s): %s", room_id, inviter,
-                            answer)  # fmt: skip
+                            joined)  # fmt: skip
                 return
             log.info("matrix: joined %s (invited by %s)", room_id, inviter)
-            if stranger_may_pair:  # a pairing code waits: they may send it here
-                assert inviter is not None
+            if answer == "pair":  # a pairing code waits: they may send it here
                 await self.edge.refuse(address_of(room_id), inviter)
         else:
             await self.client.room_leave(room_id)
@@ -158,7 +152,6 @@ class Inbound:
                 " the bot to a direct chat within 10 minutes and send it the code",
                 room_id, inviter,
             )  # fmt: skip
-            await self.host.audit("matrix.invite_refused", room=room_id, inviter=inviter or "?")
 
     # -- timeline events ------------------------------------------------------------------
     async def on_event(self, room_id: str, event: Any) -> None:
