@@ -249,8 +249,11 @@ class ChannelEdge(Protocol):
         ``errors.CommitFailed``."""
         ...
 
-    async def notice(self, to: Address, text: str, *, quote: str | None = None) -> None:
-        """A notice from the bot in ``to``, queued in order with the replies."""
+    async def notice(
+        self, to: Address, text: str, *, quote: str | None = None, seldom: bool = False
+    ) -> None:
+        """A notice from the bot in ``to``, queued in order with the replies (``seldom``:
+        at most once per 10 minutes per chat and text)."""
         ...
 
     async def pair(self, user_id: str, code: str) -> str:

@@ -81,7 +81,7 @@ def refusal(network: str, user_id: str, send_as: str) -> str:
 
 
 class Refusals:
-    """When each stranger was last refused."""
+    """When each stranger was last refused (or anything else was last said)."""
 
     def __init__(self) -> None:
         self._at: dict[str, float] = {}
@@ -114,6 +114,7 @@ class Edge:
         self.pair_as = pair_as  # how a stranger is told to send a code
         self._host = host
         self.refusals = Refusals()
+        self._seldom = Refusals()  # notices said seldom, by chat and text
         self._has_allowlist = not (is_local(channel) or is_machine(channel))
 
     async def take(self, message: InboundMessage) -> str | None:
@@ -158,8 +159,14 @@ class Edge:
         except StoreError as exc:
             raise CommitFailed(str(exc)) from exc
 
-    async def notice(self, to: Address, text: str, *, quote: str | None = None) -> None:
-        """A notice from the bot in ``to`` (queued like any message: delivered in order)."""
+    async def notice(
+        self, to: Address, text: str, *, quote: str | None = None, seldom: bool = False
+    ) -> None:
+        """A notice from the bot in ``to`` (queued like any message: delivered in order).
+        ``seldom``: at most once per REFUSAL_INTERVAL per chat and text, for a notice
+        anyone can make repeat (a message the bot cannot read)."""
+        if seldom and not self._seldom.due(f"{to}\n{text}"):
+            return
         await self._host.bus.send(
             OutboundMessage(to=to, text=text, kind=OutboundKind.NOTICE, quote=quote)
         )

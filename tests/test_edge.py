@@ -213,3 +213,16 @@ async def test_an_invite_is_joined_for_the_allowed_and_a_stranger_only_to_pair(
         rows = await bot.store.run(lambda tx: tx.audit.read(tail=20))
         refused = [r for r in rows if r.kind == "telegram.invite_refused"]
         assert len(refused) == 2
+
+
+async def test_a_seldom_notice_is_said_once_a_while_per_chat(state_dir: Path) -> None:
+    async with running_bot(state_dir) as bot:
+        edge = Edge("cli", Host(bot))  # type: ignore[arg-type]
+        other = Address(channel="cli", chat_id="other")
+        for to in (CHAT, CHAT, other, CHAT):
+            await edge.notice(to, "I could not read that.", seldom=True)
+        await edge.notice(CHAT, "Something else.", seldom=True)
+        await bot.channel.wait_for(lambda m: m.text == "Something else.")
+        await bot.channel.wait_for(lambda m: m.to == other)
+        said_to = [m.to.chat_id for m in bot.channel.sent if m.text == "I could not read that."]
+        assert sorted(said_to) == ["other", CHAT.chat_id]

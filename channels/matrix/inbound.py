@@ -14,7 +14,6 @@ never stops the loop.
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
 from nio import (
@@ -55,7 +54,6 @@ HOW_TO_ANSWER = (  # when `approve` or `deny` is typed on its own while a reques
     " `approve` or `deny`, or react to it with ✅ or ❌."
 )
 MAX_JOIN_WAIT = 30.0  # seconds a rate-limited join waits before the invite is tried again
-NOTICE_INTERVAL = 600.0  # one "cannot decrypt" notice per room per 10 minutes
 
 
 def address_of(room_id: str) -> Address:
@@ -103,7 +101,6 @@ class Inbound:
         self.host = host
         self.client = client
         self.tasks = tasks
-        self._noticed: dict[str, float] = {}
         self.edge = host.edge("matrix", pair_as=PAIR_AS)
 
     def room_allowed(self, room_id: str) -> bool:
@@ -111,9 +108,6 @@ class Inbound:
 
     async def allowed(self, user_id: str) -> bool:
         return await self.host.access.is_allowed("matrix", user_id)
-
-    async def _notice(self, room_id: str, text: str, quote: str | None = None) -> None:
-        await self.edge.notice(address_of(room_id), text, quote=quote)
 
     # -- invites --------------------------------------------------------------------------
     async def on_invite(self, room_id: str, invite_state: list[Any]) -> None:
@@ -280,8 +274,5 @@ class Inbound:
         await self.host.audit(
             "matrix.undecryptable", room=room_id, event_id=event.event_id, sender=event.sender
         )
-        now = time.monotonic()
-        if now - self._noticed.get(room_id, -NOTICE_INTERVAL) < NOTICE_INTERVAL:
-            return
-        self._noticed[room_id] = now
-        await self._notice(room_id, UNDECRYPTABLE, quote=event.event_id)
+        at = address_of(room_id)
+        await self.edge.notice(at, UNDECRYPTABLE, quote=event.event_id, seldom=True)
