@@ -16,8 +16,6 @@ from .matrix import settings as matrix
 from .slack import settings as slack
 from .telegram import settings as telegram
 
-CHAT_LIVE_KEYS = frozenset({"allowed_users", "approvers"})  # taken at SIGHUP
-
 TELEGRAM = ChannelSpec(
     name="telegram",
     target="channels.telegram.channel:TelegramChannel",
@@ -28,13 +26,10 @@ TELEGRAM = ChannelSpec(
     enabled=telegram.is_on,
     without_file=lambda s: f"set ${s.token_env} for Telegram",
     http_reason=lambda s: "Telegram webhook mode" if s.mode == "webhook" else None,
-    allowed_users=lambda s: {str(u) for u in s.allowed_users},
-    approvers=lambda s: {str(u) for u in s.approver_ids},
     secrets_in_use=telegram.secrets_in_use,
     secret_names=lambda s: [s.token_env, s.webhook_secret_env],
     environment_problems=telegram.environment_problems,
     summary=telegram.summary,
-    live_keys=CHAT_LIVE_KEYS,
     config_model=telegram.TelegramConfig,
 )
 
@@ -45,14 +40,10 @@ MATRIX = ChannelSpec(
     colons_in_chat_ids=True,  # a room ID: !opaque:server
     pair_hint="on Matrix: invite the bot to a direct chat, then send: pair {code}",
     example_id="@you:example.org",
-    enabled=lambda s, environ, from_file: s.enabled,
-    allowed_users=lambda s: set(s.allowed_users),
-    approvers=lambda s: set(s.approver_ids),
     secrets_in_use=matrix.secrets_in_use,
     secret_names=lambda s: [s.access_token_env] + ([s.password_env] if s.password_env else []),
     environment_problems=matrix.environment_problems,
     summary=matrix.summary,
-    live_keys=CHAT_LIVE_KEYS,
     config_model=matrix.MatrixConfig,
 )
 
@@ -63,15 +54,11 @@ SLACK = ChannelSpec(
     prefix="!",  # Slack takes /commands as its own
     pair_hint="on Slack, in a direct message to the bot: pair {code}",
     example_id="U0123ABCD",
-    enabled=lambda s, environ, from_file: s.enabled,
     http_reason=lambda s: "Slack's Events API" if s.mode == "http" else None,
-    allowed_users=lambda s: set(s.allowed_users),
-    approvers=lambda s: set(s.approver_ids),
     secrets_in_use=slack.secrets_in_use,
     secret_names=lambda s: [s.bot_token_env, s.app_token_env, s.signing_secret_env],
     environment_problems=slack.environment_problems,
     summary=slack.summary,
-    live_keys=CHAT_LIVE_KEYS,
     config_model=slack.SlackConfig,
 )
 

@@ -33,6 +33,18 @@ def _nothing(section: Any) -> Collection[str]:
     return ()
 
 
+def _chat_enabled(section: Any, environ: Mapping[str, str], from_file: bool) -> bool:
+    return bool(section.enabled)
+
+
+def _chat_users(section: Any) -> Collection[str]:
+    return {str(user) for user in section.allowed_users}
+
+
+def _chat_approvers(section: Any) -> Collection[str]:
+    return {str(user) for user in section.approver_ids}
+
+
 def _no_secrets(section: Any, environ: Mapping[str, str]) -> list[tuple[str, bool]]:
     return []
 
@@ -81,14 +93,16 @@ class ChannelSpec:
     # ``telegram:12345``); None: it has no one who signs in or approves.
     example_id: str | None = None
     # Whether it runs, given its section, the environment and whether a config file
-    # was read (None: it has no section and runs when asked, as the terminal does).
+    # was read (None: a ``ChatSection``'s ``enabled``; with no section, it runs when
+    # asked, as the terminal does).
     enabled: Callable[[Any, Mapping[str, str], bool], bool] | None = None
     # How it is switched on when no config file is read, said to someone who needs it on
     # (Telegram: "set $TELEGRAM_BOT_TOKEN"); None: only by its section in a file.
     without_file: Callable[[Any], str] | None = None
     # Why it needs the daemon's HTTP server with this section (None: it does not).
     http_reason: Callable[[Any], str | None] = lambda section: None
-    # The people its section lets chat, and approve (ids as its addresses carry them).
+    # The people its section lets chat, and approve (ids as its addresses carry them);
+    # a ``ChatSection``'s ``allowed_users`` and ``approver_ids`` when left out.
     allowed_users: Callable[[Any], Collection[str]] = _nothing
     approvers: Callable[[Any], Collection[str]] = _nothing
     # The secret variables it reads while enabled: (name, needed); and every variable
@@ -102,7 +116,8 @@ class ChannelSpec:
     triggers: Callable[[Any], list[Trigger]] = lambda section: []
     # What ``check-config`` says of it when it is on, after its name (default "on").
     summary: Callable[[Any], str] = lambda section: "on"
-    # Keys of its section a reload (SIGHUP) takes live; the others need a restart.
+    # Keys of its section a reload (SIGHUP) takes live; the others need a restart (a
+    # ``ChatSection``: who chats and approves, when left out).
     live_keys: frozenset[str] = field(default_factory=frozenset)
     # The pydantic model of its ``[name]`` section (pure pydantic, unknown keys
     # forbidden: importable without the channel's network library); None: the core's
@@ -122,6 +137,24 @@ class ChannelSpec:
             for variable, needed in self.secrets_in_use(section, environ)
             if needed and not environ.get(variable)
         ]
+
+    def __post_init__(self) -> None:
+        """A section that is a ``ChatSection`` says whether it is on, who chats and
+        approves, and what a reload takes live: a spec that leaves them out gets them."""
+        from .sections import LIVE_KEYS, ChatSection
+
+        model = self.config_model
+        if not (isinstance(model, type) and issubclass(model, ChatSection)):
+            return
+        given: dict[str, tuple[Any, Any]] = {
+            "enabled": (None, _chat_enabled),
+            "allowed_users": (_nothing, _chat_users),
+            "approvers": (_nothing, _chat_approvers),
+            "live_keys": (frozenset(), LIVE_KEYS),
+        }
+        for key, (unset, value) in given.items():
+            if getattr(self, key) == unset:
+                object.__setattr__(self, key, value)
 
     @property
     def chats(self) -> bool:

@@ -23,6 +23,7 @@ LEAVES = {
     "echo_bot.dates",
     "echo_bot.sizes",
     "echo_bot.statuses",
+    "echo_bot.sections",
 }
 LEAF_ALLOWED_THIRD_PARTY = {"pydantic"}
 # What a channel may import from the core: its public API.
@@ -43,6 +44,7 @@ CHANNEL_API = {
     "echo_bot.prompt_answers",  # prompts on a network without buttons: how to answer
     "echo_bot.rate_limits",  # "too many requests": a short wait waited out, a long one paced
     "echo_bot.richtext",  # the outgoing-text pipeline every channel's text passes
+    "echo_bot.sections",  # config sections: value types, what every chat section holds
     "echo_bot.sizes",
     "echo_bot.statuses",
 }

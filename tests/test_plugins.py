@@ -9,7 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from echo_bot.plugins import GROUP, registry
+from echo_bot.plugins import GROUP, ChannelSpec, registry
+from echo_bot.sections import ChatSection
 from tests.conftest import ROOT, echo_bot_env
 
 
@@ -80,3 +81,21 @@ def test_addresses_read_by_what_each_channels_spec_says_of_its_ids() -> None:
     topic = Address.parse("telegram:-100123:7")
     assert (topic.chat_id, topic.thread_id) == ("-100123", "7")
     assert str(Address.parse(str(room))) == "matrix:!opaque:example.org"
+
+
+def test_a_chat_section_says_who_chats_and_approves_unless_its_spec_says_otherwise() -> None:
+    class Section(ChatSection[int]):
+        pass
+
+    bare = ChannelSpec(name="x", target="x:X", config_model=Section)
+    section = Section(enabled=True, allowed_users=[1, 2])
+    assert bare.enabled is not None and bare.enabled(section, {}, True)
+    assert set(bare.allowed_users(section)) == {"1", "2"}
+    assert set(bare.approvers(section)) == {"1", "2"}  # unset: the allowed users
+    assert set(bare.approvers(Section(allowed_users=[1, 2], approvers=[2]))) == {"2"}
+    assert bare.live_keys == {"allowed_users", "approvers"}
+    own = ChannelSpec(name="y", target="y:Y", config_model=Section, approvers=lambda s: {"9"},
+                      enabled=lambda s, environ, from_file: False)  # fmt: skip
+    assert own.enabled is not None and not own.enabled(section, {}, True)
+    assert set(own.approvers(section)) == {"9"}
+    assert ChannelSpec(name="z", target="z:Z").allowed_users(section) == ()

@@ -3,7 +3,6 @@ Pure pydantic: imported to read a config file, without matrix-nio."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
@@ -11,30 +10,17 @@ from typing import Annotated
 
 from pydantic import AfterValidator, Field, StrictBool, model_validator
 
-from echo_bot.config import ByteSize, Duration, EnvName, Section, http_url
+from echo_bot.sections import ChatSection, Duration, EnvName, FilesSection, http_url, shaped
 
-_MATRIX_USER = re.compile(r"^@[^:\s]+:[^\s]+$")
-_MATRIX_ROOM = re.compile(r"^![^:\s]+:[^\s]+$")
-
-
-def _matrix_user(value: str) -> str:
-    if not _MATRIX_USER.match(value):
-        raise ValueError(f"{value!r} is not a Matrix user ID (@name:server)")
-    return value
+MatrixUser = Annotated[
+    str, AfterValidator(shaped(r"@[^:\s]+:[^\s]+", "a Matrix user ID (@name:server)"))
+]
+MatrixRoom = Annotated[
+    str, AfterValidator(shaped(r"![^:\s]+:[^\s]+", "a Matrix room ID (!id:server)"))
+]
 
 
-def _matrix_room(value: str) -> str:
-    if not _MATRIX_ROOM.match(value):
-        raise ValueError(f"{value!r} is not a Matrix room ID (!id:server)")
-    return value
-
-
-MatrixUser = Annotated[str, AfterValidator(_matrix_user)]
-MatrixRoom = Annotated[str, AfterValidator(_matrix_room)]
-
-
-class MatrixConfig(Section):
-    enabled: StrictBool = False
+class MatrixConfig(ChatSection[MatrixUser], FilesSection):
     homeserver: Annotated[str, AfterValidator(http_url)] = "https://matrix.org"
     user_id: MatrixUser | None = None
     # The bot account's access token; or, for a first login, its password (the device
@@ -42,27 +28,17 @@ class MatrixConfig(Section):
     access_token_env: EnvName = "MATRIX_ACCESS_TOKEN"
     password_env: EnvName | None = None
     device_name: str = Field("echo-bot", min_length=1, max_length=100)
-    allowed_users: list[MatrixUser] = Field(default_factory=list)
-    approvers: list[MatrixUser] | None = None
     rooms: list[MatrixRoom] | None = None  # None: any room an allowed user invites it to
     encryption: StrictBool = True
     # Several daemons on one PostgreSQL store: one syncs; when it dies, another takes
     # over once it has been unseen this long (at least 10 s: daemons are seen every 5).
     lease: Duration = Field(timedelta(seconds=15), ge=timedelta(seconds=10))
-    # Images, files, audio and video people send: fetched from the media repository
-    # during the turn and saved in the workspace (off: described by name only).
-    media: StrictBool = True
-    max_download: ByteSize = 20 * 1000**2
 
     @model_validator(mode="after")
     def _needs_user(self) -> MatrixConfig:
         if self.enabled and not self.user_id:
             raise ValueError("user_id is needed (the bot account, @name:server)")
         return self
-
-    @property
-    def approver_ids(self) -> list[str]:
-        return self.allowed_users if self.approvers is None else self.approvers
 
 
 def secrets_in_use(section: MatrixConfig, environ: Mapping[str, str]) -> list[tuple[str, bool]]:

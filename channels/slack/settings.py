@@ -3,41 +3,29 @@ Pure pydantic: imported to read a config file, without slack-sdk."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, Field, StrictBool
+from pydantic import AfterValidator, Field
 
-from echo_bot.config import ByteSize, EnvName, Section, http_url
-
-_SLACK_USER = re.compile(r"^[UW][A-Z0-9]{2,}$")
-_SLACK_CHANNEL = re.compile(r"^[CG][A-Z0-9]{2,}$")
-
-
-def _slack_user(value: str) -> str:
-    if not _SLACK_USER.match(value):
-        raise ValueError(f"{value!r} is not a Slack user ID (U… or W…, as its profile shows)")
-    return value
-
-
-def _slack_channel(value: str) -> str:
-    if not _SLACK_CHANNEL.match(value):
-        raise ValueError(f"{value!r} is not a Slack channel ID (C… or G…, not its #name)")
-    return value
+from echo_bot.sections import ChatSection, EnvName, FilesSection, http_url, shaped
 
 
 def _api_base(value: str) -> str:
     return http_url(value) + "/"
 
 
-SlackUser = Annotated[str, AfterValidator(_slack_user)]
-SlackChannel = Annotated[str, AfterValidator(_slack_channel)]
+SlackUser = Annotated[
+    str,
+    AfterValidator(shaped(r"[UW][A-Z0-9]{2,}", "a Slack user ID (U… or W…, as its profile shows)")),
+]
+SlackChannel = Annotated[
+    str, AfterValidator(shaped(r"[CG][A-Z0-9]{2,}", "a Slack channel ID (C… or G…, not its #name)"))
+]
 
 
-class SlackConfig(Section):
-    enabled: StrictBool = False
+class SlackConfig(ChatSection[SlackUser], FilesSection):
     # "socket": Socket Mode, a WebSocket the daemon opens (no public URL needed; the app
     # token). "http": the Events API and interactivity POSTed to [http] at `path`
     # (a public HTTPS URL in front of it; the signing secret).
@@ -46,21 +34,11 @@ class SlackConfig(Section):
     app_token_env: EnvName = "SLACK_APP_TOKEN"  # xapp-…, Socket Mode
     signing_secret_env: EnvName = "SLACK_SIGNING_SECRET"  # HTTP mode
     path: str = Field("/slack/events", pattern=r"^/[A-Za-z0-9/_-]{1,100}$")
-    allowed_users: list[SlackUser] = Field(default_factory=list)
-    approvers: list[SlackUser] | None = None
     # The channels (C…/G…) it answers mentions in; None: any it is a member of. Direct
     # messages from allowed users are always taken.
     channels: list[SlackChannel] | None = None
     # The Web API's base URL (a test server or a proxy).
     api_base: Annotated[str, AfterValidator(_api_base)] = "https://slack.com/api/"
-    # Files people share: fetched during the turn and saved in the workspace (off:
-    # described by name only).
-    media: StrictBool = True
-    max_download: ByteSize = 20 * 1000**2
-
-    @property
-    def approver_ids(self) -> list[str]:
-        return self.allowed_users if self.approvers is None else self.approvers
 
 
 TOKEN_KINDS = {"xoxb-": "a bot token", "xapp-": "an app-level token", "xoxp-": "a user token"}

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
-from pydantic import AfterValidator, Field, StrictBool, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
-from echo_bot.config import ByteSize, Duration, EnvName, Section
+from echo_bot.sections import ByteSize, ChatSection, Duration, EnvName, FilesSection
 
 BOT_TOKEN_SHAPE = "expected 123456:ABC…, as @BotFather gives it"
 
@@ -38,8 +38,7 @@ def _https_url(value: str | None) -> str | None:
     return value
 
 
-class TelegramConfig(Section):
-    enabled: StrictBool = False
+class TelegramConfig(ChatSection[int], FilesSection):
     token_env: EnvName = "TELEGRAM_BOT_TOKEN"
     api_base: str = "https://api.telegram.org"
     mode: Literal["polling", "webhook"] = "polling"
@@ -48,11 +47,6 @@ class TelegramConfig(Section):
     lease: Duration = Field(timedelta(seconds=15), ge=timedelta(seconds=10))
     webhook_url: Annotated[str | None, AfterValidator(_https_url)] = None
     webhook_secret_env: EnvName = "TELEGRAM_WEBHOOK_SECRET"
-    allowed_users: list[int] = Field(default_factory=list)
-    approvers: list[int] | None = None
-    # Photos, voice notes, documents…: fetched during the turn and saved in the workspace
-    # (off: described by name and size only, nothing downloaded).
-    media: StrictBool = True
     # Telegram's cloud Bot API hands bots files of at most 20 MB; a local Bot API server
     # allows more.
     max_download: ByteSize = 20 * 1000**2
@@ -62,10 +56,6 @@ class TelegramConfig(Section):
         if self.mode == "webhook" and not self.webhook_url:
             raise ValueError("mode = 'webhook' needs webhook_url (the public HTTPS URL)")
         return self
-
-    @property
-    def approver_ids(self) -> list[int]:
-        return self.allowed_users if self.approvers is None else self.approvers
 
 
 def is_on(section: TelegramConfig, environ: Mapping[str, str], from_file: bool) -> bool:
