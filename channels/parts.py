@@ -5,8 +5,6 @@ background tasks are ``echo_bot.background.Tasks``, named here too.)"""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -67,49 +65,4 @@ def clean(text: str) -> str:
     return "".join(c for c in text if c in "\n\t" or (c >= " " and c != "\x7f"))
 
 
-class TokenBucket:
-    """A rate with a burst: ``rate`` tokens a second, at most ``burst`` saved up (the
-    pacers of the networks' message limits)."""
-
-    def __init__(
-        self, rate: float, burst: float, clock: Callable[[], float] = time.monotonic
-    ) -> None:
-        self.rate = rate
-        self.burst = burst
-        self.tokens = burst
-        self.clock = clock
-        self.updated = clock()
-
-    def _refill(self) -> None:
-        now = self.clock()
-        self.tokens = min(self.burst, self.tokens + (now - self.updated) * self.rate)
-        self.updated = now
-
-    def delay(self) -> float:
-        """Take one token; return how long to wait before using it."""
-        self._refill()
-        self.tokens -= 1
-        return 0.0 if self.tokens >= 0 else -self.tokens / self.rate
-
-    def wait_for_spare(self, reserve: float) -> float:
-        """Seconds until one token is spare above ``reserve`` (0.0: now); takes none."""
-        self._refill()
-        if self.tokens - 1 >= reserve:
-            return 0.0
-        return (reserve + 1 - self.tokens) / self.rate
-
-    def take(self) -> None:
-        self._refill()
-        self.tokens -= 1
-
-    def spare(self, reserve: float) -> float:
-        """Take one token only if at least ``reserve`` remain after it (then 0.0); else
-        take none and return the seconds until one is spare."""
-        self._refill()
-        if self.tokens - 1 >= reserve:
-            self.tokens -= 1
-            return 0.0
-        return (reserve + 1 - self.tokens) / self.rate
-
-
-__all__ = ["Tasks", "ThroughParts", "TokenBucket", "clean"]
+__all__ = ["Tasks", "ThroughParts", "clean"]

@@ -40,6 +40,7 @@ CHANNEL_API = {
     "echo_bot.http_deliveries",  # the route of a network that POSTs its events
     "echo_bot.link",  # a channel's connection to its peer as the host keeps it
     "echo_bot.plugins",  # a channel's spec: what the core knows of it
+    "echo_bot.pacing",  # how fast a channel sends: budgets per chat and account
     "echo_bot.probe",  # one bounded HTTP request, for a channel's doctor checks
     "echo_bot.prompt_answers",  # prompts on a network without buttons: how to answer
     "echo_bot.rate_limits",  # "too many requests": a short wait waited out, a long one paced

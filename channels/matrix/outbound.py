@@ -16,8 +16,8 @@ tried again, up to RETRIES times; a longer one is raised as ``ChannelError(retry
 for the delivery worker to pace.
 
 A homeserver counts an edit as a message (Synapse's ``rc_message``), so a preview's text
-goes only from spare budget (``Pacer.spare``: none while the room's or the account's
-sends wait, a send in progress or a recent ``M_LIMIT_EXCEEDED``), tried once; nothing is
+goes only from spare budget (``has_spare``: none while the room's or the account's sends
+wait, a send in progress or a recent ``M_LIMIT_EXCEEDED``), tried once; nothing is
 shown before the first sync (rooms unknown) or on a daemon that does not sync.
 """
 
@@ -32,6 +32,7 @@ from echo_bot.bus import ChannelEdge, ChannelHost, ChannelLink
 from echo_bot.chat_sends import ChatSends
 from echo_bot.errors import ChannelError
 from echo_bot.events import Address, OutboundKind, OutboundMessage, Receipt
+from echo_bot.pacing import Pacer
 from echo_bot.prompt_answers import prompt_text
 from echo_bot.rate_limits import RateLimited, within_limits
 from echo_bot.richtext import parts as richtext
@@ -47,67 +48,13 @@ RETRIES = 3
 RETRY_WAIT_MAX = 10.0  # seconds; a longer wait goes back to the delivery worker
 RETRY_MARGIN = 0.1  # seconds after retry_after_ms
 ROOM_INTERVAL = 0.1  # seconds between two sends to one room
-GROW, SHRINK = 1.5, 0.97  # the account's spacing after a refusal, after a send
-QUIET = 60.0  # seconds without a send after which the account's learned spacing is dropped
 
 
-class Pacer:
-    """Per room: at most one send per ROOM_INTERVAL, and none before the room's limit
-    ends. Per account (a homeserver counts a user's messages in every room together, as
-    Synapse's ``rc_message`` does): after an ``M_LIMIT_EXCEEDED``, sends are spaced by
-    the wait it asked for, grown at each further refusal and shrunk a little at each
-    send, so a long burst meets the limit a few times instead of at every send past the
-    allowance; the spacing is dropped once the account has sent nothing for QUIET
-    seconds (its allowance has grown back by then)."""
-
-    def __init__(self) -> None:
-        self._next: dict[str, float] = {}
-        self._locks: dict[str, asyncio.Lock] = {}
-        self._spacing = 0.0  # seconds between two sends of the account, as last learned
-        self._next_any = 0.0  # the account's next free slot
-        self._last_send = 0.0
-
-    def lock(self, room_id: str) -> asyncio.Lock:
-        return self._locks.setdefault(room_id, asyncio.Lock())
-
-    def _forget_if_quiet(self, now: float) -> None:
-        if self._spacing and now - self._last_send > QUIET:
-            self._spacing = 0.0
-
-    def spare(self, room_id: str) -> bool:
-        """Whether a send to the room now waits for nothing: its slot and the account's
-        are free and the account was not refused lately (previews are sent only then)."""
-        now = asyncio.get_running_loop().time()
-        self._forget_if_quiet(now)
-        free = max(self._next_any, self._next.get(room_id, 0.0)) <= now
-        return free and not self._spacing and not self.lock(room_id).locked()
-
-    async def wait(self, room_id: str) -> None:
-        loop = asyncio.get_running_loop()
-        now = loop.time()
-        self._forget_if_quiet(now)
-        slot = max(self._next_any, now)  # taken before sleeping: rooms do not share it
-        self._next_any = slot + self._spacing
-        delay = max(slot, self._next.get(room_id, 0.0)) - now
-        if delay > 0:
-            await asyncio.sleep(delay)
-        self._last_send = loop.time()
-        self._next[room_id] = self._last_send + ROOM_INTERVAL
-
-    def hold(self, room_id: str, seconds: float) -> None:
-        """The homeserver refused a send for ``seconds``: the room and the account wait,
-        and the account's sends are spaced by that much from now on."""
-        until = asyncio.get_running_loop().time() + seconds
-        self._next[room_id] = max(self._next.get(room_id, 0.0), until)
-        self._next_any = max(self._next_any, until)
-        # Refused while spaced already: the spacing was too short (the wait asked for is
-        # only until one more send is allowed, not the allowance's rate).
-        grown = self._spacing * GROW if self._spacing else seconds
-        self._spacing = min(max(grown, seconds), RETRY_WAIT_MAX)
-
-    def sent(self) -> None:
-        """A send went through: the spacing shrinks a little, towards the allowance."""
-        self._spacing *= SHRINK
+def matrix_pacer() -> Pacer:
+    """Per room: one send per ROOM_INTERVAL, none before the room's limit ends. Per
+    account (a homeserver counts a user's messages in every room together, as Synapse's
+    ``rc_message`` does, at a rate it does not publish): learned from its refusals."""
+    return Pacer((1 / ROOM_INTERVAL, 1.0), learns=RETRY_WAIT_MAX, keep=0.0)
 
 
 PROMPT = MatrixText(limit=30_000)  # a prompt (or its outcome) is one event, never cut
@@ -130,7 +77,8 @@ class Outbound:
         self.edge = edge
         self.link = link
         self.masker = host.masker
-        self.pacer = Pacer()
+        self.pacer = matrix_pacer()
+        self._locks: dict[str, asyncio.Lock] = {}  # per room: one send at a time
         self.sends = ChatSends(self, self.masker, tasks, interval=EDIT_INTERVAL,
                                ready=synced.is_set)  # fmt: skip
         self.previews = self.sends.previews
@@ -143,7 +91,7 @@ class Outbound:
                     await self.synced.wait()
             except TimeoutError:
                 raise ChannelError("not synced with the homeserver yet") from None
-        async with self.pacer.lock(room_id):
+        async with self._lock(room_id):
             if message.edit_of is not None and message.edit_message_id:
                 return await self._edit(room_id, message.edit_message_id, message)
             if message.kind == OutboundKind.APPROVAL and message.buttons:
@@ -171,17 +119,23 @@ class Outbound:
         await self.client.room_redact(to.chat_id, message_id, reason="a preview of a reply")
 
     def has_spare(self, to: Address, editing: bool) -> bool:
-        return self.pacer.spare(to.chat_id)
+        """Nothing waits for the room (no send of its own in progress) and the pacer
+        has budget to spare (none after a recent ``M_LIMIT_EXCEEDED``)."""
+        return not self._lock(to.chat_id).locked() and self.pacer.spare(to.chat_id) == 0.0
+
+    def _lock(self, room_id: str) -> asyncio.Lock:
+        return self._locks.setdefault(room_id, asyncio.Lock())
 
     async def _send_event(
         self, room_id: str, content: dict[str, Any], key: str, spare: bool
     ) -> str:
         """A send within ``send`` (the room's lock held), or a preview's: from spare
-        budget, taking the lock, tried once (a refusal is raised at once)."""
+        budget (counted by ``has_spare``), taking the lock, tried once (a refusal is
+        raised at once)."""
         if not spare:
             return await self._room_send(room_id, content, key)
-        async with self.pacer.lock(room_id):
-            return await self._room_send(room_id, content, key, retries=0)
+        async with self._lock(room_id):
+            return await self._room_send(room_id, content, key, retries=0, paced=False)
 
     # -- what is Matrix's own -------------------------------------------------------------
     async def _upload(self, message: OutboundMessage) -> str:
@@ -214,15 +168,17 @@ class Outbound:
         return Receipt(channel_message_id=event_id)
 
     async def _room_send(
-        self, room_id: str, content: dict[str, Any], tx_id: str, *, retries: int = RETRIES
-    ) -> str:
+        self, room_id: str, content: dict[str, Any], tx_id: str, *, retries: int = RETRIES,
+        paced: bool = True,
+    ) -> str:  # fmt: skip
         """Send one event; ``tx_id`` (the outbound's id) is the same for every try, also
         the delivery worker's: the homeserver answers a repeat with the event it made
         the first time (for this device's token), so a send in flight at a kill is not
         repeated either."""
 
         async def once(tried: int) -> str:
-            await self.pacer.wait(room_id)
+            if paced or tried:
+                await self.pacer.wait(room_id)
             try:
                 answer = await self.client.room_send(
                     room_id, "m.room.message", content, tx_id=tx_id,

@@ -23,7 +23,7 @@ from echo_bot.richtext import parts as richtext
 from .blocks import blocks_of
 from .common import log
 from .formatting import TEXT
-from .web import RETRIES, Web
+from .web import RETRIES, Web, paced_as
 
 EDIT_INTERVAL = 2.0  # seconds between two texts of one preview (chat.update is Tier 3)
 
@@ -67,7 +67,8 @@ class Outbound:
         )
 
     def has_spare(self, to: Address, editing: bool) -> bool:
-        return self.web.pacer.spare("chat.update" if editing else "chat.postMessage", to.chat_id)
+        key = paced_as("chat.update" if editing else "chat.postMessage", to.chat_id)
+        return self.web.pacer.spare(key) == 0.0
 
     async def _update(
         self, to: Address, ts: str, text: str, *, blocks: Any = None, retries: int = RETRIES,

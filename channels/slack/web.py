@@ -3,12 +3,11 @@ by Slack's limits and its errors mapped onto the delivery worker's.
 
 Slack's limits (https://docs.slack.dev/apis/web-api/rate-limits): posting is about one
 message a second per conversation, short bursts allowed; other methods by tier per
-workspace (``chat.update`` Tier 3, 50+ a minute; files Tier 4). The pacer keeps 5 %
-under each, as Telegram's does: Slack counts arrivals, so a send that leaves on time
-can arrive early next to the one before. A 429 still possible (another app of the
-workspace, a server that counts differently) holds that method (and conversation) for
-its ``Retry-After``: a short wait is waited out here and the call made again, a long one
-goes back to the delivery worker as ``ChannelError(retry_after=…)``.
+workspace (``chat.update`` Tier 3, 50+ a minute; files Tier 4), each a budget of the
+host's pacer (``echo_bot.pacing``). A 429 still possible (another app of the workspace,
+a server that counts differently) holds that method (and conversation) for its
+``Retry-After``: a short wait is waited out here and the call made again, a long one goes
+back to the delivery worker as ``ChannelError(retry_after=…)``.
 
 The SDK's own retry handlers are off (``retry_handlers=[]``): a retried post it cannot
 tell was delivered would be sent twice.
@@ -24,9 +23,9 @@ from aiohttp import ClientError, ClientSession, ClientTimeout
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from channels.parts import TokenBucket
 from echo_bot.bus import ChannelLink
 from echo_bot.errors import ChannelError
+from echo_bot.pacing import Pacer, Rate
 from echo_bot.rate_limits import RateLimited, within_limits
 
 T = TypeVar("T")
@@ -34,7 +33,6 @@ T = TypeVar("T")
 REQUEST_TIMEOUT = 30  # seconds for one Web API call
 RETRIES = 3
 RETRY_WAIT_MAX = 10.0  # seconds; a longer Retry-After goes back to the delivery worker
-SLACK = 0.05  # kept under each rate
 # Per method: (calls a second, burst) — posting per conversation, the rest per workspace.
 POST_RATE = (1.0, 3.0)
 TIER_RATES = {
@@ -58,45 +56,15 @@ FINAL = frozenset(
 AUTH_ERRORS = frozenset({"invalid_auth", "not_authed", "account_inactive", "token_revoked"})
 
 
-class Pacer:
-    def __init__(self) -> None:
-        self._buckets: dict[tuple[str, str], TokenBucket] = {}
-        self._held: dict[tuple[str, str], float] = {}  # key → the loop's time it is free
+def rate_of(key: str) -> Rate:
+    """A key's budget: posting per conversation (``method:channel``), the rest per
+    workspace (``method``)."""
+    method = key.partition(":")[0]
+    return POST_RATE if method in POSTING else TIER_RATES.get(method, (20.0, 20.0))
 
-    def _key(self, method: str, channel: str | None) -> tuple[str, str]:
-        return (method, channel or "") if method in POSTING else (method, "")
 
-    def _bucket(self, key: tuple[str, str]) -> TokenBucket:
-        bucket = self._buckets.get(key)
-        if bucket is None:
-            if len(self._buckets) > 10_000:  # forget idle conversations
-                self._buckets.clear()
-            method = key[0]
-            rate, burst = POST_RATE if method in POSTING else TIER_RATES.get(method, (20.0, 20.0))
-            bucket = self._buckets[key] = TokenBucket(rate / (1 + SLACK), burst)
-        return bucket
-
-    def _held_for(self, key: tuple[str, str]) -> float:
-        return self._held.get(key, 0.0) - asyncio.get_running_loop().time()
-
-    def reserve(self, method: str, channel: str | None) -> float:
-        """Count one call; the seconds to wait before making it."""
-        key = self._key(method, channel)
-        return max(self._bucket(key).delay(), self._held_for(key))
-
-    def spare(self, method: str, channel: str | None) -> bool:
-        """Take one call of ``method`` only if one is left beyond it for a real message
-        and the method is not held (a preview goes only then)."""
-        key = self._key(method, channel)
-        return self._held_for(key) <= 0 and self._bucket(key).spare(1) == 0.0
-
-    def hold(self, method: str, channel: str | None, seconds: float) -> None:
-        key = self._key(method, channel)
-        until = asyncio.get_running_loop().time() + seconds
-        if len(self._held) > 10_000:  # forget the holds long over
-            now = asyncio.get_running_loop().time()
-            self._held = {k: t for k, t in self._held.items() if t > now}
-        self._held[key] = max(self._held.get(key, 0.0), until)
+def paced_as(method: str, channel: str | None) -> str:
+    return f"{method}:{channel or ''}" if method in POSTING else method
 
 
 class Web:
@@ -105,7 +73,7 @@ class Web:
     def __init__(self, token: str, api_base: str, link: ChannelLink) -> None:
         self.token, self.api_base = token, api_base
         self.link = link
-        self.pacer = Pacer()
+        self.pacer = Pacer(rate_of)
         self._session: ClientSession | None = None
         self.client = AsyncWebClient(
             token=token, base_url=api_base, timeout=REQUEST_TIMEOUT, retry_handlers=[]
@@ -126,11 +94,13 @@ class Web:
         paced: bool = True,
     ) -> T:
         """``request()`` (one SDK call of ``method``), paced (``paced=False``: its call was
-        counted already, by ``Pacer.spare``); a short 429 waited out, up to ``retries``
+        counted already, by the pacer's ``spare``); a short 429 waited out, up to ``retries``
         times."""
 
+        key = paced_as(method, channel)
+
         async def once(tried: int) -> T:
-            wait = self.pacer.reserve(method, channel) if paced or tried else 0.0
+            wait = self.pacer.reserve(key) if paced or tried else 0.0
             if wait > 0:
                 await asyncio.sleep(wait)
             try:
@@ -157,7 +127,7 @@ class Web:
 
         return await within_limits(
             once, link=self.link, what=f"slack: {method}", retries=retries,
-            wait_max=RETRY_WAIT_MAX, held=lambda wait: self.pacer.hold(method, channel, wait),
+            wait_max=RETRY_WAIT_MAX, held=lambda wait: self.pacer.hold(key, wait),
         )  # fmt: skip
 
     async def close(self) -> None:

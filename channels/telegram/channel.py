@@ -44,7 +44,7 @@ from .media import Downloads
 from .outbound import Outbound
 from .poller import ALLOWED_UPDATES, Poller
 from .previews import Previews
-from .render import Pacer
+from .render import TYPING_INTERVAL, telegram_pacer
 from .settings import TelegramConfig
 from .webhook import Webhook
 
@@ -80,7 +80,7 @@ class TelegramChannel(ThroughParts):
         self.bot = Bot(token, session=session)
         self.commands = list(host.commands)
         self.bus = host.bus
-        self.pacer = Pacer()
+        self.pacer = telegram_pacer()
         self.me = Me()
         self.link = host.link("telegram")
         self.link.facts["mode"] = config.mode
@@ -160,10 +160,10 @@ class TelegramChannel(ThroughParts):
 
     async def show_typing(self, to: Address, on: bool) -> float | None:
         """One "typing…" (Telegram shows it 5 s, or until the bot's next message) when
-        the pacer has room for it: replies never queue behind typing."""
+        the overall budget has room to spare: replies never queue behind typing."""
         if not on:
             return None  # it ends by itself
-        wait = self.pacer.typing(f"{to.chat_id}/{to.thread_id or ''}")
+        wait = self.pacer.spare(None)
         if wait > 0:
             return wait
         try:
@@ -177,7 +177,7 @@ class TelegramChannel(ThroughParts):
             pass  # the next beat tries again
         except (AiogramError, ValueError):
             return None  # blocked, gone, refused: this chat shows no typing
-        return 0.0  # the pacer says when the next may go
+        return TYPING_INTERVAL
 
     def _menu(self) -> list[tuple[str, str]]:
         own = [("start", "say hello"), ("whoami", "show your Telegram user id"),

@@ -28,11 +28,12 @@ from aiogram.types import (
 from echo_bot.bus import ChannelHost
 from echo_bot.errors import ChannelError
 from echo_bot.events import MediaKind, OutboundMessage, Receipt, TextFormat
+from echo_bot.pacing import Pacer
 from echo_bot.richtext.model import Formatted
 
 from .common import Tasks, log
 from .previews import Previews
-from .render import Pacer, keyboard_rows
+from .render import keyboard_rows
 from .text import entities, message_parts, rendered
 
 T = TypeVar("T")

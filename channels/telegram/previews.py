@@ -4,6 +4,7 @@ in groups. (The typing indicator before it is the host's: ``show_typing``.)"""
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass
 
 from aiogram import Bot
@@ -18,10 +19,10 @@ from aiogram.types import MessageGenerationStopped
 
 from echo_bot.bus import ChannelHost
 from echo_bot.events import Address, OutboundKind, OutboundMessage
+from echo_bot.pacing import Pacer
 from echo_bot.richtext.model import Formatted
 
 from .common import Tasks, log
-from .render import Pacer
 from .text import entities, rendered_preview
 
 PREVIEWS_MAX = 1000  # replies being written shown at once, at most
@@ -72,6 +73,8 @@ class Previews:
         self._drafts: dict[int, tuple[str, int]] = {}  # draft id -> key, chat: stop buttons
         # Group preview messages of finished previews, until a reply takes their place.
         self._left_previews: dict[str, tuple[_Preview, asyncio.TimerHandle]] = {}
+        self._previewed_at: dict[int, float] = {}  # chat → when its last preview went
+        self._paused_until = 0.0  # after a 429 to a preview, none goes anywhere until then
 
     async def show_preview(self, to: Address, key: str, text: str) -> None:
         try:
@@ -88,7 +91,7 @@ class Previews:
             return
         interval = DRAFT_INTERVAL if private else EDIT_INTERVAL
         while True:  # only from spare budget: real messages never wait behind a preview
-            wait = self.pacer.preview(str(chat_id), interval)
+            wait = self._may_show(chat_id, interval)
             if wait <= 0:
                 break
             await asyncio.sleep(wait)
@@ -96,13 +99,28 @@ class Previews:
             await self._show(chat_id, state, part)
             state.shown = text
         except TelegramRetryAfter as exc:
-            self.pacer.pause_previews(float(exc.retry_after))
+            self._paused_until = max(self._paused_until, time.monotonic() + exc.retry_after)
             log.info("telegram: previews paused %s s (429)", exc.retry_after)
         except (TelegramNetworkError, TelegramServerError, OSError, TimeoutError):
             pass  # the next text tries again
         except AiogramError as exc:  # refused: this reply is not previewed any further
             state.broken = True
             log.info("telegram: preview in %s refused: %s", chat_id, exc)
+
+    def _may_show(self, chat_id: int, interval: float) -> float:
+        """0.0 when a preview may go to the chat now (then counted); else the seconds
+        until it may: one per ``interval`` per chat, none while a 429 pauses previews,
+        and only from spare budget (real messages never wait behind a preview)."""
+        now = time.monotonic()
+        wait = max(self._previewed_at.get(chat_id, -interval) + interval, self._paused_until)
+        if wait > now:
+            return wait - now
+        if (wait := self.pacer.spare(str(chat_id))) > 0:
+            return wait
+        if len(self._previewed_at) >= PREVIEWS_MAX * 10:  # forget idle chats
+            self._previewed_at.clear()
+        self._previewed_at[chat_id] = now
+        return 0.0
 
     def _state(self, to: Address, key: str, chat_id: int) -> _Preview | None:
         """The preview of ``key``: the one being shown, the message its turn's last step

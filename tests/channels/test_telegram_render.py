@@ -6,11 +6,8 @@ import random
 
 import pytest
 
-from channels.parts import TokenBucket
 from channels.telegram.render import (
     MAX_TEXT,
-    TYPING_INTERVAL,
-    Pacer,
     keyboard_rows,
 )
 from echo_bot.events import Button
@@ -113,61 +110,3 @@ def test_keyboard_rows_drop_actions_over_64_bytes() -> None:
     ]
     assert keyboard_rows(buttons) == [[("Approve", fits)], [("Exactly", "y" * 64)]]
     assert keyboard_rows([]) == []
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def test_token_bucket_allows_a_burst_then_paces() -> None:
-    clock = FakeClock()
-    bucket = TokenBucket(rate=1.0, burst=3, clock=clock)
-    assert [bucket.delay() for _ in range(3)] == [0.0, 0.0, 0.0]
-    assert bucket.delay() == pytest.approx(1.0)
-    assert bucket.delay() == pytest.approx(2.0)  # each waiting send queues behind the last
-    clock.now += 2.0  # the two waits are over
-    assert bucket.delay() == pytest.approx(1.0)
-    clock.now += 10.0  # idle: refills, but never beyond the burst
-    assert [bucket.delay() for _ in range(3)] == [0.0, 0.0, 0.0]
-    assert bucket.delay() > 0
-
-
-def test_token_bucket_rate() -> None:
-    clock = FakeClock()
-    bucket = TokenBucket(rate=30.0, burst=30, clock=clock)
-    assert all(bucket.delay() == 0.0 for _ in range(30))
-    assert bucket.delay() == pytest.approx(1 / 30)
-    clock.now += 1.0
-    assert bucket.delay() == 0.0
-
-
-def test_attack_typing_is_sent_at_most_once_per_chat_per_interval() -> None:
-    clock = FakeClock()
-    pacer = Pacer(clock=clock)
-    assert pacer.typing("a") == 0.0
-    for _ in range(50):  # a burst of turns in one chat: one indicator covers them
-        assert pacer.typing("a") > 0
-    assert pacer.typing("b") == 0.0  # another chat has its own
-    clock.now += TYPING_INTERVAL - 0.1
-    assert pacer.typing("a") == pytest.approx(0.1)
-    clock.now += 0.1
-    assert pacer.typing("a") == 0.0
-
-
-def test_attack_typing_takes_only_spare_budget_and_never_delays_replies() -> None:
-    clock = FakeClock()
-    pacer = Pacer(clock=clock)
-    chats = [f"chat{n}" for n in range(100)]
-    typed = [chat for chat in chats if pacer.typing(chat) == 0.0]
-    # The overall budget is 30 messages; typing may use only what is above half of it.
-    assert len(typed) == 15
-    # So a burst of replies as big as half the budget goes out at once, each to a fresh
-    # chat, typing or not: nothing waits behind typing.
-    assert [pacer.reserve(f"reply{n}") for n in range(15)] == [0.0] * 15
-    # With the budget used up by replies, typing is what is left out (never waited for).
-    assert pacer.typing("chat99") > 0
-    assert pacer.reserve("reply-late") > 0
