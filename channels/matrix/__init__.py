@@ -6,6 +6,7 @@ per job: ``session`` (login, the device and its encryption keys in
 ``<state_dir>/matrix/``), ``sync`` (the durable sync loop: events committed before the
 sync token moves past them), ``inbound`` (events into InboundMessages, invites,
 undecryptable messages; reactions and replies to prompts handed to the edge),
-``media`` (files both ways through the media repository), ``outbound`` (send, edit,
-files, pacing, rate limits) and ``formatting`` (the renderer: body and HTML).
+``media`` (files both ways through the media repository), ``outbound`` (post, edit and
+redact one event for the host's ``ChatSends``; prompts, files, rate limits),
+``formatting`` (the renderer: body and HTML) and ``doctor``.
 """

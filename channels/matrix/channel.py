@@ -1,10 +1,6 @@
-"""The Matrix channel: the wiring of the client and the parts that do the work.
-
-``session`` logs in and loads the key store; ``sync`` runs the durable loop; ``inbound``
-maps events; ``media`` reads, fetches and uploads files; ``outbound`` sends;
-``previews`` shows a reply while it is written; ``show_typing`` is how a room shows the
-bot typing (the host's indicator says when).
-"""
+"""The Matrix channel: the wiring of the client and the parts that do the work (the
+package's docstring names them); ``show_typing`` is how a room shows the bot typing
+(the host's indicator says when)."""
 
 from __future__ import annotations
 
