@@ -121,6 +121,9 @@ class BrainContext:
     preview: Preview | None = None
     # The channel said the chat is the sender's alone with the bot (``Inbound.direct``).
     direct: bool = False
+    # The chat's memory notes (``echo_bot/memory_notes.py``), for a brain that reads
+    # them: data someone saved, never instructions.
+    notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,7 @@ from .config import (
 )
 from .errors import ConfigError
 from .live import LiveSettings
+from .memory_notes import MemoryNotes
 from .scheduling.reminders import ReminderService
 from .tools.builtin import builtin_tools
 from .tools.builtin.messaging import Outlet
@@ -54,6 +55,7 @@ def tool_registry(
         reminders=reminders,
         outgoing=state_dir / "outgoing",
         outlet=outlet,
+        memory=MemoryNotes(reminders.store),  # the same store as the reminders'
     ):
         registry.register(tool)
     return registry

@@ -29,6 +29,7 @@ from .bus import Bus, Channel
 from .cluster import Cluster
 from .commands.console import register_console_command
 from .commands.core import register_core_commands
+from .commands.memory import register_memory_commands
 from .commands.registry import CommandRegistry
 from .commands.reminders import register_reminder_commands
 from .config import Config, LoadedConfig, check_environment, llm_enabled, secret_env_names
@@ -43,6 +44,7 @@ from .live import Exposed, Live, LiveSettings, Reloadable, restart_needed
 from .media.budget import MediaBudget
 from .media.inbound import MediaPreparer, Transcribe
 from .media.inbox import INBOX
+from .memory_notes import MemoryNotes
 from .previews import Previews
 from .scheduling.reminders import ReminderService
 from .scheduling.scheduler import Scheduler
@@ -456,6 +458,7 @@ def _commands(
     register_core_commands(commands, pending, reprompt, reset, reminders.timezone_for)
     register_console_command(commands, store, live, started, reminders.timezone_for)
     register_reminder_commands(commands, reminders)
+    register_memory_commands(commands, MemoryNotes(store))
     return commands
 
 

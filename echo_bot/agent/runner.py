@@ -61,12 +61,21 @@ class Phase(Enum):
     THINK = "think"
 
 
+@dataclass(frozen=True)
+class Recall:
+    """What a brain step thinks on, read in one transaction: the session's history and,
+    for a brain that reads them, the chat's memory notes."""
+
+    messages: list[ChatMessage]
+    notes: tuple[str, ...] = ()
+
+
 @dataclass
 class _Turn:
     """A message turn as its phases leave it for the next."""
 
     turn: TurnRow
-    conversation: list[ChatMessage] | None  # the history for the next brain step, if read
+    conversation: Recall | None  # the history (and notes) for the next brain step, if read
     settled: list[CallRow] | None = None  # the step's calls as just stored and settled
 
 
@@ -100,6 +109,13 @@ class TurnRunner:
         self.masker = masker
         self.config = config
         self.history = HistoryCache(HISTORY_LIMIT)
+        # Only a model reads memory notes: the rules brain's turns do not read them.
+        self.reads_notes = bool(getattr(brain, "reads_notes", False))
+
+    def _recall(self, tx: Tx, session_key: str) -> Recall:
+        notes = tx.memory.of(session_key) if self.reads_notes else ()
+        shown = tuple(f"[{note.id}] {note.text}" for note in notes)  # ids: to forget one
+        return Recall(self.history.load(tx, session_key), shown)
 
     async def advance(self, inbound_id: str, known: InboundMessage | None = None) -> None:
         """Move the turn of inbox row ``inbound_id`` as far as it can go now (``known``:
@@ -116,7 +132,7 @@ class TurnRunner:
         await self._drive(inbound, turn, conversation)
 
     async def _drive(
-        self, inbound: InboundMessage, turn: TurnRow, conversation: list[ChatMessage] | None
+        self, inbound: InboundMessage, turn: TurnRow, conversation: Recall | None
     ) -> None:
         if isinstance(inbound, ToolCallInbound):
             await self._drive_direct(inbound, turn)
@@ -212,7 +228,7 @@ class TurnRunner:
         inbound_id: str,
         known: InboundMessage | None,
         prepared: PreparedMessage | None = None,
-    ) -> tuple[InboundMessage, TurnRow, list[ChatMessage] | None] | MessageInbound | None:
+    ) -> tuple[InboundMessage, TurnRow, Recall | None] | MessageInbound | None:
         """Start or resume the turn; a new message turn comes with the history to think on.
         A new turn whose message has files is not started without them ``prepared``:
         then the message is returned, to fetch them outside any transaction."""
@@ -230,7 +246,7 @@ class TurnRunner:
             turn = tx.turns.get(inbound.id)
         if self.fence is not None:
             self.fence(tx, inbound.session_key)
-        conversation: list[ChatMessage] | None = None
+        conversation: Recall | None = None
         if turn is None:
             message = inbound if isinstance(inbound, MessageInbound) else None
             if message is not None and message.attachments and prepared is None:
@@ -251,11 +267,11 @@ class TurnRunner:
         inbound: InboundMessage,
         message: MessageInbound | None,
         prepared: PreparedMessage | None,
-    ) -> list[ChatMessage]:
+    ) -> Recall:
         """What a turn just made (running) starts with: a message's words in the history
         (with a note on each of its files, ``prepared``) and the history to think on; a
         direct call, an empty conversation (a fresh step)."""
-        conversation: list[ChatMessage] = []
+        conversation = Recall([])
         if message is not None:
             text = prepared.text if prepared is not None else message.text or ""
             files: tuple[FileNote, ...] = ()
@@ -271,7 +287,7 @@ class TurnRunner:
             )
             for notice in prepared.notices if prepared is not None else ():
                 tx.outbox.add(self._notice(inbound, notice))
-            conversation = self.history.load(tx, inbound.session_key)
+            conversation = self._recall(tx, inbound.session_key)
         tx.audit.write(
             "turn.started",
             trace_id=inbound.trace_id,
@@ -332,7 +348,7 @@ class TurnRunner:
 
     def _close_step(
         self, tx: Tx, inbound: InboundMessage, turn: TurnRow, progress: StepProgress
-    ) -> tuple[TurnRow, list[ChatMessage] | None]:
+    ) -> tuple[TurnRow, Recall | None]:
         """Store the step's results, append them to history and move to the next step,
         atomically; a message turn gets the history for its next brain step in the same
         go."""
@@ -351,7 +367,7 @@ class TurnRunner:
                         name=call.name,
                     ),
                 )
-            conversation = self.history.load(tx, inbound.session_key)
+            conversation = self._recall(tx, inbound.session_key)
         tx.turns.set(turn.id, step=turn.step + 1)
         following = TurnRow(turn.id, turn.session_key, turn.trace_id, turn.step + 1, turn.status)
         return following, conversation
@@ -368,13 +384,14 @@ class TurnRunner:
         inbound: MessageInbound,
         turn: TurnRow,
         tools: Sequence[Tool],
-        conversation: list[ChatMessage] | None,
+        conversation: Recall | None,
     ) -> BrainReply | None:
         """The brain's next move; its audit record is written with the commit that acts on
         it (the step, or the turn's end)."""
         if conversation is None:
-            load = partial(self.history.load, session_key=inbound.session_key)
-            conversation = await self.store.run(load)
+            conversation = await self.store.run(
+                partial(self._recall, session_key=inbound.session_key)
+            )
         if self.previews is not None and self.previews.take_stop(inbound.id):
             # Stopped while its tools ran: it ends here, with what it has said.
             return BrainReply(text="(stopped)", route_reason="stopped by the user", markdown=True)
@@ -390,10 +407,11 @@ class TurnRunner:
             images=tuple(self.media.images_of(inbound)),
             preview=preview,
             direct=inbound.direct,
+            notes=conversation.notes,
         )
         try:
             try:
-                reply = await self._answer(inbound, conversation, tools, context)
+                reply = await self._answer(inbound, conversation.messages, tools, context)
             finally:
                 if preview is not None and self.previews is not None:
                     await self.previews.close(preview)

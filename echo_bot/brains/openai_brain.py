@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 
 class OpenAIBrain:
     name = "openai"
+    reads_notes = True  # the chat's memory notes go into its prompt
 
     def __init__(self, config: OpenAIConfig, brain: BrainConfig, api_key: str | None) -> None:
         import openai
@@ -125,7 +126,9 @@ class OpenAIBrain:
     async def _request(
         self, conversation: Sequence[ChatMessage], tools: Sequence[Tool], context: BrainContext
     ) -> dict[str, Any]:
-        messages = build_messages(self.brain.system_prompt, conversation, self.brain.context_chars)
+        messages = build_messages(
+            self.brain.system_prompt, conversation, self.brain.context_chars, context.notes
+        )
         if self.config.vision and context.images:
             await _show_images(messages, context.images)
         request: dict[str, Any] = {"model": self.config.model, "messages": messages}

@@ -458,6 +458,26 @@ def reminders_command(at: StoreAt, action: str, reminder_id: str | None) -> int:
     return 0
 
 
+# -- memory notes -------------------------------------------------------------------------
+def memory_command(at: StoreAt, action: str, target: str | None) -> int:
+    """``memory list [CHAT]``: every chat's notes, or one chat's; ``memory forget ID``."""
+    from ..memory_notes import forget_note, listing
+
+    if action == "list":
+        notes = _listed(at, lambda tx: tx.memory.of(target) if target else tx.memory.every())
+        print(listing(notes, chats=not target))
+        return 0
+    if not target:
+        print("echo-bot: memory forget needs a note id (see `echo-bot memory list`)")
+        return 2
+    note = _with_store(at, lambda tx: forget_note(tx, target, by="shell"))
+    if note is None:
+        print(f"echo-bot: no memory note {target.strip().lower()!r}", file=sys.stderr)
+        return 1
+    print(f"Forgotten in {note.session_key}: {note.text}")
+    return 0
+
+
 def _id_prefix(given: str, what: str, listing: str) -> str | None:
     """The id or prefix to look for, or None (said on stderr) when it is too short."""
     wanted = given.strip().lower()

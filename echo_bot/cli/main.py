@@ -164,6 +164,11 @@ def _parser() -> argparse.ArgumentParser:
     reminders = sub.add_parser("reminders", parents=[common], help="list or cancel reminders")
     reminders.add_argument("action", choices=["list", "cancel"])
     reminders.add_argument("id", nargs="?", help="the reminder id (cancel)")
+    memory = sub.add_parser(
+        "memory", parents=[common], help="list or forget the chats' memory notes"
+    )
+    memory.add_argument("action", choices=["list", "forget"])
+    memory.add_argument("target", nargs="?", help="a chat (list: its notes only) or a note id")
     audit = sub.add_parser("audit", parents=[common], help="print the audit log")
     audit.add_argument("--tail", type=int, default=50, help="the last N entries (default 50)")
     audit.add_argument("--trace", help="every entry of one trace id")
@@ -288,6 +293,10 @@ def _manage(
         from .admin import reminders_command
 
         return reminders_command(at, args.action, args.id)
+    if args.command == "memory":
+        from .admin import memory_command
+
+        return memory_command(at, args.action, args.target)
     if args.command == "pair":
         from .admin import pair_command
 

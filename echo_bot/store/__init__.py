@@ -30,6 +30,7 @@ from .inspect import (
     check_file,
     queued_outbound,
 )
+from .memory import NOTE_CHARS, NOTES_MAX, MemoryFull, Note
 from .outbox import OutboxRow
 from .queues import BusQueues
 from .retry import once_the_store_is_back
@@ -83,6 +84,8 @@ def copy_sqlite_to_postgres(source: Path, url: str) -> list[CopiedTable]:
 
 __all__ = [
     "DB_FILENAME",
+    "NOTES_MAX",
+    "NOTE_CHARS",
     "ApprovalDecided",
     "ApprovalRequested",
     "BusQueues",
@@ -94,6 +97,8 @@ __all__ = [
     "FileCheck",
     "InboundCommitted",
     "InboxRow",
+    "MemoryFull",
+    "Note",
     "OutboundCommitted",
     "OutboxRow",
     "QueuedOutbound",

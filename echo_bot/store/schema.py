@@ -355,6 +355,24 @@ def _v12(db: Database) -> None:
     )
 
 
+def _v13(db: Database) -> None:
+    """Memory notes: short facts a chat's model keeps, shown to it in that chat only
+    (``store/memory.py``)."""
+    _run_script(
+        db,
+        """
+        CREATE TABLE memory_notes (
+            id TEXT PRIMARY KEY,
+            session_key TEXT NOT NULL,
+            text TEXT NOT NULL,
+            saved_by TEXT NOT NULL,
+            saved_at REAL NOT NULL
+        );
+        CREATE INDEX memory_notes_chat ON memory_notes(session_key, saved_at)
+        """,
+    )
+
+
 MIGRATIONS: list[Callable[[Database], None]] = [
     _v1,
     _v2,
@@ -368,6 +386,7 @@ MIGRATIONS: list[Callable[[Database], None]] = [
     _v10,
     _v11,
     _v12,
+    _v13,
 ]
 
 

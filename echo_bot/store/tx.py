@@ -37,6 +37,7 @@ from .console import ConsoleRepo
 from .engine import ThreadedEngine
 from .inbox import InboxRepo
 from .leases import LeaseRepo
+from .memory import MemoryRepo
 from .meta import MetaRepo, notify
 from .outbox import OutboxRepo
 from .reminders import ReminderRepo
@@ -101,6 +102,7 @@ class Tx:
     meta = _Repo(lambda tx: MetaRepo(tx._db))
     leases = _Repo(lambda tx: LeaseRepo(tx._db))
     console = _Repo(lambda tx: ConsoleRepo(tx._db))
+    memory = _Repo(lambda tx: MemoryRepo(tx._db))
 
     def announce(self, event: Committed) -> None:
         self.committed.append(event)

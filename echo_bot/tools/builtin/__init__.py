@@ -5,10 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from ...config import ToolsConfig
+from ...memory_notes import MemoryNotes
 from ...scheduling.reminders import ReminderService
 from ..base import Tool
 from .clock import CurrentTimeTool
 from .files import FileReadTool, FileWriteTool
+from .memory import MemoryForgetTool, MemorySaveTool
 from .messaging import Outlet, SendMessageTool
 from .reminders import ReminderCancelTool, ReminderCreateTool, ReminderListTool
 from .send_file import SendFileTool
@@ -36,6 +38,7 @@ def builtin_tools(
     reminders: ReminderService | None = None,
     outgoing: Path | None = None,
     outlet: Outlet | None = None,
+    memory: MemoryNotes | None = None,
 ) -> list[Tool]:
     """Every built-in tool; switched-off ones say so through ``available()``. The
     sending tools send through ``outlet`` (connected by the daemon once it runs)."""
@@ -46,6 +49,8 @@ def builtin_tools(
             ReminderListTool(reminders),
             ReminderCancelTool(reminders),
         ]
+    if memory is not None:
+        extra += [MemorySaveTool(memory), MemoryForgetTool(memory)]
     return [
         *extra,
         CurrentTimeTool(timezone, chat_zone=reminders.timezone_for if reminders else None),
