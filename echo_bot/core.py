@@ -22,7 +22,6 @@ from .config import (
 )
 from .errors import ConfigError
 from .live import LiveSettings
-from .memory_notes import MemoryNotes
 from .scheduling.reminders import ReminderService
 from .tools.builtin import builtin_tools
 from .tools.builtin.messaging import Outlet
@@ -55,7 +54,7 @@ def tool_registry(
         reminders=reminders,
         outgoing=state_dir / "outgoing",
         outlet=outlet,
-        memory=MemoryNotes(reminders.store),  # the same store as the reminders'
+        store=reminders.store,  # the memory and recall tools': the reminders' store
     ):
         registry.register(tool)
     return registry

@@ -85,6 +85,7 @@ class CallExecutor:
             answer_to=inbound.answer_to,
             approver=directory.approves(inbound.address, inbound.sender.id),
             direct=directory.direct(inbound.address, inbound.sender.id, inbound.direct),
+            turn_id=inbound.id,
         )
 
     def settle_step(

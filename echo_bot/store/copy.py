@@ -82,11 +82,17 @@ def copy_sqlite_to_postgres(source: Path, url: str) -> list[CopiedTable]:
 
 
 def _tables(src: sqlite3.Connection) -> list[str]:
+    """The tables to copy: not SQLite's own, nor a full-text index (a virtual table and
+    its shadow tables: PostgreSQL indexes the same words itself)."""
     rows = src.execute(
-        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+        "SELECT name, sql FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
         " ORDER BY name"
     ).fetchall()
-    return [str(row[0]) for row in rows]
+    virtual = [str(name) for name, sql in rows if str(sql or "").startswith("CREATE VIRTUAL")]
+    return [
+        str(name) for name, _sql in rows
+        if not any(name == v or str(name).startswith(f"{v}_") for v in virtual)
+    ]  # fmt: skip
 
 
 def _count(dst: Any, table: str) -> int:

@@ -6,6 +6,7 @@ import re
 from collections.abc import Callable
 
 from ..errors import StoreError
+from .recall import PG_VECTOR, SEARCHED_ROLES
 from .sql import POSTGRES, SqlDb, dialect
 
 Database = SqlDb  # what a migration is given: either engine's handle
@@ -373,6 +374,38 @@ def _v13(db: Database) -> None:
     )
 
 
+def _v14(db: Database) -> None:
+    """Recall (``store/recall.py``): what people and the model said, searchable by its
+    words. SQLite: FTS5 over ``messages``, kept by triggers (messages are appended, and
+    only ever deleted whole), the messages already there indexed now. PostgreSQL: a GIN
+    index on the very expression the search uses."""
+    if dialect(db) == POSTGRES:
+        db.execute(
+            f"CREATE INDEX messages_words ON messages USING gin ({PG_VECTOR})"
+            f" WHERE role IN {SEARCHED_ROLES}"
+        )
+        return
+    db.execute(
+        "CREATE VIRTUAL TABLE messages_fts USING fts5(content, content='messages',"
+        " content_rowid='seq', tokenize='unicode61 remove_diacritics 2')"
+    )
+    db.execute(
+        "CREATE TRIGGER messages_fts_added AFTER INSERT ON messages"
+        f" WHEN new.role IN {SEARCHED_ROLES} AND new.content IS NOT NULL"
+        " BEGIN INSERT INTO messages_fts (rowid, content) VALUES (new.seq, new.content); END"
+    )
+    db.execute(
+        "CREATE TRIGGER messages_fts_removed AFTER DELETE ON messages"
+        f" WHEN old.role IN {SEARCHED_ROLES} AND old.content IS NOT NULL"
+        " BEGIN INSERT INTO messages_fts (messages_fts, rowid, content)"
+        " VALUES ('delete', old.seq, old.content); END"
+    )
+    db.execute(
+        "INSERT INTO messages_fts (rowid, content) SELECT seq, content FROM messages"
+        f" WHERE role IN {SEARCHED_ROLES} AND content IS NOT NULL"
+    )
+
+
 MIGRATIONS: list[Callable[[Database], None]] = [
     _v1,
     _v2,
@@ -387,6 +420,7 @@ MIGRATIONS: list[Callable[[Database], None]] = [
     _v11,
     _v12,
     _v13,
+    _v14,
 ]
 
 

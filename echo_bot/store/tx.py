@@ -40,6 +40,7 @@ from .leases import LeaseRepo
 from .memory import MemoryRepo
 from .meta import MetaRepo, notify
 from .outbox import OutboxRepo
+from .recall import RecallRepo
 from .reminders import ReminderRepo
 from .sql import POSTGRES, SqlDb, dialect
 from .turns import TurnRepo
@@ -103,6 +104,7 @@ class Tx:
     leases = _Repo(lambda tx: LeaseRepo(tx._db))
     console = _Repo(lambda tx: ConsoleRepo(tx._db))
     memory = _Repo(lambda tx: MemoryRepo(tx._db))
+    recall = _Repo(lambda tx: RecallRepo(tx._db))
 
     def announce(self, event: Committed) -> None:
         self.committed.append(event)

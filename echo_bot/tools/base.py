@@ -92,6 +92,8 @@ class ToolContext:
     # direct chat with the owner's data.
     approver: bool = False
     direct: bool = False
+    # The turn the call is part of (its inbound's id; "" outside a turn).
+    turn_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)

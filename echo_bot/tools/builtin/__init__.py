@@ -7,11 +7,13 @@ from pathlib import Path
 from ...config import ToolsConfig
 from ...memory_notes import MemoryNotes
 from ...scheduling.reminders import ReminderService
+from ...store import Store
 from ..base import Tool
 from .clock import CurrentTimeTool
 from .files import FileReadTool, FileWriteTool
 from .memory import MemoryForgetTool, MemorySaveTool
 from .messaging import Outlet, SendMessageTool
+from .recall import HistorySearchTool
 from .reminders import ReminderCancelTool, ReminderCreateTool, ReminderListTool
 from .send_file import SendFileTool
 from .shell import ShellExecTool, argv_of
@@ -38,7 +40,7 @@ def builtin_tools(
     reminders: ReminderService | None = None,
     outgoing: Path | None = None,
     outlet: Outlet | None = None,
-    memory: MemoryNotes | None = None,
+    store: Store | None = None,
 ) -> list[Tool]:
     """Every built-in tool; switched-off ones say so through ``available()``. The
     sending tools send through ``outlet`` (connected by the daemon once it runs)."""
@@ -49,8 +51,9 @@ def builtin_tools(
             ReminderListTool(reminders),
             ReminderCancelTool(reminders),
         ]
-    if memory is not None:
-        extra += [MemorySaveTool(memory), MemoryForgetTool(memory)]
+    if store is not None:  # what a chat keeps: its notes, its history searched
+        notes = MemoryNotes(store)
+        extra += [MemorySaveTool(notes), MemoryForgetTool(notes), HistorySearchTool(store)]
     return [
         *extra,
         CurrentTimeTool(timezone, chat_zone=reminders.timezone_for if reminders else None),
