@@ -91,6 +91,9 @@ PLACEHOLDER_KEY = "sk-no-key-configured"
 class OpenAIConfig(Section):
     base_url: str = DEFAULT_OPENAI_BASE_URL
     model: str = "gpt-4o-mini"
+    # Other models of the same server a chat may switch to with /model (kept per chat,
+    # across restarts); `model` is every chat's default.
+    models: list[str] = Field(default_factory=list)
     api_key_env: EnvName = "OPENAI_API_KEY"
     timeout: Duration = timedelta(seconds=30)
     max_retries: int = Field(1, ge=0, le=10)

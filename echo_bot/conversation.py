@@ -124,6 +124,9 @@ class BrainContext:
     # The chat's memory notes (``echo_bot/memory_notes.py``), for a brain that reads
     # them: data someone saved, never instructions.
     notes: tuple[str, ...] = ()
+    # The model the chat chose with /model (None: the configured one), for a brain that
+    # reads it.
+    model: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

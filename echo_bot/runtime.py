@@ -30,6 +30,7 @@ from .cluster import Cluster
 from .commands.console import register_console_command
 from .commands.core import register_core_commands
 from .commands.memory import register_memory_commands
+from .commands.model import register_model_command
 from .commands.registry import CommandRegistry
 from .commands.reminders import register_reminder_commands
 from .config import Config, LoadedConfig, check_environment, llm_enabled, secret_env_names
@@ -344,6 +345,7 @@ def build(
     live = Live(settings(loaded, environ, registry))
     gate = ApprovalGate(live, masker, timezone=config.bot.timezone)
     commands = _commands(store, gate, reminders, live, config)
+    register_model_command(commands, store, config.openai if llm_enabled(loaded, environ) else None)
     clients: dict[str, Close] = {}
     started_at = time.time() if started_at is None else started_at
     membership = InstanceMembership(

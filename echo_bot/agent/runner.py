@@ -64,10 +64,11 @@ class Phase(Enum):
 @dataclass(frozen=True)
 class Recall:
     """What a brain step thinks on, read in one transaction: the session's history and,
-    for a brain that reads them, the chat's memory notes."""
+    for a brain that reads them, the chat's memory notes and chosen model."""
 
     messages: list[ChatMessage]
     notes: tuple[str, ...] = ()
+    model: str | None = None
 
 
 @dataclass
@@ -109,13 +110,17 @@ class TurnRunner:
         self.masker = masker
         self.config = config
         self.history = HistoryCache(HISTORY_LIMIT)
-        # Only a model reads memory notes: the rules brain's turns do not read them.
-        self.reads_notes = bool(getattr(brain, "reads_notes", False))
+        # Only a model reads the chat's notes and model choice: the rules brain's turns
+        # do not read them.
+        self.reads_chat = bool(getattr(brain, "reads_chat", False))
 
     def _recall(self, tx: Tx, session_key: str) -> Recall:
-        notes = tx.memory.of(session_key) if self.reads_notes else ()
+        history = self.history.load(tx, session_key)
+        if not self.reads_chat:
+            return Recall(history)
+        notes = tx.memory.of(session_key)
         shown = tuple(f"[{note.id}] {note.text}" for note in notes)  # ids: to forget one
-        return Recall(self.history.load(tx, session_key), shown)
+        return Recall(history, shown, tx.reminders.chat_model(session_key))
 
     async def advance(self, inbound_id: str, known: InboundMessage | None = None) -> None:
         """Move the turn of inbox row ``inbound_id`` as far as it can go now (``known``:
@@ -408,6 +413,7 @@ class TurnRunner:
             preview=preview,
             direct=inbound.direct,
             notes=conversation.notes,
+            model=conversation.model,
         )
         try:
             try:

@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 
 class OpenAIBrain:
     name = "openai"
-    reads_notes = True  # the chat's memory notes go into its prompt
+    reads_chat = True  # the chat's memory notes and chosen model go into its request
 
     def __init__(self, config: OpenAIConfig, brain: BrainConfig, api_key: str | None) -> None:
         import openai
@@ -108,6 +108,11 @@ class OpenAIBrain:
         finally:
             await stream.close()
 
+    def model_for(self, context: BrainContext) -> str:
+        """The chat's choice while the config still offers it; else ``[openai] model``."""
+        chosen = context.model
+        return chosen if chosen and chosen in self.config.models else self.config.model
+
     async def step(
         self, conversation: Sequence[ChatMessage], tools: Sequence[Tool], context: BrainContext
     ) -> BrainReply:
@@ -115,7 +120,7 @@ class OpenAIBrain:
         started = time.perf_counter()
         message, usage, stopped = await self._ask(request, context)
         details: dict[str, object] = {
-            "model": self.config.model,
+            "model": request["model"],
             "latency_ms": round((time.perf_counter() - started) * 1000, 1),
         }
         if usage is not None:
@@ -131,7 +136,7 @@ class OpenAIBrain:
         )
         if self.config.vision and context.images:
             await _show_images(messages, context.images)
-        request: dict[str, Any] = {"model": self.config.model, "messages": messages}
+        request: dict[str, Any] = {"model": self.model_for(context), "messages": messages}
         if tools:
             request["tools"] = [{"type": "function", "function": t.spec()} for t in tools]
             request["tool_choice"] = "auto"

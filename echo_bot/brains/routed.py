@@ -43,7 +43,7 @@ class RoutedBrain:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.llm = llm
-        self.reads_notes = bool(getattr(llm, "reads_notes", False))
+        self.reads_chat = bool(getattr(llm, "reads_chat", False))
         self.rules = rules
         self.fallback_after = fallback_after
         self.probe_interval = probe_interval

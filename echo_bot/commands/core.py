@@ -93,7 +93,10 @@ def register_core_commands(
         if reset is None:
             return BrainReply(text="Resetting is not available here.")
         await reset(ctx.brain.session_key)
-        return BrainReply(text="Started a fresh conversation: earlier messages are forgotten.")
+        return BrainReply(
+            text="Started a fresh conversation. The earlier one stays in this chat's"
+            " history: ask me about it and I search it (history_search)."
+        )
 
     commands.register(Command("help", "show this help", help_))
     commands.register(Command("tools", "list the tools I can use", tools))
@@ -102,6 +105,7 @@ def register_core_commands(
         Command("tool", "run a tool explicitly", tool, usage="NAME {json} or NAME @FILE")
     )
     commands.register(Command("run", "run a shell command (no shell syntax)", run, usage="COMMAND"))
+    commands.register(Command("new", "start a fresh conversation (the old one is kept)", reset_))
     commands.register(Command("reset", "start a fresh conversation in this chat", reset_))
 
 

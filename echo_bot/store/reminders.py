@@ -131,6 +131,20 @@ class ReminderRepo:
         )
         self._tx.announce(ChatTimezoneChanged(session_key, timezone))
 
+    def chat_model(self, session_key: str) -> str | None:
+        """The model the chat chose with /model (None: the default)."""
+        row = self._db.execute(
+            "SELECT model FROM chat_settings WHERE session_key = ?", [session_key]
+        ).fetchone()
+        return row[0] if row else None
+
+    def set_chat_model(self, session_key: str, model: str | None) -> None:
+        self._db.execute(
+            "INSERT INTO chat_settings (session_key, model) VALUES (?, ?)"
+            " ON CONFLICT(session_key) DO UPDATE SET model = excluded.model",
+            [session_key, model],
+        )
+
     def cron_last(self, job: str) -> float | None:
         row = self._db.execute(
             "SELECT last_occurrence FROM cron_state WHERE job = ?", [job]

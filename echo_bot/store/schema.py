@@ -406,6 +406,11 @@ def _v14(db: Database) -> None:
     )
 
 
+def _v15(db: Database) -> None:
+    """The model a chat chose with /model (NULL: the configured default)."""
+    _ddl(db, "ALTER TABLE chat_settings ADD COLUMN model TEXT")
+
+
 MIGRATIONS: list[Callable[[Database], None]] = [
     _v1,
     _v2,
@@ -421,6 +426,7 @@ MIGRATIONS: list[Callable[[Database], None]] = [
     _v12,
     _v13,
     _v14,
+    _v15,
 ]
 
 
