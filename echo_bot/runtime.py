@@ -22,13 +22,16 @@ from typing import TYPE_CHECKING, Any, cast
 from .access import StoreAccess
 from .agent import Dispatcher, TurnRunner
 from .agent.calls import CallExecutor
+from .agent.runner import HISTORY_LIMIT
 from .approvals import ApprovalGate
 from .brains.base import Brain, BrainContext
+from .brains.model_view import history_text
 from .brains.rules import RulesBrain
 from .bus import Bus, Channel
 from .cluster import Cluster
 from .commands.console import register_console_command
 from .commands.core import register_core_commands
+from .commands.history import register_history_command
 from .commands.memory import register_memory_commands
 from .commands.model import register_model_command
 from .commands.registry import CommandRegistry
@@ -50,7 +53,7 @@ from .previews import Previews
 from .scheduling.reminders import ReminderService
 from .scheduling.scheduler import Scheduler
 from .secrets import Masker
-from .store import BusQueues, Store, make_database
+from .store import BusQueues, Store, Tx, make_database
 from .store.approvals import ApprovalRow
 from .tools.builtin.messaging import Outlet
 from .tools.registry import ToolRegistry
@@ -345,7 +348,17 @@ def build(
     live = Live(settings(loaded, environ, registry))
     gate = ApprovalGate(live, masker, timezone=config.bot.timezone)
     commands = _commands(store, gate, reminders, live, config)
-    register_model_command(commands, store, config.openai if llm_enabled(loaded, environ) else None)
+    thinks = llm_enabled(loaded, environ)
+    register_model_command(commands, store, config.openai if thinks else None)
+
+    async def history_view(session_key: str, newest: int | None) -> str:
+        def read(tx: Tx) -> str:
+            return history_text(tx, session_key, config.brain, limit=HISTORY_LIMIT, llm=thinks,
+                                newest=newest)  # fmt: skip
+
+        return await store.run(read)
+
+    register_history_command(commands, history_view)
     clients: dict[str, Close] = {}
     started_at = time.time() if started_at is None else started_at
     membership = InstanceMembership(

@@ -458,6 +458,28 @@ def reminders_command(at: StoreAt, action: str, reminder_id: str | None) -> int:
     return 0
 
 
+# -- what the model reads -----------------------------------------------------------------
+def history_command(
+    at: StoreAt, loaded: LoadedConfig, environ: Mapping[str, str], chat: str
+) -> int:
+    """``history CHAT``: what the model reads of the chat now, every line of it."""
+    from ..agent.runner import HISTORY_LIMIT
+    from ..brains.model_view import history_text
+    from ..config import llm_enabled
+
+    thinks = llm_enabled(loaded, environ)
+    brain = loaded.config.brain
+    try:
+        text = _with_store(at, lambda tx: history_text(
+            tx, chat, brain, limit=HISTORY_LIMIT, llm=thinks, newest=None
+        ))  # fmt: skip
+    except NoStoreYet as exc:
+        print(f"echo-bot: {exc}", file=sys.stderr)
+        return 0
+    print(text)
+    return 0
+
+
 # -- memory notes -------------------------------------------------------------------------
 def memory_command(at: StoreAt, action: str, target: str | None) -> int:
     """``memory list [CHAT]``: every chat's notes, or one chat's; ``memory forget ID``."""

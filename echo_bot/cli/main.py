@@ -164,6 +164,8 @@ def _parser() -> argparse.ArgumentParser:
     reminders = sub.add_parser("reminders", parents=[common], help="list or cancel reminders")
     reminders.add_argument("action", choices=["list", "cancel"])
     reminders.add_argument("id", nargs="?", help="the reminder id (cancel)")
+    history = sub.add_parser("history", parents=[common], help="what the model reads of a chat now")
+    history.add_argument("chat", help="the chat, as its address reads (CHANNEL:CHAT)")
     memory = sub.add_parser(
         "memory", parents=[common], help="list or forget the chats' memory notes"
     )
@@ -293,6 +295,10 @@ def _manage(
         from .admin import reminders_command
 
         return reminders_command(at, args.action, args.id)
+    if args.command == "history":
+        from .admin import history_command
+
+        return history_command(at, loaded, environ, args.chat)
     if args.command == "memory":
         from .admin import memory_command
 
