@@ -6,7 +6,8 @@ a scripted fake OpenAI-compatible server on 127.0.0.1 (``tests/fakes/openai_api.
 that answers at once, and a no-op channel. One session says "hello" and waits for the
 answer, TURNS times after a few untraced turns; the case with the rules brain is the
 reference (it reads no notes). Each LLM case has 0, 10 or 50 (the most a chat keeps)
-notes of NOTE_SIZE characters in the chat.
+notes of NOTE_SIZE characters in the chat, and the last one a running summary of
+SUMMARY_SIZE characters beside its 10 notes.
 
     python bench/memory_cost.py            # 20 traced turns a case
     python bench/memory_cost.py --turns 5
@@ -31,9 +32,11 @@ from echo_bot.app import Daemon  # noqa: E402
 from echo_bot.config import LoadedConfig, parse_config  # noqa: E402
 from echo_bot.events import Address, MessageInbound, OutboundMessage, Sender, new_id  # noqa: E402
 from echo_bot.runtime import build  # noqa: E402
+from echo_bot.store import Tx  # noqa: E402
 from tests.fakes.openai_api import FakeOpenAI  # noqa: E402
 
 NOTE_SIZE = 100  # characters of each note
+SUMMARY_SIZE = 2_000  # characters of the running summary in the last case
 WARMUP = 5  # untraced turns first (the session's first turn reads its whole history)
 
 
@@ -46,7 +49,9 @@ def config_text(base_url: str | None) -> str:
     )
 
 
-async def case(notes: int, turns: int, llm: FakeOpenAI | None) -> dict[str, float]:
+async def case(
+    notes: int, turns: int, llm: FakeOpenAI | None, summary: bool = False
+) -> dict[str, float]:
     """Statements, transactions and prompt bytes per traced turn."""
     with tempfile.TemporaryDirectory(prefix="echo-bot-memory-cost-") as tmp:
         state_dir = Path(tmp)
@@ -62,10 +67,12 @@ async def case(notes: int, turns: int, llm: FakeOpenAI | None) -> dict[str, floa
             bus = await asyncio.wait_for(daemon.wait_started(), 30)
             chat = Address(channel=CHANNEL, chat_id="s0")
 
-            def save(tx: object) -> None:
+            def save(tx: Tx) -> None:
                 for n in range(notes):
                     text = f"note {n:02d} " + "x" * (NOTE_SIZE - 8)
-                    tx.memory.save(str(chat), text, "owner")  # type: ignore[attr-defined]
+                    tx.memory.save(str(chat), text, "owner")
+                if summary:  # covering nothing yet: carried, never made again here
+                    tx.summaries.keep(str(chat), 0, "s" * SUMMARY_SIZE)
 
             await runtime.store.run(save)
             loop = asyncio.get_running_loop()
@@ -109,6 +116,8 @@ async def amain(turns: int) -> None:
     async with FakeOpenAI(model="gpt-bench", api_key="sk-bench") as llm:
         for notes in (0, 10, 50):
             rows.append((f"LLM, {notes} notes", await case(notes, turns, llm)))
+        summarised = await case(10, turns, llm, summary=True)
+        rows.append((f"LLM, 10 notes and a summary of {SUMMARY_SIZE:,} characters", summarised))
     print(f"{turns} traced turns a case, one session; notes of {NOTE_SIZE} characters\n")
     print("| case | statements / turn | transactions / turn | system message (bytes) |"
           " request (bytes) |")  # fmt: skip

@@ -127,6 +127,8 @@ class BrainContext:
     # The model the chat chose with /model (None: the configured one), for a brain that
     # reads it.
     model: str | None = None
+    # The running summary of the conversation's oldest part, carried instead of it.
+    summary: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

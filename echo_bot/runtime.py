@@ -465,7 +465,11 @@ def _commands(
         return await store.run(lambda tx: tx.approvals.list())
 
     async def reset(session_key: str) -> None:
-        await store.run(lambda tx: tx.turns.reset_session(session_key))
+        def fresh(tx: Tx) -> None:
+            tx.turns.reset_session(session_key)
+            tx.summaries.drop(session_key)  # it summarised the conversation left behind
+
+        await store.run(fresh)
 
     async def reprompt(row: ApprovalRow) -> OutboundMessage:
         return await store.run(lambda tx: gate.reprompt(tx, row))

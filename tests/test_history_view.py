@@ -4,6 +4,7 @@ and, with the offline rules brain, how much the conversation holds."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -48,14 +49,23 @@ async def test_history_shows_the_newest_messages_the_prompt_carries(state_dir: P
             key = str(bot.channel.address())
             await bot.store.run(lambda tx: talk(tx, key))
             shown = (await answer(bot, "/history")).text
+            llm.reply("SUMMARY: a long voyage, forty messages of it")  # over budget: summarised
             llm.reply("aye")
             await answer(bot, "and now?")
+            after = (await answer(bot, "/history")).text
     head = shown.splitlines()[0]
     assert head.startswith("The model reads ") and "of the 41 messages since the last /new" in head
     assert "of 2,000 characters" in head and "1 memory note(s)" in head
     assert "message 39" in shown and "message 00" not in shown  # the oldest fell out
-    prompt = " ".join(str(m.get("content")) for m in llm.chat_requests()[0]["messages"])
-    assert "message 39" in prompt and "message 00" not in prompt and "Ahab" in prompt
+    summary_request, main = llm.chat_requests()
+    assert summary_request["messages"][0]["content"].startswith("Summarise the conversation")
+    summarised = str(summary_request["messages"][1]["content"])
+    assert "message 00" in summarised and "message 39" in summarised
+    prompt = " ".join(str(m.get("content")) for m in main["messages"])
+    assert "message 00" not in prompt and "Ahab" in prompt and "and now?" in prompt
+    assert "SUMMARY: a long voyage" in prompt
+    assert sum(len(json.dumps(m, ensure_ascii=False)) for m in main["messages"]) <= 2000
+    assert "and a summary of the earlier ones" in after.splitlines()[0]
     in_view = int(head.split()[3])
     oldest_shown = min(int(line.split()[2]) for line in shown.splitlines() if "message " in line)
     assert oldest_shown == 40 - (in_view - 1)  # the view: /history itself, then the newest

@@ -33,6 +33,7 @@ class _Entry:
     reset_turn: str  # rows of the turn that asked for the last reset are not history
     messages: deque[ChatMessage]
     chars: int
+    seqs: deque[int]  # each message's seq, in step with ``messages``
 
 
 class HistoryCache:
@@ -50,6 +51,10 @@ class HistoryCache:
 
     def load(self, tx: Tx, session_key: str) -> list[ChatMessage]:
         """The session's newest ``limit`` messages since its last reset, oldest first."""
+        return [message for _seq, message in self.load_rows(tx, session_key)]
+
+    def load_rows(self, tx: Tx, session_key: str) -> list[tuple[int, ChatMessage]]:
+        """``load``, each message with its seq."""
         with self._lock:
             cached = self._entries.get(session_key)
         if cached is None:
@@ -58,7 +63,7 @@ class HistoryCache:
             entry = self._read_new(tx, session_key, cached)
         if entry is not cached:
             tx.on_commit(lambda: self._keep(session_key, entry))
-        return list(entry.messages)
+        return list(zip(entry.seqs, entry.messages, strict=True))
 
     def _keep(self, session_key: str, entry: _Entry) -> None:
         """Cache what a committed unit of work read (the newer, if two read at once)."""
@@ -99,6 +104,7 @@ class HistoryCache:
             reset_turn=mark[1],
             messages=messages,
             chars=sum(_size(m) for m in messages),
+            seqs=deque((seq for seq, _m in rows), maxlen=self.limit),
         )
 
     def _read_new(self, tx: Tx, session_key: str, cached: _Entry) -> _Entry:
@@ -111,11 +117,13 @@ class HistoryCache:
             reset_turn=cached.reset_turn,
             messages=deque(cached.messages, maxlen=self.limit),
             chars=cached.chars,
+            seqs=deque(cached.seqs, maxlen=self.limit),
         )
         for seq, message in rows:
             entry.seq = seq
             if message.role == RESET:
                 entry.messages.clear()
+                entry.seqs.clear()
                 entry.chars = 0
                 entry.reset_turn = message.turn_id or ""
                 continue
@@ -124,6 +132,7 @@ class HistoryCache:
             if len(entry.messages) == entry.messages.maxlen:
                 entry.chars -= _size(entry.messages[0])
             entry.messages.append(message)
+            entry.seqs.append(seq)
             entry.chars += _size(message)
         return entry
 

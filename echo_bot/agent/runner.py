@@ -18,6 +18,7 @@ from typing import TypeVar
 
 from .. import metrics
 from ..brains.base import Brain
+from ..brains.llm_prompt import summary_cut
 from ..commands.registry import CommandRegistry, summarise_results, trailing_results
 from ..config import BrainConfig
 from ..conversation import BrainContext, BrainReply, ChatMessage, FileNote, ToolCall
@@ -69,6 +70,8 @@ class Recall:
     messages: list[ChatMessage]
     notes: tuple[str, ...] = ()
     model: str | None = None
+    summary: str | None = None  # of the messages before ``messages``
+    seqs: tuple[int, ...] = ()  # each message's seq, for a brain that reads the chat
 
 
 @dataclass
@@ -115,12 +118,18 @@ class TurnRunner:
         self.reads_chat = bool(getattr(brain, "reads_chat", False))
 
     def _recall(self, tx: Tx, session_key: str) -> Recall:
-        history = self.history.load(tx, session_key)
         if not self.reads_chat:
-            return Recall(history)
+            return Recall(self.history.load(tx, session_key))
+        rows = self.history.load_rows(tx, session_key)
+        summary = tx.summaries.of(session_key)
+        if summary is not None:  # what it covers is carried as the summary instead
+            rows = [(seq, message) for seq, message in rows if seq > summary.upto_seq]
         notes = tx.memory.of(session_key)
         shown = tuple(f"[{note.id}] {note.text}" for note in notes)  # ids: to forget one
-        return Recall(history, shown, tx.reminders.chat_model(session_key))
+        return Recall(
+            [message for _seq, message in rows], shown, tx.reminders.chat_model(session_key),
+            summary.text if summary is not None else None, tuple(seq for seq, _m in rows),
+        )  # fmt: skip
 
     async def advance(self, inbound_id: str, known: InboundMessage | None = None) -> None:
         """Move the turn of inbox row ``inbound_id`` as far as it can go now (``known``:
@@ -414,9 +423,12 @@ class TurnRunner:
             direct=inbound.direct,
             notes=conversation.notes,
             model=conversation.model,
+            summary=conversation.summary,
         )
         try:
             try:
+                if self.commands.parse(inbound.text or "") is None:
+                    conversation, context = await self._summarised(inbound, conversation, context)
                 reply = await self._answer(inbound, conversation.messages, tools, context)
             finally:
                 if preview is not None and self.previews is not None:
@@ -457,6 +469,42 @@ class TurnRunner:
             text=summarise_results(results) if results else None,
             route_reason="rules: reported tool results",
         )
+
+    async def _summarised(
+        self, inbound: MessageInbound, recall: Recall, context: BrainContext
+    ) -> tuple[Recall, BrainContext]:
+        """``recall`` as the prompt carries it: when its history outgrows the budget, the
+        oldest part summarised by the model (with the summary before it) and kept as a
+        checkpoint, then carried instead of those messages. A crash before the checkpoint
+        makes it again at the next try; one made twice is kept once (it only moves
+        forward). The model away, or no model: the window as it was."""
+        summarise = getattr(self.brain, "summarise", None)
+        if summarise is None or len(recall.seqs) != len(recall.messages):
+            return recall, context  # no model, or one that reads no chat (no seqs)
+        cut = summary_cut(self.config, recall.messages, recall.notes, recall.summary)
+        # Never this turn's own messages: the question being answered stays word for word.
+        own = (i for i, m in enumerate(recall.messages) if m.turn_id == inbound.id)
+        cut = min(cut, next(own, cut))
+        if not cut:
+            return recall, context
+        made = await summarise(recall.summary, recall.messages[:cut], context)
+        if made is None or not made.text:
+            return recall, context
+        upto = recall.seqs[cut - 1]
+
+        def keep(tx: Tx) -> None:
+            tx.summaries.keep(inbound.session_key, upto, made.text)
+            tx.audit.write(
+                "brain.decision", trace_id=inbound.trace_id, session_key=inbound.session_key,
+                brain=self.brain.name, step=context.step, route_reason=made.route_reason,
+                text=made.text, tool_calls=[], details=made.details,
+            )  # fmt: skip
+
+        await self._checkpoint(inbound, keep)
+        summarised = replace(
+            recall, messages=recall.messages[cut:], seqs=recall.seqs[cut:], summary=made.text
+        )
+        return summarised, replace(context, summary=made.text)
 
     def _audit_decision(
         self, tx: Tx, inbound: InboundMessage, turn: TurnRow, reply: BrainReply

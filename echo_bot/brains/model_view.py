@@ -25,19 +25,24 @@ class ModelView:
     in_view: int  # messages of the conversation in the prompt
     in_conversation: int  # messages since the last /new that were read
     notes: int
+    summary: int  # characters of the running summary (0: none)
     chars: int  # characters of the prompt's messages, the system prompt left out
     budget: int
 
 
 def model_view(
-    system_prompt: str, history: Sequence[ChatMessage], notes: Sequence[str], budget: int
+    system_prompt: str,
+    history: Sequence[ChatMessage],
+    notes: Sequence[str],
+    budget: int,
+    summary: str | None = None,
 ) -> ModelView:
-    messages = build_messages(system_prompt, history, budget, notes)[1:]
+    messages = build_messages(system_prompt, history, budget, notes, summary)[1:]
     lines = [_line(message) for message in messages]
     chars = sum(len(json.dumps(m, ensure_ascii=False)) for m in messages)
     in_view = sum(1 for m in messages if m["role"] != "tool")
     in_conversation = sum(1 for m in history if m.role != "tool")
-    return ModelView(lines, in_view, in_conversation, len(notes), chars, budget)
+    return ModelView(lines, in_view, in_conversation, len(notes), len(summary or ""), chars, budget)
 
 
 def _line(message: dict[str, Any]) -> str:
@@ -63,7 +68,12 @@ def describe(view: ModelView, *, newest: int | None = None) -> str:
     head = (
         f"The model reads {view.in_view} of the {view.in_conversation} messages since the"
         f" last /new ({view.chars:,} of {view.budget:,} characters)"
-        + (f", and this chat's {view.notes} memory note(s)." if view.notes else ".")
+        + (f", this chat's {view.notes} memory note(s)" if view.notes else "")
+        + (
+            f", and a summary of the earlier ones ({view.summary:,} characters)."
+            if view.summary
+            else "."
+        )
     )
     lines = view.lines
     if newest is not None and len(lines) > newest:
@@ -79,7 +89,11 @@ def history_text(
 ) -> str:
     """``describe`` of the session's view as its model reads it (``llm``), read in
     ``tx``; with no model, how many messages the conversation holds."""
-    history = tx.turns.history(session_key, limit)
+    rows = tx.turns.history_rows(session_key, limit)
+    summary = tx.summaries.of(session_key)
+    if summary is not None:  # carried as the summary instead
+        rows = [(seq, message) for seq, message in rows if seq > summary.upto_seq]
+    history = [message for _seq, message in rows]
     if not llm:
         count = sum(1 for m in history if m.role != "tool")
         return (
@@ -87,5 +101,6 @@ def history_text(
             f" chat's conversation since the last /new holds {count} message(s)."
         )
     notes = [f"[{note.id}] {note.text}" for note in tx.memory.of(session_key)]
-    view = model_view(brain.system_prompt, history, notes, brain.context_chars)
+    text = summary.text if summary is not None else None
+    view = model_view(brain.system_prompt, history, notes, brain.context_chars, text)
     return describe(view, newest=newest)

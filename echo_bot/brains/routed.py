@@ -91,6 +91,25 @@ class RoutedBrain:
         self.failures = 0
         return reply
 
+    async def summarise(
+        self, earlier: str | None, messages: Sequence[ChatMessage], context: BrainContext
+    ) -> BrainReply | None:
+        """The model's summary of ``messages``; None while the model is away or the day's
+        budget is spent (the window stays as it is; the failure is not counted: the
+        step's own call says whether the model is away)."""
+        summarise = getattr(self.llm, "summarise", None)
+        now = self.clock()
+        if summarise is None or await self._over_budget(now, context):
+            return None
+        if self.failures >= self.fallback_after and now < self.next_probe:
+            return None
+        try:
+            made: BrainReply | None = await summarise(earlier, messages, context)
+        except LLMUnavailable as exc:
+            log.info("no summary this time: %s", exc)
+            return None
+        return made
+
     async def _offline(
         self,
         conversation: Sequence[ChatMessage],

@@ -411,6 +411,21 @@ def _v15(db: Database) -> None:
     _ddl(db, "ALTER TABLE chat_settings ADD COLUMN model TEXT")
 
 
+def _v16(db: Database) -> None:
+    """A session's running summary (``store/summaries.py``)."""
+    _run_script(
+        db,
+        """
+        CREATE TABLE summaries (
+            session_key TEXT PRIMARY KEY,
+            upto_seq INTEGER NOT NULL,
+            text TEXT NOT NULL,
+            made_at REAL NOT NULL
+        )
+        """,
+    )
+
+
 MIGRATIONS: list[Callable[[Database], None]] = [
     _v1,
     _v2,
@@ -427,6 +442,7 @@ MIGRATIONS: list[Callable[[Database], None]] = [
     _v13,
     _v14,
     _v15,
+    _v16,
 ]
 
 

@@ -43,6 +43,7 @@ from .outbox import OutboxRepo
 from .recall import RecallRepo
 from .reminders import ReminderRepo
 from .sql import POSTGRES, SqlDb, dialect
+from .summaries import SummaryRepo
 from .turns import TurnRepo
 
 T = TypeVar("T")
@@ -105,6 +106,7 @@ class Tx:
     console = _Repo(lambda tx: ConsoleRepo(tx._db))
     memory = _Repo(lambda tx: MemoryRepo(tx._db))
     recall = _Repo(lambda tx: RecallRepo(tx._db))
+    summaries = _Repo(lambda tx: SummaryRepo(tx._db))
 
     def announce(self, event: Committed) -> None:
         self.committed.append(event)

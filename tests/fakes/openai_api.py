@@ -226,6 +226,9 @@ class FakeOpenAI:
         self.stream_release = asyncio.Event()
         self.stream_holding = 0
         self.responder: Responder | None = None
+        # Asked before the script: a step for the requests it answers (a summary's),
+        # None for the others (which take the script's next step as ever).
+        self.answer_first: Callable[[JSON], StepLike] | None = None
         self._script: list[Step] = []
         self._ids = itertools.count(1)
         self._changed = asyncio.Event()
@@ -451,6 +454,9 @@ class FakeOpenAI:
         return await self._render(request, body, step), _step_name(step)
 
     async def _next_step(self, body: JSON) -> StepLike:
+        early = self.answer_first(body) if self.answer_first is not None else None
+        if early is not None:
+            return early
         if self._script:
             return self._script.pop(0)
         if self.responder is None:
