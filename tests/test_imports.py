@@ -38,6 +38,7 @@ CHANNEL_API = {
     "echo_bot.edge",  # the inbound edge: allowlist, pairing, refusals, the commit
     "echo_bot.errors",
     "echo_bot.http_deliveries",  # the route of a network that POSTs its events
+    "echo_bot.in_order",  # deliveries pushed down one connection: committed, then acked
     "echo_bot.link",  # a channel's connection to its peer as the host keeps it
     "echo_bot.plugins",  # a channel's spec: what the core knows of it
     "echo_bot.pacing",  # how fast a channel sends: budgets per chat and account

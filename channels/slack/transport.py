@@ -5,8 +5,8 @@ acknowledged, and acknowledged before any work: Slack wants an answer within 3 s
 the turn runs later from the inbox.
 
 Socket Mode: slack-sdk's ``SocketModeClient`` (aiohttp) reads the envelopes; its
-listener only queues them (before any await, so their order is kept), and one worker
-commits each in turn and then sends the envelope's ack. An event whose commit failed is
+listener only queues them, and the host's ``echo_bot.in_order.InOrder`` commits each in
+turn and then sends the envelope's ack. An event whose commit failed is
 not acknowledged: Slack sends it again (with ``retry_attempt``), and a redelivered event
 is the same inbound (its ``event_id``). Slack sends no button press again: one whose
 commit failed shows Slack's warning on the button, and the person presses again.
@@ -36,6 +36,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from echo_bot.bus import ChannelHost, ChannelLink
 from echo_bot.http_deliveries import DeliveryRoute, NotADelivery
+from echo_bot.in_order import InOrder
 
 from .common import CommitFailed, Tasks, log
 from .inbound import Inbound
@@ -73,7 +74,10 @@ class SocketMode:
         self.link = link
         self.tasks = tasks
         self.client: SocketModeClient | None = None
-        self._queue: asyncio.Queue[SocketModeRequest] = asyncio.Queue()
+        # Each envelope committed, then acknowledged, in order. A press whose commit
+        # failed is not sent again by Slack: the person sees Slack's warning on the
+        # button and presses again; an event comes again (retry_attempt).
+        self.envelopes = InOrder(self._take, self._ack, named=_named, log=log)
 
     async def start(self, url: str) -> None:
         """Connect to ``url`` (from ``apps.connections.open``, asked by the channel so a
@@ -86,7 +90,7 @@ class SocketMode:
         )
         client.socket_mode_request_listeners.append(self._queued)
         client.wss_uri = url
-        self.tasks.spawn(self._work(client))
+        self.tasks.spawn(self.envelopes.run())
         await client.connect()  # type: ignore[no-untyped-call]
         self.tasks.spawn(self._watch(client))
 
@@ -101,37 +105,17 @@ class SocketMode:
                 self.link.reconnecting("the Socket Mode connection is down", "socket")
 
     async def _queued(self, client: Any, request: SocketModeRequest) -> None:
-        self._queue.put_nowait(request)  # before any await: the envelopes keep their order
+        self.envelopes.put(request)  # before any await: the envelopes keep their order
 
-    async def _work(self, client: SocketModeClient) -> None:
-        while True:
-            request = await self._queue.get()
-            try:
-                await self._take(client, request)
-            except Exception:  # one envelope never stops the ones after it
-                log.exception("slack: envelope %r could not be handled", request.envelope_id)
-
-    async def _take(self, client: SocketModeClient, request: SocketModeRequest) -> None:
+    async def _take(self, request: SocketModeRequest) -> None:
         kind = request.type if isinstance(request.type, str) else ""
         if kind in TAKEN:
-            try:
-                await self.inbound.take(kind, request.payload)
-            except CommitFailed as exc:
-                # An event comes again (retry_attempt); a press does not: the person
-                # sees Slack's warning on the button and presses again.
-                log.warning("slack: envelope %s (%s) not stored: %s", request.envelope_id,
-                            kind, exc)  # fmt: skip
-                return
-            except Exception:  # a bad payload: acknowledged, or it comes back for ever
-                log.exception("slack: envelope %s could not be read", request.envelope_id)
-        if not isinstance(request.envelope_id, str):
-            return
-        try:
-            await client.send_socket_mode_response(
-                SocketModeResponse(envelope_id=request.envelope_id)
-            )
-        except Exception as exc:  # the connection went: an event comes again
-            log.info("slack: the ack of %s was not sent: %s", request.envelope_id, exc)
+            await self.inbound.take(kind, request.payload)
+
+    async def _ack(self, request: SocketModeRequest) -> None:
+        if self.client is not None and isinstance(request.envelope_id, str):
+            response = SocketModeResponse(envelope_id=request.envelope_id)
+            await self.client.send_socket_mode_response(response)
 
     async def stop(self) -> None:
         if self.client is not None:
@@ -168,6 +152,10 @@ class EventsOverHttp:
             raise CommitFailed("not connected to Slack yet")
         await self.inbound.take(kind, payload)
         return None
+
+
+def _named(request: SocketModeRequest) -> str:
+    return f"slack: envelope {request.envelope_id} ({request.type})"
 
 
 def _read(body: bytes, content_type: str) -> tuple[str, dict[str, Any] | None]:
