@@ -56,6 +56,11 @@ class MemoryNotes:
         return await self.store.run(lambda tx: tx.memory.of(session_key))
 
 
+def prompt_lines(notes: Sequence[Note]) -> tuple[str, ...]:
+    """The notes as the model is shown them: each with its id, to forget it by."""
+    return tuple(f"[{note.id}] {note.text}" for note in notes)
+
+
 def listing(notes: Sequence[Note], *, chats: bool = False) -> str:
     """The notes as a person reads them: one line each, its id first."""
     if not notes:

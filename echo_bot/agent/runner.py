@@ -35,6 +35,7 @@ from ..events import (
 )
 from ..logs import current_session, current_trace
 from ..media.inbound import MediaPreparer, PreparedMessage
+from ..memory_notes import prompt_lines
 from ..previews import Previews
 from ..secrets import Masker
 from ..statuses import TurnStatus
@@ -123,11 +124,11 @@ class TurnRunner:
         rows = self.history.load_rows(tx, session_key)
         summary = tx.summaries.of(session_key)
         if summary is not None:  # what it covers is carried as the summary instead
-            rows = [(seq, message) for seq, message in rows if seq > summary.upto_seq]
-        notes = tx.memory.of(session_key)
-        shown = tuple(f"[{note.id}] {note.text}" for note in notes)  # ids: to forget one
+            rows = summary.after(rows)
         return Recall(
-            [message for _seq, message in rows], shown, tx.reminders.chat_model(session_key),
+            [message for _seq, message in rows],
+            prompt_lines(tx.memory.of(session_key)),
+            tx.reminders.chat_model(session_key),
             summary.text if summary is not None else None, tuple(seq for seq, _m in rows),
         )  # fmt: skip
 
@@ -328,7 +329,7 @@ class TurnRunner:
     ) -> list[CallRow] | None:
         """Record the brain's decision and store its step with its calls settled (all
         committed before any of them runs); None if the model is looping."""
-        self._audit_decision(tx, inbound, turn, reply)
+        self._audit_decision(tx, inbound, turn.step, reply)
         hashes = [args_hash(c.name, c.args) for c in reply.tool_calls]
         # Call ids come from the model, and some servers reuse them ("call_0" in every
         # response, or twice in one); the store needs each id once, so a reused one is
@@ -427,9 +428,7 @@ class TurnRunner:
         )
         try:
             try:
-                if self.commands.parse(inbound.text or "") is None:
-                    conversation, context = await self._summarised(inbound, conversation, context)
-                reply = await self._answer(inbound, conversation.messages, tools, context)
+                reply = await self._answer(inbound, conversation, tools, context)
             finally:
                 if preview is not None and self.previews is not None:
                     await self.previews.close(preview)
@@ -452,19 +451,20 @@ class TurnRunner:
     async def _answer(
         self,
         inbound: MessageInbound,
-        conversation: list[ChatMessage],
+        recall: Recall,
         tools: Sequence[Tool],
         context: BrainContext,
     ) -> BrainReply:
         """The command registry first: a command answers for itself (its first step) and
         reports the results of the calls it asked for (the next); anything else is the
-        brain's to answer."""
+        brain's to answer (its history summarised first when it has outgrown the budget)."""
         command = self.commands.parse(inbound.text or "")
         if command is None:
-            return await self.brain.step(conversation, tools, context)
+            recall, context = await self._summarised(inbound, recall, context)
+            return await self.brain.step(recall.messages, tools, context)
         if context.step == 0:
             return await self.commands.run(*command, context, tools)
-        results = trailing_results(conversation)
+        results = trailing_results(recall.messages)
         return BrainReply(
             text=summarise_results(results) if results else None,
             route_reason="rules: reported tool results",
@@ -494,11 +494,7 @@ class TurnRunner:
 
         def keep(tx: Tx) -> None:
             tx.summaries.keep(inbound.session_key, upto, made.text)
-            tx.audit.write(
-                "brain.decision", trace_id=inbound.trace_id, session_key=inbound.session_key,
-                brain=self.brain.name, step=context.step, route_reason=made.route_reason,
-                text=made.text, tool_calls=[], details=made.details,
-            )  # fmt: skip
+            self._audit_decision(tx, inbound, context.step, made)  # its tokens count
 
         await self._checkpoint(inbound, keep)
         summarised = replace(
@@ -507,14 +503,14 @@ class TurnRunner:
         return summarised, replace(context, summary=made.text)
 
     def _audit_decision(
-        self, tx: Tx, inbound: InboundMessage, turn: TurnRow, reply: BrainReply
+        self, tx: Tx, inbound: InboundMessage, step: int, reply: BrainReply
     ) -> None:
         tx.audit.write(
             "brain.decision",
             trace_id=inbound.trace_id,
             session_key=inbound.session_key,
             brain=self.brain.name,
-            step=turn.step,
+            step=step,
             route_reason=reply.route_reason,
             text=reply.text,
             tool_calls=[c.to_json() for c in reply.tool_calls],
@@ -540,7 +536,7 @@ class TurnRunner:
             if unrecorded:
                 self.executor.record(tx, inbound, unrecorded)
             if decision is not None:
-                self._audit_decision(tx, inbound, turn, decision)
+                self._audit_decision(tx, inbound, turn.step, decision)
             if isinstance(inbound, MessageInbound):
                 tx.turns.append_message(
                     inbound.session_key, turn.id, ChatMessage(role="assistant", content=text)

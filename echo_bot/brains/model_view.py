@@ -13,6 +13,7 @@ from typing import Any
 
 from ..config import BrainConfig
 from ..conversation import ChatMessage
+from ..memory_notes import prompt_lines
 from ..store import Tx
 from .llm_prompt import DATA_CLOSE, DATA_OPEN, build_messages
 
@@ -92,7 +93,7 @@ def history_text(
     rows = tx.turns.history_rows(session_key, limit)
     summary = tx.summaries.of(session_key)
     if summary is not None:  # carried as the summary instead
-        rows = [(seq, message) for seq, message in rows if seq > summary.upto_seq]
+        rows = summary.after(rows)
     history = [message for _seq, message in rows]
     if not llm:
         count = sum(1 for m in history if m.role != "tool")
@@ -100,7 +101,7 @@ def history_text(
             "No model here: the offline rules answer from your latest message alone. This"
             f" chat's conversation since the last /new holds {count} message(s)."
         )
-    notes = [f"[{note.id}] {note.text}" for note in tx.memory.of(session_key)]
+    notes = prompt_lines(tx.memory.of(session_key))
     text = summary.text if summary is not None else None
     view = model_view(brain.system_prompt, history, notes, brain.context_chars, text)
     return describe(view, newest=newest)

@@ -7,15 +7,23 @@ kept once; a fresh conversation (/new) drops it."""
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from .sql import SqlDb
+
+M = TypeVar("M")
 
 
 @dataclass(frozen=True, slots=True)
 class Summary:
     upto_seq: int  # the newest message it covers
     text: str
+
+    def after(self, rows: Sequence[tuple[int, M]]) -> list[tuple[int, M]]:
+        """The (seq, message) rows it does not cover: the prompt carries it instead."""
+        return [(seq, message) for seq, message in rows if seq > self.upto_seq]
 
 
 class SummaryRepo:
