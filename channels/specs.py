@@ -12,6 +12,7 @@ from pathlib import Path
 from echo_bot.config import WebhookConfig
 from echo_bot.plugins import ChannelSpec, Trigger
 
+from .email import settings as email
 from .matrix import settings as matrix
 from .slack import settings as slack
 from .telegram import settings as telegram
@@ -60,6 +61,19 @@ SLACK = ChannelSpec(
     environment_problems=slack.environment_problems,
     summary=slack.summary,
     config_model=slack.SlackConfig,
+)
+
+EMAIL = ChannelSpec(
+    name="email",
+    target="channels.email.channel:EmailChannel",
+    install="echo-bot[email]",
+    pair_hint="by e-mail to the bot, the subject or the text: pair {code}",
+    example_id="you@example.org",
+    secrets_in_use=email.secrets_in_use,
+    secret_names=lambda s: [s.password_env],
+    environment_problems=email.environment_problems,
+    summary=email.summary,
+    config_model=email.EmailConfig,
 )
 
 

@@ -28,7 +28,7 @@ from tests.postgres import empty_database, fresh_database
 
 # The real-browser fixtures (``browser``, ``page``) and the Matrix homeserver
 # (``synapse``) for every test module; each starts only for a test that asks for it.
-pytest_plugins = ("tests.browser", "tests.matrix_server", "tests.cpu_cost")
+pytest_plugins = ("tests.browser", "tests.matrix_server", "tests.mail_server", "tests.cpu_cost")
 
 T = TypeVar("T")
 

@@ -17,6 +17,8 @@ import os
 import re
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
+from email.message import EmailMessage
+from email.utils import make_msgid, parseaddr
 from pathlib import Path
 from typing import Any, ClassVar, cast
 
@@ -32,6 +34,7 @@ from tests.conftest import Bot, running_bot
 from tests.fakes.channel import RecordingChannel
 from tests.fakes.tcp_proxy import TcpProxy
 from tests.fakes.telegram_api import FakeTelegramAPI
+from tests.mail_server import AUTH_SERV_ID, MailServers
 from tests.waiting import eventually
 
 # What the suite asks for, found in the text wherever the channel puts it (a webhook's
@@ -990,7 +993,181 @@ approvers = ["{PIGEON_OWNER}"]
         return await eventually(refusal, timeout=15, what="the refusal in the chat")
 
 
+# -- E-mail ---------------------------------------------------------------------------------
+MAIL_CODE = re.compile(r"\b[A-Z2-7]{5}-[A-Z2-7]{5}\b")
+
+
+def mail_text(mail: EmailMessage) -> str:
+    """A mail's plain-text part, as a person reads it."""
+    body = mail.get_body(preferencelist=("plain",))
+    return str(body.get_content()).replace("\r\n", "\n").rstrip("\n") if body else ""
+
+
+def mail_shown(mail: EmailMessage) -> str:
+    """Both bodies as a mail client shows them (the HTML one read as text)."""
+    from channels.html import shown_html
+
+    html = mail.get_body(preferencelist=("html",))
+    return mail_text(mail) + "\n" + (shown_html(str(html.get_content())) if html else "")
+
+
+class EmailDriver(Driver):
+    """Real servers on 127.0.0.1 (tests/mail_server.py): the owner (an approver) and a
+    friend (allowed to chat, not an approver) mail the bot through the receiving SMTP
+    server, logged in, so it vouches for them; the bot reads Dovecot over IMAP and
+    sends through the same SMTP server. Approval prompts are answered by reply, with the
+    code the prompt carries."""
+
+    NAME = "email"
+    ACK = "the mail is flagged $EchoBotTaken in the bot's mailbox (after its commit)"
+    # A mail holds 100,000 characters (channels/email/formatting.py): the suite's long
+    # reply fits in one; tests/channels/test_email.py splits a longer one.
+    LIMIT = None
+    FIXTURES = ("mail_servers",)
+
+    def __init__(self, state_dir: Path) -> None:
+        super().__init__(state_dir)
+        self.servers: MailServers | None = None
+        self.proxies: list[TcpProxy] = []
+        self.ports = (0, 0)
+        self.bot_address = self.owner = self.friend = ""
+        self._prompted: set[str] = set()
+        self.extra = ""  # more of [email]
+
+    @contextlib.asynccontextmanager
+    async def peer(self) -> AsyncIterator[None]:
+        servers = self.servers = self.fixtures["mail_servers"]
+        self.bot_address = servers.add_user("bot")[0]
+        self.owner, self.friend = servers.add_user("owner")[0], servers.add_user("friend")[0]
+        self.ports = (servers.imap_port, servers.smtp_port)
+        async with contextlib.AsyncExitStack() as stack:
+            if self.proxied:
+                self.proxies = [await stack.enter_async_context(TcpProxy(p)) for p in self.ports]
+                self.ports = (self.proxies[0].port, self.proxies[1].port)
+            yield
+
+    async def peer_away(self) -> None:
+        for proxy in self.proxies:
+            await proxy.cut()
+
+    async def peer_back(self) -> None:
+        for proxy in self.proxies:
+            await proxy.restore()
+
+    @property
+    def section(self) -> str:
+        return f"""
+[email]
+enabled = true
+address = "{self.bot_address}"
+imap_host = "127.0.0.1"
+imap_port = {self.ports[0]}
+imap_security = "plain"
+smtp_host = "127.0.0.1"
+smtp_port = {self.ports[1]}
+smtp_security = "plain"
+auth_serv_id = "{AUTH_SERV_ID}"
+poll_every = "5s"
+allowed_users = ["{self.owner}", "{self.friend}"]
+approvers = ["{self.owner}"]
+{self.extra}"""
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[Bot]:
+        assert self.servers is not None
+        environ = {"ECHO_BOT_EMAIL_PASSWORD": self.servers.passwords[self.bot_address],
+                   **SECRET_ENV}  # fmt: skip
+        async with running_bot(
+            self.state_dir, self.section + TOOLS, environ=environ, channels=["email"],
+            brain=ContractBrain(),
+        ) as bot:  # fmt: skip
+            self.bot = bot
+            yield bot
+
+    def mail(self, text: str, *, sender: str | None = None, **headers: str) -> EmailMessage:
+        mail = EmailMessage()
+        mail["From"] = sender or self.owner
+        mail["To"] = self.bot_address
+        mail["Subject"] = headers.pop("Subject", "a question")
+        mail["Message-ID"] = make_msgid(domain="example.org")
+        for name, value in headers.items():
+            mail[name.replace("_", "-")] = value
+        mail.set_content(text)
+        return mail
+
+    async def say(self, text: str) -> Any:
+        return await self.send(self.mail(text))
+
+    async def send(self, mail: EmailMessage, *, login: str | None = None) -> str:
+        """``mail`` through the receiving server, logged in as its sender (vouched
+        for) unless ``login`` names another; its Message-ID."""
+        assert self.servers is not None
+        who = login or parseaddr(str(mail["From"]))[1]
+        await asyncio.to_thread(self.servers.send, mail, login=who)
+        return str(mail["Message-ID"])
+
+    async def acknowledged(self, token: Any) -> None:
+        assert self.servers is not None
+        servers, address = self.servers, self.bot_address
+
+        def taken() -> bool:
+            return "$EchoBotTaken" in servers.flags_of(address, token)
+
+        await eventually(taken, timeout=20, what=f"{token} flagged in the bot's mailbox")
+
+    def mails(self, to: str | None = None) -> list[EmailMessage]:
+        assert self.servers is not None
+        return self.servers.inbox(to or self.owner)
+
+    def received(self) -> list[str]:
+        return [mail_text(m) for m in self.mails()]
+
+    def displayed(self) -> list[str]:
+        return [mail_shown(m) for m in self.mails()]
+
+    async def prompt(self) -> Shown:
+        def new_prompt() -> EmailMessage | None:
+            return next((m for m in self.mails() if ".approval@" in str(m["Message-ID"])
+                         and str(m["Message-ID"]) not in self._prompted), None)  # fmt: skip
+
+        mail = await eventually(new_prompt, timeout=20, what="an approval prompt by mail")
+        self._prompted.add(str(mail["Message-ID"]))
+        return Shown(text=mail_text(mail), buttons=False, handle=mail)
+
+    async def decide(self, shown: Shown, *, approve: bool, approver: bool = True) -> str:
+        """A reply to the prompt with its code; by the friend (not an approver), with the
+        owner's code read off the prompt (a forwarded prompt)."""
+        prompt: EmailMessage = shown.handle
+        code = MAIL_CODE.search(shown.text)
+        assert code is not None, shown.text
+        sender = self.owner if approver else self.friend
+        answer = self.mail(
+            f"{'approve' if approve else 'deny'} {code.group(0)}\n\n> {shown.text[:40]}",
+            sender=sender, Subject=f"Re: {prompt['Subject']}",
+            In_Reply_To=str(prompt["Message-ID"]), References=str(prompt["Message-ID"]),
+        )  # fmt: skip
+        before = len(self.mails(sender))
+        await self.send(answer)
+        if approver:
+            return ""
+
+        def refusal() -> str | None:
+            return next((mail_text(m) for m in self.mails(sender)[before:]
+                         if mail_text(m).startswith("⚠️")), None)  # fmt: skip
+
+        return await eventually(refusal, timeout=20, what="the refusal by mail")
+
+    def rate_limit_next(self) -> None:
+        assert self.servers is not None
+        self.servers.refuse_next(1, self.bot_address)
+
+    def rate_limited(self) -> int:
+        assert self.servers is not None
+        return self.servers.refused
+
+
 DRIVERS: dict[str, type[Driver]] = {
+    "email": EmailDriver,
     "pigeon": PigeonDriver,
     "matrix": MatrixDriver,
     "slack": SlackDriver,

@@ -1,0 +1,201 @@
+"""The mailbox read in order, each mail committed before it is flagged (commit before
+acknowledging): its position is the mailbox's UIDVALIDITY and the last UID taken, kept
+in the store; a mail taken twice (a crash between the commit and the flag) is one
+inbound, deduplicated by its Message-ID.
+
+What is never answered: mail a program sent (``reading.automatic``), mail from the bot
+itself, and mail whose sender the receiving server did not vouch for (``reading.authentic``)
+— all flagged and audited, so none is looked at again. A reply to an approval prompt
+decides it only with the approver's code (``codes``)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import UTC, datetime
+
+from echo_bot.bus import ChannelEdge, ChannelHost, ChannelLink
+from echo_bot.errors import CommitFailed, StoreError
+from echo_bot.events import DIRECT, Address, Attachment, MediaKind, MessageInbound, Sender
+from echo_bot.prompt_answers import verb_of_reply
+from echo_bot.sizes import format_size
+
+from .codes import Codes
+from .mailbox import Mailbox, Selected
+from .outbound import PROMPT_ID
+from .reading import Mail, read
+from .settings import EmailConfig
+from .threads import Threads
+
+log = logging.getLogger("echo_bot.channels.email")
+
+HOW_TO_ANSWER = (
+    "To answer an approval request, reply to its mail with `approve CODE` or `deny CODE`,"
+    " the code it gave you."
+)
+NO_CODE = (
+    "⚠️ That reply is not allowed to decide: a decision by mail needs the code its request"
+    " mail gave you (`approve CODE` or `deny CODE`), from the address it was sent to."
+)
+
+
+class Reader:
+    def __init__(
+        self, config: EmailConfig, host: ChannelHost, edge: ChannelEdge, link: ChannelLink,
+        mailbox: Mailbox, codes: Codes, threads: Threads,
+    ) -> None:  # fmt: skip
+        self.config = config
+        self.host = host
+        self.edge = edge
+        self.link = link
+        self.mailbox = mailbox
+        self.codes = codes
+        self.threads = threads
+        where = f"{config.login}/{config.mailbox}"
+        self._position = f"email-uid:{where}"
+        self._validity = f"email-uidvalidity:{where}"
+        self.selected: Selected | None = None
+        self.after = 0
+        self._auth = (config.auth_header, config.auth_serv_id or "")
+
+    async def resume(self) -> None:
+        """The mailbox open, and where reading goes on from. On the first start: the
+        mail that comes from now on. After the mailbox was renumbered (its UIDVALIDITY
+        changed): the mail since the last one taken that this channel never flagged."""
+        if self.mailbox.is_open and self.selected is not None:
+            return
+        self.selected = None
+        selected = await self.mailbox.open()
+        kept = await self.host.recall(self._validity)
+        position = await self.host.recall(self._position)
+        if kept is None or position is None:
+            self.after = selected.next_uid - 1
+            log.info("email: reading %s from the next mail on", self.config.mailbox)
+        elif kept[0] != selected.validity:
+            log.warning(
+                "email: %s was renumbered (UIDVALIDITY %s, was %s): taking the mail since"
+                " %s not taken yet", self.config.mailbox, selected.validity, kept[0],
+                datetime.fromtimestamp(position[1], UTC).date(),
+            )  # fmt: skip
+            since = datetime.fromtimestamp(position[1], UTC).date()
+            for uid in await self.mailbox.untaken_since(since):
+                if not await self._taken(uid, selected):
+                    raise CommitFailed("the store did not take a mail; read again")
+            self.after = selected.next_uid - 1
+        else:
+            self.after = position[0]
+        await self.host.remember(self._validity, selected.validity)
+        await self.host.remember(self._position, self.after)
+        self.selected = selected
+
+    async def once(self) -> None:
+        """The new mail taken in order; then a wait for more (IDLE, or a pause)."""
+        await self.resume()
+        assert self.selected is not None
+        self.link.connected()
+        uids = await self.mailbox.after(self.after)
+        for uid in uids:
+            if not await self._taken(uid, self.selected):
+                await asyncio.sleep(1.0)  # not flagged: read again
+                return
+            self.after = uid
+            await self.host.remember(self._position, uid)
+        if not uids:
+            await self.mailbox.wait(self.selected.idle, self.config.poll_every.total_seconds())
+
+    async def _taken(self, uid: int, selected: Selected) -> bool:
+        """``uid`` committed (or let go, for a reason), then flagged; False when the
+        store did not take it."""
+        try:
+            await self.take(uid, selected)
+        except (CommitFailed, StoreError) as exc:
+            log.warning("email: mail %s not taken (%s); it is read again", uid, exc)
+            return False
+        await self.mailbox.flag(uid)
+        return True
+
+    async def take(self, uid: int, selected: Selected) -> None:
+        head = await self.mailbox.head(uid)
+        if head is None:
+            return  # removed meanwhile
+        size, header = head
+        if size > self.config.max_message:
+            mail = read(header, whole=False, auth=self._auth)
+            if await self._answerable(mail):
+                text = (
+                    f"Your mail of {format_size(size)} is over the"
+                    f" {format_size(self.config.max_message)} this bot reads; it was not read."
+                )
+                await self.edge.notice(self._address(mail), text, seldom=True)
+            return
+        raw = await self.mailbox.whole(uid)
+        if raw is None:
+            return
+        mail = read(raw, auth=self._auth)
+        if not await self._answerable(mail):
+            return
+        address = self._address(mail)
+        await self.threads.heard(address, mail)
+        external_id = mail.message_id or f"{selected.validity}:{uid}"
+        sender = Sender(id=str(mail.sender), name=mail.name)
+        if await self._decided(mail, address, sender, external_id):
+            return
+        if await self.edge.lone_answer(address, mail.text, HOW_TO_ANSWER):
+            return
+        files = [
+            Attachment(
+                kind=MediaKind.PHOTO if f.mime_type.startswith("image/") else MediaKind.DOCUMENT,
+                file_ref=f"{selected.validity}:{uid}:{f.index}",
+                name=f.name,
+                mime_type=f.mime_type,
+                size=f.size,
+            )
+            for f in (mail.files if self.config.media else [])
+        ]
+        await self.edge.take(
+            MessageInbound(
+                address=address, sender=sender, text=mail.text, external_id=external_id,
+                message_id=mail.message_id, attachments=files,
+                metadata={DIRECT: True} if mail.direct(str(self.config.address)) else {},
+            )
+        )  # fmt: skip
+
+    def _address(self, mail: Mail) -> Address:
+        return Address(channel="email", chat_id=str(mail.sender), thread_id=mail.thread)
+
+    async def _answerable(self, mail: Mail) -> bool:
+        """Whether ``mail`` may be answered: one sender, not the bot, not a program,
+        and vouched for by the receiving server. What is not is audited."""
+        reason = None
+        if mail.sender is None:
+            reason = "not one sender in From:"
+        elif mail.automatic is not None:
+            reason = f"sent by a program ({mail.automatic})"
+        elif mail.sender == self.config.address:
+            reason = "from the bot's own address"
+        elif not self.config.trust_from and not mail.vouched:
+            reason = f"{self.config.auth_header} does not vouch for the sender"
+        if reason is None:
+            return True
+        log.info("email: mail %s from %s not answered: %s", mail.message_id, mail.sender, reason)
+        await self.host.audit(
+            "email.not_answered", sender=str(mail.sender), message=mail.message_id, reason=reason
+        )
+        return False
+
+    async def _decided(self, mail: Mail, address: Address, sender: Sender, said: str) -> bool:
+        """A reply to an approval prompt answering it: decided when it holds the
+        approver's code, refused (audited, said) when not."""
+        target = mail.in_reply_to
+        verb = verb_of_reply(mail.text)
+        if target is None or verb is None or not PROMPT_ID.match(target):
+            return False
+        if not await self.codes.given(target, sender.id, mail.text):
+            log.warning("email: %s answered %s without its code", sender.id, target)
+            await self.host.audit(
+                "email.forged_action", user=sender.id, message=target, action=verb.value
+            )
+            await self.edge.notice(address, NO_CODE, seldom=True)
+            return True
+        decided = await self.edge.decide(target, sender, said, verb=verb, at=address)
+        return decided.outcome != "no_prompt"

@@ -1,0 +1,190 @@
+"""The bot's mailbox over IMAP (aioimaplib): one connection, the mailbox selected, its
+mail read by UID and flagged once taken; IDLE where the server has it, a pause where not.
+Every failure is a ``MailboxAway`` (the peer out of reach, tried again) or, for a login
+refused, a ``ConfigError``."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import ssl
+from dataclasses import dataclass
+from datetime import date
+
+import aioimaplib
+
+from echo_bot.errors import ConfigError, PeerAway
+
+from .settings import EmailConfig
+
+TAKEN = "$EchoBotTaken"  # the keyword on a mail this channel committed
+COMMAND_TIMEOUT = 60.0  # one command, a whole message of up to [email] max_message included
+IDLE_FOR = 300.0  # an IDLE renewed this often (servers end one after 30 min)
+_UIDVALIDITY = re.compile(rb"UIDVALIDITY (\d+)")
+_UIDNEXT = re.compile(rb"UIDNEXT (\d+)")
+_SIZE = re.compile(rb"RFC822\.SIZE (\d+)")
+NETWORK = (OSError, TimeoutError, aioimaplib.Abort)
+
+
+class MailboxAway(PeerAway):
+    """The IMAP server out of reach, or failing a command."""
+
+
+@dataclass(frozen=True)
+class Selected:
+    validity: int
+    next_uid: int
+    idle: bool
+
+
+def tls_context(config: EmailConfig) -> ssl.SSLContext:
+    context = ssl.create_default_context()
+    if config.ca_file:
+        context.load_verify_locations(config.ca_file)
+    return context
+
+
+class Mailbox:
+    def __init__(self, config: EmailConfig, password: str) -> None:
+        self.config = config
+        self._password = password
+        self._client: aioimaplib.IMAP4 | None = None
+        self._lost = asyncio.Event()
+
+    async def open(self, *, readonly: bool = False) -> Selected:
+        """Connected, logged in, the mailbox selected. A refused login or an unknown
+        mailbox is a ``ConfigError``; anything else ``MailboxAway``."""
+        await self.close()
+        self._lost = asyncio.Event()
+        config = self.config
+        host, port = str(config.imap_host), config.imap_at
+        try:
+            if config.imap_security == "tls":
+                client: aioimaplib.IMAP4 = aioimaplib.IMAP4_SSL(
+                    host, port, timeout=COMMAND_TIMEOUT, ssl_context=tls_context(config),
+                    conn_lost_cb=self._gone,
+                )  # fmt: skip
+            else:
+                client = aioimaplib.IMAP4(
+                    host, port, timeout=COMMAND_TIMEOUT, conn_lost_cb=self._gone
+                )
+            self._client = client
+            await client.wait_hello_from_server()
+            login = await client.login(config.login, self._password)
+        except NETWORK as exc:
+            raise MailboxAway(f"IMAP {host}:{port}: {exc!r}") from None
+        if login.result != "OK":
+            raise ConfigError(f"email: the IMAP server refused the login of {config.login}")
+        verb = "examine" if readonly else "select"
+        chosen = await self._call(verb, config.mailbox)
+        if chosen.result != "OK":
+            raise ConfigError(f"email.mailbox: no mailbox {config.mailbox!r} on {host}")
+        joined = b"\n".join(line for line in chosen.lines if isinstance(line, bytes))
+        validity, following = _UIDVALIDITY.search(joined), _UIDNEXT.search(joined)
+        if validity is None:
+            raise MailboxAway(f"IMAP {host}: the mailbox has no UIDVALIDITY")
+        next_uid = int(following.group(1)) if following else 1
+        return Selected(int(validity.group(1)), next_uid, client.has_capability("IDLE"))
+
+    @property
+    def is_open(self) -> bool:
+        return self._client is not None and not self._lost.is_set()
+
+    def _gone(self, error: Exception | None) -> None:
+        self._lost.set()
+
+    async def _call(self, verb: str, *args: str) -> aioimaplib.Response:
+        if self._client is None or self._lost.is_set():
+            raise MailboxAway("IMAP: the connection was lost")
+        try:
+            if verb in {"fetch", "store"}:
+                answer = await self._client.uid(verb, *args)
+            elif verb == "search":
+                answer = await self._client.uid_search(*args)
+            else:
+                answer = await getattr(self._client, verb)(*args)
+        except NETWORK as exc:
+            raise MailboxAway(f"IMAP {verb}: {exc!r}") from None
+        if answer.result not in {"OK", "NO"}:
+            raise MailboxAway(f"IMAP {verb}: {answer.result} {answer.lines[-1:]!r}")
+        return answer
+
+    async def _search(self, *criteria: str) -> list[int]:
+        answer = await self._call("search", *criteria)
+        if answer.result != "OK":
+            raise MailboxAway(f"IMAP search refused: {answer.lines[-1:]!r}")
+        first = answer.lines[0] if answer.lines else b""
+        return sorted(int(word) for word in bytes(first).split() if word.isdigit())
+
+    async def after(self, uid: int) -> list[int]:
+        """The UIDs above ``uid``, oldest first (``N:*`` always holds the newest)."""
+        return [found for found in await self._search(f"UID {uid + 1}:*") if found > uid]
+
+    async def untaken_since(self, day: date) -> list[int]:
+        """Mail from ``day`` on that this channel never flagged."""
+        return await self._search("UNKEYWORD", TAKEN, "SINCE", day.strftime("%d-%b-%Y"))
+
+    async def _fetched(self, uid: int, items: str) -> tuple[bytes, bytes] | None:
+        """The FETCH line for ``uid`` and its literal (a server may send other mail's
+        flag changes in the same answer); None when the mail is gone."""
+        answer = await self._call("fetch", str(uid), items)
+        lines = answer.lines
+        for index, line in enumerate(lines):
+            if isinstance(line, bytes) and f"UID {uid} ".encode() in line + b" ":
+                follows = lines[index + 1] if index + 1 < len(lines) else b""
+                literal = bytes(follows) if isinstance(follows, bytearray) else b""
+                return line, literal
+        return None
+
+    async def head(self, uid: int) -> tuple[int, bytes] | None:
+        """The mail's size as the server counts it, and its header."""
+        found = await self._fetched(uid, "(UID RFC822.SIZE BODY.PEEK[HEADER])")
+        if found is None:
+            return None
+        size = _SIZE.search(found[0])
+        return (int(size.group(1)) if size else 0), found[1]
+
+    async def whole(self, uid: int) -> bytes | None:
+        found = await self._fetched(uid, "(UID BODY.PEEK[])")
+        return found[1] if found is not None else None
+
+    async def flag(self, uid: int) -> None:
+        """Taken: seen, and marked as this channel's (what a renumbered mailbox is
+        searched by)."""
+        await self._call("store", str(uid), "+FLAGS.SILENT", f"(\\Seen {TAKEN})")
+
+    async def wait(self, idle: bool, seconds: float) -> None:
+        """Until the server says something changed (IDLE), or ``seconds``."""
+        client = self._client
+        if client is None or self._lost.is_set():
+            raise MailboxAway("IMAP: the connection was lost")
+        if not idle:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._lost.wait(), seconds)
+            return
+        try:
+            done = await client.idle_start(timeout=min(seconds, IDLE_FOR))
+            lost = asyncio.ensure_future(self._lost.wait())
+            pushed = asyncio.ensure_future(client.wait_server_push(timeout=min(seconds, IDLE_FOR)))
+            try:
+                await asyncio.wait({lost, pushed}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for waiting in (lost, pushed):
+                    waiting.cancel()
+                # A push's timeout is no error: nothing came, the mailbox is looked at.
+                await asyncio.gather(lost, pushed, return_exceptions=True)
+            if self._lost.is_set():
+                raise MailboxAway("IMAP: the connection was lost while idle")
+            client.idle_done()
+            await asyncio.wait_for(done, COMMAND_TIMEOUT)
+        except NETWORK as exc:
+            raise MailboxAway(f"IMAP idle: {exc!r}") from None
+
+    async def close(self) -> None:
+        client, self._client = self._client, None
+        if client is None:
+            return
+        with contextlib.suppress(Exception):
+            if not self._lost.is_set():
+                await asyncio.wait_for(client.logout(), 5)

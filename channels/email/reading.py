@@ -1,0 +1,223 @@
+"""A mail as the channel reads it: who sent it (one address, and whether the receiving
+server vouched for it), whether a program sent it (never answered), which thread it
+belongs to, its text and its files. Parsed with the standard library's ``email`` package
+and its default policy; a header that does not parse reads as absent, never as a crash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from email import policy
+from email.message import EmailMessage, Message
+from email.parser import BytesParser
+from email.utils import getaddresses, parseaddr
+
+from channels.html import shown_html
+from channels.parts import clean
+
+MAX_TEXT = 32_000  # characters of a mail's text handed on
+MAX_REFERENCES = 20
+_MESSAGE_ID = re.compile(r"<[^<>\s]{1,250}>")
+_QUOTE_INTRO = re.compile(r"^(On .{1,300} wrote:|-{2,}\s*Original Message\s*-{2,})\s*$", re.I)
+
+
+@dataclass(frozen=True)
+class MailFile:
+    index: int  # its place among the message's parts (``walk()`` order)
+    name: str | None
+    mime_type: str
+    size: int
+
+
+@dataclass(frozen=True)
+class Mail:
+    message_id: str | None
+    root: str  # the thread's first message's id (the mail's own when it starts one)
+    sender: str | None  # the one From: address, lowercased; None: none or several
+    name: str
+    subject: str
+    references: list[str]  # References, then In-Reply-To: the thread, oldest first
+    in_reply_to: str | None
+    recipients: list[str]  # To: and Cc:, lowercased
+    automatic: str | None  # why a program sent it (never answered), or None
+    vouched: bool  # the receiving server vouched for the sender (``authentic``)
+    text: str = ""
+    files: list[MailFile] = field(default_factory=list)
+
+    @property
+    def thread(self) -> str:
+        """The thread's key: its first message's id hashed, so every mail of a thread,
+        and the bot's replies, share it."""
+        return hashlib.sha256(self.root.encode()).hexdigest()[:16]
+
+    def direct(self, bot: str) -> bool:
+        """To the bot alone: nobody else reads the answer."""
+        return self.recipients == [bot]
+
+
+def parsed(raw: bytes) -> EmailMessage:
+    message = BytesParser(policy=policy.default).parsebytes(raw)
+    assert isinstance(message, EmailMessage)
+    return message
+
+
+def _header(message: Message, name: str) -> str:
+    try:
+        value = message.get(name)
+        return clean(str(value)) if value is not None else ""
+    except Exception:  # a header the parser cannot make sense of: as if absent
+        return ""
+
+
+def _ids(text: str) -> list[str]:
+    return _MESSAGE_ID.findall(text)
+
+
+def _sender(message: Message) -> tuple[str | None, str]:
+    try:
+        found = getaddresses(message.get_all("From", []))
+    except Exception:
+        return None, ""
+    addresses = [(name, address) for name, address in found if "@" in address]
+    if len(addresses) != 1 or len(found) != 1:
+        return None, ""
+    name, address = addresses[0]
+    return address.strip().lower(), clean(name)[:100]
+
+
+def _recipients(message: Message) -> list[str]:
+    try:
+        found = getaddresses(message.get_all("To", []) + message.get_all("Cc", []))
+    except Exception:
+        return []
+    return sorted({address.strip().lower() for _, address in found if address})
+
+
+def automatic(message: Message) -> str | None:
+    """Why a program sent this (RFC 3834's Auto-Submitted, a bulk Precedence, a mailing
+    list, a bounce): answering it could start a loop between two robots."""
+    submitted = _header(message, "Auto-Submitted").strip().lower()
+    if submitted and not submitted.startswith("no"):
+        return f"Auto-Submitted: {submitted[:40]}"
+    precedence = _header(message, "Precedence").strip().lower()
+    if precedence in {"bulk", "junk", "list", "auto_reply"}:
+        return f"Precedence: {precedence}"
+    for name in ("X-Autoreply", "X-Autorespond", "List-Id", "List-Unsubscribe"):
+        if _header(message, name):
+            return f"it has {name}"
+    if _header(message, "Return-Path").strip() == "<>":
+        return "an empty return path (a bounce)"
+    if message.get_content_type() == "multipart/report":
+        return "a delivery report"
+    sender = parseaddr(_header(message, "From"))[1].lower()
+    if sender.split("@")[0] in {"mailer-daemon", "postmaster"}:
+        return "a mailer daemon"
+    return None
+
+
+def authentic(message: Message, sender: str, header: str, serv_id: str) -> bool:
+    """Whether the receiving server vouched for ``sender``: the topmost ``header``
+    (the last added, by the server that received the mail: any below it came with
+    the mail and could be forged) is ``serv_id``'s and says ``dmarc=pass`` for the
+    sender's domain, or ``dkim=pass`` for it or a domain it belongs to."""
+    try:
+        values = message.get_all(header, [])
+    except Exception:
+        return False
+    if not values:
+        return False
+    text = re.sub(r"\([^()]*\)", " ", str(values[0]))  # comments out
+    first, *results = [piece.strip() for piece in text.split(";")]
+    if not first or first.split()[0].lower() != serv_id.lower():
+        return False
+    domain = sender.rpartition("@")[2]
+    for result in results:
+        words = result.split()
+        if not words or "=" not in words[0]:
+            continue
+        method, _, outcome = words[0].lower().partition("=")
+        props = dict(w.lower().partition("=")[::2] for w in words[1:] if "=" in w)
+        if outcome != "pass":
+            continue
+        if method == "dmarc" and props.get("header.from") == domain:
+            return True
+        if method == "dkim":
+            signer = props.get("header.d") or props.get("header.i", "").lstrip("@")
+            if signer and (domain == signer or domain.endswith("." + signer)):
+                return True
+    return False
+
+
+def _unquoted(text: str) -> str:
+    """A reply's own words: the quoted mail under it (``>`` lines, and the line that
+    introduces them) left out."""
+    lines = text.replace("\r\n", "\n").split("\n")
+    while lines and (not lines[-1].strip() or lines[-1].startswith(">")):
+        lines.pop()
+    if lines and _QUOTE_INTRO.match(lines[-1].strip()):
+        lines.pop()
+    return "\n".join(lines).strip()
+
+
+def _content(part: Message) -> str:
+    try:
+        content = part.get_content()  # type: ignore[attr-defined]
+    except (LookupError, UnicodeError, ValueError, AssertionError):  # a charset unknown
+        payload = part.get_payload(decode=True)
+        content = payload.decode("utf-8", "replace") if isinstance(payload, bytes) else ""
+    return content if isinstance(content, str) else ""
+
+
+def _text(message: EmailMessage) -> str:
+    """Its plain text, or its HTML as a reader shows it."""
+    try:
+        body = message.get_body(preferencelist=("plain", "html"))
+    except Exception:
+        body = None
+    if body is None:
+        return ""
+    content = _content(body)
+    if body.get_content_type() == "text/html":
+        content = shown_html(content)
+    return clean(_unquoted(content))[:MAX_TEXT]
+
+
+def _files(message: EmailMessage) -> list[MailFile]:
+    files = []
+    for index, part in enumerate(message.walk()):
+        if part.is_multipart() or part.get_content_disposition() != "attachment":
+            continue
+        payload = part.get_payload()
+        size = len(payload) * 3 // 4 if isinstance(payload, str) else 0  # base64's
+        name = part.get_filename()
+        files.append(MailFile(index, clean(name)[:256] if name else None,
+                              part.get_content_type()[:128], size))  # fmt: skip
+    return files[:10]
+
+
+def read(raw: bytes, *, auth: tuple[str, str], whole: bool = True) -> Mail:
+    """``raw`` read, its sender checked by ``auth`` (the header, the server's id);
+    ``whole=False``: its headers only (a mail too large to read)."""
+    message = parsed(raw)
+    sender, name = _sender(message)
+    references = _ids(_header(message, "References"))
+    replied = _ids(_header(message, "In-Reply-To"))
+    if replied and replied[-1] not in references:
+        references.append(replied[-1])
+    own = _ids(_header(message, "Message-ID"))
+    return Mail(
+        message_id=own[0] if own else None,
+        root=(references or own or [""])[0],
+        sender=sender,
+        name=name,
+        subject=" ".join(_header(message, "Subject").split())[:200],
+        references=references[-MAX_REFERENCES:],
+        in_reply_to=replied[-1] if replied else None,
+        recipients=_recipients(message),
+        automatic=automatic(message),
+        vouched=sender is not None and authentic(message, sender, *auth),
+        text=_text(message) if whole else "",
+        files=_files(message) if whole else [],
+    )
