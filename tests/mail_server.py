@@ -60,7 +60,7 @@ def _unavailable(reason: str) -> NoReturn:
     pytest.skip(message + " (apt-get install dovecot-imapd dovecot-lmtpd, as .ci/run does)")
 
 
-def _dovecot_conf(root: Path, imap: int, lmtp: int, users: str, mail_user: str) -> str:
+def _dovecot_conf(root: Path, imap: int, lmtp: int, password: str, mail_user: str) -> str:
     internal, login = ("dovecot", "dovenull") if os.geteuid() == 0 else (mail_user, mail_user)
     return f"""
 base_dir = {root}/run
@@ -80,8 +80,8 @@ mail_gid = {mail_user}
 first_valid_uid = 1
 first_valid_gid = 1
 passdb {{
-  driver = passwd-file
-  args = scheme=PLAIN username_format=%u {users}
+  driver = static
+  args = password={password}
 }}
 userdb {{
   driver = static
@@ -122,6 +122,7 @@ class MailServers:
     imap_port: int
     lmtp_port: int
     smtp_port: int = 0
+    password: str = field(default_factory=lambda: secrets.token_hex(8))
     passwords: dict[str, str] = field(default_factory=dict)
     refusals: list[int] = field(default_factory=list)  # codes for the bot's next mails
     refuses_from: str = ""  # whose mails ``refusals`` answer (logged in as)
@@ -129,23 +130,29 @@ class MailServers:
     received: list[bytes] = field(default_factory=list)  # as delivered, stamped
 
     def add_user(self, local: str) -> tuple[str, str]:
-        """A new mailbox ``local-XXXX@example.org`` and its password."""
+        """A new mailbox ``local-XXXX@example.org`` and its password (one for all: a
+        mailbox is made at its first login; who logged in is what the tests tell apart)."""
         address = f"{local}-{secrets.token_hex(3)}@{DOMAIN}"
-        password = secrets.token_hex(8)
-        self.passwords[address] = password
-        with (self.root / "users").open("a") as users:
-            users.write(f"{address}:{{PLAIN}}{password}\n")
-        return address, password
+        self.passwords[address] = self.password
+        return address, self.password
 
     def refuse_next(self, count: int, login: str, code: int = 451) -> None:
         """The next ``count`` mails of ``login`` answered ``code``."""
         self.refuses_from = login
         self.refusals.extend([code] * count)
 
-    def deliver(self, raw: bytes, to: str) -> None:
-        """Straight into ``to``'s mailbox over LMTP (the receiving server bypassed)."""
+    def deliver(self, raw: bytes, to: str, envelope_from: str | None = None) -> None:
+        """Straight into ``to``'s INBOX over LMTP (the receiving server bypassed);
+        ``envelope_from=""``: a bounce's empty return path."""
+        sender = parseaddr(_from(raw))[1] if envelope_from is None else envelope_from
         with smtplib.LMTP("127.0.0.1", self.lmtp_port) as lmtp:
-            lmtp.sendmail(parseaddr(_from(raw))[1] or "someone@elsewhere.test", [to], raw)
+            lmtp.sendmail(sender, [to], raw)
+
+    def append(self, address: str, box: str, raw: bytes) -> None:
+        """``raw`` put into ``address``'s mailbox ``box`` (IMAP APPEND)."""
+        with imaplib.IMAP4("127.0.0.1", self.imap_port, timeout=20) as imap:
+            imap.login(address, self.passwords[address])
+            imap.append(box, "", None, raw)
 
     def send(self, mail: EmailMessage, *, login: str | None = None) -> None:
         """``mail`` submitted to the SMTP server, logged in as ``login`` when given."""
@@ -166,11 +173,11 @@ class MailServers:
                 mails.append(_parsed(raw))
             return mails
 
-    def flags_of(self, address: str, message_id: str) -> str:
-        """The flags of the mail ``message_id`` in ``address``'s INBOX ("" when absent)."""
+    def flags_of(self, address: str, message_id: str, box: str = "INBOX") -> str:
+        """The flags of the mail ``message_id`` in ``address``'s ``box`` ("" when absent)."""
         with imaplib.IMAP4("127.0.0.1", self.imap_port, timeout=20) as imap:
             imap.login(address, self.passwords[address])
-            imap.select("INBOX", readonly=True)
+            imap.select(box, readonly=True)
             _, found = imap.uid("SEARCH", "HEADER", "Message-ID", f'"{message_id}"')
             uids = found[0].split()
             if not uids:
@@ -254,11 +261,10 @@ def start_mail_servers() -> Iterator[MailServers]:
     mail_user = "dovecot" if os.geteuid() == 0 else pwd.getpwuid(os.geteuid()).pw_name
     (root / "mail").mkdir()
     shutil.chown(root / "mail", mail_user, mail_user)
-    (root / "users").write_text("")
     servers = MailServers(root, free_port(), free_port())
     conf = root / "dovecot.conf"
     conf.write_text(
-        _dovecot_conf(root, servers.imap_port, servers.lmtp_port, str(root / "users"), mail_user)
+        _dovecot_conf(root, servers.imap_port, servers.lmtp_port, servers.password, mail_user)
     )
     proc = subprocess.Popen([str(DOVECOT), "-F", "-c", str(conf)], stdout=subprocess.DEVNULL,
                             stderr=subprocess.STDOUT)  # fmt: skip
@@ -268,7 +274,7 @@ def start_mail_servers() -> Iterator[MailServers]:
         controller = Controller(
             _Receiving(servers), hostname="127.0.0.1", port=free_port(),
             authenticator=_authenticator(servers), auth_require_tls=False,
-            auth_exclude_mechanism=["CRAM-MD5"],
+            auth_exclude_mechanism=["CRAM-MD5"], data_size_limit=64 * 1000**2,
         )  # fmt: skip
         controller.start()
         servers.smtp_port = controller.port

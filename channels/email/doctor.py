@@ -1,5 +1,5 @@
-"""What ``echo-bot doctor`` checks of e-mail: the IMAP login and the mailbox (read only:
-examined, nothing flagged), whether the server has IDLE, the SMTP login, and — only
+"""What ``echo-bot doctor`` checks of e-mail: the IMAP login and the mailbox (opened,
+nothing read or flagged), whether the server has IDLE, the SMTP login, and — only
 when asked, with ``ECHO_BOT_EMAIL_TEST_SEND=1`` in doctor's environment — a test mail
 to the bot's own address. Every step bounded; the password never in what is printed."""
 
@@ -40,7 +40,7 @@ async def _imap(section: EmailConfig, password: str) -> Diagnosis:
     box = Mailbox(section, password)
     try:
         async with asyncio.timeout(STEP_TIMEOUT):
-            selected = await box.open(readonly=True)
+            selected = await box.open()
     except ConfigError as exc:
         return Diagnosis(name, DIAGNOSIS_FAIL, str(exc))
     except (MailboxAway, TimeoutError) as exc:

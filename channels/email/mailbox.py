@@ -52,7 +52,7 @@ class Mailbox:
         self._client: aioimaplib.IMAP4 | None = None
         self._lost = asyncio.Event()
 
-    async def open(self, *, readonly: bool = False) -> Selected:
+    async def open(self) -> Selected:
         """Connected, logged in, the mailbox selected. A refused login or an unknown
         mailbox is a ``ConfigError``; anything else ``MailboxAway``."""
         await self.close()
@@ -76,8 +76,7 @@ class Mailbox:
             raise MailboxAway(f"IMAP {host}:{port}: {exc!r}") from None
         if login.result != "OK":
             raise ConfigError(f"email: the IMAP server refused the login of {config.login}")
-        verb = "examine" if readonly else "select"
-        chosen = await self._call(verb, config.mailbox)
+        chosen = await self._call("select", config.mailbox)  # FETCH's PEEK changes no flag
         if chosen.result != "OK":
             raise ConfigError(f"email.mailbox: no mailbox {config.mailbox!r} on {host}")
         joined = b"\n".join(line for line in chosen.lines if isinstance(line, bytes))
@@ -177,9 +176,13 @@ class Mailbox:
             if self._lost.is_set():
                 raise MailboxAway("IMAP: the connection was lost while idle")
             client.idle_done()
-            await asyncio.wait_for(done, COMMAND_TIMEOUT)
+            ended = await asyncio.wait_for(done, COMMAND_TIMEOUT)
         except NETWORK as exc:
             raise MailboxAway(f"IMAP idle: {exc!r}") from None
+        said = pushed.result() if pushed.done() and not pushed.cancelled() else []
+        refused = [line for line in said if bytes(line).startswith((b"NO", b"BAD"))]
+        if refused or ended.result != "OK":  # the session is unwell: a new one, after a pause
+            raise MailboxAway(f"IMAP idle refused: {(refused or ended.lines)[-1:]!r}")
 
     async def close(self) -> None:
         client, self._client = self._client, None

@@ -47,7 +47,7 @@ class Downloads:
     async def _mail(self, validity: int, uid: int) -> bytes:
         box = Mailbox(self.config, self._password)
         try:
-            selected = await box.open(readonly=True)
+            selected = await box.open()
             if selected.validity != validity:
                 raise MediaUnavailable("the mailbox was renumbered since the mail came")
             raw = await box.whole(uid)

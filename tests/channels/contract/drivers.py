@@ -1033,6 +1033,8 @@ class EmailDriver(Driver):
         self.bot_address = self.owner = self.friend = ""
         self._prompted: set[str] = set()
         self.extra = ""  # more of [email]
+        self.brain: ContractBrain = ContractBrain()
+        self._box = "INBOX"
 
     @contextlib.asynccontextmanager
     async def peer(self) -> AsyncIterator[None]:
@@ -1079,7 +1081,7 @@ approvers = ["{self.owner}"]
                    **SECRET_ENV}  # fmt: skip
         async with running_bot(
             self.state_dir, self.section + TOOLS, environ=environ, channels=["email"],
-            brain=ContractBrain(),
+            brain=self.brain,
         ) as bot:  # fmt: skip
             self.bot = bot
             yield bot
@@ -1106,12 +1108,33 @@ approvers = ["{self.owner}"]
         await asyncio.to_thread(self.servers.send, mail, login=who)
         return str(mail["Message-ID"])
 
+    async def send_to_box(self, text: str, box: str = "Bot") -> str:
+        """A mail from the owner, vouched for, put straight into the bot's ``box`` (a
+        mailbox other than INBOX, where no server delivers)."""
+        assert self.servers is not None
+        mail = self.mail(text)
+        stamp = f"Authentication-Results: {AUTH_SERV_ID}; dmarc=pass header.from=example.org"
+        raw = stamp.encode() + b"\r\n" + bytes(mail)
+        await asyncio.to_thread(self.servers.append, self.bot_address, box, raw)
+        self._box = box
+        return str(mail["Message-ID"])
+
+    async def inbound_addresses(self) -> list[str]:
+        """The address of every committed inbound of the channel, oldest first."""
+        assert self.bot is not None
+
+        def read(tx: Any) -> list[str]:
+            rows = [tx.inbox.get(s.id) for s in tx.inbox.recent(self.NAME, limit=100)]
+            return [str(r.message.address) for r in reversed(rows) if r is not None]
+
+        return list(await self.bot.daemon.runtime.store.run(read))
+
     async def acknowledged(self, token: Any) -> None:
         assert self.servers is not None
-        servers, address = self.servers, self.bot_address
+        servers, address, box = self.servers, self.bot_address, self._box
 
         def taken() -> bool:
-            return "$EchoBotTaken" in servers.flags_of(address, token)
+            return "$EchoBotTaken" in servers.flags_of(address, token, box)
 
         await eventually(taken, timeout=20, what=f"{token} flagged in the bot's mailbox")
 
