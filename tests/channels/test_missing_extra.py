@@ -1,10 +1,11 @@
-"""`[matrix]` or `[slack]` enabled where its extra is not installed (a plain
+"""`[matrix]`, `[slack]` or `[email]` enabled where its extra is not installed (a plain
 `pip install .`): `check-config` and `run` say so in one line naming the extra, both
 install forms, and exit 2 (the unit does not restart it), as `doctor` does — never a
 traceback, never "valid".
 
 The environment is real: a virtual environment whose site-packages holds every package
-of the one the tests run in but matrix-nio and slack-sdk, echo-bot run from it."""
+of the one the tests run in but matrix-nio, slack-sdk, aioimaplib and aiosmtplib,
+echo-bot run from it."""
 
 from __future__ import annotations
 
@@ -21,18 +22,23 @@ pytestmark = pytest.mark.slow  # a venv, and echo-bot processes
 SECTIONS = {
     "matrix": '[matrix]\nenabled = true\nuser_id = "@bot:example.org"\n',
     "slack": "[slack]\nenabled = true\n",
+    "email": '[email]\nenabled = true\naddress = "bot@example.org"\nimap_host = "imap.example.org"'
+    '\nsmtp_host = "smtp.example.org"\nauth_serv_id = "mx.example.org"\n',
 }
 SECRETS = {
     "MATRIX_ACCESS_TOKEN": "syt_abc",
     "SLACK_BOT_TOKEN": "xoxb-1",
     "SLACK_APP_TOKEN": "xapp-1",
+    "ECHO_BOT_EMAIL_PASSWORD": "pw",
 }
 
 
 @pytest.fixture(scope="module")
 def python_without_extras(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("without-extras")
-    return python_without(root, ["nio", "matrix_nio", "slack_sdk", "slack"], "nio")
+    return python_without(
+        root, ["nio", "matrix_nio", "slack_sdk", "slack", "aioimaplib", "aiosmtplib"], "nio"
+    )
 
 
 def run(python: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -1,0 +1,116 @@
+"""`echo-bot check-config` and `echo-bot doctor` for e-mail as the user runs them (a
+subprocess), against the real servers of tests/mail_server.py: the logins, the mailbox,
+IDLE, and a test mail only when asked; a section that cannot work refused by name."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.channels.contract.drivers import mail_text
+from tests.cli.test_doctor_checks import doctor
+from tests.conftest import ROOT, echo_bot_env
+from tests.mail_server import AUTH_SERV_ID, MailServers
+from tests.waiting import eventually
+
+
+def email_config(tmp_path: Path, servers: MailServers, bot: str, extra: str = "") -> Path:
+    path = tmp_path / "config.toml"
+    path.write_text(
+        f'[email]\nenabled = true\naddress = "{bot}"\nimap_host = "127.0.0.1"\n'
+        f'imap_port = {servers.imap_port}\nimap_security = "plain"\nsmtp_host = "127.0.0.1"\n'
+        f'smtp_port = {servers.smtp_port}\nsmtp_security = "plain"\n'
+        f'auth_serv_id = "{AUTH_SERV_ID}"\nallowed_users = ["you@example.org"]\n{extra}'
+    )
+    return path
+
+
+def line(output: str, name: str) -> str:
+    (found,) = [row for row in output.splitlines() if f"] {name}" in row]
+    return found
+
+
+async def test_doctor_logs_in_to_both_servers_and_sends_only_when_asked(
+    tmp_path: Path, mail_servers: MailServers
+) -> None:
+    bot, password = mail_servers.add_user("bot")
+    config = email_config(tmp_path, mail_servers, bot)
+    args = ("--config", str(config), "--state-dir", str(tmp_path / "s"))
+    code, out = await doctor(*args, ECHO_BOT_EMAIL_PASSWORD=password)
+    assert code == 0, out
+    assert line(out, "email imap").startswith("[  ok]") and "IDLE" in out
+    assert line(out, "email smtp").startswith("[  ok]")
+    assert "not sent" in line(out, "email test mail") and password not in out
+    assert await asyncio.to_thread(mail_servers.inbox, bot) == []
+
+    code, out = await doctor(*args, ECHO_BOT_EMAIL_PASSWORD=password, ECHO_BOT_EMAIL_TEST_SEND="1")
+    assert code == 0 and line(out, "email test mail").startswith("[  ok]"), out
+    mails = await eventually(lambda: mail_servers.inbox(bot), timeout=15, what="the test mail")
+    assert mails[0]["Auto-Submitted"] == "auto-generated" and "doctor" in mail_text(mails[0])
+
+
+async def test_doctor_fails_on_a_wrong_password_and_on_a_server_away(
+    tmp_path: Path, mail_servers: MailServers
+) -> None:
+    bot, _ = mail_servers.add_user("bot")
+    config = email_config(tmp_path, mail_servers, bot)
+    args = ("--config", str(config), "--state-dir", str(tmp_path / "s"))
+    code, out = await doctor(*args, ECHO_BOT_EMAIL_PASSWORD="wrong-password")
+    assert code == 1
+    assert line(out, "email imap").startswith("[FAIL]") and "refused the login" in out
+    assert line(out, "email smtp").startswith("[FAIL]") and "wrong-password" not in out
+
+    away = tmp_path / "away.toml"
+    away.write_text(config.read_text().replace(str(mail_servers.imap_port), "1"))
+    code, out = await doctor("--config", str(away), "--state-dir", str(tmp_path / "s"),
+                             ECHO_BOT_EMAIL_PASSWORD="x")  # fmt: skip
+    assert code == 1 and "cannot reach 127.0.0.1:1" in line(out, "email imap"), out
+
+
+def check_config(config: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "echo_bot", "check-config", "--config", str(config)],
+        capture_output=True, text=True, timeout=60, cwd=ROOT, env=echo_bot_env(**env),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("section", "said"),
+    [
+        ('imap_host = "imap.example.org"', "imap_security = 'plain' is for a server on this"),
+        ("auth_serv_id = false", "auth_serv_id"),
+        ('allowed_users = ["You <you@example.org>"]', "an e-mail address"),
+        ('password_env = "A B"', "password_env"),
+        ("max_per_minute = 0", "max_per_minute"),
+        ('auth_header = "X\\nBcc: a"', "auth_header"),
+    ],
+)
+def test_check_config_refuses_an_email_section_that_cannot_work(
+    tmp_path: Path, mail_servers: MailServers, section: str, said: str
+) -> None:
+    config = email_config(tmp_path, mail_servers, "bot@example.org")
+    key = section.split(" = ")[0]
+    text = "\n".join(ln for ln in config.read_text().splitlines() if not ln.startswith(key))
+    config.write_text(f"{text}\n{section}\n")
+    done = check_config(config, ECHO_BOT_EMAIL_PASSWORD="x")
+    assert done.returncode == 2, done.stdout
+    assert said in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_check_config_says_how_senders_are_checked_and_what_is_missing(
+    tmp_path: Path, mail_servers: MailServers
+) -> None:
+    config = email_config(tmp_path, mail_servers, "bot@example.org")
+    done = check_config(config, ECHO_BOT_EMAIL_PASSWORD="x")
+    assert done.returncode == 0, done.stderr
+    assert f"senders checked by Authentication-Results from {AUTH_SERV_ID}" in done.stdout
+    done = check_config(config)
+    assert done.returncode == 2 and "ECHO_BOT_EMAIL_PASSWORD is not set" in done.stderr
+    config.write_text(config.read_text().replace(f'auth_serv_id = "{AUTH_SERV_ID}"',
+                                                 "trust_from = true"))  # fmt: skip
+    done = check_config(config, ECHO_BOT_EMAIL_PASSWORD="x")
+    assert done.returncode == 0 and "anyone can write as your senders" in done.stdout
