@@ -1,7 +1,8 @@
 """Lines of each chat channel's package, by kind, at a git revision and in the working
-tree: what issue 47 ("channels reduced to what is particular to their network")
-measures. Prints, per channel, the total (``wc -l`` of its ``*.py``), then code,
-docstrings, comment-only and blank lines, and with ``--modules`` the same per module.
+tree: what issue 47 ("channels reduced to what is particular to their network") and
+issue 48 (a new channel in at most ~900 lines of its own) measure. Prints, per
+channel, the total (``wc -l`` of its ``*.py``), then code, docstrings, comment-only and
+blank lines, and with ``--modules`` the same per module.
 
     python bench/channel_lines.py --before 288bedb [--modules]
 """
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-CHANNELS = ("matrix", "slack", "telegram")
+CHANNELS = ("email", "matrix", "slack", "telegram")
 
 
 @dataclass
@@ -52,10 +53,11 @@ def sources(channel: str, rev: str | None) -> dict[str, str]:
     if rev is None:
         folder = ROOT / "channels" / channel
         return {p.name: p.read_text() for p in sorted(folder.glob("*.py"))}
-    names = subprocess.run(
+    listed = subprocess.run(
         ["git", "ls-tree", "--name-only", f"{rev}:channels/{channel}"],
-        cwd=ROOT, capture_output=True, text=True, check=True,
-    ).stdout.split()  # fmt: skip
+        cwd=ROOT, capture_output=True, text=True,
+    )  # fmt: skip
+    names = listed.stdout.split() if listed.returncode == 0 else []  # not there yet
     return {
         name: subprocess.run(
             ["git", "show", f"{rev}:channels/{channel}/{name}"],
@@ -89,6 +91,9 @@ def main() -> None:
             totals[label] = total
             print(row(f"{channel} {label}", total))
         before, after = totals[args.before], totals["now"]
+        if not before.total:
+            print(f"{channel}: new, {after.code} lines of code")
+            continue
         print(
             f"{channel}: total {100 * (after.total / before.total - 1):+.1f} %,"
             f" code {100 * (after.code / before.code - 1):+.1f} %"

@@ -31,6 +31,7 @@ import pwd
 import secrets
 import shutil
 import smtplib
+import ssl
 import subprocess
 import tempfile
 import time
@@ -60,15 +61,34 @@ def _unavailable(reason: str) -> NoReturn:
     pytest.skip(message + " (apt-get install dovecot-imapd dovecot-lmtpd, as .ci/run does)")
 
 
-def _dovecot_conf(root: Path, imap: int, lmtp: int, password: str, mail_user: str) -> str:
+def _certificate(root: Path) -> Path:
+    """A self-signed certificate for 127.0.0.1 (its key beside it): the CA a test's
+    config trusts through ``ca_file``."""
+    cert, key = root / "cert.pem", root / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+         "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return cert
+
+
+def _dovecot_conf(
+    root: Path, imap: int, lmtp: int, password: str, mail_user: str, imaps: int
+) -> str:
     internal, login = ("dovecot", "dovenull") if os.geteuid() == 0 else (mail_user, mail_user)
+    # With TLS: IMAPS on ``imaps`` for the bot; the plain port stays open for the tests.
+    tls = "ssl = no"
+    if imaps:
+        tls = f"ssl = yes\nssl_cert = <{root}/cert.pem\nssl_key = <{root}/key.pem"
     return f"""
 base_dir = {root}/run
 state_dir = {root}/state
 instance_name = echo-bot-test-{root.name}
 listen = 127.0.0.1
 protocols = imap lmtp
-ssl = no
+{tls}
 disable_plaintext_auth = no
 auth_mechanisms = plain login
 log_path = {root}/dovecot.log
@@ -93,7 +113,8 @@ service imap-login {{
     port = {imap}
   }}
   inet_listener imaps {{
-    port = 0
+    address = 127.0.0.1
+    port = {imaps}
   }}
 }}
 service lmtp {{
@@ -122,11 +143,15 @@ class MailServers:
     imap_port: int
     lmtp_port: int
     smtp_port: int = 0
+    tls: Path | None = None  # the certificate both servers present (IMAPS, STARTTLS)
+    imaps_port: int = 0
     password: str = field(default_factory=lambda: secrets.token_hex(8))
     passwords: dict[str, str] = field(default_factory=dict)
     refusals: list[int] = field(default_factory=list)  # codes for the bot's next mails
     refuses_from: str = ""  # whose mails ``refusals`` answer (logged in as)
-    refused: int = 0  # mails answered with one of them
+    refused: int = 0  # mails answered with one of them (or over ``limit_sends``)
+    limited: tuple[str, float, float] | None = None  # (login, per second, burst)
+    _bucket: list[float] = field(default_factory=list)  # [tokens, when last filled]
     received: list[bytes] = field(default_factory=list)  # as delivered, stamped
 
     def add_user(self, local: str) -> tuple[str, str]:
@@ -140,6 +165,21 @@ class MailServers:
         """The next ``count`` mails of ``login`` answered ``code``."""
         self.refuses_from = login
         self.refusals.extend([code] * count)
+
+    def limit_sends(self, login: str, per_second: float, burst: int) -> None:
+        """``login``'s mails past ``per_second`` (after ``burst`` at once) answered 451,
+        as a provider's sending limit does."""
+        self.limited = (login, per_second, float(burst))
+        self._bucket = [float(burst), time.monotonic()]
+
+    def over_limit(self, login: object) -> bool:
+        if self.limited is None or login != self.limited[0]:
+            return False
+        _, rate, burst = self.limited
+        now = time.monotonic()
+        tokens = min(burst, self._bucket[0] + (now - self._bucket[1]) * rate)
+        self._bucket[:] = [tokens - 1 if tokens >= 1 else tokens, now]
+        return tokens < 1
 
     def deliver(self, raw: bytes, to: str, envelope_from: str | None = None) -> None:
         """Straight into ``to``'s INBOX over LMTP (the receiving server bypassed);
@@ -208,8 +248,9 @@ class _Receiving:
 
     async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
         login = getattr(session, "auth_data", None)
-        if self.servers.refusals and login == self.servers.refuses_from:
-            code = self.servers.refusals.pop(0)
+        refused = self.servers.refusals and login == self.servers.refuses_from
+        if refused or self.servers.over_limit(login):
+            code = self.servers.refusals.pop(0) if refused else 451
             self.servers.refused += 1
             return f"{code} 4.7.0 Too many mails, try again later"
         raw = bytes(envelope.original_content or envelope.content)
@@ -251,7 +292,9 @@ def _wait_for_port(port: int, proc: subprocess.Popen[bytes], servers: MailServer
 
 
 @contextlib.contextmanager
-def start_mail_servers() -> Iterator[MailServers]:
+def start_mail_servers(*, tls: bool = False) -> Iterator[MailServers]:
+    """Dovecot and the SMTP server; ``tls``: IMAP over TLS only (on ``imaps_port``),
+    STARTTLS offered on SMTP, with a self-signed certificate (``tls``)."""
     if not DOVECOT.exists():
         _unavailable(f"{DOVECOT} is not installed")
     from aiosmtpd.controller import Controller
@@ -262,10 +305,14 @@ def start_mail_servers() -> Iterator[MailServers]:
     (root / "mail").mkdir()
     shutil.chown(root / "mail", mail_user, mail_user)
     servers = MailServers(root, free_port(), free_port())
+    context = None
+    if tls:
+        servers.tls, servers.imaps_port = _certificate(root), free_port()
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(servers.tls, root / "key.pem")
     conf = root / "dovecot.conf"
-    conf.write_text(
-        _dovecot_conf(root, servers.imap_port, servers.lmtp_port, servers.password, mail_user)
-    )
+    conf.write_text(_dovecot_conf(root, servers.imap_port, servers.lmtp_port, servers.password,
+                                  mail_user, servers.imaps_port))  # fmt: skip
     proc = subprocess.Popen([str(DOVECOT), "-F", "-c", str(conf)], stdout=subprocess.DEVNULL,
                             stderr=subprocess.STDOUT)  # fmt: skip
     controller = None
@@ -275,6 +322,7 @@ def start_mail_servers() -> Iterator[MailServers]:
             _Receiving(servers), hostname="127.0.0.1", port=free_port(),
             authenticator=_authenticator(servers), auth_require_tls=False,
             auth_exclude_mechanism=["CRAM-MD5"], data_size_limit=64 * 1000**2,
+            tls_context=context,
         )  # fmt: skip
         controller.start()
         servers.smtp_port = controller.port
@@ -294,4 +342,11 @@ def start_mail_servers() -> Iterator[MailServers]:
 def mail_servers() -> Iterator[MailServers]:
     """The test process's Dovecot and SMTP server (see the module's doc)."""
     with start_mail_servers() as servers:
+        yield servers
+
+
+@pytest.fixture(scope="session")
+def tls_mail_servers() -> Iterator[MailServers]:
+    """The same over TLS (``start_mail_servers(tls=True)``)."""
+    with start_mail_servers(tls=True) as servers:
         yield servers

@@ -60,18 +60,18 @@ class Mailbox:
         config = self.config
         host, port = str(config.imap_host), config.imap_at
         try:
-            if config.imap_security == "tls":
-                client: aioimaplib.IMAP4 = aioimaplib.IMAP4_SSL(
-                    host, port, timeout=COMMAND_TIMEOUT, ssl_context=tls_context(config),
-                    conn_lost_cb=self._gone,
-                )  # fmt: skip
-            else:
-                client = aioimaplib.IMAP4(
-                    host, port, timeout=COMMAND_TIMEOUT, conn_lost_cb=self._gone
-                )
+            context = tls_context(config) if config.imap_security == "tls" else None
+            client = aioimaplib.IMAP4(
+                host, port, timeout=COMMAND_TIMEOUT, conn_lost_cb=self._gone, ssl_context=context
+            )
             self._client = client
             await client.wait_hello_from_server()
             login = await client.login(config.login, self._password)
+        except ssl.SSLCertVerificationError as exc:
+            raise ConfigError(
+                f"email: the certificate of {host}:{port} is not trusted ({exc.verify_message});"
+                " for a server's own certificate, set [email] ca_file"
+            ) from None
         except NETWORK as exc:
             raise MailboxAway(f"IMAP {host}:{port}: {exc!r}") from None
         if login.result != "OK":
@@ -179,7 +179,8 @@ class Mailbox:
             ended = await asyncio.wait_for(done, COMMAND_TIMEOUT)
         except NETWORK as exc:
             raise MailboxAway(f"IMAP idle: {exc!r}") from None
-        said = pushed.result() if pushed.done() and not pushed.cancelled() else []
+        heard = pushed.done() and not pushed.cancelled() and pushed.exception() is None
+        said = pushed.result() if heard else []
         refused = [line for line in said if bytes(line).startswith((b"NO", b"BAD"))]
         if refused or ended.result != "OK":  # the session is unwell: a new one, after a pause
             raise MailboxAway(f"IMAP idle refused: {(refused or ended.lines)[-1:]!r}")

@@ -29,7 +29,11 @@ from .mailbox import tls_context
 from .settings import EmailConfig
 from .threads import Thread, Threads
 
-SMTP_TIMEOUT = 60.0
+SMTP_TIMEOUT = 30.0
+# The longest a mail waits in send() for its turn in the account's budget; a later turn
+# is kept for it and the delivery worker holds the mail until then (a send that waited
+# past the worker's timeout could be cut in the middle of its SMTP session).
+MAX_WAIT = 20.0
 PROMPT_ID = re.compile(r"^<[0-9a-f]{32}\.approval@[^<>\s]+>$")
 _UNSAFE = re.compile(r"[\x00-\x1f\x7f\u2028\u2029]+")
 
@@ -62,7 +66,10 @@ class Outbound:
         self.threads = Threads(host)
         self._password = password
         self._domain = str(config.address).rpartition("@")[2]
-        self.pacer = Pacer((config.max_per_minute / 60.0, min(config.max_per_minute, 5)))
+        # At most 3 at once, then spaced: a provider counts mails as they arrive, and
+        # concurrent submissions arrive out of step with their start.
+        self.pacer = Pacer((config.max_per_minute / 60.0, min(config.max_per_minute, 3)))
+        self._turns: dict[str, float] = {}  # a held mail's turn (the pacer's clock)
 
     async def send(self, message: OutboundMessage) -> Receipt:
         """Each part a mail, sent once; an approval prompt with its code and kept by its
@@ -82,12 +89,29 @@ class Outbound:
                 await self._attach(mail, message.file.path, message.file.name)
             if prompt and last:
                 await self.edge.keep_prompt(message_id, message)
-            await self.pacer.wait("account")
+            await self._turn(message_id)
             await self._submit(mail)
             if to.thread_id:
                 await self.threads.said(to, thread, message_id)
             sent = message_id
         return Receipt(channel_message_id=sent)
+
+    async def _turn(self, message_id: str) -> None:
+        """Wait for this mail's turn in ``max_per_minute``, or, when it is further off
+        than MAX_WAIT, keep the turn for it and have the worker hold it until then."""
+        now = self.pacer.clock()
+        turn = self._turns.pop(message_id, None)
+        if turn is None:
+            turn = now + self.pacer.reserve("account")
+        if turn - now > MAX_WAIT:
+            if len(self._turns) > 10_000:  # turns of mails never tried again
+                self._turns = {k: t for k, t in self._turns.items() if t > now}
+            self._turns[message_id] = turn
+            raise ChannelError(
+                f"email: over [email] max_per_minute, its turn in {turn - now:.0f} s",
+                retry_after=turn - now,
+            )
+        await asyncio.sleep(max(0.0, turn - now))
 
     def _id(self, message: OutboundMessage, index: int, prompt: bool) -> str:
         return f"<{message.id}.{'approval' if prompt else index}@{self._domain}>"

@@ -25,6 +25,7 @@ from channels.email.reading import authentic, parsed, read
 from echo_bot.brains.base import BrainContext, BrainReply
 from echo_bot.brains.rules import files_reply
 from echo_bot.conversation import ChatMessage
+from echo_bot.errors import ConfigError
 from echo_bot.tools.base import Tool
 from tests.channels.contract.drivers import ContractBrain, EmailDriver, mail_text
 from tests.mail_server import AUTH_SERV_ID, MailServers
@@ -366,3 +367,24 @@ def test_authentication_results_are_read_from_the_topmost_header_of_the_server_o
     assert not vouched()
     mail = read(b"From: a@x.org, b@x.org\r\n\r\nhi", auth=("Authentication-Results", "mx"))
     assert mail.sender is None  # two senders: nobody to answer
+
+
+async def test_over_tls_both_ways_with_the_servers_own_certificate(
+    state_dir: Path, tls_mail_servers: MailServers
+) -> None:
+    """IMAP over TLS and SMTP with STARTTLS, the servers' certificate trusted through
+    ca_file; without it, the start is refused saying what to set."""
+    made = Mail(state_dir)
+    made.fixtures = {"mail_servers": tls_mail_servers}
+    async with made.peer():
+        made.ports = (tls_mail_servers.imaps_port, tls_mail_servers.smtp_port)
+        made.security = 'imap_security = "tls"\nsmtp_security = "starttls"'
+        with pytest.raises(ConfigError, match="ca_file"):
+            async with made.running():
+                pass
+        made.extra = f'ca_file = "{tls_mail_servers.tls}"'
+        async with made.running():
+            await made.acknowledged(await made.say("say:secure"))
+            await made.wait_received("echo: secure")
+    outgoing = [raw for raw in tls_mail_servers.received if b"echo: secure" in raw]
+    assert len(outgoing) == 1

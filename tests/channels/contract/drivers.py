@@ -1033,6 +1033,7 @@ class EmailDriver(Driver):
         self.bot_address = self.owner = self.friend = ""
         self._prompted: set[str] = set()
         self.extra = ""  # more of [email]
+        self.security = 'imap_security = "plain"\nsmtp_security = "plain"'
         self.brain: ContractBrain = ContractBrain()
         self._box = "INBOX"
 
@@ -1064,10 +1065,9 @@ enabled = true
 address = "{self.bot_address}"
 imap_host = "127.0.0.1"
 imap_port = {self.ports[0]}
-imap_security = "plain"
 smtp_host = "127.0.0.1"
 smtp_port = {self.ports[1]}
-smtp_security = "plain"
+{self.security}
 auth_serv_id = "{AUTH_SERV_ID}"
 poll_every = "5s"
 allowed_users = ["{self.owner}", "{self.friend}"]
