@@ -197,6 +197,12 @@ def _files(message: EmailMessage) -> list[MailFile]:
     return files[:10]
 
 
+def _asked_in(subject: str) -> str:
+    """A mail with nothing but its subject (a question asked there): the subject is its
+    text, unless it only says it is a reply."""
+    return "" if re.match(r"(?i)^(re|aw|sv|fwd?):", subject) else subject
+
+
 def read(raw: bytes, *, auth: tuple[str, str], whole: bool = True) -> Mail:
     """``raw`` read, its sender checked by ``auth`` (the header, the server's id);
     ``whole=False``: its headers only (a mail too large to read)."""
@@ -207,17 +213,18 @@ def read(raw: bytes, *, auth: tuple[str, str], whole: bool = True) -> Mail:
     if replied and replied[-1] not in references:
         references.append(replied[-1])
     own = _ids(_header(message, "Message-ID"))
+    subject = " ".join(_header(message, "Subject").split())[:200]
     return Mail(
         message_id=own[0] if own else None,
         root=(references or own or [""])[0],
         sender=sender,
         name=name,
-        subject=" ".join(_header(message, "Subject").split())[:200],
+        subject=subject,
         references=references[-MAX_REFERENCES:],
         in_reply_to=replied[-1] if replied else None,
         recipients=_recipients(message),
         automatic=automatic(message),
         vouched=sender is not None and authentic(message, sender, *auth),
-        text=_text(message) if whole else "",
+        text=(_text(message) or _asked_in(subject)) if whole else "",
         files=_files(message) if whole else [],
     )

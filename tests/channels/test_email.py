@@ -199,7 +199,9 @@ async def test_a_stranger_vouched_for_is_told_how_to_pair_and_an_unvouched_one_h
     assert len([raw for raw in chat.peer_servers.received if sent_by_bot in raw]) == 1
 
 
-async def test_html_only_mail_is_read_as_text_and_quoted_history_left_out(chat: Mail) -> None:
+async def test_html_only_mail_is_read_as_text_quoted_mail_left_out_a_subject_alone_read(
+    chat: Mail,
+) -> None:
     mail = chat.mail("")
     mail.set_content(
         "<html><head><style>p{}</style></head><body><p>heard: <b>bold</b> &amp; done</p>"
@@ -211,9 +213,10 @@ async def test_html_only_mail_is_read_as_text_and_quoted_history_left_out(chat: 
         await chat.wait_received("heard:")
         quoted = chat.mail("heard: mine\n\nOn Monday, someone wrote:\n> old text\n> more")
         await chat.send(quoted)
-        await eventually(lambda: len(chat.received()) == 2, timeout=20, what="two replies")
+        await chat.send(chat.mail("", Subject="heard: only the subject"))
+        await eventually(lambda: len(chat.received()) == 3, timeout=20, what="three replies")
         texts = await chat.inbound_texts()
-    assert texts == ["heard: bold & done", "heard: mine"]
+    assert texts == ["heard: bold & done", "heard: mine", "heard: only the subject"]
 
 
 async def test_files_both_ways_within_max_download(chat: Mail) -> None:
