@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from echo_bot.bus import ChannelEdge, ChannelHost, ChannelLink
 from echo_bot.errors import CommitFailed, StoreError
@@ -73,11 +73,12 @@ class Reader:
             log.info("email: reading %s from the next mail on", self.config.mailbox)
         elif kept[0] != selected.validity:
             log.warning(
-                "email: %s was renumbered (UIDVALIDITY %s, was %s): taking the mail since"
-                " %s not taken yet", self.config.mailbox, selected.validity, kept[0],
-                datetime.fromtimestamp(position[1], UTC).date(),
+                "email: %s was renumbered (UIDVALIDITY %s, was %s): taking the mail not"
+                " taken yet", self.config.mailbox, selected.validity, kept[0],
             )  # fmt: skip
-            since = datetime.fromtimestamp(position[1], UTC).date()
+            # The server's SINCE is its own local date: a day earlier covers any zone
+            # (a mail seen twice is one inbound, by its Message-ID).
+            since = datetime.fromtimestamp(position[1], UTC).date() - timedelta(days=1)
             for uid in await self.mailbox.untaken_since(since):
                 if not await self._taken(uid, selected):
                     raise CommitFailed("the store did not take a mail; read again")
@@ -119,20 +120,21 @@ class Reader:
         if head is None:
             return  # removed meanwhile
         size, header = head
+        # Who sent it, first, from its header: the body of a mail nobody vouched for is
+        # never parsed.
+        mail = await self._read(header, whole=False)
+        if mail is None or not await self._answerable(mail):
+            return
         if size > self.config.max_message:
-            mail = read(header, whole=False, auth=self._auth)
-            if await self._answerable(mail):
-                text = (
-                    f"Your mail of {format_size(size)} is over the"
-                    f" {format_size(self.config.max_message)} this bot reads; it was not read."
-                )
-                await self.edge.notice(self._address(mail), text, seldom=True)
+            text = (
+                f"Your mail of {format_size(size)} is over the"
+                f" {format_size(self.config.max_message)} this bot reads; it was not read."
+            )
+            await self.edge.notice(self._address(mail), text, seldom=True)
             return
         raw = await self.mailbox.whole(uid)
-        if raw is None:
-            return
-        mail = read(raw, auth=self._auth)
-        if not await self._answerable(mail):
+        mail = await self._read(raw) if raw is not None else None
+        if mail is None:
             return
         address = self._address(mail)
         await self.threads.heard(address, mail)
@@ -159,6 +161,17 @@ class Reader:
                 metadata={DIRECT: True} if mail.direct(str(self.config.address)) else {},
             )
         )  # fmt: skip
+
+    async def _read(self, raw: bytes, *, whole: bool = True) -> Mail | None:
+        """``raw`` read off the event loop (a hostile mail may take the parser a while);
+        None, audited, when it cannot be read at all (a multipart nested too deep)."""
+        try:
+            return await asyncio.to_thread(read, raw, auth=self._auth, whole=whole)
+        except Exception as exc:
+            log.warning("email: a mail could not be read: %r", exc)
+            reason = f"unreadable ({type(exc).__name__})"
+            await self.host.audit("email.not_answered", sender="", message=None, reason=reason)
+            return None
 
     def _address(self, mail: Mail) -> Address:
         return Address(channel="email", chat_id=str(mail.sender), thread_id=mail.thread)

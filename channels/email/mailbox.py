@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import re
 import ssl
 from dataclasses import dataclass
@@ -38,11 +39,17 @@ class Selected:
     idle: bool
 
 
-def tls_context(config: EmailConfig) -> ssl.SSLContext:
+@functools.cache
+def _context(ca_file: str | None) -> ssl.SSLContext:
     context = ssl.create_default_context()
-    if config.ca_file:
-        context.load_verify_locations(config.ca_file)
+    if ca_file:
+        context.load_verify_locations(ca_file)
     return context
+
+
+def tls_context(config: EmailConfig) -> ssl.SSLContext:
+    """The system's CAs and ``ca_file``'s, loaded once (not on the loop for each mail)."""
+    return _context(config.ca_file)
 
 
 class Mailbox:
@@ -125,15 +132,27 @@ class Mailbox:
         return await self._search("UNKEYWORD", TAKEN, "SINCE", day.strftime("%d-%b-%Y"))
 
     async def _fetched(self, uid: int, items: str) -> tuple[bytes, bytes] | None:
-        """The FETCH line for ``uid`` and its literal (a server may send other mail's
-        flag changes in the same answer); None when the mail is gone."""
+        """The FETCH response for ``uid`` (its item lines, wherever the server put the
+        UID among them) and its literal; None only when the mail is gone. A server may
+        send other mail's flag changes in the same answer; a refusal (NO) or an answer
+        without the mail, while it is still there, is the server failing: tried again."""
         answer = await self._call("fetch", str(uid), items)
-        lines = answer.lines
-        for index, line in enumerate(lines):
-            if isinstance(line, bytes) and f"UID {uid} ".encode() in line + b" ":
-                follows = lines[index + 1] if index + 1 < len(lines) else b""
-                literal = bytes(follows) if isinstance(follows, bytearray) else b""
-                return line, literal
+        if answer.result != "OK":
+            raise MailboxAway(f"IMAP fetch of {uid} refused: {answer.lines[-1:]!r}")
+        groups: list[tuple[bytes, bytes]] = []
+        for line in answer.lines:
+            if isinstance(line, bytearray):
+                if groups:
+                    groups[-1] = (groups[-1][0], bytes(line))
+            elif b" FETCH (" in line:
+                groups.append((bytes(line), b""))
+            elif groups:
+                groups[-1] = (groups[-1][0] + b" " + bytes(line), groups[-1][1])
+        for items_line, literal in groups:
+            if re.search(rb"\bUID %d\b" % uid, items_line):
+                return items_line, literal
+        if await self._search(f"UID {uid}") == [uid]:
+            raise MailboxAway(f"IMAP: the server did not send mail {uid}")
         return None
 
     async def head(self, uid: int) -> tuple[int, bytes] | None:
@@ -142,7 +161,9 @@ class Mailbox:
         if found is None:
             return None
         size = _SIZE.search(found[0])
-        return (int(size.group(1)) if size else 0), found[1]
+        if size is None:
+            raise MailboxAway(f"IMAP: no size for mail {uid}")
+        return int(size.group(1)), found[1]
 
     async def whole(self, uid: int) -> bytes | None:
         found = await self._fetched(uid, "(UID BODY.PEEK[])")
@@ -163,7 +184,11 @@ class Mailbox:
                 await asyncio.wait_for(self._lost.wait(), seconds)
             return
         try:
-            done = await client.idle_start(timeout=min(seconds, IDLE_FOR))
+            # A server that never acknowledges IDLE, or a connection gone meanwhile,
+            # would leave idle_start waiting: it is bounded.
+            done = await asyncio.wait_for(
+                client.idle_start(timeout=min(seconds, IDLE_FOR)), COMMAND_TIMEOUT
+            )
             lost = asyncio.ensure_future(self._lost.wait())
             pushed = asyncio.ensure_future(client.wait_server_push(timeout=min(seconds, IDLE_FOR)))
             try:
@@ -174,6 +199,7 @@ class Mailbox:
                 # A push's timeout is no error: nothing came, the mailbox is looked at.
                 await asyncio.gather(lost, pushed, return_exceptions=True)
             if self._lost.is_set():
+                done.cancel()  # its answer will never come
                 raise MailboxAway("IMAP: the connection was lost while idle")
             client.idle_done()
             ended = await asyncio.wait_for(done, COMMAND_TIMEOUT)

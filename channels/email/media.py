@@ -5,6 +5,7 @@ out, within ``[email] max_download``."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 from pathlib import Path
 
 from echo_bot.downloads import DownloadLimit, save_whole
@@ -32,8 +33,7 @@ class Downloads:
         except ValueError:
             raise MediaUnavailable("not a file of this mailbox") from None
         raw = await self._mail(validity, uid)
-        parts = list(parsed(raw).walk())
-        data = parts[index].get_payload(decode=True) if index < len(parts) else None
+        data = await asyncio.to_thread(_part, raw, index)
         if not isinstance(data, bytes):
             raise MediaUnavailable("the mail holds no such file")
         if len(data) > too_big.cap:
@@ -60,3 +60,10 @@ class Downloads:
         if raw is None:
             raise MediaUnavailable("the mail is no longer in the mailbox")
         return raw
+
+
+def _part(raw: bytes, index: int) -> bytes | None:
+    """The decoded content of the mail's part ``index`` (``walk()`` order)."""
+    parts = list(itertools.islice(parsed(raw).walk(), index + 1))
+    data = parts[index].get_payload(decode=True) if index < len(parts) else None
+    return data if isinstance(data, bytes) else None

@@ -70,6 +70,7 @@ class Outbound:
         # concurrent submissions arrive out of step with their start.
         self.pacer = Pacer((config.max_per_minute / 60.0, min(config.max_per_minute, 3)))
         self._turns: dict[str, float] = {}  # a held mail's turn (the pacer's clock)
+        self._parts_sent: dict[str, int] = {}  # outbound id → parts sent before a failure
 
     async def send(self, message: OutboundMessage) -> Receipt:
         """Each part a mail, sent once; an approval prompt with its code and kept by its
@@ -81,16 +82,24 @@ class Outbound:
         wires = await parts.rendered_parts(text, markdown, self.host.masker, TEXT)
         thread = await self.threads.of(to) if to.thread_id else Thread()
         sent = None
+        done = self._parts_sent.pop(message.id, 0)  # parts a failed try already sent
         for index, (plain, html) in enumerate(wires):
             last = index == len(wires) - 1
+            if index < done:
+                continue
             message_id = self._id(message, index, prompt and last)
             mail = self._mail(to, thread, plain, html, message_id)
             if last and message.file is not None:
-                await self._attach(mail, message.file.path, message.file.name)
+                await self._attach(mail, message.file.path, message.file.name, message.file.size)
             if prompt and last:
                 await self.edge.keep_prompt(message_id, message)
-            await self._turn(message_id)
-            await self._submit(mail)
+            try:
+                await self._turn(message_id)
+                await self._submit(mail)
+            except (ChannelError, asyncio.CancelledError):
+                if index:  # the parts before it went out: not again when tried again
+                    self._parts_sent[message.id] = index
+                raise
             if to.thread_id:
                 await self.threads.said(to, thread, message_id)
             sent = message_id
@@ -154,10 +163,10 @@ class Outbound:
         mail.add_alternative(f"<!DOCTYPE html><html><body>{html}</body></html>", subtype="html")
         return mail
 
-    async def _attach(self, mail: EmailMessage, path: str, name: str) -> None:
-        data = await asyncio.to_thread(Path(path).read_bytes)
-        if len(data) > self.config.max_message:
+    async def _attach(self, mail: EmailMessage, path: str, name: str, size: int) -> None:
+        if size > self.config.max_message:
             raise ChannelError(f"email: {name} is over [email] max_message", retryable=False)
+        data = await asyncio.to_thread(Path(path).read_bytes)
         kind = mimetypes.guess_type(name)[0] or "application/octet-stream"
         maintype, _, subtype = kind.partition("/")
         mail.add_attachment(data, maintype=maintype, subtype=subtype, filename=name)

@@ -7,6 +7,7 @@ and its default policy; a header that does not parse reads as absent, never as a
 from __future__ import annotations
 
 import hashlib
+import itertools
 import re
 from dataclasses import dataclass, field
 from email import policy
@@ -18,6 +19,8 @@ from channels.html import shown_html
 from channels.parts import clean
 
 MAX_TEXT = 32_000  # characters of a mail's text handed on
+MAX_HTML = 64_000  # characters of an HTML body read as text (its parser is slow on hostile markup)
+MAX_PARTS = 500  # parts of a mail looked at for files
 MAX_REFERENCES = 20
 _MESSAGE_ID = re.compile(r"<[^<>\s]{1,250}>")
 _QUOTE_INTRO = re.compile(r"^(On .{1,300} wrote:|-{2,}\s*Original Message\s*-{2,})\s*$", re.I)
@@ -121,33 +124,37 @@ def authentic(message: Message, sender: str, header: str, serv_id: str) -> bool:
     """Whether the receiving server vouched for ``sender``: the topmost ``header``
     (the last added, by the server that received the mail: any below it came with
     the mail and could be forged) is ``serv_id``'s and says ``dmarc=pass`` for the
-    sender's domain, or ``dkim=pass`` for it or a domain it belongs to."""
+    sender's domain, or ``dkim=pass`` for it or a domain it belongs to (two labels at
+    least), and no ``dmarc`` failure for it. Quoted strings and comments are read as
+    values, never as results: an envelope sender may be quoted text anyone wrote."""
     try:
         values = message.get_all(header, [])
     except Exception:
         return False
     if not values:
         return False
-    text = re.sub(r"\([^()]*\)", " ", str(values[0]))  # comments out
+    text = re.sub(r'"(?:[^"\\]|\\.)*"', '""', str(values[0]))  # quoted strings emptied
+    text = re.sub(r"\([^()]*\)", " ", text)  # comments out
     first, *results = [piece.strip() for piece in text.split(";")]
     if not first or first.split()[0].lower() != serv_id.lower():
         return False
     domain = sender.rpartition("@")[2]
+    vouched = False
     for result in results:
         words = result.split()
         if not words or "=" not in words[0]:
             continue
         method, _, outcome = words[0].lower().partition("=")
         props = dict(w.lower().partition("=")[::2] for w in words[1:] if "=" in w)
-        if outcome != "pass":
-            continue
         if method == "dmarc" and props.get("header.from") == domain:
-            return True
-        if method == "dkim":
+            if outcome != "pass":
+                return False  # the server found the domain's own policy broken
+            vouched = True
+        elif method == "dkim" and outcome == "pass":
             signer = props.get("header.d") or props.get("header.i", "").lstrip("@")
-            if signer and (domain == signer or domain.endswith("." + signer)):
-                return True
-    return False
+            if "." in signer and (domain == signer or domain.endswith("." + signer)):
+                vouched = True
+    return vouched
 
 
 def _unquoted(text: str) -> str:
@@ -180,13 +187,13 @@ def _text(message: EmailMessage) -> str:
         return ""
     content = _content(body)
     if body.get_content_type() == "text/html":
-        content = shown_html(content)
+        content = shown_html(content[:MAX_HTML])
     return clean(_unquoted(content))[:MAX_TEXT]
 
 
 def _files(message: EmailMessage) -> list[MailFile]:
     files = []
-    for index, part in enumerate(message.walk()):
+    for index, part in enumerate(itertools.islice(message.walk(), MAX_PARTS)):
         if part.is_multipart() or part.get_content_disposition() != "attachment":
             continue
         payload = part.get_payload()

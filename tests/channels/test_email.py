@@ -282,10 +282,18 @@ async def test_attack_malformed_mime_is_read_as_far_as_it_goes_and_nothing_stops
             head = f"{stamp}From: {chat.owner}\r\nTo: {chat.bot_address}\r\n"
             await asyncio.to_thread(chat.peer_servers.deliver, head.encode() + body,
                                     chat.bot_address)  # fmt: skip
+        # Nested deeper than the parser goes: let go (audited), never read again.
+        nested = b"".join(b"Content-Type: multipart/mixed; boundary=b%d\r\n\r\n--b%d\r\n"
+                          % (i, i) for i in range(1500))  # fmt: skip
+        head = f"{stamp}From: {chat.owner}\r\nTo: {chat.bot_address}\r\n"
+        await asyncio.to_thread(chat.peer_servers.deliver, head.encode() + nested,
+                                chat.bot_address, chat.owner)  # fmt: skip
         await chat.acknowledged(await chat.say("say:still"))
         await chat.wait_received("echo: still")
         assert chat.health() == "ok"
         assert len(await chat.inbound_texts()) == len(MALFORMED) + 1
+        [unreadable] = await chat.audit("email.not_answered")
+        assert "RecursionError" in unreadable["reason"]
 
 
 async def test_attack_a_header_injected_through_a_subject_never_becomes_a_header(
@@ -391,3 +399,31 @@ async def test_over_tls_both_ways_with_the_servers_own_certificate(
             await made.wait_received("echo: secure")
     outgoing = [raw for raw in tls_mail_servers.received if b"echo: secure" in raw]
     assert len(outgoing) == 1
+
+
+def test_attack_a_quoted_value_in_authentication_results_is_never_read_as_a_result() -> None:
+    def vouched(header: str, sender: str = "you@example.org") -> bool:
+        raw = f"Authentication-Results: {header}\r\nFrom: {sender}\r\n\r\nhi\r\n".encode()
+        return authentic(parsed(raw), sender, "Authentication-Results", "mx.example.org")
+
+    smuggled = 'spf=pass smtp.mailfrom="x;dkim=pass header.d=example.org;"@evil.com'
+    assert not vouched(f"mx.example.org; {smuggled}; dmarc=fail header.from=example.org")
+    assert not vouched(f"mx.example.org; {smuggled}")
+    # The server's own DMARC failure for the domain wins over a DKIM pass.
+    assert not vouched("mx.example.org; dkim=pass header.d=example.org; dmarc=fail"
+                       " header.from=example.org")  # fmt: skip
+    assert not vouched("mx.example.org; dkim=pass header.d=org")  # a top-level domain
+    assert vouched('mx.example.org; spf=pass smtp.mailfrom="a;b"@x.org;'
+                   " dmarc=pass header.from=example.org")  # fmt: skip
+
+
+def test_attack_a_mail_nested_too_deep_or_with_hostile_html_is_let_go_in_bounded_time() -> None:
+    nested = b"".join(
+        b"Content-Type: multipart/mixed; boundary=b%d\r\n\r\n--b%d\r\n" % (i, i)
+        for i in range(1500)
+    )
+    with pytest.raises(RecursionError):
+        read(b"From: you@example.org\r\n" + nested, auth=("Authentication-Results", "mx"))
+    hostile = b"Content-Type: text/html\r\n\r\n<!--" + b"<a" * 3_000_000
+    mail = read(b"From: you@example.org\r\n" + hostile, auth=("Authentication-Results", "mx"))
+    assert len(mail.text) <= 64_000
