@@ -76,18 +76,20 @@ def test_webhook_ingest_quick_on_postgres() -> None:
 
 @pytest.mark.timeout(300)
 def test_turns_quick() -> None:
-    output = run_quick("turns.py")
+    output = run_quick("turns.py", "--reference")
     assert_markdown_table(output, "sessions")
     assert "asyncio.Queue" in output
+    assert "store floor: the same statements, bare sqlite3" in output
 
 
 @pytest.mark.timeout(300)
 def test_turns_quick_on_postgres() -> None:
     admin = reachable_admin_url()
-    output = run_quick("turns.py", "--engine", "postgres", "--database-url", admin)
+    output = run_quick("turns.py", "--engine", "postgres", "--database-url", admin, "--reference")
     assert_markdown_table(output, "sessions")
     assert "store: postgres" in output
     assert ", 0 replies sent" not in output
+    assert "store floor: the same statements, bare psycopg" in output
 
 
 @pytest.mark.timeout(300)

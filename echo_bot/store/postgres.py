@@ -95,12 +95,13 @@ def _nul_free(text: str) -> str:
 class PgHandle:
     """What a job is given on PostgreSQL: ``sql.SqlDb``'s ``execute`` and ``conn``."""
 
-    __slots__ = ("_conn", "_trace")
+    __slots__ = ("_conn", "_trace", "_trace_parameters")
     dialect = POSTGRES
 
     def __init__(self, conn: psycopg.Connection[Any]) -> None:
         self._conn = conn
-        self._trace: Callable[[str], object] | None = None
+        self._trace: Callable[..., object] | None = None
+        self._trace_parameters = False
 
     @property
     def conn(self) -> PgHandle:
@@ -108,21 +109,33 @@ class PgHandle:
 
     def execute(self, sql: str, parameters: Sequence[Any] = ()) -> Any:
         if self._trace is not None:
-            self._trace(sql)
+            self._traced(sql, parameters, False)
         if not parameters:
             return self._conn.execute(sql)
         return self._conn.execute(_placeholders(sql), _without_nul(parameters))
 
     def executemany(self, sql: str, parameters: Iterable[Sequence[Any]]) -> Any:
+        rows = [_without_nul(p) for p in parameters]
         if self._trace is not None:
-            self._trace(sql)
+            self._traced(sql, rows, True)
         cursor = self._conn.cursor()
-        cursor.executemany(_placeholders(sql), [_without_nul(p) for p in parameters])
+        cursor.executemany(_placeholders(sql), rows)
         return cursor
 
-    def set_trace_callback(self, trace: Callable[[str], object] | None) -> None:
-        """Call ``trace(sql)`` before each statement, as ``sqlite3``'s does (bench/)."""
-        self._trace = trace
+    def set_trace_callback(
+        self, trace: Callable[..., object] | None, *, parameters: bool = False
+    ) -> None:
+        """Call ``trace(sql)`` before each statement, as ``sqlite3``'s does (bench/);
+        ``parameters``: ``trace(sql, parameters, many)`` (``many``: an executemany's
+        rows), for replaying the statements elsewhere."""
+        self._trace, self._trace_parameters = trace, parameters
+
+    def _traced(self, sql: str, parameters: Any, many: bool) -> None:
+        assert self._trace is not None
+        if self._trace_parameters:
+            self._trace(sql, parameters, many)
+        else:
+            self._trace(sql)
 
 
 class PgSession:
