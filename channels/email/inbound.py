@@ -59,11 +59,11 @@ class Reader:
         self._auth = (config.auth_header, config.auth_serv_id or "")
 
     async def resume(self) -> None:
-        """The mailbox open, and where reading goes on from. On the first start: the
-        mail that comes from now on. After the mailbox was renumbered (its UIDVALIDITY
-        changed): the mail since the last one taken that this channel never flagged."""
-        if self.mailbox.is_open and self.selected is not None:
-            return
+        """The mailbox opened anew, and where reading goes on from, as the store has it
+        now (another daemon on the store may have read meanwhile). On the first start:
+        the mail that comes from now on. After the mailbox was renumbered (its
+        UIDVALIDITY changed): the mail since the last one taken that this channel never
+        flagged."""
         self.selected = None
         selected = await self.mailbox.open()
         kept = await self.host.recall(self._validity)
@@ -91,7 +91,8 @@ class Reader:
 
     async def once(self) -> None:
         """The new mail taken in order; then a wait for more (IDLE, or a pause)."""
-        await self.resume()
+        if not self.mailbox.is_open or self.selected is None:
+            await self.resume()  # the connection was lost
         assert self.selected is not None
         self.link.connected()
         uids = await self.mailbox.after(self.after)

@@ -124,7 +124,11 @@ class Mailbox:
         return sorted(int(word) for word in bytes(first).split() if word.isdigit())
 
     async def after(self, uid: int) -> list[int]:
-        """The UIDs above ``uid``, oldest first (``N:*`` always holds the newest)."""
+        """The UIDs above ``uid``, oldest first (``N:*`` always holds the newest). A NOOP
+        first: the server brings the session's view up to date at a command's end, so a
+        search alone can miss a mail that came just before it — and IDLE, which reports
+        only what comes after, would leave it waiting."""
+        await self._call("noop")
         return [found for found in await self._search(f"UID {uid + 1}:*") if found > uid]
 
     async def untaken_since(self, day: date) -> list[int]:
