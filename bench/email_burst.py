@@ -34,7 +34,7 @@ if str(ROOT) not in sys.path:
 
 from echo_bot.store import Tx  # noqa: E402
 from tests.conftest import running_bot  # noqa: E402
-from tests.mail_server import AUTH_SERV_ID, MailServers, start_mail_servers  # noqa: E402
+from tests.mail_server import MailServers, start_mail_servers  # noqa: E402
 
 BURST = 5
 
@@ -51,20 +51,7 @@ async def burst(
     users = [servers.add_user(f"person{i}")[0] for i in range(people)]
     servers.limit_sends(bot_address, rate, BURST)
     servers.refused = 0
-    config = f"""
-[email]
-enabled = true
-address = "{bot_address}"
-imap_host = "127.0.0.1"
-imap_port = {servers.imap_port}
-imap_security = "plain"
-smtp_host = "127.0.0.1"
-smtp_port = {servers.smtp_port}
-smtp_security = "plain"
-auth_serv_id = "{AUTH_SERV_ID}"
-max_per_minute = {int(rate * 60)}
-allowed_users = [{", ".join(f'"{u}"' for u in users)}]
-"""
+    config = servers.section(bot_address, users, extra=f"max_per_minute = {int(rate * 60)}")
     env = {"ECHO_BOT_EMAIL_PASSWORD": password}
     mails = []
     for index in range(messages):

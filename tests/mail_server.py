@@ -35,7 +35,7 @@ import ssl
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from email import policy
 from email.message import EmailMessage
@@ -51,6 +51,7 @@ from tests.ports import free_port
 DOVECOT = Path("/usr/sbin/dovecot")
 DOMAIN = "example.org"
 AUTH_SERV_ID = "mx.example.org"
+PLAIN = 'imap_security = "plain"\nsmtp_security = "plain"'  # loopback: no TLS
 START_TIMEOUT = 20.0
 
 
@@ -155,8 +156,9 @@ class MailServers:
     received: list[bytes] = field(default_factory=list)  # as delivered, stamped
 
     def add_user(self, local: str) -> tuple[str, str]:
-        """A new mailbox ``local-XXXX@example.org`` and its password (one for all: a
-        mailbox is made at its first login; who logged in is what the tests tell apart)."""
+        """A new mailbox, ``local`` and six hex digits at example.org, and its password
+        (the same for every mailbox: Dovecot makes a mailbox at its first login, and
+        the tests tell people apart by who logged in)."""
         address = f"{local}-{secrets.token_hex(3)}@{DOMAIN}"
         self.passwords[address] = self.password
         return address, self.password
@@ -165,6 +167,20 @@ class MailServers:
         """The next ``count`` mails of ``login`` answered ``code``."""
         self.refuses_from = login
         self.refusals.extend([code] * count)
+
+    def section(
+        self, bot: str, allowed: Sequence[str], *, ports: tuple[int, int] | None = None,
+        security: str = PLAIN, extra: str = "",
+    ) -> str:  # fmt: skip
+        """An ``[email]`` section for ``bot`` on these servers, ``allowed`` its senders
+        (``ports``: IMAP and SMTP as the daemon reaches them, through a proxy)."""
+        imap, smtp = ports or (self.imap_port, self.smtp_port)
+        senders = ", ".join(f'"{address}"' for address in allowed)
+        return (
+            f'\n[email]\nenabled = true\naddress = "{bot}"\nimap_host = "127.0.0.1"\n'
+            f'imap_port = {imap}\nsmtp_host = "127.0.0.1"\nsmtp_port = {smtp}\n{security}\n'
+            f'auth_serv_id = "{AUTH_SERV_ID}"\nallowed_users = [{senders}]\n{extra}\n'
+        )
 
     def limit_sends(self, login: str, per_second: float, burst: int) -> None:
         """``login``'s mails past ``per_second`` (after ``burst`` at once) answered 451,

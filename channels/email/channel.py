@@ -14,7 +14,6 @@ from channels.parts import ThroughParts
 from echo_bot.bus import Bus, Capabilities, ChannelHost, Diagnosis
 from echo_bot.link import STANDBY_CHECK
 
-from .codes import Codes
 from .doctor import diagnose
 from .inbound import Reader, log
 from .mailbox import Mailbox, MailboxAway
@@ -47,7 +46,7 @@ class EmailChannel(ThroughParts):
         self.mailbox = Mailbox(section, password)
         self.reader = Reader(
             section, host, self.edge, self.link, self.mailbox,
-            Codes(host), self.outbound.threads,
+            self.outbound.codes, self.outbound.threads,
         )  # fmt: skip
         self._task: asyncio.Task[None] | None = None
 

@@ -68,10 +68,14 @@ class Reader:
         selected = await self.mailbox.open()
         kept = await self.host.recall(self._validity)
         position = await self.host.recall(self._position)
+        if kept is not None and position is not None and kept[0] == selected.validity:
+            self.after = position[0]  # as the store has it: nothing to write
+            self.selected = selected
+            return
         if kept is None or position is None:
             self.after = selected.next_uid - 1
             log.info("email: reading %s from the next mail on", self.config.mailbox)
-        elif kept[0] != selected.validity:
+        else:
             log.warning(
                 "email: %s was renumbered (UIDVALIDITY %s, was %s): taking the mail not"
                 " taken yet", self.config.mailbox, selected.validity, kept[0],
@@ -83,8 +87,6 @@ class Reader:
                 if not await self._taken(uid, selected):
                     raise CommitFailed("the store did not take a mail; read again")
             self.after = selected.next_uid - 1
-        else:
-            self.after = position[0]
         await self.host.remember(self._validity, selected.validity)
         await self.host.remember(self._position, self.after)
         self.selected = selected

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import aiosmtplib
 
+from channels.parts import clean
 from echo_bot.bus import ChannelEdge, ChannelHost
 from echo_bot.errors import ChannelError
 from echo_bot.events import Address, OutboundKind, OutboundMessage, Receipt, TextFormat
@@ -35,13 +36,12 @@ SMTP_TIMEOUT = 30.0
 # past the worker's timeout could be cut in the middle of its SMTP session).
 MAX_WAIT = 20.0
 PROMPT_ID = re.compile(r"^<[0-9a-f]{32}\.approval@[^<>\s]+>$")
-_UNSAFE = re.compile(r"[\x00-\x1f\x7f\u2028\u2029]+")
 
 
 def subject_of(text: str) -> str:
     """A header-safe subject: one line, control characters out, at most 78 characters
     (whatever the model wrote, it never reaches the header as more than text)."""
-    line = " ".join(_UNSAFE.sub(" ", text).split())
+    line = " ".join(clean(text).split())  # str.split breaks at \n, \t and \u2028 too
     return line if len(line) <= 78 else line[:77].rstrip() + "…"
 
 

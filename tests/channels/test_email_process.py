@@ -14,29 +14,14 @@ from echo_bot.brains.rules import NO_MATCH_HINT
 from tests.channels.contract.drivers import mail_text
 from tests.channels.test_matrix_process import all_sent
 from tests.conftest import echo_bot_env
-from tests.mail_server import AUTH_SERV_ID, MailServers
+from tests.mail_server import MailServers
 from tests.proc import Daemon
 from tests.waiting import eventually
 
 
 def config_text(servers: MailServers, bot: str, owner: str, name: str) -> str:
-    return f"""
-[bot]
-instance = "{name}"
-[storage]
-engine = "postgres"
-[email]
-enabled = true
-address = "{bot}"
-imap_host = "127.0.0.1"
-imap_port = {servers.imap_port}
-imap_security = "plain"
-smtp_host = "127.0.0.1"
-smtp_port = {servers.smtp_port}
-smtp_security = "plain"
-auth_serv_id = "{AUTH_SERV_ID}"
-allowed_users = ["{owner}"]
-"""
+    storage = f'[bot]\ninstance = "{name}"\n[storage]\nengine = "postgres"\n'
+    return storage + servers.section(bot, [owner])
 
 
 async def test_two_daemons_on_one_store_read_one_at_a_time_and_take_over(

@@ -18,14 +18,9 @@ from tests.mail_server import AUTH_SERV_ID, MailServers
 from tests.waiting import eventually
 
 
-def email_config(tmp_path: Path, servers: MailServers, bot: str, extra: str = "") -> Path:
+def email_config(tmp_path: Path, servers: MailServers, bot: str) -> Path:
     path = tmp_path / "config.toml"
-    path.write_text(
-        f'[email]\nenabled = true\naddress = "{bot}"\nimap_host = "127.0.0.1"\n'
-        f'imap_port = {servers.imap_port}\nimap_security = "plain"\nsmtp_host = "127.0.0.1"\n'
-        f'smtp_port = {servers.smtp_port}\nsmtp_security = "plain"\n'
-        f'auth_serv_id = "{AUTH_SERV_ID}"\nallowed_users = ["you@example.org"]\n{extra}'
-    )
+    path.write_text(servers.section(bot, ["you@example.org"]))
     return path
 
 

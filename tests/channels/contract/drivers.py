@@ -34,7 +34,7 @@ from tests.conftest import Bot, running_bot
 from tests.fakes.channel import RecordingChannel
 from tests.fakes.tcp_proxy import TcpProxy
 from tests.fakes.telegram_api import FakeTelegramAPI
-from tests.mail_server import AUTH_SERV_ID, MailServers
+from tests.mail_server import AUTH_SERV_ID, PLAIN, MailServers
 from tests.waiting import eventually
 
 # What the suite asks for, found in the text wherever the channel puts it (a webhook's
@@ -1033,7 +1033,7 @@ class EmailDriver(Driver):
         self.bot_address = self.owner = self.friend = ""
         self._prompted: set[str] = set()
         self.extra = ""  # more of [email]
-        self.security = 'imap_security = "plain"\nsmtp_security = "plain"'
+        self.security = PLAIN
         self.brain: ContractBrain = ContractBrain()
         self._box = "INBOX"
 
@@ -1059,20 +1059,12 @@ class EmailDriver(Driver):
 
     @property
     def section(self) -> str:
-        return f"""
-[email]
-enabled = true
-address = "{self.bot_address}"
-imap_host = "127.0.0.1"
-imap_port = {self.ports[0]}
-smtp_host = "127.0.0.1"
-smtp_port = {self.ports[1]}
-{self.security}
-auth_serv_id = "{AUTH_SERV_ID}"
-poll_every = "5s"
-allowed_users = ["{self.owner}", "{self.friend}"]
-approvers = ["{self.owner}"]
-{self.extra}"""
+        assert self.servers is not None
+        more = f'poll_every = "5s"\napprovers = ["{self.owner}"]\n{self.extra}'
+        people = [self.owner, self.friend]
+        return self.servers.section(
+            self.bot_address, people, ports=self.ports, security=self.security, extra=more
+        )
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[Bot]:
