@@ -12,6 +12,7 @@ from pathlib import Path
 from echo_bot.config import WebhookConfig
 from echo_bot.plugins import ChannelSpec, Trigger
 
+from .discord import settings as discord
 from .email import settings as email
 from .matrix import settings as matrix
 from .slack import settings as slack
@@ -61,6 +62,20 @@ SLACK = ChannelSpec(
     environment_problems=slack.environment_problems,
     summary=slack.summary,
     config_model=slack.SlackConfig,
+)
+
+DISCORD = ChannelSpec(
+    name="discord",
+    target="channels.discord.channel:DiscordChannel",
+    install="echo-bot[discord]",
+    prefix="!",  # Discord takes /commands as its own
+    pair_hint="on Discord, in a direct message to the bot: pair {code}",
+    example_id="123456789012345678",
+    secrets_in_use=discord.secrets_in_use,
+    secret_names=lambda s: [s.token_env],
+    environment_problems=discord.environment_problems,
+    summary=discord.summary,
+    config_model=discord.DiscordConfig,
 )
 
 EMAIL = ChannelSpec(

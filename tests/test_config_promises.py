@@ -83,7 +83,7 @@ def test_delivering_to_a_channel_that_does_not_exist_is_a_config_error(
     assert code == 2, out + err
     [line] = error_lines(err)
     assert "cron[0].deliver_to: no channel 'telegarm' in 'telegarm:1'" in line
-    assert "cli, email, matrix, slack, telegram, webhook" in line
+    assert "cli, discord, email, matrix, slack, telegram, webhook" in line
 
 
 @pytest.mark.parametrize("command", ["check-config", "run"])

@@ -70,7 +70,7 @@ def test_without_the_plugin_its_section_is_refused_naming_the_installed_channels
         stdin=subprocess.DEVNULL,
     )  # fmt: skip  (no plugin_env: the plugin is not installed here)
     assert done.returncode == 2
-    assert "[pigeon]: unknown section; the installed channels are cli, email, matrix, slack," in (
+    assert "[pigeon]: unknown section; the installed channels are cli, discord, email, matrix," in (
         done.stderr
     ), done.stderr
 

@@ -1,10 +1,11 @@
-"""`[matrix]`, `[slack]` or `[email]` enabled where its extra is not installed (a plain
+"""`[matrix]`, `[slack]`, `[email]` or `[discord]` enabled where its extra is not installed (a plain
 `pip install .`): `check-config` and `run` say so in one line naming the extra, both
 install forms, and exit 2 (the unit does not restart it), as `doctor` does — never a
 traceback, never "valid".
 
 The environment is real: a virtual environment whose site-packages holds every package
-of the one the tests run in but matrix-nio, slack-sdk, aioimaplib and aiosmtplib,
+of the one the tests run in but matrix-nio, slack-sdk, aioimaplib, aiosmtplib and
+discord.py,
 echo-bot run from it."""
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ pytestmark = pytest.mark.slow  # a venv, and echo-bot processes
 SECTIONS = {
     "matrix": '[matrix]\nenabled = true\nuser_id = "@bot:example.org"\n',
     "slack": "[slack]\nenabled = true\n",
+    "discord": "[discord]\nenabled = true\n",
     "email": '[email]\nenabled = true\naddress = "bot@example.org"\nimap_host = "imap.example.org"'
     '\nsmtp_host = "smtp.example.org"\nauth_serv_id = "mx.example.org"\n',
 }
@@ -30,6 +32,7 @@ SECRETS = {
     "SLACK_BOT_TOKEN": "xoxb-1",
     "SLACK_APP_TOKEN": "xapp-1",
     "ECHO_BOT_EMAIL_PASSWORD": "pw",
+    "DISCORD_BOT_TOKEN": "MTAx.bot.token",
 }
 
 
@@ -37,7 +40,8 @@ SECRETS = {
 def python_without_extras(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("without-extras")
     return python_without(
-        root, ["nio", "matrix_nio", "slack_sdk", "slack", "aioimaplib", "aiosmtplib"], "nio"
+        root, ["nio", "matrix_nio", "slack_sdk", "slack", "aioimaplib", "aiosmtplib", "discord"],
+        "nio",
     )
 
 

@@ -22,10 +22,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
-import itertools
 import json
 import ssl
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -40,14 +40,20 @@ from cryptography.x509.oid import NameOID
 HOSTS = ("discord.com", "gateway.discord.gg", "cdn.discordapp.com")
 TOKEN = "MTAx.fake-bot.token"
 BOT_ID = "1000000000000000001"
+OWNER_ID = "1100000000000000001"
 APP_ID = "1000000000000000002"
 BOT_USER = {"id": BOT_ID, "username": "echo-bot", "discriminator": "0",
             "global_name": "echo-bot", "avatar": None, "bot": True}  # fmt: skip
-_snowflakes = itertools.count(1_200_000_000_000_000_000)
+DISCORD_EPOCH_MS = 1_420_070_400_000
+_last = [0]
 
 
 def snowflake() -> str:
-    return str(next(_snowflakes))
+    """A new ID as Discord makes them: the time in its top bits (a catch-up bounded by
+    age reads it), always greater than the last one."""
+    made = max(_last[0] + 1, (int(time.time() * 1000) - DISCORD_EPOCH_MS) << 22)
+    _last[0] = made
+    return str(made)
 
 
 def user(user_id: str, name: str) -> dict[str, Any]:
@@ -114,6 +120,11 @@ class Sent:
     components: list[Any] = field(default_factory=list)
     files: list[tuple[str, bytes]] = field(default_factory=list)
     edits: list[str] = field(default_factory=list)
+    nonce: str | None = None
+    reference: str | None = None
+    allowed_mentions: Any = None
+    flags: int = 0
+    deleted: bool = False
 
 
 @dataclass
@@ -138,6 +149,11 @@ class FakeDiscord:
         self.connected = asyncio.Event()
         self._ws: web.WebSocketResponse | None = None
         self._limits: dict[str, list[tuple[float, bool]]] = {}
+        self.history: dict[str, list[dict[str, Any]]] = {}  # channel → its messages
+        self.guilds: list[dict[str, Any]] = []
+        self.files: dict[str, bytes] = {}  # CDN path → bytes
+        self.callbacks: list[tuple[str, dict[str, Any]]] = []  # (interaction id, body)
+        self.fail_status: dict[str, list[int]] = {}
         self._folder = Path(tempfile.mkdtemp(prefix="fake-discord-"))
         self.ca_file, cert, key = _certificates(self._folder)
         self._tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -152,6 +168,7 @@ class FakeDiscord:
     async def __aenter__(self) -> Self:
         app = web.Application(client_max_size=64 * 1024**2)
         app.router.add_get("/", self._gateway)
+        app.router.add_get("/attachments/{path:.*}", self._cdn)
         app.router.add_route("*", "/api/v10/{path:.*}", self._rest)
         self._runner = web.AppRunner(app)
         await self._runner.setup()
@@ -230,10 +247,13 @@ class FakeDiscord:
         session = Session(id=snowflake(), intents=int(data.get("intents") or 0))
         self.sessions[session.id] = self.session = session
         self.identified += 1
-        ready = {"v": 10, "user": BOT_USER, "guilds": [], "session_id": session.id,
+        unavailable = [{"id": g["id"], "unavailable": True} for g in self.guilds]
+        ready = {"v": 10, "user": BOT_USER, "guilds": unavailable, "session_id": session.id,
                  "resume_gateway_url": "wss://gateway.discord.gg", "shard": [0, 1],
                  "application": {"id": APP_ID, "flags": 0}}  # fmt: skip
         await self._send(ws, session, "READY", ready)
+        for guild in self.guilds:
+            await self._send(ws, session, "GUILD_CREATE", guild)
         self.connected.set()
 
     async def _resume(self, ws: web.WebSocketResponse, data: dict[str, Any]) -> None:
@@ -283,9 +303,11 @@ class FakeDiscord:
     async def push_message(
         self, content: str, *, author: dict[str, Any], channel_id: str,
         guild_id: str | None = None, mentions: list[dict[str, Any]] | None = None,
-        message_id: str | None = None,
+        message_id: str | None = None, attachments: list[dict[str, Any]] | None = None,
+        reply_to: dict[str, Any] | None = None, dispatch: bool = True,
     ) -> dict[str, Any]:  # fmt: skip
-        """A MESSAGE_CREATE from ``author`` in ``channel_id``: the message."""
+        """A MESSAGE_CREATE from ``author`` in ``channel_id``: the message (``dispatch``
+        False: only kept, as one sent while the bot's session was gone)."""
         message = {
             "id": message_id or snowflake(), "channel_id": channel_id, "author": author,
             "content": content, "timestamp": _now(), "edited_timestamp": None,
@@ -293,11 +315,71 @@ class FakeDiscord:
             "mention_roles": [], "attachments": [], "embeds": [], "pinned": False,
             "type": 0, "flags": 0, "components": [],
         }  # fmt: skip
+        if attachments:
+            message["attachments"] = attachments
+        if reply_to is not None:
+            message["type"] = 19
+            message["message_reference"] = {"message_id": reply_to["id"],
+                                            "channel_id": channel_id}  # fmt: skip
+            message["referenced_message"] = reply_to
+        self.history.setdefault(channel_id, []).append(dict(message))
         if guild_id is not None:
             message["guild_id"] = guild_id
             message["member"] = {"roles": [], "joined_at": _now(), "deaf": False, "mute": False}
-        await self.dispatch("MESSAGE_CREATE", message)
+        if dispatch:
+            await self.dispatch("MESSAGE_CREATE", message)
         return message
+
+    def add_file(self, name: str, data: bytes, content_type: str = "text/plain") -> dict[str, Any]:
+        """A file on the CDN: the attachment object a message carries for it."""
+        path = f"{snowflake()}/{name}"
+        self.files[path] = data
+        url = f"https://cdn.discordapp.com/attachments/{path}?ex=1&is=1&hm=abc"
+        return {"id": snowflake(), "filename": name, "size": len(data), "url": url,
+                "proxy_url": url, "content_type": content_type}  # fmt: skip
+
+    def add_guild(self, guild_id: str, channels: list[str],
+                  threads: dict[str, str] | None = None) -> None:  # fmt: skip
+        """A guild the bot is in (sent as GUILD_CREATE after READY), its text channels,
+        and its threads (thread → parent channel)."""
+        self.guilds.append({
+            "id": guild_id, "name": f"guild {guild_id}", "unavailable": False,
+            "owner_id": OWNER_ID, "roles": [], "emojis": [], "features": [], "members": [],
+            "member_count": 2, "large": False, "joined_at": _now(), "voice_states": [],
+            "presences": [], "stage_instances": [], "guild_scheduled_events": [],
+            "channels": [{"id": c, "type": 0, "name": f"channel-{c}", "guild_id": guild_id,
+                          "position": n, "permission_overwrites": [], "nsfw": False,
+                          "parent_id": None} for n, c in enumerate(channels)],
+            "threads": [{"id": t, "type": 11, "name": f"thread-{t}", "guild_id": guild_id,
+                         "parent_id": p, "owner_id": OWNER_ID, "message_count": 1,
+                         "member_count": 1, "rate_limit_per_user": 0,
+                         "thread_metadata": {"archived": False, "auto_archive_duration": 1440,
+                                             "archive_timestamp": _now(), "locked": False}}
+                        for t, p in (threads or {}).items()],
+        })  # fmt: skip
+
+    async def press(self, sent: Sent, custom_id: str, *, by: dict[str, Any],
+                    guild_id: str | None = None) -> str:  # fmt: skip
+        """An INTERACTION_CREATE: ``by`` pressed the button ``custom_id`` on ``sent``;
+        the interaction's id."""
+        interaction_id = snowflake()
+        data: dict[str, Any] = {
+            "id": interaction_id, "application_id": APP_ID, "type": 3,
+            "token": f"token-{interaction_id}", "version": 1,
+            "channel_id": sent.channel_id, "channel": {"id": sent.channel_id, "type": 1},
+            "message": self._message(sent), "data": {"custom_id": custom_id, "component_type": 2},
+            "app_permissions": "0", "locale": "en-US", "entitlements": [],
+            "attachment_size_limit": 10 * 1024**2,
+            "authorizing_integration_owners": {}, "context": 1 if guild_id is None else 0,
+        }  # fmt: skip
+        if guild_id is None:
+            data["user"] = by
+        else:
+            data["guild_id"] = guild_id
+            data["member"] = {"user": by, "roles": [], "joined_at": _now(), "deaf": False,
+                              "mute": False, "permissions": "0"}  # fmt: skip
+        await self.dispatch("INTERACTION_CREATE", data)
+        return interaction_id
 
     # -- REST -----------------------------------------------------------------------------
     def rate_limit_next(self, route: str, retry_after: float = 1.0, *, glob: bool = False) -> None:
@@ -305,14 +387,24 @@ class FakeDiscord:
         ``{id}``) answered 429."""
         self._limits.setdefault(route, []).append((retry_after, glob))
 
+    def fail_next(self, route: str, status: int) -> None:
+        """The next call to ``route`` answered ``status`` (a 500, a 403…)."""
+        self.fail_status.setdefault(route, []).append(status)
+
     def calls_to(self, route: str) -> list[Call]:
         return [c for c in self.calls if _route(c.method, c.path) == route]
 
     async def _rest(self, request: web.Request) -> web.StreamResponse:
         path = "/" + request.match_info["path"]
         route = _route(request.method, path)
-        if request.headers.get("Authorization") != f"Bot {self.token}":
+        # An interaction's callback is authorised by its own token, in its path.
+        interaction = route == "POST /interactions/{id}/{token}/callback"
+        if not interaction and request.headers.get("Authorization") != f"Bot {self.token}":
             return self._answer(request, path, 401, {"message": "401: Unauthorized", "code": 0})
+        failing = self.fail_status.get(route)
+        if failing:
+            status = failing.pop(0)
+            return self._answer(request, path, status, {"message": "failed", "code": 0})
         waiting = self._limits.get(route)
         if waiting:
             retry_after, glob = waiting.pop(0)
@@ -332,6 +424,9 @@ class FakeDiscord:
             "POST /users/@me/channels": self._dm_channel,
             "POST /channels/{id}/messages": self._post_message,
             "PATCH /channels/{id}/messages/{id}": self._edit_message,
+            "DELETE /channels/{id}/messages/{id}": self._delete_message,
+            "GET /channels/{id}/messages": self._messages,
+            "GET /users/@me/guilds": self._my_guilds,
             "POST /interactions/{id}/{token}/callback": self._callback,
         }.get(route)
         if handler is None:
@@ -373,10 +468,47 @@ class FakeDiscord:
     async def _post_message(self, request: web.Request, path: str) -> tuple[int, Any]:
         channel_id = path.split("/")[2]
         payload, files = await _payload(request)
+        nonce = payload.get("nonce")
+        if payload.get("enforce_nonce") and nonce is not None:
+            made = next((s for s in self.sent if s.nonce == str(nonce)), None)
+            if made is not None:  # Discord answers a repeated nonce with the first message
+                return 200, self._message(made)
         sent = Sent(snowflake(), channel_id, str(payload.get("content") or ""),
-                    list(payload.get("components") or []), files)  # fmt: skip
+                    list(payload.get("components") or []), files,
+                    nonce=None if nonce is None else str(nonce),
+                    reference=(payload.get("message_reference") or {}).get("message_id"),
+                    allowed_mentions=payload.get("allowed_mentions"),
+                    flags=int(payload.get("flags") or 0))  # fmt: skip
         self.sent.append(sent)
-        return 200, self._message(sent)
+        message = self._message(sent)
+        self.history.setdefault(channel_id, []).append(message)
+        return 200, message
+
+    async def _delete_message(self, request: web.Request, path: str) -> tuple[int, Any]:
+        message_id = path.split("/")[-1]
+        found = next((s for s in self.sent if s.id == message_id and not s.deleted), None)
+        if found is None:
+            return 404, {"message": "Unknown Message", "code": 10008}
+        found.deleted = True
+        return 204, None
+
+    async def _messages(self, request: web.Request, path: str) -> tuple[int, Any]:
+        """History, newest first as Discord gives it: ``after`` and ``limit``."""
+        channel_id = path.split("/")[2]
+        after = int(request.query.get("after") or 0)
+        limit = min(int(request.query.get("limit") or 50), 100)
+        newer = [m for m in self.history.get(channel_id, []) if int(m["id"]) > after]
+        return 200, list(reversed(newer[:limit]))
+
+    async def _my_guilds(self, request: web.Request, path: str) -> tuple[int, Any]:
+        return 200, [{"id": g["id"], "name": g["name"], "icon": None, "owner": False,
+                      "permissions": "0", "features": []} for g in self.guilds]  # fmt: skip
+
+    async def _cdn(self, request: web.Request) -> web.StreamResponse:
+        data = self.files.get(request.match_info["path"])
+        if data is None:
+            return web.Response(status=404)
+        return web.Response(body=data, content_type="application/octet-stream")
 
     async def _edit_message(self, request: web.Request, path: str) -> tuple[int, Any]:
         message_id = path.split("/")[-1]
@@ -392,6 +524,7 @@ class FakeDiscord:
         return 200, self._message(found)
 
     async def _callback(self, request: web.Request, path: str) -> tuple[int, Any]:
+        self.callbacks.append((path.split("/")[2], await request.json()))
         return 204, None
 
     def _message(self, sent: Sent) -> dict[str, Any]:

@@ -1181,7 +1181,166 @@ class EmailDriver(Driver):
         return self.servers.refused
 
 
+# -- Discord --------------------------------------------------------------------------------
+DISCORD_FRIEND_ID = "1100000000000000002"
+DISCORD_LINK = re.compile(r"\[((?:\\.|[^\]\\])*)\]\(<?([^()\s<>]*)>?\)")
+
+
+def discord_read(content: str) -> str:
+    """A message as a person reads it in Discord: each link as its text, code fences
+    gone, backslash escapes undone."""
+    text = DISCORD_LINK.sub(lambda m: m.group(1), content)
+    text = re.sub(r"```[A-Za-z0-9+#.-]*\n|\n?```", "", text).replace("\u2060", "")
+    return re.sub(r"\\(.)", r"\1", text, flags=re.S)
+
+
+def discord_displayed(content: str) -> str:
+    """``discord_read``, and on a second line the same without any emphasis mark."""
+    bare = re.sub(r"(?<!\\)[*_~`|]", "", content)
+    return f"{discord_read(content)}\n{discord_read(bare)}"
+
+
+class DiscordDriver(Driver):
+    """A fake Discord at the HTTP and WebSocket boundary (tests/fakes/discord_api.py) that
+    the real discord.py talks to through ``[discord] proxy``: the owner (an approver) and a
+    friend (allowed to chat, not an approver) write to the bot in direct messages."""
+
+    NAME = "discord"
+    PREFIX = "!"  # Discord's client takes /commands as its own
+    LIMIT = 2_000
+    UNIT = "utf16"
+    ACK = (
+        "none at the gateway (Discord has none): a message is taken once committed, in"
+        " order; one not committed is read back over REST after a new session"
+    )
+
+    def __init__(self, state_dir: Path) -> None:
+        super().__init__(state_dir)
+        self.discord: Any = None
+        self.proxy_url = ""  # the fake's CONNECT proxy, or the TCP proxy in front of it
+        self.extra = ""  # more config (TOML) for the daemon
+        self.keys = ""  # more keys of [discord]
+        self.brain: Any = ContractBrain()
+        self._prompted: set[str] = set()
+
+    @contextlib.asynccontextmanager
+    async def peer(self) -> AsyncIterator[None]:
+        from tests.fakes.discord_api import FakeDiscord
+
+        async with FakeDiscord() as fake, self._proxy(fake.proxy_url) as url:
+            self.discord, self.proxy_url = fake, url
+            yield
+
+    def config(self) -> str:
+        from tests.fakes.discord_api import OWNER_ID
+
+        return f"""
+[discord]
+enabled = true
+proxy = "{self.proxy_url}"
+ca_file = "{self.discord.ca_file}"
+allowed_users = ["{OWNER_ID}", "{DISCORD_FRIEND_ID}"]
+approvers = ["{OWNER_ID}"]
+{self.keys}
+{TOOLS}{self.extra}"""
+
+    def environ(self) -> dict[str, str]:
+        return {"DISCORD_BOT_TOKEN": self.discord.token, **SECRET_ENV}
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[Bot]:
+        fake = self.discord
+        sessions = fake.identified + fake.resumed
+        async with running_bot(
+            self.state_dir, self.config(), environ=self.environ(), channels=["discord"],
+            brain=self.brain,
+        ) as bot:  # fmt: skip
+            self.bot = bot
+            if self.proxy is None or self.proxy.up:  # else it connects once the peer is back
+                await eventually(lambda: fake.identified + fake.resumed > sessions, timeout=15,
+                                 what="the bot's gateway session")  # fmt: skip
+            yield bot
+
+    def person(self, friend: bool = False) -> dict[str, Any]:
+        from tests.fakes.discord_api import OWNER_ID, user
+
+        return user(DISCORD_FRIEND_ID, "friend") if friend else user(OWNER_ID, "owner")
+
+    def dm(self) -> str:
+        from tests.fakes.discord_api import OWNER_ID, dm_of
+
+        return dm_of(OWNER_ID)
+
+    async def say(self, text: str) -> Any:
+        return await self.discord.push_message(text, author=self.person(), channel_id=self.dm())
+
+    async def acknowledged(self, token: Any) -> None:
+        async def committed() -> bool:
+            return sum(token["content"] in t for t in await self.inbound_texts()) > 0
+
+        await eventually(committed, timeout=20, what=f"{token['content']!r} committed")
+
+    def sent(self, channel: str | None = None) -> list[Any]:
+        where = channel or self.dm()
+        return [s for s in self.discord.sent if s.channel_id == where and not s.deleted]
+
+    def received(self) -> list[str]:
+        return [discord_read(s.content) for s in self.sent()]
+
+    def displayed(self) -> list[str]:
+        return [discord_displayed(s.content) for s in self.sent()]
+
+    def balanced(self) -> bool:
+        return all(s.content.count("```") % 2 == 0 for s in self.sent())
+
+    async def prompt(self) -> Shown:
+        def new_prompt() -> Any:
+            return next(
+                (s for s in self.sent() if s.components and s.id not in self._prompted), None
+            )
+
+        sent = await eventually(new_prompt, timeout=15, what="an approval prompt")
+        self._prompted.add(sent.id)
+        ids = [b["custom_id"] for row in sent.components for b in row["components"]]
+        return Shown(text=discord_read(sent.content), buttons=bool(ids), handle=(sent, ids))
+
+    async def decide(self, shown: Shown, *, approve: bool, approver: bool = True) -> str:
+        sent, ids = shown.handle
+        verb = "approve_once:" if approve else "deny:"
+        action = next(a for a in ids if a.startswith(verb))
+        before = len(self.received())
+        pressed = await self.discord.press(sent, action, by=self.person(friend=not approver))
+        await eventually(lambda: any(i == pressed for i, _ in self.discord.callbacks),
+                         timeout=15, what="the press acknowledged")  # fmt: skip
+        if approver:
+            return ""
+
+        def refusal() -> str | None:
+            return next((t for t in self.received()[before:] if t.startswith("⚠️")), None)
+
+        return await eventually(refusal, timeout=15, what="the refusal in the conversation")
+
+    async def wait_received(self, *texts: str) -> list[str]:
+        """As every driver's, with more time: Discord takes 5 messages per 5 s in a
+        channel, and the suite's longest reply is 30 messages of 2,000 characters."""
+
+        def arrived() -> bool:
+            got = self.all_received()
+            return all(any(t in g for g in got) for t in texts)
+
+        await eventually(arrived, timeout=60, what=f"{texts} at the discord peer")
+        return self.all_received()
+
+    def rate_limit_next(self) -> None:
+        self.discord.rate_limit_next("POST /channels/{id}/messages", retry_after=1.0)
+
+    def rate_limited(self) -> int:
+        return sum(1 for c in self.discord.calls_to("POST /channels/{id}/messages")
+                   if c.status == 429)  # fmt: skip
+
+
 DRIVERS: dict[str, type[Driver]] = {
+    "discord": DiscordDriver,
     "email": EmailDriver,
     "pigeon": PigeonDriver,
     "matrix": MatrixDriver,

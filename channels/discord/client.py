@@ -1,0 +1,109 @@
+"""discord.py's client as the channel uses it: the intents it needs and no more, the
+proxy and CA of ``[discord]``, no message cache (nothing is read back from it), and
+every REST call's failure mapped onto the delivery worker's ``ChannelError``.
+
+discord.py waits out a 429 itself (per route and global, by the bucket headers) up to
+``RATE_WAIT_MAX`` seconds; a longer one comes back as ``ChannelError(retry_after=…)``
+for the delivery worker to hold the message. Its own retries of a 5xx are made safe by
+the nonce each post carries (Discord answers a repeated nonce with the message it made).
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol, TypeVar
+
+import aiohttp
+import discord
+
+from echo_bot.bus import ChannelLink
+from echo_bot.errors import ChannelError
+
+from .common import log
+from .settings import DiscordConfig
+
+T = TypeVar("T")
+RATE_WAIT_MAX = 30.0  # seconds of a 429 discord.py waits out (its smallest allowed)
+FINAL = frozenset({400, 401, 403, 404, 405, 413})  # no second try mends these
+
+
+class Receiver(Protocol):
+    def arrived(self, message: discord.Message) -> None: ...
+    async def pressed(self, interaction: discord.Interaction) -> None: ...
+    async def new_session(self) -> None: ...
+
+
+def intents_of(config: DiscordConfig) -> discord.Intents:
+    """Guilds (to know channels and threads), messages in guilds and direct messages;
+    Message Content only when ``[discord] message_content`` says so."""
+    return discord.Intents(
+        guilds=True, guild_messages=True, dm_messages=True, message_content=config.message_content
+    )
+
+
+def tls_of(config: DiscordConfig) -> ssl.SSLContext:
+    context = ssl.create_default_context()
+    if config.ca_file:
+        context.load_verify_locations(cafile=config.ca_file)
+    return context
+
+
+class Gateway(discord.Client):
+    """The bot's connection: each event handed to the ``receiver`` (a message in the
+    order the gateway sent it: ``arrived`` is called before the handler's first
+    ``await``, and discord.py starts handlers in order), its state to the ``link``."""
+
+    def __init__(self, config: DiscordConfig, link: ChannelLink) -> None:
+        super().__init__(
+            intents=intents_of(config), proxy=config.proxy, max_messages=None,
+            connector=aiohttp.TCPConnector(ssl=tls_of(config)),
+            max_ratelimit_timeout=RATE_WAIT_MAX, chunk_guilds_at_startup=False,
+            member_cache_flags=discord.MemberCacheFlags.none(),
+        )  # fmt: skip
+        self.link = link
+        self.receiver: Receiver | None = None
+
+    async def on_message(self, message: discord.Message) -> None:
+        if self.receiver is not None:
+            self.receiver.arrived(message)
+
+    async def on_interaction(self, interaction: discord.Interaction) -> None:
+        if self.receiver is not None:
+            await self.receiver.pressed(interaction)
+
+    async def on_ready(self) -> None:  # a new session (not a RESUME): catch up
+        self.link.connected("gateway")
+        if self.receiver is not None:
+            await self.receiver.new_session()
+
+    async def on_resumed(self) -> None:
+        self.link.connected("gateway")
+
+    async def on_disconnect(self) -> None:
+        if not self.is_closed():
+            self.link.reconnecting("the gateway connection was lost", "gateway")
+
+    async def on_error(self, event: str, *args: Any, **kwargs: Any) -> None:
+        log.exception("discord: handling %s failed", event)
+
+
+async def called(what: str, request: Callable[[], Awaitable[T]], link: ChannelLink) -> T:
+    """One REST call; its failure as a ``ChannelError`` (retryable unless Discord
+    refused the request itself)."""
+    try:
+        answer = await request()
+    except discord.RateLimited as exc:
+        raise ChannelError(f"{what}: rate limited", retry_after=exc.retry_after) from None
+    except discord.HTTPException as exc:
+        if exc.status == 401:
+            link.refused("Discord refused the bot token (401)")
+        elif exc.status >= 500:
+            link.reconnecting(f"Discord failed on its side ({exc.status} to {what})", "rest")
+        error = f"{what}: HTTP {exc.status} {exc.text[:200]}".strip()
+        raise ChannelError(error, retryable=exc.status not in FINAL) from None
+    except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+        link.reconnecting(f"cannot reach Discord: {type(exc).__name__}", "rest")
+        raise ChannelError(f"{what}: network error: {type(exc).__name__}") from None
+    link.back("rest")
+    return answer

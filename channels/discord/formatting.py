@@ -1,0 +1,114 @@
+"""What a text becomes in Discord: its own Markdown dialect, written from the core's
+rendering (``echo_bot.richtext``), and read back as a person sees it.
+
+Every text that is not markup has Discord's control characters escaped with a backslash
+(``* _ ~ ` | < > [ ] ( ) # - @`` and a backslash itself, and a list number's dot at a
+line's start), so nothing the model or a tool writes becomes a mention, a heading, a
+spoiler or markup of its own making; the message is also sent with no mention allowed.
+Links are written ``[text](url)`` only for http(s) URLs; any other shows as its text.
+Masking, the misleading-link rule and splitting are the pipeline's
+(``echo_bot.richtext.parts``), done on the text a person sees before any of this.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from echo_bot.richtext.markup import written
+from echo_bot.richtext.model import Formatted, Span
+from echo_bot.richtext.splitting import Unit
+
+MAX_WIRE = 2_000  # characters of one message's content, as Discord counts them
+MAX_TEXT = 1_900  # visible characters of one part (escapes and marks take the rest)
+_SPECIAL = re.compile(r"([\\*_~`|<>\[\]()#@-])")
+_NUMBERED = re.compile(r"(?m)^(\s*\d+)\.")
+_BACKQUOTES = re.compile("`(?=`)")
+_LANGUAGE = re.compile(r"[A-Za-z0-9+#.-]{1,20}")
+_MARKS = {"bold": "**", "italic": "*", "strikethrough": "~~", "code": "`"}
+_LINK = re.compile(r"\[((?:\\.|[^\]\\])*)\]\(<?([^()\s<>]*)>?\)")
+_FENCE = re.compile(r"```[A-Za-z0-9+#.-]*\n|\n?```")
+_ESCAPED = re.compile(r"\\(.)", re.S)
+
+
+def escape(text: str) -> str:
+    """``text`` shown as it is, whatever Discord would read as markup."""
+    return _NUMBERED.sub(r"\1\\.", _SPECIAL.sub(r"\\\1", text))
+
+
+def _linkable(url: str | None) -> bool:
+    return (
+        bool(url)
+        and str(url).lower().startswith(("http://", "https://"))
+        and not any(c in str(url) for c in "()<> \n")
+    )
+
+
+def _opening(span: Span) -> str:
+    if span.type == "pre":
+        language = span.language if span.language and _LANGUAGE.fullmatch(span.language) else ""
+        return f"```{language}\n"
+    if span.type == "text_link":
+        return "[" if _linkable(span.url) else ""
+    if span.type == "blockquote":
+        return "> "
+    return _MARKS.get(span.type, "")
+
+
+def _closing(span: Span) -> str:
+    if span.type == "pre":
+        return "\n```"
+    if span.type == "text_link":
+        return f"](<{span.url}>)" if _linkable(span.url) else ""
+    return "" if span.type == "blockquote" else _MARKS.get(span.type, "")
+
+
+def _text(piece: str, inside: Sequence[Span]) -> str:
+    kinds = {span.type for span in inside}
+    if "pre" in kinds:  # no run of backquotes can end the block early
+        return _BACKQUOTES.sub("`\u2060", piece)
+    if "code" in kinds:
+        return piece.replace("`", "'") or " "
+    piece = escape(piece)
+    return piece.replace("\n", "\n> ") if "blockquote" in kinds else piece
+
+
+def markdown(part: Formatted) -> str:
+    return written(part, text=_text, opening=_opening, closing=_closing)
+
+
+def shown(wire: str) -> str:
+    """What Discord shows of ``wire``: a link as its text, code fences gone, escapes
+    undone; and on a second line the same without any mark (``12**34**`` reads as
+    ``1234``)."""
+    text = _LINK.sub(lambda m: m.group(1), wire)
+    text = _FENCE.sub("", text).replace("\u2060", "")
+    plain = _ESCAPED.sub(r"\1", text)
+    bare = _ESCAPED.sub(r"\1", re.sub(r"(?<!\\)[*_~`|]|^> ", "", text, flags=re.M))
+    return f"{plain}\n{bare}"
+
+
+def measured(wire: str) -> int:
+    """Characters as Discord counts a message's length (UTF-16 code units: the safe
+    reading of its limit)."""
+    return len(wire.encode("utf-16-le")) // 2
+
+
+@dataclass(frozen=True)
+class DiscordText:
+    limit: int = MAX_TEXT
+    wire_limit: int = MAX_WIRE
+    unit: Unit = "chars"
+
+    def wire(self, part: Formatted) -> str:
+        return markdown(part)
+
+    def visible(self, wire: str) -> str:
+        return shown(wire)
+
+    def fits(self, wire: str) -> bool:
+        return measured(wire) <= self.wire_limit
+
+
+TEXT = DiscordText()

@@ -1,0 +1,211 @@
+"""What the gateway delivers, as inbounds: direct messages, and in guild channels a
+mention of the bot or a reply to one of its messages, become ``MessageInbound``
+(external_id: the message's ID, so one delivered twice — a RESUME's replay, a catch-up
+— is one inbound); a button press on a prompt is a decision.
+
+**Committed in order, never lost.** The gateway has no acknowledgement to hold back:
+messages are queued as they arrive (``arrived``, before any ``await``) and committed one
+at a time, each tried again until the store takes it. Each answered channel's position
+(its last committed message) is kept as a store note; after a new session (a RESUME
+replays by itself) or a restart, what came since is read back over REST
+(``GET /channels/{id}/messages?after=…``) and goes through the same queue — within
+CATCH_UP_AGE and CATCH_UP_CHANNELS, the most recent first.
+
+Commands: Discord's client takes ``/word`` for its own slash commands, so echo-bot's
+are typed with ``!`` (``!help``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import json
+import time
+from typing import Any
+
+import aiohttp
+import discord
+
+from channels.parts import Tasks, clean
+from echo_bot.bus import ChannelEdge, ChannelHost
+from echo_bot.errors import CommitFailed
+from echo_bot.events import DIRECT, MessageInbound, Sender
+
+from .common import address_of, log
+from .media import read_files
+from .settings import DiscordConfig
+
+MAX_TEXT = 4_000  # characters of a message taken (Discord's own limit, with Nitro)
+POSITIONS = "discord.positions"  # the store note: channel → [last id, guild, parent]
+CATCH_UP_CHANNELS = 50
+CATCH_UP_MESSAGES = 100  # per channel: one REST page
+CATCH_UP_AGE = 24 * 3600.0  # seconds: older messages are not answered late
+SAVE_EVERY = 5.0  # seconds between two writes of the positions
+COMMIT_WAIT_MAX = 30.0
+TAKEN_TYPES = frozenset({discord.MessageType.default, discord.MessageType.reply})
+Position = list[int]  # [last committed message id, guild id or 0, parent channel id or 0]
+
+
+class Inbound:
+    def __init__(
+        self, config: DiscordConfig, host: ChannelHost, edge: ChannelEdge, tasks: Tasks
+    ) -> None:
+        self.config, self.host, self.edge, self.tasks = config, host, edge, tasks
+        self.client: discord.Client | None = None  # once signed in
+        self.queue: asyncio.Queue[discord.Message] = asyncio.Queue()
+        self.positions: dict[str, Position] = {}
+        self._changed = False
+
+    async def load(self) -> None:
+        """The positions kept by the last run (a note it may have left malformed)."""
+        note = await self.host.recall_note(POSITIONS)
+        try:
+            kept = json.loads(note[0]) if note else {}
+        except ValueError:
+            kept = {}
+        if isinstance(kept, dict):
+            self.positions = {
+                str(k): [int(n) for n in v] for k, v in kept.items()
+                if isinstance(v, list) and len(v) == 3 and all(isinstance(n, int) for n in v)
+            }  # fmt: skip
+
+    def arrived(self, message: discord.Message) -> None:
+        self.queue.put_nowait(message)
+
+    async def run(self) -> None:
+        """Commit what arrives, one at a time, in order (a background task)."""
+        self.tasks.spawn(self._save_positions())
+        while True:
+            message = await self.queue.get()
+            try:
+                await self._take(message)
+            except Exception:  # one odd message never stops the others
+                log.exception("discord: message %s could not be read", message.id)
+
+    async def _take(self, message: discord.Message) -> None:
+        where = self._answered(message)
+        if where is None:
+            return
+        guild, parent = where
+        attachments, notes = read_files(message.attachments, self.config)
+        text = "\n".join(part for part in [self._text(message), *notes] if part) or None
+        author = message.author
+        inbound = MessageInbound(
+            address=address_of(message.channel.id),
+            sender=Sender(id=str(author.id), name=clean(author.display_name)[:100]),
+            text=text, attachments=attachments, external_id=str(message.id),
+            message_id=str(message.id), metadata={} if guild else {DIRECT: True},
+        )  # fmt: skip
+        wait = 0.5
+        while True:
+            try:
+                await self.edge.take(inbound)
+                break
+            except CommitFailed as exc:  # no redelivery: tried until the store takes it
+                log.warning("discord: message %s not committed (%s); trying again", message.id, exc)
+                await asyncio.sleep(wait)
+                wait = min(wait * 2, COMMIT_WAIT_MAX)
+        self._moved(str(message.channel.id), [message.id, guild, parent])
+
+    def _answered(self, message: discord.Message) -> tuple[int, int] | None:
+        """(guild, parent channel), 0 where none, of a message the bot answers; None for
+        the rest: its own and other bots' messages, system messages, in a guild anything
+        but a mention of the bot or a reply to it, or outside ``guilds``/``channels``."""
+        me = self.client.user if self.client is not None else None
+        if me is None or message.author.bot or message.author.id == me.id:
+            return None
+        if message.type not in TAKEN_TYPES:
+            return None
+        kept = self.positions.get(str(message.channel.id), [0, 0, 0])
+        guild = message.guild.id if message.guild else getattr(message.channel, "guild_id", None)
+        if not guild:
+            return (0, 0) if isinstance(message.channel, discord.DMChannel) or not kept[1] else None
+        parent = getattr(message.channel, "parent_id", None) or kept[2]
+        mentioned = me.id in message.raw_mentions or any(u.id == me.id for u in message.mentions)
+        replied = message.reference is not None and isinstance(
+            message.reference.resolved, discord.Message
+        ) and message.reference.resolved.author.id == me.id  # fmt: skip
+        listed = (self.config.guilds is None or str(guild) in self.config.guilds) and (
+            self.config.channels is None
+            or bool({str(message.channel.id), str(parent)} & set(self.config.channels))
+        )
+        return (guild, parent) if (mentioned or replied) and listed else None
+
+    def _text(self, message: discord.Message) -> str:
+        """The text as the agent reads it: clean, the bot's own mention left out."""
+        me = self.client.user if self.client is not None else None
+        text = clean(message.content[:MAX_TEXT])
+        if me is not None:
+            text = text.replace(f"<@{me.id}>", "").replace(f"<@!{me.id}>", "")
+        return text.strip()
+
+    # -- positions and the catch-up -------------------------------------------------------
+    def _moved(self, channel: str, position: Position) -> None:
+        if position[0] <= self.positions.get(channel, [0])[0]:
+            return
+        self.positions.pop(channel, None)  # the most recent last
+        self.positions[channel] = position
+        while len(self.positions) > CATCH_UP_CHANNELS:
+            self.positions.pop(next(iter(self.positions)))
+        self._changed = True
+
+    async def save(self) -> None:
+        if self._changed:
+            self._changed = False
+            await self.host.remember_note(POSITIONS, json.dumps(self.positions))
+
+    async def _save_positions(self) -> None:
+        while True:
+            await asyncio.sleep(SAVE_EVERY)
+            try:
+                await self.save()
+            except Exception as exc:  # the store away: kept for the next try
+                self._changed = True
+                log.warning("discord: positions not saved (%s)", exc)
+
+    async def new_session(self) -> None:
+        self.tasks.spawn(self._catch_up())
+
+    async def _catch_up(self) -> None:
+        if self.client is None:
+            return
+        ago = datetime.datetime.fromtimestamp(time.time() - CATCH_UP_AGE, datetime.UTC)
+        oldest = discord.utils.time_snowflake(ago)
+        for channel, (last, guild, _parent) in reversed(list(self.positions.items())):
+            chat: Any = self.client.get_channel(int(channel))
+            chat = chat or self.client.get_partial_messageable(int(channel), guild_id=guild or None)
+            after = discord.Object(id=max(last, oldest))
+            try:
+                async for message in chat.history(
+                    limit=CATCH_UP_MESSAGES, after=after, oldest_first=True
+                ):
+                    self.arrived(message)
+            except (discord.HTTPException, aiohttp.ClientError, OSError, TimeoutError) as exc:
+                log.warning("discord: catching up in %s failed (%s)", channel, exc)
+
+    # -- button presses -------------------------------------------------------------------
+    async def pressed(self, interaction: discord.Interaction) -> None:
+        """A press, decided (committed) and only then acknowledged with a deferred
+        update (Discord's 3 s): not committed, the press is left unanswered and
+        Discord tells the presser it failed."""
+        if interaction.type is not discord.InteractionType.component:
+            return
+        data: Any = interaction.data or {}
+        action, message = data.get("custom_id"), interaction.message
+        channel = interaction.channel_id
+        if not isinstance(action, str) or message is None or channel is None:
+            return
+        user = interaction.user
+        sender = Sender(id=str(user.id), name=clean(user.display_name)[:100])
+        try:
+            await self.edge.decide(
+                f"{channel}:{message.id}", sender, f"press:{interaction.id}",
+                action=action[:100], at=address_of(channel),
+            )  # fmt: skip
+        except CommitFailed as exc:
+            log.warning("discord: a press was not committed (%s); left unanswered", exc)
+            return
+        try:
+            await interaction.response.defer()
+        except (discord.HTTPException, aiohttp.ClientError, OSError, TimeoutError) as exc:
+            log.info("discord: the press's acknowledgement failed (%s)", exc)

@@ -1,0 +1,175 @@
+"""Sending: how Discord posts, edits and deletes one message, for the core's
+``ChatSends`` (replies in parts within 2,000 characters through the core's pipeline
+with Discord's renderer, each part once; a reply shown while it is written, edited at
+most every EDIT_INTERVAL from spare budget only), and what is Discord's own: approval
+prompts with buttons (message components), outcome edits that take the buttons away,
+and files.
+
+Every post carries a nonce made from its part's key, with ``enforce_nonce``: a post
+tried again (discord.py's own retry of a 5xx, the delivery worker's) is answered with
+the message the first made, never a second one. No mention is allowed in anything
+sent (``AllowedMentions.none()``) and link previews are suppressed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import io
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import discord
+
+from echo_bot.background import Tasks
+from echo_bot.bus import ChannelEdge, ChannelHost, ChannelLink
+from echo_bot.chat_sends import ChatSends
+from echo_bot.errors import ChannelError
+from echo_bot.events import Address, OutboundKind, OutboundMessage, Receipt
+from echo_bot.pacing import Pacer
+from echo_bot.richtext import parts as richtext
+
+from .client import called
+from .common import log
+from .formatting import TEXT
+
+EDIT_INTERVAL = 2.0  # seconds between two texts of one preview
+# Discord's buckets: about 5 messages (and 5 edits) per 5 s in one channel.
+RATE = (1.0, 5.0)
+NONE = discord.AllowedMentions.none()
+STYLES = {"approve_once": discord.ButtonStyle.success, "deny": discord.ButtonStyle.danger}
+LABEL_MAX = 80
+
+
+def nonce_of(key: str) -> str:
+    """Discord's nonce holds 25 characters: the key's digest."""
+    return hashlib.sha256(key.encode()).hexdigest()[:25]
+
+
+class Outbound:
+    renderer = TEXT  # for ChatSends
+
+    def __init__(
+        self, host: ChannelHost, edge: ChannelEdge, tasks: Tasks, link: ChannelLink
+    ) -> None:
+        self.client: discord.Client | None = None  # once signed in
+        self.edge, self.link = edge, link
+        self.masker = host.masker
+        self.pacer = Pacer(RATE)
+        self.sends = ChatSends(self, self.masker, tasks, interval=EDIT_INTERVAL,
+                               file_carries_text=True)  # fmt: skip
+        self.previews = self.sends.previews
+
+    async def send(self, message: OutboundMessage) -> Receipt:
+        if message.edit_of is not None and message.edit_message_id:
+            return await self._edit(message.to, message.edit_message_id, message)
+        if message.kind == OutboundKind.APPROVAL and message.buttons:
+            return await self._prompt(message.to, message)
+        if message.file is not None:
+            return await self.sends.with_file(message, lambda first: self._upload(message, first))
+        return await self.sends.reply(message)
+
+    def _chat(self, to: Address) -> discord.PartialMessageable:
+        if self.client is None:
+            raise ChannelError("not signed in to Discord yet")
+        return self.client.get_partial_messageable(int(to.chat_id))
+
+    async def _call(self, what: str, key: str, request: Callable[[], Awaitable[Any]],
+                    paced: bool = True) -> Any:  # fmt: skip
+        wait = self.pacer.reserve(key) if paced else 0.0
+        if wait > 0:
+            await asyncio.sleep(wait)
+        return await called(what, request, self.link)
+
+    # -- one message, for ChatSends -------------------------------------------------------
+    async def post(
+        self, to: Address, part: str, key: str, *, quote: str | None = None,
+        notice: bool = False, spare: bool = False, **extra: Any,
+    ) -> str:  # fmt: skip
+        """A spare one was counted by ``has_spare`` already: not paced again."""
+        if quote and quote.isdigit():  # a reply to the message it answers
+            extra["reference"] = discord.MessageReference(
+                message_id=int(quote), channel_id=int(to.chat_id), fail_if_not_exists=False
+            )
+        chat, nonce = self._chat(to), nonce_of(key)
+        sent = await self._call(
+            "post", f"post:{to.chat_id}",
+            lambda: chat.send(part or None, nonce=nonce, allowed_mentions=NONE,
+                              suppress_embeds=True, **extra),
+            paced=not spare,
+        )  # fmt: skip
+        return str(sent.id)
+
+    async def edit(
+        self, to: Address, message_id: str, part: str, key: str, *, spare: bool = False,
+        **extra: Any,
+    ) -> None:  # fmt: skip
+        message = self._chat(to).get_partial_message(int(message_id))
+        await self._call(
+            "edit", f"edit:{to.chat_id}",
+            lambda: message.edit(content=part, allowed_mentions=NONE, **extra), paced=not spare,
+        )  # fmt: skip
+
+    async def remove(self, to: Address, message_id: str) -> None:
+        message = self._chat(to).get_partial_message(int(message_id))
+        await self._call("delete", f"edit:{to.chat_id}", message.delete)
+
+    def has_spare(self, to: Address, editing: bool) -> bool:
+        return self.pacer.spare(f"{'edit' if editing else 'post'}:{to.chat_id}") == 0.0
+
+    # -- what is Discord's own ------------------------------------------------------------
+    def _buttons(self, message: OutboundMessage) -> discord.ui.View:
+        """The prompt's buttons; the view is stopped before it is sent, so discord.py
+        keeps no callback of its own for it: presses come to ``Inbound.pressed``."""
+        view = discord.ui.View(timeout=None)
+        for row, buttons in enumerate(message.buttons[:5]):
+            for item in buttons[:5]:
+                label = self.masker.mask(item.label)
+                label = label if len(label) <= LABEL_MAX else label[: LABEL_MAX - 1] + "…"
+                style = STYLES.get(item.action.split(":", 1)[0], discord.ButtonStyle.secondary)
+                view.add_item(discord.ui.Button(label=label, custom_id=item.action[:100],
+                                                style=style, row=row))  # fmt: skip
+        view.stop()
+        return view
+
+    async def _prompt(self, to: Address, message: OutboundMessage) -> Receipt:
+        """The gate's rendering (its first parts as messages of their own when long),
+        its last part with the buttons; the message's id → its actions kept in the store
+        before the receipt is returned."""
+        parts = richtext.message_parts(message.text, False, self.masker, TEXT)
+        for index, part in enumerate(parts[:-1]):
+            await self.post(to, part, f"{message.id}.{index}")
+        key = f"{message.id}.{len(parts) - 1}"
+        message_id = await self.post(to, parts[-1], key, view=self._buttons(message))
+        await self.edge.keep_prompt(f"{to.chat_id}:{message_id}", message)
+        return Receipt(channel_message_id=message_id)
+
+    async def _edit(self, to: Address, message_id: str, message: OutboundMessage) -> Receipt:
+        """An earlier message edited (an approval prompt showing its outcome: its
+        buttons gone)."""
+        text = (await self.sends.parts(message))[0]
+        try:
+            await self.edit(to, message_id, text, message.id, view=None)
+        except ChannelError as exc:
+            if exc.retryable:
+                raise
+            # Gone (deleted): the outcome is posted instead, never lost.
+            log.info("discord: the edit of %s in %s was refused (%s); posting it", message_id,
+                     to, exc)  # fmt: skip
+            return Receipt(channel_message_id=await self.post(to, text, message.id))
+        return Receipt(channel_message_id=message_id)
+
+    async def _upload(self, message: OutboundMessage, comment: str | None) -> str:
+        """A file (``send_file``) posted into the conversation, the text's first part
+        with it; its message's id."""
+        assert message.file is not None
+        file = message.file
+        try:  # read off the loop
+            data = await asyncio.to_thread(Path(file.path).read_bytes)
+        except OSError as exc:
+            raise ChannelError(
+                f"cannot read {file.name}: {exc.strerror}", retryable=False
+            ) from None
+        upload = discord.File(io.BytesIO(data), filename=self.masker.mask(file.name))
+        return await self.post(message.to, comment or "", f"{message.id}.file", file=upload)
