@@ -103,9 +103,11 @@ class DiscordChannel(ThroughParts):
             try:
                 await client.connect(reconnect=True)
             except discord.PrivilegedIntentsRequired:
+                client.refused = True
                 self.link.refused(INTENT_REFUSED)
                 return
             except discord.LoginFailure:
+                client.refused = True
                 self.link.refused(f"Discord refused ${self.config.token_env} at the gateway")
                 return
             except Exception as exc:

@@ -63,6 +63,7 @@ class Gateway(discord.Client):
         )  # fmt: skip
         self.link = link
         self.receiver: Receiver | None = None
+        self.refused = False  # the gateway refused for good: no "reconnecting" after it
 
     async def on_message(self, message: discord.Message) -> None:
         if self.receiver is not None:
@@ -81,7 +82,7 @@ class Gateway(discord.Client):
         self.link.connected("gateway")
 
     async def on_disconnect(self) -> None:
-        if not self.is_closed():
+        if not self.is_closed() and not self.refused:
             self.link.reconnecting("the gateway connection was lost", "gateway")
 
     async def on_error(self, event: str, *args: Any, **kwargs: Any) -> None:

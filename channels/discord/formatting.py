@@ -27,7 +27,7 @@ _NUMBERED = re.compile(r"(?m)^(\s*\d+)\.")
 _BACKQUOTES = re.compile("`(?=`)")
 _LANGUAGE = re.compile(r"[A-Za-z0-9+#.-]{1,20}")
 _MARKS = {"bold": "**", "italic": "*", "strikethrough": "~~", "code": "`"}
-_LINK = re.compile(r"\[((?:\\.|[^\]\\])*)\]\(<?([^()\s<>]*)>?\)")
+_LINK = re.compile(r"(?<!\\)\[((?:\\.|[^\]\\])*)\]\(<?([^()\s<>]*)>?\)")
 _FENCE = re.compile(r"```[A-Za-z0-9+#.-]*\n|\n?```")
 _ESCAPED = re.compile(r"\\(.)", re.S)
 

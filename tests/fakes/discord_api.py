@@ -41,6 +41,7 @@ HOSTS = ("discord.com", "gateway.discord.gg", "cdn.discordapp.com")
 TOKEN = "MTAx.fake-bot.token"
 BOT_ID = "1000000000000000001"
 OWNER_ID = "1100000000000000001"
+MESSAGE_CONTENT = 1 << 15  # the privileged intent
 APP_ID = "1000000000000000002"
 BOT_USER = {"id": BOT_ID, "username": "echo-bot", "discriminator": "0",
             "global_name": "echo-bot", "avatar": None, "bot": True}  # fmt: skip
@@ -152,8 +153,11 @@ class FakeDiscord:
         self.history: dict[str, list[dict[str, Any]]] = {}  # channel → its messages
         self.guilds: list[dict[str, Any]] = []
         self.files: dict[str, bytes] = {}  # CDN path → bytes
+        self.downloads: list[str] = []  # CDN paths fetched
         self.callbacks: list[tuple[str, dict[str, Any]]] = []  # (interaction id, body)
         self.fail_status: dict[str, list[int]] = {}
+        self.lose_answers = 0  # posts made, then answered 500 (the answer lost on the way)
+        self.app_flags = 1 << 19  # the application's flags: Message Content (limited) on
         self._folder = Path(tempfile.mkdtemp(prefix="fake-discord-"))
         self.ca_file, cert, key = _certificates(self._folder)
         self._tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -244,7 +248,11 @@ class FakeDiscord:
         if data.get("token") != self.token:
             await ws.close(code=4004, message=b"Authentication failed.")
             return
-        session = Session(id=snowflake(), intents=int(data.get("intents") or 0))
+        intents = int(data.get("intents") or 0)
+        if intents & MESSAGE_CONTENT and not self.app_flags & (1 << 18 | 1 << 19):
+            await ws.close(code=4014, message=b"Disallowed intent(s).")
+            return
+        session = Session(id=snowflake(), intents=intents)
         self.sessions[session.id] = self.session = session
         self.identified += 1
         unavailable = [{"id": g["id"], "unavailable": True} for g in self.guilds]
@@ -451,7 +459,8 @@ class FakeDiscord:
 
     async def _application(self, request: web.Request, path: str) -> tuple[int, Any]:
         return 200, {"id": APP_ID, "name": "echo-bot", "description": "", "icon": None,
-                     "bot_public": False, "bot_require_code_grant": False, "flags": 0,
+                     "bot_public": False, "bot_require_code_grant": False,
+                     "flags": self.app_flags,
                      "owner": user("1100000000000000001", "owner"), "verify_key": "00" * 32,
                      "team": None, "summary": "", "rpc_origins": []}  # fmt: skip
 
@@ -482,6 +491,9 @@ class FakeDiscord:
         self.sent.append(sent)
         message = self._message(sent)
         self.history.setdefault(channel_id, []).append(message)
+        if self.lose_answers:
+            self.lose_answers -= 1
+            return 500, {"message": "500: Internal Server Error", "code": 0}
         return 200, message
 
     async def _delete_message(self, request: web.Request, path: str) -> tuple[int, Any]:
@@ -505,6 +517,7 @@ class FakeDiscord:
                       "permissions": "0", "features": []} for g in self.guilds]  # fmt: skip
 
     async def _cdn(self, request: web.Request) -> web.StreamResponse:
+        self.downloads.append(request.match_info["path"])
         data = self.files.get(request.match_info["path"])
         if data is None:
             return web.Response(status=404)

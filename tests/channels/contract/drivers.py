@@ -1183,7 +1183,7 @@ class EmailDriver(Driver):
 
 # -- Discord --------------------------------------------------------------------------------
 DISCORD_FRIEND_ID = "1100000000000000002"
-DISCORD_LINK = re.compile(r"\[((?:\\.|[^\]\\])*)\]\(<?([^()\s<>]*)>?\)")
+DISCORD_LINK = re.compile(r"(?<!\\)\[((?:\\.|[^\]\\])*)\]\(<?([^()\s<>]*)>?\)")
 
 
 def discord_read(content: str) -> str:
@@ -1248,7 +1248,8 @@ approvers = ["{OWNER_ID}"]
         return {"DISCORD_BOT_TOKEN": self.discord.token, **SECRET_ENV}
 
     @contextlib.asynccontextmanager
-    async def running(self) -> AsyncIterator[Bot]:
+    async def running(self, connected: bool = True) -> AsyncIterator[Bot]:
+        """The daemon, once its gateway session is made (``connected``; else at once)."""
         fake = self.discord
         sessions = fake.identified + fake.resumed
         async with running_bot(
@@ -1256,7 +1257,7 @@ approvers = ["{OWNER_ID}"]
             brain=self.brain,
         ) as bot:  # fmt: skip
             self.bot = bot
-            if self.proxy is None or self.proxy.up:  # else it connects once the peer is back
+            if connected and (self.proxy is None or self.proxy.up):  # else: once it is back
                 await eventually(lambda: fake.identified + fake.resumed > sessions, timeout=15,
                                  what="the bot's gateway session")  # fmt: skip
             yield bot
@@ -1285,7 +1286,10 @@ approvers = ["{OWNER_ID}"]
         return [s for s in self.discord.sent if s.channel_id == where and not s.deleted]
 
     def received(self) -> list[str]:
-        return [discord_read(s.content) for s in self.sent()]
+        return self.received_in(self.dm())
+
+    def received_in(self, channel: str) -> list[str]:
+        return [discord_read(s.content) for s in self.sent(channel)]
 
     def displayed(self) -> list[str]:
         return [discord_displayed(s.content) for s in self.sent()]

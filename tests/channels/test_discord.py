@@ -1,0 +1,422 @@
+"""The Discord channel against the fake Discord (tests/fakes/discord_api.py), which the
+real discord.py talks to over HTTP and WebSocket through ``[discord] proxy``, for what
+the contract suite does not cover: approvals by button (a forged or replayed press
+refused, the prompt edited to its outcome), guilds (mentions, replies, threads, the
+allowlists), a RESUME's replay and a new session's catch-up, 429s and a lost answer,
+Discord's Markdown, strangers, hostile payloads, files both ways and the intents.
+
+The owner (an approver) and a friend (allowed to chat) write in direct messages and in
+one guild's channel."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from echo_bot.brains.base import BrainContext, BrainReply
+from echo_bot.brains.rules import files_reply
+from echo_bot.conversation import ChatMessage
+from echo_bot.tools.base import Tool
+from tests.channels.contract.drivers import (
+    DISCORD_FRIEND_ID,
+    ContractBrain,
+    DiscordDriver,
+    discord_read,
+)
+from tests.fakes.discord_api import BOT_ID, BOT_USER, OWNER_ID, FakeDiscord, dm_of, user
+from tests.waiting import eventually
+
+pytest.importorskip("discord")
+
+GUILD, CHANNEL, ELSEWHERE, THREAD = (f"13000000000000000{n:02d}" for n in range(1, 5))
+OTHER_GUILD, OTHER_CHANNEL = "1400000000000000001", "1400000000000000002"
+OWNER = user(OWNER_ID, "owner")
+FRIEND = user(DISCORD_FRIEND_ID, "friend")
+HOSTILE_MARKDOWN = (
+    "**bold** @everyone <@1100000000000000002> `co`de`\n\n# not a heading\n\n"
+    "[click](javascript:alert(1)) [ok](https://example.org/a_b)"
+)
+
+
+class DiscordBrain(ContractBrain):
+    """``md:`` → Markdown with mentions and markup in it; a message with files → where
+    each was saved; ``heard:`` → how much it heard; else the contract's brain."""
+
+    async def step(
+        self, conversation: Sequence[ChatMessage], tools: Sequence[Tool], context: BrainContext
+    ) -> BrainReply:
+        last = conversation[-1]
+        text = last.content or ""
+        if last.role == "user" and last.files:
+            return BrainReply(text=files_reply(last.files), route_reason="test: files")
+        if last.role == "user" and "md:" in text:
+            return BrainReply(text=HOSTILE_MARKDOWN, route_reason="test", markdown=True)
+        if last.role == "user" and "heard:" in text:
+            return BrainReply(text=f"heard {len(text)} characters", route_reason="test")
+        return await super().step(conversation, tools, context)
+
+
+class Chat(DiscordDriver):
+    def __init__(self, state_dir: Path) -> None:
+        super().__init__(state_dir)
+        self.brain = DiscordBrain()
+
+    @property
+    def fake(self) -> FakeDiscord:
+        assert self.discord is not None
+        return self.discord  # type: ignore[no-any-return]
+
+    def replies(self, channel: str | None = None) -> list[str]:
+        return [s.content for s in self.sent(channel)]
+
+    async def mention(self, text: str, *, channel: str = CHANNEL, guild: str = GUILD,
+                      by: dict[str, Any] = OWNER) -> dict[str, Any]:  # fmt: skip
+        return await self.fake.push_message(
+            f"<@{BOT_ID}> {text}", author=by, channel_id=channel, guild_id=guild,
+            mentions=[BOT_USER],
+        )  # fmt: skip
+
+
+@pytest.fixture
+async def chat(state_dir: Path) -> AsyncIterator[Chat]:
+    made = Chat(state_dir)
+    async with made.peer():
+        made.fake.add_guild(GUILD, [CHANNEL, ELSEWHERE], threads={THREAD: CHANNEL})
+        made.fake.add_guild(OTHER_GUILD, [OTHER_CHANNEL])
+        yield made
+
+
+async def test_the_owners_press_approves_and_the_prompt_shows_who_decided(chat: Chat) -> None:
+    async with chat.running():
+        await chat.say("run:pressed")
+        shown = await chat.prompt()
+        sent, ids = shown.handle
+        assert [a.split(":", 1)[0] for a in ids] == ["approve_once", "deny"]
+        styles = [b["style"] for row in sent.components for b in row["components"]]
+        assert styles == [3, 4]  # success, danger
+        await chat.decide(shown, approve=True)
+        await chat.wait_received("ran: pressed")
+        assert (chat.state_dir / "workspace" / "contract.txt").exists()
+        # Acknowledged as a deferred update (no message of its own), after the commit.
+        assert [body["type"] for _, body in chat.fake.callbacks] == [6]
+        await eventually(lambda: sent.components == [], timeout=15, what="the buttons gone")
+    assert "Approved" in sent.content and sent.edits, sent.content
+
+
+async def test_a_forged_press_is_refused_and_a_replayed_one_changes_nothing(chat: Chat) -> None:
+    async with chat.running():
+        await chat.say("say:first")
+        await chat.wait_received("echo: first")
+        reply = chat.sent()[-1]
+        await chat.say("run:once")
+        shown = await chat.prompt()
+        sent, ids = shown.handle
+        approve = next(a for a in ids if a.startswith("approve_once:"))
+        # An action the prompt does not carry, and a real one on a message that is no prompt.
+        for message, action in ((sent, "approve_once:" + "f" * 32), (reply, approve)):
+            await chat.fake.press(message, action, by=OWNER)
+        await eventually(lambda: sum(t.startswith("⚠️") for t in chat.received()) == 2,
+                         timeout=15, what="both presses refused")  # fmt: skip
+        assert not (chat.state_dir / "workspace" / "contract.txt").exists()
+        for _ in range(2):  # the real press, and the same press again
+            await chat.fake.press(sent, approve, by=OWNER)
+        await chat.wait_received("ran: once")
+        await asyncio.sleep(0.5)
+        assert sum(t == "ran: once" for t in chat.received()) == 1
+
+
+async def test_in_a_guild_a_mention_or_a_reply_to_the_bot_is_answered_where_it_was_made(
+    chat: Chat,
+) -> None:
+    chat.keys = f'guilds = ["{GUILD}"]\nchannels = ["{CHANNEL}"]'
+    async with chat.running():
+        await chat.mention("say:channel")
+        await eventually(lambda: "echo: channel" in chat.replies(CHANNEL), timeout=15,
+                         what="the answer in the channel")  # fmt: skip
+        [answer] = chat.sent(CHANNEL)
+        assert answer.reference is not None  # a reply to the message it answers
+        # A reply to the bot's message, without a mention, is for the bot too.
+        bot_message = next(m for m in chat.fake.history[CHANNEL] if m["id"] == answer.id)
+        await chat.fake.push_message("say:replied", author=OWNER, channel_id=CHANNEL,
+                                     guild_id=GUILD, reply_to=bot_message)  # fmt: skip
+        await chat.mention("say:threaded", channel=THREAD)  # the thread's parent is listed
+        await eventually(lambda: "echo: threaded" in chat.replies(THREAD), timeout=15,
+                         what="the answer in the thread")  # fmt: skip
+        await eventually(lambda: "echo: replied" in chat.replies(CHANNEL), timeout=15,
+                         what="the answer to the reply")  # fmt: skip
+        # Left alone: no mention; a channel or guild not listed; another bot.
+        await chat.fake.push_message("say:unaddressed", author=OWNER, channel_id=CHANNEL,
+                                     guild_id=GUILD)  # fmt: skip
+        await chat.mention("say:elsewhere", channel=ELSEWHERE)
+        await chat.mention("say:other", channel=OTHER_CHANNEL, guild=OTHER_GUILD)
+        robot = {**user("1500000000000000001", "robot"), "bot": True}
+        await chat.mention("say:robot", by=robot)
+        await chat.mention("say:last")
+        await eventually(lambda: "echo: last" in chat.replies(CHANNEL), timeout=15,
+                         what="the last answer")  # fmt: skip
+        texts = await chat.inbound_texts()
+    for left in ("unaddressed", "elsewhere", "other", "robot"):
+        assert not any(f"say:{left}" in t for t in texts), left
+    assert all(f"<@{BOT_ID}>" not in t for t in texts)  # the bot's own mention left out
+    assert chat.sent(ELSEWHERE) == [] and chat.sent(OTHER_CHANNEL) == []
+
+
+async def test_a_replayed_message_and_a_resumed_session_are_answered_once(chat: Chat) -> None:
+    async with chat.running():
+        said = await chat.say("say:twice")
+        await chat.wait_received("echo: twice")
+        # The same message delivered again (as a RESUME from an older sequence would).
+        await chat.fake.push_message("say:twice", author=OWNER, channel_id=chat.dm(),
+                                     message_id=said["id"])  # fmt: skip
+        await chat.fake.drop_gateway()
+        await chat.say("say:meanwhile")  # kept for the RESUME
+        await chat.wait_received("echo: meanwhile")
+        await chat.say("say:after")
+        await chat.wait_received("echo: after")
+    assert chat.fake.resumed >= 1 and chat.fake.identified == 1
+    assert chat.received() == ["echo: twice", "echo: meanwhile", "echo: after"]
+
+
+async def test_a_new_session_reads_back_over_rest_what_came_while_it_was_gone(
+    chat: Chat,
+) -> None:
+    async with chat.running():
+        await chat.say("say:before")
+        await chat.wait_received("echo: before")
+        await chat.fake.invalidate()  # the session ends: what comes now is never dispatched
+        for word in ("gap1", "gap2"):
+            await chat.fake.push_message(f"say:{word}", author=OWNER, channel_id=chat.dm(),
+                                         dispatch=False)  # fmt: skip
+        await eventually(lambda: chat.fake.identified == 2, timeout=20, what="a new IDENTIFY")
+        await chat.wait_received("echo: gap1", "echo: gap2")
+        await chat.say("say:after")
+        await chat.wait_received("echo: after")
+    assert chat.received() == ["echo: before", "echo: gap1", "echo: gap2", "echo: after"]
+    assert chat.fake.calls_to("GET /channels/{id}/messages")
+
+
+async def test_a_restart_reads_back_what_came_while_the_daemon_was_down(chat: Chat) -> None:
+    async with chat.running():
+        await chat.say("say:before")
+        await chat.wait_received("echo: before")
+    await chat.fake.push_message("say:down", author=OWNER, channel_id=chat.dm(), dispatch=False)
+    async with chat.running():
+        await chat.wait_received("echo: down")
+        await asyncio.sleep(0.5)
+    assert chat.received() == ["echo: before", "echo: down"]
+
+
+async def test_429s_are_waited_out_and_a_lost_answer_makes_no_second_message(
+    chat: Chat,
+) -> None:
+    async with chat.running():
+        route = "POST /channels/{id}/messages"
+        chat.fake.rate_limit_next(route, retry_after=0.5, glob=True)
+        chat.fake.rate_limit_next(route, retry_after=0.5)
+        await chat.say("say:limited")
+        await chat.wait_received("echo: limited")
+        chat.fake.lose_answers = 1  # made, then answered 500: tried again with its nonce
+        await chat.say("say:lost")
+        await chat.wait_received("echo: lost")
+        await asyncio.sleep(0.5)
+    assert chat.received() == ["echo: limited", "echo: lost"]
+    statuses = [c.status for c in chat.fake.calls_to(route)]
+    assert statuses == [429, 429, 200, 500, 200], statuses
+
+
+async def test_markdown_is_written_as_discords_and_nothing_mentions_anyone(chat: Chat) -> None:
+    async with chat.running():
+        await chat.say("md: please")
+        await eventually(lambda: chat.sent(), timeout=15, what="the reply")
+    [sent] = chat.sent()
+    wire = sent.content
+    assert wire.startswith("**bold** \\@everyone \\<\\@1100000000000000002\\>")
+    assert not any(line.startswith(("#", "\\#")) for line in wire.split("\n"))  # no heading
+    assert "](javascript" not in wire and "(<javascript" not in wire  # never a link
+    assert "[click](javascript:alert(1))" in discord_read(wire)  # shown as written
+    assert "[ok](<https://example.org/a_b>)" in wire
+    assert sent.allowed_mentions == {"parse": []}  # no mention of anyone, ever
+    assert sent.flags & 4  # SUPPRESS_EMBEDS: no link previews
+
+
+async def test_a_stranger_is_told_their_id_once_and_can_pair(chat: Chat) -> None:
+    stranger = user("1600000000000000001", "stranger")
+    dm = dm_of(stranger["id"])
+    async with chat.running():
+        for _ in range(2):
+            await chat.fake.push_message("say:hello", author=stranger, channel_id=dm)
+        await eventually(lambda: chat.replies(dm), timeout=15, what="the refusal")
+        await asyncio.sleep(0.5)
+        [refusal] = chat.received_in(dm)
+        assert stranger["id"] in refusal and "allowed_users" in refusal
+        assert not any("say:hello" in t for t in await chat.inbound_texts())
+        assert chat.bot is not None
+        code = await chat.bot.store.run(lambda tx: tx.access.new_pairing_code())
+        await chat.fake.push_message(f"pair {code}", author=stranger, channel_id=dm)
+        await eventually(lambda: any("Paired" in t for t in chat.received_in(dm)), timeout=15,
+                         what="paired")  # fmt: skip
+        await chat.fake.push_message("say:paired", author=stranger, channel_id=dm)
+        await eventually(lambda: "echo: paired" in chat.replies(dm), timeout=15,
+                         what="the paired stranger answered")  # fmt: skip
+
+
+async def test_hostile_payloads_neither_crash_nor_block_what_comes_after(chat: Chat) -> None:
+    dm = dm_of(OWNER_ID)
+    async with chat.running():
+        base = await chat.say("say:first")
+        await chat.wait_received("echo: first")
+        hostile: list[tuple[str, dict[str, Any]]] = [
+            ("MESSAGE_CREATE", {"id": "1", "channel_id": dm}),  # no author: discord.py fails
+            ("MESSAGE_CREATE", {**base, "id": "not-a-snowflake"}),
+            ("MESSAGE_CREATE", {**base, "content": {"not": "a string"}}),
+            ("INTERACTION_CREATE", {"id": "5", "type": 3, "application_id": "1"}),
+            ("SOMETHING_NEW", {"what": "an event no version knows"}),
+        ]
+        for kind, data in hostile:
+            await chat.fake.dispatch(kind, data)
+        await chat.say("heard: " + "\ud800 \x00 " + "y" * 60_000)
+        await chat.wait_received("heard")
+        await chat.say("say:still")
+        await chat.wait_received("echo: still")
+    # Discord's own limit (4,000 characters) kept, a lone surrogate replaced, NUL dropped.
+    assert [t for t in chat.received() if t.startswith("heard")] == ["heard 3999 characters"]
+    assert [t for t in chat.received() if not t.startswith(("heard", "echo"))] == []
+
+
+async def test_an_attached_file_is_saved_in_the_senders_inbox_and_the_bot_sends_files(
+    chat: Chat,
+) -> None:
+    content = b"quarterly numbers: 42\n" * 50
+    attached = chat.fake.add_file("q3.txt", content)
+    workspace = chat.state_dir / "workspace"
+    workspace.mkdir(parents=True, exist_ok=True)
+    (workspace / "report.txt").write_bytes(b"the report body\n")
+    async with chat.running():
+        await chat.fake.push_message("here it is", author=OWNER, channel_id=chat.dm(),
+                                     attachments=[attached])  # fmt: skip
+        await chat.wait_received("q3.txt")
+        saved = sorted(p for p in (workspace / "inbox").rglob("*") if p.is_file())
+        assert [p.read_bytes() for p in saved] == [content]
+        assert f"discord-{OWNER_ID}" in str(saved[0])
+        args = {"path": "report.txt", "caption": "the **report**"}
+        await chat.say(f"!tool send_file {json.dumps(args)}")  # the owner's own DM: unasked
+        await eventually(lambda: any(s.files for s in chat.sent()), timeout=15,
+                         what="the upload")  # fmt: skip
+    [upload] = [s for s in chat.sent() if s.files]
+    assert upload.files == [("report.txt", b"the report body\n")]
+    assert discord_read(upload.content) == "the **report**"  # as written: a caption is plain
+
+
+async def test_a_file_over_max_download_is_refused_before_its_download(chat: Chat) -> None:
+    chat.keys = 'max_download = "1KB"'
+    big = chat.fake.add_file("big.bin", b"x" * 3000, "application/octet-stream")
+    async with chat.running():
+        await chat.fake.push_message("a file", author=OWNER, channel_id=chat.dm(),
+                                     attachments=[big])  # fmt: skip
+        await chat.wait_received("big.bin")
+    [reply] = [t for t in chat.received() if "big.bin" in t]
+    assert "max_download" in reply or "limit" in reply, reply
+    assert chat.fake.downloads == []  # refused by its announced size: never fetched
+
+
+async def test_the_message_content_intent_asked_but_off_for_the_app_is_said_plainly(
+    chat: Chat,
+) -> None:
+    chat.keys = "message_content = true"
+    chat.fake.app_flags = 0
+    async with chat.running(connected=False):
+        await eventually(lambda: chat.health() == "down", timeout=20, what="the channel down")
+        assert chat.bot is not None
+        state = next(c for c in chat.bot.daemon.channels if c.name == "discord").health()
+        assert "Message Content" in str(state) and "message_content" in str(state), state
+
+
+def test_the_discord_section_is_checked_and_a_wrong_token_named() -> None:
+    from channels.discord.settings import environment_problems
+    from echo_bot.config import channel_section, parse_config
+    from echo_bot.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="not a Discord ID"):
+        parse_config({"discord": {"allowed_users": ["@alice"]}})
+    with pytest.raises(ConfigError, match="not a Discord ID"):
+        parse_config({"discord": {"guilds": ["my server"]}})
+    with pytest.raises(ConfigError, match=r"discord\.proxy"):
+        parse_config({"discord": {"proxy": "socks5://127.0.0.1:1080"}})
+    with pytest.raises(ConfigError, match=r"discord\.tokn_env"):
+        parse_config({"discord": {"tokn_env": "X"}})
+    config = parse_config({"discord": {"enabled": True, "allowed_users": [OWNER_ID],
+                                       "ca_file": "/nonexistent/ca.pem"}})  # fmt: skip
+    section = channel_section(config, "discord")
+    assert section.approver_ids == [OWNER_ID]
+    assert environment_problems(section, {}, None) == [
+        "token_env: environment variable DISCORD_BOT_TOKEN is not set (the bot's token)",
+        "ca_file: /nonexistent/ca.pem is not a file",
+    ]
+    # The application's client secret or public key pasted for the bot's token.
+    for pasted, looks in (("a" * 32, "client secret"), ("0f" * 32, "public key")):
+        [problem] = environment_problems(section, {"DISCORD_BOT_TOKEN": pasted}, None)[:1]
+        assert looks in problem and "Reset Token" in problem, problem
+    assert environment_problems(section, {"DISCORD_BOT_TOKEN": "MTAx.Gx.abc"}, None) == [
+        "ca_file: /nonexistent/ca.pem is not a file"
+    ]
+
+
+def test_markdown_to_discords_escapes_everything_but_its_own_markup() -> None:
+    from channels.discord.formatting import TEXT, escape, shown
+    from echo_bot.richtext import parts as richtext
+
+    hostile = "@everyone <@1> *a* _b_ ~~c~~ ||d|| `e` # f\n- g\n1. h\n> i \\ [j](k)"
+    wire = escape(hostile)
+    assert shown(wire).split("\n")[: hostile.count("\n") + 1] == hostile.split("\n")
+    marks = ["*a\\*", "\\_b\\_", "\\~\\~c", "\\|\\|d", "\\`e\\`", "\\# f", "\\- g", "1\\. h"]
+    marks += ["\\> i", "\\\\", "\\[j\\]\\(k\\)", "\\@everyone", "\\<\\@1\\>"]
+    for mark in marks:
+        assert mark in wire, (mark, wire)
+    [part] = richtext.message_parts("**bold** and `co``de` and\n```py\nx = '```'\n```", True,
+                                    None, TEXT)  # fmt: skip
+    assert part.startswith("**bold** and `co''de` and\n\n```py\n")
+    assert part.count("```") == 2  # the fence inside the block cannot end it
+    # A link only for http(s); a long text cut within Discord's 2,000 characters.
+    [link] = richtext.message_parts("[x](ftp://h/) [y](https://h/a)", True, None, TEXT)
+    assert link.startswith("x ") and link.endswith(" [y](<https://h/a>)"), link
+    parts = richtext.message_parts("*" * 5000, False, None, TEXT)
+    assert len(parts) > 2 and all(len(p) <= 2000 for p in parts)
+
+
+async def test_a_streamed_reply_grows_in_one_message_that_becomes_the_reply(
+    state_dir: Path,
+) -> None:
+    """The real openai SDK streams from the fake OpenAI server (held a third written): the
+    bot posts one message, edits it as the reply grows, and the reply takes its place."""
+    from echo_bot.chat_sends import PREVIEW_MARK
+    from tests.fakes.openai_api import FakeOpenAI
+
+    answer = " ".join(f"word{i}" for i in range(120))
+    async with FakeOpenAI(model="gpt-test") as llm:
+        chat = Chat(state_dir)
+        chat.brain = None  # the config's: the openai SDK against the fake server
+        chat.extra = (
+            f'[openai]\nbase_url = "{llm.base_url}"\nmodel = "gpt-test"\ntimeout = "5s"\n'
+            'max_retries = 0\n[brain]\nkind = "openai"\n'
+        )
+        llm.reply(answer)
+        llm.stream_hold_after = 40
+        async with chat.peer(), chat.running():
+            await chat.say("tell me a long story")
+            await llm.wait_until(lambda: llm.stream_holding == 1, timeout=30)
+            preview = await eventually(lambda: chat.sent()[0] if chat.sent() else None,
+                                       timeout=15, what="the preview message")  # fmt: skip
+            assert preview.content.endswith(PREVIEW_MARK)
+            written = preview.content.removesuffix(PREVIEW_MARK)
+            assert written and answer.startswith(written) and written != answer
+            llm.stream_release.set()
+            await eventually(lambda: preview.content == answer, timeout=20,
+                             what="the reply in place")  # fmt: skip
+            assert [s.id for s in chat.sent()] == [preview.id]  # one message: the reply
+            assert all(answer.startswith(e.removesuffix(PREVIEW_MARK)) for e in preview.edits)
+            assert not any(c.status == 429 for c in chat.fake.calls)
