@@ -40,7 +40,8 @@ SECRETS = {
 def python_without_extras(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("without-extras")
     return python_without(
-        root, ["nio", "matrix_nio", "slack_sdk", "slack", "aioimaplib", "aiosmtplib", "discord"],
+        root,
+        ["nio", "matrix_nio", "slack_sdk", "slack", "aioimaplib", "aiosmtplib", "discord"],
         "nio",
     )
 
