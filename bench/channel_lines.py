@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-CHANNELS = ("email", "matrix", "slack", "telegram")
+CHANNELS = ("discord", "email", "matrix", "slack", "telegram")
 
 
 @dataclass

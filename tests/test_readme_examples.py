@@ -83,6 +83,8 @@ def env_for(text: str) -> dict[str, str]:
     for name, prefix in (("SLACK_BOT_TOKEN", "xoxb-"), ("SLACK_APP_TOKEN", "xapp-")):
         if name in env:  # shaped as Slack's: check-config refuses a token of another kind
             env[name] = prefix + env[name]
+    if "DISCORD_BOT_TOKEN" in env:  # shaped as a bot's token: three parts
+        env["DISCORD_BOT_TOKEN"] = "MTAx.value-of.discord_bot_token"
     if "ECHO_BOT_DATABASE_URL" in env:  # as the README's PostgreSQL section exports it
         env["ECHO_BOT_DATABASE_URL"] = "postgresql://echo:secret@db.example:5432/echo_bot"
     return env

@@ -154,10 +154,13 @@ class FakeDiscord:
         self.guilds: list[dict[str, Any]] = []
         self.files: dict[str, bytes] = {}  # CDN path → bytes
         self.downloads: list[str] = []  # CDN paths fetched
+        self.refused: list[list[str]] = []  # payloads refused as Discord would (400)
         self.callbacks: list[tuple[str, dict[str, Any]]] = []  # (interaction id, body)
         self.fail_status: dict[str, list[int]] = {}
         self.lose_answers = 0  # posts made, then answered 500 (the answer lost on the way)
         self.app_flags = 1 << 19  # the application's flags: Message Content (limited) on
+        self.post_limit: tuple[int, float] | None = None  # (posts, seconds) per channel
+        self._windows: dict[str, tuple[float, int]] = {}  # channel → (window start, posts)
         self._folder = Path(tempfile.mkdtemp(prefix="fake-discord-"))
         self.ca_file, cert, key = _certificates(self._folder)
         self._tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -395,6 +398,29 @@ class FakeDiscord:
         ``{id}``) answered 429."""
         self._limits.setdefault(route, []).append((retry_after, glob))
 
+    def limit_posts(self, posts: int = 5, seconds: float = 5.0) -> None:
+        """Posting limited per channel as Discord does (5 per 5 s): each answer carries
+        the bucket's headers, and a post past the limit is answered 429."""
+        self.post_limit = (posts, seconds)
+
+    def _bucket(self, path: str) -> tuple[int, dict[str, str]]:
+        """(429 or 0, the bucket's headers) of a post in a limited channel."""
+        assert self.post_limit is not None
+        posts, seconds = self.post_limit
+        channel, now = path.split("/")[2], time.monotonic()
+        start, count = self._windows.get(channel, (now, 0))
+        if now - start >= seconds:
+            start, count = now, 0
+        reset = max(0.0, seconds - (now - start))
+        headers = {"X-RateLimit-Limit": str(posts), "X-RateLimit-Reset-After": f"{reset:.3f}",
+                   "X-RateLimit-Bucket": f"post-{channel}", "X-RateLimit-Reset":
+                   f"{time.time() + reset:.3f}"}  # fmt: skip
+        if count >= posts:
+            return 429, {**headers, "X-RateLimit-Remaining": "0", "Retry-After": f"{reset:.3f}",
+                         "X-RateLimit-Scope": "user"}  # fmt: skip
+        self._windows[channel] = (start, count + 1)
+        return 0, {**headers, "X-RateLimit-Remaining": str(posts - count - 1)}
+
     def fail_next(self, route: str, status: int) -> None:
         """The next call to ``route`` answered ``status`` (a 500, a 403…)."""
         self.fail_status.setdefault(route, []).append(status)
@@ -439,8 +465,16 @@ class FakeDiscord:
         }.get(route)
         if handler is None:
             return self._answer(request, path, 404, {"message": "404: Not Found", "code": 0})
+        bucket: dict[str, str] = {}
+        if self.post_limit is not None and route == "POST /channels/{id}/messages":
+            limited, bucket = self._bucket(path)
+            if limited:
+                retry = float(bucket["Retry-After"])
+                body = {"message": "You are being rate limited.", "retry_after": retry,
+                        "global": False}  # fmt: skip
+                return self._answer(request, path, 429, body, bucket)
         status, body = await handler(request, path)
-        return self._answer(request, path, status, body)
+        return self._answer(request, path, status, body, bucket)
 
     def _answer(
         self, request: web.Request, path: str, status: int, body: Any,
@@ -477,6 +511,9 @@ class FakeDiscord:
     async def _post_message(self, request: web.Request, path: str) -> tuple[int, Any]:
         channel_id = path.split("/")[2]
         payload, files = await _payload(request)
+        if problems := invalid(payload, len(files)):
+            self.refused.append(problems)
+            return 400, {"code": 50035, "message": "Invalid Form Body", "errors": problems}
         nonce = payload.get("nonce")
         if payload.get("enforce_nonce") and nonce is not None:
             made = next((s for s in self.sent if s.nonce == str(nonce)), None)
@@ -525,7 +562,10 @@ class FakeDiscord:
 
     async def _edit_message(self, request: web.Request, path: str) -> tuple[int, Any]:
         message_id = path.split("/")[-1]
-        payload, _ = await _payload(request)
+        payload, files = await _payload(request)
+        if problems := invalid(payload, len(files), editing=True):
+            self.refused.append(problems)
+            return 400, {"code": 50035, "message": "Invalid Form Body", "errors": problems}
         found = next((s for s in self.sent if s.id == message_id), None)
         if found is None:
             return 404, {"message": "Unknown Message", "code": 10008}
@@ -564,6 +604,48 @@ def _route(method: str, path: str) -> str:
     if len(parts) > 4 and parts[1] == "interactions":
         parts[3] = "{token}"
     return f"{method} {'/'.join(parts)}"
+
+
+MENTION_KINDS = {"roles", "users", "everyone"}
+ALLOWED_FLAGS = 4 | 4096  # SUPPRESS_EMBEDS, SUPPRESS_NOTIFICATIONS
+
+
+def invalid(payload: dict[str, Any], files: int, *, editing: bool = False) -> list[str]:
+    """What in a message's payload Discord would refuse with 50035 "Invalid Form Body",
+    by the documented shapes (https://discord.com/developers/docs/resources/message)."""
+    problems = []
+    content = payload.get("content")
+    if content is not None and (not isinstance(content, str) or len(content) > 2000):
+        problems.append("content: a string of at most 2000 characters")
+    nonce = payload.get("nonce")
+    if nonce is not None and (not isinstance(nonce, int | str) or len(str(nonce)) > 25):
+        problems.append("nonce: an integer or a string of at most 25 characters")
+    mentions = payload.get("allowed_mentions")
+    parse = mentions.get("parse", []) if isinstance(mentions, dict) else None
+    if mentions is not None and (parse is None or not set(parse) <= MENTION_KINDS):
+        problems.append("allowed_mentions: parse holds roles, users, everyone")
+    rows = payload.get("components")
+    if rows is not None:
+        if not isinstance(rows, list) or len(rows) > 5:
+            problems.append("components: at most 5 action rows")
+        for row in rows if isinstance(rows, list) else []:
+            buttons = row.get("components") if isinstance(row, dict) else None
+            if row.get("type") != 1 or not isinstance(buttons, list) or not 1 <= len(buttons) <= 5:
+                problems.append("components: an action row holds 1 to 5 components")
+                continue
+            for b in buttons:
+                label, custom = b.get("label"), b.get("custom_id")
+                if b.get("type") != 2 or b.get("style") not in (1, 2, 3, 4):
+                    problems.append("components: a button of type 2, style 1 to 4")
+                if not isinstance(label, str) or not 0 < len(label) <= 80:
+                    problems.append("components: a button's label of 1 to 80 characters")
+                if not isinstance(custom, str) or not 0 < len(custom) <= 100:
+                    problems.append("components: a button's custom_id of 1 to 100 characters")
+    if int(payload.get("flags") or 0) & ~ALLOWED_FLAGS:
+        problems.append("flags: only SUPPRESS_EMBEDS and SUPPRESS_NOTIFICATIONS")
+    if not editing and not (content or files or rows or payload.get("embeds")):
+        problems.append("content, embeds, components or files: one of them (50006)")
+    return problems
 
 
 async def _payload(request: web.Request) -> tuple[dict[str, Any], list[tuple[str, bytes]]]:
