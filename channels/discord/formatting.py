@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from echo_bot.richtext.markup import written
 from echo_bot.richtext.model import Formatted, Span
@@ -95,20 +94,17 @@ def measured(wire: str) -> int:
     return len(wire.encode("utf-16-le")) // 2
 
 
-@dataclass(frozen=True)
 class DiscordText:
-    limit: int = MAX_TEXT
-    wire_limit: int = MAX_WIRE
+    """Discord's wire for a message, for the core's pipeline (``richtext.Renderer``)."""
+
     unit: Unit = "chars"
+    limit = MAX_TEXT
+    wire = staticmethod(markdown)
+    visible = staticmethod(shown)
 
-    def wire(self, part: Formatted) -> str:
-        return markdown(part)
-
-    def visible(self, wire: str) -> str:
-        return shown(wire)
-
-    def fits(self, wire: str) -> bool:
-        return measured(wire) <= self.wire_limit
+    @staticmethod
+    def fits(wire: str) -> bool:
+        return measured(wire) <= MAX_WIRE
 
 
 TEXT = DiscordText()

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import io
+import re
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -26,13 +27,13 @@ from echo_bot.background import Tasks
 from echo_bot.bus import ChannelEdge, ChannelHost, ChannelLink
 from echo_bot.chat_sends import ChatSends
 from echo_bot.errors import ChannelError
-from echo_bot.events import Address, OutboundKind, OutboundMessage, Receipt
+from echo_bot.events import Address, OutboundKind, OutboundMessage, Receipt, TextFormat
 from echo_bot.pacing import Pacer
 from echo_bot.richtext import parts as richtext
 
 from .client import called
 from .common import log
-from .formatting import TEXT
+from .formatting import MAX_TEXT, TEXT
 
 EDIT_INTERVAL = 2.0  # seconds between two texts of one preview
 # Discord's buckets: about 5 messages (and 5 edits) per 5 s in one channel.
@@ -40,6 +41,32 @@ RATE = (1.0, 5.0)
 NONE = discord.AllowedMentions.none()
 STYLES = {"approve_once": discord.ButtonStyle.success, "deny": discord.ButtonStyle.danger}
 LABEL_MAX = 80
+EXTENSIONS = {"python": "py", "javascript": "js", "typescript": "ts", "shell": "sh",
+              "bash": "sh", "rust": "rs", "markdown": "md", "": "txt"}  # fmt: skip
+LONG_FENCE = re.compile(
+    r"^(?P<fence>```|~~~)[ \t]*(?P<language>[\w+#.-]*)[^\n]*\n(?P<code>.*?)\n(?P=fence)[ \t]*$",
+    re.M | re.S,
+)
+
+
+def long_code(text: str) -> tuple[str, list[tuple[str, str]]]:
+    """A reply's code blocks longer than one message, taken out to go as files (a block
+    split over several messages cannot be copied whole), sent before the text: the text
+    with a line in each one's place, and the files (name, code). None: ``("", [])``."""
+    files: list[tuple[str, str]] = []
+
+    def taken(match: re.Match[str]) -> str:
+        language, code = match["language"].lower(), match["code"]
+        if len(code) <= MAX_TEXT:
+            return match[0]
+        extension = EXTENSIONS.get(language, language)
+        extension = extension if re.fullmatch("[a-z0-9]{1,8}", extension) else "txt"
+        name = f"code-{len(files) + 1}.{extension}"
+        files.append((name, code + "\n"))
+        return f"(the code, {code.count(chr(10)) + 1} lines, is attached: {name})"
+
+    rest = LONG_FENCE.sub(taken, text)
+    return (rest, files) if files else ("", [])
 
 
 def nonce_of(key: str) -> str:
@@ -68,7 +95,14 @@ class Outbound:
             return await self._prompt(message.to, message)
         if message.file is not None:
             return await self.sends.with_file(message, lambda first: self._upload(message, first))
-        return await self.sends.reply(message)
+        text, files = long_code(message.text) if message.format == TextFormat.MARKDOWN else ("", [])
+        if not files:
+            return await self.sends.reply(message)
+        for index, (name, code) in enumerate(files):  # first, so the text's end is last
+            data = io.BytesIO(self.masker.mask(code).encode())
+            file = discord.File(data, filename=name)
+            await self.post(message.to, "", f"{message.id}.code{index}", file=file)
+        return await self.sends.reply(message.model_copy(update={"text": text}))
 
     def _chat(self, to: Address) -> discord.PartialMessageable:
         if self.client is None:

@@ -24,6 +24,7 @@ from echo_bot.conversation import ChatMessage
 from echo_bot.tools.base import Tool
 from tests.channels.contract.drivers import (
     DISCORD_FRIEND_ID,
+    SECRET,
     ContractBrain,
     DiscordDriver,
     discord_read,
@@ -43,6 +44,13 @@ HOSTILE_MARKDOWN = (
 )
 
 
+LONG_CODE = (
+    "Here it is:\n\n```python\n"
+    + "\n".join(f"x{n} = '{SECRET if n == 7 else n}'" for n in range(300))
+    + "\n```\n\nand a short one:\n\n```\nprint(1)\n```\n\nthe end"
+)
+
+
 class DiscordBrain(ContractBrain):
     """``md:`` → Markdown with mentions and markup in it; a message with files → where
     each was saved; ``heard:`` → how much it heard; else the contract's brain."""
@@ -56,6 +64,8 @@ class DiscordBrain(ContractBrain):
             return BrainReply(text=files_reply(last.files), route_reason="test: files")
         if last.role == "user" and "md:" in text:
             return BrainReply(text=HOSTILE_MARKDOWN, route_reason="test", markdown=True)
+        if last.role == "user" and "code:" in text:
+            return BrainReply(text=LONG_CODE, route_reason="test: code", markdown=True)
         if last.role == "user" and "heard:" in text:
             return BrainReply(text=f"heard {len(text)} characters", route_reason="test")
         return await super().step(conversation, tools, context)
@@ -420,3 +430,19 @@ async def test_a_streamed_reply_grows_in_one_message_that_becomes_the_reply(
             assert [s.id for s in chat.sent()] == [preview.id]  # one message: the reply
             assert all(answer.startswith(e.removesuffix(PREVIEW_MARK)) for e in preview.edits)
             assert not any(c.status == 429 for c in chat.fake.calls)
+
+
+async def test_long_code_goes_as_a_file_masked_and_short_code_stays_in_the_text(
+    chat: Chat,
+) -> None:
+    async with chat.running():
+        await chat.say("code: please")
+        await chat.wait_received("the end")
+    [code, text] = chat.sent()
+    assert code.content == "" and [name for name, _ in code.files] == ["code-1.py"]
+    data = code.files[0][1].decode()
+    assert data.count("\n") == 300 and "x299 = '299'" in data
+    assert SECRET not in data and "x7 = '" in data  # masked in the file as in any text
+    shown = discord_read(text.content)
+    assert "(the code, 300 lines, is attached: code-1.py)" in shown
+    assert "print(1)" in shown and shown.endswith("the end")

@@ -196,6 +196,11 @@ class Driver:
         """The texts the peer has received in this run (replies and notices), in order."""
         raise NotImplementedError
 
+    def received_files(self) -> list[str]:
+        """The text of each text file the peer received in this run, in order (where a
+        channel sends long code as a file: read whole, so no message limit applies)."""
+        return []
+
     def displayed(self) -> list[str]:
         """What a person reads of each message the peer received in this run: the text
         as the peer shows it (escapes decoded, markup gone), one reading per line where
@@ -1290,6 +1295,9 @@ approvers = ["{OWNER_ID}"]
 
     def received_in(self, channel: str) -> list[str]:
         return [discord_read(s.content) for s in self.sent(channel)]
+
+    def received_files(self) -> list[str]:
+        return [data.decode() for s in self.sent() for _, data in s.files]
 
     def displayed(self) -> list[str]:
         return [discord_displayed(s.content) for s in self.sent()]
