@@ -446,3 +446,31 @@ async def test_long_code_goes_as_a_file_masked_and_short_code_stays_in_the_text(
     shown = discord_read(text.content)
     assert "(the code, 300 lines, is attached: code-1.py)" in shown
     assert "print(1)" in shown and shown.endswith("the end")
+
+
+async def test_a_message_the_store_refused_is_committed_when_it_takes_it_again(
+    chat: Chat,
+) -> None:
+    """The gateway never sends a message again: one the store could not take (another
+    process holding SQLite's write lock past the store's busy timeout) is tried again
+    until it is taken, and answered once, before what came after it."""
+    import sqlite3
+
+    from echo_bot.store.db import BUSY_TIMEOUT_MS, DB_FILENAME
+
+    async with chat.running():
+        await chat.say("say:first")
+        await chat.wait_received("echo: first")
+        other = sqlite3.connect(chat.state_dir / DB_FILENAME, isolation_level=None, timeout=0)
+        other.execute("BEGIN IMMEDIATE")  # another process's write lock
+        try:
+            await chat.say("say:locked")
+            await chat.say("say:behind")
+            await asyncio.sleep(BUSY_TIMEOUT_MS / 1000 + 2)  # past the store's patience
+            assert chat.received() == ["echo: first"]
+        finally:
+            other.execute("COMMIT")
+            other.close()
+        await chat.wait_received("echo: locked", "echo: behind")
+        await asyncio.sleep(0.5)
+    assert chat.received() == ["echo: first", "echo: locked", "echo: behind"]
