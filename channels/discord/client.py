@@ -10,6 +10,7 @@ the nonce each post carries (Discord answers a repeated nonce with the message i
 
 from __future__ import annotations
 
+import logging
 import ssl
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeVar
@@ -26,6 +27,22 @@ from .settings import DiscordConfig
 T = TypeVar("T")
 RATE_WAIT_MAX = 30.0  # seconds of a 429 discord.py waits out (its smallest allowed)
 FINAL = frozenset({400, 401, 403, 404, 405, 413})  # no second try mends these
+
+
+class _Quieter(logging.Filter):
+    """discord.py logs each reconnect try with a traceback at ERROR (the link says the
+    connection is down once, and each try would fill a long outage's log), and warns
+    at each start that voice is not supported (the channel has no voice)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        said = record.getMessage()
+        if said.startswith("Attempting a reconnect"):
+            record.exc_info, record.exc_text = None, None
+            record.levelno, record.levelname = logging.INFO, "INFO"
+        return "voice will NOT be supported" not in said
+
+
+logging.getLogger("discord.client").addFilter(_Quieter())
 
 
 class Receiver(Protocol):

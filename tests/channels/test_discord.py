@@ -474,3 +474,23 @@ async def test_a_message_the_store_refused_is_committed_when_it_takes_it_again(
         await chat.wait_received("echo: locked", "echo: behind")
         await asyncio.sleep(0.5)
     assert chat.received() == ["echo: first", "echo: locked", "echo: behind"]
+
+
+async def test_an_outage_is_said_once_not_with_a_traceback_at_each_try(
+    state_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+
+    chat = Chat(state_dir)
+    chat.proxied = True  # Discord reached through a TCP proxy the test cuts
+    async with chat.peer(), chat.running():
+        await chat.peer_away()
+        await eventually(lambda: chat.health() != "ok", timeout=20, what="the channel down")
+        await asyncio.sleep(4)  # several tries to reconnect
+        await chat.peer_back()
+        await chat.say("say:back")
+        await chat.wait_received("echo: back")
+    tries = [r for r in caplog.records if r.name == "discord.client"]
+    assert any("Attempting a reconnect" in r.getMessage() for r in tries)
+    assert not [r for r in tries if r.exc_info or r.levelno >= logging.ERROR]
+    assert not any("voice will NOT be supported" in r.getMessage() for r in caplog.records)
