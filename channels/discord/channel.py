@@ -16,7 +16,7 @@ from channels.parts import Tasks, ThroughParts
 from echo_bot.bus import Bus, Capabilities, ChannelHost, Diagnosis
 from echo_bot.errors import ConfigError, PeerAway
 
-from .client import Gateway
+from .client import Gateway, tls_of
 from .common import log
 from .doctor import diagnose
 from .inbound import Inbound
@@ -29,6 +29,18 @@ INTENT_REFUSED = (
     " (developer portal → the application → Bot → Privileged Gateway Intents), or set"
     " [discord] message_content = false"
 )
+
+
+# The gateway's close codes that no reconnect mends (discord.py closes the client on
+# them, and on any other it does not handle itself).
+REFUSALS = {
+    4004: "the token was refused: copy the bot's token again (developer portal → Bot →"
+    " Reset Token)",
+    4010: "invalid shard", 4011: "sharding required", 4012: "invalid API version",
+    4013: "invalid intents",
+}  # fmt: skip
+IDENTIFY_PAUSE_MAX = 900.0  # seconds between new sessions after failures, at most
+STABLE = 300.0  # seconds a session ran for its failure to start the waits anew
 
 
 class DiscordChannel(ThroughParts):
@@ -65,7 +77,7 @@ class DiscordChannel(ThroughParts):
         """Log in (the token checked over REST), then keep the gateway connected in the
         background (discord.py RESUMEs or identifies anew by itself). Each try has a
         client of its own: one whose login failed is closed whole."""
-        client = Gateway(self.config, self.link)
+        client = Gateway(self.config, self.link, await asyncio.to_thread(tls_of, self.config))
         try:
             await self._login(client)
         except BaseException:
@@ -96,27 +108,32 @@ class DiscordChannel(ThroughParts):
 
     async def _gateway(self, client: Gateway) -> None:
         """The gateway kept connected. An event discord.py fails to parse ends its
-        connection loop: a new session is made after a pause (the catch-up reads what
-        came meanwhile), so one malformed event never stops the channel."""
+        connection loop: a new session is made after a pause that grows (to
+        IDENTIFY_PAUSE_MAX: Discord allows 1,000 new sessions a day), so one malformed
+        event never stops the channel; a refusal (the token, the intents) is said."""
         pause = 1.0
         while not client.is_closed():
+            began = asyncio.get_running_loop().time()
             try:
                 await client.connect(reconnect=True)
             except discord.PrivilegedIntentsRequired:
-                client.refused = True
-                self.link.refused(INTENT_REFUSED)
-                return
-            except discord.LoginFailure:
-                client.refused = True
-                self.link.refused(f"Discord refused ${self.config.token_env} at the gateway")
-                return
+                self._refused(client, INTENT_REFUSED)
+            except discord.ConnectionClosed as exc:  # discord.py closed the client
+                why = REFUSALS.get(exc.code or 0, "a close no reconnect mends")
+                self._refused(client, f"discord: the gateway refused the bot ({exc.code}: {why})")
             except Exception as exc:
+                if asyncio.get_running_loop().time() - began > STABLE:
+                    pause = 1.0  # a failure after a good while starts the waits anew
                 log.exception("discord: the gateway failed; a new session in %.0f s", pause)
                 self.link.reconnecting(f"the gateway failed: {type(exc).__name__}", "gateway")
                 if client.ws is not None:
                     await client.ws.close(code=1000)
                 await asyncio.sleep(pause)
-                pause = min(pause * 2, 60.0)
+                pause = min(pause * 2, IDENTIFY_PAUSE_MAX)
+
+    def _refused(self, client: Gateway, why: str) -> None:
+        client.refused = True
+        self.link.refused(why)
 
     async def stop(self) -> None:
         if self.client is not None:

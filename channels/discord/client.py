@@ -48,7 +48,7 @@ logging.getLogger("discord.client").addFilter(_Quieter())
 class Receiver(Protocol):
     def arrived(self, message: discord.Message) -> None: ...
     async def pressed(self, interaction: discord.Interaction) -> None: ...
-    async def new_session(self) -> None: ...
+    def new_session(self) -> None: ...
 
 
 def intents_of(config: DiscordConfig) -> discord.Intents:
@@ -71,10 +71,10 @@ class Gateway(discord.Client):
     order the gateway sent it: ``arrived`` is called before the handler's first
     ``await``, and discord.py starts handlers in order), its state to the ``link``."""
 
-    def __init__(self, config: DiscordConfig, link: ChannelLink) -> None:
+    def __init__(self, config: DiscordConfig, link: ChannelLink, tls: ssl.SSLContext) -> None:
         super().__init__(
             intents=intents_of(config), proxy=config.proxy, max_messages=None,
-            connector=aiohttp.TCPConnector(ssl=tls_of(config)),
+            connector=aiohttp.TCPConnector(ssl=tls),
             max_ratelimit_timeout=RATE_WAIT_MAX, chunk_guilds_at_startup=False,
             member_cache_flags=discord.MemberCacheFlags.none(),
         )  # fmt: skip
@@ -90,10 +90,10 @@ class Gateway(discord.Client):
         if self.receiver is not None:
             await self.receiver.pressed(interaction)
 
-    async def on_ready(self) -> None:  # a new session (not a RESUME): catch up
+    async def on_connect(self) -> None:  # READY: a new session (not a RESUME), catch up
         self.link.connected("gateway")
         if self.receiver is not None:
-            await self.receiver.new_session()
+            self.receiver.new_session()
 
     async def on_resumed(self) -> None:
         self.link.connected("gateway")
@@ -123,5 +123,7 @@ async def called(what: str, request: Callable[[], Awaitable[T]], link: ChannelLi
     except (aiohttp.ClientError, OSError, TimeoutError) as exc:
         link.reconnecting(f"cannot reach Discord: {type(exc).__name__}", "rest")
         raise ChannelError(f"{what}: network error: {type(exc).__name__}") from None
+    except RuntimeError as exc:  # the client closed (a refusal): tried again later
+        raise ChannelError(f"{what}: not connected to Discord ({exc})") from None
     link.back("rest")
     return answer

@@ -25,15 +25,37 @@ _SPECIAL = re.compile(r"([\\*_~`|<>\[\]()#@-])")
 _NUMBERED = re.compile(r"(?m)^(\s*\d+)\.")
 _BACKQUOTES = re.compile("`(?=`)")
 _LANGUAGE = re.compile(r"[A-Za-z0-9+#.-]{1,20}")
-_MARKS = {"bold": "**", "italic": "*", "strikethrough": "~~", "code": "`"}
+_MARKS = {"bold": "**", "italic": "*", "strikethrough": "~~", "code": "`", "blockquote": "> "}
 _LINK = re.compile(r"(?<!\\)\[((?:\\.|[^\]\\])*)\]\(<?([^()\s<>]*)>?\)")
-_FENCE = re.compile(r"```[A-Za-z0-9+#.-]*\n|\n?```")
+_FENCE = re.compile(r"(?m)^(?:> )?```[A-Za-z0-9+#.-]*(?:\n|$)")
 _ESCAPED = re.compile(r"\\(.)", re.S)
+_URL = re.compile(r"https?://[^\s<>\[\]`|*]+")
+_BRACKETED = re.compile(r"<(https?://[^\s<>]+)>")
 
 
-def escape(text: str) -> str:
-    """``text`` shown as it is, whatever Discord would read as markup."""
+def escape(text: str, *, urls: bool = True) -> str:
+    """``text`` shown as it is, whatever Discord would read as markup; a bare URL
+    written ``<url>`` (Discord links it whole, no escape inside, and shows no preview),
+    unless ``urls`` is False (a link's own text)."""
+    out, at = [], 0
+    for match in _URL.finditer(text) if urls else ():
+        url = _trimmed(match[0])
+        out += [_escaped(text[at : match.start()]), f"<{url}>"]
+        at = match.start() + len(url)
+    return "".join([*out, _escaped(text[at:])])
+
+
+def _escaped(text: str) -> str:
     return _NUMBERED.sub(r"\1\\.", _SPECIAL.sub(r"\\\1", text))
+
+
+def _trimmed(url: str) -> str:
+    """A URL without the punctuation after it, and without a closing parenthesis it
+    does not open (``(see https://x/a)``)."""
+    url = url.rstrip(".,;:!?'\"")
+    while url.endswith(")") and url.count(")") > url.count("("):
+        url = url[:-1].rstrip(".,;:!?'\"")
+    return url
 
 
 def _linkable(url: str | None) -> bool:
@@ -44,44 +66,44 @@ def _linkable(url: str | None) -> bool:
     )
 
 
-def _opening(span: Span) -> str:
+def _marks(span: Span, quoted: bool) -> tuple[str, str]:
+    """A span's opening and closing marks (a code block inside a quote: each of its
+    lines quoted too, or the quote would end at its fence)."""
     if span.type == "pre":
         language = span.language if span.language and _LANGUAGE.fullmatch(span.language) else ""
-        return f"```{language}\n"
+        inside = "\n> " if quoted else "\n"
+        return f"```{language}{inside}", f"{inside}```"
     if span.type == "text_link":
-        return "[" if _linkable(span.url) else ""
-    if span.type == "blockquote":
-        return "> "
-    return _MARKS.get(span.type, "")
-
-
-def _closing(span: Span) -> str:
-    if span.type == "pre":
-        return "\n```"
-    if span.type == "text_link":
-        return f"](<{span.url}>)" if _linkable(span.url) else ""
-    return "" if span.type == "blockquote" else _MARKS.get(span.type, "")
+        return ("[", f"](<{span.url}>)") if _linkable(span.url) else ("", "")
+    mark = _MARKS.get(span.type, "")
+    return mark, "" if span.type == "blockquote" else mark
 
 
 def _text(piece: str, inside: Sequence[Span]) -> str:
     kinds = {span.type for span in inside}
     if "pre" in kinds:  # no run of backquotes can end the block early
-        return _BACKQUOTES.sub("`\u2060", piece)
-    if "code" in kinds:
-        return piece.replace("`", "'") or " "
-    piece = escape(piece)
+        piece = _BACKQUOTES.sub("`\u2060", piece)
+    elif "code" in kinds:
+        piece = piece.replace("`", "'") or " "
+    else:
+        piece = escape(piece, urls="text_link" not in kinds)
     return piece.replace("\n", "\n> ") if "blockquote" in kinds else piece
 
 
 def markdown(part: Formatted) -> str:
-    return written(part, text=_text, opening=_opening, closing=_closing)
+    quotes = [s for s in part.spans if s.type == "blockquote"]
+    quoted = {s for s in part.spans if any(q.start <= s.start and s.end <= q.end for q in quotes)}
+    return written(
+        part, text=_text, opening=lambda span: _marks(span, span in quoted)[0],
+        closing=lambda span: _marks(span, span in quoted)[1],
+    )  # fmt: skip
 
 
 def shown(wire: str) -> str:
     """What Discord shows of ``wire``: a link as its text, code fences gone, escapes
     undone; and on a second line the same without any mark (``12**34**`` reads as
     ``1234``)."""
-    text = _LINK.sub(lambda m: m.group(1), wire)
+    text = _BRACKETED.sub(r"\1", _LINK.sub(lambda m: m.group(1), wire))
     text = _FENCE.sub("", text).replace("\u2060", "")
     plain = _ESCAPED.sub(r"\1", text)
     bare = _ESCAPED.sub(r"\1", re.sub(r"(?<!\\)[*_~`|]|^> ", "", text, flags=re.M))

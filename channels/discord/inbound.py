@@ -38,12 +38,14 @@ from .settings import DiscordConfig
 MAX_TEXT = 4_000  # characters of a message taken (Discord's own limit, with Nitro)
 POSITIONS = "discord.positions"  # the store note: channel → [last id, guild, parent]
 CATCH_UP_CHANNELS = 50
-CATCH_UP_MESSAGES = 100  # per channel: one REST page
+CATCH_UP_MESSAGES = 1_000  # per channel (10 REST pages)
 CATCH_UP_AGE = 24 * 3600.0  # seconds: older messages are not answered late
 SAVE_EVERY = 5.0  # seconds between two writes of the positions
 COMMIT_WAIT_MAX = 30.0
 TAKEN_TYPES = frozenset({discord.MessageType.default, discord.MessageType.reply})
+QUEUE_MAX = 10_000  # messages waiting for their commit; past it, read back later
 Position = list[int]  # [last committed message id, guild id or 0, parent channel id or 0]
+Arrived = tuple[discord.Message, tuple[int, int]]  # a message the bot answers, and where
 
 
 class Inbound:
@@ -52,9 +54,12 @@ class Inbound:
     ) -> None:
         self.config, self.host, self.edge, self.tasks = config, host, edge, tasks
         self.client: discord.Client | None = None  # once signed in
-        self.queue: asyncio.Queue[discord.Message] = asyncio.Queue()
+        self.queue: asyncio.Queue[Arrived] = asyncio.Queue()
         self.positions: dict[str, Position] = {}
         self._changed = False
+        self._catching = 0  # catch-ups under way: what arrives meanwhile waits behind them
+        self._held: list[Arrived] = []
+        self._overflowed = False  # the queue was full: dropped, read back once it drains
 
     async def load(self) -> None:
         """The positions kept by the last run (a note it may have left malformed)."""
@@ -70,22 +75,35 @@ class Inbound:
             }  # fmt: skip
 
     def arrived(self, message: discord.Message) -> None:
-        self.queue.put_nowait(message)
+        """A message from the gateway: queued when the bot answers it (behind a catch-up
+        under way). A full queue drops it and what follows until it drains, then reads
+        them back: a channel's position never passes a message not committed."""
+        where = self._answered(message)
+        if where is None:
+            return
+        if self._catching:
+            self._held.append((message, where))
+        elif self._overflowed or self.queue.qsize() >= QUEUE_MAX:
+            if not self._overflowed:
+                log.warning("discord: %d messages wait for the store; read back later", QUEUE_MAX)
+            self._overflowed = True
+        else:
+            self.queue.put_nowait((message, where))
 
     async def run(self) -> None:
         """Commit what arrives, one at a time, in order (a background task)."""
         self.tasks.spawn(self._save_positions())
         while True:
-            message = await self.queue.get()
+            message, where = await self.queue.get()
             try:
-                await self._take(message)
+                await self._take(message, where)
             except Exception:  # one odd message never stops the others
                 log.exception("discord: message %s could not be read", message.id)
+            if self._overflowed and self.queue.empty():
+                self._overflowed = False
+                self.new_session()
 
-    async def _take(self, message: discord.Message) -> None:
-        where = self._answered(message)
-        if where is None:
-            return
+    async def _take(self, message: discord.Message, where: tuple[int, int]) -> None:
         guild, parent = where
         attachments, notes = read_files(message.attachments, self.config)
         text = "\n".join(part for part in [self._text(message), *notes] if part) or None
@@ -121,7 +139,9 @@ class Inbound:
         if not guild:
             return (0, 0) if isinstance(message.channel, discord.DMChannel) or not kept[1] else None
         parent = getattr(message.channel, "parent_id", None) or kept[2]
+        role = message.guild.self_role if message.guild else None  # "@bot" may pick its role
         mentioned = me.id in message.raw_mentions or any(u.id == me.id for u in message.mentions)
+        mentioned |= role is not None and role.id in message.raw_role_mentions
         replied = message.reference is not None and isinstance(
             message.reference.resolved, discord.Message
         ) and message.reference.resolved.author.id == me.id  # fmt: skip
@@ -163,25 +183,40 @@ class Inbound:
                 self._changed = True
                 log.warning("discord: positions not saved (%s)", exc)
 
-    async def new_session(self) -> None:
+    def new_session(self) -> None:
+        """A new gateway session (not a RESUME): what came since each channel's position
+        is read back, and what arrives meanwhile waits behind it."""
+        self._catching += 1
         self.tasks.spawn(self._catch_up())
 
     async def _catch_up(self) -> None:
+        try:
+            ago = datetime.datetime.fromtimestamp(time.time() - CATCH_UP_AGE, datetime.UTC)
+            oldest = discord.utils.time_snowflake(ago)
+            for channel, (last, guild, _parent) in reversed(list(self.positions.items())):
+                await self._read_back(int(channel), guild, max(last, oldest))
+        finally:
+            self._catching -= 1
+            if not self._catching:
+                held, self._held = self._held, []
+                for item in held:
+                    self.queue.put_nowait(item)
+
+    async def _read_back(self, channel: int, guild: int, after: int) -> None:
+        """One channel's messages after ``after``, oldest first, every page up to
+        CATCH_UP_MESSAGES; a failure ends this channel's, not the others'."""
         if self.client is None:
             return
-        ago = datetime.datetime.fromtimestamp(time.time() - CATCH_UP_AGE, datetime.UTC)
-        oldest = discord.utils.time_snowflake(ago)
-        for channel, (last, guild, _parent) in reversed(list(self.positions.items())):
-            chat: Any = self.client.get_channel(int(channel))
-            chat = chat or self.client.get_partial_messageable(int(channel), guild_id=guild or None)
-            after = discord.Object(id=max(last, oldest))
-            try:
-                async for message in chat.history(
-                    limit=CATCH_UP_MESSAGES, after=after, oldest_first=True
-                ):
-                    self.arrived(message)
-            except (discord.HTTPException, aiohttp.ClientError, OSError, TimeoutError) as exc:
-                log.warning("discord: catching up in %s failed (%s)", channel, exc)
+        chat: Any = self.client.get_channel(channel)
+        chat = chat or self.client.get_partial_messageable(channel, guild_id=guild or None)
+        try:
+            async for message in chat.history(
+                limit=CATCH_UP_MESSAGES, after=discord.Object(id=after), oldest_first=True
+            ):
+                if (where := self._answered(message)) is not None:
+                    self.queue.put_nowait((message, where))
+        except Exception as exc:  # refused, away, rate limited past the wait, malformed
+            log.warning("discord: reading back %s failed (%s)", channel, exc)
 
     # -- button presses -------------------------------------------------------------------
     async def pressed(self, interaction: discord.Interaction) -> None:

@@ -6,6 +6,8 @@ no token is sent with it), and redirects are not followed."""
 
 from __future__ import annotations
 
+import asyncio
+import ssl
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -40,7 +42,7 @@ def read_files(files: Sequence[Any], config: DiscordConfig) -> tuple[list[Attach
         url = str(item.url or "")
         if not config.media:
             notes.append(f"[a file, {name}: not downloaded, [discord] media is off]")
-        elif len(url) > 2048 or not on_cdn(url):
+        elif len(url) > 512 or not on_cdn(url):  # an Attachment's reference holds 512
             notes.append(f"[a file, {name}: Discord gave no download address I may use]")
         elif len(attachments) >= FILES_MAX:
             notes.append(f"[a file, {name}: more than {FILES_MAX} files in one message]")
@@ -56,6 +58,7 @@ def read_files(files: Sequence[Any], config: DiscordConfig) -> tuple[list[Attach
 class Downloads:
     def __init__(self, config: DiscordConfig) -> None:
         self.config = config
+        self._tls: ssl.SSLContext | None = None  # made at the first download, kept
 
     async def fetch_media(
         self, attachment: Attachment, destination: Path, *, limit: int | None = None
@@ -69,7 +72,9 @@ class Downloads:
         return await save_whole(destination, lambda partial: self._download(url, partial, too_big))
 
     async def _download(self, url: str, partial: Path, too_big: DownloadLimit) -> int:
-        connector = aiohttp.TCPConnector(ssl=tls_of(self.config))
+        if self._tls is None:  # reads the CA files: off the loop, once
+            self._tls = await asyncio.to_thread(tls_of, self.config)
+        connector = aiohttp.TCPConnector(ssl=self._tls)
         timeout = aiohttp.ClientTimeout(total=DOWNLOAD_TIMEOUT)
         try:
             async with (

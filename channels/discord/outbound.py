@@ -171,7 +171,7 @@ class Outbound:
         """The gate's rendering (its first parts as messages of their own when long),
         its last part with the buttons; the message's id → its actions kept in the store
         before the receipt is returned."""
-        parts = richtext.message_parts(message.text, False, self.masker, TEXT)
+        parts = await richtext.rendered_parts(message.text, False, self.masker, TEXT)
         for index, part in enumerate(parts[:-1]):
             await self.post(to, part, f"{message.id}.{index}")
         key = f"{message.id}.{len(parts) - 1}"

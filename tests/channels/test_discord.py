@@ -29,7 +29,15 @@ from tests.channels.contract.drivers import (
     DiscordDriver,
     discord_read,
 )
-from tests.fakes.discord_api import BOT_ID, BOT_USER, OWNER_ID, FakeDiscord, dm_of, user
+from tests.fakes.discord_api import (
+    BOT_ID,
+    BOT_USER,
+    OWNER_ID,
+    FakeDiscord,
+    bot_role,
+    dm_of,
+    user,
+)
 from tests.waiting import eventually
 
 pytest.importorskip("discord")
@@ -166,9 +174,14 @@ async def test_in_a_guild_a_mention_or_a_reply_to_the_bot_is_answered_where_it_w
         await chat.mention("say:other", channel=OTHER_CHANNEL, guild=OTHER_GUILD)
         robot = {**user("1500000000000000001", "robot"), "bot": True}
         await chat.mention("say:robot", by=robot)
+        # "@echo-bot" as Discord's autocomplete may write it: the bot's managed role.
+        role = bot_role(GUILD)
+        await chat.fake.push_message(f"<@&{role}> say:role", author=OWNER, channel_id=CHANNEL,
+                                     guild_id=GUILD, roles=[role])  # fmt: skip
         await chat.mention("say:last")
         await eventually(lambda: "echo: last" in chat.replies(CHANNEL), timeout=15,
                          what="the last answer")  # fmt: skip
+        assert "echo: role" in chat.replies(CHANNEL)
         texts = await chat.inbound_texts()
     for left in ("unaddressed", "elsewhere", "other", "robot"):
         assert not any(f"say:{left}" in t for t in texts), left
@@ -198,15 +211,22 @@ async def test_a_new_session_reads_back_over_rest_what_came_while_it_was_gone(
     async with chat.running():
         await chat.say("say:before")
         await chat.wait_received("echo: before")
+        # Kept: the first session's read-back has run by then (discord.py readies a
+        # session once its guilds came, up to 2 s). Shorter tests less, never fails wrongly.
+        await asyncio.sleep(2.5)
+        chat.fake.history_delay = 1.0  # the read-back slower than a message sent now
         await chat.fake.invalidate()  # the session ends: what comes now is never dispatched
         for word in ("gap1", "gap2"):
             await chat.fake.push_message(f"say:{word}", author=OWNER, channel_id=chat.dm(),
                                          dispatch=False)  # fmt: skip
         await eventually(lambda: chat.fake.identified == 2, timeout=20, what="a new IDENTIFY")
-        await chat.wait_received("echo: gap1", "echo: gap2")
+        await chat.say("say:live")  # at once: it waits behind what is read back
+        await chat.wait_received("echo: gap1", "echo: gap2", "echo: live")
         await chat.say("say:after")
         await chat.wait_received("echo: after")
-    assert chat.received() == ["echo: before", "echo: gap1", "echo: gap2", "echo: after"]
+    assert chat.received() == [
+        "echo: before", "echo: gap1", "echo: gap2", "echo: live", "echo: after",
+    ]  # fmt: skip
     assert chat.fake.calls_to("GET /channels/{id}/messages")
 
 
@@ -396,6 +416,19 @@ def test_markdown_to_discords_escapes_everything_but_its_own_markup() -> None:
     assert link.startswith("x ") and link.endswith(" [y](<https://h/a>)"), link
     parts = richtext.message_parts("*" * 5000, False, None, TEXT)
     assert len(parts) > 2 and all(len(p) <= 2000 for p in parts)
+    # A bare URL is linked whole, nothing escaped in it, its punctuation left outside.
+    [urls] = richtext.message_parts(
+        "see https://my-site.com/a_b#c, https://en.wikipedia.org/wiki/Foo_(bar). (https://x.org/y)",
+        False, None, TEXT,
+    )  # fmt: skip
+    assert urls == (
+        "see <https://my-site.com/a_b#c>, <https://en.wikipedia.org/wiki/Foo_(bar)>."
+        " \\(<https://x.org/y>\\)"
+    )
+    # A code block inside a quote stays inside it, its fences too.
+    [quoted] = richtext.message_parts("> said:\n>\n> ```\n> x = 1\n> ```\n\nafter", True, None,
+                                      TEXT)  # fmt: skip
+    assert quoted == "> said:\n> \n> ```\n> x = 1\n> ```\n\nafter"
 
 
 async def test_a_streamed_reply_grows_in_one_message_that_becomes_the_reply(
@@ -494,3 +527,15 @@ async def test_an_outage_is_said_once_not_with_a_traceback_at_each_try(
     assert any("Attempting a reconnect" in r.getMessage() for r in tries)
     assert not [r for r in tries if r.exc_info or r.levelno >= logging.ERROR]
     assert not any("voice will NOT be supported" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_token_reset_while_running_is_said_and_sends_wait_not_crash(chat: Chat) -> None:
+    async with chat.running():
+        await chat.say("say:before")
+        await chat.wait_received("echo: before")
+        chat.fake.token = "MTAx.reset.token"  # the owner reset the token in the portal
+        await chat.fake.drop_gateway()  # the RESUME is refused, the IDENTIFY closed 4004
+        await eventually(lambda: chat.health() == "down", timeout=30, what="the channel down")
+        assert chat.bot is not None
+        state = str(next(c for c in chat.bot.daemon.channels if c.name == "discord").health())
+        assert "4004" in state and "Reset Token" in state, state

@@ -159,6 +159,7 @@ class FakeDiscord:
         self.fail_status: dict[str, list[int]] = {}
         self.lose_answers = 0  # posts made, then answered 500 (the answer lost on the way)
         self.app_flags = 1 << 19  # the application's flags: Message Content (limited) on
+        self.history_delay = 0.0  # seconds each history read takes to answer
         self.post_limit: tuple[int, float] | None = None  # (posts, seconds) per channel
         self._windows: dict[str, tuple[float, int]] = {}  # channel → (window start, posts)
         self._folder = Path(tempfile.mkdtemp(prefix="fake-discord-"))
@@ -314,6 +315,7 @@ class FakeDiscord:
     async def push_message(
         self, content: str, *, author: dict[str, Any], channel_id: str,
         guild_id: str | None = None, mentions: list[dict[str, Any]] | None = None,
+        roles: list[str] | None = None,
         message_id: str | None = None, attachments: list[dict[str, Any]] | None = None,
         reply_to: dict[str, Any] | None = None, dispatch: bool = True,
     ) -> dict[str, Any]:  # fmt: skip
@@ -323,7 +325,7 @@ class FakeDiscord:
             "id": message_id or snowflake(), "channel_id": channel_id, "author": author,
             "content": content, "timestamp": _now(), "edited_timestamp": None,
             "tts": False, "mention_everyone": False, "mentions": mentions or [],
-            "mention_roles": [], "attachments": [], "embeds": [], "pinned": False,
+            "mention_roles": roles or [], "attachments": [], "embeds": [], "pinned": False,
             "type": 0, "flags": 0, "components": [],
         }  # fmt: skip
         if attachments:
@@ -355,7 +357,12 @@ class FakeDiscord:
         and its threads (thread → parent channel)."""
         self.guilds.append({
             "id": guild_id, "name": f"guild {guild_id}", "unavailable": False,
-            "owner_id": OWNER_ID, "roles": [], "emojis": [], "features": [], "members": [],
+            "owner_id": OWNER_ID, "emojis": [], "features": [],
+            # Its @everyone role, the bot's own managed role, and the bot as a member.
+            "roles": [_role(guild_id, "@everyone"),
+                      _role(bot_role(guild_id), "echo-bot", {"bot_id": BOT_ID})],
+            "members": [{"user": BOT_USER, "roles": [bot_role(guild_id)], "joined_at": _now(),
+                         "deaf": False, "mute": False, "flags": 0}],
             "member_count": 2, "large": False, "joined_at": _now(), "voice_states": [],
             "presences": [], "stage_instances": [], "guild_scheduled_events": [],
             "channels": [{"id": c, "type": 0, "name": f"channel-{c}", "guild_id": guild_id,
@@ -544,6 +551,7 @@ class FakeDiscord:
     async def _messages(self, request: web.Request, path: str) -> tuple[int, Any]:
         """History, newest first as Discord gives it: ``after`` and ``limit``."""
         channel_id = path.split("/")[2]
+        await asyncio.sleep(self.history_delay)
         after = int(request.query.get("after") or 0)
         limit = min(int(request.query.get("limit") or 50), 100)
         newer = [m for m in self.history.get(channel_id, []) if int(m["id"]) > after]
@@ -592,6 +600,18 @@ class FakeDiscord:
             "embeds": [], "pinned": False, "type": 0, "flags": 0,
             "components": sent.components,
         }  # fmt: skip
+
+
+def bot_role(guild_id: str) -> str:
+    """The id of the bot's managed role in a guild (made up, stable)."""
+    return str(int(guild_id) + 5)
+
+
+def _role(role_id: str, name: str, tags: dict[str, Any] | None = None) -> dict[str, Any]:
+    role = {"id": role_id, "name": name, "color": 0, "hoist": False, "position": 0,
+            "permissions": "0", "managed": tags is not None, "mentionable": False,
+            "flags": 0}  # fmt: skip
+    return {**role, "tags": tags} if tags is not None else role
 
 
 def dm_of(user_id: str) -> str:
