@@ -88,6 +88,23 @@ class ChatSends(Generic[Part]):
         )  # fmt: skip
         self._sent: dict[str, list[str]] = {}  # outbound id → the parts' message ids
 
+    async def send(
+        self, message: OutboundMessage, *, edit: Callable[[str], Awaitable[Receipt]],
+        prompt: Callable[[], Awaitable[Receipt]], upload: Callable[[Part | None], Awaitable[str]],
+        reply: Callable[[OutboundMessage], Awaitable[Receipt]] | None = None,
+    ) -> Receipt:  # fmt: skip
+        """``message`` as its kind asks, the network's part of each given: an earlier
+        message edited (``edit(its id)``: a prompt's outcome), an approval prompt
+        (``prompt()``), a file (``upload``) and its text, or a reply (``reply``, else in
+        parts)."""
+        if message.edit_of is not None and message.edit_message_id:
+            return await edit(message.edit_message_id)
+        if message.kind == OutboundKind.APPROVAL and message.buttons:
+            return await prompt()
+        if message.file is not None:
+            return await self.with_file(message, upload)
+        return await (reply or self.reply)(message)
+
     async def parts(self, message: OutboundMessage) -> list[Part]:
         markdown = message.format == TextFormat.MARKDOWN
         return await richtext.rendered_parts(message.text, markdown, self.masker,

@@ -27,7 +27,7 @@ from echo_bot.background import Tasks
 from echo_bot.bus import ChannelEdge, ChannelHost, ChannelLink
 from echo_bot.chat_sends import ChatSends
 from echo_bot.errors import ChannelError
-from echo_bot.events import Address, OutboundKind, OutboundMessage, Receipt, TextFormat
+from echo_bot.events import Address, OutboundMessage, Receipt, TextFormat
 from echo_bot.pacing import Pacer
 from echo_bot.richtext import parts as richtext
 
@@ -89,20 +89,22 @@ class Outbound:
         self.previews = self.sends.previews
 
     async def send(self, message: OutboundMessage) -> Receipt:
-        if message.edit_of is not None and message.edit_message_id:
-            return await self._edit(message.to, message.edit_message_id, message)
-        if message.kind == OutboundKind.APPROVAL and message.buttons:
-            return await self._prompt(message.to, message)
-        if message.file is not None:
-            return await self.sends.with_file(message, lambda first: self._upload(message, first))
+        return await self.sends.send(
+            message, edit=lambda message_id: self._edit(message.to, message_id, message),
+            prompt=lambda: self._prompt(message.to, message),
+            upload=lambda first: self._upload(message, first), reply=self._reply,
+        )  # fmt: skip
+
+    async def _reply(self, message: OutboundMessage) -> Receipt:
+        """A reply in parts, its long code blocks as files first."""
         text, files = long_code(message.text) if message.format == TextFormat.MARKDOWN else ("", [])
-        if not files:
-            return await self.sends.reply(message)
-        for index, (name, code) in enumerate(files):  # first, so the text's end is last
+        for index, (name, code) in enumerate(files):  # each with its nonce: once
             data = io.BytesIO(self.masker.mask(code).encode())
             file = discord.File(data, filename=name)
             await self.post(message.to, "", f"{message.id}.code{index}", file=file)
-        return await self.sends.reply(message.model_copy(update={"text": text}))
+        return await self.sends.reply(
+            message.model_copy(update={"text": text}) if files else message
+        )
 
     def _chat(self, to: Address) -> discord.PartialMessageable:
         if self.client is None:

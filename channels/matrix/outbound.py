@@ -31,7 +31,7 @@ from nio import AsyncClient, RoomSendError, RoomSendResponse
 from echo_bot.bus import ChannelEdge, ChannelHost, ChannelLink
 from echo_bot.chat_sends import ChatSends
 from echo_bot.errors import ChannelError
-from echo_bot.events import Address, OutboundKind, OutboundMessage, Receipt
+from echo_bot.events import Address, OutboundMessage, Receipt
 from echo_bot.pacing import Pacer
 from echo_bot.prompt_answers import prompt_text
 from echo_bot.rate_limits import RateLimited, within_limits
@@ -92,13 +92,11 @@ class Outbound:
             except TimeoutError:
                 raise ChannelError("not synced with the homeserver yet") from None
         async with self._lock(room_id):
-            if message.edit_of is not None and message.edit_message_id:
-                return await self._edit(room_id, message.edit_message_id, message)
-            if message.kind == OutboundKind.APPROVAL and message.buttons:
-                return await self._prompt(room_id, message)
-            if message.file is not None:
-                return await self.sends.with_file(message, lambda _: self._upload(message))
-            return await self.sends.reply(message)
+            return await self.sends.send(
+                message, edit=lambda event_id: self._edit(room_id, event_id, message),
+                prompt=lambda: self._prompt(room_id, message),
+                upload=lambda _: self._upload(message),
+            )  # fmt: skip
 
     # -- one event, for ChatSends ---------------------------------------------------------
     async def post(

@@ -17,7 +17,7 @@ from echo_bot.background import Tasks
 from echo_bot.bus import ChannelEdge, ChannelHost
 from echo_bot.chat_sends import ChatSends
 from echo_bot.errors import ChannelError
-from echo_bot.events import Address, OutboundKind, OutboundMessage, Receipt
+from echo_bot.events import Address, OutboundMessage, Receipt
 from echo_bot.richtext import parts as richtext
 
 from .blocks import blocks_of
@@ -40,13 +40,11 @@ class Outbound:
         self.previews = self.sends.previews
 
     async def send(self, message: OutboundMessage) -> Receipt:
-        if message.edit_of is not None and message.edit_message_id:
-            return await self._edit(message.to, message.edit_message_id, message)
-        if message.kind == OutboundKind.APPROVAL and message.buttons:
-            return await self._prompt(message.to, message)
-        if message.file is not None:
-            return await self.sends.with_file(message, lambda first: self._upload(message, first))
-        return await self.sends.reply(message)
+        return await self.sends.send(
+            message, edit=lambda ts: self._edit(message.to, ts, message),
+            prompt=lambda: self._prompt(message.to, message),
+            upload=lambda first: self._upload(message, first),
+        )  # fmt: skip
 
     # -- one message, for ChatSends -------------------------------------------------------
     async def post(
