@@ -5,6 +5,8 @@ background tasks are ``echo_bot.background.Tasks``, named here too.)"""
 
 from __future__ import annotations
 
+import functools
+import ssl
 from pathlib import Path
 from typing import Protocol
 
@@ -65,4 +67,14 @@ def clean(text: str) -> str:
     return "".join(c for c in text if c in "\n\t" or (c >= " " and c != "\x7f"))
 
 
-__all__ = ["Tasks", "ThroughParts", "clean"]
+@functools.cache
+def tls_context(ca_file: str | None) -> ssl.SSLContext:
+    """The system's CAs, and ``ca_file``'s (a server's or a proxy's own), loaded once
+    per file: not read again on the loop for each connection."""
+    context = ssl.create_default_context()
+    if ca_file:
+        context.load_verify_locations(ca_file)
+    return context
+
+
+__all__ = ["Tasks", "ThroughParts", "clean", "tls_context"]

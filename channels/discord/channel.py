@@ -12,11 +12,11 @@ from typing import Any
 import aiohttp
 import discord
 
-from channels.parts import Tasks, ThroughParts
+from channels.parts import Tasks, ThroughParts, tls_context
 from echo_bot.bus import Bus, Capabilities, ChannelHost, Diagnosis
 from echo_bot.errors import ConfigError, PeerAway
 
-from .client import Gateway, tls_of
+from .client import Gateway
 from .common import log
 from .doctor import diagnose
 from .inbound import Inbound
@@ -77,7 +77,9 @@ class DiscordChannel(ThroughParts):
         """Log in (the token checked over REST), then keep the gateway connected in the
         background (discord.py RESUMEs or identifies anew by itself). Each try has a
         client of its own: one whose login failed is closed whole."""
-        client = Gateway(self.config, self.link, await asyncio.to_thread(tls_of, self.config))
+        client = Gateway(
+            self.config, self.link, await asyncio.to_thread(tls_context, self.config.ca_file)
+        )
         try:
             await self._login(client)
         except BaseException:

@@ -59,13 +59,6 @@ def intents_of(config: DiscordConfig) -> discord.Intents:
     )
 
 
-def tls_of(config: DiscordConfig) -> ssl.SSLContext:
-    context = ssl.create_default_context()
-    if config.ca_file:
-        context.load_verify_locations(cafile=config.ca_file)
-    return context
-
-
 class Gateway(discord.Client):
     """The bot's connection: each event handed to the ``receiver`` (a message in the
     order the gateway sent it: ``arrived`` is called before the handler's first

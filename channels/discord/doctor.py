@@ -12,9 +12,10 @@ from pathlib import Path
 import aiohttp
 import discord
 
+from channels.parts import tls_context
 from echo_bot.bus import DIAGNOSIS_FAIL, DIAGNOSIS_OK, DIAGNOSIS_WARN, Diagnosis
 
-from .client import intents_of, tls_of
+from .client import intents_of
 from .settings import DiscordConfig
 
 TIMEOUT = 15.0
@@ -30,7 +31,7 @@ async def diagnose(
         return [Diagnosis("discord token", DIAGNOSIS_FAIL, f"${section.token_env} is not set")]
     client = discord.Client(
         intents=intents_of(section), proxy=section.proxy,
-        connector=aiohttp.TCPConnector(ssl=tls_of(section)),
+        connector=aiohttp.TCPConnector(ssl=tls_context(section.ca_file)),
     )  # fmt: skip
     try:
         async with asyncio.timeout(TIMEOUT):

@@ -15,12 +15,11 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from channels.parts import clean
+from channels.parts import clean, tls_context
 from echo_bot.downloads import DOWNLOAD_TIMEOUT, GONE, DownloadLimit, save_whole, stream_to
 from echo_bot.errors import ChannelError, MediaUnavailable
 from echo_bot.events import Attachment, MediaKind
 
-from .client import tls_of
 from .settings import DiscordConfig
 
 FILES_MAX = 10  # Discord's own limit of attachments in a message
@@ -73,7 +72,7 @@ class Downloads:
 
     async def _download(self, url: str, partial: Path, too_big: DownloadLimit) -> int:
         if self._tls is None:  # reads the CA files: off the loop, once
-            self._tls = await asyncio.to_thread(tls_of, self.config)
+            self._tls = await asyncio.to_thread(tls_context, self.config.ca_file)
         connector = aiohttp.TCPConnector(ssl=self._tls)
         timeout = aiohttp.ClientTimeout(total=DOWNLOAD_TIMEOUT)
         try:

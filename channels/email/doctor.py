@@ -12,10 +12,11 @@ from pathlib import Path
 
 import aiosmtplib
 
+from channels.parts import tls_context
 from echo_bot.bus import DIAGNOSIS_FAIL, DIAGNOSIS_OK, DIAGNOSIS_WARN, Diagnosis
 from echo_bot.errors import ConfigError
 
-from .mailbox import Mailbox, MailboxAway, tls_context
+from .mailbox import Mailbox, MailboxAway
 from .settings import EmailConfig
 
 STEP_TIMEOUT = 20.0
@@ -60,7 +61,7 @@ async def _smtp(section: EmailConfig, password: str, *, send: bool) -> Diagnosis
     client = aiosmtplib.SMTP(
         hostname=section.smtp_host, port=section.smtp_at, timeout=STEP_TIMEOUT,
         use_tls=section.smtp_security == "tls", start_tls=section.smtp_security == "starttls",
-        tls_context=tls_context(section),
+        tls_context=tls_context(section.ca_file),
     )  # fmt: skip
     try:
         async with asyncio.timeout(STEP_TIMEOUT * 2):

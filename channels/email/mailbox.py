@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import re
 import ssl
 from dataclasses import dataclass
@@ -15,6 +14,7 @@ from datetime import date
 
 import aioimaplib
 
+from channels.parts import tls_context
 from echo_bot.errors import ConfigError, PeerAway
 
 from .settings import EmailConfig
@@ -39,19 +39,6 @@ class Selected:
     idle: bool
 
 
-@functools.cache
-def _context(ca_file: str | None) -> ssl.SSLContext:
-    context = ssl.create_default_context()
-    if ca_file:
-        context.load_verify_locations(ca_file)
-    return context
-
-
-def tls_context(config: EmailConfig) -> ssl.SSLContext:
-    """The system's CAs and ``ca_file``'s, loaded once (not on the loop for each mail)."""
-    return _context(config.ca_file)
-
-
 class Mailbox:
     def __init__(self, config: EmailConfig, password: str) -> None:
         self.config = config
@@ -67,7 +54,7 @@ class Mailbox:
         config = self.config
         host, port = str(config.imap_host), config.imap_at
         try:
-            context = tls_context(config) if config.imap_security == "tls" else None
+            context = tls_context(config.ca_file) if config.imap_security == "tls" else None
             client = aioimaplib.IMAP4(
                 host, port, timeout=COMMAND_TIMEOUT, conn_lost_cb=self._gone, ssl_context=context
             )

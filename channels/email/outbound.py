@@ -16,7 +16,7 @@ from pathlib import Path
 
 import aiosmtplib
 
-from channels.parts import clean
+from channels.parts import clean, tls_context
 from echo_bot.bus import ChannelEdge, ChannelHost
 from echo_bot.errors import ChannelError
 from echo_bot.events import Address, OutboundKind, OutboundMessage, Receipt, TextFormat
@@ -26,7 +26,6 @@ from echo_bot.richtext import parts
 
 from .codes import Codes
 from .formatting import TEXT
-from .mailbox import tls_context
 from .settings import EmailConfig
 from .threads import Thread, Threads
 
@@ -177,8 +176,8 @@ class Outbound:
             await aiosmtplib.send(
                 mail, hostname=config.smtp_host, port=config.smtp_at, username=config.login,
                 password=self._password, use_tls=config.smtp_security == "tls",
-                start_tls=config.smtp_security == "starttls", tls_context=tls_context(config),
-                timeout=SMTP_TIMEOUT,
+                start_tls=config.smtp_security == "starttls",
+                tls_context=tls_context(config.ca_file), timeout=SMTP_TIMEOUT,
             )  # fmt: skip
         except (aiosmtplib.SMTPException, OSError, TimeoutError) as exc:
             where = f"{config.smtp_host}:{config.smtp_at}"
