@@ -585,7 +585,13 @@ class FakeDiscord:
         return 200, self._message(found)
 
     async def _callback(self, request: web.Request, path: str) -> tuple[int, Any]:
-        self.callbacks.append((path.split("/")[2], await request.json()))
+        """An interaction's response: a documented type (4 message, 5 deferred message,
+        6 deferred update, 7 update, 8 autocomplete, 9 modal, 12 launch)."""
+        body = await request.json()
+        if not isinstance(body, dict) or body.get("type") not in {4, 5, 6, 7, 8, 9, 12}:
+            self.refused.append([f"interaction response type {body!r}"])
+            return 400, {"code": 50035, "message": "Invalid Form Body"}
+        self.callbacks.append((path.split("/")[2], body))
         return 204, None
 
     def _message(self, sent: Sent) -> dict[str, Any]:
