@@ -4,12 +4,13 @@ mention of the bot or a reply to one of its messages, become ``MessageInbound``
 — is one inbound); a button press on a prompt is a decision.
 
 **Committed in order, never lost.** The gateway has no acknowledgement to hold back:
-messages are queued as they arrive (``arrived``, before any ``await``) and committed one
-at a time, each tried again until the store takes it. Each answered channel's position
-(its last committed message) is kept as a store note; after a new session (a RESUME
-replays by itself) or a restart, what came since is read back over REST
-(``GET /channels/{id}/messages?after=…``) and goes through the same queue — within
-CATCH_UP_AGE and CATCH_UP_CHANNELS, the most recent first.
+messages the bot answers are queued as they arrive (``arrived``, before any ``await``)
+and committed one at a time, each tried again until the store takes it. Each answered
+channel's position (its last committed message) is kept as a store note; at a new
+session (a RESUME replays by itself) or a restart, what came since is read back over
+REST (``GET /channels/{id}/messages?after=…``) into the same queue, and what arrives
+meanwhile waits behind it — within CATCH_UP_AGE, CATCH_UP_CHANNELS (the most recent
+first) and CATCH_UP_MESSAGES.
 
 Commands: Discord's client takes ``/word`` for its own slash commands, so echo-bot's
 are typed with ``!`` (``!help``).
