@@ -123,7 +123,8 @@ async def test_the_owners_press_approves_and_the_prompt_shows_who_decided(chat: 
         # Acknowledged as a deferred update (no message of its own), after the commit.
         assert [body["type"] for _, body in chat.fake.callbacks] == [6]
         await eventually(lambda: sent.components == [], timeout=15, what="the buttons gone")
-    assert "Approved" in sent.content and sent.edits, sent.content
+    outcome = discord_read(sent.content)
+    assert "Approved" in outcome and OWNER_ID in outcome and sent.edits, outcome  # and by whom
 
 
 async def test_a_forged_press_is_refused_and_a_replayed_one_changes_nothing(chat: Chat) -> None:
