@@ -112,6 +112,8 @@ async def called(what: str, request: Callable[[], Awaitable[T]], link: ChannelLi
         elif exc.status >= 500:
             link.reconnecting(f"Discord failed on its side ({exc.status} to {what})", "rest")
         error = f"{what}: HTTP {exc.status} {exc.text[:200]}".strip()
+        if exc.status == 413:
+            error = f"{what}: the file is over Discord's upload limit here (10 MB in most servers)"
         raise ChannelError(error, retryable=exc.status not in FINAL) from None
     except (aiohttp.ClientError, OSError, TimeoutError) as exc:
         link.reconnecting(f"cannot reach Discord: {type(exc).__name__}", "rest")

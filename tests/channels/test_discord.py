@@ -540,3 +540,25 @@ async def test_a_token_reset_while_running_is_said_and_sends_wait_not_crash(chat
         assert chat.bot is not None
         state = str(next(c for c in chat.bot.daemon.channels if c.name == "discord").health())
         assert "4004" in state and "Reset Token" in state, state
+
+
+async def test_a_file_over_discords_upload_limit_fails_once_saying_why(chat: Chat) -> None:
+    chat.fake.upload_limit = 1000
+    workspace = chat.state_dir / "workspace"
+    workspace.mkdir(parents=True, exist_ok=True)
+    (workspace / "big.bin").write_bytes(b"x" * 5000)
+    async with chat.running():
+        await chat.say(f"!tool send_file {json.dumps({'path': 'big.bin'})}")
+        assert chat.bot is not None
+        store = chat.bot.store
+
+        async def failed() -> list[Any]:
+            return list(await store.run(lambda tx: tx.outbox.deliveries("failed")))
+
+        async def one_failed() -> bool:
+            return len(await failed()) == 1
+
+        await eventually(one_failed, timeout=20, what="the upload failed")
+        [delivery] = await failed()
+    assert "upload limit" in str(delivery.last_error) and delivery.attempts == 1
+    assert not any(s.files for s in chat.fake.sent)

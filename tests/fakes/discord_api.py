@@ -158,6 +158,7 @@ class FakeDiscord:
         self.callbacks: list[tuple[str, dict[str, Any]]] = []  # (interaction id, body)
         self.fail_status: dict[str, list[int]] = {}
         self.lose_answers = 0  # posts made, then answered 500 (the answer lost on the way)
+        self.upload_limit = 10 * 1024**2  # bytes of files in one message (a bot's, unboosted)
         self.app_flags = 1 << 19  # the application's flags: Message Content (limited) on
         self.history_delay = 0.0  # seconds each history read takes to answer
         self.post_limit: tuple[int, float] | None = None  # (posts, seconds) per channel
@@ -518,6 +519,8 @@ class FakeDiscord:
     async def _post_message(self, request: web.Request, path: str) -> tuple[int, Any]:
         channel_id = path.split("/")[2]
         payload, files = await _payload(request)
+        if sum(len(data) for _, data in files) > self.upload_limit:
+            return 413, {"message": "Request entity too large", "code": 40005}
         if problems := invalid(payload, len(files)):
             self.refused.append(problems)
             return 400, {"code": 50035, "message": "Invalid Form Body", "errors": problems}
