@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench.burst_table import report  # noqa: E402
 from echo_bot.store import Tx  # noqa: E402
 from tests.conftest import running_bot  # noqa: E402
 from tests.mail_server import MailServers, start_mail_servers  # noqa: E402
@@ -88,9 +89,9 @@ async def burst(
     servers.limited = None
     return {
         "case": name, "messages": messages, "sent_in": sent_in, "answered_in": took,
-        "stored": rows, "lost": messages - rows, "answered": len(set(seen)),
-        "duplicates": len(seen) - len(set(seen)), "limited": servers.refused,
-        "submissions": len(seen) + servers.refused, "failed": failed,
+        "stored": rows, "lost": messages - rows, "answers": len(set(seen)),
+        "duplicates": len(seen) - len(set(seen)), "refused": servers.refused,
+        "sends": len(seen) + servers.refused, "failed": failed,
     }  # fmt: skip
 
 
@@ -107,25 +108,9 @@ async def amain(args: argparse.Namespace) -> int:
     limit = f"[email] max_per_minute = {int(args.rate * 60)}"
     print(f"SMTP server: the bot's mails past {args.rate:g}/s (after {BURST} at once) answered"
           f" 451; {limit}; IDLE; rules brain.\n")  # fmt: skip
-    print(
-        "| case | mails | sent in (s) | all answered in (s) | replies/s | inbounds stored "
-        "| lost | duplicates | submissions | 451s | 451s / submissions | failed replies |"
-    )
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    ok = True
-    for o in outcomes:
-        took = float(o["answered_in"])  # type: ignore[arg-type]
-        answered, tries = int(o["answered"]), int(o["submissions"])  # type: ignore[call-overload]
-        share = int(o["limited"]) / tries if tries else 0.0  # type: ignore[call-overload]
-        print(
-            f"| {o['case']} | {o['messages']} | {o['sent_in']:.1f} | {took:.1f} | "
-            f"{answered / took if took else 0:.2f} | {o['stored']} | {o['lost']} | "
-            f"{o['duplicates']} | {tries} | {o['limited']} | {share:.1%} | {o['failed']} |"
-        )
-        ok = ok and o["lost"] == 0 and o["duplicates"] == 0 and o["failed"] == 0
-        ok = ok and answered == o["messages"]
-        ok = ok and (args.quick or share <= 0.01)  # pacing: a loaded machine skews it
-    return 0 if ok else 1
+    held = report(outcomes, quick=args.quick, messages="mails", rate="replies/s",
+                  sends="submissions", refusals="451s")  # fmt: skip
+    return 0 if held else 1
 
 
 def main() -> int:

@@ -131,32 +131,18 @@ def test_telegram_burst_quick() -> None:
 
 
 @pytest.mark.timeout(300)
-def test_slack_burst_quick() -> None:
-    output = run_quick("slack_burst.py")
+@pytest.mark.parametrize(
+    ("script", "cases"),
+    [
+        ("slack_burst.py", ("| one DM", "| over")),
+        ("discord_burst.py", ("| one DM", "| over")),
+        ("email_burst.py", ("| one person", "| 4 ")),
+    ],
+)
+def test_channel_burst_quick(script: str, cases: tuple[str, str]) -> None:
+    output = run_quick(script)
     assert_markdown_table(output, "case")
-    rows = [line for line in output.splitlines() if line.startswith(("| one DM", "| over"))]
-    assert len(rows) == 2, output
-    for row in rows:
-        cells = [cell.strip() for cell in row.strip("|").split("|")]
-        assert cells[1] == cells[5] and cells[6] == cells[7] == cells[11] == "0", row
-
-
-@pytest.mark.timeout(300)
-def test_discord_burst_quick() -> None:
-    output = run_quick("discord_burst.py")
-    assert_markdown_table(output, "case")
-    rows = [line for line in output.splitlines() if line.startswith(("| one DM", "| over"))]
-    assert len(rows) == 2, output
-    for row in rows:
-        cells = [cell.strip() for cell in row.strip("|").split("|")]
-        assert cells[1] == cells[5] and cells[6] == cells[7] == cells[11] == "0", row
-
-
-@pytest.mark.timeout(300)
-def test_email_burst_quick() -> None:
-    output = run_quick("email_burst.py")
-    assert_markdown_table(output, "case")
-    rows = [line for line in output.splitlines() if line.startswith(("| one person", "| 4 "))]
+    rows = [line for line in output.splitlines() if line.startswith(cases)]
     assert len(rows) == 2, output
     for row in rows:
         cells = [cell.strip() for cell in row.strip("|").split("|")]
