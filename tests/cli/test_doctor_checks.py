@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -37,6 +38,20 @@ async def doctor(*args: str, **env: str) -> tuple[int, str]:
         out, _ = await proc.communicate()
     assert proc.returncode is not None
     return proc.returncode, out.decode()
+
+
+def line(output: str, name: str) -> str:
+    """The one line of doctor's output that checks ``name``."""
+    (found,) = [row for row in output.splitlines() if f"] {name}" in row]
+    return found
+
+
+def check_config(config: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """``echo-bot check-config`` as the user runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "echo_bot", "check-config", "--config", str(config)],
+        capture_output=True, text=True, timeout=60, cwd=ROOT, env=echo_bot_env(**env),
+    )  # fmt: skip
 
 
 def telegram_config(tmp_path: Path, api: FakeTelegramAPI) -> Path:

@@ -5,15 +5,12 @@ wrong token, an intent off, a guild the bot is not in, Discord away — each sai
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
-from tests.cli.test_doctor_checks import doctor
-from tests.conftest import ROOT, echo_bot_env
+from tests.cli.test_doctor_checks import check_config, doctor, line
 from tests.fakes.discord_api import FakeDiscord
 
 pytest.importorskip("discord")
@@ -34,11 +31,6 @@ def config(tmp_path: Path, fake: FakeDiscord, extra: str = "") -> tuple[str, ...
         f'allowed_users = ["1100000000000000001"]\n{extra}'
     )
     return ("--config", str(path), "--state-dir", str(tmp_path / "s"))
-
-
-def line(output: str, name: str) -> str:
-    (found,) = [row for row in output.splitlines() if f"] {name}" in row]
-    return found
 
 
 async def test_doctor_names_the_bot_its_intents_and_its_guilds(
@@ -76,13 +68,6 @@ async def test_doctor_says_discord_cannot_be_reached(tmp_path: Path, fake: FakeD
     code, out = await doctor("--config", str(path), "--state-dir", str(tmp_path / "s"),
                              DISCORD_BOT_TOKEN=fake.token)  # fmt: skip
     assert code == 1 and "cannot reach Discord" in line(out, "discord api"), out
-
-
-def check_config(path: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "echo_bot", "check-config", "--config", str(path)],
-        capture_output=True, text=True, timeout=60, cwd=ROOT, env=echo_bot_env(**env),
-    )  # fmt: skip
 
 
 def test_check_config_says_what_discord_needs(tmp_path: Path) -> None:

@@ -5,15 +5,12 @@ IDLE, and a test mail only when asked; a section that cannot work refused by nam
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.channels.contract.drivers import mail_text
-from tests.cli.test_doctor_checks import doctor
-from tests.conftest import ROOT, echo_bot_env
+from tests.cli.test_doctor_checks import check_config, doctor, line
 from tests.mail_server import AUTH_SERV_ID, MailServers
 from tests.waiting import eventually
 
@@ -22,11 +19,6 @@ def email_config(tmp_path: Path, servers: MailServers, bot: str) -> Path:
     path = tmp_path / "config.toml"
     path.write_text(servers.section(bot, ["you@example.org"]))
     return path
-
-
-def line(output: str, name: str) -> str:
-    (found,) = [row for row in output.splitlines() if f"] {name}" in row]
-    return found
 
 
 async def test_doctor_logs_in_to_both_servers_and_sends_only_when_asked(
@@ -64,13 +56,6 @@ async def test_doctor_fails_on_a_wrong_password_and_on_a_server_away(
     code, out = await doctor("--config", str(away), "--state-dir", str(tmp_path / "s"),
                              ECHO_BOT_EMAIL_PASSWORD="x")  # fmt: skip
     assert code == 1 and "cannot reach 127.0.0.1:1" in line(out, "email imap"), out
-
-
-def check_config(config: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "echo_bot", "check-config", "--config", str(config)],
-        capture_output=True, text=True, timeout=60, cwd=ROOT, env=echo_bot_env(**env),
-    )  # fmt: skip
 
 
 @pytest.mark.parametrize(
