@@ -19,13 +19,12 @@ from typing import Any
 import pytest
 
 from echo_bot.brains.base import BrainContext, BrainReply
-from echo_bot.brains.rules import files_reply
 from echo_bot.conversation import ChatMessage
 from echo_bot.tools.base import Tool
 from tests.channels.contract.drivers import (
     DISCORD_FRIEND_ID,
     SECRET,
-    ContractBrain,
+    ChatBrain,
     DiscordDriver,
     discord_read,
 )
@@ -59,23 +58,17 @@ LONG_CODE = (
 )
 
 
-class DiscordBrain(ContractBrain):
-    """``md:`` → Markdown with mentions and markup in it; a message with files → where
-    each was saved; ``heard:`` → how much it heard; else the contract's brain."""
+class DiscordBrain(ChatBrain):
+    """``code:`` → a reply with a long code block and a short one; else a chat brain's."""
+
+    MARKDOWN = HOSTILE_MARKDOWN
 
     async def step(
         self, conversation: Sequence[ChatMessage], tools: Sequence[Tool], context: BrainContext
     ) -> BrainReply:
         last = conversation[-1]
-        text = last.content or ""
-        if last.role == "user" and last.files:
-            return BrainReply(text=files_reply(last.files), route_reason="test: files")
-        if last.role == "user" and "md:" in text:
-            return BrainReply(text=HOSTILE_MARKDOWN, route_reason="test", markdown=True)
-        if last.role == "user" and "code:" in text:
+        if last.role == "user" and "code:" in (last.content or ""):
             return BrainReply(text=LONG_CODE, route_reason="test: code", markdown=True)
-        if last.role == "user" and "heard:" in text:
-            return BrainReply(text=f"heard {len(text)} characters", route_reason="test")
         return await super().step(conversation, tools, context)
 
 

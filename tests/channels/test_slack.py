@@ -17,14 +17,13 @@ from typing import Any
 import pytest
 
 from echo_bot.brains.base import BrainContext, BrainReply
-from echo_bot.brains.rules import files_reply
 from echo_bot.conversation import ChatMessage, ToolCall
 from echo_bot.events import new_id
 from echo_bot.tools.base import Tool
 from tests.channels.contract.drivers import (
     SLACK_DM,
     SLACK_OWNER,
-    ContractBrain,
+    ChatBrain,
     SlackDriver,
     slack_shown,
 )
@@ -37,22 +36,8 @@ HOSTILE_MARKDOWN = (
 )
 
 
-class SlackBrain(ContractBrain):
-    """``md:`` → a Markdown reply with mentions and markup in it; a message with files →
-    where each was saved; ``heard:`` → what it heard; else the contract's brain."""
-
-    async def step(
-        self, conversation: Sequence[ChatMessage], tools: Sequence[Tool], context: BrainContext
-    ) -> BrainReply:
-        last = conversation[-1]
-        text = last.content or ""
-        if last.role == "user" and last.files:
-            return BrainReply(text=files_reply(last.files), route_reason="test: files")
-        if last.role == "user" and "md:" in text:
-            return BrainReply(text=HOSTILE_MARKDOWN, route_reason="test", markdown=True)
-        if last.role == "user" and "heard:" in text:
-            return BrainReply(text=f"heard {len(text)} characters", route_reason="test")
-        return await super().step(conversation, tools, context)
+class SlackBrain(ChatBrain):
+    MARKDOWN = HOSTILE_MARKDOWN
 
 
 class Chat(SlackDriver):

@@ -26,6 +26,7 @@ import aiohttp
 
 from echo_bot.app import load_channel_class
 from echo_bot.brains.base import BrainContext, BrainReply
+from echo_bot.brains.rules import files_reply
 from echo_bot.bus import Capabilities
 from echo_bot.conversation import ChatMessage, ToolCall
 from echo_bot.events import new_id
@@ -106,6 +107,27 @@ class ContractBrain:
             return BrainReply(text=SHOWN[shown.group(1)], route_reason="test: shown", markdown=True)
         said = SAY.search(last.content or "")
         return BrainReply(text=f"echo: {said.group(1) if said else '?'}", route_reason="test")
+
+
+class ChatBrain(ContractBrain):
+    """For a chat channel's own tests: ``md:`` → ``MARKDOWN`` (a reply with mentions
+    and markup in it, the network's to escape); a message with files → where each was
+    saved; ``heard:`` → how much it heard; else the contract's brain."""
+
+    MARKDOWN = ""
+
+    async def step(
+        self, conversation: Sequence[ChatMessage], tools: Sequence[Tool], context: BrainContext
+    ) -> BrainReply:
+        last = conversation[-1]
+        text = last.content or ""
+        if last.role == "user" and last.files:
+            return BrainReply(text=files_reply(last.files), route_reason="test: files")
+        if last.role == "user" and "md:" in text:
+            return BrainReply(text=self.MARKDOWN, route_reason="test", markdown=True)
+        if last.role == "user" and "heard:" in text:
+            return BrainReply(text=f"heard {len(text)} characters", route_reason="test")
+        return await super().step(conversation, tools, context)
 
 
 @dataclass(frozen=True)
