@@ -1,15 +1,28 @@
-"""The table the channel burst benches print (``slack_burst.py``, ``discord_burst.py``,
-``email_burst.py``), and whether their run held: per case the messages, how fast all
-were answered, the inbounds the store took, lost and duplicated ones, the sends made
-and the peer's refusals among them, failed replies. A run holds with nothing lost,
-duplicated or failed, every message answered once, and at most 1 % of sends refused —
-the last only in a full run: the share is a figure of pacing, which a loaded machine
-skews (sends that waited on a busy loop arrive together)."""
+"""What the channel burst benches (``slack_burst.py``, ``discord_burst.py``,
+``email_burst.py``) count in the store, the table they print, and whether their run
+held: per case the messages, how fast all were answered, the inbounds the store took,
+lost and duplicated ones, the sends made and the peer's refusals among them, failed
+replies. A run holds with nothing lost, duplicated or failed, every message answered
+once, and at most 1 % of sends refused — the last only in a full run: the share is a
+figure of pacing, which a loaded machine skews (sends that waited on a busy loop
+arrive together)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from echo_bot.store import Store, Tx
+
+
+async def stored(store: Store, channel: str, messages: int) -> tuple[int, int]:
+    """The channel's inbounds the store took, and the replies that failed for good."""
+
+    def counted(tx: Tx) -> tuple[int, int]:
+        inbound = tx.inbox.recent(channel, limit=10 * messages)
+        return len(inbound), len(tx.outbox.deliveries("failed"))
+
+    return await store.run(counted)
 
 
 def report(

@@ -32,8 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.burst_table import report  # noqa: E402
-from echo_bot.store import Tx  # noqa: E402
+from bench.burst_table import report, stored  # noqa: E402
 from tests.conftest import running_bot  # noqa: E402
 from tests.mail_server import MailServers, start_mail_servers  # noqa: E402
 
@@ -80,11 +79,7 @@ async def burst(
         took = time.monotonic() - started
         await asyncio.sleep(2.0)  # a duplicate would show by now
 
-        def stored(tx: Tx) -> tuple[int, int]:
-            inbound = tx.inbox.recent("email", limit=10 * messages)
-            return len(inbound), len(tx.outbox.deliveries("failed"))
-
-        rows, failed = await bot.store.run(stored)
+        rows, failed = await stored(bot.store, "email", messages)
         seen = await asyncio.to_thread(replies)
     servers.limited = None
     return {

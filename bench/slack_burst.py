@@ -31,9 +31,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.burst_table import report  # noqa: E402
+from bench.burst_table import report, stored  # noqa: E402
 from echo_bot.brains.rules import no_match_hint  # noqa: E402
-from echo_bot.store import Tx  # noqa: E402
 from tests.conftest import running_bot  # noqa: E402
 from tests.fakes.slack_api import FakeSlack  # noqa: E402
 
@@ -78,11 +77,7 @@ allowed_users = [{", ".join(f'"{u}"' for u in users)}]
             took = time.monotonic() - started
             await asyncio.sleep(1.5)  # a duplicate would show by now
 
-            def stored(tx: Tx) -> tuple[int, int]:
-                inbound = tx.inbox.recent("slack", limit=10 * messages)
-                return len(inbound), len(tx.outbox.deliveries("failed"))
-
-            rows, failed = await bot.store.run(stored)
+            rows, failed = await stored(bot.store, "slack", messages)
             seen = answers()
         posts = slack.calls_to("chat.postMessage")
     limited = sum(1 for c in posts if c.status == 429)
