@@ -52,7 +52,7 @@ LONG_FENCE = re.compile(
 def long_code(text: str) -> tuple[str, list[tuple[str, str]]]:
     """A reply's code blocks longer than one message, taken out to go as files (a block
     split over several messages cannot be copied whole), sent before the text: the text
-    with a line in each one's place, and the files (name, code). None: ``("", [])``."""
+    with a line in each one's place, and the files (name, code)."""
     files: list[tuple[str, str]] = []
 
     def taken(match: re.Match[str]) -> str:
@@ -65,8 +65,7 @@ def long_code(text: str) -> tuple[str, list[tuple[str, str]]]:
         files.append((name, code + "\n"))
         return f"(the code, {code.count(chr(10)) + 1} lines, is attached: {name})"
 
-    rest = LONG_FENCE.sub(taken, text)
-    return (rest, files) if files else ("", [])
+    return LONG_FENCE.sub(taken, text), files
 
 
 def nonce_of(key: str) -> str:
@@ -97,7 +96,8 @@ class Outbound:
 
     async def _reply(self, message: OutboundMessage) -> Receipt:
         """A reply in parts, its long code blocks as files first."""
-        text, files = long_code(message.text) if message.format == TextFormat.MARKDOWN else ("", [])
+        markdown = message.format == TextFormat.MARKDOWN
+        text, files = long_code(message.text) if markdown else (message.text, [])
         for index, (name, code) in enumerate(files):  # each with its nonce: once
             data = io.BytesIO(self.masker.mask(code).encode())
             file = discord.File(data, filename=name)
