@@ -67,6 +67,38 @@ async def test_the_chosen_model_and_a_fresh_conversation_survive_a_kill(tmp_path
     assert "secret garden" not in after_new  # /new held across the kill
 
 
+async def test_after_new_the_running_daemon_sends_none_of_the_earlier_conversation(
+    tmp_path: Path,
+) -> None:
+    """The daemon keeps each chat's history in memory and, on SQLite, never reads it back:
+    /new must still empty it at once, not only after a restart."""
+    async with FakeOpenAI(model="gpt-a", api_key="sk-test") as llm:
+        path = tmp_path / "config.toml"
+        path.write_text(config(llm))
+        args = ("chat", "--config", str(path), "--state-dir", str(tmp_path / "state"))
+        bot = EchoBotProcess(*args, env=echo_bot_env(OPENAI_API_KEY="sk-test"))
+        try:
+            for question, answer in [
+                ("the secret garden?", "a garden"),
+                ("and its gate?", "a gate"),
+            ]:
+                llm.reply(answer)
+                bot.send(question)
+                await expect(bot, answer)
+            bot.send("/new")
+            await expect(bot, "Started a fresh conversation")
+            llm.reply("hello again")
+            bot.send("hi")
+            await expect(bot, "hello again")
+        finally:
+            bot.cleanup()
+    requests = llm.chat_requests()
+    said = [" ".join(str(m.get("content")) for m in r["messages"]) for r in requests]
+    assert "the secret garden?" in said[1]  # the history is carried before /new
+    assert "secret garden" not in said[2] and "gate" not in said[2]
+    assert "hi" in said[2]
+
+
 def test_a_choice_the_config_no_longer_offers_falls_back_to_the_default() -> None:
     brain = OpenAIBrain(OpenAIConfig(model="gpt-a", models=["gpt-b"]), BrainConfig(), "sk-x")
     chat = Address(channel="cli", chat_id="local")

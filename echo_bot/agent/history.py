@@ -10,11 +10,19 @@ that would have read the whole history.
 ``load`` runs inside a unit of work, which may run more than once or be rolled back:
 it never changes the cache itself, and what it read is kept only once committed
 (``tx.on_commit``).
+
+**Exclusive** (``exclusive=True``: SQLite, where this daemon is the only writer of every
+session's history): a cached session is not read on at all. What the turn runner
+appends it says (``added``), and the cache takes it on commit; a reset (``/new``) drops
+the session (the store's ``HistoryReset``), so its next load reads it whole. With
+several daemons on one store (PostgreSQL) another may have driven the session since:
+every load reads on.
 """
 
 from __future__ import annotations
 
 import threading
+import weakref
 from collections import OrderedDict, deque
 from dataclasses import dataclass
 
@@ -38,11 +46,21 @@ class _Entry:
 
 class HistoryCache:
     def __init__(
-        self, limit: int, *, max_sessions: int = MAX_SESSIONS, max_chars: int = MAX_CHARS
+        self,
+        limit: int,
+        *,
+        max_sessions: int = MAX_SESSIONS,
+        max_chars: int = MAX_CHARS,
+        exclusive: bool = False,
     ) -> None:
         if limit < 1:
             raise ValueError("a history of at least one message")
         self.limit = limit
+        self.exclusive = exclusive
+        # Rows ``added`` in a unit of work not committed yet, by session: its later loads
+        # include them.
+        self._added: weakref.WeakKeyDictionary[Tx, dict[str, list[tuple[int, ChatMessage]]]]
+        self._added = weakref.WeakKeyDictionary()
         self.max_sessions = max_sessions
         self.max_chars = max_chars
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
@@ -59,11 +77,39 @@ class HistoryCache:
             cached = self._entries.get(session_key)
         if cached is None:
             entry = self._read_all(tx, session_key)
+        elif self.exclusive:  # nobody else writes it: what is cached, and this tx's own
+            added = self._added.get(tx, {}).get(session_key)
+            entry = _extended(cached, added) if added else cached
+            return list(zip(entry.seqs, entry.messages, strict=True))
         else:
             entry = self._read_new(tx, session_key, cached)
         if entry is not cached:
             tx.on_commit(lambda: self._keep(session_key, entry))
         return list(zip(entry.seqs, entry.messages, strict=True))
+
+    def added(self, tx: Tx, session_key: str, seq: int, message: ChatMessage) -> None:
+        """``message`` was appended to the session's history as ``seq`` in ``tx`` (the
+        turn runner's appends: ``exclusive`` keeps the cache by them)."""
+        if not self.exclusive:
+            return
+        rows = self._added.setdefault(tx, {}).setdefault(session_key, [])
+        if not rows:
+            tx.on_commit(lambda: self._extend(session_key, rows))
+        rows.append((seq, message))
+
+    def _extend(self, session_key: str, rows: list[tuple[int, ChatMessage]]) -> None:
+        with self._lock:
+            cached = self._entries.get(session_key)
+            if cached is None or cached.seq >= rows[0][0]:  # not kept, or read since
+                return
+            del self._entries[session_key]
+            self._chars -= cached.chars
+            entry = _extended(cached, rows)
+            if entry.chars > self.max_chars:
+                return
+            self._entries[session_key] = entry  # the newest used: last to go
+            self._chars += entry.chars
+            self._evict()
 
     def _keep(self, session_key: str, entry: _Entry) -> None:
         """Cache what a committed unit of work read (the newer, if two read at once)."""
@@ -110,31 +156,7 @@ class HistoryCache:
     def _read_new(self, tx: Tx, session_key: str, cached: _Entry) -> _Entry:
         """``cached`` as it is with the rows after it; a copy, if there are any."""
         rows = tx.turns.messages_after(session_key, cached.seq)
-        if not rows:
-            return cached
-        entry = _Entry(
-            seq=cached.seq,
-            reset_turn=cached.reset_turn,
-            messages=deque(cached.messages, maxlen=self.limit),
-            chars=cached.chars,
-            seqs=deque(cached.seqs, maxlen=self.limit),
-        )
-        for seq, message in rows:
-            entry.seq = seq
-            if message.role == RESET:
-                entry.messages.clear()
-                entry.seqs.clear()
-                entry.chars = 0
-                entry.reset_turn = message.turn_id or ""
-                continue
-            if message.turn_id == entry.reset_turn:
-                continue
-            if len(entry.messages) == entry.messages.maxlen:
-                entry.chars -= _size(entry.messages[0])
-            entry.messages.append(message)
-            entry.seqs.append(seq)
-            entry.chars += _size(message)
-        return entry
+        return _extended(cached, rows) if rows else cached
 
     def _evict(self) -> None:
         while self._entries and (
@@ -142,6 +164,34 @@ class HistoryCache:
         ):
             _key, old = self._entries.popitem(last=False)
             self._chars -= old.chars
+
+
+def _extended(cached: _Entry, rows: list[tuple[int, ChatMessage]]) -> _Entry:
+    """A copy of ``cached`` with ``rows`` (the session's next rows, in order) after it."""
+    limit = cached.messages.maxlen
+    entry = _Entry(
+        seq=cached.seq,
+        reset_turn=cached.reset_turn,
+        messages=deque(cached.messages, maxlen=limit),
+        chars=cached.chars,
+        seqs=deque(cached.seqs, maxlen=limit),
+    )
+    for seq, message in rows:
+        entry.seq = seq
+        if message.role == RESET:
+            entry.messages.clear()
+            entry.seqs.clear()
+            entry.chars = 0
+            entry.reset_turn = message.turn_id or ""
+            continue
+        if message.turn_id == entry.reset_turn:
+            continue
+        if len(entry.messages) == entry.messages.maxlen:
+            entry.chars -= _size(entry.messages[0])
+        entry.messages.append(message)
+        entry.seqs.append(seq)
+        entry.chars += _size(message)
+    return entry
 
 
 def _size(message: ChatMessage) -> int:

@@ -39,7 +39,7 @@ from ..memory_notes import prompt_lines
 from ..previews import Previews
 from ..secrets import Masker
 from ..statuses import TurnStatus
-from ..store import Store, Tx
+from ..store import HistoryReset, Store, Tx
 from ..store.turns import CallRow, TurnRow
 from ..tools.base import ErrorCode, Tool, ToolResult
 from ..tools.registry import ToolRegistry
@@ -113,7 +113,9 @@ class TurnRunner:
         self.executor = executor
         self.masker = masker
         self.config = config
-        self.history = HistoryCache(HISTORY_LIMIT)
+        # On SQLite this daemon alone writes the history: its cache is not read on.
+        self.history = HistoryCache(HISTORY_LIMIT, exclusive=not store.shared)
+        store.subscribe(HistoryReset, lambda reset: self.history.forget(reset.session_key))
         # Only a model reads the chat's notes and model choice: the rules brain's turns
         # do not read them.
         self.reads_chat = bool(getattr(brain, "reads_chat", False))
@@ -295,7 +297,8 @@ class TurnRunner:
                 files = tuple(
                     replace(note, detail=self.masker.mask(note.detail)) for note in prepared.files
                 )
-            tx.turns.append_message(
+            self._append(
+                tx,
                 inbound.session_key,
                 inbound.id,
                 ChatMessage(role="user", content=text, files=files),
@@ -314,6 +317,11 @@ class TurnRunner:
             text=message.text if message is not None else None,
         )
         return conversation
+
+    def _append(self, tx: Tx, session_key: str, turn_id: str, message: ChatMessage) -> None:
+        """``message`` into the session's history, and into its cache once committed."""
+        seq = tx.turns.append_message(session_key, turn_id, message)
+        self.history.added(tx, session_key, seq, replace(message, turn_id=turn_id))
 
     def _suspend(self, tx: Tx, inbound: InboundMessage, turn: TurnRow) -> None:
         tx.inbox.set_status(inbound.id, InboundStatus.WAITING_APPROVAL)
@@ -345,7 +353,8 @@ class TurnRunner:
                 call = replace(call, id=f"call_{new_id()}")
             taken.add(call.id)
             calls.append(call)
-        tx.turns.append_message(
+        self._append(
+            tx,
             inbound.session_key,
             turn.id,
             ChatMessage(role="assistant", content=reply.text, tool_calls=tuple(calls)),
@@ -372,7 +381,8 @@ class TurnRunner:
         if isinstance(inbound, MessageInbound):
             for call in progress.calls:
                 result = ToolResult.from_json(call.result or {"ok": False, "output": "no result"})
-                tx.turns.append_message(
+                self._append(
+                    tx,
                     inbound.session_key,
                     turn.id,
                     ChatMessage(
@@ -538,8 +548,8 @@ class TurnRunner:
             if decision is not None:
                 self._audit_decision(tx, inbound, turn.step, decision)
             if isinstance(inbound, MessageInbound):
-                tx.turns.append_message(
-                    inbound.session_key, turn.id, ChatMessage(role="assistant", content=text)
+                self._append(
+                    tx, inbound.session_key, turn.id, ChatMessage(role="assistant", content=text)
                 )
             markdown = decision is not None and decision.markdown
             if decision is None or decision.shown or not attachments:

@@ -66,6 +66,13 @@ class ApprovalDecided:
     approval_id: str
 
 
+@dataclass(frozen=True, slots=True)
+class HistoryReset:
+    """A session's history starts anew (``/new``): whoever keeps it in memory drops it."""
+
+    session_key: str
+
+
 Committed = (
     InboundCommitted
     | OutboundCommitted
@@ -73,4 +80,5 @@ Committed = (
     | ChatTimezoneChanged
     | ApprovalRequested
     | ApprovalDecided
+    | HistoryReset
 )

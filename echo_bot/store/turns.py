@@ -12,12 +12,16 @@ import json
 import time
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..conversation import ChatMessage, FileNote, ToolCall
 from ..events import InboundStatus
 from ..statuses import CallStatus, TurnStatus
+from .committed import HistoryReset
 from .sql import SqlDb
+
+if TYPE_CHECKING:
+    from .tx import Tx
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,10 +76,10 @@ def _message(row: Any) -> ChatMessage:
 class TurnRepo:
     """Turns, their history (messages) and their tool calls: the checkpoint."""
 
-    __slots__ = ("_db",)
+    __slots__ = ("_db", "_tx")
 
-    def __init__(self, db: SqlDb) -> None:
-        self._db = db
+    def __init__(self, db: SqlDb, tx: Tx | None = None) -> None:
+        self._db, self._tx = db, tx
 
     def get(self, turn_id: str) -> TurnRow | None:
         raw = self._db.execute(
@@ -121,10 +125,11 @@ class TurnRepo:
             args.append(status)
         self._db.execute(f"UPDATE turns SET {', '.join(sets)} WHERE id = ?", [*args, turn_id])
 
-    def append_message(self, session_key: str, turn_id: str, message: ChatMessage) -> None:
-        self._db.execute(
+    def append_message(self, session_key: str, turn_id: str, message: ChatMessage) -> int:
+        """Append ``message`` to the session's history; its seq."""
+        row = self._db.execute(
             "INSERT INTO messages (session_key, turn_id, role, content, tool_calls, tool_call_id,"
-            " name, files, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " name, files, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq",
             [
                 session_key,
                 turn_id,
@@ -138,7 +143,8 @@ class TurnRepo:
                 json.dumps([f.to_json() for f in message.files]) if message.files else None,
                 time.time(),
             ],
-        )
+        ).fetchone()
+        return int(row[0])
 
     def reset_session(self, session_key: str) -> None:
         # The marker carries the turn that asked for the reset (the one whose user message
@@ -149,6 +155,8 @@ class TurnRepo:
             " ?, ?)",
             [session_key, session_key, RESET, time.time()],
         )
+        if self._tx is not None:
+            self._tx.announce(HistoryReset(session_key))
 
     def history(self, session_key: str, limit: int = 200) -> list[ChatMessage]:
         """The session's newest messages since its last reset, oldest first."""

@@ -95,7 +95,7 @@ class Tx:
 
     inbox = _Repo(lambda tx: InboxRepo(tx._db, tx, tx._instance))
     outbox = _Repo(lambda tx: OutboxRepo(tx._db, tx))
-    turns = _Repo(lambda tx: TurnRepo(tx._db))
+    turns = _Repo(lambda tx: TurnRepo(tx._db, tx))
     approvals = _Repo(lambda tx: ApprovalRepo(tx._db, tx))
     grants = _Repo(lambda tx: GrantRepo(tx._db))
     reminders = _Repo(lambda tx: ReminderRepo(tx._db, tx))

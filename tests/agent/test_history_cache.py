@@ -1,5 +1,6 @@
 """The history cache always hands back exactly what the store's ``history()`` reads: across
-appends, resets, trimming, writers on other connections, rollbacks, and its own bounds."""
+appends, resets, trimming, writers on other connections, rollbacks, and its own bounds;
+and, exclusive (the only writer: SQLite's one daemon), without reading the store again."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import contextlib
 import sqlite3
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +20,7 @@ from sqlite_utils import Database as SqlDb
 from echo_bot.agent.history import HistoryCache
 from echo_bot.conversation import ChatMessage, ToolCall
 from echo_bot.secrets import Masker
-from echo_bot.store import Database, Tx
+from echo_bot.store import Database, HistoryReset, Tx
 
 SESSIONS = ["cli:a", "cli:b", "telegram:c"]
 TURNS = ["t0", "t1", "t2"]  # few, so a turn often goes on after its reset
@@ -60,6 +62,35 @@ def both(db: Database, cache: HistoryCache, key: str) -> tuple[list[ChatMessage]
     for callback in tx.after_commit:
         callback()
     return cached, stored
+
+
+def append_through(
+    db: Database, cache: HistoryCache, key: str, turn_id: str, message: ChatMessage
+) -> None:
+    """An append as the turn runner makes it: the cache told of it in the same unit of
+    work, and keeping it once committed."""
+
+    def write(d: SqlDb) -> Tx:
+        tx = Tx(d, Masker())
+        seq = tx.turns.append_message(key, turn_id, message)
+        cache.added(tx, key, seq, replace(message, turn_id=turn_id))
+        return tx
+
+    for callback in db.run_sync(write).after_commit:
+        callback()
+
+
+def reset_through(db: Database, cache: HistoryCache, key: str) -> None:
+    """``/new`` as the daemon runs it: the store announces the reset, the cache forgets."""
+
+    def write(d: SqlDb) -> Tx:
+        tx = Tx(d, Masker())
+        tx.turns.reset_session(key)
+        return tx
+
+    for event in db.run_sync(write).committed:
+        if isinstance(event, HistoryReset):
+            cache.forget(event.session_key)
 
 
 def user(text: str) -> ChatMessage:
@@ -131,6 +162,82 @@ def test_cache_always_equals_history(tmp_path: Path, ops: list[Any], limit: int)
         for key in SESSIONS:
             cached, stored = both(db, cache, key)
             assert cached == stored, (key, ops)
+
+
+@settings(
+    max_examples=200,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(ops=operations, limit=st.integers(min_value=1, max_value=5))
+def test_an_exclusive_cache_equals_history_without_reading_it_again(
+    tmp_path: Path, ops: list[Any], limit: int
+) -> None:
+    with opened(tmp_path / f"{uuid.uuid4().hex}.sqlite3") as db:
+        cache = HistoryCache(limit, exclusive=True)
+        for op in ops:
+            kind, key = op[0], op[1]
+            if kind == "append":
+                append_through(db, cache, key, op[2], op[3])
+            elif kind == "reset":
+                reset_through(db, cache, key)
+            elif kind == "forget":
+                cache.forget(key)
+            else:
+                cached, stored = both(db, cache, key)
+                assert cached == stored, (key, ops)
+                assert len(cached) <= limit
+        for key in SESSIONS:
+            cached, stored = both(db, cache, key)
+            assert cached == stored, (key, ops)
+
+
+def test_an_exclusive_cache_reads_nothing_for_a_session_it_holds(db: Database) -> None:
+    key = "cli:a"
+    cache = HistoryCache(5, exclusive=True)
+    append_through(db, cache, key, "t1", user("hello"))
+    both(db, cache, key)  # read whole once: kept
+    append_through(db, cache, key, "t1", assistant("hi"))
+    sent: list[str] = []
+
+    def traced_load(d: SqlDb) -> list[ChatMessage]:
+        d.conn.set_trace_callback(sent.append)
+        try:
+            tx = Tx(d, Masker())
+            seq = tx.turns.append_message(key, "t2", user("and now?"))
+            cache.added(tx, key, seq, user("and now?"))
+            return cache.load(tx, key)
+        finally:
+            d.conn.set_trace_callback(None)
+
+    loaded = db.run_sync(traced_load)
+    assert [m.content for m in loaded] == ["hello", "hi", "and now?"]
+    # The append (reported again as each of its triggers starts) and the full-text
+    # index's own statements ("--"): no read of the history.
+    assert {s for s in sent if not s.startswith("--")} == {sent[0]}
+    assert sent[0].startswith("INSERT INTO messages")
+
+
+def test_an_exclusive_cache_keeps_nothing_of_a_rolled_back_append(db: Database) -> None:
+    key = "cli:a"
+    cache = HistoryCache(5, exclusive=True)
+    append_through(db, cache, key, "t1", user("first"))
+    both(db, cache, key)
+
+    def append_then_fail(d: SqlDb) -> None:
+        tx = Tx(d, Masker())
+        seq = tx.turns.append_message(key, "t2", user("ghost"))
+        cache.added(tx, key, seq, user("ghost"))
+        assert [m.content for m in cache.load(tx, key)] == ["first", "ghost"]
+        raise ValueError("the job failed after the append")
+
+    with pytest.raises(ValueError, match="after the append"):
+        db.run_sync(append_then_fail)
+    append_through(db, cache, key, "t2", user("real"))
+    cached, stored = both(db, cache, key)
+    assert cached == stored
+    assert [m.content for m in cached] == ["first", "real"]
 
 
 # -- other writers ------------------------------------------------------------------------
