@@ -76,10 +76,14 @@ def _message(row: Any) -> ChatMessage:
 class TurnRepo:
     """Turns, their history (messages) and their tool calls: the checkpoint."""
 
-    __slots__ = ("_db", "_tx")
+    __slots__ = ("_db", "_pending", "_tx")
 
     def __init__(self, db: SqlDb, tx: Tx | None = None) -> None:
         self._db, self._tx = db, tx
+        # Calls added in this unit of work, not inserted yet: by id, their columns. They
+        # are settled (approved, waiting, finished) before the commit, so each is
+        # inserted once as it ends up (``flush``) rather than inserted, then updated.
+        self._pending: dict[str, dict[str, Any]] = {}
 
     def get(self, turn_id: str) -> TurnRow | None:
         raw = self._db.execute(
@@ -204,47 +208,47 @@ class TurnRepo:
     def add_calls(
         self, turn_id: str, step: int, calls: list[tuple[ToolCall, str]]
     ) -> list[CallRow]:
-        """Store the step's calls as planned; the rows as ``calls_of_step`` would read them."""
-        stored = [
-            (call, idx, json.dumps(call.args, sort_keys=True), args_hash)
-            for idx, (call, args_hash) in enumerate(calls)
-        ]
-        self._db.conn.executemany(
-            "INSERT INTO tool_calls (id, turn_id, step, idx, name, args, args_hash, status, error)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [
-                (
-                    call.id,
-                    turn_id,
-                    step,
-                    idx,
-                    call.name,
-                    args,
-                    args_hash,
-                    CallStatus.PLANNED,
-                    call.error,
+        """Store the step's calls as planned; the rows as ``calls_of_step`` would read them.
+        Written with the unit of work's end (``flush``), as ``set_call`` left them."""
+        rows = []
+        for idx, (call, args_hash) in enumerate(calls):
+            args = json.dumps(call.args, sort_keys=True)
+            self._pending[call.id] = {
+                "id": call.id, "turn_id": turn_id, "step": step, "idx": idx,
+                "name": call.name, "args": args, "args_hash": args_hash,
+                "status": CallStatus.PLANNED, "error": call.error, "approval_id": None,
+                "result": None, "started_at": None, "finished_at": None,
+            }  # fmt: skip
+            rows.append(
+                CallRow(
+                    id=call.id,
+                    turn_id=turn_id,
+                    step=step,
+                    idx=idx,
+                    name=call.name,
+                    args=json.loads(args),
+                    args_hash=args_hash,
+                    status=CallStatus.PLANNED,
+                    approval_id=None,
+                    result=None,
+                    error=call.error,
                 )
-                for call, idx, args, args_hash in stored
-            ],
-        )
-        return [
-            CallRow(
-                id=call.id,
-                turn_id=turn_id,
-                step=step,
-                idx=idx,
-                name=call.name,
-                args=json.loads(args),
-                args_hash=args_hash,
-                status=CallStatus.PLANNED,
-                approval_id=None,
-                result=None,
-                error=call.error,
             )
-            for call, idx, args, args_hash in stored
-        ]
+        return rows
+
+    def flush(self) -> None:
+        """Insert the calls added in this unit of work, as they are now."""
+        if not self._pending:
+            return
+        pending, self._pending = list(self._pending.values()), {}
+        self._db.conn.executemany(
+            f"INSERT INTO tool_calls ({', '.join(_PENDING_COLUMNS)})"
+            f" VALUES ({', '.join('?' for _ in _PENDING_COLUMNS)})",
+            [[row[column] for column in _PENDING_COLUMNS] for row in pending],
+        )
 
     def calls_of_step(self, turn_id: str, step: int) -> list[CallRow]:
+        self.flush()
         rows = self._db.execute(
             f"SELECT {_CALL_COLUMNS} FROM tool_calls WHERE turn_id = ? AND step = ? ORDER BY idx",
             [turn_id, step],
@@ -260,6 +264,16 @@ class TurnRepo:
         approval_id: str | None = None,
     ) -> None:
         now = time.time()
+        pending = self._pending.get(call_id)
+        if pending is not None:  # added in this unit of work: inserted as it ends up
+            pending["status"] = status
+            if status == CallStatus.STARTED:
+                pending["started_at"] = now
+            if result is not None:
+                pending["result"], pending["finished_at"] = json.dumps(result), now
+            if approval_id is not None:
+                pending["approval_id"] = approval_id
+            return
         sets = ["status = ?"]
         args: list[Any] = [status]
         if status == CallStatus.STARTED:
@@ -278,6 +292,7 @@ class TurnRepo:
     ) -> tuple[builtins.set[str], int]:
         """Which of ``ids`` a stored call uses already, and how often the most repeated of
         ``hashes`` was called in this turn: in one read."""
+        self.flush()
         if not ids or not hashes:  # `IN ()` is no SQL to PostgreSQL
             return self._taken(ids) if ids else set(), self._repeats(turn_id, hashes)
         id_marks = ",".join("?" for _ in ids)
@@ -295,6 +310,7 @@ class TurnRepo:
     def call_count(self, *, started: bool = False) -> int:
         """How many tool calls the store holds, of every turn; ``started``: only those
         whose run began."""
+        self.flush()
         where = " WHERE started_at IS NOT NULL" if started else ""
         return int(self._db.execute(f"SELECT COUNT(*) FROM tool_calls{where}").fetchone()[0])
 
@@ -307,6 +323,7 @@ class TurnRepo:
 
     def every_call(self) -> list[CallRow]:
         """Every tool call the store holds, of every turn, turn by turn and step by step."""
+        self.flush()
         rows = self._db.execute(
             f"SELECT {_CALL_COLUMNS} FROM tool_calls ORDER BY turn_id, step, idx"
         ).fetchall()
@@ -341,6 +358,10 @@ class TurnRepo:
         return int(row[0] or 0)
 
 
+_PENDING_COLUMNS = (
+    "id", "turn_id", "step", "idx", "name", "args", "args_hash", "status", "error",
+    "approval_id", "result", "started_at", "finished_at",
+)  # fmt: skip
 _CALL_COLUMNS = "id, turn_id, step, idx, name, args, args_hash, status, approval_id, result, error"
 
 

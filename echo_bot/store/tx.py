@@ -120,9 +120,13 @@ class Tx:
         self.after_commit.append(callback)
 
     def flush(self) -> None:
-        """Write what was held back (the audit rows), in the transaction still open; on
-        PostgreSQL, wake the other daemons for what it commits (``Store.on_wake``)."""
-        audit: AuditRepo | None = self.__dict__.get("audit")  # only if it was used
+        """Write what was held back (the step's calls, the audit rows), in the transaction
+        still open; on PostgreSQL, wake the other daemons for what it commits
+        (``Store.on_wake``)."""
+        turns: TurnRepo | None = self.__dict__.get("turns")  # only if it was used
+        if turns is not None:
+            turns.flush()
+        audit: AuditRepo | None = self.__dict__.get("audit")
         if audit is not None:
             audit.flush()
         if self.committed and dialect(self._db) == POSTGRES:

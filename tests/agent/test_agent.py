@@ -535,6 +535,7 @@ async def test_a_tool_call_turn_whose_call_is_done_is_reported_not_run_again(
         tx.turns.add_calls(inbound.id, 0, [(call, "hash")])
         result = ToolResult.success("It is the stored hour.").to_json()
         tx.turns.set_call(call.id, CallStatus.DONE, result=result)
+        tx.flush()  # as Store.run ends a unit of work
 
     store = store_engine(state_dir)
     await store.open()
