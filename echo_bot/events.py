@@ -23,6 +23,12 @@ def new_id() -> str:
     return f"{time.time_ns() // 1_000_000:012x}{secrets.token_bytes(10).hex()}"
 
 
+def is_new_id(value: str) -> bool:
+    """Whether ``value`` has ``new_id``'s shape: made here, so no stored row has it yet
+    (a model's call id never has it: ``openai_brain`` renames one that would)."""
+    return len(value) == 32 and all(c in "0123456789abcdef" for c in value)
+
+
 def id_time(value: str) -> float | None:
     """When an id made by ``new_id`` was made (seconds since the epoch); None for an id
     of another shape."""

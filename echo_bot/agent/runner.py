@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
@@ -31,6 +32,7 @@ from ..events import (
     OutboundMessage,
     TextFormat,
     ToolCallInbound,
+    is_new_id,
     new_id,
 )
 from ..logs import current_session, current_trace
@@ -82,6 +84,9 @@ class _Turn:
     turn: TurnRow
     conversation: Recall | None  # the history (and notes) for the next brain step, if read
     settled: list[CallRow] | None = None  # the step's calls as just stored and settled
+    # A turn made by this process: each of its calls' args_hash, counted as committed
+    # (what the store would answer); None for a turn resumed from the store.
+    made: Counter[str] | None = None
 
 
 class TurnRunner:
@@ -161,8 +166,9 @@ class TurnRunner:
         # resume.
         at = _Turn(turn, conversation)
         phase: Phase | None = Phase.RUN_CALLS
-        if turn.step == 0 and conversation is not None:
+        if turn.step == 0 and conversation is not None:  # just made here: no calls yet
             phase = Phase.THINK
+            at.made = Counter()
         while phase is not None:
             if phase is Phase.RUN_CALLS:
                 phase = await self._run_calls(inbound, at)
@@ -207,7 +213,14 @@ class TurnRunner:
             return None
         at.settled = await self._checkpoint(
             inbound,
-            partial(self._persist_step, inbound=inbound, turn=turn, reply=reply, tools=tools),
+            partial(
+                self._persist_step,
+                inbound=inbound,
+                turn=turn,
+                reply=reply,
+                tools=tools,
+                made=at.made,
+            ),
         )
         if at.settled is None:
             name = reply.tool_calls[0].name
@@ -334,17 +347,22 @@ class TurnRunner:
         turn: TurnRow,
         reply: BrainReply,
         tools: Sequence[Tool],
+        made: Counter[str] | None = None,
     ) -> list[CallRow] | None:
         """Record the brain's decision and store its step with its calls settled (all
-        committed before any of them runs); None if the model is looping."""
+        committed before any of them runs); None if the model is looping. ``made``: the
+        turn's calls so far, when this process made the turn (then not read back)."""
         self._audit_decision(tx, inbound, turn.step, reply)
         hashes = [args_hash(c.name, c.args) for c in reply.tool_calls]
         # Call ids come from the model, and some servers reuse them ("call_0" in every
         # response, or twice in one); the store needs each id once, so a reused one is
         # replaced (in the history too, so the model still sees matching ids).
-        taken, repeated = tx.turns.taken_and_repeats(
-            turn.id, [c.id for c in reply.tool_calls], hashes
-        )
+        ids = [c.id for c in reply.tool_calls]
+        if made is None:
+            taken, repeated = tx.turns.taken_and_repeats(turn.id, ids, hashes)
+        else:  # only a model's ids may be stored already (ids made here are new)
+            taken = tx.turns.taken([i for i in ids if not is_new_id(i)])
+            repeated = max((made[h] for h in hashes), default=0)
         if repeated >= MAX_IDENTICAL_CALLS:
             return None
         calls: list[ToolCall] = []
@@ -360,6 +378,8 @@ class TurnRunner:
             ChatMessage(role="assistant", content=reply.text, tool_calls=tuple(calls)),
         )
         rows = tx.turns.add_calls(turn.id, turn.step, list(zip(calls, hashes, strict=True)))
+        if made is not None:
+            tx.on_commit(lambda: made.update(hashes))
         return self.executor.settle_step(tx, inbound, turn, tools, rows)
 
     def _plan_direct(

@@ -24,7 +24,7 @@ from typing import Any
 
 from ..config import PLACEHOLDER_KEY, BrainConfig, OpenAIConfig
 from ..conversation import ChatMessage, ToolCall
-from ..events import new_id
+from ..events import is_new_id, new_id
 from ..tools.base import Tool
 from .base import BrainContext, BrainReply, LLMUnavailable, Preview
 from .llm_prompt import build_messages, wrap_tool_output
@@ -366,6 +366,8 @@ def _tool_call(raw: Any) -> ToolCall:
     name = str(getattr(function, "name", "") or "")
     arguments = getattr(function, "arguments", None)
     call_id = str(getattr(raw, "id", "") or f"call_{new_id()}")
+    if is_new_id(call_id):  # the shape of ids made here, which need no look for reuse
+        call_id = f"call_{call_id}"
     text = arguments if isinstance(arguments, str) else json.dumps(arguments)
     if not name:
         # Kept in the history and sent back, where an empty name is rejected by the API.

@@ -294,7 +294,7 @@ class TurnRepo:
         ``hashes`` was called in this turn: in one read."""
         self.flush()
         if not ids or not hashes:  # `IN ()` is no SQL to PostgreSQL
-            return self._taken(ids) if ids else set(), self._repeats(turn_id, hashes)
+            return self.taken(ids), self._repeats(turn_id, hashes)
         id_marks = ",".join("?" for _ in ids)
         hash_marks = ",".join("?" for _ in hashes)
         rows = self._db.execute(
@@ -337,10 +337,11 @@ class TurnRepo:
         ).fetchall()
         return [_message(row) for row in rows]
 
-    def _taken(self, ids: list[str]) -> builtins.set[str]:
-        """Which of ``ids`` are already used by a stored tool call."""
+    def taken(self, ids: list[str]) -> builtins.set[str]:
+        """Which of ``ids`` are already used by a stored tool call (none: no statement)."""
         if not ids:
             return set()
+        self.flush()
         marks = ",".join("?" for _ in ids)
         rows = self._db.execute(f"SELECT id FROM tool_calls WHERE id IN ({marks})", ids).fetchall()
         return {r[0] for r in rows}

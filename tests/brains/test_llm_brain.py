@@ -389,6 +389,22 @@ async def test_reused_tool_call_ids_do_not_break_turns(state_dir: Path) -> None:
         assert [m["tool_call_id"] for m in tool_messages(last)][-2:] == ids
 
 
+async def test_a_server_id_shaped_like_ours_used_in_two_turns_breaks_neither(
+    state_dir: Path,
+) -> None:
+    """A turn's new calls are not looked up when their ids were made here (32 hex
+    digits, ``new_id``): a server's id of that shape must not pass for one of ours."""
+    ours = "0123456789abcdef0123456789abcdef"
+    async with llm_bot(state_dir) as (llm, bot):
+        for answer in ("one", "two"):
+            llm.tool_calls([("current_time", {}, ours)])
+            llm.reply(answer)
+            assert (await ask(bot, "time?")).text == answer
+        assert_all_shaped(llm)
+        calls = await bot.store.run(lambda tx: tx.turns.every_call())
+        assert len(calls) == 2 and len({c.id for c in calls}) == 2
+
+
 async def test_a_tool_call_without_a_name_can_be_corrected(state_dir: Path) -> None:
     async with llm_bot(state_dir) as (llm, bot):
         llm.tool_calls([("", {}, "call_anon")])
