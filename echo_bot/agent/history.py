@@ -87,6 +87,15 @@ class HistoryCache:
             tx.on_commit(lambda: self._keep(session_key, entry))
         return list(zip(entry.seqs, entry.messages, strict=True))
 
+    def peek(self, session_key: str, pending: list[ChatMessage]) -> list[ChatMessage] | None:
+        """Exclusive only: the history a load would give once ``pending`` (the session's
+        next messages, not written yet) is appended; None when the session is not held."""
+        with self._lock:
+            cached = self._entries.get(session_key) if self.exclusive else None
+        if cached is None:
+            return None
+        return list(_extended(cached, [(cached.seq, m) for m in pending]).messages)
+
     def added(self, tx: Tx, session_key: str, seq: int, message: ChatMessage) -> None:
         """``message`` was appended to the session's history as ``seq`` in ``tx`` (the
         turn runner's appends: ``exclusive`` keeps the cache by them)."""

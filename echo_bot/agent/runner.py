@@ -23,7 +23,7 @@ from ..brains.llm_prompt import summary_cut
 from ..commands.registry import CommandRegistry, summarise_results, trailing_results
 from ..config import BrainConfig
 from ..conversation import BrainContext, BrainReply, ChatMessage, FileNote, ToolCall
-from ..errors import StoreUnavailable
+from ..errors import EchoBotError, StoreUnavailable
 from ..events import (
     InboundMessage,
     InboundStatus,
@@ -77,6 +77,11 @@ class Recall:
     seqs: tuple[int, ...] = ()  # each message's seq, for a brain that reads the chat
 
 
+class _NotFresh(EchoBotError):
+    """A turn started in memory (``TurnRunner._start_here``) was found started or finished
+    in the store when its start was written: nothing of that checkpoint is committed."""
+
+
 @dataclass
 class _Turn:
     """A message turn as its phases leave it for the next."""
@@ -124,6 +129,13 @@ class TurnRunner:
         # Only a model reads the chat's notes and model choice: the rules brain's turns
         # do not read them.
         self.reads_chat = bool(getattr(brain, "reads_chat", False))
+        # A brain that answers in this process at once (the rules brain): between its
+        # steps nothing slow happens, so a checkpoint that only writes can wait for the
+        # next one and go in the same commit (``_defer``). Not with a model to wait for:
+        # a crash then would cost its answer again.
+        self.writes_later = bool(getattr(brain, "local", False)) and fence is None
+        self._deferred: dict[str, list[Callable[[Tx], None]]] = {}  # by inbound id
+        self._begun_here: set[str] = set()  # turns started in memory, not finished
 
     def _recall(self, tx: Tx, session_key: str) -> Recall:
         if not self.reads_chat:
@@ -141,21 +153,40 @@ class TurnRunner:
 
     async def advance(self, inbound_id: str, known: InboundMessage | None = None) -> None:
         """Move the turn of inbox row ``inbound_id`` as far as it can go now (``known``:
-        the message itself, when the caller has it: then only its status is read)."""
-        begun = await self.store.run(lambda tx: self._begin(tx, inbound_id, known))
-        if isinstance(begun, MessageInbound):  # a new turn with files: ready them first
-            prepared = await self.media.prepare(begun)
-            begun = await self.store.run(lambda tx: self._begin(tx, inbound_id, known, prepared))
-        if begun is None or isinstance(begun, MessageInbound):
-            return
-        inbound, turn, conversation = begun
-        current_trace.set(inbound.trace_id)
-        current_session.set(inbound.session_key)
-        await self._drive(inbound, turn, conversation)
+        the message itself, when the caller has it: then only its status is read, or, for
+        a new turn that can start in memory, nothing: ``_start_here``)."""
+        if known is not None and inbound_id not in self._begun_here:
+            begun_here = self._start_here(known)
+            if begun_here is not None:
+                self._begun_here.add(inbound_id)  # tried again: from the store
+                try:
+                    await self._drive(*begun_here)
+                except _NotFresh:
+                    log.warning("turn %s had started already; going on from the store", inbound_id)
+                else:
+                    self._begun_here.discard(inbound_id)
+                    return
+                finally:
+                    self._deferred.pop(inbound_id, None)
+        try:
+            begun = await self.store.run(lambda tx: self._begin(tx, inbound_id, known))
+            if isinstance(begun, MessageInbound):  # a new turn with files: ready them first
+                prepared = await self.media.prepare(begun)
+                begun = await self.store.run(
+                    lambda tx: self._begin(tx, inbound_id, known, prepared)
+                )
+            if begun is None or isinstance(begun, MessageInbound):
+                return
+            await self._drive(*begun)
+        finally:
+            self._begun_here.discard(inbound_id)
+            self._deferred.pop(inbound_id, None)
 
     async def _drive(
         self, inbound: InboundMessage, turn: TurnRow, conversation: Recall | None
     ) -> None:
+        current_trace.set(inbound.trace_id)
+        current_session.set(inbound.session_key)
         if isinstance(inbound, ToolCallInbound):
             await self._drive_direct(inbound, turn)
             return
@@ -185,9 +216,12 @@ class TurnRunner:
         if progress.waiting:
             await self._checkpoint(inbound, partial(self._suspend, inbound=inbound, turn=at.turn))
             return None
-        at.turn, at.conversation = await self._checkpoint(
-            inbound, partial(self._close_step, inbound=inbound, turn=at.turn, progress=progress)
-        )
+        closed: tuple[TurnRow, Recall | None] | None = self._close_here(inbound, at.turn, progress)
+        if closed is None:
+            closed = await self._checkpoint(
+                inbound, partial(self._close_step, inbound=inbound, turn=at.turn, progress=progress)
+            )
+        at.turn, at.conversation = closed
         return Phase.THINK
 
     async def _think(self, inbound: MessageInbound, at: _Turn) -> Phase | None:
@@ -250,7 +284,49 @@ class TurnRunner:
 
     # -- checkpoints ----------------------------------------------------------------------
     async def _checkpoint(self, inbound: InboundMessage, write: Callable[[Tx], T]) -> T:
+        """Commit ``write``, after what was deferred to this checkpoint (``_defer``)."""
+        deferred = self._deferred.pop(inbound.id, None)
+        if deferred:
+
+            def with_deferred(tx: Tx) -> T:
+                for earlier in deferred:
+                    earlier(tx)
+                return write(tx)
+
+            return await run_fenced(self.store, self.fence, inbound.session_key, with_deferred)
         return await run_fenced(self.store, self.fence, inbound.session_key, write)
+
+    def _defer(self, inbound: InboundMessage, write: Callable[[Tx], None]) -> None:
+        """Write ``write`` with the turn's next checkpoint, in its transaction and before
+        it. Only what a crash may lose: the turn then goes on from its last commit."""
+        self._deferred.setdefault(inbound.id, []).append(write)
+
+    def _start_here(self, inbound: InboundMessage) -> tuple[MessageInbound, TurnRow, Recall] | None:
+        """A new message turn started in memory, with no read (``writes_later``, the
+        session's history held by the cache, no files to ready); its start (the inbound
+        running, the turn, the user's words in the history) written with its first
+        checkpoint, which fails with ``_NotFresh`` if the store had started it already.
+        Not a command: one may write to the store itself, after its turn's start."""
+        if not self.writes_later or not isinstance(inbound, MessageInbound) or inbound.attachments:
+            return None
+        if self.commands.parse(inbound.text or "") is not None:
+            return None  # a command may write itself (/new): after its turn's start
+        user = ChatMessage(role="user", content=inbound.text or "", turn_id=inbound.id)
+        messages = self.history.peek(inbound.session_key, [user])
+        if messages is None:
+            return None
+
+        def start(tx: Tx) -> None:
+            if not tx.inbox.start(inbound.id):
+                raise _NotFresh(inbound.id)
+            if not tx.turns.add(inbound.id, inbound.session_key, inbound.trace_id):
+                raise _NotFresh(inbound.id)
+            self._append(tx, inbound.session_key, inbound.id, user)
+            self._audit_started(tx, inbound, inbound)
+
+        self._defer(inbound, start)
+        turn = TurnRow(inbound.id, inbound.session_key, inbound.trace_id, 0, TurnStatus.RUNNING)
+        return inbound, turn, Recall(messages)
 
     def _begin(
         self,
@@ -319,6 +395,12 @@ class TurnRunner:
             for notice in prepared.notices if prepared is not None else ():
                 tx.outbox.add(self._notice(inbound, notice))
             conversation = self._recall(tx, inbound.session_key)
+        self._audit_started(tx, inbound, message)
+        return conversation
+
+    def _audit_started(
+        self, tx: Tx, inbound: InboundMessage, message: MessageInbound | None
+    ) -> None:
         tx.audit.write(
             "turn.started",
             trace_id=inbound.trace_id,
@@ -329,7 +411,6 @@ class TurnRunner:
             sender=inbound.sender.id,
             text=message.text if message is not None else None,
         )
-        return conversation
 
     def _append(self, tx: Tx, session_key: str, turn_id: str, message: ChatMessage) -> None:
         """``message`` into the session's history, and into its cache once committed."""
@@ -396,26 +477,48 @@ class TurnRunner:
         """Store the step's results, append them to history and move to the next step,
         atomically; a message turn gets the history for its next brain step in the same
         go."""
-        self.executor.record(tx, inbound, progress.unrecorded)
+        self._step_closed(tx, inbound, turn, progress)
         conversation = None
         if isinstance(inbound, MessageInbound):
-            for call in progress.calls:
-                result = ToolResult.from_json(call.result or {"ok": False, "output": "no result"})
-                self._append(
-                    tx,
-                    inbound.session_key,
-                    turn.id,
-                    ChatMessage(
-                        role="tool",
-                        content=self.result_text(result, call.id),
-                        tool_call_id=call.id,
-                        name=call.name,
-                    ),
-                )
             conversation = self._recall(tx, inbound.session_key)
-        tx.turns.set(turn.id, step=turn.step + 1)
         following = TurnRow(turn.id, turn.session_key, turn.trace_id, turn.step + 1, turn.status)
         return following, conversation
+
+    def _close_here(
+        self, inbound: InboundMessage, turn: TurnRow, progress: StepProgress
+    ) -> tuple[TurnRow, Recall] | None:
+        """``_close_step`` without a commit of its own (``writes_later``, the history
+        held by the cache): written with the next checkpoint. None when it cannot be."""
+        if not self.writes_later or not isinstance(inbound, MessageInbound):
+            return None
+        results = [self._tool_message(call, turn.id) for call in progress.calls]
+        messages = self.history.peek(inbound.session_key, results)
+        if messages is None:
+            return None
+        self._defer(inbound, partial(self._step_closed, inbound=inbound, turn=turn,
+                                     progress=progress))  # fmt: skip
+        following = TurnRow(turn.id, turn.session_key, turn.trace_id, turn.step + 1, turn.status)
+        return following, Recall(messages)
+
+    def _step_closed(
+        self, tx: Tx, inbound: InboundMessage, turn: TurnRow, progress: StepProgress
+    ) -> None:
+        """The writes that close a step: its results, in the history too, and the next step."""
+        self.executor.record(tx, inbound, progress.unrecorded)
+        if isinstance(inbound, MessageInbound):
+            for call in progress.calls:
+                self._append(tx, inbound.session_key, turn.id, self._tool_message(call, turn.id))
+        tx.turns.set(turn.id, step=turn.step + 1)
+
+    def _tool_message(self, call: CallRow, turn_id: str) -> ChatMessage:
+        result = ToolResult.from_json(call.result or {"ok": False, "output": "no result"})
+        return ChatMessage(
+            role="tool",
+            content=self.result_text(result, call.id),
+            tool_call_id=call.id,
+            name=call.name,
+            turn_id=turn_id,
+        )
 
     def result_text(self, result: ToolResult, call_id: str) -> str:
         text = self.registry.for_model(result, call_id)

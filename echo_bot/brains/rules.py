@@ -83,6 +83,7 @@ def match_tool(text: str, tools: Sequence[Tool]) -> tuple[Tool, float] | None:
 
 class RulesBrain:
     name = "rules"
+    local = True  # answers in this process at once: nothing to wait for between steps
 
     def __init__(self, commands: CommandRegistry) -> None:
         self.commands = commands

@@ -285,6 +285,15 @@ class InboxRepo:
         sql += " ORDER BY seq DESC LIMIT ?"
         return [InboundSummary(*row) for row in self._db.execute(sql, [*args, limit]).fetchall()]
 
+    def start(self, inbound_id: str) -> bool:
+        """Mark the inbound running, when it is not finished; False when it is (or is gone)."""
+        cursor = self._db.execute(
+            "UPDATE inbox SET status = ?, error = NULL, updated_at = ?"
+            " WHERE id = ? AND status IN (?, ?, ?)",
+            [InboundStatus.RUNNING, time.time(), inbound_id, *UNFINISHED],
+        )
+        return bool(cursor.rowcount == 1)
+
     def set_status(
         self,
         inbound_id: str,

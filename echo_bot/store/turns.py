@@ -76,7 +76,7 @@ def _message(row: Any) -> ChatMessage:
 class TurnRepo:
     """Turns, their history (messages) and their tool calls: the checkpoint."""
 
-    __slots__ = ("_db", "_pending", "_tx")
+    __slots__ = ("_db", "_pending", "_sets", "_tx")
 
     def __init__(self, db: SqlDb, tx: Tx | None = None) -> None:
         self._db, self._tx = db, tx
@@ -84,8 +84,11 @@ class TurnRepo:
         # are settled (approved, waiting, finished) before the commit, so each is
         # inserted once as it ends up (``flush``) rather than inserted, then updated.
         self._pending: dict[str, dict[str, Any]] = {}
+        # Changes to turns (``set``), by turn: one UPDATE each at the end.
+        self._sets: dict[str, dict[str, Any]] = {}
 
     def get(self, turn_id: str) -> TurnRow | None:
+        self.flush()
         raw = self._db.execute(
             "SELECT id, session_key, trace_id, step, status FROM turns WHERE id = ?", [turn_id]
         ).fetchone()
@@ -94,6 +97,7 @@ class TurnRepo:
     def of_inbound(self, inbound_id: str) -> tuple[InboundStatus, TurnRow | None] | None:
         """The inbound's status and its turn (None before it has one) in one read; None
         when there is no such inbound. A turn has its inbound's id."""
+        self.flush()
         raw = self._db.execute(
             "SELECT i.status, t.id, t.session_key, t.trace_id, t.step, t.status FROM inbox i"
             " LEFT JOIN turns t ON t.id = i.id WHERE i.id = ?",
@@ -103,14 +107,19 @@ class TurnRepo:
             return None
         return InboundStatus(raw[0]), TurnRow(*raw[1:]) if raw[1] is not None else None
 
-    def create(self, turn_id: str, session_key: str, trace_id: str) -> TurnRow:
+    def add(self, turn_id: str, session_key: str, trace_id: str) -> bool:
+        """A new turn, running at step 0; False (and nothing written) when it exists."""
         now = time.time()
         cursor = self._db.execute(
             "INSERT INTO turns (id, session_key, trace_id, step, status, created_at, updated_at)"
             " VALUES (?, ?, ?, 0, 'running', ?, ?) ON CONFLICT(id) DO NOTHING",
             [turn_id, session_key, trace_id, now, now],
         )
-        if cursor.rowcount != 1:  # it existed already
+        return bool(cursor.rowcount == 1)
+
+    def create(self, turn_id: str, session_key: str, trace_id: str) -> TurnRow:
+        """``add``; the turn as it is stored (the one there already, if it existed)."""
+        if not self.add(turn_id, session_key, trace_id):
             row = self.get(turn_id)
             assert row is not None
             return row
@@ -119,15 +128,14 @@ class TurnRepo:
     def set(
         self, turn_id: str, *, step: int | None = None, status: TurnStatus | None = None
     ) -> None:
-        sets: list[str] = ["updated_at = ?"]
-        args: list[object] = [time.time()]
+        """Change the turn; written with the unit of work's end, every change to it in
+        one UPDATE (``flush``)."""
+        sets = self._sets.setdefault(turn_id, {})
+        sets["updated_at"] = time.time()
         if step is not None:
-            sets.append("step = ?")
-            args.append(step)
+            sets["step"] = step
         if status is not None:
-            sets.append("status = ?")
-            args.append(status)
-        self._db.execute(f"UPDATE turns SET {', '.join(sets)} WHERE id = ?", [*args, turn_id])
+            sets["status"] = status
 
     def append_message(self, session_key: str, turn_id: str, message: ChatMessage) -> int:
         """Append ``message`` to the session's history; its seq."""
@@ -237,15 +245,21 @@ class TurnRepo:
         return rows
 
     def flush(self) -> None:
-        """Insert the calls added in this unit of work, as they are now."""
-        if not self._pending:
-            return
-        pending, self._pending = list(self._pending.values()), {}
-        self._db.conn.executemany(
-            f"INSERT INTO tool_calls ({', '.join(_PENDING_COLUMNS)})"
-            f" VALUES ({', '.join('?' for _ in _PENDING_COLUMNS)})",
-            [[row[column] for column in _PENDING_COLUMNS] for row in pending],
-        )
+        """Write what this unit of work held back: the calls it added, as they are now, and
+        each turn's changes."""
+        if self._pending:
+            pending, self._pending = list(self._pending.values()), {}
+            self._db.conn.executemany(
+                f"INSERT INTO tool_calls ({', '.join(_PENDING_COLUMNS)})"
+                f" VALUES ({', '.join('?' for _ in _PENDING_COLUMNS)})",
+                [[row[column] for column in _PENDING_COLUMNS] for row in pending],
+            )
+        sets, self._sets = self._sets, {}
+        for turn_id, changes in sets.items():
+            assigned = ", ".join(f"{column} = ?" for column in changes)
+            self._db.execute(
+                f"UPDATE turns SET {assigned} WHERE id = ?", [*changes.values(), turn_id]
+            )
 
     def calls_of_step(self, turn_id: str, step: int) -> list[CallRow]:
         self.flush()
@@ -316,6 +330,7 @@ class TurnRepo:
 
     def every_turn(self) -> list[TurnRow]:
         """Every turn the store holds, of every session."""
+        self.flush()
         rows = self._db.execute(
             "SELECT id, session_key, trace_id, step, status FROM turns ORDER BY created_at, id"
         ).fetchall()

@@ -1,0 +1,105 @@
+"""A turn of the rules brain on SQLite commits twice: its start with its first step, its
+results with its answer (the checkpoints between them wait for the next commit, with
+nothing slow in between). What that must not cost: a message handed over again is still
+answered once, the history the cache holds is still the store's, and a tool's result is
+recorded before anything shows it."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from echo_bot.events import InboundStatus
+from echo_bot.store import DB_FILENAME
+from tests.conftest import calls_of_turn, running_bot
+
+
+def commits_touching(statements: list[str], inbound_id: str) -> int:
+    """How many transactions among ``statements`` wrote something of ``inbound_id``'s turn."""
+    count, touched = 0, False
+    for statement in statements:
+        if statement.startswith("BEGIN"):
+            touched = False
+        elif statement.startswith("COMMIT"):
+            count += touched
+        elif inbound_id in statement and statement.split()[0] in {"INSERT", "UPDATE"}:
+            touched = True
+    return count
+
+
+async def test_a_rules_turn_commits_its_start_with_its_step_and_its_results_with_its_answer(
+    state_dir: Path,
+) -> None:
+    async with running_bot(state_dir) as bot:
+        await bot.channel.reply_to(await bot.channel.say("what time is it?"))  # history held
+        sent: list[str] = []
+        await bot.db.run(lambda db: db.conn.set_trace_callback(sent.append))
+        try:
+            asked = await bot.channel.say("what time is it?")
+            reply = await bot.channel.reply_to(asked)
+        finally:
+            await bot.db.run(lambda db: db.conn.set_trace_callback(None))
+        assert reply.text.startswith("It is")
+        # The inbound's own commit, then the turn's two (the delivery's comes after).
+        assert commits_touching(sent, asked) == 3
+        (call,) = await bot.store.run(lambda tx: calls_of_turn(tx, asked))
+        assert call.status == "done" and call.result is not None
+        assert call.result["output"] == reply.text
+
+
+async def test_the_history_the_cache_holds_is_the_stores_after_turns_and_a_reset(
+    state_dir: Path,
+) -> None:
+    async with running_bot(state_dir) as bot:
+        runner = bot.daemon.runtime.runner
+        key = "cli:local"
+        for text in ["what time is it?", "/help", "what time is it?", "/new", "what time is it?"]:
+            await bot.channel.reply_to(await bot.channel.say(text))
+            held = runner.history.peek(key, [])
+            stored = await bot.store.run(lambda tx: tx.turns.history(key))
+            if held is not None:  # dropped by /new until the next turn reads it whole
+                assert held == stored, text
+        assert runner.history.peek(key, []) == await bot.store.run(lambda tx: tx.turns.history(key))
+        assert [m.role for m in await bot.store.run(lambda tx: tx.turns.history(key))] == [
+            "user", "assistant", "tool", "assistant",
+        ]  # fmt: skip
+
+
+@pytest.mark.usefixtures("on_both_engines")
+async def test_a_message_handed_over_again_after_its_answer_is_not_answered_again(
+    state_dir: Path,
+) -> None:
+    async with running_bot(state_dir) as bot:
+        await bot.channel.reply_to(await bot.channel.say("what time is it?"))
+        asked = await bot.channel.say("what time is it?")
+        await bot.channel.reply_to(asked)
+        row = await bot.store.run(lambda tx: tx.inbox.get(asked))
+        assert row is not None and row.status == InboundStatus.DONE
+        await bot.daemon.runtime.runner.advance(asked, row.message)
+        replies = [m for m in bot.channel.sent if m.metadata.get("inbound_id") == asked]
+        assert len(replies) == 1
+        history = await bot.store.run(lambda tx: tx.turns.history("cli:local"))
+        assert [m.role for m in history].count("user") == 2
+        assert len(await bot.store.run(lambda tx: calls_of_turn(tx, asked))) == 1
+
+
+def test_the_turn_rows_in_the_file_match_what_was_answered(state_dir: Path) -> None:
+    """After a run: every inbound done has its turn done and its calls done (a deferred
+    checkpoint never leaves a turn behind its inbound)."""
+    import asyncio
+
+    async def run() -> None:
+        async with running_bot(state_dir) as bot:
+            for _ in range(5):
+                await bot.channel.reply_to(await bot.channel.say("what time is it?"))
+
+    asyncio.run(run())
+    with sqlite3.connect(state_dir / DB_FILENAME) as conn:
+        rows = conn.execute(
+            "SELECT i.status, t.status, t.step FROM inbox i JOIN turns t ON t.id = i.id"
+        ).fetchall()
+        calls = conn.execute("SELECT status FROM tool_calls").fetchall()
+    assert rows == [("done", "done", 1)] * 5
+    assert calls == [("done",)] * 5
