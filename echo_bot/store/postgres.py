@@ -182,13 +182,17 @@ class PostgresDatabase(ThreadedEngine):
         self._opened = False
         self._listener: threading.Thread | None = None
         self._stop_listening = threading.Event()
+        # The server processes of this engine's own connections (the newest few): what
+        # they notify, this process announced to its own parts at the commit already.
+        self._own: tuple[int, ...] = ()
 
     def describe(self) -> str:
         return f"PostgreSQL {self.where}"
 
     def listen(self, wake: Callable[[str], None]) -> None:
         """``wake(payload)`` (on a thread of its own) for every NOTIFY on the channel the
-        daemons share, on a connection of its own; "*" each time it (re)connects."""
+        daemons share but this engine's own, on a connection of its own; "*" each time
+        it (re)connects."""
         if self._listener is not None:
             return
         self._listener = threading.Thread(
@@ -208,7 +212,8 @@ class PostgresDatabase(ThreadedEngine):
                     wake("*")
                     while not self._stop_listening.is_set():
                         for note in conn.notifies(timeout=1.0):
-                            wake(note.payload)
+                            if note.pid not in self._own:  # another daemon's, or a command's
+                                wake(note.payload)
             except psycopg.Error as exc:
                 log.debug("listening for other daemons failed (%s); again in 1 s", exc)
                 self._stop_listening.wait(1.0)
@@ -262,6 +267,7 @@ class PostgresDatabase(ThreadedEngine):
         except BaseException:
             conn.close()
             raise
+        self._own = (*self._own[-7:], conn.info.backend_pid)
         return PgSession(conn)
 
     def _open(self, *, create: bool = True) -> None:

@@ -170,10 +170,11 @@ class Store:
         return self.database.health()
 
     def on_wake(self, callback: Callable[[str], None]) -> None:
-        """On PostgreSQL, call ``callback(kinds)`` on this loop whenever any daemon
-        commits work ("inbound", "outbound", "reminder", "timezone", "approval",
-        comma-separated; "*" after the listener (re)connected: something may have been
-        missed). Any number of parts may ask; one listener serves them all."""
+        """On PostgreSQL, call ``callback(kinds)`` on this loop whenever another daemon (or
+        a management command) commits work ("inbound", "outbound", "reminder",
+        "timezone", "approval", comma-separated; "*" after the listener (re)connected:
+        something may have been missed). This store's own commits are announced to its
+        subscribers instead. Any number of parts may ask; one listener serves them all."""
         listen = getattr(self.database, "listen", None)
         if listen is None:
             return

@@ -478,6 +478,46 @@ async def test_work_committed_by_one_daemon_wakes_the_others_and_a_rollback_does
             await listener.close()
 
 
+async def test_a_daemons_own_commits_do_not_wake_it_but_it_hears_them_at_once() -> None:
+    """What a store commits it announces to its own parts at the commit: its NOTIFY wakes
+    the other daemons only (one read fewer per commit for each of its woken parts)."""
+    from echo_bot.events import Address, Sender, new_id
+    from echo_bot.store import InboundCommitted
+    from echo_bot.store.postgres import PostgresDatabase
+
+    with fresh_database() as url:
+        own, other = Store(PostgresDatabase(url), Masker()), Store(PostgresDatabase(url), Masker())
+        await own.open()
+        await other.open()
+        woken: asyncio.Queue[str] = asyncio.Queue()
+        announced: list[InboundCommitted] = []
+        own.on_wake(woken.put_nowait)
+        own.subscribe(InboundCommitted, announced.append)
+        try:
+            async with asyncio.timeout(10):
+                assert await woken.get() == "*"  # listening now
+
+            def message(chat: str) -> MessageInbound:
+                return MessageInbound(
+                    address=Address(channel="cli", chat_id=chat),
+                    sender=Sender(id="owner"),
+                    text="hello",
+                    external_id=new_id(),
+                )
+
+            mine = message("a")
+            await own.run(lambda tx: tx.inbox.add(mine))
+            assert [m.id for event in announced for m in event.messages] == [mine.id]
+            await other.run(lambda tx: tx.inbox.add(message("b")))
+            async with asyncio.timeout(10):
+                assert await woken.get() == "inbound"  # the other daemon's, not its own
+            await asyncio.sleep(0.5)
+            assert woken.empty()
+        finally:
+            await own.close()
+            await other.close()
+
+
 async def test_a_chat_time_zone_set_through_one_daemon_is_used_by_the_others(
     tmp_path: Path,
 ) -> None:
