@@ -95,7 +95,9 @@ class Dispatcher:
         )
         held, self._held = self._held or [], None
         for message in unfinished:
-            self._dispatch(message)
+            # By its id: a recovered turn may have started before the stop, so its turn
+            # reads where it stands (the runner starts in memory only what is new).
+            self._dispatch(message, recovered=True)
         recovered = {message.id for message in unfinished}
         self.accept([message for message in held if message.id not in recovered])
         self._tasks = [asyncio.create_task(self._poll_loop(), name="inbox-poll")]
@@ -194,7 +196,7 @@ class Dispatcher:
         """Look for claimable work now (another daemon committed some)."""
         self._claim_now.set()
 
-    def _dispatch(self, message: InboundMessage) -> None:
+    def _dispatch(self, message: InboundMessage, *, recovered: bool = False) -> None:
         if self._stopping:  # it stays accepted in the inbox: the next start runs it
             return
         if isinstance(message, DecisionInbound):
@@ -206,7 +208,7 @@ class Dispatcher:
             self._tasks.append(task)
             task.add_done_callback(self._forget)
         else:
-            self.schedule(message.session_key, message)
+            self.schedule(message.session_key, message.id if recovered else message)
 
     def _forget(self, task: asyncio.Task[None]) -> None:
         with contextlib.suppress(ValueError):

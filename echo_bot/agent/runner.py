@@ -51,6 +51,7 @@ from .history import HistoryCache
 log = logging.getLogger(__name__)
 
 HISTORY_LIMIT = 200
+MAX_BEGUN_HERE = 1_000
 # A model asking for the very same call (name and arguments) this often in one turn is
 # looping; the turn ends with an honest message.
 MAX_IDENTICAL_CALLS = 2
@@ -135,7 +136,8 @@ class TurnRunner:
         # a crash then would cost its answer again.
         self.writes_later = bool(getattr(brain, "local", False)) and fence is None
         self._deferred: dict[str, list[Callable[[Tx], None]]] = {}  # by inbound id
-        self._begun_here: set[str] = set()  # turns started in memory, not finished
+        # Turns started in memory and not finished (an ordered set, bounded).
+        self._begun_here: dict[str, None] = {}
 
     def _recall(self, tx: Tx, session_key: str) -> Recall:
         if not self.reads_chat:
@@ -158,13 +160,15 @@ class TurnRunner:
         if known is not None and inbound_id not in self._begun_here:
             begun_here = self._start_here(known)
             if begun_here is not None:
-                self._begun_here.add(inbound_id)  # tried again: from the store
+                self._begun_here[inbound_id] = None  # tried again: from the store
+                while len(self._begun_here) > MAX_BEGUN_HERE:  # failed, never tried again
+                    del self._begun_here[next(iter(self._begun_here))]
                 try:
                     await self._drive(*begun_here)
                 except _NotFresh:
                     log.warning("turn %s had started already; going on from the store", inbound_id)
                 else:
-                    self._begun_here.discard(inbound_id)
+                    self._begun_here.pop(inbound_id, None)
                     return
                 finally:
                     self._deferred.pop(inbound_id, None)
@@ -179,7 +183,7 @@ class TurnRunner:
                 return
             await self._drive(*begun)
         finally:
-            self._begun_here.discard(inbound_id)
+            self._begun_here.pop(inbound_id, None)
             self._deferred.pop(inbound_id, None)
 
     async def _drive(
@@ -629,6 +633,8 @@ class TurnRunner:
             tx.summaries.keep(inbound.session_key, upto, made.text)
             self._audit_decision(tx, inbound, context.step, made)  # its tokens count
 
+        # Inside the brain's step: never with writes deferred to it (only a model
+        # summarises, and a model's turns defer nothing: ``writes_later``).
         await self._checkpoint(inbound, keep)
         summarised = replace(
             recall, messages=recall.messages[cut:], seqs=recall.seqs[cut:], summary=made.text
