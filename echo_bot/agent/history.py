@@ -75,12 +75,12 @@ class HistoryCache:
         """``load``, each message with its seq."""
         with self._lock:
             cached = self._entries.get(session_key)
+            if cached is not None and self.exclusive:  # nobody else writes it: no read
+                added = self._added.get(tx, {}).get(session_key)
+                entry = _extended(cached, added) if added else cached
+                return list(zip(entry.seqs, entry.messages, strict=True))
         if cached is None:
             entry = self._read_all(tx, session_key)
-        elif self.exclusive:  # nobody else writes it: what is cached, and this tx's own
-            added = self._added.get(tx, {}).get(session_key)
-            entry = _extended(cached, added) if added else cached
-            return list(zip(entry.seqs, entry.messages, strict=True))
         else:
             entry = self._read_new(tx, session_key, cached)
         if entry is not cached:
@@ -89,12 +89,16 @@ class HistoryCache:
 
     def peek(self, session_key: str, pending: list[ChatMessage]) -> list[ChatMessage] | None:
         """Exclusive only: the history a load would give once ``pending`` (the session's
-        next messages, not written yet) is appended; None when the session is not held."""
+        next messages, none a reset marker, not written yet) is appended; None when the
+        session is not held."""
         with self._lock:
             cached = self._entries.get(session_key) if self.exclusive else None
-        if cached is None:
-            return None
-        return list(_extended(cached, [(cached.seq, m) for m in pending]).messages)
+            if cached is None:
+                return None
+            messages = list(cached.messages)
+            reset_turn = cached.reset_turn
+        messages += [m for m in pending if m.turn_id != reset_turn]
+        return messages[-self.limit :]
 
     def added(self, tx: Tx, session_key: str, seq: int, message: ChatMessage) -> None:
         """``message`` was appended to the session's history as ``seq`` in ``tx`` (the
@@ -107,13 +111,15 @@ class HistoryCache:
         rows.append((seq, message))
 
     def _extend(self, session_key: str, rows: list[tuple[int, ChatMessage]]) -> None:
+        """``rows``, committed, onto the session's entry (in place: readers copy it under
+        the lock)."""
         with self._lock:
-            cached = self._entries.get(session_key)
-            if cached is None or cached.seq >= rows[0][0]:  # not kept, or read since
+            cached = self._entries.pop(session_key, None)
+            if cached is None:  # not kept
                 return
-            del self._entries[session_key]
             self._chars -= cached.chars
-            entry = _extended(cached, rows)
+            # Read since (a newer load kept): as it is.
+            entry = cached if cached.seq >= rows[0][0] else _add_rows(cached, rows)
             if entry.chars > self.max_chars:
                 return
             self._entries[session_key] = entry  # the newest used: last to go
@@ -178,13 +184,18 @@ class HistoryCache:
 def _extended(cached: _Entry, rows: list[tuple[int, ChatMessage]]) -> _Entry:
     """A copy of ``cached`` with ``rows`` (the session's next rows, in order) after it."""
     limit = cached.messages.maxlen
-    entry = _Entry(
+    copy = _Entry(
         seq=cached.seq,
         reset_turn=cached.reset_turn,
         messages=deque(cached.messages, maxlen=limit),
         chars=cached.chars,
         seqs=deque(cached.seqs, maxlen=limit),
     )
+    return _add_rows(copy, rows)
+
+
+def _add_rows(entry: _Entry, rows: list[tuple[int, ChatMessage]]) -> _Entry:
+    """``entry`` with ``rows`` (the session's next rows, in order) appended, in place."""
     for seq, message in rows:
         entry.seq = seq
         if message.role == RESET:

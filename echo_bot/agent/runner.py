@@ -394,7 +394,7 @@ class TurnRunner:
                 tx,
                 inbound.session_key,
                 inbound.id,
-                ChatMessage(role="user", content=text, files=files),
+                ChatMessage(role="user", content=text, files=files, turn_id=inbound.id),
             )
             for notice in prepared.notices if prepared is not None else ():
                 tx.outbox.add(self._notice(inbound, notice))
@@ -419,7 +419,9 @@ class TurnRunner:
     def _append(self, tx: Tx, session_key: str, turn_id: str, message: ChatMessage) -> None:
         """``message`` into the session's history, and into its cache once committed."""
         seq = tx.turns.append_message(session_key, turn_id, message)
-        self.history.added(tx, session_key, seq, replace(message, turn_id=turn_id))
+        if message.turn_id != turn_id:  # the cache holds it as a load would read it
+            message = replace(message, turn_id=turn_id)
+        self.history.added(tx, session_key, seq, message)
 
     def _suspend(self, tx: Tx, inbound: InboundMessage, turn: TurnRow) -> None:
         tx.inbox.set_status(inbound.id, InboundStatus.WAITING_APPROVAL)
@@ -460,7 +462,9 @@ class TurnRunner:
             tx,
             inbound.session_key,
             turn.id,
-            ChatMessage(role="assistant", content=reply.text, tool_calls=tuple(calls)),
+            ChatMessage(
+                role="assistant", content=reply.text, tool_calls=tuple(calls), turn_id=turn.id
+            ),
         )
         rows = tx.turns.add_calls(turn.id, turn.step, list(zip(calls, hashes, strict=True)))
         if made is not None:
@@ -678,7 +682,10 @@ class TurnRunner:
                 self._audit_decision(tx, inbound, turn.step, decision)
             if isinstance(inbound, MessageInbound):
                 self._append(
-                    tx, inbound.session_key, turn.id, ChatMessage(role="assistant", content=text)
+                    tx,
+                    inbound.session_key,
+                    turn.id,
+                    ChatMessage(role="assistant", content=text, turn_id=turn.id),
                 )
             markdown = decision is not None and decision.markdown
             if decision is None or decision.shown or not attachments:
