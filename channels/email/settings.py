@@ -3,7 +3,6 @@ Pure pydantic: imported to read a config file, without the mail libraries."""
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
@@ -11,6 +10,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, StrictBool, model_validator
 
+from echo_bot.config import is_loopback
 from echo_bot.sections import (
     ByteSize,
     ChatSection,
@@ -37,15 +37,6 @@ Port = Annotated[int, Field(ge=1, le=65535)]
 
 IMAP_PORTS = {"tls": 993, "plain": 143}
 SMTP_PORTS = {"tls": 465, "starttls": 587, "plain": 25}
-
-
-def loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 class EmailConfig(ChatSection[EmailAddress], FilesSection):
@@ -96,7 +87,7 @@ class EmailConfig(ChatSection[EmailAddress], FilesSection):
             )
         for kind in ("imap", "smtp"):
             host = getattr(self, f"{kind}_host")
-            if getattr(self, f"{kind}_security") == "plain" and not loopback(host):
+            if getattr(self, f"{kind}_security") == "plain" and not is_loopback(host):
                 raise ValueError(
                     f"{kind}_security = 'plain' is for a server on this machine only"
                     f" ({host} is not a loopback address): use TLS"
