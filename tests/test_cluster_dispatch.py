@@ -77,3 +77,44 @@ async def test_a_daemon_taking_a_session_runs_the_turns_that_arrived_before_firs
         finally:
             await other.close()
             await mine.close()
+
+
+async def test_an_idle_session_is_kept_a_moment_then_let_go() -> None:
+    """A chat's next message often follows at once: the session's lease is kept for
+    ``IDLE_HOLD`` after its last turn (no lease let go and taken again between the two),
+    then let go, so another daemon may take the session."""
+    from echo_bot.agent.dispatcher import IDLE_HOLD
+    from echo_bot.store.postgres import PostgresDatabase
+
+    with fresh_database() as url:
+        store = Store(PostgresDatabase(url), Masker(), instance="mine-1")
+        await store.open()
+        try:
+            runner = RecordingRunner(store)
+            dispatcher = Dispatcher(
+                store=store,
+                runner=cast(TurnRunner, runner),
+                gate=cast(ApprovalGate, cast(Any, None)),
+                max_concurrent=4,
+                cluster=Cluster(store, "mine-1"),
+            )
+
+            async def held() -> list[str]:
+                leases = await store.run(lambda tx: tx.leases.every())
+                return [name for name, instance in leases if instance == "mine-1"]
+
+            async def turn(said: InboundMessage) -> None:
+                await store.run(lambda tx: tx.inbox.add(said))
+                dispatcher.accept([said])
+                await eventually(lambda: said.id in runner.ran, what=f"{said.id} run")
+
+            for text in ("first", "second"):
+                await turn(message(text))
+                await asyncio.sleep(IDLE_HOLD / 4)
+                assert await held() == ["session:cli:owner"]
+            async with asyncio.timeout(IDLE_HOLD * 3):
+                while await held():
+                    await asyncio.sleep(0.1)
+            await dispatcher.stop()
+        finally:
+            await store.close()

@@ -40,6 +40,10 @@ POLL_PAGE = 500
 # A session's queue keeps at most this many whole messages (saves reading them back);
 # behind those it keeps ids, so a flood of deliveries costs little memory while it waits.
 KEEP_QUEUED_MESSAGES = 64
+# With several daemons: how long an idle session's lease is kept after its last turn. A
+# chat's next message often follows soon; its turn then takes no lease anew, and none is
+# let go in between.
+IDLE_HOLD = 2.0
 
 T = TypeVar("T")
 
@@ -71,6 +75,7 @@ class Dispatcher:
         self._known: set[str] = set()
         self._put_back: set[str] = set()  # queued again behind the session's earlier turns
         self._claim_now = asyncio.Event()  # set by wake(): another daemon committed work
+        self._idle: dict[str, asyncio.TimerHandle] = {}  # held sessions' let-go timers
         # Each session's turns to run, in order: the message itself when it was handed over
         # in memory, else its inbox id (recovery, resumed turns). Only sessions with
         # queued turns have an entry.
@@ -111,6 +116,9 @@ class Dispatcher:
         await self.decisions.stop()
         for task in self._tasks:
             task.cancel()
+        for timer in self._idle.values():  # the leases go with this daemon's instance row
+            timer.cancel()
+        self._idle.clear()
         workers = list(self._running.values())
         if workers:
             _done, pending = await asyncio.wait(workers, timeout=grace)
@@ -255,6 +263,9 @@ class Dispatcher:
     async def _run_turn(self, session_key: str, inbound: InboundMessage | str) -> None:
         inbound_id = inbound if isinstance(inbound, str) else inbound.id
         held, later = False, False
+        idle = self._idle.pop(session_key, None)
+        if idle is not None:  # held since its last turn: kept
+            idle.cancel()
         try:
             if self.cluster is None:
                 held = True
@@ -277,7 +288,8 @@ class Dispatcher:
             if session_key in self._queues:
                 self._ready.append(session_key)  # its next turn: at the back of the line
             elif held and self.cluster is not None and not self._stopping:
-                self._spawn(self._let_go(session_key))
+                loop = asyncio.get_running_loop()
+                self._idle[session_key] = loop.call_later(IDLE_HOLD, self._idle_over, session_key)
             self._start_ready()
 
     async def _hold(self, session_key: str, inbound_id: str) -> list[str] | None:
@@ -311,6 +323,11 @@ class Dispatcher:
             queue.extend(kept)
         for turn in reversed(turns):
             self.schedule(session_key, turn, first=True)
+
+    def _idle_over(self, session_key: str) -> None:
+        self._idle.pop(session_key, None)
+        if not self._stopping:
+            self._spawn(self._let_go(session_key))
 
     async def _let_go(self, session_key: str) -> None:
         """Release an idle session's lease (kept while work for it waits in the inbox)."""
