@@ -15,6 +15,9 @@ on one database") has the whole picture.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
+
 from .errors import LeaseLost
 from .store import Store, Tx
 
@@ -22,8 +25,11 @@ BEAT = 5.0  # seconds between refreshes of this daemon's instance row
 LEASE = 15.0  # a daemon unseen this long is gone: its leases are free
 
 
+SESSION = "session:"
+
+
 def session_lease(session_key: str) -> str:
-    return f"session:{session_key}"
+    return f"{SESSION}{session_key}"
 
 
 class Cluster:
@@ -36,9 +42,26 @@ class Cluster:
         # What people see, in the log as in `status` ([bot] instance, else host-pid);
         # ``name`` (unique to the process) is what holds the leases.
         self.label = label or name
+        # Told a session's key when this daemon takes its lease after a break (it was let
+        # go, or another daemon held it): what it kept of the session may be stale.
+        self._on_break: list[Callable[[str], None]] = []
+
+    def on_break(self, callback: Callable[[str], None]) -> None:
+        """Call ``callback(session_key)`` once a take of a session's lease after a break
+        is committed (``LeaseRepo.take_noting``)."""
+        self._on_break.append(callback)
 
     def take_in(self, tx: Tx, lease: str, within: float | None = None) -> bool:
-        return tx.leases.take(lease, self.name, self.lease if within is None else within)
+        taken, kept = tx.leases.take_noting(
+            lease, self.name, self.lease if within is None else within
+        )
+        if taken and not kept and lease.startswith(SESSION):
+            tx.on_commit(partial(self._broken, lease.removeprefix(SESSION)))
+        return taken
+
+    def _broken(self, session_key: str) -> None:
+        for callback in self._on_break:
+            callback(session_key)
 
     async def take(self, lease: str, within: float | None = None) -> bool:
         """Hold ``lease`` (or go on holding it); False while another live daemon does.

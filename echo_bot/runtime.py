@@ -405,6 +405,8 @@ def build(
         masker=masker,
         config=config.brain,
     )
+    if cluster is not None:  # what the runner keeps of a session holds while its lease does
+        cluster.on_break(runner.history.forget)
     return Runtime(
         state_dir=state_dir,
         environ=environ,

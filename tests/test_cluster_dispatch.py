@@ -118,3 +118,29 @@ async def test_an_idle_session_is_kept_a_moment_then_let_go() -> None:
             await dispatcher.stop()
         finally:
             await store.close()
+
+
+async def test_a_take_says_whether_the_daemon_held_the_lease_without_a_break() -> None:
+    """What a daemon keeps of a session in memory holds while it holds the session's
+    lease without a break: a take says so (held already), and says not after the lease
+    was let go or another daemon held it."""
+    from echo_bot.store.postgres import PostgresDatabase
+
+    with fresh_database() as url:
+        store = Store(PostgresDatabase(url), Masker(), instance="a")
+        await store.open()
+        try:
+
+            async def take(instance: str) -> tuple[bool, bool]:
+                return await store.run(lambda tx: tx.leases.take_noting("session:s", instance, 15))
+
+            assert await take("a") == (True, False)  # new
+            assert await take("a") == (True, True)  # held already
+            await store.run(lambda tx: tx.leases.release("session:s", "a"))
+            assert await take("a") == (True, False)  # let go between
+            # "a" unseen (no instance row): "b" may take it over, then "a" again.
+            assert await take("b") == (True, False)
+            assert await take("a") == (True, False)  # "b" held it between
+            assert await take("a") == (True, True)
+        finally:
+            await store.close()

@@ -11,12 +11,13 @@ that would have read the whole history.
 it never changes the cache itself, and what it read is kept only once committed
 (``tx.on_commit``).
 
-**Exclusive** (``exclusive=True``: SQLite, where this daemon is the only writer of every
-session's history): a cached session is not read on at all. What the turn runner
-appends it says (``added``), and the cache takes it on commit; a reset (``/new``) drops
-the session (the store's ``HistoryReset``), so its next load reads it whole. With
-several daemons on one store (PostgreSQL) another may have driven the session since:
-every load reads on.
+**Exclusive** (``exclusive=True``, as the turn runner keeps it): only the daemon driving
+a session writes its history, so a cached session is not read on at all. What the turn
+runner appends it says (``added``), and the cache takes it on commit; a reset (``/new``)
+drops the session (the store's ``HistoryReset``), so its next load reads it whole. With
+several daemons on one store, another may have driven the session while this one did
+not hold its lease: taking the lease after such a break drops the session too
+(``Cluster.on_break``).
 """
 
 from __future__ import annotations

@@ -124,8 +124,11 @@ class TurnRunner:
         self.executor = executor
         self.masker = masker
         self.config = config
-        # On SQLite this daemon alone writes the history: its cache is not read on.
-        self.history = HistoryCache(HISTORY_LIMIT, exclusive=not store.shared)
+        # Only the daemon driving a session writes its history, so the cache is not read
+        # on: on SQLite this daemon drives every session; with several daemons, whoever
+        # takes a session's lease after a break forgets what it kept of it
+        # (``Cluster.on_break``, wired by the runtime).
+        self.history = HistoryCache(HISTORY_LIMIT, exclusive=True)
         store.subscribe(HistoryReset, lambda reset: self.history.forget(reset.session_key))
         # Only a model reads the chat's notes and model choice: the rules brain's turns
         # do not read them.
@@ -134,7 +137,7 @@ class TurnRunner:
         # steps nothing slow happens, so a checkpoint that only writes can wait for the
         # next one and go in the same commit (``_defer``). Not with a model to wait for:
         # a crash then would cost its answer again.
-        self.writes_later = bool(getattr(brain, "local", False)) and fence is None
+        self.writes_later = bool(getattr(brain, "local", False))
         self._deferred: dict[str, list[Callable[[Tx], None]]] = {}  # by inbound id
         # Turns started in memory and not finished (an ordered set, bounded).
         self._begun_here: dict[str, None] = {}

@@ -23,7 +23,19 @@ class LeaseRepo:
     def take(self, name: str, instance: str, lease: float) -> bool:
         """Hold ``name`` for ``instance``; False while another instance seen within the last
         ``lease`` seconds (by the database's clock) holds it."""
+        return self.take_noting(name, instance, lease)[0]
+
+    def take_noting(self, name: str, instance: str, lease: float) -> tuple[bool, bool]:
+        """``take``, and whether ``instance`` held it already: without a break, for no
+        other instance can have held it since (it would be the row's holder now, or
+        have let it go: no row). On PostgreSQL only (the subquery sees the row as the
+        statement found it); elsewhere never said."""
         clock = db_clock(self._db)
+        before = (
+            "(SELECT o.instance FROM leases o WHERE o.name = leases.name)"
+            if dialect(self._db) == POSTGRES
+            else "NULL"
+        )
         row = self._db.execute(
             f"INSERT INTO leases (name, instance, taken_at) VALUES (?, ?, {clock})"
             " ON CONFLICT (name) DO UPDATE SET instance = excluded.instance,"
@@ -31,10 +43,10 @@ class LeaseRepo:
             " WHERE leases.instance = excluded.instance OR NOT EXISTS ("
             "  SELECT 1 FROM instances i WHERE i.name = leases.instance"
             f"  AND i.seen_at >= {clock} - ?)"
-            " RETURNING instance",
+            f" RETURNING instance, {before}",
             [name, instance, lease],
         ).fetchone()
-        return row is not None
+        return row is not None, row is not None and row[1] == instance
 
     def held(self, name: str, instance: str) -> bool:
         """Whether ``instance`` still holds ``name`` — on PostgreSQL with the row locked

@@ -13,7 +13,8 @@ import pytest
 
 from echo_bot.events import InboundStatus
 from echo_bot.store import DB_FILENAME
-from tests.conftest import calls_of_turn, running_bot
+from tests.conftest import ON_POSTGRES, Bot, calls_of_turn, running_bot
+from tests.waiting import eventually
 
 
 def commits_touching(statements: list[str], inbound_id: str) -> int:
@@ -103,3 +104,45 @@ def test_the_turn_rows_in_the_file_match_what_was_answered(state_dir: Path) -> N
         calls = conn.execute("SELECT status FROM tool_calls").fetchall()
     assert rows == [("done", "done", 1)] * 5
     assert calls == [("done",)] * 5
+
+
+@pytest.mark.usefixtures("on_both_engines")
+async def test_a_session_another_daemon_drove_meanwhile_is_read_whole_again(
+    tmp_path: Path,
+) -> None:
+    """The history cache is not read on: with two daemons, one that takes a session's
+    lease after the other drove it forgets what it kept, and its history is the store's."""
+    if ON_POSTGRES.get() is None:
+        pytest.skip("one daemon per store on SQLite")
+    key = "cli:local"
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    async with running_bot(tmp_path / "a") as a, running_bot(tmp_path / "b") as b:
+
+        async def answered_by(bot: Bot) -> None:
+            cluster = bot.daemon.runtime.cluster
+            assert cluster is not None
+            # Held before the message: its turn is this daemon's (the other's poll
+            # could claim the message first otherwise).
+            assert await cluster.take(f"session:{key}")
+            asked = await bot.channel.say("what time is it?")
+
+            async def done() -> bool:
+                row = await bot.store.run(lambda tx: tx.inbox.get(asked))
+                return row is not None and row.status == InboundStatus.DONE
+
+            await eventually(done, what=f"{asked} answered")
+
+            async def let_go() -> bool:  # the driver keeps an idle session a moment
+                leases = await bot.store.run(lambda tx: tx.leases.every())
+                return not [name for name, _holder in leases if name.startswith("session:")]
+
+            await eventually(let_go, timeout=10, what="the session let go")
+
+        await answered_by(a)
+        await answered_by(b)  # the other daemon drives the session meanwhile
+        await answered_by(a)
+        held = a.daemon.runtime.runner.history.peek(key, [])
+        stored = await a.store.run(lambda tx: tx.turns.history(key))
+        assert held == stored
+        assert [m.role for m in stored].count("user") == 3
