@@ -196,9 +196,12 @@ class Dispatcher:
                 log_retrying(log, "reading the inbox failed; retrying")
                 await asyncio.sleep(1)
                 continue
-            fresh = [m for m in found if m.id not in self._known]
-            if fresh:
-                self.accept(fresh)
+            for message in found:
+                if message.id not in self._known:
+                    # By its id, as at a start: a claimed turn may have started
+                    # elsewhere (a daemon that died, a decided approval).
+                    self._dispatch(message, recovered=True)
+                    self._count(message)
 
     def wake(self) -> None:
         """Look for claimable work now (another daemon committed some)."""
