@@ -421,10 +421,12 @@ class TurnRunner:
 
     def _append(self, tx: Tx, session_key: str, turn_id: str, message: ChatMessage) -> None:
         """``message`` into the session's history, and into its cache once committed."""
-        seq = tx.turns.append_message(session_key, turn_id, message)
         if message.turn_id != turn_id:  # the cache holds it as a load would read it
             message = replace(message, turn_id=turn_id)
-        self.history.added(tx, session_key, seq, message)
+        added = self.history.added
+        tx.turns.append_message(
+            session_key, turn_id, message, lambda seq: added(tx, session_key, seq, message)
+        )
 
     def _suspend(self, tx: Tx, inbound: InboundMessage, turn: TurnRow) -> None:
         tx.inbox.set_status(inbound.id, InboundStatus.WAITING_APPROVAL)

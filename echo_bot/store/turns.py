@@ -11,6 +11,7 @@ import builtins
 import json
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -76,7 +77,7 @@ def _message(row: Any) -> ChatMessage:
 class TurnRepo:
     """Turns, their history (messages) and their tool calls: the checkpoint."""
 
-    __slots__ = ("_db", "_pending", "_sets", "_tx")
+    __slots__ = ("_appends", "_db", "_pending", "_sets", "_tx")
 
     def __init__(self, db: SqlDb, tx: Tx | None = None) -> None:
         self._db, self._tx = db, tx
@@ -86,6 +87,8 @@ class TurnRepo:
         self._pending: dict[str, dict[str, Any]] = {}
         # Changes to turns (``set``), by turn: one UPDATE each at the end.
         self._sets: dict[str, dict[str, Any]] = {}
+        # History rows appended, not inserted yet: one INSERT for all (``flush_messages``).
+        self._appends: list[tuple[list[Any], Callable[[int], None] | None]] = []
 
     def get(self, turn_id: str) -> TurnRow | None:
         self.flush()
@@ -137,28 +140,51 @@ class TurnRepo:
         if status is not None:
             sets["status"] = status
 
-    def append_message(self, session_key: str, turn_id: str, message: ChatMessage) -> int:
-        """Append ``message`` to the session's history; its seq."""
-        row = self._db.execute(
-            "INSERT INTO messages (session_key, turn_id, role, content, tool_calls, tool_call_id,"
-            " name, files, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq",
-            [
-                session_key,
-                turn_id,
-                message.role,
-                message.content,
-                json.dumps([c.to_json() for c in message.tool_calls])
-                if message.tool_calls
-                else None,
-                message.tool_call_id,
-                message.name,
-                json.dumps([f.to_json() for f in message.files]) if message.files else None,
-                time.time(),
-            ],
-        ).fetchone()
-        return int(row[0])
+    def append_message(
+        self,
+        session_key: str,
+        turn_id: str,
+        message: ChatMessage,
+        on_seq: Callable[[int], None] | None = None,
+    ) -> None:
+        """Append ``message`` to the session's history. Inserted with the unit of work's
+        other appends in one statement, at its end or before a read of the history
+        (``flush_messages``); ``on_seq(seq)`` is told its seq then."""
+        values = [
+            session_key,
+            turn_id,
+            message.role,
+            message.content,
+            json.dumps([c.to_json() for c in message.tool_calls]) if message.tool_calls else None,
+            message.tool_call_id,
+            message.name,
+            json.dumps([f.to_json() for f in message.files]) if message.files else None,
+            time.time(),
+        ]
+        self._appends.append((values, on_seq))
+
+    def flush_messages(self) -> None:
+        """Insert the appended history rows, in order (their seqs follow it)."""
+        while self._appends:
+            chunk, self._appends = (
+                self._appends[:_ROWS_PER_INSERT],
+                self._appends[_ROWS_PER_INSERT:],
+            )
+            marks = ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?)"] * len(chunk))
+            rows = self._db.execute(
+                "INSERT INTO messages (session_key, turn_id, role, content, tool_calls,"
+                f" tool_call_id, name, files, created_at) VALUES {marks} RETURNING seq",
+                [value for values, _on_seq in chunk for value in values],
+            ).fetchall()
+            # Seqs are given in the order of the VALUES; RETURNING's order is the
+            # engine's own.
+            seqs = sorted(int(row[0]) for row in rows)
+            for (_values, on_seq), seq in zip(chunk, seqs, strict=True):
+                if on_seq is not None:
+                    on_seq(seq)
 
     def reset_session(self, session_key: str) -> None:
+        self.flush_messages()
         # The marker carries the turn that asked for the reset (the one whose user message
         # is the newest): that turn's own reply is not part of the fresh conversation.
         self._db.execute(
@@ -176,6 +202,7 @@ class TurnRepo:
 
     def reset_mark(self, session_key: str) -> tuple[int, str]:
         """The seq of the session's newest reset marker and the turn that asked for it."""
+        self.flush_messages()
         mark = self._db.execute(
             "SELECT seq, turn_id FROM messages WHERE session_key = ? AND role = ?"
             " ORDER BY seq DESC LIMIT 1",
@@ -188,6 +215,7 @@ class TurnRepo:
     ) -> list[tuple[int, ChatMessage]]:
         """``history`` with each message's seq (what a cache reads on from); ``mark``: the
         session's ``reset_mark`` when the caller has read it already."""
+        self.flush_messages()
         since, reset_turn = mark if mark is not None else self.reset_mark(session_key)
         rows = self._db.execute(
             "SELECT seq, role, content, tool_calls, tool_call_id, name, turn_id, files"
@@ -199,6 +227,7 @@ class TurnRepo:
 
     def newest_seq(self, session_key: str) -> int:
         """The seq of the session's newest row (reset markers included), 0 when none."""
+        self.flush_messages()
         row = self._db.execute(
             "SELECT MAX(seq) FROM messages WHERE session_key = ?", [session_key]
         ).fetchone()
@@ -206,6 +235,7 @@ class TurnRepo:
 
     def messages_after(self, session_key: str, seq: int) -> list[tuple[int, ChatMessage]]:
         """Every row of the session after ``seq``, reset markers included, oldest first."""
+        self.flush_messages()
         rows = self._db.execute(
             "SELECT seq, role, content, tool_calls, tool_call_id, name, turn_id, files"
             " FROM messages WHERE session_key = ? AND seq > ? ORDER BY seq",
@@ -245,8 +275,9 @@ class TurnRepo:
         return rows
 
     def flush(self) -> None:
-        """Write what this unit of work held back: the calls it added, as they are now, and
-        each turn's changes."""
+        """Write what this unit of work held back: its history rows, the calls it added,
+        as they are now, and each turn's changes."""
+        self.flush_messages()
         if self._pending:
             pending, self._pending = list(self._pending.values()), {}
             self._db.conn.executemany(
@@ -346,6 +377,7 @@ class TurnRepo:
 
     def every_message(self) -> list[ChatMessage]:
         """Every row of every session's history (reset markers included), oldest first."""
+        self.flush_messages()
         rows = self._db.execute(
             "SELECT seq, role, content, tool_calls, tool_call_id, name, turn_id, files"
             " FROM messages ORDER BY seq"
@@ -374,6 +406,7 @@ class TurnRepo:
         return int(row[0] or 0)
 
 
+_ROWS_PER_INSERT = 100  # 9 values each, under SQLite's oldest limit of 999 variables
 _PENDING_COLUMNS = (
     "id", "turn_id", "step", "idx", "name", "args", "args_hash", "status", "error",
     "approval_id", "result", "started_at", "finished_at",

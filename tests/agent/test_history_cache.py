@@ -43,7 +43,12 @@ def db(tmp_path: Path) -> Iterator[Database]:
 
 
 def append(db: Database, key: str, turn_id: str, message: ChatMessage) -> None:
-    db.run_sync(lambda d: Tx(d, Masker()).turns.append_message(key, turn_id, message))
+    def write(d: SqlDb) -> None:
+        tx = Tx(d, Masker())
+        tx.turns.append_message(key, turn_id, message)
+        tx.flush()  # as Store.run ends a unit of work
+
+    db.run_sync(write)
 
 
 def reset(db: Database, key: str) -> None:
@@ -72,8 +77,9 @@ def append_through(
 
     def write(d: SqlDb) -> Tx:
         tx = Tx(d, Masker())
-        seq = tx.turns.append_message(key, turn_id, message)
-        cache.added(tx, key, seq, replace(message, turn_id=turn_id))
+        kept = replace(message, turn_id=turn_id)
+        tx.turns.append_message(key, turn_id, message, lambda seq: cache.added(tx, key, seq, kept))
+        tx.flush()
         return tx
 
     for callback in db.run_sync(write).after_commit:
@@ -205,8 +211,8 @@ def test_an_exclusive_cache_reads_nothing_for_a_session_it_holds(db: Database) -
         d.conn.set_trace_callback(sent.append)
         try:
             tx = Tx(d, Masker())
-            seq = tx.turns.append_message(key, "t2", user("and now?"))
-            cache.added(tx, key, seq, user("and now?"))
+            said = user("and now?")
+            tx.turns.append_message(key, "t2", said, lambda seq: cache.added(tx, key, seq, said))
             return cache.load(tx, key)
         finally:
             d.conn.set_trace_callback(None)
@@ -227,8 +233,8 @@ def test_an_exclusive_cache_keeps_nothing_of_a_rolled_back_append(db: Database) 
 
     def append_then_fail(d: SqlDb) -> None:
         tx = Tx(d, Masker())
-        seq = tx.turns.append_message(key, "t2", user("ghost"))
-        cache.added(tx, key, seq, user("ghost"))
+        ghost = user("ghost")
+        tx.turns.append_message(key, "t2", ghost, lambda seq: cache.added(tx, key, seq, ghost))
         assert [m.content for m in cache.load(tx, key)] == ["first", "ghost"]
         raise ValueError("the job failed after the append")
 
@@ -253,7 +259,9 @@ def test_rows_written_by_other_connections_show_up_in_the_next_load(db: Database
     with contextlib.closing(sqlite3.connect(db.path, isolation_level=None)) as conn:
         plain = SqlDb(conn)
         conn.execute("BEGIN IMMEDIATE")
-        Tx(plain, Masker()).turns.append_message(key, "t2", user("and again"))
+        tx = Tx(plain, Masker())
+        tx.turns.append_message(key, "t2", user("and again"))
+        tx.flush()
         conn.execute("COMMIT")
     cached, stored = both(db, cache, key)
     assert cached == stored
@@ -295,8 +303,9 @@ def test_a_load_that_was_rolled_back_leaves_nothing_in_the_cache(db: Database, w
         both(db, cache, key)
 
     def append_load_then_fail(d: SqlDb) -> None:
-        Tx(d, Masker()).turns.append_message(key, "t2", user("ghost"))
-        assert [m.content for m in cache.load(Tx(d, Masker()), key)] == ["first", "ghost"]
+        tx = Tx(d, Masker())
+        tx.turns.append_message(key, "t2", user("ghost"))
+        assert [m.content for m in cache.load(tx, key)] == ["first", "ghost"]
         raise ValueError("the job failed after the cache read")
 
     with pytest.raises(ValueError, match="after the cache read"):
