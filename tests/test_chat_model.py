@@ -70,7 +70,7 @@ async def test_the_chosen_model_and_a_fresh_conversation_survive_a_kill(tmp_path
 async def test_after_new_the_running_daemon_sends_none_of_the_earlier_conversation(
     tmp_path: Path,
 ) -> None:
-    """The daemon keeps each chat's history in memory and, on SQLite, never reads it back:
+    """The daemon keeps each chat's history in memory and never reads it back:
     /new must still empty it at once, not only after a restart."""
     async with FakeOpenAI(model="gpt-a", api_key="sk-test") as llm:
         path = tmp_path / "config.toml"
