@@ -53,18 +53,17 @@ class OutboxRepo:
         nothing ahead of it: the worker sends it without reading it back)."""
         now = time.time()
         chat_key, payload = str(message.to), message.model_dump_json()
-        ahead = self._db.conn.execute(
-            "SELECT 1 FROM outbox WHERE status = 'queued' AND channel = ? AND chat_key = ? LIMIT 1",
-            [message.to.channel, chat_key],
-        ).fetchone()
+        # Its seq, and whether anything queued for its chat is ahead of it, in one go.
         stored = self._db.conn.execute(
             "INSERT INTO outbox (id, channel, chat_key, payload, status, next_attempt_at,"
             " created_at) VALUES (?, ?, ?, ?, 'queued', ?, ?) ON CONFLICT(id) DO NOTHING"
-            " RETURNING seq",
-            [message.id, message.to.channel, chat_key, payload, now, now],
-        ).fetchone()
+            " RETURNING seq, EXISTS (SELECT 1 FROM outbox o WHERE o.status = 'queued'"
+            " AND o.channel = ? AND o.chat_key = ? AND o.seq < outbox.seq)",
+            [message.id, message.to.channel, chat_key, payload, now, now,
+             message.to.channel, chat_key],
+        ).fetchone()  # fmt: skip
         head = None
-        if ahead is None and stored is not None:
+        if stored is not None and not stored[1]:
             # As ``due`` would read it back: what is sent is what was stored.
             head = OutboxRow(stored[0], OutboundMessage.model_validate_json(payload), 0)
         self._tx.announce(OutboundCommitted(frozenset((chat_key,)), head))
