@@ -130,6 +130,8 @@ class MediaPreparer:
 
     def images_of(self, message: MessageInbound) -> list[Path]:
         """The photos of ``message`` that are saved (absolute paths)."""
+        if not any(attachment.kind == MediaKind.PHOTO for attachment in message.attachments):
+            return []  # most messages: no look at the file system (it blocks the loop)
         root = self.workspace.resolve()
         found = []
         for index, attachment in enumerate(message.attachments):
