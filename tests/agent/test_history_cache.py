@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -143,24 +143,23 @@ operations = st.lists(
 )
 
 
-@settings(
-    max_examples=200,
-    deadline=None,
-    database=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
-@given(ops=operations, limit=st.integers(min_value=1, max_value=5))
+def replayed(test: Callable[..., None]) -> Callable[..., None]:
+    """A property over up to 200 lists of ``operations`` on a fresh store, with a history
+    limit of 1 to 5 (``replay`` does the work)."""
+    return settings(
+        max_examples=200,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    )(given(ops=operations, limit=st.integers(min_value=1, max_value=5))(test))
+
+
+@replayed
 def test_cache_always_equals_history(tmp_path: Path, ops: list[Any], limit: int) -> None:
     replay(tmp_path / f"{uuid.uuid4().hex}.sqlite3", ops, limit, exclusive=False)
 
 
-@settings(
-    max_examples=200,
-    deadline=None,
-    database=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
-@given(ops=operations, limit=st.integers(min_value=1, max_value=5))
+@replayed
 def test_an_exclusive_cache_equals_history_without_reading_it_again(
     tmp_path: Path, ops: list[Any], limit: int
 ) -> None:
