@@ -358,7 +358,7 @@ class Database(ThreadedEngine):
     def _thread_session(self) -> Session | None:
         return self._session
 
-    def _begin(self, session: Session) -> None:
+    def _begin(self, session: Session, *, first: bool = True) -> None:
         session.execute("BEGIN IMMEDIATE")
 
     @contextmanager

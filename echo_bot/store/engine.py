@@ -178,7 +178,8 @@ class ThreadedEngine(abc.ABC):
     def _thread_session(self) -> Session | None:
         """The store thread's session, None when there is none (not open)."""
 
-    def _begin(self, session: Session) -> None:
+    def _begin(self, session: Session, *, first: bool = True) -> None:
+        """BEGIN. ``first``: the batch's first try (PostgreSQL pipelines it)."""
         session.execute("BEGIN")
 
     def _store_error(self, job: Job, exc: BaseException, session: Session | None) -> BaseException:
@@ -293,7 +294,7 @@ class ThreadedEngine(abc.ABC):
                 refused = StoreError("the store is not open")
                 return dropped + [(job, False, refused) for job in live]
             try:
-                self._begin(session)
+                self._begin(session, first=together)
             except Exception as exc:
                 failed = [(job, False, self._store_error(job, exc, session)) for job in live]
                 return dropped + failed
@@ -375,6 +376,13 @@ def run_begun(session: Session, batch: list[Job], *, together: bool) -> list[Job
         culprit = None
         if session.alive():  # not when a lone job failed and was rolled back
             session.execute("COMMIT")
+    except Exception as exc:
+        if culprit is None and together and not session.unavailable(exc):
+            # Pipelined (PostgreSQL), a failed statement is found at the COMMIT, whose
+            # job is not known: the batch runs again, each job in a savepoint.
+            _roll_back(session)
+            return None
+        return _rolled_back(session, batch, culprit, exc)
     except BaseException as exc:
         return _rolled_back(session, batch, culprit, exc)
     return outcomes
@@ -422,17 +430,21 @@ def _rolled_back(
     """The transaction is lost (or would not commit, or a job raised something that is
     not an error): nothing of the batch is stored. The job that raised (``culprit``)
     gets its error; the others are told their work was rolled back with it."""
-    if session.alive():
-        try:
-            session.execute("ROLLBACK")
-        except Exception:  # the connection broke too: the server rolls it back
-            log.debug("ROLLBACK after a failed batch failed", exc_info=True)
+    _roll_back(session)
     error = store_error(culprit or batch[0], exc, session)
     kind = StoreUnavailable if isinstance(error, StoreUnavailable) else StoreError
     rolled_back = kind(f"store error: rolled back with another job ({exc!r})")
     return [
         (job, False, error if job is culprit or culprit is None else rolled_back) for job in batch
     ]
+
+
+def _roll_back(session: Session) -> None:
+    if session.alive():
+        try:
+            session.execute("ROLLBACK")
+        except Exception:  # the connection broke too: the server rolls it back
+            log.debug("ROLLBACK after a failed batch failed", exc_info=True)
 
 
 def _call(fn: Callable[[], Any]) -> tuple[bool, Any]:

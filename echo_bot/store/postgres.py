@@ -19,10 +19,12 @@ of one database is ``echo_bot/cluster.py``'s.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import threading
-from collections.abc import Callable, Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import lru_cache, partial
 from typing import Any, TypeVar
 
@@ -38,6 +40,9 @@ from .sql import POSTGRES, describe_url
 CONNECT_TIMEOUT = 5  # seconds
 CONNECTIONS_PER_DAEMON = 2  # the store thread's, and the LISTEN thread's
 IDLE_IN_TRANSACTION = "5s"  # the longest a transaction of ours may sit idle (see _connect)
+# A transaction begun this soon after the last one ended is pipelined from its BEGIN;
+# later, the BEGIN waits for the server (a dropped connection is found before the work).
+FRESH_FOR = 1.0  # seconds
 # pg_advisory_xact_lock key held while the schema is migrated ("echo" in ASCII).
 MIGRATION_LOCK = 0x6563686F
 
@@ -93,23 +98,72 @@ def _nul_free(text: str) -> str:
 
 
 class PgHandle:
-    """What a job is given on PostgreSQL: ``sql.SqlDb``'s ``execute`` and ``conn``."""
+    """What a job is given on PostgreSQL: ``sql.SqlDb``'s ``execute`` and ``conn``.
 
-    __slots__ = ("_conn", "_trace", "_trace_parameters")
+    Once the store is open its connection stays in psycopg's pipeline mode
+    (``pipeline``). In a transaction begun ``lazy`` (``begin``) a statement is held
+    back, not sent: a read of its cursor (``_Pending``: its rows, its row count) sends
+    everything held back at once and waits for it (one round trip, ended by a Sync), and
+    the COMMIT does the same for the rest. A statement whose result nobody reads (an
+    INSERT, an UPDATE, a NOTIFY) costs no round trip of its own. Held back, not only
+    pipelined, and every send ended by a Sync: between two round trips the server sees
+    the transaction idle, so ``IDLE_IN_TRANSACTION`` still ends one whose daemon froze,
+    and no row is locked by a statement that has not run yet. (Leaving pipeline mode,
+    psycopg sends a Flush after the Sync, which stops the server's idle timer: hence
+    the mode kept.) ``round_trips`` counts the waits."""
+
+    __slots__ = (
+        "_conn",
+        "_ended_at",
+        "_held",
+        "_in_pipeline",
+        "_lazy",
+        "_pipeline",
+        "_trace",
+        "_trace_parameters",
+        "round_trips",
+    )
     dialect = POSTGRES
 
     def __init__(self, conn: psycopg.Connection[Any]) -> None:
         self._conn = conn
         self._trace: Callable[..., object] | None = None
         self._trace_parameters = False
+        self._in_pipeline: Any = None  # psycopg's context manager, entered for good
+        self._pipeline: psycopg.Pipeline | None = None
+        self._held: list[_Pending] = []  # sent at the next read or COMMIT
+        self._lazy = False
+        self._ended_at = 0.0  # monotonic, when the last transaction ended
+        self.round_trips = 0
 
     @property
     def conn(self) -> PgHandle:
         return self
 
+    def pipeline(self) -> None:
+        """Put the connection in pipeline mode for good (after the schema is migrated:
+        a migration may send several statements in one string, which the mode refuses)."""
+        self._in_pipeline = self._conn.pipeline()
+        self._pipeline = self._in_pipeline.__enter__()
+
+    def close(self) -> None:
+        """Leave pipeline mode (quietly: the connection may be lost already)."""
+        in_pipeline, self._in_pipeline, self._pipeline = self._in_pipeline, None, None
+        if in_pipeline is not None:
+            with contextlib.suppress(psycopg.Error):
+                in_pipeline.__exit__(None, None, None)
+
+    @property
+    def begun_unsent(self) -> bool:
+        """A lazy transaction of which nothing has been sent yet, not even its BEGIN."""
+        return bool(self._held) and self._held[0].sql == "BEGIN"
+
     def execute(self, sql: str, parameters: Sequence[Any] = ()) -> Any:
         if self._trace is not None:
             self._traced(sql, parameters, False)
+        if self._pipeline is not None:
+            return self._hold(_Pending(self, sql, parameters, False))
+        self.round_trips += 1
         if not parameters:
             return self._conn.execute(sql)
         return self._conn.execute(_placeholders(sql), _without_nul(parameters))
@@ -118,9 +172,63 @@ class PgHandle:
         rows = [_without_nul(p) for p in parameters]
         if self._trace is not None:
             self._traced(sql, rows, True)
+        if self._pipeline is not None:
+            return self._hold(_Pending(self, sql, rows, True))
+        self.round_trips += 1  # psycopg pipelines the rows itself
         cursor = self._conn.cursor()
         cursor.executemany(_placeholders(sql), rows)
         return cursor
+
+    def _hold(self, pending: _Pending) -> Any:
+        self._held.append(pending)
+        if self._lazy:
+            return pending
+        self.send()
+        return pending.cursor
+
+    # -- the transaction -------------------------------------------------------------
+    def begin(self, *, lazy: bool) -> None:
+        """BEGIN; ``lazy``: what follows is held back (see the class doc). After a pause
+        (``FRESH_FOR``) the BEGIN itself is sent and waited for: a connection the server
+        dropped meanwhile is found there, before any work is."""
+        self._lazy = False
+        if lazy and self._pipeline is not None and time.monotonic() - self._ended_at < FRESH_FOR:
+            self._lazy = True
+            self.execute("BEGIN")
+            return
+        self.execute("BEGIN")
+        self._lazy = lazy and self._pipeline is not None
+
+    def send(self) -> None:
+        """Send what is held back and wait for all of it (one round trip); raise the first
+        statement's error among them."""
+        held = self._held
+        if not held:
+            return
+        self._held = []
+        self.round_trips += 1
+        pipeline, conn = self._pipeline, self._conn
+        assert pipeline is not None
+        try:
+            for pending in held:
+                pending.send(conn)
+        except BaseException:  # one could not be sent: what went is waited for all the same
+            with contextlib.suppress(psycopg.Error):
+                pipeline.sync()
+            raise
+        pipeline.sync()
+
+    def end(self, sql: str) -> None:
+        """COMMIT (with what is held back: one round trip) or ROLLBACK (what is held back
+        is dropped unsent; nothing at all is sent if nothing was)."""
+        self._ended_at = time.monotonic()
+        self._lazy = False
+        if sql == "COMMIT" or not self.begun_unsent:
+            if sql != "COMMIT":
+                self._held = []
+            self.execute(sql)
+        else:
+            self._held = []
 
     def set_trace_callback(
         self, trace: Callable[..., object] | None, *, parameters: bool = False
@@ -136,6 +244,49 @@ class PgHandle:
             self._trace(sql, parameters, many)
         else:
             self._trace(sql)
+
+
+class _Pending:
+    """A statement held back in a lazy transaction (``PgHandle``): reading it sends it,
+    with everything held back before and after it, unless it went already."""
+
+    __slots__ = ("_handle", "cursor", "many", "parameters", "sql")
+
+    def __init__(self, handle: PgHandle, sql: str, parameters: Any, many: bool) -> None:
+        self._handle, self.sql, self.parameters, self.many = handle, sql, parameters, many
+        self.cursor: psycopg.Cursor[Any] | None = None
+
+    def send(self, conn: psycopg.Connection[Any]) -> None:
+        cursor = self.cursor = conn.cursor()
+        if self.many:
+            cursor.executemany(_placeholders(self.sql), self.parameters)
+        elif self.parameters:
+            cursor.execute(_placeholders(self.sql), _without_nul(self.parameters))
+        else:
+            cursor.execute(self.sql)
+
+    def _ready(self) -> psycopg.Cursor[Any]:
+        if self.cursor is None:
+            self._handle.send()
+        assert self.cursor is not None
+        return self.cursor
+
+    @property
+    def rowcount(self) -> int:
+        return self._ready().rowcount
+
+    @property
+    def description(self) -> Any:
+        return self._ready().description
+
+    def fetchone(self) -> Any:
+        return self._ready().fetchone()
+
+    def fetchall(self) -> list[Any]:
+        return self._ready().fetchall()
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._ready())
 
 
 class PgSession:
@@ -156,15 +307,32 @@ class PgSession:
     def __init__(self, conn: psycopg.Connection[Any]) -> None:
         self.conn, self.handle = conn, PgHandle(conn)
 
+    def close(self) -> None:
+        self.handle.close()
+        self.conn.close()
+
     def execute(self, sql: str) -> object:
+        if sql in _ENDS:
+            self.handle.end(sql)
+            return None
         return self.handle.execute(sql)
 
     def alive(self) -> bool:
+        if self.conn.broken:
+            return False
+        if self.handle.begun_unsent:  # its BEGIN goes with the first statement sent
+            return True
         status = self.conn.info.transaction_status
         return status in (TransactionStatus.INTRANS, TransactionStatus.INERROR)
 
     def clean(self) -> bool:
+        # A lazy transaction's failed statement is found at the next send.
+        if self.handle.begun_unsent:
+            return not self.conn.broken
         return self.conn.info.transaction_status == TransactionStatus.INTRANS
+
+
+_ENDS = frozenset(("COMMIT", "ROLLBACK"))
 
 
 class PostgresDatabase(ThreadedEngine):
@@ -268,13 +436,16 @@ class PostgresDatabase(ThreadedEngine):
             conn.close()
             raise
         self._own = (*self._own[-7:], conn.info.backend_pid)
-        return PgSession(conn)
+        session = PgSession(conn)
+        if not starting:
+            session.handle.pipeline()
+        return session
 
     def _open(self, *, create: bool = True) -> None:
         session = self._connect(starting=True)
         try:
             session.execute("BEGIN")
-            session.conn.execute("SELECT pg_advisory_xact_lock(%s)", [MIGRATION_LOCK])
+            session.handle.execute("SELECT pg_advisory_xact_lock(?)", [MIGRATION_LOCK])
             if not create and not has_schema(session.handle):
                 raise NoSchema(
                     f"the database {self.where} has no echo-bot schema yet;"
@@ -282,14 +453,15 @@ class PostgresDatabase(ThreadedEngine):
                 )
             migrate(session.handle)
             session.execute("COMMIT")
+            session.handle.pipeline()
         except NoSchema:
-            session.conn.close()
+            session.close()
             raise
         except SchemaTooNew as exc:
-            session.conn.close()
+            session.close()
             raise StoreError(f"the database {self.where}: {exc}") from None
         except psycopg.Error as exc:
-            session.conn.close()
+            session.close()
             raise StoreError(f"cannot open the database {self.where}: {_reason(exc)}") from None
         self._session, self._opened = session, True
 
@@ -303,7 +475,7 @@ class PostgresDatabase(ThreadedEngine):
             self._listener.join(timeout=5)
             self._listener = None
         if self._session is not None:
-            self._session.conn.close()
+            self._session.close()
             self._session = None
         self._opened = False
 
@@ -327,26 +499,27 @@ class PostgresDatabase(ThreadedEngine):
             # Lost (the server restarted, the network broke): connect again for this
             # batch; if that fails too, the batch fails and the next one tries again.
             if session is not None:
-                session.conn.close()
+                session.close()
                 self._session = None
             self._session = session = self._connect()
             log.warning("reconnected to the database %s", self.where)
         return session
 
-    def _begin(self, session: Session) -> None:
-        """BEGIN; when the connection turns out lost (the server restarted while it was
-        idle), connect again and BEGIN on the new one: nothing of the batch was sent."""
+    def _begin(self, session: Session, *, first: bool = True) -> None:
+        """BEGIN, pipelined on a batch's first try (``PgHandle.begin``); when the
+        connection turns out lost (the server restarted while it was idle), connect again
+        and BEGIN on the new one: nothing of the batch was sent."""
         assert isinstance(session, PgSession)
         try:
-            session.execute("BEGIN")
+            session.handle.begin(lazy=first)
         except psycopg.OperationalError:
             if not (session.conn.broken or session.conn.closed):
                 raise
             fresh = self._connect()
-            session.conn.close()
+            session.close()
             session.conn, session.handle = fresh.conn, fresh.handle
             log.warning("reconnected to the database %s", self.where)
-            session.execute("BEGIN")
+            session.handle.begin(lazy=first)
 
     def _store_error(self, job: Any, exc: BaseException, session: Session | None) -> BaseException:
         if isinstance(exc, psycopg.Error) and job.wrap_errors:

@@ -563,7 +563,8 @@ async def test_a_deadlock_between_two_daemons_is_store_unavailable_and_the_other
 
             def crossing(first: int, second: int) -> Job:
                 def run(d: Any) -> int:
-                    d.execute("UPDATE scratch SET v = 'x' WHERE id = ?", [first])
+                    # Read: a statement is sent (and its row locked) no later than that.
+                    assert d.execute("UPDATE scratch SET v = 'x' WHERE id = ?", [first]).rowcount
                     both.wait(10)  # each holds its first row now
                     d.execute("UPDATE scratch SET v = 'y' WHERE id = ?", [second])
                     return first
@@ -622,7 +623,8 @@ async def test_a_transaction_left_idle_by_a_frozen_daemon_frees_its_rows() -> No
             locked = threading.Event()
 
             def freeze(d: Any) -> None:
-                d.execute("UPDATE scratch SET v = 'frozen' WHERE id = 1")
+                # Read: a statement is sent (and its row locked) no later than that.
+                assert d.execute("UPDATE scratch SET v = 'frozen' WHERE id = 1").rowcount == 1
                 locked.set()
                 time.sleep(int(IDLE_IN_TRANSACTION.removesuffix("s")) + 3)
                 d.execute("SELECT 1")
