@@ -52,11 +52,18 @@ class Cluster:
         self._on_break.append(callback)
 
     def take_in(self, tx: Tx, lease: str, within: float | None = None) -> bool:
-        taken, kept = tx.leases.take_noting(
-            lease, self.name, self.lease if within is None else within
-        )
-        if taken and not kept and lease.startswith(SESSION):
-            tx.on_commit(partial(self._broken, lease.removeprefix(SESSION)))
+        return self._take_sent(tx, lease, within)()
+
+    def _take_sent(self, tx: Tx, lease: str, within: float | None = None) -> Callable[[], bool]:
+        """``take_in``'s statement issued; whether it took the lease when called."""
+        answer = tx.leases.take_sent(lease, self.name, self.lease if within is None else within)
+
+        def taken() -> bool:
+            taken, kept = answer()
+            if taken and not kept and lease.startswith(SESSION):
+                tx.on_commit(partial(self._broken, lease.removeprefix(SESSION)))
+            return taken
+
         return taken
 
     def _broken(self, session_key: str) -> None:
@@ -74,9 +81,9 @@ class Cluster:
         (oldest first), which run first so that the session keeps its order."""
 
         def take(tx: Tx) -> list[str] | None:
-            if not self.take_in(tx, session_lease(session_key)):
-                return None
-            return tx.inbox.earlier_turns(session_key, inbound_id)
+            taken = self._take_sent(tx, session_lease(session_key))
+            earlier = tx.inbox.earlier_turns(session_key, inbound_id)  # one round trip
+            return earlier() if taken() else None
 
         return await self.store.run(take)
 

@@ -10,7 +10,7 @@ process's rows from the ``InboundCommitted`` event and polls only for the others
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -173,17 +173,19 @@ class InboxRepo:
         cursor = self._db.execute(f"{sql} ORDER BY seq LIMIT ?", [*args, limit])
         return [_row(dict(r)).message for r in cursor.fetchall()]
 
-    def earlier_turns(self, session_key: str, inbound_id: str) -> list[str]:
+    def earlier_turns(self, session_key: str, inbound_id: str) -> Callable[[], list[str]]:
         """The session's turns with work to do that arrived before ``inbound_id``, oldest
         first: what a daemon that has just taken the session runs before it (another daemon
-        committed them, or drove them and died), so the session's turns keep their order."""
+        committed them, or drove them and died), so the session's turns keep their order.
+        The read is issued now, its answer given when the returned function is called (on
+        PostgreSQL what is issued before that goes in the same round trip)."""
         sql, args = _work_to_do(
             "i.seq, i.id",
             "i.session_key = ? AND i.kind <> ? AND i.seq < (SELECT seq FROM inbox WHERE id = ?)",
             [session_key, InboundKind.APPROVAL_DECISION, inbound_id],
         )
         cursor = self._db.execute(f"{sql} ORDER BY 1", args)
-        return [str(r[1]) for r in cursor.fetchall()]
+        return lambda: [str(r[1]) for r in cursor.fetchall()]
 
     def has_accepted(self, session_key: str) -> bool:
         row = self._db.execute(

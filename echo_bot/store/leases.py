@@ -9,6 +9,8 @@ by the row's lock, and only one of them gets it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from .sql import POSTGRES, SqlDb, db_clock, dialect
 
 
@@ -30,13 +32,18 @@ class LeaseRepo:
         other instance can have held it since (it would be the row's holder now, or
         have let it go: no row). On PostgreSQL only (the subquery sees the row as the
         statement found it); elsewhere never said."""
+        return self.take_sent(name, instance, lease)()
+
+    def take_sent(self, name: str, instance: str, lease: float) -> Callable[[], tuple[bool, bool]]:
+        """``take_noting``'s statement, issued now; its answer when the returned function
+        is called (on PostgreSQL what is issued before that goes in the same round trip)."""
         clock = db_clock(self._db)
         before = (
             "(SELECT o.instance FROM leases o WHERE o.name = leases.name)"
             if dialect(self._db) == POSTGRES
             else "NULL"
         )
-        row = self._db.execute(
+        cursor = self._db.execute(
             f"INSERT INTO leases (name, instance, taken_at) VALUES (?, ?, {clock})"
             " ON CONFLICT (name) DO UPDATE SET instance = excluded.instance,"
             " taken_at = excluded.taken_at"
@@ -45,8 +52,13 @@ class LeaseRepo:
             f"  AND i.seen_at >= {clock} - ?)"
             f" RETURNING instance, {before}",
             [name, instance, lease],
-        ).fetchone()
-        return row is not None, row is not None and row[1] == instance
+        )
+
+        def answer() -> tuple[bool, bool]:
+            row = cursor.fetchone()
+            return row is not None, row is not None and row[1] == instance
+
+        return answer
 
     def held(self, name: str, instance: str) -> bool:
         """Whether ``instance`` still holds ``name`` — on PostgreSQL with the row locked
