@@ -88,14 +88,18 @@ class Cluster:
         return await self.store.run(take)
 
     def fence(self, tx: Tx, session_key: str) -> None:
-        """Raise LeaseLost unless this daemon still holds the session. In the transaction
+        """Raise LeaseLost unless this daemon still holds the session (on PostgreSQL at the
+        transaction's next wait, the server checking it: ``LeaseRepo.hold``). In the transaction
         of every checkpoint of a turn (the runner's, and the one that marks a
         side-effecting call started): a daemon that lost a session — stalled past its
         lease — writes nothing more to it and starts none of its calls, and one taking
         it over waits for that commit (the lease row is locked), then finds a started
         call and reports it OUTCOME_UNKNOWN instead of running it again."""
-        if not tx.leases.held(session_lease(session_key), self.name):
-            raise LeaseLost(f"session {session_key} is driven by another daemon now")
+        tx.leases.hold(
+            session_lease(session_key),
+            self.name,
+            LeaseLost(f"session {session_key} is driven by another daemon now"),
+        )
 
     async def take_all(self, leases: list[str]) -> dict[str, bool]:
         """``take`` for each of ``leases``, in one transaction."""

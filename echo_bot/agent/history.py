@@ -74,8 +74,8 @@ class HistoryCache:
 
     def load_rows(self, tx: Tx, session_key: str) -> list[tuple[int, ChatMessage]]:
         """``load``, each message with its seq."""
-        if self.exclusive:  # this unit of work's appends, told their seqs (``added``)
-            tx.turns.flush_messages()
+        if self.exclusive:  # this unit of work's appends, told their seqs now (``added``)
+            tx.turns.flush_messages(seqs_now=True)
         with self._lock:
             cached = self._entries.get(session_key)
             if cached is not None and self.exclusive:  # nobody else writes it: no read

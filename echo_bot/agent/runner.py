@@ -324,10 +324,9 @@ class TurnRunner:
             return None
 
         def start(tx: Tx) -> None:
-            if not tx.inbox.start(inbound.id):
-                raise _NotFresh(inbound.id)
-            if not tx.turns.add(inbound.id, inbound.session_key, inbound.trace_id):
-                raise _NotFresh(inbound.id)
+            not_fresh = _NotFresh(inbound.id)
+            tx.inbox.start(inbound.id, not_fresh)
+            tx.turns.add_new(inbound.id, inbound.session_key, inbound.trace_id, not_fresh)
             self._append(tx, inbound.session_key, inbound.id, user)
             self._audit_started(tx, inbound, inbound)
 

@@ -18,7 +18,7 @@ from ..bus import Published
 from ..events import DIRECT, INBOUND, InboundKind, InboundMessage, InboundStatus
 from ..plugins import registry
 from .committed import InboundCommitted
-from .sql import SqlDb, db_clock, json_text
+from .sql import SqlDb, db_clock, expect_change, json_text
 
 if TYPE_CHECKING:
     from .tx import Tx
@@ -287,14 +287,16 @@ class InboxRepo:
         sql += " ORDER BY seq DESC LIMIT ?"
         return [InboundSummary(*row) for row in self._db.execute(sql, [*args, limit]).fetchall()]
 
-    def start(self, inbound_id: str) -> bool:
-        """Mark the inbound running, when it is not finished; False when it is (or is gone)."""
-        cursor = self._db.execute(
+    def start(self, inbound_id: str, error: Exception) -> None:
+        """Mark the inbound running; raise ``error`` when it is finished (or gone) — on
+        PostgreSQL at the unit of work's next wait (``sql.expect_change``)."""
+        expect_change(
+            self._db,
             "UPDATE inbox SET status = ?, error = NULL, updated_at = ?"
             " WHERE id = ? AND status IN (?, ?, ?)",
             [InboundStatus.RUNNING, time.time(), inbound_id, *UNFINISHED],
+            error,
         )
-        return bool(cursor.rowcount == 1)
 
     def set_status(
         self,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .sql import POSTGRES, SqlDb, db_clock, dialect
+from .sql import POSTGRES, SqlDb, db_clock, dialect, expect_row
 
 
 class LeaseRepo:
@@ -60,15 +60,18 @@ class LeaseRepo:
 
         return answer
 
-    def held(self, name: str, instance: str) -> bool:
-        """Whether ``instance`` still holds ``name`` — on PostgreSQL with the row locked
-        until the transaction ends, so a daemon taking it over waits for what this one
-        commits."""
+    def hold(self, name: str, instance: str, error: Exception) -> None:
+        """Raise ``error`` unless ``instance`` still holds ``name`` — on PostgreSQL with the
+        row locked until the transaction ends, so a daemon taking it over waits for what
+        this one commits, and checked by the server (``sql.expect_row``: raised at the
+        unit of work's next wait, and nothing of it committed)."""
         lock = " FOR UPDATE" if dialect(self._db) == POSTGRES else ""
-        row = self._db.execute(
-            f"SELECT 1 FROM leases WHERE name = ? AND instance = ?{lock}", [name, instance]
-        ).fetchone()
-        return row is not None
+        expect_row(
+            self._db,
+            f"SELECT 1 FROM leases WHERE name = ? AND instance = ?{lock}",
+            [name, instance],
+            error,
+        )
 
     def release(self, name: str, instance: str) -> bool:
         cursor = self._db.execute(

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from ..events import OutboundMessage, Receipt
 from .committed import OutboundCommitted
-from .sql import SqlDb
+from .sql import Cursor, SqlDb, read_later
 
 if TYPE_CHECKING:
     from .tx import Tx
@@ -53,20 +53,27 @@ class OutboxRepo:
         nothing ahead of it: the worker sends it without reading it back)."""
         now = time.time()
         chat_key, payload = str(message.to), message.model_dump_json()
-        # Its seq, and whether anything queued for its chat is ahead of it, in one go.
-        stored = self._db.conn.execute(
+        # Its seq, and whether anything queued for its chat is ahead of it, in one go,
+        # read once committed (only the worker, told then, needs them).
+        cursor = self._db.conn.execute(
             "INSERT INTO outbox (id, channel, chat_key, payload, status, next_attempt_at,"
             " created_at) VALUES (?, ?, ?, ?, 'queued', ?, ?) ON CONFLICT(id) DO NOTHING"
             " RETURNING seq, EXISTS (SELECT 1 FROM outbox o WHERE o.status = 'queued'"
             " AND o.channel = ? AND o.chat_key = ? AND o.seq < outbox.seq)",
             [message.id, message.to.channel, chat_key, payload, now, now,
              message.to.channel, chat_key],
-        ).fetchone()  # fmt: skip
-        head = None
-        if stored is not None and not stored[1]:
-            # As ``due`` would read it back: what is sent is what was stored.
-            head = OutboxRow(stored[0], OutboundMessage.model_validate_json(payload), 0)
-        self._tx.announce(OutboundCommitted(frozenset((chat_key,)), head))
+        )  # fmt: skip
+        event = OutboundCommitted(frozenset((chat_key,)))
+        self._tx.announce(event)
+
+        def with_head(cursor: Cursor) -> None:
+            stored = cursor.fetchone()
+            if stored is not None and not stored[1]:
+                # As ``due`` would read it back: what is sent is what was stored.
+                head = OutboxRow(stored[0], OutboundMessage.model_validate_json(payload), 0)
+                self._tx.replace(event, OutboundCommitted(event.chat_keys, head))
+
+        read_later(self._db, cursor, with_head)
 
     def due(
         self, channels: list[str], now: float, limit: int, busy: list[str]

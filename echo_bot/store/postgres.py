@@ -35,7 +35,7 @@ from ..errors import NoSchema, StoreError, StoreUnavailable
 from .engine import Session, ThreadedEngine
 from .meta import WAKE_CHANNEL
 from .schema import SchemaTooNew, has_schema, migrate
-from .sql import POSTGRES, describe_url
+from .sql import EXPECT_STATE, POSTGRES, describe_url
 
 CONNECT_TIMEOUT = 5  # seconds
 CONNECTIONS_PER_DAEMON = 2  # the store thread's, and the LISTEN thread's
@@ -43,6 +43,7 @@ IDLE_IN_TRANSACTION = "5s"  # the longest a transaction of ours may sit idle (se
 # A transaction begun this soon after the last one ended is pipelined from its BEGIN;
 # later, the BEGIN waits for the server (a dropped connection is found before the work).
 FRESH_FOR = 1.0  # seconds
+MAX_SYNCS = 1000  # after a failed statement, Syncs until every result is read (each reads some)
 # pg_advisory_xact_lock key held while the schema is migrated ("echo" in ASCII).
 MIGRATION_LOCK = 0x6563686F
 
@@ -115,8 +116,10 @@ class PgHandle:
     __slots__ = (
         "_conn",
         "_ended_at",
+        "_expected",
         "_held",
         "_in_pipeline",
+        "_later",
         "_lazy",
         "_pipeline",
         "_trace",
@@ -133,6 +136,10 @@ class PgHandle:
         self._pipeline: psycopg.Pipeline | None = None
         self._held: list[_Pending] = []  # sent at the next read or COMMIT
         self._lazy = False
+        # The transaction's expectations (``expect``) by the message the server fails
+        # with, and its reads left for after the COMMIT (``read_later``).
+        self._expected: dict[str, Exception] = {}
+        self._later: list[tuple[_Pending, Callable[[Any], None]]] = []
         self._ended_at = 0.0  # monotonic, when the last transaction ended
         self.round_trips = 0
 
@@ -179,6 +186,22 @@ class PgHandle:
         cursor.executemany(_placeholders(sql), rows)
         return cursor
 
+    def expect(self, sql: str, parameters: Sequence[Any], error: Exception) -> None:
+        """Run ``sql``, an ``echo_bot_expect`` whose message is the last parameter (given
+        here): when the server fails it, ``error`` is raised instead, at the send
+        (``sql.expect_row``)."""
+        what = f"echo-bot expected #{len(self._expected)}"
+        self._expected[what] = error
+        self.execute(sql, [*parameters, what])
+
+    def read_later(self, cursor: Any, read: Callable[[Any], None]) -> None:
+        """``read(cursor)`` after the COMMIT if ``cursor`` is still held back, else now
+        (``sql.read_later``)."""
+        if isinstance(cursor, _Pending) and cursor.cursor is None:
+            self._later.append((cursor, read))
+        else:
+            read(cursor)
+
     def _hold(self, pending: _Pending) -> Any:
         self._held.append(pending)
         if self._lazy:
@@ -192,6 +215,8 @@ class PgHandle:
         (``FRESH_FOR``) the BEGIN itself is sent and waited for: a connection the server
         dropped meanwhile is found there, before any work is."""
         self._lazy = False
+        self._expected.clear()
+        self._later.clear()
         if lazy and self._pipeline is not None and time.monotonic() - self._ended_at < FRESH_FOR:
             self._lazy = True
             self.execute("BEGIN")
@@ -212,23 +237,64 @@ class PgHandle:
         try:
             for pending in held:
                 pending.send(conn)
-        except BaseException:  # one could not be sent: what went is waited for all the same
+        except BaseException as exc:
+            # One could not be sent, or psycopg found an earlier one failed while sending
+            # the next: what went is waited for all the same.
             with contextlib.suppress(psycopg.Error):
-                pipeline.sync()
+                self._sync(pipeline)
+            self._raise_expected(exc)
             raise
-        pipeline.sync()
+        try:
+            self._sync(pipeline)
+        except psycopg.Error as exc:
+            self._raise_expected(exc)
+            raise
+
+    def _sync(self, pipeline: psycopg.Pipeline) -> None:
+        """Sync until every result sent for is in; raise the first error. psycopg raises
+        a failed statement's error as soon as it reads it, possibly before the results
+        after it (the Sync's too): the transaction's state is not known until they are."""
+        error: psycopg.Error | None = None
+        for _ in range(MAX_SYNCS):
+            try:
+                pipeline.sync()
+            except psycopg.Error as exc:
+                error = error or exc
+                if self._conn.broken or self._conn.closed:
+                    break
+                continue
+            break
+        if error is not None:
+            raise error
+
+    def _raise_expected(self, exc: BaseException) -> None:
+        """Raise the error an ``expect`` gave, if ``exc`` is its failing."""
+        if isinstance(exc, psycopg.Error) and exc.sqlstate == EXPECT_STATE:
+            expected = self._expected.get(exc.diag.message_primary or "")
+            if expected is not None:
+                raise expected from exc
 
     def end(self, sql: str) -> None:
         """COMMIT (with what is held back: one round trip) or ROLLBACK (what is held back
         is dropped unsent; nothing at all is sent if nothing was)."""
         self._ended_at = time.monotonic()
         self._lazy = False
-        if sql == "COMMIT" or not self.begun_unsent:
-            if sql != "COMMIT":
-                self._held = []
+        later, self._later = self._later, []
+        if sql == "COMMIT":
+            try:
+                self.execute(sql)
+            finally:
+                self._expected.clear()
+            for pending, read in later:
+                try:
+                    read(pending)
+                except Exception:  # committed all the same: the others are read
+                    log.exception("reading a statement's result after the COMMIT failed")
+            return
+        self._expected.clear()
+        begun_unsent, self._held = self.begun_unsent, []
+        if not begun_unsent:
             self.execute(sql)
-        else:
-            self._held = []
 
     def set_trace_callback(
         self, trace: Callable[..., object] | None, *, parameters: bool = False

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from ..errors import StoreError
 from .recall import PG_VECTOR, SEARCHED_ROLES
-from .sql import POSTGRES, SqlDb, dialect
+from .sql import EXPECT_STATE, POSTGRES, SqlDb, dialect
 
 Database = SqlDb  # what a migration is given: either engine's handle
 
@@ -426,6 +426,20 @@ def _v16(db: Database) -> None:
     )
 
 
+def _v17(db: Database) -> None:
+    """PostgreSQL: ``echo_bot_expect``, which fails the transaction unless ``ok``, with
+    ``what`` as its message and SQLSTATE ``EXPECT_STATE`` (``sql.expect_row``): a
+    condition the server checks, so a unit of work need not wait to read it."""
+    if dialect(db) != POSTGRES:
+        return
+    db.execute(
+        "CREATE FUNCTION echo_bot_expect(ok boolean, what text) RETURNS boolean"
+        " LANGUAGE plpgsql AS $$ BEGIN"
+        f" IF ok IS NOT TRUE THEN RAISE EXCEPTION USING ERRCODE = '{EXPECT_STATE}',"
+        " MESSAGE = what; END IF; RETURN true; END $$"
+    )
+
+
 MIGRATIONS: list[Callable[[Database], None]] = [
     _v1,
     _v2,
@@ -443,6 +457,7 @@ MIGRATIONS: list[Callable[[Database], None]] = [
     _v14,
     _v15,
     _v16,
+    _v17,
 ]
 
 

@@ -10,7 +10,7 @@ come from the functions below, chosen by the handle's ``dialect``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
@@ -44,8 +44,52 @@ class SqlDb(Protocol):
     def execute(self, sql: str, parameters: Sequence[Any] = ...) -> Cursor: ...
 
 
+# The SQLSTATE of a failed ``echo_bot_expect`` (PostgreSQL; schema.py's _v17).
+EXPECT_STATE = "EB001"
+
+
 def dialect(db: object) -> str:
     return getattr(db, "dialect", SQLITE)
+
+
+def expect_row(db: SqlDb, sql: str, parameters: Sequence[Any], error: Exception) -> None:
+    """Raise ``error`` unless the SELECT ``sql`` finds a row. On PostgreSQL the server
+    checks it (``echo_bot_expect``) and nothing waits for the answer: ``error`` is raised
+    at the unit of work's next wait — a read, or its COMMIT, which then commits nothing
+    (``PgHandle.expect``). Either way nothing of the unit of work is stored."""
+    expect = getattr(db, "expect", None)
+    if expect is not None:
+        expect(f"SELECT echo_bot_expect(EXISTS ({sql}), ?)", parameters, error)
+    elif db.execute(sql, parameters).fetchone() is None:
+        raise error
+
+
+def expect_change(db: SqlDb, sql: str, parameters: Sequence[Any], error: Exception) -> None:
+    """Raise ``error`` unless ``sql`` (an INSERT or UPDATE, no RETURNING) changes one row;
+    as ``expect_row`` (on PostgreSQL it runs in a WITH, ``RETURNING 1``)."""
+    expect = getattr(db, "expect", None)
+    if expect is not None:
+        expect(
+            f"WITH changed AS ({sql} RETURNING 1)"
+            " SELECT echo_bot_expect(COUNT(*) = 1, ?) FROM changed",
+            parameters,
+            error,
+        )
+    elif db.execute(sql, parameters).rowcount != 1:
+        raise error
+
+
+def read_later(db: SqlDb, cursor: Cursor, read: Callable[[Cursor], None]) -> None:
+    """``read(cursor)`` with ``cursor``'s result: now, or on PostgreSQL once the unit of
+    work is committed (``PgHandle.read_later``), so that the read sends nothing and
+    waits for nothing of its own. For results only what follows the commit needs (a
+    row's seq for a cache, say): never called if the work is rolled back; the
+    transaction's ``Tx.on_commit`` callbacks run after it."""
+    later = getattr(db, "read_later", None)
+    if later is not None:
+        later(cursor, read)
+    else:
+        read(cursor)
 
 
 def json_text(db: object, column: str, *path: str) -> str:

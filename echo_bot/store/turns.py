@@ -13,13 +13,14 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ..conversation import ChatMessage, FileNote, ToolCall
 from ..events import InboundStatus
 from ..statuses import CallStatus, TurnStatus
 from .committed import HistoryReset
-from .sql import SqlDb
+from .sql import SqlDb, expect_change, read_later
 
 if TYPE_CHECKING:
     from .tx import Tx
@@ -74,6 +75,14 @@ def _message(row: Any) -> ChatMessage:
     )
 
 
+def _tell_seqs(told: list[Callable[[int], None] | None], cursor: Any) -> None:
+    # Seqs are given in the order of the VALUES; RETURNING's order is the engine's own.
+    seqs = sorted(int(row[0]) for row in cursor.fetchall())
+    for on_seq, seq in zip(told, seqs, strict=True):
+        if on_seq is not None:
+            on_seq(seq)
+
+
 class TurnRepo:
     """Turns, their history (messages) and their tool calls: the checkpoint."""
 
@@ -120,6 +129,18 @@ class TurnRepo:
         )
         return bool(cursor.rowcount == 1)
 
+    def add_new(self, turn_id: str, session_key: str, trace_id: str, error: Exception) -> None:
+        """``add``; raise ``error`` when the turn exists — on PostgreSQL at the unit of
+        work's next wait (``sql.expect_change``)."""
+        now = time.time()
+        expect_change(
+            self._db,
+            "INSERT INTO turns (id, session_key, trace_id, step, status, created_at, updated_at)"
+            " VALUES (?, ?, ?, 0, 'running', ?, ?) ON CONFLICT(id) DO NOTHING",
+            [turn_id, session_key, trace_id, now, now],
+            error,
+        )
+
     def create(self, turn_id: str, session_key: str, trace_id: str) -> TurnRow:
         """``add``; the turn as it is stored (the one there already, if it existed)."""
         if not self.add(turn_id, session_key, trace_id):
@@ -149,7 +170,7 @@ class TurnRepo:
     ) -> None:
         """Append ``message`` to the session's history. Inserted with the unit of work's
         other appends in one statement, at its end or before a read of the history
-        (``flush_messages``); ``on_seq(seq)`` is told its seq then."""
+        (``flush_messages``); ``on_seq(seq)`` is told its seq once committed."""
         values = [
             session_key,
             turn_id,
@@ -163,25 +184,28 @@ class TurnRepo:
         ]
         self._appends.append((values, on_seq))
 
-    def flush_messages(self) -> None:
-        """Insert the appended history rows, in order (their seqs follow it)."""
+    def flush_messages(self, *, seqs_now: bool = False) -> None:
+        """Insert the appended history rows, in order (their seqs follow it). Each
+        ``on_seq`` is told its seq once committed (``sql.read_later``: on PostgreSQL no
+        wait of its own), or ``seqs_now``, at once."""
         while self._appends:
             chunk, self._appends = (
                 self._appends[:_ROWS_PER_INSERT],
                 self._appends[_ROWS_PER_INSERT:],
             )
             marks = ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?)"] * len(chunk))
-            rows = self._db.execute(
+            cursor = self._db.execute(
                 "INSERT INTO messages (session_key, turn_id, role, content, tool_calls,"
                 f" tool_call_id, name, files, created_at) VALUES {marks} RETURNING seq",
                 [value for values, _on_seq in chunk for value in values],
-            ).fetchall()
-            # Seqs are given in the order of the VALUES; RETURNING's order is the
-            # engine's own.
-            seqs = sorted(int(row[0]) for row in rows)
-            for (_values, on_seq), seq in zip(chunk, seqs, strict=True):
-                if on_seq is not None:
-                    on_seq(seq)
+            )
+            told = [on_seq for _values, on_seq in chunk]
+            if not any(told):
+                continue
+            if seqs_now:
+                _tell_seqs(told, cursor)
+            else:
+                read_later(self._db, cursor, partial(_tell_seqs, told))
 
     def reset_session(self, session_key: str) -> None:
         self.flush_messages()

@@ -111,6 +111,14 @@ class Tx:
     def announce(self, event: Committed) -> None:
         self.committed.append(event)
 
+    def replace(self, event: Committed, by: Committed) -> None:
+        """Announce ``by`` instead of ``event`` (the same work, with what was read of it
+        once committed: ``sql.read_later``)."""
+        for i, announced in enumerate(self.committed):
+            if announced is event:
+                self.committed[i] = by
+                return
+
     def on_commit(self, callback: Callable[[], None]) -> None:
         """Call ``callback()`` once this work is committed; never if it is rolled back.
 
