@@ -154,22 +154,34 @@ def sqlite_floor(trace: Trace, path: Path, *, durability: str = "normal") -> Flo
     return Floor(trace.turns, seconds, len(statements), trace.commits(), done)
 
 
-def postgres_floor(trace: Trace, url: str) -> Floor:
+def postgres_floor(trace: Trace, url: str, *, pipelined: bool = False) -> Floor:
     """Replay ``trace`` with bare psycopg on one connection (as the store's one), one
-    statement after another, in a database of the same schema at ``url``."""
+    statement after another, in a database of the same schema at ``url``; each a round
+    trip, or ``pipelined``: each transaction one (sent whole, a Sync after its COMMIT,
+    no result read) — the fewest round trips the same statements can take."""
     import psycopg
 
     with psycopg.connect(url, autocommit=True) as conn:
         cursor = conn.cursor()
         statements = [(_pg(sql), values, many) for sql, values, many in trace.whole()]
         began = time.perf_counter()
-        for sql, values, many in statements:
-            if many:
-                cursor.executemany(sql, values)
-            else:
-                cursor.execute(sql, values or None)
-                if cursor.description is not None:
-                    cursor.fetchall()
+        if pipelined:
+            with conn.pipeline() as pipeline:
+                for sql, values, many in statements:
+                    if many:
+                        cursor.executemany(sql, values)
+                    else:
+                        cursor.execute(sql, values or None)
+                    if sql == "COMMIT":
+                        pipeline.sync()
+        else:
+            for sql, values, many in statements:
+                if many:
+                    cursor.executemany(sql, values)
+                else:
+                    cursor.execute(sql, values or None)
+                    if cursor.description is not None:
+                        cursor.fetchall()
         seconds = time.perf_counter() - began
         done = cursor.execute(DONE).fetchone()[0]  # type: ignore[index]
     return Floor(trace.turns, seconds, len(statements), trace.commits(), done)
