@@ -172,7 +172,9 @@ async def running_bot(
     )
     task = asyncio.create_task(daemon.run())
     try:
-        async with asyncio.timeout(10):
+        # Its channels and MCP servers started: well under a second alone, far longer in
+        # a full parallel suite on two cores (a wait for liveness, not a speed check).
+        async with asyncio.timeout(30):
             await daemon.wait_started()
         yield Bot(daemon=daemon, channel=channel, state_dir=state_dir)
     finally:

@@ -44,6 +44,9 @@ enabled = true
     )
 
 
+START_TIMEOUT = 60.0  # seconds for a daemon to say it is ready
+
+
 async def start_daemon(config: Path, state: Path) -> asyncio.subprocess.Process:
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "echo_bot", "run", "--config", str(config), "--state-dir", str(state),
@@ -54,7 +57,9 @@ async def start_daemon(config: Path, state: Path) -> asyncio.subprocess.Process:
         cwd=ROOT,
     )  # fmt: skip
     assert proc.stderr is not None
-    async with asyncio.timeout(20):
+    # Ready in about a second alone; a full parallel suite on two cores can take many times
+    # that (a wait for liveness, not a speed check).
+    async with asyncio.timeout(START_TIMEOUT):
         while True:
             line = (await proc.stderr.readline()).decode()
             assert line, "the daemon exited before it was ready"
