@@ -87,7 +87,7 @@ async def test_telegram_polling_alone_opens_no_port(tmp_path: Path) -> None:
         assert proc.stderr is not None
         log: list[str] = []
         try:
-            async with asyncio.timeout(30):
+            async with asyncio.timeout(60):  # ready in ~1 s alone; a full parallel suite starves it
                 while not any(line.startswith("stop with") for line in log):
                     line = (await proc.stderr.readline()).decode()
                     assert line, f"the daemon exited: {log}"

@@ -208,7 +208,7 @@ class Daemon:
         )  # fmt: skip
         daemon = cls(proc)
         assert proc.stderr is not None
-        async with asyncio.timeout(30):
+        async with asyncio.timeout(60):  # ready in ~1 s alone; a full parallel suite starves it
             while True:
                 line = (await proc.stderr.readline()).decode()
                 assert line, f"the daemon exited before it was ready: {daemon.log}"

@@ -66,7 +66,7 @@ async def start_daemon(config: Path, state: Path) -> asyncio.subprocess.Process:
         cwd=ROOT,
     )  # fmt: skip
     assert proc.stderr is not None
-    async with asyncio.timeout(30):
+    async with asyncio.timeout(60):  # ready in ~1 s alone; a full parallel suite starves it
         while True:
             line = (await proc.stderr.readline()).decode()
             assert line, "the daemon exited before it was ready"
