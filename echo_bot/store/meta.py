@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,10 +27,19 @@ WAKE_CHANNEL = "echo_bot"  # PostgreSQL's LISTEN/NOTIFY channel between the daem
 
 
 # A shared helper of ``Tx.flush`` (in the transaction, after the repositories' work).
-def notify(db: SqlDb, what: str) -> None:
+def notify(db: SqlDb, kinds: Iterable[str]) -> None:
     """Tell every daemon listening (PostgreSQL) what this transaction committed, once it
-    commits: NOTIFY is delivered at COMMIT, and never for a rollback."""
-    db.execute(f"SELECT pg_notify('{WAKE_CHANNEL}', ?)", [what])
+    commits: NOTIFY is delivered at COMMIT, and never for a rollback. The store's own
+    connection gathers the kinds of a batch's jobs into one NOTIFY (``PgHandle.wake``)."""
+    wake = getattr(db, "wake", None)
+    if wake is not None:
+        wake(kinds)
+    else:
+        notify_now(db, kinds)
+
+
+def notify_now(db: SqlDb, kinds: Iterable[str]) -> None:
+    db.execute(f"SELECT pg_notify('{WAKE_CHANNEL}', ?)", [",".join(sorted(kinds))])
 
 
 # A module function, not a repository method: ``store/inspect.py`` reads a store file

@@ -33,7 +33,7 @@ from psycopg.pq import TransactionStatus
 
 from ..errors import NoSchema, StoreError, StoreUnavailable
 from .engine import Session, ThreadedEngine
-from .meta import WAKE_CHANNEL
+from .meta import WAKE_CHANNEL, notify_now
 from .schema import SchemaTooNew, has_schema, migrate
 from .sql import EXPECT_STATE, POSTGRES, describe_url
 
@@ -72,8 +72,20 @@ class Row(tuple[Any, ...]):
 
 
 def _rows(cursor: Any) -> Any:
-    index = {column.name: i for i, column in enumerate(cursor.description or ())}
+    """psycopg's row factory, called for every result (a write's too): the column names
+    read off the result itself, their index made once per shape."""
+    result = cursor.pgresult
+    count = result.nfields if result is not None else 0
+    index = _index(tuple(result.fname(i) for i in range(count))) if count else _NO_COLUMNS
     return lambda values: Row(values, index)
+
+
+_NO_COLUMNS: dict[str, int] = {}
+
+
+@lru_cache(maxsize=1024)
+def _index(names: tuple[bytes, ...]) -> dict[str, int]:
+    return {name.decode(): i for i, name in enumerate(names)}
 
 
 @lru_cache(maxsize=2048)
@@ -88,9 +100,10 @@ _JSON_NUL = re.compile(r"(?<!\\)((?:\\\\)*)\\u0000")
 
 
 def _without_nul(parameters: Sequence[Any]) -> Sequence[Any]:
-    if not any(isinstance(p, str) and ("\x00" in p or "\\u0000" in p) for p in parameters):
-        return parameters
-    return [_nul_free(p) if isinstance(p, str) else p for p in parameters]
+    for p in parameters:  # a loop, not any(): this runs for every statement
+        if isinstance(p, str) and ("\x00" in p or "\\u0000" in p):
+            return [_nul_free(p) if isinstance(p, str) else p for p in parameters]
+    return parameters
 
 
 def _nul_free(text: str) -> str:
@@ -124,6 +137,7 @@ class PgHandle:
         "_pipeline",
         "_trace",
         "_trace_parameters",
+        "_wakes",
         "round_trips",
     )
     dialect = POSTGRES
@@ -141,6 +155,9 @@ class PgHandle:
         self._expected: dict[str, Exception] = {}
         self._later: list[tuple[_Pending, Callable[[Any], None]]] = []
         self._ended_at = 0.0  # monotonic, when the last transaction ended
+        # What the transaction begun wakes in the other daemons (``wake``): one NOTIFY at
+        # its COMMIT for all its jobs. None outside a transaction begun here.
+        self._wakes: set[str] | None = None
         self.round_trips = 0
 
     @property
@@ -194,6 +211,15 @@ class PgHandle:
         self._expected[what] = error
         self.execute(sql, [*parameters, what])
 
+    def wake(self, kinds: Iterable[str]) -> None:
+        """NOTIFY the other daemons of ``kinds`` at the COMMIT (``store/meta.notify``): one
+        statement for every job of a batch. A job rolled back to its savepoint leaves its
+        kinds in: a daemon woken for nothing looks and finds nothing."""
+        if self._wakes is None:
+            notify_now(self, kinds)
+        else:
+            self._wakes.update(kinds)
+
     def read_later(self, cursor: Any, read: Callable[[Any], None]) -> None:
         """``read(cursor)`` after the COMMIT if ``cursor`` is still held back, else now
         (``sql.read_later``)."""
@@ -217,6 +243,7 @@ class PgHandle:
         self._lazy = False
         self._expected.clear()
         self._later.clear()
+        self._wakes = set()
         if lazy and self._pipeline is not None and time.monotonic() - self._ended_at < FRESH_FOR:
             self._lazy = True
             self.execute("BEGIN")
@@ -280,7 +307,10 @@ class PgHandle:
         self._ended_at = time.monotonic()
         self._lazy = False
         later, self._later = self._later, []
+        wakes, self._wakes = self._wakes, None
         if sql == "COMMIT":
+            if wakes:
+                notify_now(self, wakes)
             try:
                 self.execute(sql)
             finally:

@@ -140,7 +140,7 @@ class Tx:
         if self.committed and dialect(self._db) == POSTGRES:
             kinds = {_WAKES[type(event)] for event in self.committed if type(event) in _WAKES}
             if kinds:
-                notify(self._db, ",".join(sorted(kinds)))
+                notify(self._db, kinds)
 
 
 # What a committed event wakes in the other daemons (dispatcher, delivery, scheduler,

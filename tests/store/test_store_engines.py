@@ -678,3 +678,62 @@ async def test_a_store_of_a_newer_schema_is_refused_with_one_line_and_exit_2(
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "schema version 999, newer than this echo-bot" in lines[0], lines
+
+
+async def test_a_batch_of_jobs_wakes_the_others_once_for_all_it_committed() -> None:
+    """Jobs committed in one transaction (a batch) send one NOTIFY with every kind they
+    announced, not one each: the other daemons wake once, for all of it."""
+    import threading
+
+    from echo_bot.events import Address, Sender, new_id
+    from echo_bot.store.postgres import PostgresDatabase
+
+    with fresh_database() as url:
+        writer, listener = (
+            Store(PostgresDatabase(url), Masker()),
+            Store(PostgresDatabase(url), Masker()),
+        )
+        await writer.open()
+        await listener.open()
+        heard: asyncio.Queue[str] = asyncio.Queue()
+        listener.on_wake(heard.put_nowait)
+        try:
+            async with asyncio.timeout(10):
+                assert await heard.get() == "*"  # listening now
+
+            def message(chat: str) -> MessageInbound:
+                return MessageInbound(
+                    address=Address(channel="cli", chat_id=chat),
+                    sender=Sender(id="owner"),
+                    text="hello",
+                    external_id=new_id(),
+                )
+
+            # The store thread held by one job while three more queue behind it: they
+            # run as one batch, in one transaction.
+            busy, go_on = threading.Event(), threading.Event()
+
+            def hold(_tx: Tx) -> None:
+                busy.set()
+                go_on.wait(10)
+
+            held = asyncio.ensure_future(writer.run(hold))
+            await asyncio.to_thread(busy.wait, 10)
+            batch = [
+                asyncio.ensure_future(writer.run(lambda tx: tx.inbox.add(message("a")))),
+                asyncio.ensure_future(writer.run(lambda tx: tx.inbox.add(message("b")))),
+                asyncio.ensure_future(
+                    writer.run(lambda tx: tx.reminders.set_chat_timezone("cli:a", "UTC"))
+                ),
+            ]
+            await asyncio.sleep(0.2)
+            go_on.set()
+            await held
+            await asyncio.gather(*batch)
+            async with asyncio.timeout(10):
+                assert await heard.get() == "inbound,timezone"
+            await asyncio.sleep(0.5)
+            assert heard.empty()
+        finally:
+            await writer.close()
+            await listener.close()
