@@ -7,7 +7,7 @@ import asyncio
 from typing import Any, cast
 
 from echo_bot.agent.dispatcher import Dispatcher
-from echo_bot.agent.runner import TurnRunner
+from echo_bot.agent.runner import NotHeldAfterAll, TurnRunner
 from echo_bot.approvals import ApprovalGate
 from echo_bot.cluster import Cluster
 from echo_bot.events import Address, InboundMessage, InboundStatus, MessageInbound, Sender, new_id
@@ -24,7 +24,11 @@ class RecordingRunner:
         self.store = store
         self.ran: list[str] = []
 
-    async def advance(self, inbound_id: str, known: InboundMessage | None = None) -> None:
+    async def advance(
+        self, inbound_id: str, known: InboundMessage | None = None, *, held: bool = False
+    ) -> None:
+        if held:  # it cannot check the lease at a first checkpoint: take it first
+            raise NotHeldAfterAll(inbound_id)
         self.ran.append(inbound_id)
         await self.store.run(lambda tx: tx.inbox.set_status(inbound_id, InboundStatus.DONE))
 

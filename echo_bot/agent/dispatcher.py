@@ -28,7 +28,7 @@ from ..events import (
 )
 from ..logs import log_retrying
 from ..store import InboundCommitted, Store, Tx, once_the_store_is_back
-from .runner import TurnRunner
+from .runner import NotHeldAfterAll, TurnRunner
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +76,10 @@ class Dispatcher:
         self._put_back: set[str] = set()  # queued again behind the session's earlier turns
         self._claim_now = asyncio.Event()  # set by wake(): another daemon committed work
         self._idle: dict[str, asyncio.TimerHandle] = {}  # held sessions' let-go timers
+        # Sessions whose lease this daemon has taken and not let go: their next turn is
+        # run without a take of its own (``TurnRunner.advance``'s ``held``), its first
+        # checkpoint checking the lease. A belief, not a fact: never trusted unchecked.
+        self._holding: set[str] = set()
         # Each session's turns to run, in order: the message itself when it was handed over
         # in memory, else its inbox id (recovery, resumed turns). Only sessions with
         # queued turns have an entry.
@@ -269,10 +273,14 @@ class Dispatcher:
         idle = self._idle.pop(session_key, None)
         if idle is not None:  # held since its last turn: kept
             idle.cancel()
+        advanced = False
         try:
             if self.cluster is None:
                 held = True
-            else:
+            elif session_key in self._holding and not isinstance(inbound, str):
+                # Held since its last turn: one transaction fewer (the take's).
+                held = advanced = await self._advance(session_key, inbound, held=True)
+            if not held:
                 earlier = await self._hold(session_key, inbound_id)
                 held = earlier is not None
                 # They arrived first: they run first, this one after them (once: a turn
@@ -281,8 +289,8 @@ class Dispatcher:
                     later = True
                     self._put_back.add(inbound_id)
                     self._put_first(session_key, [*earlier, inbound])
-            if held and not later:
-                await self._advance(inbound)
+            if held and not later and not advanced:
+                await self._advance(session_key, inbound)
         finally:
             del self._running[session_key]
             if not later:
@@ -306,7 +314,9 @@ class Dispatcher:
             f"session {session_key}", lambda: cluster.take_session(session_key, inbound_id)
         )
         if earlier is not None:
+            self._holding.add(session_key)
             return earlier
+        self._holding.discard(session_key)
         for queued in self._queues.pop(session_key, ()):
             queued_id = queued if isinstance(queued, str) else queued.id
             self._known.discard(queued_id)
@@ -337,6 +347,7 @@ class Dispatcher:
         assert self.cluster is not None
         if session_key in self._queues or session_key in self._running:
             return
+        self._holding.discard(session_key)
         try:
             await self.cluster.release_session(session_key)
         except Exception:  # it lapses with this daemon, or is taken again on next use
@@ -347,22 +358,31 @@ class Dispatcher:
         self._tasks.append(task)
         task.add_done_callback(self._forget)
 
-    async def _advance(self, inbound: InboundMessage | str) -> None:
+    async def _advance(
+        self, session_key: str, inbound: InboundMessage | str, *, held: bool = False
+    ) -> bool:
+        """Run the turn (``held``: without a take of the session's lease for it, see
+        ``_holding``); False when it was not run for want of that take."""
         known = inbound if isinstance(inbound, Inbound) else None
         inbound_id = known.id if known is not None else str(inbound)
         try:
             # Nothing of a failed step was committed and every step is a checkpoint: the
             # turn goes on from the last one once the store is back.
             await self._once_the_store_is_back(
-                f"turn {inbound_id}", lambda: self.runner.advance(inbound_id, known)
+                f"turn {inbound_id}", lambda: self.runner.advance(inbound_id, known, held=held)
             )
         except asyncio.CancelledError:
             raise
+        except NotHeldAfterAll:  # nothing of it committed: take the session, then run it
+            self._holding.discard(session_key)
+            return False
         except LeaseLost as exc:  # the daemon that took the session over goes on with it
             log.warning("turn %s left to another daemon: %s", inbound_id, exc)
+            self._holding.discard(session_key)
         except Exception as exc:  # task boundary: record, tell the user, go on
             log.exception("turn %s failed", inbound_id)
             await self._fail(inbound_id, exc)
+        return True
 
     async def _once_the_store_is_back(
         self, what: str, attempt: Callable[[], Awaitable[T]]

@@ -23,7 +23,7 @@ from ..brains.llm_prompt import summary_cut
 from ..commands.registry import CommandRegistry, summarise_results, trailing_results
 from ..config import BrainConfig
 from ..conversation import BrainContext, BrainReply, ChatMessage, FileNote, ToolCall
-from ..errors import EchoBotError, StoreUnavailable
+from ..errors import EchoBotError, LeaseLost, StoreUnavailable
 from ..events import (
     InboundMessage,
     InboundStatus,
@@ -83,6 +83,12 @@ class _NotFresh(EchoBotError):
     in the store when its start was written: nothing of that checkpoint is committed."""
 
 
+class NotHeldAfterAll(EchoBotError):
+    """A turn run as if this daemon still held its session (``advance(..., held=True)``)
+    found at its first checkpoint that it does not, or that an earlier turn of the
+    session waits: nothing of the turn is committed; take the session first."""
+
+
 @dataclass
 class _Turn:
     """A message turn as its phases leave it for the next."""
@@ -139,6 +145,9 @@ class TurnRunner:
         # a crash then would cost its answer again.
         self.writes_later = bool(getattr(brain, "local", False))
         self._deferred: dict[str, list[Callable[[Tx], None]]] = {}  # by inbound id
+        # Turns run as if their session's lease were still held, until their first
+        # checkpoint shows it (``advance``'s ``held``).
+        self._presumed: set[str] = set()
         # Turns started in memory and not finished (an ordered set, bounded).
         self._begun_here: dict[str, None] = {}
 
@@ -156,12 +165,24 @@ class TurnRunner:
             summary.text if summary is not None else None, tuple(seq for seq, _m in rows),
         )  # fmt: skip
 
-    async def advance(self, inbound_id: str, known: InboundMessage | None = None) -> None:
+    async def advance(
+        self, inbound_id: str, known: InboundMessage | None = None, *, held: bool = False
+    ) -> None:
         """Move the turn of inbox row ``inbound_id`` as far as it can go now (``known``:
         the message itself, when the caller has it: then only its status is read, or, for
-        a new turn that can start in memory, nothing: ``_start_here``)."""
+        a new turn that can start in memory, nothing: ``_start_here``).
+
+        ``held``: with several daemons, the caller has held the session's lease since its
+        last turn and has not taken it for this one. Only a turn that starts in memory
+        goes on so: its first checkpoint checks that the lease is still this daemon's
+        (the fence) and that no earlier turn of the session waits (``InboxRepo.expect_first``),
+        and raises NotHeldAfterAll if not — as at once for any other turn."""
+        if held and (known is None or inbound_id in self._begun_here):
+            raise NotHeldAfterAll(inbound_id)
         if known is not None and inbound_id not in self._begun_here:
-            begun_here = self._start_here(known)
+            begun_here = self._start_here(known, held=held)
+            if held and begun_here is None:
+                raise NotHeldAfterAll(inbound_id)
             if begun_here is not None:
                 self._begun_here[inbound_id] = None  # tried again: from the store
                 while len(self._begun_here) > MAX_BEGUN_HERE:  # failed, never tried again
@@ -175,6 +196,7 @@ class TurnRunner:
                     return
                 finally:
                     self._deferred.pop(inbound_id, None)
+                    self._presumed.discard(inbound_id)
         try:
             begun = await self.store.run(lambda tx: self._begin(tx, inbound_id, known))
             if isinstance(begun, MessageInbound):  # a new turn with files: ready them first
@@ -300,7 +322,14 @@ class TurnRunner:
                     earlier(tx)
                 return write(tx)
 
-            return await run_fenced(self.store, self.fence, inbound.session_key, with_deferred)
+            if inbound.id not in self._presumed:
+                return await run_fenced(self.store, self.fence, inbound.session_key, with_deferred)
+            try:  # the turn's first checkpoint, its session's lease not taken for it
+                return await run_fenced(self.store, self.fence, inbound.session_key, with_deferred)
+            except LeaseLost as exc:
+                raise NotHeldAfterAll(inbound.id) from exc
+            finally:
+                self._presumed.discard(inbound.id)
         return await run_fenced(self.store, self.fence, inbound.session_key, write)
 
     def _defer(self, inbound: InboundMessage, write: Callable[[Tx], None]) -> None:
@@ -308,11 +337,14 @@ class TurnRunner:
         it. Only what a crash may lose: the turn then goes on from its last commit."""
         self._deferred.setdefault(inbound.id, []).append(write)
 
-    def _start_here(self, inbound: InboundMessage) -> tuple[MessageInbound, TurnRow, Recall] | None:
+    def _start_here(
+        self, inbound: InboundMessage, *, held: bool = False
+    ) -> tuple[MessageInbound, TurnRow, Recall] | None:
         """A new message turn started in memory, with no read (``writes_later``, the
         session's history held by the cache, no files to ready); its start (the inbound
         running, the turn, the user's words in the history) written with its first
-        checkpoint, which fails with ``_NotFresh`` if the store had started it already.
+        checkpoint, which fails with ``_NotFresh`` if the store had started it already
+        (and, ``held``, with NotHeldAfterAll if an earlier turn of the session waits).
         Not a command: one may write to the store itself, after its turn's start."""
         if not self.writes_later or not isinstance(inbound, MessageInbound) or inbound.attachments:
             return None
@@ -325,12 +357,16 @@ class TurnRunner:
 
         def start(tx: Tx) -> None:
             not_fresh = _NotFresh(inbound.id)
+            if held:
+                tx.inbox.expect_first(inbound.session_key, inbound.id, NotHeldAfterAll(inbound.id))
             tx.inbox.start(inbound.id, not_fresh)
             tx.turns.add_new(inbound.id, inbound.session_key, inbound.trace_id, not_fresh)
             self._append(tx, inbound.session_key, inbound.id, user)
             self._audit_started(tx, inbound, inbound)
 
         self._defer(inbound, start)
+        if held:
+            self._presumed.add(inbound.id)
         turn = TurnRow(inbound.id, inbound.session_key, inbound.trace_id, 0, TurnStatus.RUNNING)
         return inbound, turn, Recall(messages)
 

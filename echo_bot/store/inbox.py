@@ -18,7 +18,7 @@ from ..bus import Published
 from ..events import DIRECT, INBOUND, InboundKind, InboundMessage, InboundStatus
 from ..plugins import registry
 from .committed import InboundCommitted
-from .sql import SqlDb, db_clock, expect_change, json_text
+from .sql import SqlDb, db_clock, expect_change, expect_row, json_text
 
 if TYPE_CHECKING:
     from .tx import Tx
@@ -179,13 +179,23 @@ class InboxRepo:
         committed them, or drove them and died), so the session's turns keep their order.
         The read is issued now, its answer given when the returned function is called (on
         PostgreSQL what is issued before that goes in the same round trip)."""
-        sql, args = _work_to_do(
-            "i.seq, i.id",
+        sql, args = self._earlier("i.seq, i.id", session_key, inbound_id)
+        cursor = self._db.execute(f"{sql} ORDER BY 1", args)
+        return lambda: [str(r[1]) for r in cursor.fetchall()]
+
+    def expect_first(self, session_key: str, inbound_id: str, error: Exception) -> None:
+        """Raise ``error`` if a turn of the session with work to do arrived before
+        ``inbound_id`` (``earlier_turns`` would name one) — on PostgreSQL at the unit of
+        work's next wait, the server checking it (``sql.expect_row``)."""
+        sql, args = self._earlier("1", session_key, inbound_id)
+        expect_row(self._db, f"SELECT 1 WHERE NOT EXISTS ({sql})", args, error)
+
+    def _earlier(self, columns: str, session_key: str, inbound_id: str) -> tuple[str, list[object]]:
+        return _work_to_do(
+            columns,
             "i.session_key = ? AND i.kind <> ? AND i.seq < (SELECT seq FROM inbox WHERE id = ?)",
             [session_key, InboundKind.APPROVAL_DECISION, inbound_id],
         )
-        cursor = self._db.execute(f"{sql} ORDER BY 1", args)
-        return lambda: [str(r[1]) for r in cursor.fetchall()]
 
     def has_accepted(self, session_key: str) -> bool:
         row = self._db.execute(
