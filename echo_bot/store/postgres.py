@@ -304,13 +304,13 @@ class PgHandle:
     def end(self, sql: str) -> None:
         """COMMIT (with what is held back: one round trip) or ROLLBACK (what is held back
         is dropped unsent; nothing at all is sent if nothing was)."""
+        wakes, self._wakes = self._wakes, None
+        if wakes and sql == "COMMIT":  # held back with the rest, when they are
+            notify_now(self, wakes)
         self._ended_at = time.monotonic()
         self._lazy = False
         later, self._later = self._later, []
-        wakes, self._wakes = self._wakes, None
         if sql == "COMMIT":
-            if wakes:
-                notify_now(self, wakes)
             try:
                 self.execute(sql)
             finally:
