@@ -55,6 +55,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench.lean_turn import LeanCore  # noqa: E402
 from bench.store_floor import (  # noqa: E402
     Floor,
     Trace,
@@ -365,6 +366,23 @@ async def floor_case(sessions: int, seconds: float, state_dir: Path) -> Floor:
 
 
 PIPELINED: dict[int, Floor] = {}  # PostgreSQL: each case's floor, a transaction a round trip
+LEAN: dict[int, Result] = {}  # SQLite: each case's lean turn (bench/lean_turn.py)
+
+
+async def lean_case(sessions: int, warmup: float, seconds: float, state_dir: Path) -> Result:
+    """The same turn with the least Python around the same statements (a reference)."""
+    path = state_dir / "echo-bot.sqlite3"
+    await asyncio.to_thread(fresh_sqlite_store, path)
+    core = LeanCore(path)
+    try:
+
+        async def one_turn(number: int) -> bool:
+            answer = await core.turn(f"s{number}", f"user{number}", TEXT)
+            return answer.startswith("It is")
+
+        return await closed_loop(sessions, warmup, seconds, one_turn)
+    finally:
+        core.close()
 
 
 async def core_case(
@@ -466,6 +484,12 @@ async def amain(args: argparse.Namespace) -> int:
                 traced_state = workdir / f"state-{n}-traced"
                 traced_state.mkdir()
                 floors[sessions] = await floor_case(sessions, args.duration, traced_state)
+                if TARGET.engine == "sqlite":
+                    lean_state = workdir / f"state-{n}-lean"
+                    lean_state.mkdir()
+                    LEAN[sessions] = await lean_case(
+                        sessions, args.warmup, args.duration, lean_state
+                    )
         traced_turns = 200
         traced = workdir / "state-traced"
         traced.mkdir()
@@ -512,6 +536,28 @@ async def amain(args: argparse.Namespace) -> int:
                     "",
                     f"**{ratio(core.rate, store.rate)}**",
                     f"**{ratio(overhead, store.per_turn_ms)}**",
+                    "",
+                ]
+            )
+        lean = LEAN.get(sessions)
+        if lean is not None and store is not None:
+            rows.append(
+                [
+                    str(sessions),
+                    "lean turn: the same statements, the least Python (bench/lean_turn.py)",
+                    f"{lean.turns:,}",
+                    f"{lean.rate:,.0f}",
+                    f"{lean.pct(0.50):.3f}",
+                    f"{lean.pct(0.99):.3f}",
+                ]
+            )
+            rows.append(
+                [
+                    str(sessions),
+                    "lean turn ÷ store floor; echo-bot ÷ lean turn (turns/s)",
+                    "",
+                    f"{ratio(lean.rate, store.rate)}; {ratio(core.rate, lean.rate)}",
+                    "",
                     "",
                 ]
             )
