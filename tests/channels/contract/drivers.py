@@ -210,6 +210,12 @@ class Driver:
         """Send ``text`` as the peer does; a token for ``acknowledged``."""
         raise NotImplementedError
 
+    async def say_on(self, text: str) -> Any:
+        """``say``, in the same conversation as this driver's earlier ``say_on``: where a
+        conversation is narrower than the chat (an e-mail thread), its turns are the
+        ones kept in order; separate conversations run side by side."""
+        return await self.say(text)
+
     async def acknowledged(self, token: Any) -> None:
         """Return once the peer has been told its message is taken (``ACK``)."""
         raise NotImplementedError
@@ -1063,6 +1069,16 @@ class EmailDriver(Driver):
         self.security = PLAIN
         self.brain: ContractBrain = ContractBrain()
         self._box = "INBOX"
+        self._thread: str | None = None  # the first ``say_on`` mail's Message-ID
+
+    async def say_on(self, text: str) -> Any:
+        if self._thread is None:
+            self._thread = await self.say(text)
+            return self._thread
+        root = self._thread
+        return await self.send(
+            self.mail(text, Subject="Re: a question", In_Reply_To=root, References=root)
+        )
 
     @contextlib.asynccontextmanager
     async def peer(self) -> AsyncIterator[None]:

@@ -57,8 +57,8 @@ async def test_a_message_is_one_committed_inbound_before_it_is_acknowledged(
 async def test_replies_are_delivered_once_and_in_order(driver: Driver) -> None:
     words = ["one", "two", "three", "four"]
     async with driver.running():
-        for word in words:
-            await driver.say(f"say:{word}")
+        for word in words:  # one conversation: its turns are the ones kept in order
+            await driver.say_on(f"say:{word}")
         received = await driver.wait_received(*(f"echo: {w}" for w in words))
         assert echoes(received) == [f"echo: {w}" for w in words]
 
