@@ -49,21 +49,37 @@ ABOUT_PHRASES = (
 
 @functools.lru_cache(maxsize=4096)
 def _phrase(phrase: str) -> tuple[tuple[str, ...], str]:
-    """A trigger phrase's words, and the words joined and padded for a substring test."""
+    """A phrase's words, and the words joined and padded for a substring test."""
     phrase_words = tuple(words(phrase))
     return phrase_words, f" {' '.join(phrase_words)} "
 
 
-def _phrase_score(text_words: set[str], padded_text: str, phrase: str) -> float:
-    """How well ``phrase`` matches: whole phrase > all its words > nothing."""
-    phrase_words, padded_phrase = _phrase(phrase)
-    if not phrase_words:
-        return 0.0
-    if padded_phrase in padded_text:
-        return float(len(phrase_words)) + 0.5
-    if len(phrase_words) > 1 and all(w in text_words for w in phrase_words):
-        return float(len(phrase_words)) * 0.8
-    return 0.0
+# A trigger phrase as matched: its words, the words joined and padded for a substring
+# test, and how many there are (phrases without words are left out).
+_Phrase = tuple[tuple[str, ...], str, int]
+
+
+@functools.lru_cache(maxsize=1024)
+def _phrases(phrases: tuple[str, ...]) -> tuple[_Phrase, ...]:
+    """A tool's trigger phrases made ready once (a turn scores every tool's)."""
+    made = (_phrase(phrase) for phrase in phrases)
+    return tuple((ws, padded, len(ws)) for ws, padded in made if ws)
+
+
+def _best_score(word_set: set[str], padded_text: str, phrases: tuple[str, ...]) -> float:
+    """How well the best of ``phrases`` matches: a whole phrase (its word count + 0.5) >
+    all its words, apart (0.8 a word, for a phrase of two or more) > nothing (0)."""
+    best = 0.0
+    for phrase_words, padded_phrase, size in _phrases(tuple(phrases)):
+        if padded_phrase in padded_text:
+            score = size + 0.5
+        elif size > 1 and word_set.issuperset(phrase_words):
+            score = size * 0.8
+        else:
+            continue
+        if score > best:
+            best = score
+    return best
 
 
 def match_tool(text: str, tools: Sequence[Tool]) -> tuple[Tool, float] | None:
@@ -73,9 +89,9 @@ def match_tool(text: str, tools: Sequence[Tool]) -> tuple[Tool, float] | None:
     word_set = set(text_words)
     best: tuple[Tool, float] | None = None
     for tool in tools:
-        if any(_phrase_score(word_set, padded_text, n) for n in tool.negative_triggers):
+        if tool.negative_triggers and _best_score(word_set, padded_text, tool.negative_triggers):
             continue
-        score = max((_phrase_score(word_set, padded_text, p) for p in tool.triggers), default=0.0)
+        score = _best_score(word_set, padded_text, tool.triggers)
         if score > 0 and (best is None or score > best[1]):
             best = (tool, score)
     return best
