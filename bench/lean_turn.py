@@ -6,8 +6,10 @@ The same turn as ``turns.py``'s ("what time is it?" → the rules brain's match 
 it: the inbound stored (deduplicated) before the turn starts, the two checkpoints —
 the start with the step, the result with the answer — committed before the reply is
 handed to the channel, the history, the audit rows masked, the outbox row and its
-receipt. The same 20 statements in the same transactions as echo-bot's turn, into a
-store made by echo-bot's own migrations (its indexes, its full-text triggers), and the
+receipt. The same 20 statements in the same transactions as echo-bot's turn (the same
+rows: two audit rows in the first checkpoint, three in the second; the history INSERT
+without ``RETURNING seq``, which nothing here reads), into a store made by echo-bot's
+own migrations (its indexes, its full-text triggers), and the
 real work of the rules brain (``match_tool``, the tool's ``extract_args``), of
 ``current_time`` and of the masker.
 
@@ -85,10 +87,7 @@ _MESSAGES = (
     "INSERT INTO messages (session_key, turn_id, role, content, tool_calls, tool_call_id,"
     " name, files, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?), (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
-_AUDIT = (
-    "INSERT INTO audit (ts, trace_id, session_key, kind, data) VALUES (?, ?, ?, ?, ?),"
-    " (?, ?, ?, ?, ?)"
-)
+_AUDIT = "INSERT INTO audit (ts, trace_id, session_key, kind, data) VALUES (?, ?, ?, ?, ?)"
 
 
 class LeanCore:
@@ -169,7 +168,7 @@ class LeanCore:
                 [call_id, inbound_id, tool.name, args_json, args_hash],
             )
             c.execute(
-                _AUDIT,
+                _AUDIT + ", (?, ?, ?, ?, ?)",
                 self._audit(now, trace, key, "turn.started",
                             {"inbound_id": inbound_id, "kind": "message", "address": key,
                              "sender": sender, "text": text})
@@ -227,12 +226,14 @@ class LeanCore:
                 [now, inbound_id],
             )
             c.execute(
-                _AUDIT,
+                _AUDIT + ", (?, ?, ?, ?, ?), (?, ?, ?, ?, ?)",
                 self._audit(now, trace, key, "tool.result",
                             {"call_id": call_id, "tool": tool.name, "args": args,
                              "ok": result.ok, "output": answer})
                 + self._audit(now, trace, key, "brain.decision",
-                              {"brain": "rules", "step": 1, "text": answer}),
+                              {"brain": "rules", "step": 1, "text": answer})
+                + self._audit(now, trace, key, "turn.finished",
+                              {"status": "done", "reply": answer, "error": None}),
             )  # fmt: skip
 
         await self.commits.run(answered)
