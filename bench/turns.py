@@ -665,19 +665,19 @@ async def amain(args: argparse.Namespace) -> int:
     )
     if profile is not None:
         print("\nWhere the time goes (cProfile of the largest case's measured window):\n")
-        out = io.StringIO()
-        stats = pstats.Stats(profile, stream=out)
-        stats.sort_stats("tottime").print_stats(args.profile_lines)
-        stats.sort_stats("cumulative").print_stats(args.profile_lines)
-        print("```\n" + out.getvalue().strip() + "\n```")
+        print_profile(profile, args.profile_lines)
         if STORE_PROFILE.getstats():
             print("\nThe store thread's batches, the same window:\n")
-            out = io.StringIO()
-            stats = pstats.Stats(STORE_PROFILE, stream=out)
-            stats.sort_stats("tottime").print_stats(args.profile_lines)
-            stats.sort_stats("cumulative").print_stats(args.profile_lines)
-            print("```\n" + out.getvalue().strip() + "\n```")
+            print_profile(STORE_PROFILE, args.profile_lines)
     return 0
+
+
+def print_profile(profile: cProfile.Profile, lines: int) -> None:
+    out = io.StringIO()
+    stats = pstats.Stats(profile, stream=out)
+    stats.sort_stats("tottime").print_stats(lines)
+    stats.sort_stats("cumulative").print_stats(lines)
+    print("```\n" + out.getvalue().strip() + "\n```")
 
 
 def main(argv: list[str] | None = None) -> int:

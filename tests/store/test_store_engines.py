@@ -435,10 +435,10 @@ async def test_a_turn_pauses_while_its_database_is_away_and_finishes_once_it_is_
             admin.execute(f"DROP ROLE IF EXISTS {role}")
 
 
-async def test_work_committed_by_one_daemon_wakes_the_others_and_a_rollback_does_not() -> None:
-    """LISTEN/NOTIFY: what a unit of work announces (inbound, outbound, reminders) reaches
-    every store listening on the same database once committed — never when rolled back."""
-    from echo_bot.events import Address, Sender, new_id
+@contextlib.asynccontextmanager
+async def a_writer_heard() -> AsyncIterator[tuple[Store, asyncio.Queue[str]]]:
+    """Two stores on one fresh PostgreSQL database: one to write with, and the wakes the
+    other hears (once it listens)."""
     from echo_bot.store.postgres import PostgresDatabase
 
     with fresh_database() as url:
@@ -453,35 +453,47 @@ async def test_work_committed_by_one_daemon_wakes_the_others_and_a_rollback_does
         try:
             async with asyncio.timeout(10):
                 assert await heard.get() == "*"  # listening now
-            message = MessageInbound(
-                address=Address(channel="cli", chat_id="a"),
-                sender=Sender(id="owner"),
-                text="hello",
-                external_id=new_id(),
-            )
-
-            def add_then_fail(tx: Tx) -> None:
-                tx.inbox.add(message)
-                raise ValueError("rolled back")
-
-            with pytest.raises(ValueError):
-                await writer.run(add_then_fail)
-            await writer.run(lambda tx: tx.reminders.set_chat_timezone("cli:a", "UTC"))
-            async with asyncio.timeout(10):
-                assert await heard.get() == "timezone"  # the rolled-back inbound: nothing
-            await writer.run(lambda tx: tx.inbox.add(message))
-            async with asyncio.timeout(10):
-                assert await heard.get() == "inbound"
-            assert heard.empty()
+            yield writer, heard
         finally:
             await writer.close()
             await listener.close()
 
 
+def a_message(chat: str) -> MessageInbound:
+    from echo_bot.events import Address, Sender, new_id
+
+    return MessageInbound(
+        address=Address(channel="cli", chat_id=chat),
+        sender=Sender(id="owner"),
+        text="hello",
+        external_id=new_id(),
+    )
+
+
+async def test_work_committed_by_one_daemon_wakes_the_others_and_a_rollback_does_not() -> None:
+    """LISTEN/NOTIFY: what a unit of work announces (inbound, outbound, reminders) reaches
+    every store listening on the same database once committed — never when rolled back."""
+    async with a_writer_heard() as (writer, heard):
+        message = a_message("a")
+
+        def add_then_fail(tx: Tx) -> None:
+            tx.inbox.add(message)
+            raise ValueError("rolled back")
+
+        with pytest.raises(ValueError):
+            await writer.run(add_then_fail)
+        await writer.run(lambda tx: tx.reminders.set_chat_timezone("cli:a", "UTC"))
+        async with asyncio.timeout(10):
+            assert await heard.get() == "timezone"  # the rolled-back inbound: nothing
+        await writer.run(lambda tx: tx.inbox.add(message))
+        async with asyncio.timeout(10):
+            assert await heard.get() == "inbound"
+        assert heard.empty()
+
+
 async def test_a_daemons_own_commits_do_not_wake_it_but_it_hears_them_at_once() -> None:
     """What a store commits it announces to its own parts at the commit: its NOTIFY wakes
     the other daemons only (one read fewer per commit for each of its woken parts)."""
-    from echo_bot.events import Address, Sender, new_id
     from echo_bot.store import InboundCommitted
     from echo_bot.store.postgres import PostgresDatabase
 
@@ -497,18 +509,10 @@ async def test_a_daemons_own_commits_do_not_wake_it_but_it_hears_them_at_once() 
             async with asyncio.timeout(10):
                 assert await woken.get() == "*"  # listening now
 
-            def message(chat: str) -> MessageInbound:
-                return MessageInbound(
-                    address=Address(channel="cli", chat_id=chat),
-                    sender=Sender(id="owner"),
-                    text="hello",
-                    external_id=new_id(),
-                )
-
-            mine = message("a")
+            mine = a_message("a")
             await own.run(lambda tx: tx.inbox.add(mine))
             assert [m.id for event in announced for m in event.messages] == [mine.id]
-            await other.run(lambda tx: tx.inbox.add(message("b")))
+            await other.run(lambda tx: tx.inbox.add(a_message("b")))
             async with asyncio.timeout(10):
                 assert await woken.get() == "inbound"  # the other daemon's, not its own
             await asyncio.sleep(0.5)
@@ -683,57 +687,29 @@ async def test_a_store_of_a_newer_schema_is_refused_with_one_line_and_exit_2(
 async def test_a_batch_of_jobs_wakes_the_others_once_for_all_it_committed() -> None:
     """Jobs committed in one transaction (a batch) send one NOTIFY with every kind they
     announced, not one each: the other daemons wake once, for all of it."""
-    import threading
+    async with a_writer_heard() as (writer, heard):
+        # The store thread held by one job while three more queue behind it: they run
+        # as one batch, in one transaction.
+        busy, go_on = threading.Event(), threading.Event()
 
-    from echo_bot.events import Address, Sender, new_id
-    from echo_bot.store.postgres import PostgresDatabase
+        def hold(_tx: Tx) -> None:
+            busy.set()
+            go_on.wait(10)
 
-    with fresh_database() as url:
-        writer, listener = (
-            Store(PostgresDatabase(url), Masker()),
-            Store(PostgresDatabase(url), Masker()),
-        )
-        await writer.open()
-        await listener.open()
-        heard: asyncio.Queue[str] = asyncio.Queue()
-        listener.on_wake(heard.put_nowait)
-        try:
-            async with asyncio.timeout(10):
-                assert await heard.get() == "*"  # listening now
-
-            def message(chat: str) -> MessageInbound:
-                return MessageInbound(
-                    address=Address(channel="cli", chat_id=chat),
-                    sender=Sender(id="owner"),
-                    text="hello",
-                    external_id=new_id(),
-                )
-
-            # The store thread held by one job while three more queue behind it: they
-            # run as one batch, in one transaction.
-            busy, go_on = threading.Event(), threading.Event()
-
-            def hold(_tx: Tx) -> None:
-                busy.set()
-                go_on.wait(10)
-
-            held = asyncio.ensure_future(writer.run(hold))
-            await asyncio.to_thread(busy.wait, 10)
-            batch = [
-                asyncio.ensure_future(writer.run(lambda tx: tx.inbox.add(message("a")))),
-                asyncio.ensure_future(writer.run(lambda tx: tx.inbox.add(message("b")))),
-                asyncio.ensure_future(
-                    writer.run(lambda tx: tx.reminders.set_chat_timezone("cli:a", "UTC"))
-                ),
-            ]
-            await asyncio.sleep(0.2)
-            go_on.set()
-            await held
-            await asyncio.gather(*batch)
-            async with asyncio.timeout(10):
-                assert await heard.get() == "inbound,timezone"
-            await asyncio.sleep(0.5)
-            assert heard.empty()
-        finally:
-            await writer.close()
-            await listener.close()
+        held = asyncio.ensure_future(writer.run(hold))
+        await asyncio.to_thread(busy.wait, 10)
+        batch = [
+            asyncio.ensure_future(writer.run(lambda tx: tx.inbox.add(a_message("a")))),
+            asyncio.ensure_future(writer.run(lambda tx: tx.inbox.add(a_message("b")))),
+            asyncio.ensure_future(
+                writer.run(lambda tx: tx.reminders.set_chat_timezone("cli:a", "UTC"))
+            ),
+        ]
+        await asyncio.sleep(0.2)
+        go_on.set()
+        await held
+        await asyncio.gather(*batch)
+        async with asyncio.timeout(10):
+            assert await heard.get() == "inbound,timezone"
+        await asyncio.sleep(0.5)
+        assert heard.empty()
