@@ -664,12 +664,10 @@ def run(args: argparse.Namespace) -> int:
             f"{'met' if of_loop >= 0.85 else 'MISSED'} ({of_loop:.2f}×; server CPU a request "
             f"{b.cpu_us:.0f} against {loop_case.cpu_us:.0f} µs)."
         )
-    if floor is not None and floor.load.rate and not POSTGRES_URL:
+    if floor and loop_case and floor.load.rate and loop_case.load.rate and not POSTGRES_URL:
         print(
             f"- b ÷ the store floor (echo-bot's own inbox): {b.load.rate / floor.load.rate:.2f}×"
             f"; the store floor ÷ the reference: {floor.load.rate / loop_case.load.rate:.2f}×"
-            if loop_case is not None and loop_case.load.rate
-            else ""
         )
     for note in notes:
         print(f"- {note}")
