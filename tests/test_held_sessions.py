@@ -15,7 +15,8 @@ import pytest
 
 from echo_bot.cluster import session_lease
 from echo_bot.events import MessageInbound, Sender, new_id
-from echo_bot.store.inbox import _INSERT_NEW, _insert_row
+from echo_bot.secrets import Masker
+from echo_bot.store import Tx
 from echo_bot.store.meta import InstanceRow
 from tests.conftest import running_bot
 
@@ -84,7 +85,8 @@ async def test_an_earlier_turn_another_daemon_committed_runs_before_a_held_sessi
             text=ASK,
             external_id=new_id(),
         )
-        await bot.db.run(lambda d: d.execute(_INSERT_NEW, _insert_row(earlier, time.time(), None)))
+        # Its unit of work not flushed nor announced: no NOTIFY, nothing told this daemon.
+        await bot.db.run(lambda d: Tx(d, Masker(), ANOTHER).inbox.add(earlier))
         later = await bot.channel.say(ASK)
         await bot.channel.reply_to(later, timeout=20)
         await bot.channel.reply_to(earlier.id, timeout=20)

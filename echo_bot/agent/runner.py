@@ -322,14 +322,15 @@ class TurnRunner:
                     earlier(tx)
                 return write(tx)
 
-            if inbound.id not in self._presumed:
-                return await run_fenced(self.store, self.fence, inbound.session_key, with_deferred)
-            try:  # the turn's first checkpoint, its session's lease not taken for it
+            # The turn's first checkpoint; ``presumed``: its session's lease not taken for it.
+            presumed = inbound.id in self._presumed
+            self._presumed.discard(inbound.id)
+            try:
                 return await run_fenced(self.store, self.fence, inbound.session_key, with_deferred)
             except LeaseLost as exc:
-                raise NotHeldAfterAll(inbound.id) from exc
-            finally:
-                self._presumed.discard(inbound.id)
+                if presumed:
+                    raise NotHeldAfterAll(inbound.id) from exc
+                raise
         return await run_fenced(self.store, self.fence, inbound.session_key, write)
 
     def _defer(self, inbound: InboundMessage, write: Callable[[Tx], None]) -> None:
