@@ -4,14 +4,11 @@ reach is tried again while the daemon runs."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
-from channels.parts import ThroughParts
-from echo_bot.bus import Bus, Capabilities, ChannelHost, Diagnosis
+from channels.parts import Tasks, ThroughParts
+from echo_bot.bus import Bus, Capabilities, ChannelHost
 from echo_bot.link import STANDBY_CHECK
 
 from .doctor import diagnose
@@ -48,7 +45,7 @@ class EmailChannel(ThroughParts):
             section, host, self.edge, self.link, self.mailbox,
             self.outbound.codes, self.outbound.threads,
         )  # fmt: skip
-        self._task: asyncio.Task[None] | None = None
+        self._tasks = Tasks()
 
     async def start(self, bus: Bus) -> None:
         if self.config.trust_from:
@@ -62,7 +59,7 @@ class EmailChannel(ThroughParts):
         """The login and the mailbox checked (refused: ``ConfigError``; away:
         ``PeerAway``), then the mailbox read for as long as the channel runs."""
         await self.reader.resume()
-        self._task = asyncio.create_task(
+        self._tasks.spawn(
             self.link.receive(
                 self.reader.once, resume=self.reader.resume, turn=self._may_read,
                 away=(MailboxAway,), peer=f"IMAP {self.config.imap_host}",
@@ -77,14 +74,7 @@ class EmailChannel(ThroughParts):
         return await self.link.takes_turn(hold, "read", "reading now", "another daemon reads")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await self._tasks.cancel_all()
         await self.mailbox.close()
 
-    @staticmethod
-    async def diagnose(
-        section: EmailConfig, environ: Mapping[str, str], state_dir: Path
-    ) -> list[Diagnosis]:
-        return await diagnose(section, environ, state_dir)
+    diagnose = staticmethod(diagnose)

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import aiosmtplib
 
-from channels.parts import tls_context
 from echo_bot.bus import DIAGNOSIS_FAIL, DIAGNOSIS_OK, DIAGNOSIS_WARN, Diagnosis
 from echo_bot.errors import ConfigError
 
 from .mailbox import Mailbox, MailboxAway
+from .outbound import smtp_options
 from .settings import EmailConfig
 
 STEP_TIMEOUT = 20.0
@@ -58,11 +58,7 @@ async def _imap(section: EmailConfig, password: str) -> Diagnosis:
 async def _smtp(section: EmailConfig, password: str, *, send: bool) -> Diagnosis:
     name = "email test mail" if send else "email smtp"
     where = f"{section.smtp_host}:{section.smtp_at} ({section.smtp_security})"
-    client = aiosmtplib.SMTP(
-        hostname=section.smtp_host, port=section.smtp_at, timeout=STEP_TIMEOUT,
-        use_tls=section.smtp_security == "tls", start_tls=section.smtp_security == "starttls",
-        tls_context=tls_context(section.ca_file),
-    )  # fmt: skip
+    client = aiosmtplib.SMTP(**smtp_options(section))
     try:
         async with asyncio.timeout(STEP_TIMEOUT * 2):
             await client.connect()

@@ -87,7 +87,9 @@ class Mailbox:
     def _gone(self, error: Exception | None) -> None:
         self._lost.set()
 
-    async def _call(self, verb: str, *args: str) -> aioimaplib.Response:
+    async def _call(self, verb: str, *args: str, ok: bool = False) -> aioimaplib.Response:
+        """``verb`` sent (fetch, store, search by UID); a BAD answer, or with ``ok`` a
+        NO, is the server failing: ``MailboxAway``, tried again."""
         if self._client is None or self._lost.is_set():
             raise MailboxAway("IMAP: the connection was lost")
         try:
@@ -99,14 +101,12 @@ class Mailbox:
                 answer = await getattr(self._client, verb)(*args)
         except NETWORK as exc:
             raise MailboxAway(f"IMAP {verb}: {exc!r}") from None
-        if answer.result not in {"OK", "NO"}:
+        if answer.result != "OK" and (ok or answer.result != "NO"):
             raise MailboxAway(f"IMAP {verb}: {answer.result} {answer.lines[-1:]!r}")
         return answer
 
     async def _search(self, *criteria: str) -> list[int]:
-        answer = await self._call("search", *criteria)
-        if answer.result != "OK":
-            raise MailboxAway(f"IMAP search refused: {answer.lines[-1:]!r}")
+        answer = await self._call("search", *criteria, ok=True)
         first = answer.lines[0] if answer.lines else b""
         return sorted(int(word) for word in bytes(first).split() if word.isdigit())
 
@@ -127,9 +127,7 @@ class Mailbox:
         UID among them) and its literal; None only when the mail is gone. A server may
         send other mail's flag changes in the same answer; a refusal (NO) or an answer
         without the mail, while it is still there, is the server failing: tried again."""
-        answer = await self._call("fetch", str(uid), items)
-        if answer.result != "OK":
-            raise MailboxAway(f"IMAP fetch of {uid} refused: {answer.lines[-1:]!r}")
+        answer = await self._call("fetch", str(uid), items, ok=True)
         groups: list[tuple[bytes, bytes]] = []
         for line in answer.lines:
             if isinstance(line, bytearray):

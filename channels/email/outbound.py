@@ -13,6 +13,7 @@ import re
 from email.message import EmailMessage
 from email.utils import formatdate
 from pathlib import Path
+from typing import Any
 
 import aiosmtplib
 
@@ -42,6 +43,15 @@ def subject_of(text: str) -> str:
     (whatever the model wrote, it never reaches the header as more than text)."""
     line = " ".join(clean(text).split())  # str.split breaks at \n, \t and \u2028 too
     return line if len(line) <= 78 else line[:77].rstrip() + "…"
+
+
+def smtp_options(config: EmailConfig) -> dict[str, Any]:
+    """How aiosmtplib reaches the SMTP server: the same for the mail and for doctor."""
+    return dict(
+        hostname=config.smtp_host, port=config.smtp_at, timeout=SMTP_TIMEOUT,
+        use_tls=config.smtp_security == "tls", start_tls=config.smtp_security == "starttls",
+        tls_context=tls_context(config.ca_file),
+    )  # fmt: skip
 
 
 def _retryable(exc: Exception) -> bool:
@@ -174,11 +184,8 @@ class Outbound:
         config = self.config
         try:
             await aiosmtplib.send(
-                mail, hostname=config.smtp_host, port=config.smtp_at, username=config.login,
-                password=self._password, use_tls=config.smtp_security == "tls",
-                start_tls=config.smtp_security == "starttls",
-                tls_context=tls_context(config.ca_file), timeout=SMTP_TIMEOUT,
-            )  # fmt: skip
+                mail, username=config.login, password=self._password, **smtp_options(config)
+            )
         except (aiosmtplib.SMTPException, OSError, TimeoutError) as exc:
             where = f"{config.smtp_host}:{config.smtp_at}"
             raise ChannelError(f"email: SMTP {where}: {exc}", retryable=_retryable(exc)) from None

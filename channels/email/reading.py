@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from email import policy
 from email.message import EmailMessage, Message
 from email.parser import BytesParser
-from email.utils import getaddresses, parseaddr
+from email.utils import getaddresses
 
 from channels.html import shown_html
 from channels.parts import clean
@@ -74,28 +74,12 @@ def _header(message: Message, name: str) -> str:
         return ""
 
 
-def _ids(text: str) -> list[str]:
-    return _MESSAGE_ID.findall(text)
-
-
-def _sender(message: Message) -> tuple[str | None, str]:
+def _addresses(message: Message, *names: str) -> list[tuple[str, str]]:
+    """The (name, address) pairs the headers ``names`` hold; none when they do not parse."""
     try:
-        found = getaddresses(message.get_all("From", []))
-    except Exception:
-        return None, ""
-    addresses = [(name, address) for name, address in found if "@" in address]
-    if len(addresses) != 1 or len(found) != 1:
-        return None, ""
-    name, address = addresses[0]
-    return address.strip().lower(), clean(name)[:100]
-
-
-def _recipients(message: Message) -> list[str]:
-    try:
-        found = getaddresses(message.get_all("To", []) + message.get_all("Cc", []))
+        return getaddresses([value for name in names for value in message.get_all(name, [])])
     except Exception:
         return []
-    return sorted({address.strip().lower() for _, address in found if address})
 
 
 def automatic(message: Message) -> str | None:
@@ -114,8 +98,8 @@ def automatic(message: Message) -> str | None:
         return "an empty return path (a bounce)"
     if message.get_content_type() == "multipart/report":
         return "a delivery report"
-    sender = parseaddr(_header(message, "From"))[1].lower()
-    if sender.split("@")[0] in {"mailer-daemon", "postmaster"}:
+    senders = _addresses(message, "From")
+    if any(address.lower().startswith(("mailer-daemon@", "postmaster@")) for _, address in senders):
         return "a mailer daemon"
     return None
 
@@ -214,22 +198,24 @@ def read(raw: bytes, *, auth: tuple[str, str], whole: bool = True) -> Mail:
     """``raw`` read, its sender checked by ``auth`` (the header, the server's id);
     ``whole=False``: its headers only (a mail too large to read)."""
     message = parsed(raw)
-    sender, name = _sender(message)
-    references = _ids(_header(message, "References"))
-    replied = _ids(_header(message, "In-Reply-To"))
+    found = _addresses(message, "From")
+    one = len(found) == 1 and "@" in found[0][1]  # else not one sender: never answered
+    sender = found[0][1].strip().lower() if one else None
+    references = _MESSAGE_ID.findall(_header(message, "References"))
+    replied = _MESSAGE_ID.findall(_header(message, "In-Reply-To"))
     if replied and replied[-1] not in references:
         references.append(replied[-1])
-    own = _ids(_header(message, "Message-ID"))
+    own = _MESSAGE_ID.findall(_header(message, "Message-ID"))
     subject = " ".join(_header(message, "Subject").split())[:200]
     return Mail(
         message_id=own[0] if own else None,
         root=(references or own or [""])[0],
         sender=sender,
-        name=name,
+        name=clean(found[0][0])[:100] if one else "",
         subject=subject,
         references=references[-MAX_REFERENCES:],
         in_reply_to=replied[-1] if replied else None,
-        recipients=_recipients(message),
+        recipients=sorted({a.strip().lower() for _, a in _addresses(message, "To", "Cc") if a}),
         automatic=automatic(message),
         vouched=sender is not None and authentic(message, sender, *auth),
         text=(_text(message) or _asked_in(subject)) if whole else "",

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from channels.email.outbound import subject_of
+from channels.email.reading import Mail as ReadMail
 from channels.email.reading import authentic, parsed, read
 from echo_bot.brains.base import BrainContext, BrainReply
 from echo_bot.brains.rules import files_reply
@@ -378,6 +379,26 @@ def test_authentication_results_are_read_from_the_topmost_header_of_the_server_o
     assert not vouched()
     mail = read(b"From: a@x.org, b@x.org\r\n\r\nhi", auth=("Authentication-Results", "mx"))
     assert mail.sender is None  # two senders: nobody to answer
+
+
+def test_who_a_mail_is_from_and_to_is_read_off_its_headers_and_a_mailer_daemon_is_a_program() -> (
+    None
+):
+    def mail(headers: str) -> ReadMail:
+        return read(f"{headers}\r\n\r\nhi".encode(), auth=("Authentication-Results", "mx"))
+
+    one = mail('From: "Ann \x07Lee" <Ann@X.org>\r\nTo: Bot@x.org\r\nCc: c@x.org, bot@x.org')
+    assert (one.sender, one.name, one.recipients) == (
+        "ann@x.org",
+        "Ann Lee",
+        ["bot@x.org", "c@x.org"],
+    )
+    assert one.automatic is None and one.direct("bot@x.org") is False
+    assert mail("From: a@x.org\r\nTo: bot@x.org").direct("bot@x.org")
+    assert mail("From: nobody").sender is None  # no address in it
+    assert mail("From: <MAILER-DAEMON@x.org>").automatic == "a mailer daemon"
+    assert mail("From: postmaster@x.org").automatic == "a mailer daemon"
+    assert mail("From: a@x.org\r\nTo: ,,,<>").recipients == []
 
 
 async def test_over_tls_both_ways_with_the_servers_own_certificate(
