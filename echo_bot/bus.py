@@ -415,8 +415,10 @@ class ChannelHost(Protocol):
         prompt's actions) and when it was stored; None when nothing is."""
         ...
 
-    async def remember_note(self, name: str, value: str) -> None:
-        """Keep ``value`` under ``name`` (replacing what was there), committed on return."""
+    async def remember_note(self, name: str, value: str, *, replace: bool = True) -> None:
+        """Keep ``value`` under ``name``, committed on return; with ``replace=False`` only
+        when nothing is kept there yet (the first of several daemons to write wins: a
+        secret each would make for itself)."""
         ...
 
     def stop_generation(self, key: str) -> bool:

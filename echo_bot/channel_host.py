@@ -177,8 +177,8 @@ class DaemonHost:
     async def recall_note(self, name: str) -> tuple[str, float] | None:
         return await self._store.run(lambda tx: tx.meta.note(name))
 
-    async def remember_note(self, name: str, value: str) -> None:
-        await self._store.run(lambda tx: tx.meta.set_note(name, value))
+    async def remember_note(self, name: str, value: str, *, replace: bool = True) -> None:
+        await self._store.run(lambda tx: tx.meta.set_note(name, value, replace=replace))
 
     def stop_generation(self, key: str) -> bool:
         return self._previews.stop(key)

@@ -34,8 +34,8 @@ class Host:
         self.commands = [("help", "what I can do"), ("tools", "the tools")]
         self._store = bot.store
 
-    async def remember_note(self, name: str, value: str) -> None:
-        await self._store.run(lambda tx: tx.meta.set_note(name, value))
+    async def remember_note(self, name: str, value: str, *, replace: bool = True) -> None:
+        await self._store.run(lambda tx: tx.meta.set_note(name, value, replace=replace))
 
     async def recall_note(self, name: str) -> tuple[str, float] | None:
         return await self._store.run(lambda tx: tx.meta.note(name))

@@ -26,8 +26,8 @@ class Codes:
     async def _secret(self) -> bytes:
         if self._key is None:
             kept = await self.host.recall_note(KEY_NOTE)
-            if kept is None:
-                await self.host.remember_note(KEY_NOTE, secrets.token_hex(32))
+            if kept is None:  # made once: another daemon's, if it wrote first
+                await self.host.remember_note(KEY_NOTE, secrets.token_hex(32), replace=False)
                 kept = await self.host.recall_note(KEY_NOTE)
             assert kept is not None
             self._key = bytes.fromhex(kept[0])

@@ -140,10 +140,11 @@ class MetaRepo:
         stored = json.loads(row[0])
         return str(stored["value"]), float(stored["at"])
 
-    def set_note(self, name: str, value: str) -> None:
+    def set_note(self, name: str, value: str, *, replace: bool = True) -> None:
+        """``value`` kept under ``name``; with ``replace=False``, only if none is yet."""
         self._db.execute(
-            "INSERT INTO meta (key, value) VALUES (?, ?)"
-            " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO "
+            + ("UPDATE SET value = excluded.value" if replace else "NOTHING"),
             [f"note:{name}", json.dumps({"value": value, "at": time.time()})],
         )
 

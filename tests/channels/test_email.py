@@ -13,20 +13,24 @@ from __future__ import annotations
 import asyncio
 import imaplib
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from email.message import EmailMessage
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
+from channels.email.codes import Codes
 from channels.email.outbound import subject_of
 from channels.email.reading import Mail as ReadMail
 from channels.email.reading import authentic, parsed, read
 from echo_bot.brains.base import BrainContext, BrainReply
 from echo_bot.brains.rules import files_reply
+from echo_bot.bus import ChannelHost
 from echo_bot.conversation import ChatMessage
 from echo_bot.errors import ConfigError
+from echo_bot.secrets import Masker
+from echo_bot.store import Database, Store
 from echo_bot.tools.base import Tool
 from tests.channels.contract.drivers import ContractBrain, EmailDriver, mail_text
 from tests.mail_server import AUTH_SERV_ID, MailServers
@@ -448,3 +452,41 @@ def test_attack_a_mail_nested_too_deep_or_with_hostile_html_is_let_go_in_bounded
     hostile = b"Content-Type: text/html\r\n\r\n<!--" + b"<a" * 3_000_000
     mail = read(b"From: you@example.org\r\n" + hostile, auth=("Authentication-Results", "mx"))
     assert len(mail.text) <= 64_000
+
+
+class StoreNotes:
+    """The notes of a ``ChannelHost`` on a real store, as a daemon's host keeps them;
+    ``meanwhile`` runs once, after the first read that finds nothing (another daemon
+    acting between this one's read and its write)."""
+
+    def __init__(self, store: Store, meanwhile: Callable[[], Awaitable[object]] | None = None):
+        self.store = store
+        self.meanwhile = meanwhile
+
+    async def recall_note(self, name: str) -> tuple[str, float] | None:
+        kept = await self.store.run(lambda tx: tx.meta.note(name))
+        if kept is None and self.meanwhile is not None:
+            meanwhile, self.meanwhile = self.meanwhile, None
+            await meanwhile()
+        return kept
+
+    async def remember_note(self, name: str, value: str, *, replace: bool = True) -> None:
+        await self.store.run(lambda tx: tx.meta.set_note(name, value, replace=replace))
+
+
+async def test_two_daemons_making_the_approval_key_at_once_both_use_the_one_kept(
+    tmp_path: Path,
+) -> None:
+    """Both daemons of a store find no key and make one: the first written is kept and
+    used by both, so a code one daemon mailed is the code the other one checks."""
+    store = Store(Database(tmp_path / "codes.sqlite3"), Masker())
+    await store.open()
+    try:
+        other = Codes(cast(ChannelHost, StoreNotes(store)))
+        first = Codes(cast(ChannelHost, StoreNotes(store, lambda: other.code("p", "a@x.org"))))
+        mailed = await first.code("<p>", "a@x.org")
+        assert await other.given("<p>", "A@x.org", f"approve {mailed}")
+        assert mailed == await other.code("<p>", "a@x.org")
+        assert not await other.given("<q>", "a@x.org", f"approve {mailed}")  # another prompt's
+    finally:
+        await store.close()

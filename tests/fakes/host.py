@@ -92,7 +92,7 @@ class BareHost:
     async def recall_note(self, name: str) -> tuple[str, float] | None:
         return None
 
-    async def remember_note(self, name: str, value: str) -> None:
+    async def remember_note(self, name: str, value: str, *, replace: bool = True) -> None:
         pass
 
     def stop_generation(self, key: str) -> bool:

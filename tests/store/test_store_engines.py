@@ -607,6 +607,27 @@ async def test_a_stored_reader_position_only_moves_forward(engine: Engine) -> No
         await store.close()
 
 
+async def test_a_note_kept_only_if_none_is_keeps_the_first_and_a_plain_one_replaces(
+    engine: Engine,
+) -> None:
+    """A secret each daemon would make for itself (``replace=False``): the first written
+    stays; a note written plainly (a sync token) replaces what was there."""
+    store = Store(engine.make(), Masker())
+    await store.open()
+    try:
+
+        def keep(value: str, replace: bool) -> Callable[[Tx], None]:
+            return lambda tx: tx.meta.set_note("key", value, replace=replace)
+
+        for value, replace in (("first", False), ("second", False)):
+            await store.run(keep(value, replace))
+        assert (await store.run(lambda tx: tx.meta.note("key")) or ("",))[0] == "first"
+        await store.run(keep("third", True))
+        assert (await store.run(lambda tx: tx.meta.note("key")) or ("",))[0] == "third"
+    finally:
+        await store.close()
+
+
 async def test_a_transaction_left_idle_by_a_frozen_daemon_frees_its_rows() -> None:
     """A daemon frozen mid-transaction (a paused VM) must not hold its row locks for
     good: the server ends a transaction of ours idle longer than a few seconds, the
