@@ -184,7 +184,7 @@ class Reader:
         and vouched for by the receiving server. What is not is audited."""
         reason = None
         if mail.sender is None:
-            reason = "not one sender in From:"
+            reason = "From: does not name one sender cleanly"
         elif mail.automatic is not None:
             reason = f"sent by a program ({mail.automatic})"
         elif mail.sender == self.config.address:

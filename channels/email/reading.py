@@ -10,10 +10,9 @@ import hashlib
 import itertools
 import re
 from dataclasses import dataclass, field
-from email import policy
+from email import errors, policy
 from email.message import EmailMessage, Message
 from email.parser import BytesParser
-from email.utils import getaddresses
 
 from channels.html import shown_html
 from channels.parts import clean
@@ -38,7 +37,7 @@ class MailFile:
 class Mail:
     message_id: str | None
     root: str  # the thread's first message's id (the mail's own when it starts one)
-    sender: str | None  # the one From: address, lowercased; None: none or several
+    sender: str | None  # the one From: address, lowercased; None: none, several or malformed
     name: str
     subject: str
     references: list[str]  # References, then In-Reply-To: the thread, oldest first
@@ -74,12 +73,20 @@ def _header(message: Message, name: str) -> str:
         return ""
 
 
-def _addresses(message: Message, *names: str) -> list[tuple[str, str]]:
-    """The (name, address) pairs the headers ``names`` hold; none when they do not parse."""
+def _addresses(message: Message, *names: str) -> list[tuple[str, str]] | None:
+    """The (name, address) pairs the headers ``names`` hold; None when one does not
+    parse cleanly: a malformed ``From: a@x.org <b@x.org>`` reads as a@x.org, while the
+    server that vouched for it may have read b@x.org, the sender's own."""
+    found: list[tuple[str, str]] = []
     try:
-        return getaddresses([value for name in names for value in message.get_all(name, [])])
+        for name in names:
+            for header in message.get_all(name, []):
+                if any(isinstance(d, errors.InvalidHeaderDefect) for d in header.defects):
+                    return None
+                found += [(a.display_name, a.addr_spec) for a in header.addresses]
     except Exception:
-        return []
+        return None
+    return found
 
 
 def automatic(message: Message) -> str | None:
@@ -98,7 +105,7 @@ def automatic(message: Message) -> str | None:
         return "an empty return path (a bounce)"
     if message.get_content_type() == "multipart/report":
         return "a delivery report"
-    senders = _addresses(message, "From")
+    senders = _addresses(message, "From") or []
     if any(address.lower().startswith(("mailer-daemon@", "postmaster@")) for _, address in senders):
         return "a mailer daemon"
     return None
@@ -131,9 +138,9 @@ def authentic(message: Message, sender: str, header: str, serv_id: str) -> bool:
         method, _, outcome = words[0].lower().partition("=")
         props = dict(w.lower().partition("=")[::2] for w in words[1:] if "=" in w)
         if method == "dmarc" and props.get("header.from") == domain:
-            if outcome != "pass":
-                return False  # the server found the domain's own policy broken
-            vouched = True
+            if outcome == "fail":
+                return False  # the domain's own policy says the mail is not its
+            vouched = vouched or outcome == "pass"  # none (no policy), temperror: not a veto
         elif method == "dkim" and outcome == "pass":
             signer = props.get("header.d") or props.get("header.i", "").lstrip("@")
             if "." in signer and (domain == signer or domain.endswith("." + signer)):
@@ -198,7 +205,7 @@ def read(raw: bytes, *, auth: tuple[str, str], whole: bool = True) -> Mail:
     """``raw`` read, its sender checked by ``auth`` (the header, the server's id);
     ``whole=False``: its headers only (a mail too large to read)."""
     message = parsed(raw)
-    found = _addresses(message, "From")
+    found = _addresses(message, "From") or []
     one = len(found) == 1 and "@" in found[0][1]  # else not one sender: never answered
     sender = found[0][1].strip().lower() if one else None
     references = _MESSAGE_ID.findall(_header(message, "References"))
@@ -215,7 +222,7 @@ def read(raw: bytes, *, auth: tuple[str, str], whole: bool = True) -> Mail:
         subject=subject,
         references=references[-MAX_REFERENCES:],
         in_reply_to=replied[-1] if replied else None,
-        recipients=sorted({a.strip().lower() for _, a in _addresses(message, "To", "Cc") if a}),
+        recipients=sorted({a.lower() for _, a in _addresses(message, "To", "Cc") or [] if a}),
         automatic=automatic(message),
         vouched=sender is not None and authentic(message, sender, *auth),
         text=(_text(message) or _asked_in(subject)) if whole else "",

@@ -187,6 +187,28 @@ async def test_a_bounce_with_an_empty_return_path_is_never_answered(chat: Mail) 
     assert not any("bounce" in text for text in chat.received())
 
 
+async def test_attack_a_malformed_from_naming_an_allowed_sender_is_never_answered(
+    chat: Mail,
+) -> None:
+    """``From: owner@example.org <mallory@example.org>``: the receiving server reads the
+    address in angle brackets, Mallory's own, and vouches for its domain (the owner's
+    too); Python's parser reads the owner. Such a From: is not one sender."""
+    mallory, _ = chat.peer_servers.add_user("mallory")
+    raw = (
+        f"Authentication-Results: {AUTH_SERV_ID}; dmarc=pass header.from=example.org\r\n"
+        f"From: {chat.owner} <{mallory}>\r\nTo: {chat.bot_address}\r\nSubject: hi\r\n"
+        "Message-ID: <forged@example.org>\r\n\r\nsay:forged\r\n"
+    ).encode()
+    async with chat.running():
+        await asyncio.to_thread(chat.peer_servers.deliver, raw, chat.bot_address, mallory)
+        await chat.acknowledged("<forged@example.org>")
+        await chat.acknowledged(await chat.say("say:after"))
+        await chat.wait_received("echo: after")
+        [let_go] = await chat.audit("email.not_answered")
+        assert let_go["reason"] == "From: does not name one sender cleanly"
+    assert not any("forged" in text for text in chat.received())
+
+
 async def test_a_stranger_vouched_for_is_told_how_to_pair_and_an_unvouched_one_hears_nothing(
     chat: Mail,
 ) -> None:
@@ -380,6 +402,12 @@ def test_authentication_results_are_read_from_the_topmost_header_of_the_server_o
                        "mx.example.org; dmarc=pass header.from=example.org")  # fmt: skip
     assert not vouched("mx.example.org; (dmarc=pass header.from=example.org) dmarc=fail")
     assert not vouched(";;;=;", "")
+    # A domain without a DMARC policy (none) or a DNS failure (temperror) vetoes no DKIM
+    # pass; only its policy's failure does, and none of them vouches alone.
+    signed = "mx.example.org; dkim=pass header.d=example.org; dmarc={} header.from=example.org"
+    assert vouched(signed.format("none")) and vouched(signed.format("temperror"))
+    assert not vouched(signed.format("fail"))
+    assert not vouched("mx.example.org; dmarc=none header.from=example.org")
     assert not vouched()
     mail = read(b"From: a@x.org, b@x.org\r\n\r\nhi", auth=("Authentication-Results", "mx"))
     assert mail.sender is None  # two senders: nobody to answer
@@ -403,6 +431,10 @@ def test_who_a_mail_is_from_and_to_is_read_off_its_headers_and_a_mailer_daemon_i
     assert mail("From: <MAILER-DAEMON@x.org>").automatic == "a mailer daemon"
     assert mail("From: postmaster@x.org").automatic == "a mailer daemon"
     assert mail("From: a@x.org\r\nTo: ,,,<>").recipients == []
+    # Malformed, it may name another address than it reads as: not one sender.
+    assert mail("From: a@x.org <m@x.org>").sender is None
+    assert mail("From: <a@x.org> <m@x.org>").sender is None
+    assert mail("From: Ann.Lee <ann@x.org>").sender == "ann@x.org"  # obsolete, not malformed
 
 
 async def test_over_tls_both_ways_with_the_servers_own_certificate(
