@@ -28,6 +28,7 @@ from .settings import EmailConfig
 from .threads import Threads
 
 log = logging.getLogger("echo_bot.channels.email")
+MAX_PAUSE = 60.0  # seconds between tries of a mail the store does not take, at most
 
 HOW_TO_ANSWER = (
     "To answer an approval request, reply to its mail with `approve CODE` or `deny CODE`,"
@@ -56,6 +57,7 @@ class Reader:
         self._validity = f"email-uidvalidity:{where}"
         self.selected: Selected | None = None
         self.after = 0
+        self._pause = 1.0  # before a mail the store did not take is read again
         self._auth = (config.auth_header, config.auth_serv_id or "")
 
     async def resume(self) -> None:
@@ -100,8 +102,12 @@ class Reader:
         uids = await self.mailbox.after(self.after)
         for uid in uids:
             if not await self._taken(uid, self.selected):
-                await asyncio.sleep(1.0)  # not flagged: read again
+                # Not flagged: read again, less often while the store keeps failing
+                # (each try fetches the whole mail again).
+                await asyncio.sleep(self._pause)
+                self._pause = min(self._pause * 2, MAX_PAUSE)
                 return
+            self._pause = 1.0
             self.after = uid
             await self.host.remember(self._position, uid)
         if not uids:

@@ -25,7 +25,7 @@ IDLE_FOR = 300.0  # an IDLE renewed this often (servers end one after 30 min)
 _UIDVALIDITY = re.compile(rb"UIDVALIDITY (\d+)")
 _UIDNEXT = re.compile(rb"UIDNEXT (\d+)")
 _SIZE = re.compile(rb"RFC822\.SIZE (\d+)")
-NETWORK = (OSError, TimeoutError, aioimaplib.Abort)
+NETWORK = (OSError, TimeoutError, aioimaplib.AioImapException)  # CommandTimeout, Abort, …
 
 
 class MailboxAway(PeerAway):
@@ -50,13 +50,19 @@ class Mailbox:
         """Connected, logged in, the mailbox selected. A refused login or an unknown
         mailbox is a ``ConfigError``; anything else ``MailboxAway``."""
         await self.close()
-        self._lost = asyncio.Event()
+        # This session's own: a connection given up closes later and must not mark
+        # the next session lost.
+        self._lost = lost = asyncio.Event()
         config = self.config
         host, port = str(config.imap_host), config.imap_at
         try:
             context = tls_context(config.ca_file) if config.imap_security == "tls" else None
             client = aioimaplib.IMAP4(
-                host, port, timeout=COMMAND_TIMEOUT, conn_lost_cb=self._gone, ssl_context=context
+                host,
+                port,
+                timeout=COMMAND_TIMEOUT,
+                conn_lost_cb=lambda error: lost.set(),
+                ssl_context=context,
             )
             self._client = client
             await client.wait_hello_from_server()
@@ -77,32 +83,41 @@ class Mailbox:
         validity, following = _UIDVALIDITY.search(joined), _UIDNEXT.search(joined)
         if validity is None:
             raise MailboxAway(f"IMAP {host}: the mailbox has no UIDVALIDITY")
-        next_uid = int(following.group(1)) if following else 1
+        if following is not None:
+            next_uid = int(following.group(1))
+        else:  # a server that leaves UIDNEXT out: after its newest mail, never its first
+            next_uid = max(await self._search("ALL"), default=0) + 1
         return Selected(int(validity.group(1)), next_uid, client.has_capability("IDLE"))
 
     @property
     def is_open(self) -> bool:
         return self._client is not None and not self._lost.is_set()
 
-    def _gone(self, error: Exception | None) -> None:
+    def _dropped(self, why: str) -> MailboxAway:
+        """The session is given up (a command cut off by its timeout would still wait in
+        it, and every later one behind it; a server that answered BAD): the next round
+        opens a new one."""
         self._lost.set()
+        return MailboxAway(why)
 
     async def _call(self, verb: str, *args: str, ok: bool = False) -> aioimaplib.Response:
         """``verb`` sent (fetch, store, search by UID); a BAD answer, or with ``ok`` a
         NO, is the server failing: ``MailboxAway``, tried again."""
         if self._client is None or self._lost.is_set():
-            raise MailboxAway("IMAP: the connection was lost")
+            raise self._dropped("IMAP: the connection was lost")
         try:
-            if verb in {"fetch", "store"}:
+            if verb == "fetch":  # aioimaplib's timeout: no data for COMMAND_TIMEOUT
                 answer = await self._client.uid(verb, *args)
+            elif verb == "store":  # aioimaplib bounds no UID STORE
+                answer = await asyncio.wait_for(self._client.uid(verb, *args), COMMAND_TIMEOUT)
             elif verb == "search":
                 answer = await self._client.uid_search(*args)
             else:
                 answer = await getattr(self._client, verb)(*args)
         except NETWORK as exc:
-            raise MailboxAway(f"IMAP {verb}: {exc!r}") from None
+            raise self._dropped(f"IMAP {verb}: {exc!r}") from None
         if answer.result != "OK" and (ok or answer.result != "NO"):
-            raise MailboxAway(f"IMAP {verb}: {answer.result} {answer.lines[-1:]!r}")
+            raise self._dropped(f"IMAP {verb}: {answer.result} {answer.lines[-1:]!r}")
         return answer
 
     async def _search(self, *criteria: str) -> list[int]:
@@ -141,7 +156,7 @@ class Mailbox:
             if re.search(rb"\bUID %d\b" % uid, items_line):
                 return items_line, literal
         if await self._search(f"UID {uid}") == [uid]:
-            raise MailboxAway(f"IMAP: the server did not send mail {uid}")
+            raise self._dropped(f"IMAP: the server did not send mail {uid}")
         return None
 
     async def head(self, uid: int) -> tuple[int, bytes] | None:
@@ -151,7 +166,7 @@ class Mailbox:
             return None
         size = _SIZE.search(found[0])
         if size is None:
-            raise MailboxAway(f"IMAP: no size for mail {uid}")
+            raise self._dropped(f"IMAP: no size for mail {uid}")
         return int(size.group(1)), found[1]
 
     async def whole(self, uid: int) -> bytes | None:
@@ -167,7 +182,7 @@ class Mailbox:
         """Until the server says something changed (IDLE), or ``seconds``."""
         client = self._client
         if client is None or self._lost.is_set():
-            raise MailboxAway("IMAP: the connection was lost")
+            raise self._dropped("IMAP: the connection was lost")
         if not idle:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._lost.wait(), seconds)
@@ -189,16 +204,16 @@ class Mailbox:
                 await asyncio.gather(lost, pushed, return_exceptions=True)
             if self._lost.is_set():
                 done.cancel()  # its answer will never come
-                raise MailboxAway("IMAP: the connection was lost while idle")
+                raise self._dropped("IMAP: the connection was lost while idle")
             client.idle_done()
             ended = await asyncio.wait_for(done, COMMAND_TIMEOUT)
         except NETWORK as exc:
-            raise MailboxAway(f"IMAP idle: {exc!r}") from None
+            raise self._dropped(f"IMAP idle: {exc!r}") from None
         heard = pushed.done() and not pushed.cancelled() and pushed.exception() is None
         said = pushed.result() if heard else []
         refused = [line for line in said if bytes(line).startswith((b"NO", b"BAD"))]
         if refused or ended.result != "OK":  # the session is unwell: a new one, after a pause
-            raise MailboxAway(f"IMAP idle refused: {(refused or ended.lines)[-1:]!r}")
+            raise self._dropped(f"IMAP idle refused: {(refused or ended.lines)[-1:]!r}")
 
     async def close(self) -> None:
         client, self._client = self._client, None
@@ -207,3 +222,6 @@ class Mailbox:
         with contextlib.suppress(Exception):
             if not self._lost.is_set():
                 await asyncio.wait_for(client.logout(), 5)
+        transport = client.protocol.transport if client.protocol is not None else None
+        if transport is not None:
+            transport.close()  # a session given up: its connection too

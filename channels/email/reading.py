@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from email import errors, policy
 from email.message import EmailMessage, Message
 from email.parser import BytesParser
+from typing import Any, cast
 
 from channels.html import shown_html
 from channels.parts import clean
@@ -80,7 +81,8 @@ def _addresses(message: Message, *names: str) -> list[tuple[str, str]] | None:
     found: list[tuple[str, str]] = []
     try:
         for name in names:
-            for header in message.get_all(name, []):
+            # The default policy's headers: parsed, with what was wrong with them.
+            for header in cast(list[Any], message.get_all(name, [])):  # AddressHeader
                 if any(isinstance(d, errors.InvalidHeaderDefect) for d in header.defects):
                     return None
                 found += [(a.display_name, a.addr_spec) for a in header.addresses]

@@ -1,0 +1,118 @@
+"""The IMAP session against servers that misbehave in ways Dovecot does not: a command
+answered BAD (the session is given up and a new one made, never used again with
+whatever the failed command left waiting in it), and a SELECT without UIDNEXT (the
+first start reads from after the newest mail, never from the first). A scripted IMAP
+server on 127.0.0.1 that aioimaplib talks to over TCP."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import pytest
+
+from channels.email.mailbox import Mailbox, MailboxAway
+from channels.email.settings import EmailConfig
+
+
+@dataclass
+class ScriptedImap:
+    """Answers LOGIN, SELECT (its mail's UIDs; UIDNEXT only when ``uidnext``), NOOP
+    (BAD for the first ``bad_noops``), UID SEARCH and LOGOUT; counts the logins and
+    the connections the client closed."""
+
+    uids: list[int]
+    uidnext: bool = True
+    bad_noops: int = 0
+    logins: int = 0
+    closed_by_client: int = 0
+    commands: list[str] = field(default_factory=list)
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        def say(*lines: str) -> None:
+            writer.write("".join(f"{line}\r\n" for line in lines).encode())
+
+        say("* OK [CAPABILITY IMAP4rev1 IDLE] scripted")
+        while line := await reader.readline():
+            tag, _, rest = line.decode().strip().partition(" ")
+            verb = rest.split(" ", 2)
+            command = " ".join(verb[:2]).upper() if verb[0].upper() == "UID" else verb[0].upper()
+            self.commands.append(command)
+            if command == "CAPABILITY":
+                say("* CAPABILITY IMAP4rev1 IDLE", f"{tag} OK done")
+            elif command == "LOGIN":
+                self.logins += 1
+                say(f"{tag} OK logged in")
+            elif command == "SELECT":
+                top = max(self.uids, default=0)
+                say(f"* {len(self.uids)} EXISTS", "* OK [UIDVALIDITY 7] kept")
+                if self.uidnext:
+                    say(f"* OK [UIDNEXT {top + 1}] next")
+                say(f"{tag} OK [READ-WRITE] selected")
+            elif command == "NOOP" and self.bad_noops:
+                self.bad_noops -= 1
+                say(f"{tag} BAD not now")
+            elif command == "NOOP":
+                say(f"{tag} OK noop")
+            elif command == "UID SEARCH":
+                asked = verb[2].split()[-1]
+                low = int(asked.split(":")[0]) if ":" in asked else 0
+                found = [uid for uid in self.uids if uid >= low]
+                say("* SEARCH " + " ".join(map(str, found)), f"{tag} OK searched")
+            elif command == "LOGOUT":
+                say("* BYE", f"{tag} OK bye")
+                await writer.drain()
+                break
+            else:
+                say(f"{tag} BAD unknown")
+            await writer.drain()
+        else:
+            self.closed_by_client += 1
+        writer.close()
+
+
+@pytest.fixture
+async def imap() -> AsyncIterator[tuple[ScriptedImap, EmailConfig]]:
+    script = ScriptedImap(uids=[5, 9])
+    server = await asyncio.start_server(script.serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    config = EmailConfig(
+        enabled=True, address="bot@example.org", imap_host="127.0.0.1", imap_port=port,
+        imap_security="plain", smtp_host="127.0.0.1", smtp_security="plain", trust_from=True,
+    )  # fmt: skip
+    async with server:
+        yield script, config
+
+
+async def test_a_session_a_command_failed_in_is_given_up_and_a_new_one_made(
+    imap: tuple[ScriptedImap, EmailConfig],
+) -> None:
+    script, config = imap
+    script.bad_noops = 1
+    box = Mailbox(config, "secret")
+    try:
+        await box.open()
+        with pytest.raises(MailboxAway, match="BAD"):
+            await box.after(9)
+        assert not box.is_open  # the next round opens a new session: not this one
+        await box.open()
+        assert box.is_open and await box.after(5) == [9]
+        assert script.logins == 2
+        await asyncio.sleep(0.2)
+        assert script.closed_by_client == 1  # the given-up session's connection closed
+    finally:
+        await box.close()
+
+
+async def test_a_server_without_uidnext_is_read_from_after_its_newest_mail(
+    imap: tuple[ScriptedImap, EmailConfig],
+) -> None:
+    script, config = imap
+    script.uidnext = False
+    box = Mailbox(config, "secret")
+    try:
+        selected = await box.open()
+        assert (selected.validity, selected.next_uid) == (7, 10)  # never 1: all old mail
+    finally:
+        await box.close()
