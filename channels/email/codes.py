@@ -18,6 +18,10 @@ KEY_NOTE = "email-approval-key"
 _CODE = re.compile(r"\b[A-Z2-7]{5}-[A-Z2-7]{5}\b")
 
 
+def is_code(word: str) -> bool:
+    return _CODE.fullmatch(word.upper()) is not None
+
+
 class Codes:
     def __init__(self, host: ChannelHost) -> None:
         self.host = host

@@ -16,11 +16,19 @@ from datetime import UTC, datetime, timedelta
 
 from echo_bot.bus import ChannelEdge, ChannelHost, ChannelLink
 from echo_bot.errors import CommitFailed, StoreError
-from echo_bot.events import DIRECT, Address, Attachment, MediaKind, MessageInbound, Sender
+from echo_bot.events import (
+    DIRECT,
+    Address,
+    Attachment,
+    DecisionVerb,
+    MediaKind,
+    MessageInbound,
+    Sender,
+)
 from echo_bot.prompt_answers import verb_of_reply
 from echo_bot.sizes import format_size
 
-from .codes import Codes
+from .codes import Codes, is_code
 from .mailbox import Mailbox, Selected
 from .outbound import PROMPT_ID
 from .reading import Mail, read
@@ -205,11 +213,22 @@ class Reader:
         )
         return False
 
+    @staticmethod
+    def _verb(text: str) -> DecisionVerb | None:
+        """``approve`` or ``deny`` (yes, no) as the whole first line of the reply, its code
+        after it or not: "Yes — but what does it do?" decides nothing, even where the
+        client quoted the prompt, its code included, without ``>``."""
+        first = next((line for line in text.splitlines() if line.strip()), "")
+        words = first.replace(",", " ").rstrip(".! ").split()
+        if len(words) == 1 or (len(words) == 2 and is_code(words[1])):
+            return verb_of_reply(words[0])
+        return None
+
     async def _decided(self, mail: Mail, address: Address, sender: Sender, said: str) -> bool:
         """A reply to an approval prompt answering it: decided when it holds the
         approver's code, refused (audited, said) when not."""
         target = mail.in_reply_to
-        verb = verb_of_reply(mail.text)
+        verb = self._verb(mail.text)
         if target is None or verb is None or not PROMPT_ID.match(target):
             return False
         if not await self.codes.given(target, sender.id, mail.text):

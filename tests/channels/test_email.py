@@ -144,6 +144,28 @@ async def test_attack_an_approval_reply_without_the_code_or_with_another_ones_de
         await chat.wait_received("not run: second")
 
 
+async def test_a_question_answering_a_prompt_quoted_without_marks_decides_nothing(
+    chat: Mail,
+) -> None:
+    """A client that quotes the prompt without ``>`` (Outlook's "From:/Sent:" block)
+    carries its code along: "Yes, but what does it do?" above it is a question, not a
+    decision; the bare verb on its own line is one."""
+    async with chat.running():
+        await chat.say("run:first")
+        first = await chat.prompt()
+        prompt: EmailMessage = first.handle
+        quoted = f"\n\nFrom: {chat.bot_address}\nSent: today\n\n{first.text}"
+        for text in ("Yes what does this do?" + quoted, "approve" + quoted):
+            reply = chat.mail(text, Subject="Re: approve",
+                              In_Reply_To=str(prompt["Message-ID"]))  # fmt: skip
+            await chat.acknowledged(await chat.send(reply))
+            if text.startswith("Yes"):
+                await chat.acknowledged(await chat.say("say:between"))
+                await chat.wait_received("echo: between")
+                assert not (chat.state_dir / "workspace" / "contract.txt").exists()
+        await chat.wait_received("ran: first")
+
+
 def _code(text: str) -> str:
     from tests.channels.contract.drivers import MAIL_CODE
 
