@@ -54,10 +54,12 @@ def verb_of_reaction(key: str) -> DecisionVerb | None:
 
 
 def verb_of_reply(body: str) -> DecisionVerb | None:
-    """``approve`` / ``deny`` (or yes / no) in a reply, its quoted fallback left out."""
-    lines = [line for line in body.splitlines() if not line.startswith(">")]
-    words = " ".join(lines).strip().lower().split()
-    return REPLIES.get(words[0].strip(".!")) if words else None
+    """``approve`` / ``deny`` (or yes / no) as the whole first line of a reply's own (its
+    quoted fallback, ``>`` lines, left out): "yes, but what does it do?" is a question,
+    not a decision."""
+    lines = [line for line in body.splitlines() if line.strip() and not line.startswith(">")]
+    words = lines[0].lower().replace(",", " ").rstrip(".! ").split() if lines else []
+    return REPLIES.get(words[0]) if len(words) == 1 else None
 
 
 def is_lone_answer(text: str) -> bool:

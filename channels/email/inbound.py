@@ -215,14 +215,11 @@ class Reader:
 
     @staticmethod
     def _verb(text: str) -> DecisionVerb | None:
-        """``approve`` or ``deny`` (yes, no) as the whole first line of the reply, its code
+        """The pipeline's answer by reply (the verb as the whole first line), the code
         after it or not: "Yes — but what does it do?" decides nothing, even where the
         client quoted the prompt, its code included, without ``>``."""
         first = next((line for line in text.splitlines() if line.strip()), "")
-        words = first.replace(",", " ").rstrip(".! ").split()
-        if len(words) == 1 or (len(words) == 2 and is_code(words[1])):
-            return verb_of_reply(words[0])
-        return None
+        return verb_of_reply(" ".join(w for w in first.split() if not is_code(w.strip(".,!"))))
 
     async def _decided(self, mail: Mail, address: Address, sender: Sender, said: str) -> bool:
         """A reply to an approval prompt answering it: decided when it holds the
