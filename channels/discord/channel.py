@@ -101,7 +101,13 @@ class DiscordChannel(ThroughParts):
                 f"discord.token_env: Discord refused ${self.config.token_env}: copy the bot's"
                 " token again (developer portal → Bot → Reset Token)"
             ) from None
+        except discord.RateLimited as exc:  # a wait longer than discord.py's own
+            raise PeerAway(f"Discord asks to wait {exc.retry_after:.0f} s") from None
         except discord.HTTPException as exc:
+            if exc.status == 429:  # Cloudflare's ban of this address for a while: not the token
+                raise PeerAway(
+                    "Discord's Cloudflare turned this address away for now (429)"
+                ) from None
             if exc.status < 500:
                 raise ConfigError(f"discord: logging in was refused ({exc.status})") from None
             raise PeerAway(f"Discord failed on its side ({exc.status})") from None
@@ -119,7 +125,10 @@ class DiscordChannel(ThroughParts):
             try:
                 await client.connect(reconnect=True)
             except discord.PrivilegedIntentsRequired:
+                # discord.py leaves the client open: connecting again would IDENTIFY
+                # again at once, refused each time, using up the day's 1,000 logins.
                 self._refused(client, INTENT_REFUSED)
+                return
             except discord.ConnectionClosed as exc:  # discord.py closed the client
                 why = REFUSALS.get(exc.code or 0, "a close no reconnect mends")
                 self._refused(client, f"discord: the gateway refused the bot ({exc.code}: {why})")

@@ -47,6 +47,10 @@ TAKEN_TYPES = frozenset({discord.MessageType.default, discord.MessageType.reply}
 QUEUE_MAX = 10_000  # messages waiting for their commit; past it, read back later
 Position = list[int]  # [last committed message id, guild id or 0, parent channel id or 0]
 Arrived = tuple[discord.Message, tuple[int, int]]  # a message the bot answers, and where
+UNREAD = (
+    "I could not read that message: Discord sent it to me without its text (a sticker, a"
+    " forward, or a reply when the bot reads only what mentions it). Write it as text."
+)
 
 
 class Inbound:
@@ -108,6 +112,10 @@ class Inbound:
         guild, parent = where
         attachments, notes = read_files(message.attachments, self.config)
         text = "\n".join(part for part in [self._text(message), *notes] if part) or None
+        if text is None and not attachments:  # a sticker, a forward, a reply without the intent
+            await self.edge.notice(address_of(message.channel.id), UNREAD, seldom=True)
+            self._moved(str(message.channel.id), [message.id, guild, parent])
+            return
         author = message.author
         inbound = MessageInbound(
             address=address_of(message.channel.id),
@@ -153,11 +161,16 @@ class Inbound:
         return (guild, parent) if (mentioned or replied) and listed else None
 
     def _text(self, message: discord.Message) -> str:
-        """The text as the agent reads it: clean, the bot's own mention left out."""
+        """The text as the agent reads it: clean, the bot's own mention left out (its
+        user's, or its managed role's: "@bot" may pick either, and `!help` after it is
+        still a command)."""
         me = self.client.user if self.client is not None else None
         text = clean(message.content[:MAX_TEXT])
         if me is not None:
             text = text.replace(f"<@{me.id}>", "").replace(f"<@!{me.id}>", "")
+        role = message.guild.self_role if message.guild else None
+        if role is not None:
+            text = text.replace(f"<@&{role.id}>", "")
         return text.strip()
 
     # -- positions and the catch-up -------------------------------------------------------

@@ -180,6 +180,7 @@ async def test_in_a_guild_a_mention_or_a_reply_to_the_bot_is_answered_where_it_w
     for left in ("unaddressed", "elsewhere", "other", "robot"):
         assert not any(f"say:{left}" in t for t in texts), left
     assert all(f"<@{BOT_ID}>" not in t for t in texts)  # the bot's own mention left out
+    assert all(f"<@&{role}>" not in t for t in texts)  # and its role's
     assert chat.sent(ELSEWHERE) == [] and chat.sent(OTHER_CHANNEL) == []
 
 
@@ -358,6 +359,31 @@ async def test_the_message_content_intent_asked_but_off_for_the_app_is_said_plai
         assert chat.bot is not None
         state = next(c for c in chat.bot.daemon.channels if c.name == "discord").health()
         assert "Message Content" in str(state) and "message_content" in str(state), state
+        await asyncio.sleep(2.0)  # refused: never tried again (each try is one of 1,000 a day)
+        assert chat.fake.identify_tries == 1
+
+
+async def test_a_cloudflare_ban_at_login_is_waited_out_not_taken_for_a_refused_token(
+    chat: Chat,
+) -> None:
+    chat.fake.cloudflare_bans = 1  # a 429 without Discord's Via header: Cloudflare's
+    async with chat.running(connected=False):
+        await eventually(lambda: chat.fake.session is not None, timeout=30, what="the login")
+        await chat.say("say:unbanned")
+        await chat.wait_received("echo: unbanned")
+    assert chat.fake.calls[0].status == 429
+
+
+async def test_a_message_discord_sent_without_its_text_is_not_answered_blind(chat: Chat) -> None:
+    """A sticker, a forward, or a reply when the bot reads only what mentions it: Discord
+    sends no text and no files. The sender is told, once; nothing reaches the brain."""
+    async with chat.running():
+        await chat.fake.push_message("", author=OWNER, channel_id=chat.dm())
+        await chat.wait_received("could not read that message")
+        await chat.say("say:after")
+        await chat.wait_received("echo: after")
+        texts = await chat.inbound_texts()
+    assert texts == ["say:after"], texts
 
 
 def test_the_discord_section_is_checked_and_a_wrong_token_named() -> None:

@@ -146,6 +146,7 @@ class FakeDiscord:
         self.sessions: dict[str, Session] = {}
         self.session: Session | None = None  # the gateway's current session
         self.identified = 0
+        self.identify_tries = 0  # refused ones too
         self.resumed = 0
         self.connected = asyncio.Event()
         self._ws: web.WebSocketResponse | None = None
@@ -158,6 +159,7 @@ class FakeDiscord:
         self.callbacks: list[tuple[str, dict[str, Any]]] = []  # (interaction id, body)
         self.fail_status: dict[str, list[int]] = {}
         self.lose_answers = 0  # posts made, then answered 500 (the answer lost on the way)
+        self.cloudflare_bans = 0  # calls answered as Cloudflare bans: 429 without ``Via``
         self.upload_limit = 10 * 1024**2  # bytes of files in one message (a bot's, unboosted)
         self.app_flags = 1 << 19  # the application's flags: Message Content (limited) on
         self.history_delay = 0.0  # seconds each history read takes to answer
@@ -250,6 +252,7 @@ class FakeDiscord:
         return ws
 
     async def _identify(self, ws: web.WebSocketResponse, data: dict[str, Any]) -> None:
+        self.identify_tries += 1
         if data.get("token") != self.token:
             await ws.close(code=4004, message=b"Authentication failed.")
             return
@@ -443,6 +446,10 @@ class FakeDiscord:
         interaction = route == "POST /interactions/{id}/{token}/callback"
         if not interaction and request.headers.get("Authorization") != f"Bot {self.token}":
             return self._answer(request, path, 401, {"message": "401: Unauthorized", "code": 0})
+        if self.cloudflare_bans:
+            self.cloudflare_bans -= 1
+            self.calls.append(Call(request.method, path, 429, "error code: 1015"))
+            return web.Response(status=429, text="error code: 1015")
         failing = self.fail_status.get(route)
         if failing:
             status = failing.pop(0)
