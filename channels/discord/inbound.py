@@ -8,9 +8,12 @@ messages the bot answers are queued as they arrive (``arrived``, before any ``aw
 and committed one at a time, each tried again until the store takes it. Each answered
 channel's position (its last committed message) is kept as a store note; at a new
 session (a RESUME replays by itself) or a restart, what came since is read back over
-REST (``GET /channels/{id}/messages?after=…``) into the same queue, and what arrives
-meanwhile waits behind it — within CATCH_UP_AGE, CATCH_UP_CHANNELS (the most recent
-first) and CATCH_UP_MESSAGES.
+REST into the same queue, and what arrives meanwhile waits behind it — within
+CATCH_UP_AGE, CATCH_UP_CHANNELS (the most recent first) and, of each channel, its
+newest CATCH_UP_MESSAGES (a busy channel's position moves only at what the bot
+answers: its oldest thousand since could all predate a mention made while it was
+away). A channel whose read-back failed keeps its position (a message committed
+meanwhile does not move it past the gap) and is read back again after a pause.
 
 Commands: Discord's client takes ``/word`` for its own slash commands, so echo-bot's
 are typed with ``!`` (``!help``).
@@ -42,6 +45,7 @@ CATCH_UP_CHANNELS = 50
 CATCH_UP_MESSAGES = 1_000  # per channel (10 REST pages)
 CATCH_UP_AGE = 24 * 3600.0  # seconds: older messages are not answered late
 SAVE_EVERY = 5.0  # seconds between two writes of the positions
+READ_BACK_PAUSES = (2.0, 600.0)  # seconds before a failed read-back is tried again: first, most
 COMMIT_WAIT_MAX = 30.0
 TAKEN_TYPES = frozenset({discord.MessageType.default, discord.MessageType.reply})
 QUEUE_MAX = 10_000  # messages waiting for their commit; past it, read back later
@@ -65,6 +69,8 @@ class Inbound:
         self._catching = 0  # catch-ups under way: what arrives meanwhile waits behind them
         self._held: list[Arrived] = []
         self._overflowed = False  # the queue was full: dropped, read back once it drains
+        self._behind: set[str] = set()  # channels whose read-back failed: positions wait
+        self._retrying = False
 
     async def load(self) -> None:
         """The positions kept by the last run (a note it may have left malformed)."""
@@ -175,7 +181,7 @@ class Inbound:
 
     # -- positions and the catch-up -------------------------------------------------------
     def _moved(self, channel: str, position: Position) -> None:
-        if position[0] <= self.positions.get(channel, [0])[0]:
+        if channel in self._behind or position[0] <= self.positions.get(channel, [0])[0]:
             return
         self.positions.pop(channel, None)  # the most recent last
         self.positions[channel] = position
@@ -203,34 +209,62 @@ class Inbound:
         self._catching += 1
         self.tasks.spawn(self._catch_up())
 
-    async def _catch_up(self) -> None:
+    async def _catch_up(self, only: set[str] | None = None) -> None:
         try:
             ago = datetime.datetime.fromtimestamp(time.time() - CATCH_UP_AGE, datetime.UTC)
             oldest = discord.utils.time_snowflake(ago)
             for channel, (last, guild, _parent) in reversed(list(self.positions.items())):
-                await self._read_back(int(channel), guild, max(last, oldest))
+                if only is not None and channel not in only:
+                    continue
+                if await self._read_back(int(channel), guild, max(last, oldest)):
+                    self._behind.discard(channel)
+                else:
+                    self._behind.add(channel)
         finally:
             self._catching -= 1
             if not self._catching:
                 held, self._held = self._held, []
                 for item in held:
                     self.queue.put_nowait(item)
+        if self._behind and not self._retrying:
+            self.tasks.spawn(self._again())
 
-    async def _read_back(self, channel: int, guild: int, after: int) -> None:
-        """One channel's messages after ``after``, oldest first, every page up to
-        CATCH_UP_MESSAGES; a failure ends this channel's, not the others'."""
+    async def _again(self) -> None:
+        """The channels whose read-back failed, read back again after a pause that grows
+        until each one's succeeds (a new session's catch-up reads them too)."""
+        self._retrying = True
+        try:
+            pause = READ_BACK_PAUSES[0]
+            while self._behind:
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, READ_BACK_PAUSES[1])
+                self._behind &= set(self.positions)  # one no longer kept: nothing to read
+                self._catching += 1
+                await self._catch_up(only=set(self._behind))
+        finally:
+            self._retrying = False
+
+    async def _read_back(self, channel: int, guild: int, after: int) -> bool:
+        """One channel's newest CATCH_UP_MESSAGES after ``after``, queued oldest first;
+        False, nothing queued, when reading failed (refused, away, rate limited past the
+        wait, malformed): its position then waits for a read-back that succeeds."""
         if self.client is None:
-            return
+            return False
         chat: Any = self.client.get_channel(channel)
         chat = chat or self.client.get_partial_messageable(channel, guild_id=guild or None)
         try:
-            async for message in chat.history(
-                limit=CATCH_UP_MESSAGES, after=discord.Object(id=after), oldest_first=True
-            ):
-                if (where := self._answered(message)) is not None:
-                    self.queue.put_nowait((message, where))
-        except Exception as exc:  # refused, away, rate limited past the wait, malformed
-            log.warning("discord: reading back %s failed (%s)", channel, exc)
+            read = [
+                message async for message in chat.history(
+                    limit=CATCH_UP_MESSAGES, after=discord.Object(id=after), oldest_first=False
+                )
+            ]  # fmt: skip
+        except Exception as exc:
+            log.warning("discord: reading back %s failed (%s); tried again later", channel, exc)
+            return False
+        for message in reversed(read):
+            if (where := self._answered(message)) is not None:
+                self.queue.put_nowait((message, where))
+        return True
 
     # -- button presses -------------------------------------------------------------------
     async def pressed(self, interaction: discord.Interaction) -> None:

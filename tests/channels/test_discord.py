@@ -236,6 +236,42 @@ async def test_a_restart_reads_back_what_came_while_the_daemon_was_down(chat: Ch
     assert chat.received() == ["echo: before", "echo: down"]
 
 
+async def test_a_mention_made_while_the_bot_was_down_in_a_busy_channel_is_read_back(
+    chat: Chat,
+) -> None:
+    """More messages than a read-back takes (1,000) since the bot last answered in the
+    channel, then a mention: the newest are read back, the mention with them."""
+    async with chat.running():
+        await chat.mention("say:before")
+        await eventually(lambda: "echo: before" in chat.replies(CHANNEL), timeout=15,
+                         what="the answer before")  # fmt: skip
+    for n in range(1_050):
+        await chat.fake.push_message(f"chatter {n}", author=OWNER, channel_id=CHANNEL,
+                                     guild_id=GUILD, dispatch=False)  # fmt: skip
+    await chat.fake.push_message(f"<@{BOT_ID}> say:missed", author=OWNER, channel_id=CHANNEL,
+                                 guild_id=GUILD, mentions=[BOT_USER], dispatch=False)  # fmt: skip
+    async with chat.running():
+        await eventually(lambda: "echo: missed" in chat.replies(CHANNEL), timeout=20,
+                         what="the mention read back")  # fmt: skip
+
+
+async def test_a_read_back_that_failed_is_tried_again_and_its_gap_answered(chat: Chat) -> None:
+    """The read-back at the start refused once: a message that arrives meanwhile is
+    answered without moving the channel's position past the gap, which is read back
+    again after a pause."""
+    async with chat.running():
+        await chat.say("say:before")
+        await chat.wait_received("echo: before")
+    await chat.fake.push_message("say:gap", author=OWNER, channel_id=chat.dm(), dispatch=False)
+    chat.fake.fail_next("GET /channels/{id}/messages", 403)
+    async with chat.running():
+        await eventually(lambda: any(c.status == 403 for c in chat.fake.calls), timeout=15,
+                         what="the refused read-back")  # fmt: skip
+        await chat.say("say:live")
+        await chat.wait_received("echo: live", "echo: gap")
+    assert sorted(chat.received()) == ["echo: before", "echo: gap", "echo: live"]
+
+
 async def test_429s_are_waited_out_and_a_lost_answer_makes_no_second_message(
     chat: Chat,
 ) -> None:

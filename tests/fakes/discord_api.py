@@ -159,6 +159,7 @@ class FakeDiscord:
         self.callbacks: list[tuple[str, dict[str, Any]]] = []  # (interaction id, body)
         self.fail_status: dict[str, list[int]] = {}
         self.lose_answers = 0  # posts made, then answered 500 (the answer lost on the way)
+        self.history_reads = 0
         self.cloudflare_bans = 0  # calls answered as Cloudflare bans: 429 without ``Via``
         self.upload_limit = 10 * 1024**2  # bytes of files in one message (a bot's, unboosted)
         self.app_flags = 1 << 19  # the application's flags: Message Content (limited) on
@@ -559,13 +560,18 @@ class FakeDiscord:
         return 204, None
 
     async def _messages(self, request: web.Request, path: str) -> tuple[int, Any]:
-        """History, newest first as Discord gives it: ``after`` and ``limit``."""
+        """History, newest first as Discord gives it: the ``limit`` messages right after
+        ``after``, or right before ``before`` (or the newest)."""
         channel_id = path.split("/")[2]
         await asyncio.sleep(self.history_delay)
-        after = int(request.query.get("after") or 0)
+        self.history_reads += 1
         limit = min(int(request.query.get("limit") or 50), 100)
-        newer = [m for m in self.history.get(channel_id, []) if int(m["id"]) > after]
-        return 200, list(reversed(newer[:limit]))
+        kept = self.history.get(channel_id, [])
+        if "after" in request.query:
+            newer = [m for m in kept if int(m["id"]) > int(request.query["after"])]
+            return 200, list(reversed(newer[:limit]))
+        before = int(request.query.get("before") or 1 << 63)
+        return 200, list(reversed([m for m in kept if int(m["id"]) < before][-limit:]))
 
     async def _my_guilds(self, request: web.Request, path: str) -> tuple[int, Any]:
         return 200, [{"id": g["id"], "name": g["name"], "icon": None, "owner": False,
