@@ -111,6 +111,9 @@ async def called(what: str, request: Callable[[], Awaitable[T]], link: ChannelLi
             link.refused("Discord refused the bot token (401)")
         elif exc.status >= 500:
             link.reconnecting(f"Discord failed on its side ({exc.status} to {what})", "rest")
+        elif exc.status == 429:  # not Discord's own (that is RateLimited): Cloudflare's ban
+            # of this address, for minutes to an hour: sends wait for it, uncounted.
+            link.reconnecting(f"Discord's Cloudflare turned this address away ({what})", "rest")
         error = f"{what}: HTTP {exc.status} {exc.text[:200]}".strip()
         if exc.status == 413:
             error = f"{what}: the file is over Discord's upload limit here (10 MB in most servers)"

@@ -410,6 +410,22 @@ async def test_a_cloudflare_ban_at_login_is_waited_out_not_taken_for_a_refused_t
     assert chat.fake.calls[0].status == 429
 
 
+async def test_a_cloudflare_ban_while_running_holds_the_replies_until_it_lifts(
+    chat: Chat,
+) -> None:
+    """Calls turned away (a 429 without Discord's Via: a ban that may last an hour): the
+    channel says it is away, and the reply waits for it without using up its attempts."""
+    async with chat.running():
+        chat.fake.cloudflare_bans = 2
+        await chat.say("say:banned")
+        await eventually(lambda: chat.health() != "ok", timeout=15, what="the channel away")
+        await chat.wait_received("echo: banned")
+        assert chat.bot is not None
+        sent = await chat.bot.store.run(lambda tx: tx.outbox.deliveries())
+    assert chat.fake.cloudflare_bans == 0 and chat.received() == ["echo: banned"]
+    assert [d.attempts for d in sent] == [1]  # the send that went: the bans not counted
+
+
 async def test_a_message_discord_sent_without_its_text_is_not_answered_blind(chat: Chat) -> None:
     """A sticker, a forward, or a reply when the bot reads only what mentions it: Discord
     sends no text and no files. The sender is told, once; nothing reaches the brain."""
