@@ -86,13 +86,28 @@ class Outbound:
         self.sends = ChatSends(self, self.masker, tasks, interval=EDIT_INTERVAL,
                                file_carries_text=True)  # fmt: skip
         self.previews = self.sends.previews
+        # Messages posted before the rest of theirs (long code's files, a long prompt's
+        # first parts), by outbound id: not posted again when the rest failed and the
+        # delivery is tried again after Discord forgot their nonces (minutes).
+        self._posted: dict[str, dict[str, str]] = {}
 
     async def send(self, message: OutboundMessage) -> Receipt:
-        return await self.sends.send(
+        receipt = await self.sends.send(
             message, edit=lambda message_id: self._edit(message.to, message_id, message),
             prompt=lambda: self._prompt(message.to, message),
             upload=lambda first: self._upload(message, first), reply=self._reply,
         )  # fmt: skip
+        self._posted.pop(message.id, None)
+        return receipt
+
+    async def _first(self, message: OutboundMessage, key: str, part: str, **extra: Any) -> str:
+        """``post`` of a message sent ahead of the rest of ``message``: once."""
+        if len(self._posted) > 10_000:  # outbounds that failed for good
+            self._posted.clear()
+        posted = self._posted.setdefault(message.id, {})
+        if key not in posted:
+            posted[key] = await self.post(message.to, part, key, **extra)
+        return posted[key]
 
     async def _reply(self, message: OutboundMessage) -> Receipt:
         """A reply in parts, its long code blocks as files first."""
@@ -101,7 +116,7 @@ class Outbound:
         for index, (name, code) in enumerate(files):  # each with its nonce: once
             data = io.BytesIO(self.masker.mask(code).encode())
             file = discord.File(data, filename=name)
-            await self.post(message.to, "", f"{message.id}.code{index}", file=file)
+            await self._first(message, f"{message.id}.code{index}", "", file=file)
         return await self.sends.reply(
             message.model_copy(update={"text": text}) if files else message
         )
@@ -175,7 +190,7 @@ class Outbound:
         before the receipt is returned."""
         parts = await richtext.rendered_parts(message.text, False, self.masker, TEXT)
         for index, part in enumerate(parts[:-1]):
-            await self.post(to, part, f"{message.id}.{index}")
+            await self._first(message, f"{message.id}.{index}", part)
         key = f"{message.id}.{len(parts) - 1}"
         message_id = await self.post(to, parts[-1], key, view=self._buttons(message))
         await self.edge.keep_prompt(f"{to.chat_id}:{message_id}", message)

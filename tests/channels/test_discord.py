@@ -553,6 +553,20 @@ async def test_long_code_goes_as_a_file_masked_and_short_code_stays_in_the_text(
     assert "print(1)" in shown and shown.endswith("the end")
 
 
+async def test_a_reply_tried_again_after_the_nonce_window_posts_its_code_file_once(
+    chat: Chat,
+) -> None:
+    """The code file went, the text after it was turned away (a Cloudflare 429) and the
+    reply is tried again later, when Discord no longer knows the file's nonce: the file
+    is not posted a second time."""
+    chat.fake.nonces_kept = False
+    async with chat.running():
+        chat.fake.banned_posts = [False, True]
+        await chat.say("code: please")
+        await chat.wait_received("the end")
+    assert [[n for n, _ in s.files] for s in chat.sent()] == [["code-1.py"], []]
+
+
 async def test_a_message_the_store_refused_is_committed_when_it_takes_it_again(
     chat: Chat,
 ) -> None:

@@ -161,6 +161,8 @@ class FakeDiscord:
         self.lose_answers = 0  # posts made, then answered 500 (the answer lost on the way)
         self.history_reads = 0
         self.cloudflare_bans = 0  # calls answered as Cloudflare bans: 429 without ``Via``
+        self.banned_posts: list[bool] = []  # the next message posts: True, one banned so
+        self.nonces_kept = True  # False: a repeated nonce past Discord's window (minutes)
         self.upload_limit = 10 * 1024**2  # bytes of files in one message (a bot's, unboosted)
         self.app_flags = 1 << 19  # the application's flags: Message Content (limited) on
         self.history_delay = 0.0  # seconds each history read takes to answer
@@ -447,8 +449,11 @@ class FakeDiscord:
         interaction = route == "POST /interactions/{id}/{token}/callback"
         if not interaction and request.headers.get("Authorization") != f"Bot {self.token}":
             return self._answer(request, path, 401, {"message": "401: Unauthorized", "code": 0})
-        if self.cloudflare_bans:
-            self.cloudflare_bans -= 1
+        banned = False
+        if route == "POST /channels/{id}/messages" and self.banned_posts:
+            banned = self.banned_posts.pop(0)
+        if banned or self.cloudflare_bans:
+            self.cloudflare_bans -= 0 if banned else 1
             self.calls.append(Call(request.method, path, 429, "error code: 1015"))
             return web.Response(status=429, text="error code: 1015")
         failing = self.fail_status.get(route)
@@ -533,7 +538,7 @@ class FakeDiscord:
             self.refused.append(problems)
             return 400, {"code": 50035, "message": "Invalid Form Body", "errors": problems}
         nonce = payload.get("nonce")
-        if payload.get("enforce_nonce") and nonce is not None:
+        if payload.get("enforce_nonce") and nonce is not None and self.nonces_kept:
             made = next((s for s in self.sent if s.nonce == str(nonce)), None)
             if made is not None:  # Discord answers a repeated nonce with the first message
                 return 200, self._message(made)
