@@ -26,7 +26,9 @@ from .settings import DiscordConfig
 
 T = TypeVar("T")
 RATE_WAIT_MAX = 30.0  # seconds of a 429 discord.py waits out (its smallest allowed)
-FINAL = frozenset({400, 401, 403, 404, 405, 413})  # no second try mends these
+# No second try mends these. Not 401: the owner mends a reset token (and restarts),
+# and the channel is down meanwhile, so its messages wait uncounted, not fail.
+FINAL = frozenset({400, 403, 404, 405, 413})
 
 
 class _Quieter(logging.Filter):

@@ -20,6 +20,7 @@ import pytest
 
 from echo_bot.brains.base import BrainContext, BrainReply
 from echo_bot.conversation import ChatMessage
+from echo_bot.events import Address, OutboundMessage
 from echo_bot.tools.base import Tool
 from tests.channels.contract.drivers import (
     DISCORD_FRIEND_ID,
@@ -625,6 +626,29 @@ async def test_a_token_reset_while_running_is_said_and_sends_wait_not_crash(chat
         assert chat.bot is not None
         state = str(next(c for c in chat.bot.daemon.channels if c.name == "discord").health())
         assert "4004" in state and "Reset Token" in state, state
+
+
+async def test_a_reply_refused_401_waits_for_the_new_token_and_goes_after_the_restart(
+    chat: Chat,
+) -> None:
+    """The token reset while the gateway still runs: a send is refused 401. The reply
+    waits (the channel says it is down), and goes once the daemon runs with the new token."""
+    async with chat.running():
+        await chat.say("say:before")
+        await chat.wait_received("echo: before")
+        chat.fake.token = "MTAx.reset.token"  # the owner reset the token in the portal
+        assert chat.bot is not None
+        kept = OutboundMessage(to=Address(channel="discord", chat_id=chat.dm()),
+                               text="kept for the new token")  # fmt: skip
+        await chat.bot.store.run(lambda tx: tx.outbox.add(kept))
+        await eventually(lambda: [c for c in chat.fake.calls if c.status == 401], timeout=15,
+                         what="a send refused 401")  # fmt: skip
+        await eventually(lambda: chat.health() == "down", timeout=15, what="the channel down")
+        await asyncio.sleep(1.0)
+        sent = await chat.bot.store.run(lambda tx: tx.outbox.deliveries())
+        assert [d.status for d in sent if d.id == kept.id] == ["queued"], sent
+    async with chat.running():  # restarted with the new token, as the owner does
+        await chat.wait_received("kept for the new token")
 
 
 async def test_a_file_over_discords_upload_limit_fails_once_saying_why(chat: Chat) -> None:
