@@ -61,7 +61,10 @@ class Reader:
         self.codes = codes
         self.threads = threads
         where = f"{config.login}/{config.mailbox}"
+        # The last UID taken, per UIDVALIDITY: a stored position only moves forward, and
+        # a renumbered mailbox's UIDs start again from 1.
         self._position = f"email-uid:{where}"
+        self._at = self._position  # this UIDVALIDITY's, once the mailbox is opened
         self._validity = f"email-uidvalidity:{where}"
         self.selected: Selected | None = None
         self.after = 0
@@ -77,7 +80,12 @@ class Reader:
         self.selected = None
         selected = await self.mailbox.open()
         kept = await self.host.recall(self._validity)
-        position = await self.host.recall(self._position)
+        position = None
+        if kept is not None:  # (a store of before positions named it: its one position)
+            position = await self.host.recall(f"{self._position}:{kept[0]}") or (
+                await self.host.recall(self._position)
+            )
+        self._at = f"{self._position}:{selected.validity}"
         if kept is not None and position is not None and kept[0] == selected.validity:
             self.after = position[0]  # as the store has it: nothing to write
             self.selected = selected
@@ -98,7 +106,7 @@ class Reader:
                     raise CommitFailed("the store did not take a mail; read again")
             self.after = selected.next_uid - 1
         await self.host.remember(self._validity, selected.validity)
-        await self.host.remember(self._position, self.after)
+        await self.host.remember(self._at, self.after)
         self.selected = selected
 
     async def once(self) -> None:
@@ -117,7 +125,7 @@ class Reader:
                 return
             self._pause = 1.0
             self.after = uid
-            await self.host.remember(self._position, uid)
+            await self.host.remember(self._at, uid)
         if not uids:
             await self.mailbox.wait(self.selected.idle, self.config.poll_every.total_seconds())
 

@@ -387,7 +387,29 @@ async def test_a_renumbered_mailbox_answers_the_untaken_mail_and_not_the_old(
     assert texts == ["echo: old", "echo: new", "echo: later"]
 
 
-def _mailbox(chat: Mail, what: str) -> None:
+async def test_a_mailbox_restored_from_an_older_backup_is_read_on_after_each_restart(
+    chat: Mail,
+) -> None:
+    """Renumbered with fewer mails than it had (its UIDs now below the last one taken
+    before): new mail is answered, and still after the next restart."""
+    chat.extra = 'mailbox = "Bot"'
+    _mailbox(chat, "CREATE")
+    async with chat.running():
+        for word in ("one", "two", "three"):
+            await chat.acknowledged(await chat.send_to_box(f"say:{word}"))
+            await chat.wait_received(f"echo: {word}")
+    _mailbox(chat, "RENUMBER", keep=1)
+    async with chat.running():
+        await chat.acknowledged(await chat.send_to_box("say:new"))
+        await chat.wait_received("echo: new")
+    async with chat.running():
+        await chat.acknowledged(await chat.send_to_box("say:restarted"))
+        await chat.wait_received("echo: restarted")
+    texts = [t for t in chat.received() if t.startswith("echo")]
+    assert texts == ["echo: one", "echo: two", "echo: three", "echo: new", "echo: restarted"]
+
+
+def _mailbox(chat: Mail, what: str, keep: int | None = None) -> None:
     servers = chat.peer_servers
     with imaplib.IMAP4("127.0.0.1", servers.imap_port, timeout=20) as imap:
         imap.login(chat.bot_address, servers.passwords[chat.bot_address])
@@ -403,7 +425,7 @@ def _mailbox(chat: Mail, what: str) -> None:
         imap.close()
         imap.rename("Bot", "Bot-before")  # as a restore from a backup leaves it
         imap.create("Bot")
-        for raw in kept:
+        for raw in kept[:keep]:  # keep: only the first ones (an older backup)
             imap.append("Bot", "(\\Seen $EchoBotTaken)", None, raw)
 
 
