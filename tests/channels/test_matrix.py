@@ -463,7 +463,7 @@ def test_answers_to_a_prompt_are_read_and_a_deny_only_prompt_offers_deny_only() 
     assert verb_of_reaction("👍") is None
     assert verb_of_reply("> <@bot:x> Request …\n\nApprove!") == DecisionVerb.APPROVE_ONCE
     assert verb_of_reply("approved it? no idea") is None
-    assert verb_of_reply("> <@bot:x> Request …\n\nyes, but what does it do?") is None
+    assert verb_of_reply("> <@bot:x> Request …\n\nyes but what does it do?") is None
     assert verb_of_reply("\n  No.\nI'd rather not") == DecisionVerb.DENY  # its first line
     deny_only = instructions(["deny:" + "a" * 32])
     assert "✅" not in deny_only and "approve" not in deny_only and "❌" in deny_only
