@@ -73,7 +73,7 @@ async def _checks(section: DiscordConfig, client: discord.Client, token: str) ->
             "Message Content off: direct messages, mentions and replies that ping the bot are read"
         )
         found.append(Diagnosis("discord intents", DIAGNOSIS_OK, text))
-    guilds = {str(g.id): g.name async for g in client.fetch_guilds(limit=200)}
+    guilds = {str(g.id): g.name async for g in client.fetch_guilds(limit=None)}  # all pages
     invite = (
         f"https://discord.com/oauth2/authorize?client_id={app.id}&scope=bot"
         f"&permissions={PERMISSIONS}"
