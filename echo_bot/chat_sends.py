@@ -14,6 +14,8 @@ is written (``EditedPreviews``).
   anew.
 - **Previews only from spare budget** (``EditableChat.has_spare``), tried once.
 - **A file** is uploaded once; the text after it goes on in parts as a reply's does.
+  What a channel posts ahead of a message's parts (Discord: long code's files, a long
+  prompt's first parts) goes through ``ahead``: once as well.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ log = logging.getLogger(__name__)
 Part = TypeVar("Part")
 PREVIEW_MARK = " ✍️"  # ends the preview message while the reply is written
 PREVIEW_KEEP = 30.0  # seconds a preview no reply took the place of is kept, then removed
+MAX_AHEAD = 10_000  # sends whose posts ahead are remembered; past it they are forgotten
 
 
 class EditableChat(Protocol[Part]):
@@ -87,6 +90,7 @@ class ChatSends(Generic[Part]):
             keep=PREVIEW_KEEP, ready=ready,
         )  # fmt: skip
         self._sent: dict[str, list[str]] = {}  # outbound id → the parts' message ids
+        self._ahead: dict[str, dict[str, str]] = {}  # outbound id → key → message id
 
     async def send(
         self, message: OutboundMessage, *, edit: Callable[[str], Awaitable[Receipt]],
@@ -98,12 +102,28 @@ class ChatSends(Generic[Part]):
         (``prompt()``), a file (``upload``) and its text, or a reply (``reply``, else in
         parts)."""
         if message.edit_of is not None and message.edit_message_id:
-            return await edit(message.edit_message_id)
-        if message.kind == OutboundKind.APPROVAL and message.buttons:
-            return await prompt()
-        if message.file is not None:
-            return await self.with_file(message, upload)
-        return await (reply or self.reply)(message)
+            receipt = await edit(message.edit_message_id)
+        elif message.kind == OutboundKind.APPROVAL and message.buttons:
+            receipt = await prompt()
+        elif message.file is not None:
+            receipt = await self.with_file(message, upload)
+        else:
+            receipt = await (reply or self.reply)(message)
+        self._ahead.pop(message.id, None)
+        return receipt
+
+    async def ahead(
+        self, message: OutboundMessage, key: str, post: Callable[[], Awaitable[str]]
+    ) -> str:
+        """``post()`` of a message sent ahead of ``message``'s parts, once: not again
+        when a later part failed and the send is tried again (after the network forgot
+        ``key``'s idempotency, as Discord does a nonce within minutes)."""
+        if len(self._ahead) > MAX_AHEAD:  # sends that failed for good
+            self._ahead.clear()
+        posted = self._ahead.setdefault(message.id, {})
+        if key not in posted:
+            posted[key] = await post()
+        return posted[key]
 
     async def parts(self, message: OutboundMessage) -> list[Part]:
         markdown = message.format == TextFormat.MARKDOWN

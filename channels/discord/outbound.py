@@ -86,28 +86,19 @@ class Outbound:
         self.sends = ChatSends(self, self.masker, tasks, interval=EDIT_INTERVAL,
                                file_carries_text=True)  # fmt: skip
         self.previews = self.sends.previews
-        # Messages posted before the rest of theirs (long code's files, a long prompt's
-        # first parts), by outbound id: not posted again when the rest failed and the
-        # delivery is tried again after Discord forgot their nonces (minutes).
-        self._posted: dict[str, dict[str, str]] = {}
 
     async def send(self, message: OutboundMessage) -> Receipt:
-        receipt = await self.sends.send(
+        return await self.sends.send(
             message, edit=lambda message_id: self._edit(message.to, message_id, message),
             prompt=lambda: self._prompt(message.to, message),
             upload=lambda first: self._upload(message, first), reply=self._reply,
         )  # fmt: skip
-        self._posted.pop(message.id, None)
-        return receipt
 
     async def _first(self, message: OutboundMessage, key: str, part: str, **extra: Any) -> str:
-        """``post`` of a message sent ahead of the rest of ``message``: once."""
-        if len(self._posted) > 10_000:  # outbounds that failed for good
-            self._posted.clear()
-        posted = self._posted.setdefault(message.id, {})
-        if key not in posted:
-            posted[key] = await self.post(message.to, part, key, **extra)
-        return posted[key]
+        """A message posted ahead of the rest of ``message``'s: once (``ChatSends.ahead``)."""
+        return await self.sends.ahead(
+            message, key, lambda: self.post(message.to, part, key, **extra)
+        )
 
     async def _reply(self, message: OutboundMessage) -> Receipt:
         """A reply in parts, its long code blocks as files first."""

@@ -61,10 +61,8 @@ class Reader:
         self.codes = codes
         self.threads = threads
         where = f"{config.login}/{config.mailbox}"
-        # The last UID taken, per UIDVALIDITY: a stored position only moves forward, and
-        # a renumbered mailbox's UIDs start again from 1.
-        self._position = f"email-uid:{where}"
-        self._at = self._position  # this UIDVALIDITY's, once the mailbox is opened
+        self._position = f"email-uid:{where}"  # + ":<UIDVALIDITY>" (``_uid_key``)
+        self._at = ""  # the open mailbox's ``_uid_key``, set by ``resume``
         self._validity = f"email-uidvalidity:{where}"
         self.selected: Selected | None = None
         self.after = 0
@@ -81,11 +79,11 @@ class Reader:
         selected = await self.mailbox.open()
         kept = await self.host.recall(self._validity)
         position = None
-        if kept is not None:  # (a store of before positions named it: its one position)
-            position = await self.host.recall(f"{self._position}:{kept[0]}") or (
+        if kept is not None:  # a store written before positions named their UIDVALIDITY: its one
+            position = await self.host.recall(self._uid_key(kept[0])) or (
                 await self.host.recall(self._position)
             )
-        self._at = f"{self._position}:{selected.validity}"
+        self._at = self._uid_key(selected.validity)
         if kept is not None and position is not None and kept[0] == selected.validity:
             self.after = position[0]  # as the store has it: nothing to write
             self.selected = selected
@@ -108,6 +106,11 @@ class Reader:
         await self.host.remember(self._validity, selected.validity)
         await self.host.remember(self._at, self.after)
         self.selected = selected
+
+    def _uid_key(self, validity: int) -> str:
+        """Where the last UID taken under ``validity`` is kept: a stored position only
+        moves forward, and a renumbered mailbox's UIDs start again from 1."""
+        return f"{self._position}:{validity}"
 
     async def once(self) -> None:
         """The new mail taken in order; then a wait for more (IDLE, or a pause)."""
