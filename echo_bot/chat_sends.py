@@ -36,7 +36,11 @@ log = logging.getLogger(__name__)
 Part = TypeVar("Part")
 PREVIEW_MARK = " ✍️"  # ends the preview message while the reply is written
 PREVIEW_KEEP = 30.0  # seconds a preview no reply took the place of is kept, then removed
-MAX_AHEAD = 10_000  # sends whose posts ahead are remembered; past it they are forgotten
+# Sends whose parts (or posts ahead) are remembered until they are whole; past it the
+# oldest are forgotten: a send that failed for good is never tried again, and its entry
+# would otherwise stay for the daemon's life.
+MAX_KEPT = 10_000
+Kept = TypeVar("Kept")
 
 
 class EditableChat(Protocol[Part]):
@@ -118,9 +122,7 @@ class ChatSends(Generic[Part]):
         """``post()`` of a message sent ahead of ``message``'s parts, once: not again
         when a later part failed and the send is tried again (after the network forgot
         ``key``'s idempotency, as Discord does a nonce within minutes)."""
-        if len(self._ahead) > MAX_AHEAD:  # sends that failed for good
-            self._ahead.clear()
-        posted = self._ahead.setdefault(message.id, {})
+        posted = _kept(self._ahead, message.id, dict)
         if key not in posted:
             posted[key] = await post()
         return posted[key]
@@ -133,7 +135,7 @@ class ChatSends(Generic[Part]):
     async def reply(self, message: OutboundMessage) -> Receipt:
         """A reply or notice, its text in parts (see the module's docstring)."""
         parts = await self.parts(message)
-        sent = self._sent.setdefault(message.id, [])
+        sent = _kept(self._sent, message.id, list)
         preview = self.previews.message_of(message) if not sent else None
         if preview is not None:
             await self._into_preview(message, preview, parts[0], sent)
@@ -146,7 +148,7 @@ class ChatSends(Generic[Part]):
         """``upload(first part or None)`` once (the file's message id), then the rest of
         the text after it."""
         parts = await self.parts(message) if message.text.strip() else []
-        sent = self._sent.setdefault(message.id, [])
+        sent = _kept(self._sent, message.id, list)
         carried = int(self.file_carries_text and bool(parts))
         if not sent:  # not uploaded again when only the text after it failed
             sent.append(await upload(parts[0] if carried else None))
@@ -196,3 +198,13 @@ class ChatSends(Generic[Part]):
             return await self.chat.post(to, part, f"{key}.preview.{shown}", spare=True)
         await self.chat.edit(to, message_id, part, f"{key}.preview.{shown}", spare=True)
         return message_id
+
+
+def _kept(table: dict[str, Kept], key: str, new: Callable[[], Kept]) -> Kept:
+    """``table[key]``, made by ``new()`` when missing; the oldest entries go past
+    ``MAX_KEPT``."""
+    if key not in table:
+        while len(table) >= MAX_KEPT:
+            del table[next(iter(table))]
+        table[key] = new()
+    return table[key]
