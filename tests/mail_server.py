@@ -204,11 +204,12 @@ class MailServers:
         with smtplib.LMTP("127.0.0.1", self.lmtp_port) as lmtp:
             lmtp.sendmail(sender, [to], raw)
 
-    def append(self, address: str, box: str, raw: bytes) -> None:
-        """``raw`` put into ``address``'s mailbox ``box`` (IMAP APPEND)."""
+    def append(self, address: str, box: str, raw: bytes, arrived: float | None = None) -> None:
+        """``raw`` put into ``address``'s mailbox ``box`` (IMAP APPEND), as having
+        arrived at ``arrived`` (a time; None: now)."""
         with imaplib.IMAP4("127.0.0.1", self.imap_port, timeout=20) as imap:
             imap.login(address, self.passwords[address])
-            imap.append(box, "", None, raw)
+            imap.append(box, "", arrived, raw)
 
     def send(self, mail: EmailMessage, *, login: str | None = None) -> None:
         """``mail`` submitted to the SMTP server, logged in as ``login`` when given."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from datetime import UTC, datetime, timedelta
+import time
 
 from echo_bot.bus import ChannelEdge, ChannelHost, ChannelLink
 from echo_bot.errors import CommitFailed, StoreError
@@ -37,6 +37,8 @@ from .threads import Threads
 
 log = logging.getLogger("echo_bot.channels.email")
 MAX_PAUSE = 60.0  # seconds between tries of a mail the store does not take, at most
+# How far back before the last mail taken a renumbered mailbox is searched (seconds).
+RENUMBER_LOOKBACK = 2 * 86_400.0
 
 HOW_TO_ANSWER = (
     "To answer an approval request, reply to its mail with `approve CODE` or `deny CODE`,"
@@ -64,6 +66,7 @@ class Reader:
         self._position = f"email-uid:{where}"  # + ":<UIDVALIDITY>" (``_uid_key``)
         self._at = ""  # the open mailbox's ``_uid_key``, set by ``resume``
         self._validity = f"email-uidvalidity:{where}"
+        self._first_start = f"email-first-start:{where}"  # when reading began: a time
         self.selected: Selected | None = None
         self.after = 0
         self._pause = 1.0  # before a mail the store did not take is read again
@@ -73,39 +76,49 @@ class Reader:
         """The mailbox opened anew, and where reading goes on from, as the store has it
         now (another daemon on the store may have read meanwhile). On the first start:
         the mail that comes from now on. After the mailbox was renumbered (its
-        UIDVALIDITY changed): the mail since the last one taken that this channel never
-        flagged."""
+        UIDVALIDITY changed): the mail of the last two days this channel never flagged,
+        none that came before the first start (it was left unread on purpose)."""
         self.selected = None
         selected = await self.mailbox.open()
-        kept = await self.host.recall(self._validity)
+        kept = await self._kept_validity()
         position = None
         if kept is not None:  # a store written before positions named their UIDVALIDITY: its one
-            position = await self.host.recall(self._uid_key(kept[0])) or (
+            position = await self.host.recall(self._uid_key(kept)) or (
                 await self.host.recall(self._position)
             )
         self._at = self._uid_key(selected.validity)
-        if kept is not None and position is not None and kept[0] == selected.validity:
+        if kept is not None and position is not None and kept == selected.validity:
             self.after = position[0]  # as the store has it: nothing to write
             self.selected = selected
             return
         if kept is None or position is None:
             self.after = selected.next_uid - 1
             log.info("email: reading %s from the next mail on", self.config.mailbox)
+            await self.host.remember_note(self._first_start, repr(time.time()), replace=False)
         else:
             log.warning(
                 "email: %s was renumbered (UIDVALIDITY %s, was %s): taking the mail not"
-                " taken yet", self.config.mailbox, selected.validity, kept[0],
+                " taken yet", self.config.mailbox, selected.validity, kept,
             )  # fmt: skip
-            # The server's SINCE is its own local date: a day earlier covers any zone
-            # (a mail seen twice is one inbound, by its Message-ID).
-            since = datetime.fromtimestamp(position[1], UTC).date() - timedelta(days=1)
+            first = await self.host.recall_note(self._first_start)  # None: a store from before
+            since = max(position[1] - RENUMBER_LOOKBACK, float(first[0]) if first else 0.0)
             for uid in await self.mailbox.untaken_since(since):
                 if not await self._taken(uid, selected):
                     raise CommitFailed("the store did not take a mail; read again")
             self.after = selected.next_uid - 1
-        await self.host.remember(self._validity, selected.validity)
+        # A note, not a position: a restore may bring the UIDVALIDITY down as well as up.
+        await self.host.remember_note(self._validity, str(selected.validity))
         await self.host.remember(self._at, self.after)
         self.selected = selected
+
+    async def _kept_validity(self) -> int | None:
+        """The UIDVALIDITY the store last read the mailbox under (a store from before it
+        was a note kept it as a position)."""
+        note = await self.host.recall_note(self._validity)
+        if note is not None:
+            return int(note[0])
+        legacy = await self.host.recall(self._validity)
+        return legacy[0] if legacy is not None else None
 
     def _uid_key(self, validity: int) -> str:
         """Where the last UID taken under ``validity`` is kept: a stored position only

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import imaplib
 import re
 import ssl
+import time
 from dataclasses import dataclass
-from datetime import date
+from datetime import UTC, datetime, timedelta
 
 import aioimaplib
 
@@ -25,6 +27,7 @@ IDLE_FOR = 300.0  # an IDLE renewed this often (servers end one after 30 min)
 _UIDVALIDITY = re.compile(rb"UIDVALIDITY (\d+)")
 _UIDNEXT = re.compile(rb"UIDNEXT (\d+)")
 _SIZE = re.compile(rb"RFC822\.SIZE (\d+)")
+_UID = re.compile(rb"\bUID (\d+)")
 NETWORK = (OSError, TimeoutError, aioimaplib.AioImapException)  # CommandTimeout, Abort, …
 
 
@@ -133,9 +136,22 @@ class Mailbox:
         await self._call("noop")
         return [found for found in await self._search(f"UID {uid + 1}:*") if found > uid]
 
-    async def untaken_since(self, day: date) -> list[int]:
-        """Mail from ``day`` on that this channel never flagged."""
-        return await self._search("UNKEYWORD", TAKEN, "SINCE", day.strftime("%d-%b-%Y"))
+    async def untaken_since(self, since: float) -> list[int]:
+        """Mail that came at ``since`` (a time) or later, by its INTERNALDATE, that this
+        channel never flagged. The server's SINCE is a date in its own zone: the day
+        before covers any zone, and each mail's arrival says the rest."""
+        day = datetime.fromtimestamp(since, UTC).date() - timedelta(days=1)
+        found = await self._search("UNKEYWORD", TAKEN, "SINCE", day.strftime("%d-%b-%Y"))
+        if not found:
+            return []
+        answer = await self._call("fetch", f"{found[0]}:{found[-1]}", "(UID INTERNALDATE)", ok=True)
+        arrived: dict[int, float] = {}
+        for line in answer.lines:
+            uid, when = _UID.search(bytes(line)), imaplib.Internaldate2tuple(bytes(line))
+            if uid is not None and when is not None:
+                arrived[int(uid.group(1))] = time.mktime(when)
+        # A mail whose arrival the server did not say is taken, as if it came later.
+        return [uid for uid in found if arrived.get(uid, since) >= since]
 
     async def _fetched(self, uid: int, items: str) -> tuple[bytes, bytes] | None:
         """The FETCH response for ``uid`` (its item lines, wherever the server put the

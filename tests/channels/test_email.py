@@ -13,6 +13,9 @@ from __future__ import annotations
 import asyncio
 import imaplib
 import json
+import re
+import subprocess
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from email.message import EmailMessage
 from pathlib import Path
@@ -409,8 +412,51 @@ async def test_a_mailbox_restored_from_an_older_backup_is_read_on_after_each_res
     assert texts == ["echo: one", "echo: two", "echo: three", "echo: new", "echo: restarted"]
 
 
+async def test_mail_left_unread_at_the_first_start_stays_unanswered_after_a_renumbering(
+    chat: Mail, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The first start reads from the next mail on: what waited before it is left
+    alone, also when the mailbox is renumbered soon after. And a restore that brings
+    the UIDVALIDITY *down* is taken as a renumbering once, not at every start."""
+    chat.extra = 'mailbox = "Bot"'
+    _mailbox(chat, "CREATE")
+    before = chat.mail("say:before")  # an hour before the daemon's first start
+    stamp = f"Authentication-Results: {AUTH_SERV_ID}; dmarc=pass header.from=example.org"
+    raw = stamp.encode() + b"\r\n" + bytes(before)
+    await asyncio.to_thread(chat.peer_servers.append, chat.bot_address, "Bot", raw,
+                            arrived=time.time() - 3600)  # fmt: skip
+    async with chat.running():
+        await chat.acknowledged(await chat.send_to_box("say:first"))
+        await chat.wait_received("echo: first")
+    _mailbox(chat, "RENUMBER")
+    await chat.send_to_box("say:new")
+    async with chat.running():
+        await chat.wait_received("echo: new")
+        await chat.acknowledged(await chat.send_to_box("say:later"))
+        await chat.wait_received("echo: later")
+    _mailbox(chat, "LOWER")
+    for word in ("lowered", "again"):
+        caplog.clear()
+        async with chat.running():
+            await chat.acknowledged(await chat.send_to_box(f"say:{word}"))
+            await chat.wait_received(f"echo: {word}")
+            assert "say:before" not in await chat.inbound_texts()
+        renumbered = [r for r in caplog.records if "was renumbered" in r.getMessage()]
+        assert len(renumbered) == (1 if word == "lowered" else 0)
+    texts = [t for t in chat.received() if t.startswith("echo")]
+    assert texts == ["echo: first", "echo: new", "echo: later", "echo: lowered", "echo: again"]
+
+
 def _mailbox(chat: Mail, what: str, keep: int | None = None) -> None:
+    """The bot's mailbox "Bot" made (CREATE), restored from a backup of its mail, each
+    with its flags and arrival (RENUMBER; ``keep``: the first ones only), or given a
+    lower UIDVALIDITY, its mail kept (LOWER)."""
     servers = chat.peer_servers
+    if what == "LOWER":
+        conf = str(servers.root / "dovecot.conf")
+        subprocess.run(["doveadm", "-c", conf, "mailbox", "update", "-u", chat.bot_address,
+                        "--uid-validity", "5", "Bot"], check=True, capture_output=True)  # fmt: skip
+        return
     with imaplib.IMAP4("127.0.0.1", servers.imap_port, timeout=20) as imap:
         imap.login(chat.bot_address, servers.passwords[chat.bot_address])
         if what == "CREATE":
@@ -420,13 +466,16 @@ def _mailbox(chat: Mail, what: str, keep: int | None = None) -> None:
         _, found = imap.uid("SEARCH", "ALL")
         kept = []
         for uid in found[0].split():
-            _, data = imap.uid("FETCH", uid, "(FLAGS BODY.PEEK[])")
-            kept.append(next(part[1] for part in data if isinstance(part, tuple)))
+            _, data = imap.uid("FETCH", uid, "(FLAGS INTERNALDATE BODY.PEEK[])")
+            items, raw = next(part for part in data if isinstance(part, tuple))
+            listed = re.search(rb"FLAGS \(([^)]*)\)", items)
+            own = [f for f in (listed.group(1).split() if listed else []) if f != rb"\Recent"]
+            kept.append((b"(" + b" ".join(own) + b")", imaplib.Internaldate2tuple(items), raw))
         imap.close()
         imap.rename("Bot", "Bot-before")  # as a restore from a backup leaves it
         imap.create("Bot")
-        for raw in kept[:keep]:  # keep: only the first ones (an older backup)
-            imap.append("Bot", "(\\Seen $EchoBotTaken)", None, raw)
+        for flags, arrived, raw in kept[:keep]:  # keep: only the first ones (an older backup)
+            imap.append("Bot", flags.decode(), arrived, raw)  # each as it was
 
 
 def test_authentication_results_are_read_from_the_topmost_header_of_the_server_only() -> None:
