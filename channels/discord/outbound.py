@@ -189,8 +189,14 @@ class Outbound:
 
     async def _edit(self, to: Address, message_id: str, message: OutboundMessage) -> Receipt:
         """An earlier message edited (an approval prompt showing its outcome: its
-        buttons gone)."""
-        text = (await self.sends.parts(message))[0]
+        buttons gone). A prompt in several messages keeps its call shown above: the
+        one with the buttons says who decided and which request."""
+        parts = await self.sends.parts(message)
+        if len(parts) > 1 and message.approval is not None:
+            view = message.approval
+            outcome = f"{view.outcome}\n(the call as shown above)\nRequest {view.request_id}"
+            parts = await richtext.rendered_parts(outcome, False, self.masker, TEXT)
+        text = parts[0]
         try:
             await self.edit(to, message_id, text, message.id, view=None)
         except ChannelError as exc:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -19,8 +20,8 @@ from typing import Any
 import pytest
 
 from echo_bot.brains.base import BrainContext, BrainReply
-from echo_bot.conversation import ChatMessage
-from echo_bot.events import Address, OutboundMessage
+from echo_bot.conversation import ChatMessage, ToolCall
+from echo_bot.events import Address, OutboundMessage, new_id
 from echo_bot.tools.base import Tool
 from tests.channels.contract.drivers import (
     DISCORD_FRIEND_ID,
@@ -52,6 +53,7 @@ HOSTILE_MARKDOWN = (
 )
 
 
+LONG_COMMAND = "echo " + "word " * 500  # a call shown in two messages (2,000 characters each)
 LONG_CODE = (
     "Here it is:\n\n```python\n"
     + "\n".join(f"x{n} = '{SECRET if n == 7 else n}'" for n in range(300))
@@ -70,6 +72,11 @@ class DiscordBrain(ChatBrain):
         last = conversation[-1]
         if last.role == "user" and "code:" in (last.content or ""):
             return BrainReply(text=LONG_CODE, route_reason="test: code", markdown=True)
+        if last.role == "user" and "long:" in (last.content or ""):
+            call = ToolCall(id=new_id(), name="shell_exec", args={"command": LONG_COMMAND})
+            return BrainReply(tool_calls=[call], route_reason="test: a long call that asks")
+        if last.role == "tool" and LONG_COMMAND in str(conversation[-2].tool_calls):
+            return BrainReply(text="ran: long", route_reason="test: report")
         return await super().step(conversation, tools, context)
 
 
@@ -119,6 +126,29 @@ async def test_the_owners_press_approves_and_the_prompt_shows_who_decided(chat: 
         await eventually(lambda: sent.components == [], timeout=15, what="the buttons gone")
     outcome = discord_read(sent.content)
     assert "Approved" in outcome and OWNER_ID in outcome and sent.edits, outcome  # and by whom
+
+
+async def test_a_long_prompts_outcome_says_who_decided_which_request_under_its_call(
+    chat: Chat,
+) -> None:
+    """A call too long for one message is shown in two, the buttons on the second; the
+    decision edits that one to say who decided and which request, and leaves the call
+    shown where it was (not its beginning again in place of its end)."""
+    async with chat.running():
+        await chat.say("long:please")
+        shown = await chat.prompt()
+        sent, _ids = shown.handle
+        first = chat.sent()[-2]
+        call_start, call_end = discord_read(first.content), discord_read(sent.content)
+        assert "shell_exec" in call_start and "word" in call_end and "shell_exec" not in call_end
+        await chat.decide(shown, approve=True)
+        await chat.wait_received("ran: long")
+        await eventually(lambda: sent.components == [], timeout=15, what="the buttons gone")
+    outcome = discord_read(sent.content)
+    request = re.search(r"Request ([0-9a-f]{32})", call_start + call_end)
+    assert request is not None and f"Request {request.group(1)}" in outcome
+    assert "Approved" in outcome and OWNER_ID in outcome, outcome
+    assert "word word" not in outcome and discord_read(first.content) == call_start
 
 
 async def test_a_forged_press_is_refused_and_a_replayed_one_changes_nothing(chat: Chat) -> None:

@@ -612,8 +612,14 @@ class FakeDiscord:
         if not isinstance(body, dict) or body.get("type") not in {4, 5, 6, 7, 8, 9, 12}:
             self.refused.append([f"interaction response type {body!r}"])
             return 400, {"code": 50035, "message": "Invalid Form Body"}
-        self.callbacks.append((path.split("/")[2], body))
-        return 204, None
+        interaction = path.split("/")[2]
+        self.callbacks.append((interaction, body))
+        if request.query.get("with_response") not in {"1", "true", "True"}:
+            return 204, None
+        # The interaction callback response object (``?with_response=true``).
+        return 200, {"interaction": {"id": interaction, "type": 3,
+                                     "response_message_loading": body["type"] == 5,
+                                     "response_message_ephemeral": False}}  # fmt: skip
 
     def _message(self, sent: Sent) -> dict[str, Any]:
         return {
