@@ -66,6 +66,7 @@ class Inbound:
         self.queue: asyncio.Queue[Arrived] = asyncio.Queue()
         self.positions: dict[str, Position] = {}
         self._changed = False
+        self._first_seen = False  # a channel new to the positions: saved at once
         self._catching = 0  # catch-ups under way: what arrives meanwhile waits behind them
         self._held: list[Arrived] = []
         self._overflowed = False  # the queue was full: dropped, read back once it drains
@@ -110,6 +111,9 @@ class Inbound:
                 await self._take(message, where)
             except Exception:  # one odd message never stops the others
                 log.exception("discord: message %s could not be read", message.id)
+            if self._first_seen:  # not left to SAVE_EVERY: killed meanwhile, the next
+                self._first_seen = False  # start would not read this channel back
+                await self._saved()
             if self._overflowed and self.queue.empty():
                 self._overflowed = False
                 self.new_session()
@@ -183,6 +187,7 @@ class Inbound:
     def _moved(self, channel: str, position: Position) -> None:
         if channel in self._behind or position[0] <= self.positions.get(channel, [0])[0]:
             return
+        self._first_seen |= channel not in self.positions
         self.positions.pop(channel, None)  # the most recent last
         self.positions[channel] = position
         while len(self.positions) > CATCH_UP_CHANNELS:
@@ -197,11 +202,14 @@ class Inbound:
     async def _save_positions(self) -> None:
         while True:
             await asyncio.sleep(SAVE_EVERY)
-            try:
-                await self.save()
-            except Exception as exc:  # the store away: kept for the next try
-                self._changed = True
-                log.warning("discord: positions not saved (%s)", exc)
+            await self._saved()
+
+    async def _saved(self) -> None:
+        try:
+            await self.save()
+        except Exception as exc:  # the store away: kept for the next try
+            self._changed = True
+            log.warning("discord: positions not saved (%s)", exc)
 
     def new_session(self) -> None:
         """A new gateway session (not a RESUME): what came since each channel's position
