@@ -16,22 +16,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TypeVar
 
 from . import metrics
 from .bus import Channel, delivery_lease
 from .cluster import BEAT, Cluster
-from .errors import ChannelError
+from .errors import ChannelError, StoreError
 from .events import OutboundMessage
 from .logs import log_retrying
 from .secrets import Masker
 from .statuses import OutboxStatus
-from .store import OutboundCommitted, Store
+from .store import OutboundCommitted, Store, Tx
 from .store.outbox import OutboxRow
+from .store.retry import STORE_RETRY_FIRST, STORE_RETRY_MAX
 
 OUTGOING = "outgoing"  # the state directory's folder of files waiting to be sent
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -40,12 +44,24 @@ MAX_ATTEMPTS = 8
 # be reached (health not "ok"): such tries are not counted as attempts.
 AWAY_RETRY = 5.0
 SEND_TIMEOUT = 60.0
+# The longest wait a network's "retry after" is taken for (Telegram's flood waits run to
+# hours); a longer one is cut to it.
+MAX_RETRY_AFTER = 86_400.0
 IDLE_WAIT = 1.0
 DUE_PAGE = 100  # chats' heads read at one look
 
 
 def backoff(attempts: int) -> float:
     return float(min(300, 2 ** max(0, attempts)))
+
+
+def retry_delay(retry_after: float | None, attempts: int) -> float:
+    """Seconds before the next attempt: the network's ``retry_after`` (its own answer:
+    broken or hostile ones exist) within 1 s and ``MAX_RETRY_AFTER``, the backoff when
+    it gave none or no number (NaN, infinite)."""
+    if retry_after is None or not math.isfinite(retry_after):
+        return backoff(attempts)
+    return min(max(retry_after, 1.0), MAX_RETRY_AFTER)
 
 
 class DeliveryWorker:
@@ -285,7 +301,8 @@ class DeliveryWorker:
                 message = message.model_copy(update={"text": masked})
             if message.edit_of:
                 edit_of = message.edit_of
-                target = await self.store.run(lambda tx: tx.outbox.receipt_of(edit_of))
+                target = await self._stored("the receipt of the message to edit",
+                                            lambda tx: tx.outbox.receipt_of(edit_of))  # fmt: skip
                 message = message.model_copy(update={"edit_message_id": target})
             self.sending(message)
             try:
@@ -293,8 +310,8 @@ class DeliveryWorker:
             except ChannelError as exc:
                 if self.channels.get(channel.name) is not channel:
                     # The channel left while sending: not an attempt; it stays queued.
-                    note = str(exc)
-                    await self.store.run(lambda tx: tx.outbox.note_error(row.message.id, note))
+                    note, left = str(exc), row.message.id
+                    await self._stored("its error", lambda tx: tx.outbox.note_error(left, note))
                     return
                 await self._failed_attempt(row, str(exc), exc.retryable, exc.retry_after)
             except TimeoutError:
@@ -304,7 +321,8 @@ class DeliveryWorker:
                 await self._failed_attempt(row, f"{type(exc).__name__}: {exc}", True, None)
             else:
                 sent = message
-                await self.store.run(lambda tx: tx.outbox.mark_sent(sent, receipt))
+                await self._stored(f"outbound {sent.id} sent",
+                                   lambda tx: tx.outbox.mark_sent(sent, receipt))  # fmt: skip
                 await _discard_copy(message)
                 look_again = key in self._more
                 self.delivered += 1
@@ -323,8 +341,9 @@ class DeliveryWorker:
             # waits for it however long that lasts, instead of running out of attempts
             # during an outage. Tried again every AWAY_RETRY, not counted.
             retry_at = self.clock() + AWAY_RETRY
-            await self.store.run(
-                lambda tx: tx.outbox.mark_retry(row.message.id, error, retry_at, counted=False)
+            await self._stored(
+                "a try",
+                lambda tx: tx.outbox.mark_retry(row.message.id, error, retry_at, counted=False),
             )
             log.debug("outbound %s to %s waits for its channel: %s", row.message.id,
                       row.message.to, error)  # fmt: skip
@@ -332,7 +351,8 @@ class DeliveryWorker:
         attempts = row.attempts + 1
         if not retryable or attempts >= self.max_attempts:
             metrics.OUTBOUND.labels(row.message.to.channel, OutboxStatus.FAILED).inc()
-            await self.store.run(lambda tx: tx.outbox.mark_failed(row.message.id, error))
+            await self._stored(f"outbound {row.message.id} failed",
+                               lambda tx: tx.outbox.mark_failed(row.message.id, error))  # fmt: skip
             await _discard_copy(row.message)
             log.error(
                 "outbound %s to %s failed after %d attempt(s): %s",
@@ -343,9 +363,11 @@ class DeliveryWorker:
             )
             return
         metrics.OUTBOUND.labels(row.message.to.channel, "retry").inc()
-        delay = retry_after if retry_after is not None else backoff(attempts)
+        delay = retry_delay(retry_after, attempts)
         retry_at = self.clock() + delay
-        await self.store.run(lambda tx: tx.outbox.mark_retry(row.message.id, error, retry_at))
+        await self._stored(
+            "an attempt", lambda tx: tx.outbox.mark_retry(row.message.id, error, retry_at)
+        )
         log.warning(
             "outbound %s to %s: attempt %d failed (%s); retrying in %.0f s",
             row.message.id,
@@ -354,6 +376,24 @@ class DeliveryWorker:
             error,
             delay,
         )
+
+    async def _stored(self, what: str, work: Callable[[Tx], T]) -> T | None:
+        """``work`` done in the store, tried again while the store fails, the chat held
+        meanwhile (its send stays in flight): a send left unrecorded would be due again
+        at once — a message that went out sent twice, a failed attempt tried again
+        unpaused and uncounted. None when the worker stops first: the next start finds
+        the row as it was (as after a crash)."""
+        pause = STORE_RETRY_FIRST
+        while True:
+            try:
+                return await self.store.run(work)
+            except StoreError as exc:
+                if self._stopping:
+                    log.warning("delivery: %s not recorded before the stop (%s)", what, exc)
+                    return None
+                log.warning("delivery: %s not recorded (%s); again in %.1f s", what, exc, pause)
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, STORE_RETRY_MAX)
 
     def _peer_away(self, name: str) -> bool:
         channel = self.channels.get(name)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
+import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -17,6 +19,7 @@ from echo_bot.errors import ChannelError
 from echo_bot.events import Address, OutboundMessage, Receipt
 from echo_bot.secrets import Masker
 from echo_bot.store import Database, Store, Tx
+from echo_bot.store import db as store_db
 from tests.conftest import running_bot
 from tests.fakes.channel import RecordingChannel
 from tests.waiting import eventually
@@ -661,3 +664,88 @@ async def test_a_send_in_flight_at_a_stop_finishes_before_the_channel_stops(
         await asyncio.sleep(1.0)
     assert channel.reached == ["in flight at the stop"] and again.reached == []
     assert [m.text for m in channel.sent] == ["in flight at the stop"]
+
+
+class LockingChannel(RecordingChannel):
+    """Sends, and as the send goes out another process takes the store's write lock
+    for ``hold`` seconds (a backup, a `sqlite3` shell): the send's record must wait."""
+
+    def __init__(self, db_path: Path, hold: float) -> None:
+        super().__init__("cli")
+        self.db_path, self.hold = db_path, hold
+        self.released = asyncio.Event()
+        self._holder: asyncio.Task[None] | None = None
+
+    async def send(self, message: OutboundMessage) -> Receipt:
+        if self._holder is None:
+            other = sqlite3.connect(self.db_path, isolation_level=None, timeout=0)
+            other.execute("BEGIN IMMEDIATE")
+            self._holder = asyncio.create_task(self._release(other))
+        return await super().send(message)
+
+    async def _release(self, other: sqlite3.Connection) -> None:
+        await asyncio.sleep(self.hold)
+        other.execute("COMMIT")
+        other.close()
+        self.released.set()
+
+
+async def test_a_send_the_store_cannot_record_yet_is_not_sent_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reply went out; the store refuses the record of it for a while (another
+    process holds its write lock past the busy timeout): the chat waits for the record,
+    and the reply is sent once."""
+    monkeypatch.setattr(store_db, "BUSY_TIMEOUT_MS", 200)
+    db = Database(tmp_path / "x.sqlite3")
+    await db.open()
+    store = Store(db, Masker())
+    worker = DeliveryWorker(store=store, max_attempts=3)
+    await worker.start()
+    try:
+        channel = LockingChannel(tmp_path / "x.sqlite3", hold=2.0)
+        worker.add_channel(channel)
+        first = OutboundMessage(to=channel.address("a"), text="once")
+        await store.run(lambda tx: tx.outbox.add(first))
+        await asyncio.wait_for(channel.released.wait(), WAIT)
+        await store.run(adding(OutboundMessage(to=channel.address("a"), text="after")))
+        await wait_sent(channel, 2)
+        await asyncio.sleep(0.5)  # a second copy would show by now
+        assert [m.text for m in channel.sent] == ["once", "after"]
+        [row] = [d for d in await store.run(lambda tx: tx.outbox.deliveries()) if d.id == first.id]
+        assert (row.status, row.attempts) == ("sent", 1)
+    finally:
+        await worker.stop()
+        await db.close()
+
+
+@pytest.mark.parametrize("retry_after", [math.inf, 1e12, math.nan, -5.0, 0.0])
+async def test_a_networks_retry_after_is_taken_only_within_sane_bounds(
+    harness: Harness, retry_after: float
+) -> None:
+    """A "retry after" that is no number, infinite, years away or negative (a broken or
+    hostile peer's answer): the message waits between a second and a day, its attempt
+    counted, and the chat's next message is not held behind it for ever."""
+    channel = RecordingChannel("cli")
+    refused_at: list[float] = []
+
+    def refuse(message: OutboundMessage) -> Exception | None:
+        if message.text != "first" or refused_at:
+            return None
+        refused_at.append(harness.clock())
+        return ChannelError("slow down", retry_after=retry_after)
+
+    channel.failure = refuse
+    harness.worker.add_channel(channel)
+    first = await harness.send(channel.address("a"), "first")
+    await harness.send(channel.address("a"), "second")
+    await harness.wait_attempts(first.id, 1)
+    [row] = [
+        d for d in await harness.store.run(lambda tx: tx.outbox.deliveries()) if d.id == first.id
+    ]  # its next attempt stays as it was set, whether it is sent by now or not
+    wait = row.next_attempt_at - refused_at[0]
+    assert row.attempts >= 1 and 1.0 <= wait <= delivery.MAX_RETRY_AFTER + 1, wait
+    harness.clock.offset += delivery.MAX_RETRY_AFTER + 1  # the wait has passed
+    harness.worker.wake()
+    sent = await wait_sent(channel, 2)
+    assert [m.text for m in sent] == ["first", "second"]
