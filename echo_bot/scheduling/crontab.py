@@ -4,11 +4,17 @@ APScheduler 3 numbers weekdays from Monday = 0; crontab numbers them from Sunday
 (and 7). The weekday field is expanded to a list of day names so "1-5" means Monday to
 Friday, "0-6" every day and "*/2" Sunday, Tuesday, Thursday, Saturday, as everyone who
 writes crontab lines expects. APScheduler is imported on first use.
+
+When the clocks go back, a schedule with a fixed hour runs once, at the first pass of
+the repeated hour, as crontab runs it (``30 1 * * *`` is one backup a night, not two);
+one whose hour is ``*`` runs by the clock in both passes (every 15 minutes stays every
+15 minutes of real time).
 """
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+import functools
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -67,6 +73,7 @@ def cron_trigger(expression: str, timezone: ZoneInfo) -> Any:
     if len(fields) != 5:
         raise ValueError("a cron schedule has 5 fields: minute hour day month weekday")
     minute, hour, day, month, weekday = fields
+    trigger: Any
     try:
         days = _weekdays(weekday)
         if not day.startswith("*") and not weekday.startswith("*"):
@@ -74,7 +81,7 @@ def cron_trigger(expression: str, timezone: ZoneInfo) -> Any:
             # APScheduler's CronTrigger would need both.
             from apscheduler.triggers.combining import OrTrigger
 
-            return OrTrigger(
+            trigger = OrTrigger(
                 [
                     CronTrigger(minute=minute, hour=hour, day=day, month=month, timezone=timezone),
                     CronTrigger(
@@ -82,22 +89,56 @@ def cron_trigger(expression: str, timezone: ZoneInfo) -> Any:
                     ),
                 ]
             )
-        return CronTrigger(
-            minute=minute,
-            hour=hour,
-            day=day,
-            month=month,
-            day_of_week=days,
-            timezone=timezone,
-        )
+        else:
+            trigger = CronTrigger(
+                minute=minute,
+                hour=hour,
+                day=day,
+                month=month,
+                day_of_week=days,
+                timezone=timezone,
+            )
     except ValueError as exc:
         raise ValueError(f"invalid cron schedule {expression!r}: {exc}") from None
+    return trigger if hour.startswith("*") else _once_when_clocks_go_back()(trigger)
 
 
 def next_after(expression: str, timezone: ZoneInfo, moment: datetime) -> datetime | None:
-    """The first occurrence strictly after ``moment``."""
+    """The first occurrence strictly after ``moment`` (compared as instants: two
+    datetimes in one zone compare by their wall time, a repeated hour's fold unseen)."""
     trigger = cron_trigger(expression, timezone)
     following: datetime | None = trigger.get_next_fire_time(None, moment)
-    if following is not None and following <= moment:
-        following = trigger.get_next_fire_time(None, moment + timedelta(seconds=1))
+    if following is not None and following.timestamp() <= moment.timestamp():
+        later = moment.astimezone(UTC) + timedelta(seconds=1)  # a wall time's step loses its fold
+        following = trigger.get_next_fire_time(None, later)
     return following
+
+
+def _repeated(moment: datetime) -> bool:
+    """Whether ``moment`` is the second pass of a wall time the clocks went back over."""
+    return moment.fold == 1 and moment.replace(fold=0).utcoffset() != moment.utcoffset()
+
+
+@functools.cache
+def _once_when_clocks_go_back() -> type:
+    """The trigger class that skips a schedule's second pass of a repeated hour (made
+    on first use: APScheduler is imported only then)."""
+    from apscheduler.triggers.base import BaseTrigger
+
+    class OnceWhenClocksGoBack(BaseTrigger):  # type: ignore[misc]
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+
+        def get_next_fire_time(self, previous: datetime | None, now: datetime) -> Any:
+            following = self.inner.get_next_fire_time(previous, now)
+            for _ in range(4):  # one repeated hour a day at most
+                if following is None or not _repeated(following):
+                    break
+                later = following.astimezone(UTC) + timedelta(seconds=1)
+                following = self.inner.get_next_fire_time(following, later)
+            return following
+
+        def __str__(self) -> str:
+            return str(self.inner)
+
+    return OnceWhenClocksGoBack

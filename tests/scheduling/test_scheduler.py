@@ -27,6 +27,7 @@ from echo_bot.events import (
     OutboundMessage,
     ToolCallInbound,
 )
+from echo_bot.scheduling.crontab import cron_trigger, next_after
 from echo_bot.scheduling.reminders import ReminderService
 from echo_bot.scheduling.scheduler import Scheduler
 from echo_bot.secrets import Masker
@@ -45,6 +46,8 @@ from tests.waiting import eventually
 
 CHAT = Address(channel="cli", chat_id="local")
 BERLIN = ZoneInfo("Europe/Berlin")
+NEW_YORK = ZoneInfo("America/New_York")
+NIGHT_BEFORE = datetime(2032, 11, 6, 23, 0, tzinfo=NEW_YORK)  # the clocks go back at 2:00
 START = datetime(2032, 2, 29, 8, 0, tzinfo=UTC)  # Sunday 29 February 2032, 08:00 UTC
 
 
@@ -350,6 +353,52 @@ async def test_daily_9_berlin_stays_9_local_across_dst(
     offsets = {t.utcoffset() for t in local_runs}
     assert offsets == {timedelta(hours=1), timedelta(hours=2)}  # it did cross the change
     assert [m.text for m in await parts.outbox()] == ["⏰ coffee"] * 6
+
+
+async def test_a_daily_reminder_in_the_repeated_hour_fires_once_when_clocks_go_back(
+    parts: Parts,
+) -> None:
+    """1:30 comes twice in New York on 7 November 2032: the reminder goes once that
+    night, as on every other, and each fire takes no time to find the next."""
+    parts.clock.set(datetime(2032, 11, 6, 12, 0, tzinfo=NEW_YORK))
+    row = await parts.create("pill", recurrence="every day at 1:30", timezone="America/New_York")
+    scheduler = parts.scheduler()
+    await scheduler.start()
+    runs, next_at = [], row.next_at
+    for _ in range(3):
+        runs.append(datetime.fromtimestamp(next_at, NEW_YORK))
+        parts.clock.set(next_at + 0.2)  # the timer fires a little after the occurrence
+        await scheduler.fire_reminder(row.id, next_at)
+        await settle(scheduler)
+        next_at = (await parts.reminder(row.id)).next_at
+    assert [(t.day, t.hour, t.minute) for t in runs] == [(7, 1, 30), (8, 1, 30), (9, 1, 30)]
+    assert [m.text for m in await parts.outbox()] == ["⏰ pill"] * 3
+
+
+def test_a_fixed_hour_schedule_runs_once_when_clocks_go_back_and_a_starred_one_by_the_clock() -> (
+    None
+):
+    def walk(expression: str, until: datetime) -> list[str]:
+        """The fire times APScheduler's timer takes from the trigger, as offsets."""
+        trigger, previous, now = cron_trigger(expression, NEW_YORK), None, NIGHT_BEFORE
+        fired = []
+        while (previous := trigger.get_next_fire_time(previous, now)) < until:
+            fired.append(previous.isoformat(timespec="minutes")[11:])
+            now = previous
+        return fired
+
+    until = datetime(2032, 11, 7, 3, 0, tzinfo=NEW_YORK)
+    assert walk("30 1 * * *", until) == ["01:30-04:00"]  # one backup, not two
+    assert walk("*/30 * * * *", until) == [
+        "23:00-04:00", "23:30-04:00", "00:00-04:00", "00:30-04:00", "01:00-04:00", "01:30-04:00",
+        "01:00-05:00", "01:30-05:00", "02:00-05:00", "02:30-05:00",
+    ]  # fmt: skip
+    # Strictly after, whatever the pass: never the same moment again, nor an earlier one.
+    second_pass = datetime(2032, 11, 7, 1, 30, fold=1, tzinfo=NEW_YORK)
+    for expression in ("30 1 * * *", "*/15 * * * *"):
+        following = next_after(expression, NEW_YORK, second_pass)
+        assert following is not None and following.timestamp() > second_pass.timestamp()
+    assert next_after("*/15 * * * *", NEW_YORK, second_pass) == second_pass + timedelta(minutes=15)
 
 
 # -- cron jobs ----------------------------------------------------------------------------
