@@ -27,7 +27,11 @@ _RELATIVE = re.compile(
     re.IGNORECASE,
 )
 _ELAPSED = {"sec", "second", "min", "minute", "hour"}
-_BARE_AT_HOUR = re.compile(r"\bat\s+(\d{1,2})\b(?!\s*(:|am|pm|\.|h\b))", re.IGNORECASE)
+# "at 9" (not "at 9:30", "at 9am", "at 9.30", "at 21h", nor "at 8 30": that is unclear).
+_BARE_AT_HOUR = re.compile(r"\bat\s+(\d{1,2})\b(?!\s*(:|am|pm|\.|h\b|\d))", re.IGNORECASE)
+# Clocks written "9.30", "21h" or "21h30" after "at" (not alone: "1.12" may be a date).
+_OTHER_CLOCK = re.compile(r"\bat\s+(\d{1,2})(?:\.(\d{2})|h(\d{2})?)\b", re.IGNORECASE)
+_WEEKDAY = re.compile(r"\b(monday|tuesday|wednesday|thursday|friday|saturday|sunday)\b", re.I)
 _ONLY_TIME = re.compile(
     r"^\s*(at\s+)?(\d{1,2}(:\d{2})?\s*(am|pm)?|noon|midnight)\s*$", re.IGNORECASE
 )
@@ -59,6 +63,7 @@ def _normalise(phrase: str) -> str:
     text = " ".join(phrase.strip().split())
     text = re.sub(r"\bnoon\b", "12:00", text, flags=re.IGNORECASE)
     text = re.sub(r"\bmidnight\b", "00:00", text, flags=re.IGNORECASE)
+    text = _OTHER_CLOCK.sub(lambda m: f"at {m.group(1)}:{m.group(2) or m.group(3) or '00'}", text)
     # "at 9" means 9:00, not "9 minutes past the current hour".
     return _BARE_AT_HOUR.sub(lambda m: f"at {m.group(1)}:00", text)
 
@@ -102,6 +107,7 @@ def _dateparser(
         return None
     if moment is None:
         return None
+    _check_read(phrase, moment)
     if moment.tzinfo is not None:  # the phrase named its own zone ("9am CET")
         return moment.astimezone(zone)
     relative = _RELATIVE.search(phrase)
@@ -112,11 +118,37 @@ def _dateparser(
     return moment.replace(tzinfo=zone).astimezone(UTC).astimezone(zone)
 
 
+class _Misread(Exception):
+    """dateparser's answer is not what the phrase says: asked, never taken."""
+
+
+def _check_read(phrase: str, moment: datetime) -> None:
+    """``moment`` as dateparser read ``phrase`` (its wall time, before any zone) keeps
+    the phrase's clock and weekday: dateparser drops what it cannot read ("24:00",
+    "9:75") and keeps the current time of day, or takes a stray number for a day."""
+    clock = _TIME_OF_DAY.search(phrase)
+    if clock is not None:
+        read = _clock(clock.group(0))
+        if read is None:
+            raise _Misread(f"I could not read the time “{clock.group(0)}”. Try {_EXAMPLES}.")
+        if (moment.hour, moment.minute) != read:
+            raise _Misread(f"I could not read a time in “{phrase}”. Try {_EXAMPLES}.")
+    named = {day.lower() for day in _WEEKDAY.findall(phrase)}
+    if named and moment.strftime("%A").lower() not in named:
+        raise _Misread(f"I could not read a day in “{phrase}”. Try {_EXAMPLES}.")
+
+
 def parse_when(
     phrase: str, zone: ZoneInfo, now: datetime, languages: list[str] | None = None
 ) -> When | Unclear:
     """One moment in the future, or the question to ask instead."""
-    languages = languages or ["en"]
+    try:
+        return _parse_when(phrase, zone, now, languages or ["en"])
+    except _Misread as exc:
+        return Unclear(str(exc))
+
+
+def _parse_when(phrase: str, zone: ZoneInfo, now: datetime, languages: list[str]) -> When | Unclear:
     text = _normalise(phrase)
     if not text:
         return Unclear(f"When should I remind you? Say {_EXAMPLES}.")
@@ -136,7 +168,9 @@ def parse_when(
         )
     if not _TIME_OF_DAY.search(text) and not _RELATIVE.search(text):
         parsed_day = _dateparser(text, zone, now, languages)
-        if parsed_day is None:
+        if parsed_day is None or re.search(r"\bat\b", text, re.IGNORECASE):
+            # A day, and after "at" something that is no time ("at 8 30"): never a
+            # suggestion to add a second time to it.
             return Unclear(f"I could not read a time in “{phrase}”. Try {_EXAMPLES}.")
         return Unclear(f"At what time {text}? Say e.g. “{text} at 9:00”.")
     moment = _dateparser(text, zone, now, languages)

@@ -119,6 +119,39 @@ def test_unparseable_phrases_are_not_guessed(phrase: str) -> None:
     assert "could not read a time" in question(phrase)
 
 
+@pytest.mark.parametrize(
+    ("phrase", "said"),
+    [
+        ("tomorrow at 24:00", "could not read the time “24:00”"),
+        ("tomorrow at 9:75", "could not read the time “9:75”"),
+        ("tomorrow at 0am", "could not read the time “0am”"),
+        ("monday at 8 30", "could not read a "),  # not Tuesday the 30th at 8:00
+        ("tomorrow at 8 30", "could not read a time"),
+        ("monday at 9am and tuesday at 10am", "could not read"),
+    ],
+)
+def test_a_time_or_day_dateparser_would_drop_or_bend_is_asked_about(phrase: str, said: str) -> None:
+    """dateparser drops a clock it cannot read (keeping the current time of day) or
+    takes a stray number for the day of the month: such a reading is never a reminder."""
+    text = question(phrase)
+    assert said in text and " at 9:00”" not in text.split("Try")[0], text
+
+
+@pytest.mark.parametrize(
+    ("phrase", "expected"),
+    [
+        ("tomorrow at 9.30", (date(2026, 6, 11), 9, 30)),
+        ("tomorrow at 21h", (date(2026, 6, 11), 21, 0)),
+        ("tomorrow at 21h30", (date(2026, 6, 11), 21, 30)),
+        ("monday at 8:30", (date(2026, 6, 15), 8, 30)),
+    ],
+)
+def test_clocks_written_the_european_way_are_read(
+    phrase: str, expected: tuple[date, int, int]
+) -> None:
+    assert local(when(phrase)) == expected
+
+
 def test_a_date_in_the_past_is_a_question() -> None:
     assert "is in the past" in question("yesterday at 9:00")
 
