@@ -102,6 +102,7 @@ class DeliveryWorker:
         self._lease_wake = asyncio.Event()
         self._lease_task: asyncio.Task[None] | None = None
         self._elsewhere: set[str] = set()  # channels whose lease another daemon holds
+        self._finishing: set[str] = set()  # channels stopping: their lease kept meanwhile
         self.delivered = 0
         # Looks for due messages begun, and those that have come back (a look that reads
         # nothing still counts): how often the worker reads its queue.
@@ -126,11 +127,17 @@ class DeliveryWorker:
         """The channel is about to stop: nothing more is handed to it, and the sends in
         flight to it may finish first (bounded by ``grace``). A send the channel's own
         stop cut off would be an attempt that failed after it reached the network's
-        server, and be sent again at the next start."""
-        self.remove_channel(name)
+        server, and be sent again at the next start. Its delivery lease is held until
+        then: let go at once, another daemon would send what is still in flight here."""
+        self.channels.pop(name, None)
         pending = [t for key, t in self._in_flight.items() if key.startswith(f"{name}:")]
         if pending:
-            await asyncio.wait(pending, timeout=grace)
+            self._finishing.add(name)
+            try:
+                await asyncio.wait(pending, timeout=grace)
+            finally:
+                self._finishing.discard(name)
+        self._lease_wake.set()
 
     def wake(self, *_: object) -> None:
         self._wake.set()
@@ -154,7 +161,7 @@ class DeliveryWorker:
     async def _keep_lease(self, cluster: Cluster) -> None:
         while True:
             self._lease_wake.clear()
-            names = sorted(self.channels)
+            names = sorted(set(self.channels) | self._finishing)
             leases = [delivery_lease(name) for name in names]
             # Taken before the statement: trusted no longer than from then.
             until = time.monotonic() + cluster.lease - BEAT - 2.0

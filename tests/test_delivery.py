@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
 import sqlite3
@@ -749,3 +750,66 @@ async def test_a_networks_retry_after_is_taken_only_within_sane_bounds(
     harness.worker.wake()
     sent = await wait_sent(channel, 2)
     assert [m.text for m in sent] == ["first", "second"]
+
+
+class PacedChannel(RecordingChannel):
+    """A send that takes ``seconds`` (a long reply's parts paced out)."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__("tg")
+        self.seconds = seconds
+        self.started = asyncio.Event()
+
+    async def send(self, message: OutboundMessage) -> Receipt:
+        self.started.set()
+        await asyncio.sleep(self.seconds)
+        return await super().send(message)
+
+
+async def test_a_daemon_stopping_mid_send_keeps_the_channels_lease_until_the_send_is_done(
+    tmp_path: Path,
+) -> None:
+    """A rolling restart: the daemon delivering a channel stops while a long reply is
+    going out; the other daemon on the store takes the channel's outbox over only once
+    that send is recorded, and sends nothing of it again."""
+    from echo_bot.cluster import BEAT, Cluster
+    from echo_bot.instances import InstanceMembership
+
+    workers, dbs, channels, members = [], [], [], []
+    # The first's send outlasts a beat: the other daemon looks at the lease meanwhile.
+    for name, seconds in (("first", BEAT + 1.5), ("second", 0.0)):
+        db = Database(tmp_path / "x.sqlite3")
+        await db.open()
+        store = Store(db, Masker(), instance=name)
+        member = InstanceMembership(store, label=name, started_at=time.time())
+        await member.start()
+        members.append(member)
+        worker = DeliveryWorker(store=store, cluster=Cluster(store, name))
+        await worker.start()
+        channel = PacedChannel(seconds)
+        worker.add_channel(channel)
+        workers.append(worker)
+        dbs.append(db)
+        channels.append(channel)
+        if name == "first":  # the first takes the channel's lease before the other runs
+            await eventually(functools.partial(worker._may_send, "tg"), WAIT, "the lease taken")
+    first = workers[0]
+    try:
+        reply = OutboundMessage(to=Address(channel="tg", chat_id="1"), text="long reply")
+        await first.store.run(adding(reply))
+        await asyncio.wait_for(channels[0].started.wait(), WAIT)
+        await first.release("tg")  # as a channel's stop does, the send still going
+        after = OutboundMessage(to=Address(channel="tg", chat_id="1"), text="after")
+        await first.store.run(adding(after))
+        await eventually(lambda: "after" in [m.text for m in channels[1].sent], 3 * WAIT,
+                         "the other daemon delivering what came next")  # fmt: skip
+        await asyncio.sleep(0.5)  # a second copy would show by now
+    finally:
+        for worker in workers:
+            await worker.stop()
+        for member in members:
+            await member.stop()
+        for db in dbs:
+            await db.close()
+    assert [m.text for m in channels[0].sent] == ["long reply"]
+    assert [m.text for m in channels[1].sent] == ["after"]
