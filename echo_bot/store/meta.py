@@ -185,5 +185,9 @@ class MetaRepo:
         delete("outbox", "status IN ('sent', 'failed') AND finished_at < ?", [before])
         delete("audit", "ts < ?", [before])
         delete("reminder_fires", "fired_at < ?", [before])
+        # Done, missed or cancelled: an active one stays, however old.
+        delete(
+            "reminders", "status != 'active' AND COALESCE(last_fired_at, created_at) < ?", [before]
+        )
         delete("approvals", "status != 'pending' AND created_at < ?", [before])
         return counts

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import time
 from pathlib import Path
@@ -23,9 +24,18 @@ async def test_prune_removes_old_finished_work_and_keeps_pending_work(state_dir:
         await bot.channel.reply_to(done)
         waiting = await bot.channel.say("/run touch x")
         await bot.channel.prompt_for(waiting)
+        kept = await bot.channel.reply_to(await bot.channel.say("/remind in 2 hours kept"))
+        set_one = await bot.channel.reply_to(await bot.channel.say("/remind in 3 hours gone"))
+        gone = re.search(r"\(id ([0-9a-f]+)\)", set_one.text)
+        assert gone is not None and "(id " in kept.text
+        await bot.channel.reply_to(await bot.channel.say(f"/cancel {gone.group(1)}"))
         future = time.time() + 3600  # everything is "old" relative to this cut-off
         counts = await bot.store.run(lambda tx: tx.meta.prune(future))
         assert counts["inbox"] >= 1 and counts["audit"] >= 1
+        reminders = await bot.db.run(
+            lambda db: db.execute("SELECT text, status FROM reminders").fetchall()
+        )
+        assert [tuple(r) for r in reminders] == [("kept", "active")]  # the cancelled one gone
         rows = await bot.db.run(lambda db: db.execute("SELECT id, status FROM inbox").fetchall())
         assert (waiting, "waiting_approval") in [tuple(r) for r in rows]
         assert done not in [r[0] for r in rows]
