@@ -61,6 +61,9 @@ TRIM_AFTER_PEAK = 32
 TRIM_BELOW = 8
 RETRY_AFTER = 2
 READ_CHUNK = 64 * 1024
+# Seconds a body may take before, with its route's slots all taken, a newcomer's read
+# takes its place (a delivery's body arrives in moments; a trickle is a stranger's).
+EVICT_AFTER = 2.0
 # What aiohttp buffers of a body per connection before pausing the socket (2x this).
 READ_BUFSIZE = 64 * 1024
 BODY_METHODS = {"*", "POST", "PUT", "PATCH", "DELETE"}
@@ -299,24 +302,38 @@ class Connection(asyncio.Protocol):
 
 
 class BodySlots:
-    """At most ``limit`` bodies read at once per route."""
+    """At most ``limit`` bodies read at once per route. At the bound, a reader that
+    has waited ``EVICT_AFTER`` for its body is cancelled for the newcomer: a genuine
+    delivery's body arrives in moments, so strangers who trickle bytes into every
+    slot cannot hold a route's senders off for a whole ``body_timeout``."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self.reading: dict[str, int] = {}
+        self.reading: dict[str, dict[asyncio.Task[Any], float]] = {}  # key → reader → since
+        self.evicted = 0
 
     def acquire(self, key: str) -> bool:
-        if self.reading.get(key, 0) >= self.limit:
-            return False
-        self.reading[key] = self.reading.get(key, 0) + 1
+        readers = self.reading.setdefault(key, {})
+        if len(readers) >= self.limit:
+            oldest, since = next(iter(readers.items()))  # in the order they came
+            if time.monotonic() - since < EVICT_AFTER:
+                return False
+            del readers[oldest]
+            oldest.cancel()
+            self.evicted += 1
+        task = asyncio.current_task()
+        assert task is not None
+        readers[task] = time.monotonic()
         return True
 
     def release(self, key: str) -> None:
-        left = self.reading.get(key, 0) - 1
-        if left > 0:
-            self.reading[key] = left
-        else:
+        readers = self.reading.get(key, {})
+        readers.pop(asyncio.current_task(), None)  # type: ignore[arg-type]
+        if not readers:
             self.reading.pop(key, None)
+
+    def count(self) -> int:
+        return sum(len(readers) for readers in self.reading.values())
 
 
 def fd_headroom() -> int | None:
@@ -544,7 +561,8 @@ class HttpServer:
             "status": "ok",
             "connections": len(self._connections),
             "max_connections": self.max_connections,
-            "bodies_reading": sum(self._bodies.reading.values()),
+            "bodies_reading": self._bodies.count(),
+            "bodies_evicted": self._bodies.evicted,
             **self.counts,
         }
 
@@ -567,15 +585,19 @@ class HttpServer:
     ) -> bytes | web.Response:
         """The request's body, or the refusal to answer with (413, 503, 408, 400).
 
-        At most ``max_concurrent_bodies`` bodies are read at once per ``key`` (a route);
-        the whole body must arrive within ``body_timeout``. With ``limit`` the body is
+        At most ``max_concurrent_bodies`` bodies still arriving are read at once per
+        ``key`` (a route; see ``BodySlots``); the whole body must arrive within
+        ``body_timeout``. With ``limit`` the body is
         read here (refused as soon as it grows past it); without, aiohttp reads it
         under the app's ``client_max_size`` and keeps it for ``request.json()``.
         """
         size_limit = limit if limit is not None else self.client_max_size
         if request.content_length is not None and request.content_length > size_limit:
             return error_response(413, f"body larger than {size_limit} bytes")
-        if not self._bodies.acquire(key):
+        # All of it has arrived (a small body comes with its head): reading it cannot
+        # wait, so it takes no slot and needs no timer.
+        waits = not request.content.is_eof()
+        if waits and not self._bodies.acquire(key):
             self.counts["busy_routes"] += 1
             self._trouble.note("http: bodies refused with 503", f"route {key} is at its bound")
             return error_response(
@@ -585,9 +607,7 @@ class HttpServer:
             )
         timeout = self.config.body_timeout.total_seconds()
         try:
-            if request.content.is_eof():
-                # All of it has arrived (a small body comes with its head): reading it
-                # cannot wait, so it needs no timer.
+            if not waits:
                 return await _read(request, limit)
             async with asyncio.timeout(timeout):
                 return await _read(request, limit)
@@ -601,7 +621,8 @@ class HttpServer:
             self._trouble.note("http: bodies not read", f"{type(exc).__name__}: {exc}")
             return error_response(400, "the body could not be read")
         finally:
-            self._bodies.release(key)
+            if waits:
+                self._bodies.release(key)
 
     def _reading_first(self, key: str, handler: Handler) -> Handler:
         async def reading_first(request: web.Request) -> web.StreamResponse:

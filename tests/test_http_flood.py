@@ -23,6 +23,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from echo_bot import http as http_module
 from echo_bot.http import TOO_LARGE, Throttle
 from tests.channels.test_webhook import ENV, bearer_headers, dumps, gh_headers
 from tests.conftest import ROOT, Bot, echo_bot_env, running_bot
@@ -210,8 +211,11 @@ async def answer_head(reader: asyncio.StreamReader) -> tuple[int, dict[str, str]
 
 
 async def test_attack_stalled_large_bodies_past_the_route_bound_get_503_then_408(
-    state_dir: Path,
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # No stalled reader gives way here, however slowly the machine runs this test (that
+    # is the next test's).
+    monkeypatch.setattr(http_module, "EVICT_AFTER", 3600.0)
     length = 1024 * 1024 - 10  # as in the attack: just under max_body, never finished
     body_start = b'{"ref": "' + b"x" * 60_000
     async with (
@@ -382,3 +386,56 @@ def test_http_flood_bench_quick() -> None:
     assert result.returncode == 0, result.stderr[-4000:]
     assert "| phase | peers | RSS before MiB |" in result.stdout
     assert "0 tracebacks" in result.stdout
+
+
+async def test_attack_strangers_trickling_into_every_slot_give_way_to_signed_deliveries(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No secret is needed to hold a route's body slots (the signature is on the body):
+    a delivery whose body came with its head takes no slot, and one still arriving takes
+    the place of a stranger whose body has been trickling longer than a delivery's
+    would."""
+    monkeypatch.setattr(http_module, "EVICT_AFTER", 0.5)
+    async with (
+        running_bot(state_dir, BODIES, environ=ENV, channels=["webhook"]) as bot,
+        aiohttp.ClientSession() as session,
+    ):
+        assert bot.daemon.http is not None
+        port = bot.daemon.http.port
+        assert port is not None
+        stalled = [await send_head(port, b'{"ref": "', 1000) for _ in range(2)]
+        async with asyncio.timeout(30):
+            while http_stats(bot)["bodies_reading"] < 2:
+                await asyncio.sleep(0.05)
+        body = dumps({"ref": "whole"})  # every slot taken, and taken moments ago
+        url = f"http://127.0.0.1:{port}/hooks/gh"
+        async with session.post(url, data=body, headers=gh_headers(body)) as answer:
+            assert answer.status == 202
+        await asyncio.sleep(0.6)  # the strangers have trickled longer than a delivery takes
+        body = dumps({"ref": "arriving"})
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        head = "".join(f"{k}: {v}\r\n" for k, v in gh_headers(body).items())
+        writer.write(
+            f"POST /hooks/gh HTTP/1.1\r\nHost: localhost\r\n{head}"
+            f"Content-Length: {len(body)}\r\n\r\n".encode()
+            + body[:5]
+        )
+        await writer.drain()
+        await asyncio.sleep(0.2)  # the rest of the body a moment later
+        writer.write(body[5:])
+        status, _ = await answer_head(reader)
+        assert status == 202
+        writer.close()
+        assert http_stats(bot)["bodies_evicted"] == 1
+        closed = []
+        for stranger in stalled:  # the oldest stranger's connection was closed
+            with contextlib.suppress(asyncio.TimeoutError):
+                async with asyncio.timeout(0.5):
+                    closed.append(await stranger.read() == b"")
+        assert closed == [True]
+        stored = await bot.store.run(
+            lambda tx: tx.inbox.recent("webhook", session_key="webhook:gh")
+        )
+        assert len(stored) == 2
+        for stranger in stalled:
+            stranger.writer.close()  # type: ignore[attr-defined]
