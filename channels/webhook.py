@@ -7,6 +7,7 @@ after the delivery is committed to the inbox.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
@@ -18,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from aiohttp import web
+from multidict import CIMultiDict
 
 from echo_bot.bus import Bus, Capabilities, ChannelHost
 from echo_bot.config import Config, WebhookConfig, WebhookRoute
@@ -39,13 +41,26 @@ from .webhook_template import TemplateRefused, fill, tool_args
 log = logging.getLogger(__name__)
 
 JSON_TYPES = ("application/json",)
-# What can put a lone surrogate into parsed JSON: a \uD800–\uDFFF escape, or the raw
-# UTF-8-style bytes of one (json.loads decodes bytes with "surrogatepass").
-_SURROGATE = re.compile(rb"\\[uU][dD][89a-fA-F]|\xed[\xa0-\xbf]")
+# What can put a lone surrogate into JSON read from strict UTF-8: a \uD800–\uDFFF escape.
+_SURROGATE = re.compile(r"\\[uU][dD][89a-fA-F]")
 
 
 def _error(status: int, reason: str) -> web.Response:
     return web.json_response({"status": "error", "error": reason}, status=status)
+
+
+def _readable(headers: Mapping[str, str]) -> CIMultiDict[str]:
+    """The headers a template may read: by any case of their name (proxies change it),
+    each name's first value (the one a signature check reads), only values that are
+    text (undecodable bytes arrive as lone surrogates)."""
+    readable: CIMultiDict[str] = CIMultiDict()
+    for name, value in headers.items():
+        if name not in readable:
+            readable[name] = value
+    return CIMultiDict(
+        (name, value) for name, value in readable.items()
+        if len(value) <= 1000 and value.isprintable()
+    )  # fmt: skip
 
 
 def _is_json(content_type: str) -> bool:
@@ -67,6 +82,12 @@ class RateLimit:
             return False
         self.times.append(now)
         return True
+
+    def refund(self, now: float) -> None:
+        """A delivery ``allow`` counted at ``now`` was not accepted after all (a
+        duplicate): it counts no more."""
+        with contextlib.suppress(ValueError):
+            self.times.remove(now)
 
 
 class WebhookChannel:
@@ -224,27 +245,24 @@ class WebhookChannel:
         if failure is not None:
             log.info("webhook %s: refused (%s)", route.name, failure[1])
             return _error(*failure)
-        if not self.limits[route.name].allow(time.monotonic()):
-            return _error(429, f"more than {route.rate_limit} deliveries a minute")
         try:
-            payload = json.loads(body)
-            if _SURROGATE.search(body):
-                # Lone surrogates ("\ud800", or its raw bytes) parse, but can never be
-                # stored; pairs are fine. Only such bodies need this second look.
+            # Strict UTF-8 (json.loads would take UTF-16 and UTF-32 bytes too, and raw
+            # surrogate bytes), a byte-order mark let through.
+            text = body.decode("utf-8-sig")
+            payload = json.loads(text)
+            if _SURROGATE.search(text):
+                # Lone surrogates ("\ud800") parse, but can never be stored; pairs are
+                # fine. Only such bodies need this second look.
                 json.dumps(payload, ensure_ascii=False).encode()
         except (ValueError, RecursionError):
-            return _error(400, "the body is not valid JSON (or nests too deeply)")
-        event = request.headers.get("X-GitHub-Event")
+            return _error(400, "the body is not valid JSON in UTF-8 (or nests too deeply)")
+        # GitHub's event header is signed by nothing: only a GitHub route reads it (on
+        # another, a captured delivery it ignored could be sent again as a wanted one).
+        event = request.headers.get("X-GitHub-Event") if route.auth == "github" else None
         if event == "ping" or not self._wanted(route, event, payload):
             self.counts["ignored"] += 1
             return web.json_response({"status": "ignored"}, status=200)
-        # Only header values that are text (undecodable bytes arrive as lone surrogates),
-        # and only for routes whose templates read headers.
-        headers = (
-            {k: v for k, v in request.headers.items() if len(v) <= 1000 and v.isprintable()}
-            if route.name in self._header_readers
-            else {}
-        )
+        headers = _readable(request.headers) if route.name in self._header_readers else {}
         sources = {"payload": payload, "headers": headers, "route": {"name": route.name}}
         try:
             message = self._inbound(route, sources, self._dedup_key(route, request, body))
@@ -254,8 +272,17 @@ class WebhookChannel:
                 "webhook.rejected", route=route.name, status=422, reason=exc.audited
             )
             return _error(422, exc.answer)
-        published = await self.edge.commit(message)  # signed: no allowlist
+        # Counted only now: what the route ignores or refuses uses none of its quota.
+        counted = time.monotonic()
+        if not self.limits[route.name].allow(counted):
+            return _error(429, f"more than {route.rate_limit} deliveries a minute")
+        try:
+            published = await self.edge.commit(message)  # signed: no allowlist
+        except BaseException:
+            self.limits[route.name].refund(counted)
+            raise
         if published.duplicate:
+            self.limits[route.name].refund(counted)
             self.counts["duplicate"] += 1
             return web.json_response({"status": "duplicate", "id": published.inbound_id})
         self.counts["accepted"] += 1

@@ -1176,3 +1176,103 @@ async def test_routes_removed_or_added_by_a_reload_on_their_plain_paths(hooks: H
     assert (await hooks.github("late", {"ref": "new"})).status == 202
     assert (await hooks.github("gh", {"ref": "kept"})).status == 202
     assert [row["status"] for row in await hooks.inbox("bearer")] == []
+
+
+FILTERED_LIMITS = r"""
+[[webhook.routes]]
+name = "ghlimited"
+auth = "github"
+secret_env = "GH_SECRET"
+rate_limit = 3
+events = ["workflow_run"]
+tool = "current_time"
+
+[[webhook.routes]]
+name = "stdtyped"
+auth = "standard"
+secret_env = "STD_SECRET"
+events = ["deploy.requested"]
+tool = "current_time"
+"""
+
+
+async def test_attack_what_a_route_ignores_or_already_has_uses_none_of_its_rate_limit(
+    state_dir: Path,
+) -> None:
+    """A hook sending every event, and a captured delivery sent again and again: the
+    route's quota is for the deliveries it takes, so the one it wants still gets in."""
+    async with hooks_for(state_dir, CONFIG + FILTERED_LIMITS) as hooks:
+        for n in range(4):
+            ignored = await hooks.github("ghlimited", {"ref": f"c{n}"}, event="check_run")
+            assert ignored.status == 200 and ignored.json["status"] == "ignored"
+        wanted = await hooks.github("ghlimited", {"ref": "main"}, event="workflow_run")
+        assert wanted.status == 202, wanted.text
+        captured = dumps({"ref": "captured"})
+        answers = [await hooks.post("/hooks/limited", captured, bearer_headers()) for _ in range(4)]
+        assert [a.status for a in answers] == [202, 200, 200, 200]  # taken once, then duplicates
+        for n in range(2):  # the route's 3 a minute: 2 more still get in
+            fresh = await hooks.bearer("limited", {"ref": f"new {n}"})
+            assert fresh.status == 202, fresh.text
+        over = await hooks.bearer("limited", {"ref": "one too many"})
+        assert over.status == 429
+
+
+async def test_attack_an_unsigned_event_header_does_not_turn_an_ignored_delivery_wanted(
+    state_dir: Path,
+) -> None:
+    """On a Standard Webhooks route the event is the signed payload's ``type``: a
+    delivery it ignored, sent again with ``X-GitHub-Event`` naming a wanted event, is
+    still ignored (only a GitHub route reads that header)."""
+    async with hooks_for(state_dir, CONFIG + FILTERED_LIMITS) as hooks:
+        body = dumps({"type": "deploy.preview", "ref": "feature-x"})
+        headers = std_headers(body)
+        first = await hooks.post("/hooks/stdtyped", body, headers)
+        again = await hooks.post(
+            "/hooks/stdtyped", body, {**headers, "X-GitHub-Event": "deploy.requested"}
+        )
+        assert [first.json["status"], again.json["status"]] == ["ignored", "ignored"]
+        wanted = dumps({"type": "deploy.requested", "ref": "main"})
+        assert (await hooks.post("/hooks/stdtyped", wanted, std_headers(wanted))).status == 202
+
+
+async def test_a_template_reads_a_header_in_any_case_and_its_first_value(
+    state_dir: Path,
+) -> None:
+    """Proxies change header names' case; a repeated header gives the template the
+    value a signature check reads (the first), never a later one."""
+    async with hooks_for(state_dir) as hooks:
+        lower = await hooks.post(
+            "/hooks/hdr", dumps({"ref": "x"}), {**bearer_headers(), "x-build": "lower"}
+        )
+        assert lower.status == 202, lower.text
+        await hooks.finished(lower.json["id"])
+        [call] = await hooks.calls(lower.json["id"])
+        assert call["args"]["argv"][2] == "lower"
+        body = dumps({"ref": "y"})
+        port = hooks.bot.daemon.http.port if hooks.bot.daemon.http is not None else 0
+        request = (
+            b"POST /hooks/hdr HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Authorization: Bearer " + BEARER_TOKEN.encode() + b"\r\n"
+            b"X-Build: first\r\nX-Build: second\r\n"
+            b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body)
+        ) + body
+        status, text = await raw_http(port or 0, request)
+        assert status == 202, text
+        repeated = json.loads(text)["id"]
+        await hooks.finished(repeated)
+        [call] = await hooks.calls(repeated)
+        assert call["args"]["argv"][2] == "first"
+
+
+@pytest.mark.parametrize("encoding", ["utf-16-le", "utf-16-be", "utf-32-le"])
+async def test_attack_a_body_in_another_unicode_encoding_is_a_400_not_a_500(
+    state_dir: Path, encoding: str
+) -> None:
+    """json.loads would read UTF-16 and UTF-32 bytes (and their lone surrogates, which no
+    store takes): a webhook's body is UTF-8, and anything else is refused as such."""
+    async with hooks_for(state_dir) as hooks:
+        for text in ('{"ref": "\\ud800"}', '{"ref": "fine"}'):
+            answer = await hooks.post("/hooks/bearer", text.encode(encoding), bearer_headers())
+            assert answer.status == 400 and "UTF-8" in answer.text, answer.text
+        bom = b"\xef\xbb\xbf" + dumps({"ref": "with a byte-order mark"})
+        assert (await hooks.post("/hooks/bearer", bom, bearer_headers())).status == 202
