@@ -63,6 +63,23 @@ def _readable(headers: Mapping[str, str]) -> CIMultiDict[str]:
     )  # fmt: skip
 
 
+def _warn_of_shared_secrets(routes: list[WebhookRoute]) -> None:
+    """A signature covers the body, never the route's path: routes signed with one
+    secret each take a delivery made for another (once, as the duplicate check is per
+    route)."""
+    sharing: dict[tuple[str, str], list[str]] = {}
+    for route in routes:
+        if route.auth in ("github", "standard") and route.secret_env:
+            sharing.setdefault((route.auth, route.secret_env), []).append(route.name)
+    for (_auth, secret_env), names in sharing.items():
+        if len(names) > 1:
+            log.warning(
+                "webhook routes %s share $%s: a delivery signed for one is taken by the"
+                " others too if someone sends it there; give each route its own secret",
+                ", ".join(names), secret_env,
+            )  # fmt: skip
+
+
 def _is_json(content_type: str) -> bool:
     kind = content_type.split(";", 1)[0].strip().lower()
     return kind in JSON_TYPES or (kind.startswith("application/") and kind.endswith("+json"))
@@ -151,6 +168,7 @@ class WebhookChannel:
             ):
                 self.limits[route.name] = RateLimit(route.rate_limit)
         self.config, self.routes, self.secrets = config, routes, secrets
+        _warn_of_shared_secrets(config.routes)
         # Each route's address, sender and reply target: immutable, made once.
         self._origins = {
             route.name: (

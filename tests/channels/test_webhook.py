@@ -1276,3 +1276,22 @@ async def test_attack_a_body_in_another_unicode_encoding_is_a_400_not_a_500(
             assert answer.status == 400 and "UTF-8" in answer.text, answer.text
         bom = b"\xef\xbb\xbf" + dumps({"ref": "with a byte-order mark"})
         assert (await hooks.post("/hooks/bearer", bom, bearer_headers())).status == 202
+
+
+async def test_routes_sharing_a_signing_secret_are_warned_of_at_start(
+    state_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A signature covers the body, not the route: a delivery signed for "gh" is taken by
+    "filtered" too (they share $GH_SECRET). The owner is told; bearer routes sharing a
+    token are not a replay (the token is the sender's, every request carries it)."""
+    caplog.set_level(logging.WARNING, logger="channels.webhook")
+    async with hooks_for(state_dir) as hooks:
+        body = dumps({"ref": "main", "repository": {"name": "docs"}})
+        signed = gh_headers(body)
+        assert (await hooks.post("/hooks/gh", body, signed)).status == 202
+        assert (await hooks.post("/hooks/filtered", body, signed)).status == 202
+    shared = [r.getMessage() for r in caplog.records if "share $" in r.getMessage()]
+    assert shared == [
+        "webhook routes gh, filtered share $GH_SECRET: a delivery signed for one is taken"
+        " by the others too if someone sends it there; give each route its own secret"
+    ]
