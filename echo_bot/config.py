@@ -44,7 +44,7 @@ def _address(value: str) -> str:
 def _timezone(value: str) -> str:
     try:
         ZoneInfo(value)
-    except (ZoneInfoNotFoundError, ValueError):
+    except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a folder's name
         raise ValueError(
             f"unknown timezone {value!r} (use an IANA name like 'Europe/Berlin')"
         ) from None

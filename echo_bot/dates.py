@@ -34,5 +34,5 @@ def clock_text(ts: float, zone: str | None = None, *, date: bool = False) -> str
 def _zone(name: str) -> ZoneInfo | None:
     try:
         return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
+    except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a folder's name
         return None

@@ -121,6 +121,9 @@ ROUTE_BASE = 'name = "gh"\nauth = "github"\nsecret_env = "GH_SECRET"\n'
         pytest.param(
             "[bot]\ntimezone = 'Mars/Olympus'", "bot.timezone", "unknown timezone", id="timezone"
         ),
+        pytest.param(  # a folder of the time zone database, not a zone
+            "[bot]\ntimezone = 'Europe'", "bot.timezone", "unknown timezone", id="timezone-folder"
+        ),
         pytest.param(
             "[[cron]]\nname = 'j'\nschedule = '* * * *'\nprompt = 'x'\ndeliver_to = 'cli:local'",
             "cron[0].schedule",

@@ -7,6 +7,7 @@ sets or clears its timer.
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import time
 from collections.abc import Callable
@@ -38,7 +39,7 @@ class ReminderAnswer:
 def zone_of(name: str) -> ZoneInfo | None:
     try:
         return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
+    except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: "Europe", a folder
         return None
 
 
@@ -123,8 +124,8 @@ class ReminderService:
             if isinstance(rule, Unclear):
                 return ReminderAnswer(False, rule.question)
             assert isinstance(rule, Recurrence)
-            try:
-                first = next_after(rule.cron, zone, now.astimezone(zone))
+            try:  # off the loop: a schedule that never fires is searched to year 9999
+                first = await asyncio.to_thread(next_after, rule.cron, zone, now.astimezone(zone))
             except ValueError as exc:
                 return ReminderAnswer(False, f"That schedule is not valid: {exc}.")
             if first is None:

@@ -252,6 +252,11 @@ async def test_unknown_timezones_are_refused(state_dir: Path) -> None:
         assert "This chat uses UTC" in await ask(bot, "/timezone")
         via_tool = await create(bot, "tea", "in 5 minutes", timezone="Mars/Olympus")
         assert "Unknown timezone “Mars/Olympus”" in via_tool
+        for folder in ("Europe", "America/Argentina"):  # folders of the database, no zones
+            assert f"Unknown timezone “{folder}”" in await ask(bot, f"/timezone {folder}")
+            assert f"Unknown timezone “{folder}”" in await create(
+                bot, "tea", "in 5 minutes", timezone=folder
+            )
         assert await active_count(bot) == 0
 
 

@@ -391,6 +391,17 @@ async def test_shell_disabled_is_refused(workspace: Path, ctx: ToolContext) -> N
 # --------------------------------------------------------------------------- files
 
 
+async def test_file_write_of_content_that_is_not_text_is_an_invalid_parameter(
+    registry: ToolRegistry, ctx: ToolContext, workspace: Path
+) -> None:
+    """A lone surrogate ("\\ud800" in the model's JSON) is refused as the argument it
+    is, and nothing is written."""
+    written = await call(registry, ctx, "file_write", path="bad.txt", content="a\ud800b")
+    assert not written.ok and written.error_code == ErrorCode.INVALID_PARAMETER
+    assert "not text" in written.output
+    assert not (workspace / "bad.txt").exists()
+
+
 async def test_file_write_read_round_trip(
     registry: ToolRegistry, ctx: ToolContext, workspace: Path
 ) -> None:

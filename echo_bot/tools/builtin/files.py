@@ -259,7 +259,12 @@ class FileWriteTool(Tool):
         )
 
     def _write(self, raw: str, content: str, append: bool) -> ToolResult:
-        data = content.encode("utf-8")
+        try:
+            data = content.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate ("\ud800") in the model's JSON
+            return ToolResult.failure(
+                ErrorCode.INVALID_PARAMETER, "content holds characters that are not text"
+            )
         try:
             relative = _relative(raw)
             name = relative.name
