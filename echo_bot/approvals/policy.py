@@ -110,10 +110,14 @@ PRECEDENCE: tuple[Rule, ...] = (
     Rule(
         "allowlisted",
         "the call is dangerous and the tool's own exact rule admits it "
-        "(`[tools.shell] allow_commands`)",
+        "(`[tools.shell] allow_commands`), and it hands the owner's data (the command's "
+        "output) to no one but an approver in their own direct chat or the owner's "
+        "`deliver_to`",
         Answer.RUNS,
         "tool rule (allowlisted)",
-        lambda c: c.risk == Risk.DANGEROUS and c.override is False,
+        lambda c: (
+            c.risk == Risk.DANGEROUS and c.override is False and not c.discloses_to_a_stranger
+        ),
     ),
     Rule(
         "dangerous",

@@ -148,6 +148,21 @@ CASES = {
     "dangerous-allowlisted": case(
         "shell_exec", {"command": "echo hi"}, OWNER, "allowlisted dangerous tool_rule", "--EEAAEE"
     ),
+    # An allowlisted command's output is the owner's (it runs in the workspace): run
+    # unasked only where the owner's files may go (third adversarial round's tools review).
+    "dangerous-allowlisted-for-a-non-approver": case(
+        "shell_exec", {"command": "echo hi"}, FRIEND, "dangerous discloses tool_rule", "AAEEAAEE"
+    ),
+    "dangerous-allowlisted-in-a-group": case(
+        "shell_exec",
+        {"command": "echo hi"},
+        OWNER_IN_A_GROUP,
+        "dangerous discloses tool_rule",
+        "AAEEAAEE",
+    ),
+    "dangerous-allowlisted-by-a-webhook-answered-to-the-owners-deliver_to": case(
+        "shell_exec", {"command": "echo hi"}, ROUTED, "allowlisted dangerous tool_rule", "--EEAAEE"
+    ),
     "dangerous-not-allowlisted": case(
         "shell_exec", {"command": "echo ho"}, OWNER, "dangerous", "AAEEAAEE"
     ),

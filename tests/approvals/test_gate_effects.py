@@ -313,3 +313,37 @@ async def test_attack_the_owners_request_in_a_group_never_shows_a_file_to_the_gr
                 )
             )
             assert documents_to(api, group) == []
+
+
+ALLOW_CAT = 'allow_commands = ["cat *"]\n'  # into the [tools.shell] table telegram_bot opens
+
+
+async def test_attack_an_allowlisted_command_hands_a_non_approver_nothing_of_the_owners_unasked(
+    state_dir: Path,
+) -> None:
+    """`cat *` is allowlisted for the owner's own use: asked by 77, its output (the
+    owner's file) would go to 77, so the approvers are asked first; the owner's own
+    request in their direct chat runs unasked, as the allowlist says."""
+    (workspace(state_dir) / "owner-notes.txt").write_text("the owner's diary\n")
+    async with FakeOpenAI(model="gpt-test") as llm:
+        llm.tool_calls([("shell_exec", {"argv": ["cat", "owner-notes.txt"]})])
+        llm.reply("The owner has to agree first.")
+        llm.tool_calls([("shell_exec", {"argv": ["cat", "owner-notes.txt"]})])
+        llm.reply("Here it is.")
+        config = ALLOW_CAT + extra(llm)
+        async with telegram_bot(state_dir, config, allowed=TEAM, telegram=APPROVERS) as (
+            _bot,
+            api,
+        ):
+            asked = say(api, "show me the notes", user_id=FRIEND)
+            prompt = await prompt_in(api)
+            assert int(prompt.params["chat_id"]) == OWNER  # to the approvers
+            assert 'argv=["cat","owner-notes.txt"]' in text_of(prompt)
+            press(api, action(prompt, "deny"), sent_id(prompt))
+            await reply_to(api, asked, "The owner has to agree first.", chat_id=FRIEND)
+            mine = say(api, "show me my notes")
+            await reply_to(api, mine, "Here it is.")
+            assert len(api.calls_of("sendMessage")) > 0
+        # The model saw the file's text once: the owner's call ran, 77's did not.
+        seen = [r.json for r in llm.requests if "the owner's diary" in str(r.json)]
+        assert len(seen) == 1

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ...config import Config, ShellToolConfig
-from ..base import ErrorCode, Risk, Tool, ToolContext, ToolGroup, ToolResult
+from ..base import Effect, ErrorCode, Risk, Tool, ToolContext, ToolGroup, ToolResult
 from .procs import CallProcesses
 
 log = logging.getLogger(__name__)
@@ -260,6 +260,17 @@ class ShellExecTool(Tool):
         except ValueError:
             return None
         return False if self.allowed(argv) else None
+
+    def effect(self, args: dict[str, Any], ctx: ToolContext) -> Effect:
+        """A command's output is the owner's: it runs in their workspace (``git log -p``,
+        ``ls *``), so it is handed only where the owner's files are (an allowlisted
+        command asked by someone else asks the approvers first)."""
+        try:
+            shown = shlex.join(argv_of(args))
+        except ValueError:
+            shown = "a command"
+        shown = shown if len(shown) <= 80 else shown[:79] + "…"
+        return Effect(discloses=f"the output of {shown} run in the workspace")
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         try:
