@@ -14,6 +14,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from ..dates import day_text
+from ..errors import EchoBotError
 
 MAX_AHEAD = timedelta(days=5 * 366)
 _EXAMPLES = "e.g. “in 10 minutes”, “at 17:30”, “tomorrow at 9am”, “friday at noon”"
@@ -118,7 +119,7 @@ def _dateparser(
     return moment.replace(tzinfo=zone).astimezone(UTC).astimezone(zone)
 
 
-class _Misread(Exception):
+class _Misread(EchoBotError):
     """dateparser's answer is not what the phrase says: asked, never taken."""
 
 
