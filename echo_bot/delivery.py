@@ -310,6 +310,9 @@ class DeliveryWorker:
                 edit_of = message.edit_of
                 target = await self._stored("the receipt of the message to edit",
                                             lambda tx: tx.outbox.receipt_of(edit_of))  # fmt: skip
+                if self._stopping:  # not read before the stop: it stays queued
+                    look_again = False
+                    return
                 message = message.model_copy(update={"edit_message_id": target})
             self.sending(message)
             try:
