@@ -424,7 +424,10 @@ def _copy_and_check(source: Path, copy: Path) -> tuple[int, list[str]]:
     try:
         dst = sqlite3.connect(copy)
         try:
-            src.backup(dst, pages=1024)
+            # One step, from one snapshot: copied in steps, the backup starts over at
+            # each write another connection makes, and a busy daemon writes more often
+            # than a large store takes to copy (it never finished).
+            src.backup(dst, pages=-1)
             pages = int(dst.execute("PRAGMA page_count").fetchone()[0])
             found = [str(row[0]) for row in dst.execute("PRAGMA integrity_check")]
         finally:

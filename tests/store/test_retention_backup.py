@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sqlite3
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -87,3 +90,53 @@ def test_backup_while_the_daemon_runs_is_consistent_and_restores(tmp_path: Path)
     assert listed.returncode == 0
     assert sum("item" in line for line in listed.stdout.splitlines()) == 20
     assert ROOT.exists()
+
+
+KEEP_WRITING = """
+import sqlite3, sys
+writer = sqlite3.connect(sys.argv[1], timeout=30, isolation_level=None)
+n = 0
+while True:
+    writer.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('beat', ?)", [n])
+    n += 1
+"""
+
+
+def test_a_backup_finishes_while_another_process_keeps_writing(tmp_path: Path) -> None:
+    """The daemon writes every few seconds at least (its heartbeat), a busy one all the
+    time: a backup of a store larger than one copy step still finishes, consistent."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from echo_bot.store.db import Database, backup_to
+
+    store = tmp_path / "echo-bot.sqlite3"
+    db = Database(store)
+    db.open_sync()
+    db.close_sync()
+    with sqlite3.connect(store) as conn:  # ~12 MB: a dozen of the old 1,024-page steps
+        conn.executemany(
+            "INSERT INTO meta (key, value) VALUES (?, ?)",
+            [(f"filler:{n}", "x" * 3000) for n in range(4000)],
+        )
+    # Another process, as the daemon is: each write it makes restarts a step-wise copy.
+    writer = subprocess.Popen([sys.executable, "-c", KEEP_WRITING, str(store)])
+    pool = ThreadPoolExecutor(1)
+    try:
+        deadline = time.monotonic() + 30
+        while not _written(store) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        # A bound for a hang, not a speed: the step-wise copy never finished here.
+        pages = pool.submit(backup_to, store, tmp_path / "backup.sqlite3").result(60)
+    finally:
+        writer.kill()  # first: a copy still restarting then ends
+        writer.wait()
+        pool.shutdown()
+    assert pages > 1024
+    with sqlite3.connect(tmp_path / "backup.sqlite3") as conn:
+        copied = conn.execute("SELECT COUNT(*) FROM meta WHERE key LIKE 'filler:%'").fetchone()
+    assert copied[0] == 4000
+
+
+def _written(store: Path) -> bool:
+    with contextlib.closing(sqlite3.connect(store, timeout=30)) as conn:
+        return conn.execute("SELECT 1 FROM meta WHERE key = 'beat'").fetchone() is not None
