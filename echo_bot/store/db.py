@@ -75,6 +75,9 @@ WAL_LIMIT = 256 * 1024 * 1024
 WAL_KEEP = 64 * 1024 * 1024
 
 _LOCK_TAKEN = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+# What the file's disk says (by primary code: SQLITE_IOERR_* are IOERR): full, failing,
+# or the file unreachable. Work failing so is not the work's fault.
+_AWAY = (sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_CANTOPEN)
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +89,10 @@ class SqliteSession:
     errors = sqlite3.Error
 
     def unavailable(self, exc: BaseException) -> bool:
-        return False  # a file is there or not: nothing to wait for
+        """The disk full, failing or gone (``_AWAY``): the work waits until it is back,
+        and /healthz says so; anything else is the work's own failure."""
+        code = getattr(exc, "sqlite_errorcode", None)
+        return isinstance(code, int) and code & 0xFF in _AWAY
 
     def __init__(self, conn: sqlite3.Connection, handle: SqliteUtilsDatabase) -> None:
         self.conn, self.handle, self.execute = conn, handle, conn.execute
@@ -321,6 +327,7 @@ class Database(ThreadedEngine):
                 return
         except BaseException as exc:  # nothing may leave a caller waiting forever
             outcomes = [(job, False, exc) for job in batch]
+        self._note_away(outcomes)
         self._settle_all(outcomes)
 
     def _run_on_loop(self, batch: list[Job]) -> list[JobDone] | None:

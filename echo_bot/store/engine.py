@@ -263,15 +263,20 @@ class ThreadedEngine(abc.ABC):
                 outcomes = self._run_batch(batch)
             except BaseException as exc:  # nothing may leave a caller waiting forever
                 outcomes = [(j, False, exc) for j in batch]
-            away = next((v for _j, ok, v in outcomes if isinstance(v, StoreUnavailable)), None)
-            if away is not None:
-                self._away = str(away)
-            elif any(ok for _j, ok, _v in outcomes):
-                self._away = None
+            self._note_away(outcomes)
             try:
                 self._deliver(outcomes)
             except BaseException:  # the store thread must go on serving
                 log.exception("handing store results back failed")
+
+    def _note_away(self, outcomes: list[JobDone]) -> None:
+        """/healthz's word on the store: away while a batch finds it so, back at the
+        next batch of which a job went through."""
+        away = next((v for _j, ok, v in outcomes if isinstance(v, StoreUnavailable)), None)
+        if away is not None:
+            self._away = str(away)
+        elif any(ok for _j, ok, _v in outcomes):
+            self._away = None
 
     def _run_batch(self, batch: list[Job]) -> list[JobDone]:
         """Run the jobs in one transaction on the store thread's connection."""
