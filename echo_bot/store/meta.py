@@ -190,4 +190,12 @@ class MetaRepo:
             "reminders", "status != 'active' AND COALESCE(last_fired_at, created_at) < ?", [before]
         )
         delete("approvals", "status != 'pending' AND created_at < ?", [before])
+        # A finished turn's steps and calls (their results are in its history too).
+        finished = "SELECT id FROM turns WHERE status IN ('done', 'failed') AND updated_at < ?"
+        delete("tool_calls", f"turn_id IN ({finished})", [before])
+        delete("turns", "status IN ('done', 'failed') AND updated_at < ?", [before])
+        delete("grants", "until < ?", [before])
+        delete("pairing_codes", "expires_at < ?", [before])
+        delete("pair_attempts", "ts < ?", [before])
+        delete("instances", "seen_at < ?", [before])  # a daemon gone (a crash, a reboot)
         return counts

@@ -39,6 +39,12 @@ async def test_prune_removes_old_finished_work_and_keeps_pending_work(state_dir:
             lambda db: db.execute("SELECT text, status FROM reminders").fetchall()
         )
         assert [tuple(r) for r in reminders] == [("kept", "active")]  # the cancelled one gone
+        # Finished turns go with their calls; the one waiting for its approval stays.
+        assert counts["turns"] >= 1 and counts["tool_calls"] >= 1
+        turns = await bot.db.run(lambda db: db.execute("SELECT status FROM turns").fetchall())
+        assert [r[0] for r in turns] == ["waiting"]
+        calls = await bot.db.run(lambda db: db.execute("SELECT name FROM tool_calls").fetchall())
+        assert [r[0] for r in calls] == ["shell_exec"]
         rows = await bot.db.run(lambda db: db.execute("SELECT id, status FROM inbox").fetchall())
         assert (waiting, "waiting_approval") in [tuple(r) for r in rows]
         assert done not in [r[0] for r in rows]
