@@ -49,6 +49,7 @@ import logging
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -71,6 +72,7 @@ BUSY_TIMEOUT_MS = 10_000  # how long the store thread waits for another writer
 # (tens of ms, mostly its fsyncs): at 64 MB a saturated daemon (~90 MB of WAL a second)
 # waited every 0.7 s, 5–10 % of its turns (bench/turns.py); at 256 MB every ~3 s.
 WAL_LIMIT = 256 * 1024 * 1024
+WAL_WARN_EVERY = 600.0  # seconds between two warnings that the WAL cannot be kept short
 # What SQLite keeps of the WAL file when it starts over (journal_size_limit).
 WAL_KEEP = 64 * 1024 * 1024
 
@@ -230,15 +232,27 @@ class Database(ThreadedEngine):
             conn.execute(f"PRAGMA synchronous = {sync}")
             conn.execute("PRAGMA busy_timeout = 1000")
             wal = self.path.with_name(self.path.name + "-wal")
+            said = -WAL_WARN_EVERY  # when the last warning went out (monotonic)
             while not self._stop_checkpoints.wait(CHECKPOINT_INTERVAL):
+                trouble = None
                 try:
                     conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
-                    if wal.stat().st_size > WAL_LIMIT:
+                    size = wal.stat().st_size
+                    if size > WAL_LIMIT:
                         # Writers wait (the loop hands its batches to the store thread)
                         # while the whole WAL is copied back and the file cut to zero.
-                        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                        busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+                        if busy:  # a reader still needs it: it grows on, unseen else
+                            trouble = (
+                                f"the store's write-ahead log is {size // 2**20} MB and"
+                                " cannot be cut: another connection keeps reading (a"
+                                " sqlite3 shell or a replicator left open?)"
+                            )
                 except (sqlite3.Error, OSError) as exc:  # busy, disk full…: next time
-                    log.debug("WAL checkpoint failed: %s", exc)
+                    trouble = f"a checkpoint of the store's write-ahead log failed: {exc}"
+                if trouble is not None and time.monotonic() - said >= WAL_WARN_EVERY:
+                    said = time.monotonic()
+                    log.warning("%s (tried again every %g s)", trouble, CHECKPOINT_INTERVAL)
         finally:
             conn.close()
 
