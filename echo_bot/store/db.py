@@ -60,7 +60,7 @@ from sqlite_utils import Database as SqliteUtilsDatabase
 from ..errors import NoSchema, StoreError
 from ..hardening import PRIVATE_FILE, make_private
 from .engine import MAX_BATCH, Job, JobDone, Session, ThreadedEngine, run_begun, store_error
-from .schema import SchemaTooNew, has_schema, migrate
+from .schema import SchemaBehind, SchemaTooNew, has_schema, migrate
 
 T = TypeVar("T")
 
@@ -176,7 +176,7 @@ class Database(ThreadedEngine):
             with self.transaction() as db:
                 if not create and not has_schema(db):
                     raise NoSchema(f"{self.path} holds no echo-bot store")
-                migrate(db)
+                migrate(db, only_check=not create)
             self._make_private()  # the -wal and -shm files exist now
             # Commits never checkpoint; the checkpointer thread does (see the module doc).
             self._conn.execute("PRAGMA wal_autocheckpoint = 0")
@@ -191,7 +191,7 @@ class Database(ThreadedEngine):
         except NoSchema:
             self._close_connections()
             raise
-        except SchemaTooNew as exc:
+        except (SchemaTooNew, SchemaBehind) as exc:
             self._close_connections()
             raise StoreError(f"the store {self.path}: {exc}") from None
         except sqlite3.Error as exc:

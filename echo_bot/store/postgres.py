@@ -34,7 +34,7 @@ from psycopg.pq import TransactionStatus
 from ..errors import NoSchema, StoreError, StoreUnavailable
 from .engine import Session, ThreadedEngine
 from .meta import WAKE_CHANNEL, notify_now
-from .schema import SchemaTooNew, has_schema, migrate
+from .schema import SchemaBehind, SchemaTooNew, has_schema, migrate
 from .sql import EXPECT_STATE, POSTGRES, describe_url
 
 CONNECT_TIMEOUT = 5  # seconds
@@ -547,13 +547,13 @@ class PostgresDatabase(ThreadedEngine):
                     f"the database {self.where} has no echo-bot schema yet;"
                     " `echo-bot run` creates it"
                 )
-            migrate(session.handle)
+            migrate(session.handle, only_check=not create)
             session.execute("COMMIT")
             session.handle.pipeline()
         except NoSchema:
             session.close()
             raise
-        except SchemaTooNew as exc:
+        except (SchemaTooNew, SchemaBehind) as exc:
             session.close()
             raise StoreError(f"the database {self.where}: {exc}") from None
         except psycopg.Error as exc:

@@ -16,6 +16,11 @@ class SchemaTooNew(StoreError):
     """The store was written by a newer echo-bot."""
 
 
+class SchemaBehind(StoreError):
+    """A management command found the store not yet migrated to this echo-bot's schema
+    (the daemon still runs the version before an upgrade)."""
+
+
 # The schema is written in SQLite's words; PostgreSQL's for the three that differ.
 _PG_TYPES = (
     (
@@ -470,7 +475,12 @@ def has_schema(db: Database) -> bool:
     return row.fetchone() is not None
 
 
-def migrate(db: Database) -> int:
+def migrate(db: Database, *, only_check: bool = False) -> int:
+    """The store brought to this echo-bot's schema. ``only_check`` (a management
+    command): refused instead when it is behind — migrating is `echo-bot run`'s, at its
+    start: a command run after an upgrade would change the store under the daemon still
+    running the old version, hold the write lock for the whole migration, and leave a
+    store the old version no longer opens."""
     db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
     row = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
     version = int(row[0]) if row else 0
@@ -478,6 +488,12 @@ def migrate(db: Database) -> int:
         raise SchemaTooNew(
             f"the store has schema version {version}, newer than this echo-bot "
             f"({len(MIGRATIONS)}); upgrade echo-bot"
+        )
+    if only_check and version < len(MIGRATIONS):
+        raise SchemaBehind(
+            f"the store has schema version {version}, older than this echo-bot's"
+            f" ({len(MIGRATIONS)}): restart the daemon (`echo-bot run` brings the store up"
+            " to date at its start), then run this again"
         )
     for number, step in enumerate(MIGRATIONS[version:], start=version + 1):
         step(db)
