@@ -48,6 +48,7 @@ SEND_TIMEOUT = 60.0
 # hours); a longer one is cut to it.
 MAX_RETRY_AFTER = 86_400.0
 IDLE_WAIT = 1.0
+MAX_AWAY_KEPT = 10_000  # messages whose first failure while away is remembered
 DUE_PAGE = 100  # chats' heads read at one look
 
 
@@ -103,6 +104,10 @@ class DeliveryWorker:
         self._lease_task: asyncio.Task[None] | None = None
         self._elsewhere: set[str] = set()  # channels whose lease another daemon holds
         self._finishing: set[str] = set()  # channels stopping: their lease kept meanwhile
+        # When each channel last delivered, and when each message began failing while
+        # its channel said it was away (``_away_for``).
+        self._sent_at: dict[str, float] = {}
+        self._away_since: dict[str, float] = {}
         self.delivered = 0
         # Looks for due messages begun, and those that have come back (a look that reads
         # nothing still counts): how often the worker reads its queue.
@@ -331,6 +336,8 @@ class DeliveryWorker:
                 await self._failed_attempt(row, f"{type(exc).__name__}: {exc}", True, None)
             else:
                 sent = message
+                self._sent_at[channel.name] = time.monotonic()
+                self._away_since.pop(sent.id, None)
                 await self._stored(f"outbound {sent.id} sent",
                                    lambda tx: tx.outbox.mark_sent(sent, receipt))  # fmt: skip
                 await _discard_copy(message)
@@ -346,7 +353,7 @@ class DeliveryWorker:
     async def _failed_attempt(
         self, row: OutboxRow, error: str, retryable: bool, retry_after: float | None
     ) -> None:
-        if retryable and retry_after is None and self._peer_away(row.message.to.channel):
+        if retryable and retry_after is None and self._away_for(row.message):
             # The channel cannot reach its network (it says so on /healthz): the message
             # waits for it however long that lasts, instead of running out of attempts
             # during an outage. Tried again every AWAY_RETRY, not counted.
@@ -360,6 +367,7 @@ class DeliveryWorker:
             return
         attempts = row.attempts + 1
         if not retryable or attempts >= self.max_attempts:
+            self._away_since.pop(row.message.id, None)
             metrics.OUTBOUND.labels(row.message.to.channel, OutboxStatus.FAILED).inc()
             await self._stored(f"outbound {row.message.id} failed",
                                lambda tx: tx.outbox.mark_failed(row.message.id, error))  # fmt: skip
@@ -404,6 +412,19 @@ class DeliveryWorker:
                 log.warning("delivery: %s not recorded (%s); again in %.1f s", what, exc, pause)
                 await asyncio.sleep(pause)
                 pause = min(pause * 2, STORE_RETRY_MAX)
+
+    def _away_for(self, message: OutboundMessage) -> bool:
+        """Whether ``message``'s failure is its channel's being away: the channel says so,
+        and has taken no other message since this one began failing so. A network that
+        took others meanwhile is there: this one's failures are its own (a payload its
+        server keeps answering 5xx) and count, or it would hold its chat for ever."""
+        name = message.to.channel
+        if not self._peer_away(name):
+            return False
+        if len(self._away_since) >= MAX_AWAY_KEPT and message.id not in self._away_since:
+            self._away_since.clear()  # the messages of a channel removed meanwhile
+        since = self._away_since.setdefault(message.id, time.monotonic())
+        return self._sent_at.get(name, float("-inf")) <= since
 
     def _peer_away(self, name: str) -> bool:
         channel = self.channels.get(name)

@@ -813,3 +813,55 @@ async def test_a_daemon_stopping_mid_send_keeps_the_channels_lease_until_the_sen
             await db.close()
     assert [m.text for m in channels[0].sent] == ["long reply"]
     assert [m.text for m in channels[1].sent] == ["after"]
+
+
+class FlappingChannel(RecordingChannel):
+    """Says it cannot reach its network after a send of its fails (as Slack and
+    Discord do on a 5xx), and that it can again after one goes through."""
+
+    status = "ok"
+
+    def health(self) -> dict[str, object]:
+        return {"status": self.status}
+
+    async def send(self, message: OutboundMessage) -> Receipt:
+        try:
+            receipt = await super().send(message)
+        except ChannelError:
+            self.status = "degraded"
+            raise
+        self.status = "ok"
+        return receipt
+
+
+async def test_a_message_its_server_always_fails_is_counted_once_the_network_takes_others(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A payload the server answers 5xx every time while it takes every other message:
+    the network is there, so its failures count and it fails after the last attempt,
+    letting its chat go on (it was tried every AWAY_RETRY for ever, uncounted)."""
+    monkeypatch.setattr(delivery, "AWAY_RETRY", 1_000.0)  # due only when the test says
+    channel = FlappingChannel("cli")
+    channel.failure = lambda m: ChannelError("HTTP 500") if m.text == "poison" else None
+    harness.worker.add_channel(channel)  # the harness worker has max_attempts=3
+    poison = await harness.send(channel.address("a"), "poison")
+    await harness.send(channel.address("a"), "after")
+
+    def tried(n: int) -> Callable[[], bool]:
+        return lambda: sum(m.text == "poison" for m in channel.attempts) >= n
+
+    for n in range(1, 4):
+        await eventually(tried(n), WAIT, f"try {n} of the poison message")
+        await eventually(lambda: channel.status == "degraded", WAIT, "the failure said")
+        if n < 3:
+            other = await harness.send(channel.address(f"other{n}"), f"other {n}")
+            await channel.wait_for(functools.partial(_is, other.id), WAIT)
+            harness.clock.offset += 2_000  # past its wait, whichever it was
+            harness.worker.wake()
+    _, error, attempts = await harness.wait_status(poison.id, "failed")
+    assert (error, attempts) == ("HTTP 500", 3)
+    await channel.wait_for(lambda m: m.text == "after", WAIT)
+
+
+def _is(outbound_id: str, message: OutboundMessage) -> bool:
+    return message.id == outbound_id
