@@ -15,7 +15,6 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import (
     AfterValidator,
@@ -30,6 +29,7 @@ from pydantic import (
     model_validator,
 )
 
+from .dates import zone_of
 from .errors import ConfigError
 from .events import Address
 from .plugins import Trigger, registry
@@ -42,12 +42,8 @@ def _address(value: str) -> str:
 
 
 def _timezone(value: str) -> str:
-    try:
-        ZoneInfo(value)
-    except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a folder's name
-        raise ValueError(
-            f"unknown timezone {value!r} (use an IANA name like 'Europe/Berlin')"
-        ) from None
+    if zone_of(value) is None:
+        raise ValueError(f"unknown timezone {value!r} (use an IANA name like 'Europe/Berlin')")
     return value
 
 

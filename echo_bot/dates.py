@@ -26,13 +26,15 @@ def clock_text(ts: float, zone: str | None = None, *, date: bool = False) -> str
     """The time of day of a Unix time in a zone, named: "09:24 Europe/Berlin"; in UTC,
     "08:24 UTC", when no zone (or an unknown one) is given. ``date``: with the day in
     that zone first ("2026-12-02 09:24 Europe/Berlin")."""
-    tz = (_zone(zone) if zone else None) or ZoneInfo("UTC")
+    tz = (zone_of(zone) if zone else None) or ZoneInfo("UTC")
     shape = "%Y-%m-%d %H:%M" if date else "%H:%M"
     return f"{datetime.fromtimestamp(ts, tz).strftime(shape)} {tz.key}"
 
 
-def _zone(name: str) -> ZoneInfo | None:
+def zone_of(name: str) -> ZoneInfo | None:
+    """The time zone called ``name``; None for none (an unknown key, a malformed one, or
+    a folder of the zone database such as "Europe", which ZoneInfo opens as a file)."""
     try:
         return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a folder's name
+    except (ZoneInfoNotFoundError, ValueError, OSError):
         return None

@@ -9,8 +9,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from ..conversation import BrainReply, ToolCall
+from ..dates import zone_of
 from ..events import new_id
-from ..scheduling.reminders import ReminderService, zone_of
+from ..scheduling.reminders import ReminderService
 from ..scheduling.timeparse import Recurrence, When, parse_recurrence, parse_when
 from .registry import Command, CommandContext, CommandRegistry
 

@@ -13,9 +13,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from ..dates import day_text
+from ..dates import day_text, zone_of
 from ..events import Address
 from ..statuses import ReminderStatus
 from ..store import ChatTimezoneChanged, Store, Tx
@@ -34,13 +33,6 @@ class ReminderAnswer:
     ok: bool
     message: str
     reminder: ReminderRow | None = None
-
-
-def zone_of(name: str) -> ZoneInfo | None:
-    try:
-        return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: "Europe", a folder
-        return None
 
 
 class ReminderService:

@@ -24,7 +24,7 @@ from zoneinfo import ZoneInfo
 from .. import metrics
 from ..bus import Bus
 from ..config import Config, CronJob
-from ..dates import day_text
+from ..dates import day_text, zone_of
 from ..events import (
     Address,
     InboundMessage,
@@ -40,7 +40,6 @@ from ..statuses import ReminderStatus
 from ..store import ReminderChanged, Store, Tx
 from ..store.reminders import ReminderRow
 from .crontab import cron_trigger, next_after
-from .reminders import zone_of
 from .timeparse import describe_lateness
 
 if TYPE_CHECKING:  # APScheduler ships no types: this names the class for readers

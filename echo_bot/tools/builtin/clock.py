@@ -7,9 +7,9 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any, ClassVar
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
+from zoneinfo import ZoneInfo, available_timezones
 
-from ...dates import day_text
+from ...dates import day_text, zone_of
 from ...events import Address
 from ..base import ErrorCode, Risk, Tool, ToolContext, ToolGroup, ToolResult
 
@@ -57,10 +57,7 @@ def find_zone(name: str) -> ZoneInfo | None:
     if not name or len(name) > 64:
         return None
     key = _zones_by_lower().get(name.lower()) or _zones_by_city().get(_place_key(name), name)
-    try:
-        return ZoneInfo(key)
-    except (ZoneInfoNotFoundError, ValueError, OSError):
-        return None
+    return zone_of(key)
 
 
 def _place_in(text: str) -> dict[str, Any]:
