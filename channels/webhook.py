@@ -54,13 +54,13 @@ def _readable(headers: Mapping[str, str]) -> CIMultiDict[str]:
     each name's first value (the one a signature check reads), only values that are
     text (undecodable bytes arrive as lone surrogates)."""
     readable: CIMultiDict[str] = CIMultiDict()
+    seen: set[str] = set()
     for name, value in headers.items():
-        if name not in readable:
-            readable[name] = value
-    return CIMultiDict(
-        (name, value) for name, value in readable.items()
-        if len(value) <= 1000 and value.isprintable()
-    )  # fmt: skip
+        if name.lower() not in seen:
+            seen.add(name.lower())
+            if len(value) <= 1000 and value.isprintable():
+                readable[name] = value
+    return readable
 
 
 def _warn_of_shared_secrets(routes: list[WebhookRoute]) -> None:

@@ -30,9 +30,8 @@ from .events import OutboundMessage
 from .logs import log_retrying
 from .secrets import Masker
 from .statuses import OutboxStatus
-from .store import OutboundCommitted, Store, Tx
+from .store import OutboundCommitted, Store, Tx, once_the_store_is_back
 from .store.outbox import OutboxRow
-from .store.retry import STORE_RETRY_FIRST, STORE_RETRY_MAX
 
 OUTGOING = "outgoing"  # the state directory's folder of files waiting to be sent
 T = TypeVar("T")
@@ -401,17 +400,10 @@ class DeliveryWorker:
         at once — a message that went out sent twice, a failed attempt tried again
         unpaused and uncounted. None when the worker stops first: the next start finds
         the row as it was (as after a crash)."""
-        pause = STORE_RETRY_FIRST
-        while True:
-            try:
-                return await self.store.run(work)
-            except StoreError as exc:
-                if self._stopping:
-                    log.warning("delivery: %s not recorded before the stop (%s)", what, exc)
-                    return None
-                log.warning("delivery: %s not recorded (%s); again in %.1f s", what, exc, pause)
-                await asyncio.sleep(pause)
-                pause = min(pause * 2, STORE_RETRY_MAX)
+        return await once_the_store_is_back(
+            f"delivery: recording {what}", lambda: self.store.run(work),
+            lambda: self._stopping, log, retried=StoreError,
+        )  # fmt: skip
 
     def _away_for(self, message: OutboundMessage) -> bool:
         """Whether ``message``'s failure is its channel's being away: the channel says so,

@@ -8,7 +8,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from ..errors import StoreUnavailable
+from ..errors import StoreError, StoreUnavailable
 
 T = TypeVar("T")
 
@@ -22,15 +22,19 @@ async def once_the_store_is_back(
     attempt: Callable[[], Awaitable[T]],
     stopping: Callable[[], bool],
     log: logging.Logger,
+    *,
+    retried: type[StoreError] = StoreUnavailable,
 ) -> T | None:
     """``attempt()``, again while it fails with StoreUnavailable (after 0.5 s, doubling
     to 15 s), each pause said on the caller's ``log``; None when ``stopping()`` says the
-    caller stops meanwhile (the work stays in the store for the next start)."""
+    caller stops meanwhile (the work stays in the store for the next start).
+    ``retried=StoreError``: with any store error (work that must not be left undone
+    while the store refuses it for a reason of its own, as a write lock held elsewhere)."""
     pause = STORE_RETRY_FIRST
     while True:
         try:
             return await attempt()
-        except StoreUnavailable as exc:
+        except retried as exc:
             if stopping():
                 return None
             log.warning("%s paused (%s); again in %.1f s", what, exc, pause)
