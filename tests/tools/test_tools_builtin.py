@@ -228,6 +228,12 @@ def test_shell_allowlist_allows_exact_match(args: dict[str, Any], ctx: ToolConte
         ("git status --format=$HOME", None),
         ("df -h /", False),
         ("df -h / /home", None),
+        # Paths out of the workspace are no operand of "*"; a range of commits is.
+        ("git status /etc", None),
+        ("git status ..", None),
+        ("git status src/../../secret", None),
+        ("git status ../x", None),
+        ("git status main..feature src/..x", False),
     ],
 )
 def test_shell_allowlist_prefix_entries(

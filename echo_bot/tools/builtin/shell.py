@@ -64,8 +64,14 @@ _SETTLE_SECONDS = 2.0  # well inside the registry's extra 5 s
 
 
 def _operand(part: str) -> bool:
-    """An argument a " *" allowlist entry admits: not an option, not shell-looking."""
-    return not part.startswith("-") and not SHELL_METACHARACTERS.intersection(part)
+    """An argument a " *" allowlist entry admits: not an option, not shell-looking, and
+    not a path out of the workspace (absolute, or through ``..``): ``cat *`` reads the
+    workspace's files unasked, never ``/etc/shadow`` or ``../config.toml``."""
+    return (
+        not part.startswith(("-", "/"))
+        and not SHELL_METACHARACTERS.intersection(part)
+        and ".." not in part.split("/")
+    )
 
 
 def child_environment(home: str) -> dict[str, str]:
