@@ -165,6 +165,8 @@ class Inbound:
         media = media_content(event)
         if media is None and not isinstance(event, RoomMessageText | RoomMessageEmote):
             return  # state, redactions, notices (bots talk with m.notice), unknown kinds
+        if relates_to(event).get("rel_type") == "m.replace":
+            return  # an edit: not run again (as on Telegram and Slack)
         target = reply_target(event)
         typed = (event.body or "") if isinstance(event, RoomMessageText) else None
         if target is not None and typed and await self.edge.reply(target, who, event.event_id,

@@ -26,6 +26,7 @@ from typing import Any
 from nio import AsyncClient, MessageDirection, RoomMessagesResponse, SyncResponse
 
 from echo_bot.bus import ChannelHost, ChannelLink, delivery_lease
+from echo_bot.errors import StoreError
 from echo_bot.link import STANDBY_CHECK
 
 from .common import NETWORK_ERRORS, CommitFailed, log
@@ -160,6 +161,8 @@ class Syncer:
                 await self.inbound.on_invite(room_id, list(info.invite_state))
             except CommitFailed:
                 raise
+            except StoreError as exc:  # who may invite was not read: it comes again
+                raise CommitFailed(str(exc)) from exc
             except Exception:  # a bad invite must not stall the others
                 log.exception("matrix: the invite to %s could not be handled", room_id)
         for room_id, info in answer.rooms.join.items():
@@ -171,6 +174,8 @@ class Syncer:
                     await self.inbound.on_event(room_id, event)
                 except CommitFailed:
                     raise
+                except StoreError as exc:  # the allowlist or a notice not read or kept
+                    raise CommitFailed(str(exc)) from exc
                 except Exception:  # a bad event must not stall the queue forever
                     log.exception(
                         "matrix: event %s in %s could not be handled",

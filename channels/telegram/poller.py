@@ -26,6 +26,7 @@ from aiogram.methods import GetUpdates
 from aiogram.types import Update
 
 from echo_bot.bus import ChannelHost, ChannelLink
+from echo_bot.errors import StoreError
 from echo_bot.link import STANDBY_CHECK
 
 from .common import CommitFailed, log
@@ -118,7 +119,7 @@ class Poller:
                 continue
             try:
                 await self.dp.feed_update(self.bot, update)
-            except CommitFailed:
+            except (CommitFailed, StoreError):  # not taken, or who sent it not read
                 log.error("telegram: update %s not stored; will fetch it again", update.update_id)
                 await asyncio.sleep(1)
                 break

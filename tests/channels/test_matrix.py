@@ -346,6 +346,25 @@ async def test_hostile_input_neither_crashes_nor_loses_anything(chat: Chat) -> N
         assert health["status"] == "ok", health
 
 
+async def test_an_edited_message_is_not_run_again(chat: Chat) -> None:
+    """Element sends an edit as a new event (``m.replace``): the bot takes the message
+    once, as on Telegram and Slack; the edit is no second turn (a second tool call)."""
+    owner = chat.owner
+    async with chat.running():
+        said = await chat.say("say:first")
+        await chat.wait_received("echo: first")
+        await owner.say(
+            chat.room_id, "* say:edited",
+            **{"m.new_content": {"msgtype": "m.text", "body": "say:edited"},
+               "m.relates_to": {"rel_type": "m.replace", "event_id": said}},
+        )  # fmt: skip
+        await chat.say("say:after")
+        received = await chat.wait_received("echo: after")
+        assert not [text for text in received if "edited" in text], received
+        texts = await chat.inbound_texts()
+        assert [t for t in texts if t.startswith(("say:", "* say:"))] == ["say:first", "say:after"]
+
+
 async def test_the_bot_types_while_a_turn_runs(chat: Chat) -> None:
     brain = chat.brain = HeldBrain()
     async with chat.running():
