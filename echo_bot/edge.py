@@ -99,6 +99,7 @@ class Refusals:
 
 
 NOT_OFFERED = "⚠️ That answer is not one this request offers."
+ELSEWHERE = "⚠️ That request was asked in another chat: it is answered there only."
 
 
 class Edge:
@@ -224,6 +225,15 @@ class Edge:
         if kept is None and action is None:  # a reaction or a reply to another message
             return Decided("no_prompt")
         to, actions = kept or (None, [])  # a button on no prompt of ours: refused
+        if (
+            to is not None
+            and at is not None
+            and (to.channel, to.chat_id) != (at.channel, at.chat_id)
+        ):
+            # Given in another chat (a network that does not check what a reply or a
+            # reaction points at): the prompt is its own chat's alone.
+            await self._not_offered(at, sender, message_id, action or (verb or ""), ELSEWHERE)
+            return Decided("refused", at)
         to = to or at
         if verb is not None and action is None:
             action = next((a for a in actions if a.split(":", 1)[0] == verb.value), None)
@@ -289,8 +299,9 @@ class Edge:
             return None
 
     async def _not_offered(
-        self, to: Address | None, sender: Sender, message_id: str, answer: str
-    ) -> None:
+        self, to: Address | None, sender: Sender, message_id: str, answer: str,
+        said: str = NOT_OFFERED,
+    ) -> None:  # fmt: skip
         log.warning(
             "%s: %s's answer %r on %s is not one its prompt offers",
             self.channel, sender.id, answer[:80], message_id,
@@ -299,7 +310,7 @@ class Edge:
             f"{self.channel}.forged_action", user=sender.id, message=message_id, action=answer[:80]
         )
         if to is not None:
-            await self.notice(to, NOT_OFFERED)
+            await self.notice(to, said)
 
     async def _stranger(self, message: MessageInbound) -> None:
         code = pair_code(message.text or "")

@@ -141,6 +141,34 @@ async def test_a_decision_counts_only_on_a_kept_prompt_that_offers_it(state_dir:
         assert [r.kind for r in rows].count("cli.forged_action") == 3
 
 
+async def test_an_answer_given_in_another_chat_than_its_prompts_is_refused(
+    state_dir: Path,
+) -> None:
+    """A network whose message ids are global (Matrix) and that does not check what a
+    reply or a reaction points at: an approver's answer in a team room to a prompt in
+    someone's direct chat is refused, said where it was given, and audited."""
+    team = Address(channel="cli", chat_id="team-room")
+    async with running_bot(state_dir) as bot:
+        edge = Edge("cli", Host(bot))  # type: ignore[arg-type]
+        await edge.keep_prompt("m-1", PROMPT)
+        approver = Sender(id="owner")
+        assert await edge.reply("m-1", approver, "r1", "approve", team)
+        await edge.react("m-1", approver, "r2", "✅", team)
+        pressed = await edge.decide("m-1", approver, "r3", action=f"approve_once:{REQUEST}",
+                                    at=team)  # fmt: skip
+        assert pressed.outcome == "refused" and pressed.chat == team
+        here = await edge.reply(
+            "m-1", approver, "r4", "deny", CHAT.model_copy(update={"thread_id": "a-thread"})
+        )  # the same chat, any thread: its own
+        assert here
+        inbox = await bot.store.run(lambda tx: tx.inbox.recent("cli", limit=10))
+        assert len(inbox) == 1  # the deny in the prompt's own chat only
+        await bot.channel.wait_for(lambda m: "asked in another chat" in m.text)
+        assert {m.to for m in bot.channel.sent if "another chat" in m.text} == {team}
+        rows = await bot.store.run(lambda tx: tx.audit.read(tail=20))
+        assert sum(r.kind == "cli.forged_action" for r in rows) == 3
+
+
 async def test_reactions_and_typed_replies_answer_a_prompt_and_anything_else_is_a_message(
     state_dir: Path,
 ) -> None:
