@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .background import Tasks
 from .errors import ChannelError
@@ -47,6 +48,10 @@ class _Preview:
     next_at: float = 0.0  # the loop's time before which no new text is shown
     broken: bool = False  # the network refused it: this reply is not previewed further
     removal: asyncio.Task[None] | None = None  # a left preview's, until a reply comes
+    # In the keys its sends carry: a preview made after one was removed (its turn waited
+    # for an approval) is never the removed one's repeat, which a network that dedupes
+    # by key (Matrix's transaction ids) would answer with the removed message.
+    tag: str = field(default_factory=lambda: secrets.token_hex(4))
 
 
 class EditedPreviews:
@@ -80,7 +85,7 @@ class EditedPreviews:
         state.next_at = loop.time() + self.interval
         try:
             message_id = await self.show(
-                state.chat, key, state.message_id, text + self.mark, state.shown
+                state.chat, f"{key}.{state.tag}", state.message_id, text + self.mark, state.shown
             )
         except ChannelError as exc:
             if not exc.retryable or exc.retry_after is not None:
