@@ -93,6 +93,7 @@ class Connection:
         self._dispatcher: JSONRPCDispatcher | None = None
         self._stop = asyncio.Event()
         self._broken = asyncio.Event()
+        self._calls = 0  # tool calls in flight
         self._task: asyncio.Task[None] | None = None
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -203,6 +204,8 @@ class Connection:
                 self.error = f"the server went away: {exc.message}"
                 return
             except TimeoutError:
+                if self._calls:  # a server may answer nothing while a tool works: the
+                    continue  # call's own timeout bounds it, and a dead pipe ends it
                 self.error = f"the server stopped answering (no pong within {PING_TIMEOUT:g} s)"
                 return
             if self._broken.is_set():  # a call failed, yet the session lives
@@ -269,6 +272,7 @@ class Connection:
         request = types.CallToolRequest(
             params=types.CallToolRequestParams(name=tool, arguments=args)
         )
+        self._calls += 1
         try:
             result = await session.send_request(
                 request, types.CallToolResult, request_read_timeout_seconds=timeout
@@ -281,6 +285,8 @@ class Connection:
                 raise LostDuringCall(exc.message) from None
             text = f"MCP error {exc.code}: {exc.message}"
             return CallAnswer(True, [{"type": "text", "text": text}])
+        finally:
+            self._calls -= 1
         wire = result.model_dump(by_alias=True, exclude_none=True, mode="json")
         return CallAnswer(bool(wire.get("isError")), list(wire.get("content") or []))
 

@@ -7,7 +7,8 @@ files in ``NOTES_DIR``, plus tools that misbehave on purpose. Run as a real proc
 Tools: ``list_notes`` (read-only by its annotations), ``add_note`` (not destructive),
 ``purge`` (no annotations), ``picture`` (an image), ``fail`` (isError), ``crash`` (the
 process exits mid-call), ``hang`` (sleeps; a cancellation is written to
-``NOTES_DIR/cancelled``), ``grow`` (adds a tool, then says the list changed), ``env``
+``NOTES_DIR/cancelled``), ``block`` (sleeps without yielding: a synchronous tool),
+``grow`` (adds a tool, then says the list changed), ``env``
 (the environment it was given), ``ask_model`` and ``ask_user`` (ask the client for
 sampling, elicitation). With
 ``NOTES_BAD_SCHEMA=1`` it also lists ``broken``, whose schema is no JSON Schema. With
@@ -72,6 +73,12 @@ def _tools() -> dict[str, types.Tool]:
             name="hang",
             description="Takes its time.",
             input_schema={"type": "object", "properties": {"seconds": {"type": "number"}}},
+        ),
+        types.Tool(
+            name="block",
+            description="Works without answering anything else meanwhile.",
+            input_schema={"type": "object", "properties": {"seconds": {"type": "number"}}},
+            annotations=types.ToolAnnotations(read_only_hint=True),
         ),
         types.Tool(
             name="grow",
@@ -150,6 +157,9 @@ async def call_tool(
             (NOTES / "cancelled").write_text("")
             raise
         return types.CallToolResult(content=[text("done hanging")])
+    if name == "block":  # a synchronous tool: the server answers no ping meanwhile
+        time.sleep(float(args.get("seconds", 1)))
+        return types.CallToolResult(content=[text("done blocking")])
     if name == "grow":
         TOOLS["extra"] = types.Tool(name="extra", description="Added later.", input_schema=NOTHING)
         await ctx.session.send_tool_list_changed()

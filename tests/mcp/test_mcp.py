@@ -29,13 +29,13 @@ from tests.waiting import eventually
 SERVER = ROOT / "tests" / "fakes" / "mcp_notes_server.py"
 
 
-def stdio_config(notes: Path, extra: str = "", *, name: str = "notes") -> str:
+def stdio_config(notes: Path, extra: str = "", *, name: str = "notes", timeout: str = "3s") -> str:
     return f"""
 [[mcp.servers]]
 name = "{name}"
 command = [{json.dumps(sys.executable)}, {json.dumps(str(SERVER))}, "stdio"]
 env = {{ NOTES_DIR = {json.dumps(str(notes))} }}
-timeout = "3s"
+timeout = "{timeout}"
 {extra}
 """
 
@@ -49,10 +49,12 @@ def mcp_state(bot: Bot) -> dict[str, dict[str, object]]:
 
 
 @contextlib.asynccontextmanager
-async def notes_bot(state_dir: Path, extra: str = "", config: str = "") -> AsyncIterator[Bot]:
+async def notes_bot(
+    state_dir: Path, extra: str = "", config: str = "", *, timeout: str = "3s"
+) -> AsyncIterator[Bot]:
     notes = state_dir / "notes"
     notes.mkdir(exist_ok=True)
-    async with running_bot(state_dir, stdio_config(notes, extra) + config) as bot:
+    async with running_bot(state_dir, stdio_config(notes, extra, timeout=timeout) + config) as bot:
         await eventually(lambda: mcp_state(bot)["notes"]["state"] == "ready")
         yield bot
 
@@ -212,6 +214,19 @@ async def test_a_call_past_its_timeout_is_cancelled_and_outcome_unknown(state_di
         reply = (await bot.channel.reply_to(inbound, timeout=15)).text
         assert "OUTCOME_UNKNOWN" in reply and "told to cancel" in reply
         await eventually(lambda: (state_dir / "notes" / "cancelled").exists())
+
+
+async def test_a_tool_that_keeps_its_server_from_answering_pings_runs_to_its_end(
+    state_dir: Path,
+) -> None:
+    """A synchronous tool (most small Python and Node servers) answers no ping while it
+    works: past the pings' 10 s the server is still alive, and within the call's
+    ``timeout`` its answer is the call's (it was killed as gone, mid-work)."""
+    async with notes_bot(state_dir, 'risk = { block = "read" }', timeout="40s") as bot:
+        inbound = await bot.channel.say('/tool notes__block {"seconds": 14}')
+        reply = (await bot.channel.reply_to(inbound, timeout=40)).text
+        assert "done blocking" in reply, reply
+        assert mcp_state(bot)["notes"]["state"] == "ready"
 
 
 async def test_a_changed_tool_list_reaches_the_registry(state_dir: Path) -> None:
