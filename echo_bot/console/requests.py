@@ -71,7 +71,9 @@ def view(gate: ApprovalGate, row: ApprovalRow, *, brief: bool = False) -> Reques
         args_json="" if brief else show_json(gate.masker.mask_data(row.args)),
         approvable=approvable,
         allow_for=row.grant_scope is not None and row.risk == "write",
-        allow_scope=allow_for_text(row.tool, row.prompt_to, row.grant_scope),
+        allow_scope=allow_for_text(
+            row.tool, row.prompt_to, row.grant_scope and gate.masker.mask(row.grant_scope)
+        ),  # a scope is the call's arguments: masked as the call is
         # The terminal shows a call of any length; a chat prompt as much as fits.
         chat_could_show=approvable
         and (fits(call) or is_local(Address.parse(row.prompt_to).channel)),

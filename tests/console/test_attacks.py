@@ -8,19 +8,24 @@ the console's pages) are in test_attacks_browser.py.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from types import SimpleNamespace
 from urllib.parse import quote
 
 import aiohttp
 import pytest
 from yarl import URL
 
+from echo_bot.console import requests
 from echo_bot.console.auth import COOKIE, ConsoleUser, digest, link_url, new_link
 from echo_bot.events import DecisionVerb, approval_action
+from echo_bot.secrets import Masker
 from echo_bot.statuses import ApprovalStatus
+from echo_bot.store.approvals import ApprovalRow
 from tests.conftest import Bot, running_bot
 from tests.console.helpers import (
     APPEND_X,
@@ -639,3 +644,21 @@ async def test_attack_an_approver_decides_a_request_prompted_in_another_approver
             one_csrf = await signed_in(bot, one, APPROVER_A)
             await post(one, f"/console/approvals/{request_id}", {"csrf": one_csrf, "verb": "deny"})
         assert await status_of(bot, request_id) == "denied"
+
+
+def test_attack_a_secret_in_a_grants_scope_is_masked_where_allow_for_is_offered() -> None:
+    """A tool whose grant covers all its arguments (an MCP tool naming none): the
+    "Allow here for 1 h" line shows them, masked as the call is."""
+    secret = "ghp_S3cr3tT0kenValue1234567890abcd"
+    args = {"webhook": f"https://hooks.example.com/{secret}", "text": "deploy done"}
+    now = time.time()
+    row = ApprovalRow(
+        id="a" * 32, turn_id="t", session_key="telegram:1", trace_id="tr", tool="notify__post",
+        args=args, args_hash="h", risk="write", requested_by={"id": "1"}, origin="telegram:1",
+        prompt_to="telegram:1", prompt_outbound_id=None, status=ApprovalStatus.PENDING,
+        verb=None, decided_by=None, decided_at=None, created_at=now, expires_at=now + 600,
+        grant_scope=json.dumps(args, sort_keys=True), reason="",
+    )  # fmt: skip
+    gate = SimpleNamespace(masker=Masker([secret]))
+    shown = requests.view(gate, row, brief=True)  # type: ignore[arg-type]
+    assert "hooks.example.com" in shown.allow_scope and secret not in shown.allow_scope
