@@ -4,6 +4,7 @@ rate limits and the only redirect targets a sign-in may name."""
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import re
 import time
 from collections import OrderedDict, deque
@@ -78,6 +79,18 @@ def tokens_match(given: str | None, expected: str) -> bool:
     return bool(given) and hmac.compare_digest(
         str(given).encode("utf-8", "surrogateescape"), expected.encode()
     )
+
+
+def peer_key(address: str | None) -> str:
+    """Who a limit counts: the address, or for IPv6 its /64 (one host often has all of
+    it, one address per request if it likes)."""
+    try:
+        ip = ipaddress.ip_address(address or "")
+    except ValueError:
+        return address or "?"
+    if ip.version == 6:
+        return str(ipaddress.ip_network(f"{ip}/64", strict=False))
+    return str(ip)
 
 
 class RateLimit:

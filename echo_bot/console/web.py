@@ -38,7 +38,7 @@ from .audit import AuditPage
 from .auth import COOKIE, ConsoleUser, audit_session, session_of, sign_in
 from .feed import Feed
 from .render import Clock, environment
-from .security import RateLimit, safe_next, same_origin, secure, tokens_match
+from .security import RateLimit, peer_key, safe_next, same_origin, secure, tokens_match
 from .status import StatusPage
 
 log = logging.getLogger(__name__)
@@ -263,18 +263,26 @@ class Console:
             request, "login.html", link=link[:256], next=safe_next(request.query.get("next"))
         )
 
+    def _failed(self, request: web.Request) -> web.StreamResponse | None:
+        """A sign-in that did not work, counted (by address, a /64 for IPv6, and in all):
+        past the limits its answer is 429. Only failures count, and a working link is
+        never refused: behind a reverse proxy every visitor has one address, and junk
+        posts counted first locked the owner out with a fresh link (a link's 256 random
+        bits are never guessed; the limits keep a guesser from hearing more)."""
+        peer = peer_key(request.remote)
+        if self.logins.allow(peer) and self.all_logins.allow("*"):
+            return None
+        wait = max(self.logins.retry_after(peer), 1)
+        return self._message(
+            request, 429, "Too many attempts", TOO_MANY, headers={"Retry-After": str(wait)}
+        )
+
     async def _login(self, request: web.Request) -> web.StreamResponse:
-        peer = request.remote or "?"
-        if not (self.logins.allow(peer) and self.all_logins.allow("*")):
-            wait = max(self.logins.retry_after(peer), 1)
-            return self._message(
-                request, 429, "Too many attempts", TOO_MANY, headers={"Retry-After": str(wait)}
-            )
         fields = await self._fields(request)
         if isinstance(fields, web.StreamResponse):
-            return fields
+            return self._failed(request) or fields
         if not same_origin(request, self.config.public_url):
-            return self._message(request, 403, "Refused", FORGED)
+            return self._failed(request) or self._message(request, 403, "Refused", FORGED)
         link = fields.get("t", "")
         agent = request.headers.get("User-Agent", "")
         ttl = self.config.session_ttl.total_seconds()
@@ -286,7 +294,8 @@ class Console:
                 lambda tx: self._open(tx, link, ttl, agent, replaced, address)
             )
         if opened is None:
-            return self._message(request, 403, "This link does not work", BAD_LINK)
+            refused = self._message(request, 403, "This link does not work", BAD_LINK)
+            return self._failed(request) or refused
         user = ConsoleUser.from_json(opened.row.approver)
         if not self.still_approves(user):
 
