@@ -127,8 +127,8 @@ class NoStoreYet(EchoBotError):
 
 
 def _with_store(at: StoreAt, fn: Callable[[Tx], T], *, create: bool = False) -> T:
-    """``fn(tx)`` in one transaction on the store ``at``; ``create``: make the SQLite
-    store if there is none yet, else there is nothing to read (``NoStoreYet``)."""
+    """``fn(tx)`` in one transaction on the store ``at``; ``create``: make the store
+    if there is none yet, else there is nothing to read (``NoStoreYet``)."""
     if at.url is not None:
         database = make_database("postgres", state_dir=at.state_dir, url=at.url)
     else:
@@ -140,9 +140,13 @@ def _with_store(at: StoreAt, fn: Callable[[Tx], T], *, create: bool = False) -> 
     # (secrets.masked_output).
     store = Store(database, Masker())
     try:
-        store.open_sync(create=create)
+        # Never a migration (a store behind this version is refused: the daemon still
+        # running the old one would find it changed under it), only a store made new.
+        store.open_sync(create=False)
     except NoSchema as exc:  # nothing to read, and reading it changes nothing
-        raise NoStoreYet(str(exc)) from None
+        if not create:
+            raise NoStoreYet(str(exc)) from None
+        store.open_sync(create=True)
     try:
         return store.run_sync(fn)
     finally:

@@ -10,7 +10,7 @@ from pathlib import Path
 from sqlite_utils import Database as SqlDb
 
 from echo_bot.store.schema import MIGRATIONS
-from tests.conftest import run_echo_bot
+from tests.conftest import echo_bot_env, run_echo_bot
 
 
 def version(path: Path) -> int:
@@ -36,8 +36,13 @@ def test_a_command_on_a_store_not_migrated_yet_changes_nothing_and_says_to_resta
     conn.execute(f"INSERT INTO meta(key, value) VALUES('schema_version', '{len(MIGRATIONS) - 1}')")
     conn.execute("COMMIT")
     conn.close()
-    for command in (["status"], ["approvals", "list"], ["reminders", "list"]):
-        result = run_echo_bot(*command, "--state-dir", str(state))
+    config = tmp_path / "echo-bot.toml"  # for the commands that write: a code, a link
+    config.write_text("[telegram]\nenabled = true\n[http]\nport = 0\n[console]\nenabled = true\n")
+    env = {**echo_bot_env(), "TELEGRAM_BOT_TOKEN": "123456:" + "A" * 35}
+    for command in (["status"], ["approvals", "list"], ["reminders", "list"], ["pair"],
+                    ["console", "link"]):  # fmt: skip
+        result = run_echo_bot(*command, "--config", str(config), "--state-dir", str(state),
+                              env=env)  # fmt: skip
         assert result.returncode != 0, (command, result.stdout)
         assert "restart the daemon" in result.stderr and "Traceback" not in result.stderr
         assert version(path) == len(MIGRATIONS) - 1  # migrated by nobody
