@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import json
 from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar, Protocol
 
@@ -58,6 +59,13 @@ class McpTool(Tool):
         """What a server answers may be the owner's data (notes, mail, files): it is
         handed to approvers only, unless the owner lists the tool in approvals.never."""
         return Effect(discloses=f"what the MCP server {self.server} answers")
+
+    def grant_scope(self, args: dict[str, Any], ctx: ToolContext) -> str:
+        """Exactly these arguments, all of them: ``key_args`` (the arguments that become a
+        command line, which the server may declare with ``x-argv``) only order the
+        prompt. Nobody rated what the others do, and a server marking a harmless one
+        must not widen a grant to every value of the rest."""
+        return json.dumps(args, sort_keys=True, separators=(",", ":"))
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         error: Exception

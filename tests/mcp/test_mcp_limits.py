@@ -272,6 +272,13 @@ def test_an_mcp_tools_argv_args_come_from_the_config_and_the_server_and_decide_p
     b = registry.get("n__b")
     assert b is not None and b.key_args == ("args", "flags")  # shown first when asking
     assert hub.declared_argv("n__b") == ("flags",)  # before the server lists it
+    # A grant covers exactly the arguments the approver saw, every one: a server's
+    # x-argv on a harmless argument orders the prompt, it widens no grant.
+    a = registry.get("n__a")
+    assert a is not None
+    staging = a.grant_scope({"args": ["deploy"], "target": "staging"}, None)  # type: ignore[arg-type]
+    production = a.grant_scope({"args": ["deploy"], "target": "production"}, None)  # type: ignore[arg-type]
+    assert staging != production
 
 
 WEBHOOK = """
