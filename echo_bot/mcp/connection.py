@@ -16,6 +16,7 @@ import contextlib
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
@@ -30,7 +31,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
 
 from .. import __version__
-from ..config import McpServerConfig
+from ..config import MCP_MAX_TOOLS, McpServerConfig
 from ..errors import EchoBotError
 from .tool import CallTimedOut, LostDuringCall, NotConnected
 
@@ -40,6 +41,9 @@ PING_EVERY = 2.0  # seconds between liveness pings of a connected server
 PING_TIMEOUT = 10.0
 LIST_TIMEOUT = 30.0
 STDERR_LINE = 1000  # characters of a line a server writes to stderr that are logged
+STDERR_LINES = 120  # lines of its stderr logged a minute at most; the rest are counted
+LIST_MAX = 4 * MCP_MAX_TOOLS  # tools of a listing read at most (a server offers 128 at most)
+NAME_MAX = 128  # characters of a tool's name on its server
 CLIENT = types.Implementation(name="echo-bot", version=__version__)
 
 
@@ -180,11 +184,24 @@ class Connection:
         logger = logging.getLogger(f"echo_bot.mcp.server.{self.config.name}")
 
         def relay() -> None:
+            """Each line logged, at most STDERR_LINES a minute: a chatty or hostile
+            server must not fill the disk or use up journald's burst for ours."""
+            since, logged, dropped = time.monotonic(), 0, 0
             with reader:
                 while raw := reader.readline(STDERR_LINE):  # bounded: a line may never end
+                    now = time.monotonic()
+                    if now - since >= 60:
+                        if dropped:
+                            logger.warning("%d lines of its stderr not logged", dropped)
+                        since, logged, dropped = now, 0, 0
                     line = raw.decode("utf-8", "replace").rstrip()
-                    if line:
+                    if not line:
+                        continue
+                    if logged < STDERR_LINES:
+                        logged += 1
                         logger.info("%s", line)
+                    else:
+                        dropped += 1
 
         threading.Thread(target=relay, name=f"mcp-{self.config.name}-stderr", daemon=True).start()
         return writer
@@ -261,6 +278,9 @@ class Connection:
                 else:
                     problems.append(problem)
             cursor = page.get("nextCursor")
+            if len(tools) + len(problems) >= LIST_MAX:
+                problems.append(f"it lists more than {LIST_MAX} tools: the rest were not read")
+                break
             if not cursor:
                 break
         return tools, problems
@@ -304,6 +324,8 @@ def _remote_tool(item: Any) -> tuple[RemoteTool | None, str]:
     if not isinstance(item, dict) or not isinstance(item.get("name"), str) or not item["name"]:
         return None, "a tool without a name"
     name = item["name"]
+    if len(name) > NAME_MAX or not name.isprintable():  # it reaches logs and prompts
+        return None, f"a tool named {name[:60]!r}: not a name (printable, {NAME_MAX} at most)"
     schema = item.get("inputSchema")
     if not isinstance(schema, dict) or schema.get("type") != "object":
         return None, f"{name}: its inputSchema is not a JSON-Schema object"

@@ -35,6 +35,7 @@ OPEN_TIMEOUT = 20.0  # connect and initialize
 FIRST_TRY = OPEN_TIMEOUT + 5.0
 BACKOFF_FIRST, BACKOFF_MAX = 1.0, 60.0
 STEADY = 60.0  # a session that lasted this long resets the backoff
+RELIST_PAUSE = 2.0  # seconds between two listings of a server that says its tools changed
 
 State = Literal["starting", "ready", "down", "stopped"]
 
@@ -159,6 +160,10 @@ class McpServer:
                     if self._changed.is_set() and not connection.closed.is_set():
                         self._changed.clear()
                         await self._list(connection)
+                        # At most one listing a RELIST_PAUSE: the changes said meanwhile
+                        # are one (a server saying it after every listing kept a core busy).
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(connection.closed.wait(), RELIST_PAUSE)
                 error = connection.error or "the session ended"
             except ServerGone as exc:
                 error = str(exc)

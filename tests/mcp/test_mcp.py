@@ -391,7 +391,7 @@ def test_mcp_list_shows_each_server_its_tools_their_risk_and_its_source(tmp_path
     done = run_echo_bot("mcp", "list", "--config", str(config), "--state-dir", str(tmp_path / "s"))
     assert done.returncode == 1, done.stderr  # one server is not ready
     lines = done.stdout.splitlines()
-    assert lines[0] == "notes (stdio): ready, 11 tools"
+    assert lines[0] == "notes (stdio): ready, 12 tools"
     rows = {line.split()[0]: line.split()[1:] for line in lines[1:] if line.startswith("  notes__")}
     assert rows["notes__list_notes"] == ["read", "annotation"]
     assert rows["notes__add_note"] == ["write", "annotation"]
@@ -519,11 +519,11 @@ async def test_status_and_doctor_show_each_server(state_dir: Path, tmp_path: Pat
 
         await eventually(both_shown)
         lines = await status_lines()
-        assert "mcp notes: ready, 11 tools" in lines
+        assert "mcp notes: ready, 12 tools" in lines
         assert any(line.startswith("mcp gone: down — cannot start") for line in lines)
     doctor = await asyncio.to_thread(run_echo_bot, "doctor", *args)
     assert doctor.returncode == 1
-    assert "mcp notes  stdio: ready, 11 tools" in doctor.stdout
+    assert "mcp notes  stdio: ready, 12 tools" in doctor.stdout
     assert "[FAIL] mcp gone" in doctor.stdout and "no such file" in doctor.stdout
 
 

@@ -5,6 +5,7 @@ model, which refuses more than 128 tools as the API does."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -381,3 +382,26 @@ def test_mcp_list_and_doctor_say_a_server_is_over_a_cap(tmp_path: Path) -> None:
     doctor = run_echo_bot("doctor", *args, timeout=60)
     [line] = [line for line in doctor.stdout.splitlines() if "mcp evil " in line]
     assert line.startswith("[warn]") and "21 tools over its max_tools = 20" in line
+
+
+async def test_attack_a_server_flooding_its_listing_its_changes_and_its_stderr_is_bounded(
+    state_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """700 tools (a server offers 128 at most: the listing is read up to 512), a tool
+    name carrying a forged log line (left out, shown quoted on one line), "my tools
+    changed" after every listing (listed again at most every 2 s, not in a hot loop),
+    and 1,000 lines of stderr at once (120 a minute logged, the rest counted)."""
+    caplog.set_level(logging.INFO, "echo_bot.mcp")
+    env = {"EVIL_MANY": "700", "EVIL_NAME": "1", "EVIL_CHURN": "1", "EVIL_STDERR": "1000"}
+    async with evil_bot(state_dir, evil_config(state_dir, env)) as bot:
+        await asyncio.sleep(4)
+        status = hub_of(bot).servers["evil"].status
+        assert status.state == "ready"
+        assert any("more than 512 tools" in p for p in status.problems), status.problems
+        listings = int((state_dir / "evil" / "listings").read_text())
+        assert 2 <= listings <= 5, listings  # one at start, then one per 2 s
+    messages = [r.getMessage() for r in caplog.records]
+    assert not [m for m in messages if "\n" in m and "approved by owner" in m]
+    assert any("a tool named 'x\\n2026" in m for m in messages)
+    stderr = [r for r in caplog.records if r.name == "echo_bot.mcp.server.evil"]
+    assert 100 <= len(stderr) <= 121, len(stderr)
