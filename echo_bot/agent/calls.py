@@ -348,6 +348,8 @@ class CallExecutor:
             await self.store.run(start)
         result = await self.registry.execute(tool.name, call.args, ctx)
         result.output = self.masker.mask(result.output)
+        # What a tool keeps beside its output (an MCP server's resources) is stored too.
+        result.data = self.masker.mask_data(result.data, by_key=False)
         # A read-only call may run again after a crash, unless someone approved it once.
         record_now = side_effect or call.approval_id is not None
         if record_now:

@@ -18,6 +18,7 @@ from .naming import RiskSource
 MAX_DESCRIPTION = 1024  # characters of the server's description the model sees, by default
 MAX_NESTED_DESCRIPTION = 300  # of each description or title inside its schema, by default
 KEEP_CONTENT_BYTES = 256 * 1024  # non-text content kept whole in the call's stored result
+KEEP_OUTPUT_CHARS = 64 * 1024  # of a result's text, as shell_exec's max_output
 # The registry's own timeout is the last resort: the call's own (the server's `timeout`)
 # ends first, so that the server is told to cancel.
 TIMEOUT_MARGIN = 5.0
@@ -172,11 +173,20 @@ def render_content(content: list[dict[str, Any]]) -> tuple[str, list[dict[str, A
         uri = item.get("uri") or (item.get("resource") or {}).get("uri")
         where = f", {uri}" if uri else ""
         lines.append(f"[{kind}: {mime}, {size:,} bytes{where}]")
-        if kind == "resource" and isinstance((item.get("resource") or {}).get("text"), str):
-            lines.append(item["resource"]["text"])
-        whole = size <= KEEP_CONTENT_BYTES
-        kept.append(item if whole else {k: v for k, v in item.items() if k not in ("data", "blob")})
-    return "\n".join(lines), kept
+        resource = item.get("resource") if isinstance(item.get("resource"), dict) else None
+        if resource is not None and isinstance(resource.get("text"), str):
+            lines.append(resource["text"])  # in the output: not kept twice
+            item = {**item, "resource": {k: v for k, v in resource.items() if k != "text"}}
+        if size > KEEP_CONTENT_BYTES:  # described, not kept
+            item = {k: v for k, v in item.items() if k != "data"}
+            if isinstance(item.get("resource"), dict):
+                item["resource"] = {k: v for k, v in item["resource"].items() if k != "blob"}
+        kept.append(item)
+    output = "\n".join(lines)
+    if len(output) > KEEP_OUTPUT_CHARS:  # the model reads far less; the store keeps this
+        more = len(output) - KEEP_OUTPUT_CHARS
+        output = f"{output[:KEEP_OUTPUT_CHARS]}\n[… {more:,} characters more, not kept]"
+    return output, kept
 
 
 def _size(item: dict[str, Any]) -> int:

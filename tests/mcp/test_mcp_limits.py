@@ -6,6 +6,7 @@ model, which refuses more than 128 tools as the API does."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import logging
@@ -21,7 +22,7 @@ from echo_bot.config import parse_config
 from echo_bot.errors import ConfigError
 from echo_bot.mcp.connection import RemoteTool
 from echo_bot.mcp.hub import McpHub
-from echo_bot.mcp.tool import McpTool
+from echo_bot.mcp.tool import McpTool, render_content
 from echo_bot.store import Tx
 from echo_bot.tools.registry import ToolRegistry
 from tests.conftest import ROOT, Bot, running_bot
@@ -405,3 +406,20 @@ async def test_attack_a_server_flooding_its_listing_its_changes_and_its_stderr_i
     assert any("a tool named 'x\\n2026" in m for m in messages)
     stderr = [r for r in caplog.records if r.name == "echo_bot.mcp.server.evil"]
     assert 100 <= len(stderr) <= 121, len(stderr)
+
+
+def test_attack_a_servers_huge_answer_is_kept_within_bounds() -> None:
+    """20 MB of text, a resource's 20 MB of text (once in the output, never twice), a
+    300 kB blob in a resource (described, not kept): what the store keeps is bounded."""
+    huge = "x" * 20_000_000
+    blob = base64.b64encode(b"\0" * 300_000).decode()
+    output, kept = render_content(
+        [
+            {"type": "text", "text": huge},
+            {"type": "resource", "resource": {"uri": "file:///a", "text": huge}},
+            {"type": "resource", "resource": {"uri": "file:///b", "blob": blob}},
+        ]
+    )
+    assert len(output) < 70_000 and output.endswith("characters more, not kept]")
+    assert len(json.dumps(kept)) < 1_000, kept
+    assert [k["resource"]["uri"] for k in kept] == ["file:///a", "file:///b"]
