@@ -238,7 +238,10 @@ async def upload(
             answer, _ = await client.upload(
                 lambda _limited, _timeouts: source,
                 content_type="application/octet-stream" if keys is not None else mime,
-                filename=file.name, filesize=await asyncio.to_thread(_size, source),
+                # What the media repository keeps and serves: in an encrypted room not
+                # even the name (the event holds it, encrypted); else the shown name.
+                filename="file" if keys is not None else body,
+                filesize=await asyncio.to_thread(_size, source),
             )  # fmt: skip
     except FileNotFoundError:
         raise ChannelError(f"the file to send is gone ({file.name})", retryable=False) from None

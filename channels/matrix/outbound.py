@@ -174,6 +174,12 @@ class Outbound:
         the first time (for this device's token), so a send in flight at a kill is not
         repeated either."""
 
+        # Mentions no one: else clients fall back to matching the body, and "@room" or a
+        # member's name the model wrote would notify them.
+        content = {**content, "m.mentions": {}}
+        if "m.new_content" in content:
+            content["m.new_content"] = {**content["m.new_content"], "m.mentions": {}}
+
         async def once(tried: int) -> str:
             if paced or tried:
                 await self.pacer.wait(room_id)

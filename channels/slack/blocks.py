@@ -62,7 +62,8 @@ def button(item: Button, masker: Masking) -> dict[str, Any]:
 def blocks_of(message: OutboundMessage, masker: Masking) -> list[dict[str, Any]]:
     """The message as blocks: its sections, then its buttons (none on an outcome)."""
     blocks: list[dict[str, Any]] = [
-        {"type": "section", "text": {"type": "mrkdwn", "text": text}}
+        # verbatim: Slack links no @channel, @here or name the model wrote on its own
+        {"type": "section", "text": {"type": "mrkdwn", "text": text, "verbatim": True}}
         for text in text_sections(message, masker)
     ]
     elements = [button(b, masker) for row in message.buttons for b in row]

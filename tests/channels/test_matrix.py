@@ -118,6 +118,9 @@ async def test_an_encrypted_chat_end_to_end_with_an_approval_by_reaction(chat: C
         reply = await asyncio.to_thread(raw_event, chat.owner, chat.room_id, reply_id)
         assert reply["type"] == "m.room.encrypted", reply
         assert "secret" not in json.dumps(reply)
+        # It mentions no one: "@room" or a name in what the model wrote notifies nobody.
+        [shown] = [e for _room, e in chat.owner.seen if e.event_id == reply_id]
+        assert shown.source["content"]["m.mentions"] == {}
 
         await chat.say("run:approved")
         shown = await chat.prompt()

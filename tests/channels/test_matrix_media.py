@@ -314,6 +314,7 @@ async def test_a_file_the_bot_sends_arrives_encrypted_and_whole(chat: MediaChat)
         assert stored["type"] == "m.room.encrypted"
         download = await chat.owner.client.download(mxc=report.url)
         assert not isinstance(download, DownloadError) and download.body != REPORT
+        assert download.filename in (None, "file")  # nor its name, which the event holds
         # The caption came after the file.
         texts = chat.owner.received_events(chat.room_id, chat.bot_id)
         caption = next(e for e, body in texts if body == "the report")

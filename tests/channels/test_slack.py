@@ -337,6 +337,9 @@ async def test_a_prompt_shows_hostile_arguments_escaped_in_its_code_block(chat: 
     assert "&lt;!channel&gt;" in code and "&amp;amp;" in code
     assert code.count("```") == 2  # the argument's own fences cannot end the block
     assert "*bold*" in code  # shown as typed: inside a code block mrkdwn is not applied
+    # Nothing the model wrote notifies anyone: Slack links no bare @channel or name.
+    assert all(b["text"].get("verbatim") is True for b in message["blocks"]
+               if b["type"] == "section")  # fmt: skip
 
 
 def test_the_slack_section_is_checked_and_its_secrets_named_by_mode() -> None:

@@ -221,6 +221,9 @@ class _BlockChecker:
             return
         if obj.get("type") not in allowed:
             self.fail(f"{pointer}/type", f"must be one of {', '.join(allowed)}")
+        for key, kind in (("verbatim", "mrkdwn"), ("emoji", "plain_text")):
+            if key in obj and (obj.get("type") != kind or not isinstance(obj[key], bool)):
+                self.fail(f"{pointer}/{key}", f"must be a boolean of a {kind} text")
         text = obj.get("text")
         if not isinstance(text, str) or not text:
             self.fail(f"{pointer}/text", "must be more than 0 characters")
