@@ -32,12 +32,13 @@ from echo_bot.events import (
 )
 
 from .common import Tasks, address_of
+from .formatting import unescaped
 from .media import read_files
 from .settings import SlackConfig
 
 NAMES_MAX = 10_000  # users' display names remembered
 MAX_TEXT = 40_000  # characters of a message's text taken (Slack's own limit)
-_MENTION = re.compile(r"<@([UW][A-Z0-9]+)(?:\|[^>]*)?>")
+_MARKUP = re.compile(r"<([^<>]*)>")  # a link, a mention: what a person typed is &lt; &gt;
 _TS = re.compile(r"^[0-9]{1,12}\.[0-9]{1,9}$")
 _ID = re.compile(r"^[A-Z0-9]{2,32}$")
 # The message subtypes that are something a person wrote (edits, joins… are not).
@@ -125,12 +126,25 @@ class Inbound:
         return (channel, user, ts) if taken and listed else None
 
     def _text(self, event: dict[str, Any]) -> str:
-        """The text as the agent reads it: clean, the bot's own mention left out (a
-        ``!command`` is the core's ``/command``: the edge knows the prefix)."""
+        """The text as the person typed it: Slack's markup read (``<url|label>`` as
+        "label (url)", ``<@U1>`` as "@U1", ``<#C1|general>`` as "#general", ``<!here>``
+        as "@here"), the bot's own mention left out, ``&lt;`` ``&gt;`` ``&amp;`` undone
+        (else ``a > b && c`` reached the agent as ``a &gt; b &amp;&amp; c``), clean.
+        A ``!command`` is the core's ``/command``: the edge knows the prefix."""
         raw = _str(event.get("text")) or ""
-        text = clean(raw[:MAX_TEXT])
-        text = _MENTION.sub(lambda m: "" if m.group(1) == self.bot_user_id else m.group(0), text)
-        return text.strip()
+        return clean(unescaped(_MARKUP.sub(self._read_markup, raw[:MAX_TEXT]))).strip()
+
+    def _read_markup(self, found: re.Match[str]) -> str:
+        target, _, label = found.group(1).partition("|")
+        if target.startswith("@"):
+            return "" if target[1:] == self.bot_user_id else f"@{target[1:]}"
+        if target.startswith("#"):
+            return f"#{label or target[1:]}"
+        if target.startswith("!"):  # @here, @channel, a user group, a date's fallback
+            return label or f"@{target[1:].split('^', 1)[0]}"
+        if target.startswith("mailto:"):
+            return label or target.removeprefix("mailto:")
+        return f"{label} ({target})" if label and label != target else target
 
     # -- button presses -------------------------------------------------------------------
     async def _press(self, payload: dict[str, Any]) -> None:

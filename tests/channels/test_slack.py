@@ -159,6 +159,24 @@ async def test_a_mention_is_answered_where_it_was_made_its_thread_or_the_channel
         assert {"slack:C0GENERAL", f"slack:C0GENERAL:{parent}"} <= sessions
 
 
+async def test_the_agent_reads_what_the_person_typed_not_slacks_markup(chat: Chat) -> None:
+    """Slack sends ``&``, ``<`` and ``>`` escaped and links and mentions as markup: the
+    agent reads them as typed (a shell line with ``>`` and ``&&`` stays one)."""
+    wire = (
+        "say:run `echo a &gt; out.txt &amp;&amp; cat &lt;in.txt` see"
+        " <https://example.org/x?a=1&amp;b=2> and <https://example.org/y|the docs>,"
+        " ask <@U0FRIEND> in <#C0GENERAL|general> <!here> <mailto:a@example.org|a@example.org>"
+    )
+    async with chat.running():
+        await chat.fake.push_message(wire, user=SLACK_OWNER, channel=SLACK_DM)
+        await chat.wait_received("echo: run")
+        texts = await chat.inbound_texts()
+    assert texts[-1] == (
+        "say:run `echo a > out.txt && cat <in.txt` see https://example.org/x?a=1&b=2 and"
+        " the docs (https://example.org/y), ask @U0FRIEND in #general @here a@example.org"
+    )
+
+
 async def test_channel_messages_without_a_mention_and_other_channels_are_left_alone(
     chat: Chat,
 ) -> None:
