@@ -588,7 +588,13 @@ def load_config(path: Path | None) -> LoadedConfig:
         raise ConfigError(f"{path}: not UTF-8 text") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from None
-    return LoadedConfig(config=parse_config(data, str(path)), path=path)
+    config = parse_config(data, str(path))
+    state_dir = config.bot.state_dir
+    if state_dir is not None and not state_dir.expanduser().is_absolute():
+        # Beside the config file, as it reads: not wherever a command happens to run
+        # (the service's WorkingDirectory, or the owner's shell).
+        config.bot.state_dir = path.absolute().parent / state_dir
+    return LoadedConfig(config=config, path=path)
 
 
 def llm_enabled(loaded: LoadedConfig, environ: Mapping[str, str]) -> bool:

@@ -17,6 +17,7 @@ from echo_bot.config import (
 )
 from echo_bot.durations import format_duration, parse_duration
 from echo_bot.errors import ConfigError
+from echo_bot.statedir import resolve_state_dir
 from tests.conftest import echo_bot_env, run_echo_bot
 
 SOURCE = "conf.toml"
@@ -616,3 +617,14 @@ def test_a_boolean_key_takes_only_a_boolean(value: str) -> None:
     with pytest.raises(ConfigError) as refusal:
         parse_config(tomllib.loads(f"[console]\nenabled = {value}\n"), "t.toml")
     assert "console.enabled: write true or false, without quotes" in str(refusal.value)
+
+
+def test_a_relative_state_dir_is_read_beside_the_config_file(tmp_path: Path) -> None:
+    """The service runs in its WorkingDirectory, the owner's commands anywhere: both
+    find the same store."""
+    folder = tmp_path / "etc"
+    folder.mkdir()
+    (folder / "echo-bot.toml").write_text('[bot]\nstate_dir = "state"\n')
+    loaded = load_config(folder / "echo-bot.toml")
+    assert loaded.config.bot.state_dir == folder / "state"
+    assert resolve_state_dir(None, loaded.config.bot.state_dir, {}) == (folder / "state").resolve()
