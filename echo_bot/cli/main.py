@@ -199,6 +199,14 @@ def main(argv: list[str] | None = None) -> int:
         for line in str(exc).splitlines() or [type(exc).__name__]:
             print(f"echo-bot: {_ERRORS.mask(line)}", file=sys.stderr)
         return exc.exit_code
+    except PermissionError as exc:  # most often: run as another user than the daemon's
+        where = f" ({exc.filename})" if exc.filename else ""
+        print(
+            f"echo-bot: permission denied{where}: run this as the user the daemon runs as"
+            " (for the systemd unit: sudo -u echo-bot echo-bot …)",
+            file=sys.stderr,
+        )
+        return 2
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

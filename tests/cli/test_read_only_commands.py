@@ -4,11 +4,14 @@ in a state directory; they say that `echo-bot run` makes it."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import echo_bot_env, run_echo_bot
+from tests.conftest import echo_bot_cmd, echo_bot_env, run_echo_bot
 from tests.postgres import fresh_database
 
 LOOKING = (
@@ -62,3 +65,34 @@ def test_looking_at_a_new_state_dir_creates_nothing(tmp_path: Path, command: tup
         assert "`echo-bot run` creates it" in done.stdout + done.stderr
     if command[0] == "status":
         assert "daemon: not running" in done.stdout and "nothing yet" in done.stdout
+
+
+def _as_another_user(args: list[str]) -> list[str] | None:
+    """``args`` run without the power to read another user's files: as root, with the
+    capabilities that bypass file permissions dropped (setpriv); as anyone else, as is."""
+    if os.geteuid() != 0:
+        return args
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        return None
+    caps = "-dac_override,-dac_read_search,-fowner"
+    return [setpriv, "--bounding-set", caps, "--inh-caps", caps, *args]
+
+
+def test_a_state_dir_this_user_cannot_read_is_one_clear_line(tmp_path: Path) -> None:
+    """The owner forgot `sudo -u echo-bot`: every command says so, none a traceback."""
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "echo-bot.sqlite3").touch()
+    state.chmod(0o000)
+    try:
+        for command in [*LOOKING[1:], ("backup", str(tmp_path))]:
+            argv = _as_another_user(echo_bot_cmd(*command, "--state-dir", str(state)))
+            if argv is None:
+                pytest.skip("setpriv is not installed: as root nothing is unreadable")
+            done = subprocess.run(argv, capture_output=True, text=True, env=echo_bot_env(),
+                                  timeout=30)  # fmt: skip
+            assert done.returncode != 0 and "Traceback" not in done.stderr, (command, done.stderr)
+            assert "permission denied" in done.stderr.lower(), (command, done.stderr)
+    finally:
+        state.chmod(0o700)
