@@ -21,6 +21,7 @@ from ..store import (
     describe_url,
     queued_outbound,
 )
+from ..store.schema import MIGRATIONS
 
 OK, WARN, FAIL = DIAGNOSIS_OK, DIAGNOSIS_WARN, DIAGNOSIS_FAIL
 TIMEOUT = 5.0  # seconds for each peer; the peers are asked at once
@@ -83,7 +84,18 @@ def _check_store(state_dir: Path) -> tuple[str, str]:
         return FAIL, f"cannot read {path}: {found.error}"
     if not found.ok:
         return FAIL, f"{path} is damaged ({found.verdict}); restore a backup (systemd/README.md)"
-    return OK, f"{path}: integrity ok"
+    expected = len(MIGRATIONS)
+    if found.schema is not None and found.schema > expected:
+        return FAIL, (
+            f"{path}: schema version {found.schema}, newer than this echo-bot ({expected});"
+            " upgrade echo-bot (the daemon refuses to start on it)"
+        )
+    behind = (
+        f", migrated to {expected} at the next start"
+        if found.schema is not None and found.schema < expected
+        else ""
+    )
+    return OK, f"{path}: quick check ok, schema version {found.schema}{behind}"
 
 
 def _check_database(url: str) -> tuple[tuple[str, str], DatabaseCheck]:

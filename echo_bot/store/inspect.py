@@ -24,6 +24,7 @@ class FileCheck:
 
     error: str | None = None
     verdict: str = ""
+    schema: int | None = None  # its schema version (None: none written)
 
     @property
     def ok(self) -> bool:
@@ -43,11 +44,20 @@ def _connect(path: Path) -> sqlite3.Connection:
 
 
 def check_file(path: Path) -> FileCheck:
-    """SQLite's quick_check of the store at ``path`` (which must exist)."""
+    """SQLite's quick_check of the store at ``path`` (which must exist), and its schema
+    version."""
     try:
         with contextlib.closing(_connect(path)) as conn:
-            return FileCheck(verdict=str(conn.execute("PRAGMA quick_check").fetchone()[0]))
-    except sqlite3.Error as exc:
+            verdict = str(conn.execute("PRAGMA quick_check").fetchone()[0])
+            has_meta = conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'"
+            ).fetchone()
+            row = (
+                has_meta
+                and conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+            )
+            return FileCheck(verdict=verdict, schema=int(row[0]) if row else None)
+    except (sqlite3.Error, ValueError) as exc:
         return FileCheck(error=str(exc))
 
 

@@ -16,6 +16,7 @@ import pytest
 from echo_bot.events import Address, OutboundMessage
 from echo_bot.secrets import Masker
 from echo_bot.store import DB_FILENAME, Database, Store, Tx
+from echo_bot.store.schema import MIGRATIONS
 from tests.conftest import ROOT, echo_bot_env
 from tests.fakes.telegram_api import FakeTelegramAPI
 
@@ -167,11 +168,29 @@ def test_doctor_reads_a_sound_store_read_only_and_counts_its_outbox(tmp_path: Pa
     before = path.read_bytes()
     code, out = asyncio.run(doctor("--state-dir", str(tmp_path / "st")))
     assert code == 0, out
-    assert line_of(out, "store").endswith(f"] store      {path}: integrity ok")
+    assert line_of(out, "store").endswith(
+        f"] store      {path}: quick check ok, schema version {len(MIGRATIONS)}"
+    )
     assert line_of(out, "outbox") == "[warn] outbox     " + (
         "2 message(s) for cli wait for a terminal (`echo-bot chat`)"
     )
     assert path.read_bytes() == before
+
+
+def test_doctor_fails_on_a_store_a_newer_echo_bot_wrote_and_notes_one_behind(
+    tmp_path: Path,
+) -> None:
+    """A rollback: the daemon refuses a store a newer version wrote, and doctor says so
+    (it said ok); a store one version behind is migrated at the next start."""
+    path = make_store(tmp_path / "st", queued=0)
+    for version, verdict, said in (
+        (len(MIGRATIONS) + 1, 1, "newer than this echo-bot"),
+        (len(MIGRATIONS) - 1, 0, f"migrated to {len(MIGRATIONS)} at the next start"),
+    ):
+        with contextlib.closing(sqlite3.connect(path)) as conn, conn:
+            conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(version)])
+        code, out = asyncio.run(doctor("--state-dir", str(tmp_path / "st")))
+        assert code == verdict and said in line_of(out, "store"), out
 
 
 def test_doctor_fails_on_a_store_whose_pages_are_damaged(tmp_path: Path) -> None:
