@@ -173,11 +173,11 @@ def send(
         if event is None:
             return 2
     host = config.http.host if config.http.host not in ("0.0.0.0", "::") else "127.0.0.1"
-    url = f"http://{host}:{config.http.port}{route.url_path}"
+    url = f"http://{f'[{host}]' if ':' in host else host}:{config.http.port}{route.url_path}"
     try:
         status, answer = asyncio.run(post_signed(url, route.auth, secret, body, event))
     except OSError as exc:
-        print(f"echo-bot: cannot reach the daemon at {url}: {exc}")
+        print(f"echo-bot: cannot reach the daemon at {url}: {exc}", file=sys.stderr)
         return 1
     print(f"HTTP {status} {answer}")
     return 0 if status < 400 else 1

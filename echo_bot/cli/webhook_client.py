@@ -41,10 +41,15 @@ def sign_headers(auth: str, secret: str, body: bytes, event: str | None = None) 
 async def post_signed(
     url: str, auth: str, secret: str, body: bytes, event: str | None = None
 ) -> tuple[int, str]:
-    from aiohttp import ClientSession, ClientTimeout
+    """The daemon's answer; ``ConnectionError`` when there is none (refused, cut off, not
+    HTTP, too slow)."""
+    from aiohttp import ClientError, ClientSession, ClientTimeout
 
-    async with (
-        ClientSession(timeout=ClientTimeout(total=15)) as session,
-        session.post(url, data=body, headers=sign_headers(auth, secret, body, event)) as response,
-    ):
-        return response.status, await response.text()
+    try:
+        async with (
+            ClientSession(timeout=ClientTimeout(total=15)) as session,
+            session.post(url, data=body, headers=sign_headers(auth, secret, body, event)) as answer,
+        ):
+            return answer.status, await answer.text()
+    except (ClientError, TimeoutError) as exc:  # aiohttp's own are no OSError
+        raise ConnectionError(f"{type(exc).__name__}: {exc}".rstrip(": ")) from None

@@ -11,6 +11,8 @@ import json
 import logging
 import os
 import shlex
+import socket
+import threading
 import tomllib
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -1082,6 +1084,37 @@ def test_webhook_send_against_a_running_daemon(tmp_path: Path) -> None:
     listing = run_echo_bot("webhook", "deliveries", "--state-dir", str(state))
     assert listing.returncode == 0, listing.stderr
     assert len([line for line in listing.stdout.splitlines() if line.strip()]) == 3
+
+
+@pytest.mark.parametrize("answer", [b"", b"garbage\r\n\r\n"], ids=["cut-off", "not-http"])
+def test_webhook_send_to_something_that_is_no_daemon_is_one_line(
+    tmp_path: Path, answer: bytes
+) -> None:
+    """Whatever listens on the port (or hangs up), the command says it could not reach
+    the daemon, on stderr, and exits 1: no traceback."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def serve() -> None:
+        with listener:
+            connection, _ = listener.accept()
+            with connection:
+                connection.recv(65536)
+                connection.sendall(answer)
+
+    threading.Thread(target=serve, daemon=True).start()
+    config = tmp_path / "echo-bot.toml"
+    config.write_text(
+        f"[http]\nport = {port}\n[webhook]\nenabled = true\n[[webhook.routes]]\n"
+        'name = "t"\nauth = "bearer"\nsecret_env = "HOOK_SECRET"\ntool = "current_time"\n'
+        'deliver_to = "cli:local"\n'
+    )
+    data = tmp_path / "payload.json"
+    data.write_text("{}")
+    sent = run_echo_bot("webhook", "send", "t", "--data", str(data), "--config", str(config),
+                        env=echo_bot_env(HOOK_SECRET="s" * 32))  # fmt: skip
+    assert sent.returncode == 1, sent.stdout + sent.stderr
+    assert "cannot reach the daemon" in sent.stderr and "Traceback" not in sent.stderr
 
 
 def raw_request(method: str, path: str, headers: dict[str, str], body: bytes = b"") -> bytes:
