@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -84,7 +85,9 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", action=_Commands)
     sub.add_parser("run", parents=[common], help="run the daemon")
     sub.add_parser("chat", parents=[common], help="talk to the bot in this terminal")
-    sub.add_parser("check-config", parents=[common], help="validate the config and summarise it")
+    check = sub.add_parser(
+        "check-config", parents=[common], help="validate the config and summarise it"
+    )
     approvals = sub.add_parser("approvals", parents=[common], help="list and decide approvals")
     approvals.add_argument("action", choices=["list", "show", "approve", "deny"])
     approvals.add_argument(
@@ -105,11 +108,12 @@ def _parser() -> argparse.ArgumentParser:
     doctor = sub.add_parser(
         "doctor", parents=[common], help="check config, secrets, state dir, peers"
     )
-    doctor.add_argument(
-        "--env-file",
-        type=Path,
-        help="read secrets from the service's environment file too (systemd EnvironmentFile=)",
-    )
+    for reads_secrets in (check, doctor):
+        reads_secrets.add_argument(
+            "--env-file",
+            type=Path,
+            help="read secrets from the service's environment file too (systemd EnvironmentFile=)",
+        )
     backup = sub.add_parser("backup", parents=[common], help="a consistent copy of the store")
     backup.add_argument(
         "path", type=Path, help="where to write the copy (a directory: a new, timestamped file)"
@@ -242,7 +246,12 @@ def _dispatch(args: argparse.Namespace) -> int:
         registry().check()  # a broken channel plugin: named, exit 2
     loaded = load_config(args.config)
     config = loaded.config
-    environ = with_credentials(config, os.environ)
+    given: Mapping[str, str] = os.environ
+    if getattr(args, "env_file", None) is not None:  # check-config as the service sees it
+        from .doctor import environ_with_file
+
+        given = environ_with_file(os.environ, args.env_file)
+    environ = with_credentials(config, given)
     masker = Masker.from_environment(secret_env_names(config), environ)
     _ERRORS.add(environ.get(name, "") for name in secret_env_names(config))
     state_dir = resolve_state_dir(args.state_dir, config.bot.state_dir, environ)

@@ -17,7 +17,7 @@ from echo_bot.events import Address, OutboundMessage
 from echo_bot.secrets import Masker
 from echo_bot.store import DB_FILENAME, Database, Store, Tx
 from echo_bot.store.schema import MIGRATIONS
-from tests.conftest import ROOT, echo_bot_env
+from tests.conftest import ROOT, echo_bot_env, run_echo_bot
 from tests.fakes.telegram_api import FakeTelegramAPI
 
 TOKEN = "123456:DOCTOR-test-token"
@@ -268,3 +268,20 @@ async def test_doctor_shows_the_console_and_warns_when_it_is_open_to_the_network
     _code, out = await doctor(*state)
     (line,) = [row for row in out.splitlines() if "] console " in row]
     assert line.startswith("[warn]") and "plain HTTP on 0.0.0.0:8080" in line, out
+
+
+def test_check_config_reads_the_service_env_file_as_the_install_steps_run_it(
+    tmp_path: Path,
+) -> None:
+    """systemd/README.md runs check-config under sudo, which does not load the service's
+    environment file: with --env-file it checks what the service will have."""
+    config = tmp_path / "echo-bot.toml"
+    config.write_text("[telegram]\nenabled = true\n")
+    env_file = tmp_path / "env"
+    env_file.write_text(f"TELEGRAM_BOT_TOKEN={TOKEN}\n")
+    args = ("check-config", "--config", str(config), "--state-dir", str(tmp_path / "st"))
+    without = run_echo_bot(*args)
+    assert without.returncode == 2 and "TELEGRAM_BOT_TOKEN" in without.stderr
+    checked = run_echo_bot(*args, "--env-file", str(env_file))
+    assert checked.returncode == 0, checked.stderr
+    assert TOKEN not in checked.stdout + checked.stderr
