@@ -190,6 +190,14 @@ class Console:
             return None
         user = ConsoleUser.from_json(session.approver)
         if not self.still_approves(user):
+            # Ended, not only ignored: named an approver again (a config edit undone),
+            # they sign in anew, as docs/CONSOLE.md says.
+            def end(tx: Tx) -> None:
+                tx.console.revoke(session.id, time.time())
+                audit_session(tx, "console.revoked", session.approver, session.id,
+                              by="the console: no longer an approver")  # fmt: skip
+
+            await self.store.run(end)
             return None
         return Visitor(session, user)
 

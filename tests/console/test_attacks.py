@@ -327,6 +327,12 @@ async def test_attack_non_approvers_link(state_dir: Path) -> None:
             status, _ = await decide(a, request_id, "approve", csrf)
             assert status == 401
             assert await status_of(bot, request_id) == "pending"
+            # Signed out, not only turned away: named again, they sign in anew.
+            live = await bot.store.run(lambda tx: tx.console.sessions(time.time()))
+            assert live == []
+            path.write_text(CONSOLE + TELEGRAM_APPROVERS)
+            await bot.daemon.reload()
+            assert await page_status(a, "/console/") == 303
         assert not (bot.state_dir / "workspace" / "a.txt").exists()
 
 
