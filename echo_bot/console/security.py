@@ -21,7 +21,10 @@ CSP = (
 HEADERS = {
     "Content-Security-Policy": CSP,
     "X-Frame-Options": "DENY",
-    "Referrer-Policy": "no-referrer",
+    # same-origin: the console's own form posts carry a real Origin (with no-referrer
+    # they said "null", which only Sec-Fetch-Site could vouch for, and Safari before
+    # 16.4 sends none); another site is never told a console address.
+    "Referrer-Policy": "same-origin",
     "X-Content-Type-Options": "nosniff",
     "Cache-Control": "no-store",
     "Cross-Origin-Opener-Policy": "same-origin",
@@ -61,7 +64,7 @@ def same_origin(request: web.Request, public_url: str | None) -> bool:
     if origin is None:
         return True
     if origin == "null":
-        # A page with ``Referrer-Policy: no-referrer`` (every console page) makes the
+        # A page under ``Referrer-Policy: no-referrer`` (the console's before) made the
         # browser send ``Origin: null`` on its own form posts; the browser's
         # Sec-Fetch-Site, which no page can set, still tells ours from others'.
         return site == "same-origin"

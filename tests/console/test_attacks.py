@@ -22,7 +22,7 @@ from yarl import URL
 
 from echo_bot.console import requests
 from echo_bot.console.auth import COOKIE, ConsoleUser, link_url, new_link
-from echo_bot.console.security import peer_key
+from echo_bot.console.security import peer_key, same_origin
 from echo_bot.events import DecisionVerb, approval_action
 from echo_bot.secrets import Masker
 from echo_bot.statuses import ApprovalStatus
@@ -198,7 +198,8 @@ async def test_attack_csrf_from_another_origin(state_dir: Path) -> None:
             assert (await sign_in(fresh, link_url(base_url(bot), link))).status == 303
 
         # The same button, pressed on the console's own page, works: as Chromium sends it
-        # from a page under "Referrer-Policy: no-referrer" (Origin: null).
+        # from a page under "Referrer-Policy: no-referrer" (Origin: null), and as a
+        # browser without Sec-Fetch-Site sends it under ours (same-origin: its Origin).
         from_our_page = {"Origin": "null", "Sec-Fetch-Site": "same-origin"}
         status, text = await decide(victim, request_id, "approve", csrf, from_our_page)
         assert status == 200 and "Approved" in text
@@ -676,3 +677,20 @@ def test_failed_sign_ins_are_counted_by_address_and_an_ipv6_hosts_whole_64() -> 
     assert peer_key("2001:db8:1:2::1") == peer_key("2001:db8:1:2:ffff::9") == "2001:db8:1:2::/64"
     assert peer_key("2001:db8:1:3::1") != peer_key("2001:db8:1:2::1")
     assert peer_key("192.0.2.7") == "192.0.2.7" and peer_key(None) == "?"
+
+
+def test_a_form_post_from_a_browser_without_sec_fetch_site_is_told_by_its_origin() -> None:
+    """Safari before 16.4 sends no Sec-Fetch-Site: under ``same-origin`` its posts from
+    the console's pages carry the console's Origin and count; another site's do not."""
+    from aiohttp.test_utils import make_mocked_request
+
+    def post(headers: dict[str, str]) -> bool:
+        request = make_mocked_request(
+            "POST", "/console/login", headers={"Host": "bot.example.org", **headers}
+        )
+        return same_origin(request, None)
+
+    assert post({"Origin": "https://bot.example.org"})
+    assert not post({"Origin": "https://evil.example.com"})
+    assert not post({"Origin": "null"})  # only with Sec-Fetch-Site: same-origin
+    assert post({"Origin": "null", "Sec-Fetch-Site": "same-origin"})

@@ -152,5 +152,5 @@ async def test_every_console_answer_carries_the_strict_headers(state_dir: Path) 
                 assert "frame-ancestors 'none'" in headers["Content-Security-Policy"], path
                 assert "'unsafe-inline'" not in headers["Content-Security-Policy"], path
                 assert headers["X-Frame-Options"] == "DENY", path
-                assert headers["Referrer-Policy"] == "no-referrer", path
+                assert headers["Referrer-Policy"] == "same-origin", path
                 assert headers["X-Content-Type-Options"] == "nosniff", path
