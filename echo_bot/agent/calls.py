@@ -314,6 +314,7 @@ class CallExecutor:
             trace_id=inbound.trace_id,
             session_key=inbound.session_key,
             call_id=call.id,
+            approval_id=call.approval_id,  # the request it ran on (the console's outcome)
             tool=call.name,
             args=call.args,
             ok=result.ok,

@@ -147,16 +147,18 @@ OUTCOME_OUTPUT = 2000  # characters of a call's output shown
 
 def outcome(tx: Tx, request_id: str) -> Outcome | None:
     """The result of the call ``request_id`` approved (None: not approved, or it has not
-    finished): the ``tool.result`` audit row of its trace for its tool, written after
-    the decision."""
+    finished): the ``tool.result`` audit row that names the request (a row written
+    before rows named it: the first of its tool in its trace after the decision; a later
+    call of the same tool in the turn is another call)."""
     row = tx.approvals.get(request_id)
     if row is None or row.status != ApprovalStatus.APPROVED or row.decided_at is None:
         return None
-    for audit in reversed(tx.audit.read(tail=500, trace_id=row.trace_id)):
+    for audit in tx.audit.read(tail=500, trace_id=row.trace_id):
         data = audit.data
-        if audit.kind == "tool.result" and data.get("tool") == row.tool:
-            if audit.ts + 1 < row.decided_at:
-                break  # an earlier call of the same tool in the turn
+        if audit.kind != "tool.result" or data.get("tool") != row.tool:
+            continue
+        named = data.get("approval_id")
+        if named == request_id or ("approval_id" not in data and audit.ts + 1 >= row.decided_at):
             return Outcome(
                 ok=bool(data.get("ok")),
                 error_code=str(data.get("error_code") or ""),

@@ -14,10 +14,12 @@ from zoneinfo import ZoneInfo
 import aiohttp
 import pytest
 
+from echo_bot.console import requests
 from echo_bot.console.auth import ConsoleUser
-from echo_bot.events import Address, MessageInbound, Sender
-from echo_bot.statuses import ReminderStatus
+from echo_bot.events import Address, MessageInbound, Sender, new_id
+from echo_bot.statuses import ApprovalStatus, ReminderStatus
 from echo_bot.store import Tx
+from echo_bot.store.approvals import NewApproval
 from echo_bot.store.reminders import ReminderRow
 from tests.conftest import Bot, running_bot
 from tests.console.helpers import (
@@ -382,3 +384,39 @@ async def test_secrets_never_reach_the_audit_page(state_dir: Path) -> None:
         assert secret not in text
         status = await page(session, "/console/status")
         assert secret not in status
+
+
+async def test_an_approved_calls_outcome_is_its_own_not_a_later_calls_of_its_tool(
+    state_dir: Path,
+) -> None:
+    """A turn that calls the same tool again after the approved call: the decision page
+    and History show the approved call's result (the later one's was shown: "failed,
+    APPROVAL_DENIED" for a write that was done). Rows written before results named their
+    request are read by time: the first after the decision."""
+    async with console_bot(state_dir) as bot:
+        ids = [new_id(), new_id()]
+
+        def approved_then_another_call(tx: Tx) -> None:
+            for number, request in enumerate(ids):
+                trace = f"trace-{number}"
+                tx.approvals.insert(NewApproval(
+                    id=request, turn_id="t", session_key="cli:local", trace_id=trace,
+                    tool="file_write", args={"path": "a.txt", "content": "A"}, args_hash="h",
+                    risk="write", requested_by={"id": "alice"}, origin="cli:local",
+                    prompt_to="cli:local", prompt_outbound_id=None, expires_at=time.time() + 600,
+                ))  # fmt: skip
+                tx.approvals.decide(request, ApprovalStatus.APPROVED, verb="approve_once",
+                                    decided_by={"address": "echo-bot:alice"})  # fmt: skip
+                named = {"approval_id": request} if number == 0 else {}  # 1: an older row
+                tx.audit.write("tool.result", trace_id=trace, session_key="cli:local",
+                               call_id="c1", tool="file_write", ok=True, error_code=None,
+                               output="Wrote 1 bytes to a.txt", **named)  # fmt: skip
+                later = {"approval_id": None} if number == 0 else {}
+                tx.audit.write("tool.result", trace_id=trace, session_key="cli:local",
+                               call_id="c2", tool="file_write", ok=False,
+                               error_code="APPROVAL_DENIED", output="denied", **later)  # fmt: skip
+
+        await bot.store.run(approved_then_another_call)
+        for request in ids:
+            found = await bot.store.run(lambda tx, r=request: requests.outcome(tx, r))  # type: ignore[misc]
+            assert found is not None and found.ok and "Wrote 1 bytes" in found.output, found
