@@ -89,6 +89,10 @@ def view(gate: ApprovalGate, row: ApprovalRow, *, brief: bool = False) -> Reques
     )
 
 
+SCAN_BATCH = 200  # decided requests read at a time for a page of History
+SCAN_MAX = 5_000  # read at most for one page: older pages of a busy store end there
+
+
 def may_see(tx: Tx, directory: ApproverDirectory, user: ConsoleUser, row: ApprovalRow) -> bool:
     """What the gate lets ``user`` decide from the console (``console_decides``), read
     with the same facts: whose direct chat the prompt's chat is."""
@@ -119,9 +123,25 @@ def decided(
     offset: int = 0,
 ) -> list[RequestView]:
     """Requests no longer pending that ``user`` may see, newest first (decided since
-    ``since`` only, when given)."""
-    rows = tx.approvals.decided(since=since, limit=limit, offset=offset)
-    return [view(gate, row, brief=True) for row in rows if may_see(tx, directory, user, row)]
+    ``since`` only, when given): ``limit`` of them after the first ``offset`` *they may
+    see*. The store is read in batches until then (at most SCAN_MAX rows): filtered
+    after one read of ``limit`` rows, an approver's page came out empty whenever others'
+    chats had the newest decisions, and its "Older" link went with it."""
+    seen: list[RequestView] = []
+    skip, read = offset, 0
+    while len(seen) < limit and read < SCAN_MAX:
+        rows = tx.approvals.decided(since=since, limit=SCAN_BATCH, offset=read)
+        read += len(rows)
+        for row in rows:
+            if not may_see(tx, directory, user, row):
+                continue
+            if skip:
+                skip -= 1
+            elif len(seen) < limit:
+                seen.append(view(gate, row, brief=True))
+        if len(rows) < SCAN_BATCH:
+            break
+    return seen
 
 
 def one(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import html
 import re
 import time
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 from urllib.parse import urlencode
@@ -420,3 +421,33 @@ async def test_an_approved_calls_outcome_is_its_own_not_a_later_calls_of_its_too
         for request in ids:
             found = await bot.store.run(lambda tx, r=request: requests.outcome(tx, r))  # type: ignore[misc]
             assert found is not None and found.ok and "Wrote 1 bytes" in found.output, found
+
+
+async def test_an_approvers_history_pages_through_what_they_may_see(state_dir: Path) -> None:
+    """Five decisions in the approver's own chat, then 60 newer ones in another person's
+    direct chat (not theirs to see): History shows the five, and no "Older" link past
+    them (it showed none of them, on an empty first page)."""
+    async with console_bot(state_dir, TELEGRAM_APPROVERS) as bot, client(bot) as session:
+        await signed_in(bot, session, APPROVER)
+
+        def decided(chat: str, count: int) -> Callable[[Tx], None]:
+            def make(tx: Tx) -> None:
+                for number in range(count):
+                    request = new_id()
+                    tx.approvals.insert(NewApproval(
+                        id=request, turn_id="t", session_key=chat, trace_id="tr",
+                        tool="file_write", args={"path": f"f{number}"}, args_hash="h",
+                        risk="write", requested_by={"id": chat.split(":")[1]}, origin=chat,
+                        prompt_to=chat, prompt_outbound_id=None, expires_at=time.time() + 600,
+                    ))  # fmt: skip
+                    tx.approvals.decide(request, ApprovalStatus.DENIED, verb="deny",
+                                        decided_by={"address": chat})  # fmt: skip
+
+            return make
+
+        await bot.store.run(decided("telegram:1", 5))
+        await bot.store.run(decided("telegram:2", 60))
+        async with session.get("/console/history") as page:
+            text = await page.text()
+        assert text.count('href="/console/approvals/') == 5, text
+        assert 'rel="next"' not in text
