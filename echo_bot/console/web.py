@@ -52,6 +52,8 @@ LOGINS_IN_ALL = 10
 MAX_FORM = 16 * 1024
 # How long a decision's POST waits for the dispatcher before showing "submitted".
 DECISION_WAIT = 5.0
+# How long a decision's page looks again for the approved call's result.
+RESULT_WAIT = 300.0
 # Live streams open at once, per session and in all: each holds a connection.
 STREAMS_PER_SESSION = 4
 STREAMS = 32
@@ -485,8 +487,12 @@ class Console:
         row, shown, outcome = found
         done = row.status == InboundStatus.DONE
         verb = row.message.decision.verb.value
-        # Looked at again until the approved call has its result.
-        running = done and verb != "deny" and outcome is None and shown is not None
+        # Looked at again until the approved call has its result, for RESULT_WAIT at most
+        # (a call whose turn is gone never has one: the page must not reload for ever).
+        running = (
+            done and verb != "deny" and outcome is None and shown is not None
+            and (shown.decided_at or 0.0) > time.time() - RESULT_WAIT
+        )  # fmt: skip
         return self.render(
             request,
             "decision.html",
@@ -495,6 +501,7 @@ class Console:
             done=done,
             waiting=not row.status.terminal,
             refresh=not row.status.terminal or running,
+            running=running,
             outcome=outcome,
             output=self.gate.masker.mask(outcome.output) if outcome else "",
             error=row.error or "",

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import aiohttp
 import pytest
 
+from echo_bot.events import new_id
 from echo_bot.statuses import ApprovalStatus
+from echo_bot.store.approvals import NewApproval
 from tests.conftest import Bot, running_bot
 from tests.console.helpers import (
     APPEND_X,
@@ -154,3 +157,28 @@ async def test_every_console_answer_carries_the_strict_headers(state_dir: Path) 
                 assert headers["X-Frame-Options"] == "DENY", path
                 assert headers["Referrer-Policy"] == "same-origin", path
                 assert headers["X-Content-Type-Options"] == "nosniff", path
+
+
+async def test_a_decision_page_stops_looking_for_a_result_that_never_comes(
+    state_dir: Path,
+) -> None:
+    """An approved call whose turn is gone never has a result: its page looks again for
+    a few minutes, then says so instead of reloading every 2 s for as long as it is open."""
+    async with console_bot(state_dir) as bot, client(bot) as session:
+        csrf = await signed_in(bot, session)
+        request = new_id()
+        await bot.store.run(lambda tx: tx.approvals.insert(NewApproval(
+            id=request, turn_id="gone", session_key="cli:local", trace_id="tr",
+            tool="file_write", args={"path": "a.txt", "content": "A"}, args_hash="h",
+            risk="write", requested_by={"id": "alice"}, origin="cli:local",
+            prompt_to="cli:local", prompt_outbound_id=None, expires_at=time.time() + 600,
+        )))  # fmt: skip
+        async with await decide(session, request, "approve", csrf) as result:
+            page = str(result.url)
+            assert 'http-equiv="refresh"' in await result.text()  # the call may run yet
+        await bot.store.run(lambda tx: tx._db.execute(
+            "UPDATE approvals SET decided_at = ? WHERE id = ?", [time.time() - 600, request]
+        ))  # fmt: skip  # ten minutes on
+        async with session.get(page) as later:
+            text = await later.text()
+        assert 'http-equiv="refresh"' not in text and "no result of the call" in text
