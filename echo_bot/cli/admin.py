@@ -420,16 +420,24 @@ def _submit_decision(at: StoreAt, approval_id: str, action: str, wait: float) ->
         print(f"Decision recorded ({action}); no daemon is running — it applies when one starts.")
         return 0
     deadline = time.monotonic() + wait
-    while time.monotonic() < deadline:
-        row = _with_store(at, lambda tx: tx.inbox.get(message.id))
-        if row is not None and row.status.terminal:
-            if row.status == InboundStatus.DONE:
-                done = "Approved" if verb is DecisionVerb.APPROVE_ONCE else "Denied"
-                print(f"{done}: {approval_id}")
-                return 0
-            print(f"echo-bot: refused: {row.error}")
-            return 1
-        time.sleep(0.2)
+    try:
+        while time.monotonic() < deadline:
+            row = _with_store(at, lambda tx: tx.inbox.get(message.id))
+            if row is not None and row.status.terminal:
+                if row.status == InboundStatus.DONE:
+                    done = "Approved" if verb is DecisionVerb.APPROVE_ONCE else "Denied"
+                    print(f"{done}: {approval_id}")
+                    return 0
+                print(f"echo-bot: refused: {row.error}")
+                return 1
+            time.sleep(0.2)
+    except KeyboardInterrupt:  # stopping the wait takes nothing back: say so
+        print(
+            f"\necho-bot: stopped waiting; the decision ({action}) on {approval_id} was"
+            " already submitted and the daemon applies it",
+            file=sys.stderr,
+        )
+        return 130
     if pid is None:  # PostgreSQL: a daemon elsewhere applies it when it sees it
         print(f"Decision recorded ({action}); no daemon has applied it yet.")
         return 0

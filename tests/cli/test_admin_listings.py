@@ -4,6 +4,9 @@ them: `echo-bot webhook deliveries` (its listing) and request ids given by a pre
 from __future__ import annotations
 
 import re
+import signal
+import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -11,9 +14,10 @@ import pytest
 
 from echo_bot.events import Address, InboundMessage, InboundStatus, MessageInbound, Sender
 from echo_bot.secrets import Masker
+from echo_bot.statedir import StateLock
 from echo_bot.store import DB_FILENAME, Database, Store, Tx
 from echo_bot.store.approvals import NewApproval
-from tests.conftest import run_echo_bot
+from tests.conftest import echo_bot_cmd, echo_bot_env, run_echo_bot
 
 
 def seeded(state: Path, fn: Callable[[Tx], object]) -> None:
@@ -140,3 +144,45 @@ def test_one_webhook_delivery_by_a_prefix_with_readable_times(tmp_path: Path) ->
     assert "no webhook delivery beef0003" in deliveries("beef0003").stderr
     short = deliveries("beef")
     assert short.returncode == 2 and "at least its first 6 characters" in short.stderr
+
+
+def test_ctrl_c_while_a_decision_waits_says_it_was_submitted(tmp_path: Path) -> None:
+    """The owner stops `approvals approve --wait` (the daemon is slow to apply it): the
+    decision is in and will be applied, and the command says so, not nothing."""
+    state = tmp_path / "st"
+    seeded(state, lambda tx: tx.approvals.insert(NewApproval(
+        id="c0ffee01", turn_id="turn", session_key="cli:local", trace_id="trace",
+        tool="shell_exec", args={"command": "ls"}, args_hash="hash", risk="dangerous",
+        requested_by={"id": "u", "name": "Ann"}, origin="cli:local", prompt_to="cli:local",
+        prompt_outbound_id=None, expires_at=4_000_000_000.0, grant_scope=None,
+    )))  # fmt: skip
+    lock = StateLock(state)  # a daemon that holds the state dir, and applies nothing yet
+    lock.acquire()
+    try:
+        waiting = subprocess.Popen(
+            echo_bot_cmd("approvals", "approve", "c0ffee01", "--wait", "30", "--state-dir",
+                         str(state)),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=echo_bot_env(),
+        )  # fmt: skip
+
+        def submitted(tx: Tx) -> bool:
+            return any(s.session_key.endswith(":admin") for s in tx.inbox.recent("cli", limit=5))
+
+        deadline = time.monotonic() + 20
+        while not seeded_read(state, submitted) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        waiting.send_signal(signal.SIGINT)
+        _, stderr = waiting.communicate(timeout=20)
+    finally:
+        lock.release()
+    assert waiting.returncode == 130, stderr
+    assert "already submitted" in stderr and "c0ffee01" in stderr and "Traceback" not in stderr
+
+
+def seeded_read(state: Path, fn: Callable[[Tx], bool]) -> bool:
+    store = Store(Database(state / DB_FILENAME), Masker())
+    store.open_sync(create=False)
+    try:
+        return store.run_sync(fn)
+    finally:
+        store.close_sync()
