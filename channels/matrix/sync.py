@@ -45,6 +45,7 @@ NO_ROOMS: dict[str, Any] = {
 }
 DRAIN_MAX = 50  # syncs of to-device messages at a takeover (100 a sync)
 GAP_MAX = 2000  # events of one room fetched back after a long absence, at most
+GAP_WAIT_MAX = 60.0  # seconds a rate-limited fetch of them waits, at most
 
 
 class Syncer:
@@ -198,6 +199,11 @@ class Syncer:
                 limit=GAP_PAGE,
             )  # fmt: skip
             if not isinstance(answer, RoomMessagesResponse):
+                # Rate limited: waited out (the whole batch comes again after it), not
+                # asked again at once.
+                limited = getattr(answer, "retry_after_ms", None)
+                if isinstance(limited, int | float) and limited > 0:
+                    await asyncio.sleep(min(limited / 1000, GAP_WAIT_MAX))
                 raise CommitFailed(f"the events missed in {room_id} could not be fetched: {answer}")
             pages.append(list(answer.chunk))
             fetched += len(answer.chunk)
