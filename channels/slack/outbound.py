@@ -10,6 +10,7 @@ upload, ``files.completeUploadExternal``, the text's first part its comment).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -104,7 +105,15 @@ class Outbound:
         headline = message.text.split("\n", 1)[0]
         fallback = richtext.message_parts(headline, False, self.masker, TEXT)[0]
         ts = await self._post(to, text=fallback, blocks=blocks_of(message, self.masker))
-        await self.edge.keep_prompt(f"{to.chat_id}:{ts}", message)
+        try:
+            await self.edge.keep_prompt(f"{to.chat_id}:{ts}", message)
+        except Exception as exc:
+            # Not kept, its buttons would be refused as offered by no prompt, and the
+            # send tried again posts another (Slack takes no idempotency key): taken
+            # back first, so the chat shows one prompt that works.
+            with contextlib.suppress(Exception):
+                await self.remove(to, ts)
+            raise ChannelError(f"the prompt was not kept ({exc}); sent again") from exc
         return Receipt(channel_message_id=ts)
 
     async def _edit(self, to: Address, ts: str, message: OutboundMessage) -> Receipt:
