@@ -2,8 +2,9 @@
 
 A server's words (its tool's description, and every description and title inside the
 tool's schema, at any depth) are cut to the server's caps and prefixed with the same
-marker; a schema nested deeper than MAX_SCHEMA_DEPTH, or larger than the server's
-``max_schema_bytes``, leaves its tool out.
+marker; what no validation reads (``$comment``, ``x-…`` keywords) is left out; a schema
+nested deeper than MAX_SCHEMA_DEPTH, larger than the server's ``max_schema_bytes``, or
+with a property name over MAX_NAME characters leaves its tool out.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ MAX_SCHEMA_DEPTH = 40  # levels of JSON (objects and lists) in a tool's schema
 WORDS = frozenset({"description", "title"})
 # Values, not words about them: kept as they are (the schema's size bounds them).
 DATA = frozenset({"enum", "const", "default", "examples"})
+# Keywords whose value maps names to schemas: there a key is a name, not a keyword.
+NAMED = frozenset({"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"})
+MAX_NAME = 64  # characters of a property's name
 
 
 def marker(name: str, server: str) -> str:
@@ -36,18 +40,25 @@ def bounded_schema(schema: dict[str, Any], name: str, server: str, limit: int) -
     and at most ``limit`` characters. ValueError when it nests deeper than
     MAX_SCHEMA_DEPTH (no check that recurses could walk it)."""
 
-    def walk(node: Any, depth: int) -> Any:
+    def walk(node: Any, depth: int, names: bool = False) -> Any:
+        """``names``: ``node``'s keys name properties (or definitions), each a schema."""
         if depth > MAX_SCHEMA_DEPTH:
             raise ValueError(f"its schema nests deeper than {MAX_SCHEMA_DEPTH} levels")
         if isinstance(node, dict):
             copy: dict[str, Any] = {}
             for key, value in node.items():
-                if key in WORDS and isinstance(value, str):
+                if names:
+                    if len(str(key)) > MAX_NAME:
+                        raise ValueError(f"a property name is over {MAX_NAME} characters")
+                    copy[key] = walk(value, depth + 1)
+                elif key in WORDS and isinstance(value, str):
                     copy[key] = marked(value, name, server, limit)
                 elif key in DATA:
                     copy[key] = value
+                elif key == "$comment" or str(key).startswith("x-"):
+                    continue  # no validation reads them: the model is not shown them
                 else:
-                    copy[key] = walk(value, depth + 1)
+                    copy[key] = walk(value, depth + 1, names=key in NAMED)
             return copy
         if isinstance(node, list):
             return [walk(item, depth + 1) for item in node]
