@@ -11,7 +11,7 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .. import overview
 from ..approvals.display import clip
@@ -98,7 +98,6 @@ class StatusPage:
         shown_note = note.format(id=reminder_id) if note and _REMINDER.match(reminder_id) else ""
         config = console.live.current.loaded.config
         owner = visitor.user.owner
-        masker = console.gate.masker
         return console.render(
             request,
             "status.html",
@@ -108,8 +107,7 @@ class StatusPage:
             live=[(row, overview.holding(seen.held.get(row.name, []))) for row in seen.live],
             gone=seen.gone,
             mcp=[
-                (name, masker.mask_data(overview.mcp_state(server)))
-                for name, server in sorted(seen.mcp.items())
+                (name, self._mcp_state(server, owner)) for name, server in sorted(seen.mcp.items())
             ],
             components=self._components(details=owner),
             reminders=[r for r in seen.reminders if scope.sees(r.chat)],
@@ -118,6 +116,13 @@ class StatusPage:
             budget=config.openai.daily_token_budget,
             note=shown_note,
         )
+
+    def _mcp_state(self, server: dict[str, Any], owner: bool) -> str:
+        """For the owner, the state and why (masked); for an approver the state word only:
+        an error text may name the server's URLs or hosts, as components' details may."""
+        if not owner:
+            return str(server.get("state"))
+        return str(self.console.gate.masker.mask_data(overview.mcp_state(server)))
 
     def _components(self, *, details: bool) -> list[Component]:
         """The HTTP server's health checks (channels, MCP, the store…): their states,

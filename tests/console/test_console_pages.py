@@ -451,3 +451,28 @@ async def test_an_approvers_history_pages_through_what_they_may_see(state_dir: P
             text = await page.text()
         assert text.count('href="/console/approvals/') == 5, text
         assert 'rel="next"' not in text
+
+
+async def test_an_mcp_servers_error_is_the_owners_to_read_an_approver_sees_its_state(
+    state_dir: Path,
+) -> None:
+    """An MCP server's error may name its command, URLs or hosts: the Status page shows
+    it to the owner; an approver sees "down"."""
+    gone = '\n[[mcp.servers]]\nname = "gone"\ncommand = ["/nonexistent/mcp-server"]\n'
+    async with (
+        console_bot(state_dir, TELEGRAM_APPROVERS + gone) as bot,
+        client(bot) as approver,
+        client(bot) as owner,
+    ):
+        await signed_in(bot, approver, APPROVER)
+        await signed_in(bot, owner)
+
+        async def status_of(session: aiohttp.ClientSession, showing: str) -> str | None:
+            async with session.get("/console/status") as page:
+                text = await page.text()
+            return text if showing in text else None
+
+        await eventually(lambda: status_of(owner, "/nonexistent/mcp-server"), timeout=15,
+                         what="the server's error, for the owner")  # fmt: skip
+        theirs = await status_of(approver, "gone: down")
+        assert theirs is not None and "/nonexistent" not in theirs
