@@ -91,7 +91,8 @@ class Console:
         # (behind a reverse proxy every visitor may have the same address: set it there).
         self.all_logins = RateLimit(config.login_rate * LOGINS_IN_ALL)
         self.decisions = RateLimit(config.decision_rate)
-        self.streams: dict[str, int] = {}
+        # Each session's open streams, oldest first: a stop asked of each by the newer.
+        self.streams: dict[str, list[asyncio.Event]] = {}
         self.static = {
             name: resources.files(__package__).joinpath("static", name).read_bytes()
             for name in STATIC
@@ -512,8 +513,12 @@ class Console:
     async def _events(self, request: web.Request, visitor: Visitor) -> web.StreamResponse:
         """The queue, again each time it changes: ``event: queue`` with the list's HTML."""
         session_id = visitor.session.id
-        total = sum(self.streams.values())
-        if total >= STREAMS or self.streams.get(session_id, 0) >= STREAMS_PER_SESSION:
+        mine = self.streams.get(session_id, [])
+        if len(mine) >= STREAMS_PER_SESSION:
+            # The newest page wins: a phone that changed networks leaves its old stream
+            # open on the server until TCP gives up (minutes), and it held a place.
+            mine[0].set()
+        elif sum(map(len, self.streams.values())) >= STREAMS:
             return self._message(
                 request, 429, "Too many pages open", TOO_MANY, visitor, {"Retry-After": "10"}
             )
@@ -522,18 +527,19 @@ class Console:
         )
         secure(response)
         await response.prepare(request)
-        self.streams[session_id] = self.streams.get(session_id, 0) + 1
+        stop = asyncio.Event()
+        self.streams.setdefault(session_id, []).append(stop)
         listener = self.feed.listen()
         try:
-            await self._stream(request, response, visitor, listener)
+            await self._stream(request, response, visitor, listener, stop)
         except (ConnectionError, asyncio.CancelledError):
             pass
         finally:
             self.feed.forget(listener)
-            left = self.streams.get(session_id, 1) - 1
-            if left:
-                self.streams[session_id] = left
-            else:
+            left = self.streams.get(session_id, [])
+            if stop in left:
+                left.remove(stop)
+            if not left:
                 self.streams.pop(session_id, None)
         return response
 
@@ -543,11 +549,12 @@ class Console:
         response: web.StreamResponse,
         visitor: Visitor,
         listener: Any,
+        stop: asyncio.Event,
     ) -> None:
         last = ""
         changed = True
         await response.write(b"retry: 2000\n\n")
-        while not self.feed.closed.is_set():
+        while not self.feed.closed.is_set() and not stop.is_set():
             if await self._visitor(request) is None:  # signed out, revoked, expired
                 await response.write(b"event: signed-out\ndata: \n\n")
                 return
@@ -560,6 +567,8 @@ class Console:
             else:
                 await response.write(b": ping\n\n")
             changed = await listener.changed(HEARTBEAT)
+        if stop.is_set():  # a newer page of the session took its place: no reconnect
+            await response.write(b"event: replaced\ndata: \n\n")
 
     async def _queue_html(self, request: web.Request, visitor: Visitor) -> str:
         values = await self.store.run(lambda tx: self._queue_values(tx, visitor.user))

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
@@ -182,3 +184,45 @@ async def test_a_decision_page_stops_looking_for_a_result_that_never_comes(
         async with session.get(page) as later:
             text = await later.text()
         assert 'http-equiv="refresh"' not in text and "no result of the call" in text
+
+
+async def test_a_sessions_newest_live_page_takes_the_place_of_its_oldest(
+    state_dir: Path,
+) -> None:
+    """A phone that changed networks leaves its old streams open on the server for
+    minutes: past four, the newest page of a sign-in is live and the oldest is told it
+    was replaced (it was refused 429, and a browser never tries such an answer again)."""
+    async with console_bot(state_dir) as bot, client(bot) as session:
+        await signed_in(bot, session)
+        streams = [await session.get("/console/events") for _ in range(4)]
+        try:
+            for stream in streams:
+                assert "Nothing is waiting" in await queue_event(stream)
+            newest = await session.get("/console/events")
+            streams.append(newest)
+            assert newest.status == 200 and "Nothing is waiting" in await queue_event(newest)
+            await bot.channel.say(APPEND_X)  # a change: every stream looks again
+
+            async def said(stream: aiohttp.ClientResponse) -> list[str]:
+                kinds = []
+                while line := (await stream.content.readline()).decode():
+                    if line.startswith("event: "):
+                        kinds.append(line[7:].strip())
+                    if kinds and kinds[-1] == "replaced":
+                        break
+                return kinds
+
+            oldest = await asyncio.wait_for(said(streams[0]), 30)
+            assert oldest[-1] == "replaced", oldest
+            assert "queue" in [line async for line in _kinds(newest, "queue")]
+        finally:
+            for stream in streams:
+                stream.close()
+
+
+async def _kinds(stream: aiohttp.ClientResponse, until: str) -> AsyncIterator[str]:
+    while line := (await asyncio.wait_for(stream.content.readline(), 30)).decode():
+        if line.startswith("event: "):
+            yield line[7:].strip()
+            if line[7:].strip() == until:
+                return

@@ -17,10 +17,21 @@
     // The browser tries again by itself; until then what is shown may be out of date.
     if (live) { live.hidden = true; }
     if (lost) { lost.hidden = false; }
+    if (source.readyState === EventSource.CLOSED) {
+      // Refused (signed out meanwhile, too many pages open): a browser never tries an
+      // answer other than 200 again. The page does, in a while: it signs in or waits.
+      window.setTimeout(function () { window.location.reload(); }, 10000);
+    }
   });
   source.addEventListener("queue", function (event) {
     // Server-rendered and escaped, as the page itself.
     queue.innerHTML = event.data;
+  });
+  source.addEventListener("replaced", function () {
+    // A newer page of this sign-in is live in its place: this one stays as it is.
+    source.close();
+    if (live) { live.hidden = true; }
+    if (lost) { lost.hidden = false; }
   });
   source.addEventListener("signed-out", function () {
     source.close();
