@@ -126,7 +126,9 @@ class NoStoreYet(EchoBotError):
     something in it exits 1 with the reason; one that lists says "nothing yet"."""
 
 
-def _with_store(at: StoreAt, fn: Callable[[Tx], T], *, create: bool = False) -> T:
+def _with_store(
+    at: StoreAt, fn: Callable[[Tx], T], *, create: bool = False, reads_only: bool = False
+) -> T:
     """``fn(tx)`` in one transaction on the store ``at``; ``create``: make the store
     if there is none yet, else there is nothing to read (``NoStoreYet``)."""
     if at.url is not None:
@@ -134,7 +136,7 @@ def _with_store(at: StoreAt, fn: Callable[[Tx], T], *, create: bool = False) -> 
     else:
         if not create and not at.path.exists():
             raise NoStoreYet(f"no store at {at.path} yet; `echo-bot run` creates it")
-        database = Database(at.path)
+        database = Database(at.path, reads_only=reads_only)
     # The audit rows these commands write (a console session revoked) hold no secret,
     # so the store has nothing to mask; what they print is masked on the way out
     # (secrets.masked_output).
@@ -157,7 +159,7 @@ def _listed(at: StoreAt, fn: Callable[[Tx], list[T]]) -> list[T]:
     """What a listing reads: nothing yet where no store is (said on stderr, exit 0
     follows: nothing is wrong with a state dir the daemon has not used yet)."""
     try:
-        return _with_store(at, fn)
+        return _with_store(at, fn, reads_only=True)
     except NoStoreYet as exc:
         print(f"echo-bot: {exc}", file=sys.stderr)
         return []
@@ -325,7 +327,7 @@ def approvals_command(at: StoreAt, action: str, approval_id: str | None, wait: f
     wanted = _id_prefix(approval_id, "request", "echo-bot approvals list")
     if wanted is None:
         return 2
-    matches = _with_store(at, lambda tx: _approvals_by_prefix(tx, wanted))
+    matches = _with_store(at, lambda tx: _approvals_by_prefix(tx, wanted), reads_only=True)
     if len(matches) > 1:
         _ambiguous(approval_id, matches, "request")
         return 2
@@ -484,7 +486,7 @@ def history_command(
     try:
         text = _with_store(at, lambda tx: history_text(
             tx, chat, brain, limit=HISTORY_LIMIT, llm=thinks, newest=None
-        ))  # fmt: skip
+        ), reads_only=True)  # fmt: skip
     except NoStoreYet as exc:
         print(f"echo-bot: {exc}", file=sys.stderr)
         return 0
@@ -531,7 +533,7 @@ def status_command(at: StoreAt, config: Config | None = None) -> int:
     try:
         now = time.time()
         seen, sessions = _with_store(
-            at, lambda tx: (overview.read(tx), len(tx.console.sessions(now)))
+            at, lambda tx: (overview.read(tx), len(tx.console.sessions(now))), reads_only=True
         )
     except NoStoreYet as exc:
         if not shared:

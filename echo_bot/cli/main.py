@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from .. import __version__
 from ..errors import EXIT_OUTPUT_CLOSED, EchoBotError
 from ..secrets import Masker
-from . import webhook
+from . import positive, webhook
 
 if TYPE_CHECKING:
     from ..config import LoadedConfig
@@ -176,7 +176,7 @@ def _parser() -> argparse.ArgumentParser:
     memory.add_argument("action", choices=["list", "forget"])
     memory.add_argument("target", nargs="?", help="a chat (list: its notes only) or a note id")
     audit = sub.add_parser("audit", parents=[common], help="print the audit log")
-    audit.add_argument("--tail", type=int, default=50, help="the last N entries (default 50)")
+    audit.add_argument("--tail", type=positive, default=50, help="the last N entries (default 50)")
     audit.add_argument("--trace", help="every entry of one trace id")
     audit.add_argument(
         "--usage", action="store_true", help="LLM tokens and latency per day and session"

@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from . import positive
+
 if TYPE_CHECKING:
     from ..config import LoadedConfig, WebhookRoute
     from ..store.approvals import ApprovalRow
@@ -34,7 +36,7 @@ def add_commands(sub: argparse._SubParsersAction, common: argparse.ArgumentParse
     deliveries.add_argument(
         "--id", help="one delivery, in full: its id, or a unique prefix of it (6+ characters)"
     )
-    deliveries.add_argument("--limit", type=int, default=20, help="the newest N (default 20)")
+    deliveries.add_argument("--limit", type=positive, default=20, help="the newest N (default 20)")
     deliveries.set_defaults(handler=_deliveries)
     send = webhook_sub.add_parser(
         "send", parents=[common], help="sign a payload and post it to the daemon"
@@ -65,6 +67,7 @@ def deliveries(at: StoreAt, route: str | None, delivery: str | None, limit: int)
             tx.inbox.recent(NAME, session_key=session, limit=limit),
             tx.approvals.list(),
         ),
+        reads_only=True,
     )
     if not rows:
         print("No webhook deliveries.")
@@ -98,7 +101,7 @@ def _one_delivery(at: StoreAt, given: str) -> int:
         pending = [r for r in tx.approvals.list() if info and r.turn_id == info["id"]]
         return matches, info, pending
 
-    matches, info, pending = _with_store(at, find)
+    matches, info, pending = _with_store(at, find, reads_only=True)
     if len(matches) > 1:
         _ambiguous(given, matches, "delivery")
         return 2

@@ -112,11 +112,14 @@ class Database(ThreadedEngine):
     engine = "sqlite"
     path: Path  # never None here: SQLite is a file
 
-    def __init__(self, path: Path, *, durability: str = "normal") -> None:
+    def __init__(self, path: Path, *, durability: str = "normal", reads_only: bool = False) -> None:
         super().__init__()
         self._thread_name = "echo-bot-sqlite"
         self.path = path
         self._durability = durability
+        # A management command that only reads: its transactions take no write lock (a
+        # long listing holding one made the daemon's writes wait past their timeout).
+        self._reads_only = reads_only
         # The store thread's connection (slow jobs, run_sync, hand-offs, migrations).
         self._conn: sqlite3.Connection | None = None
         # sqlite-utils' wrapper of the connection, made once: making one runs a PRAGMA
@@ -380,7 +383,7 @@ class Database(ThreadedEngine):
         return self._session
 
     def _begin(self, session: Session, *, first: bool = True) -> None:
-        session.execute("BEGIN IMMEDIATE")
+        session.execute("BEGIN" if self._reads_only else "BEGIN IMMEDIATE")
 
     @contextmanager
     def transaction(self) -> Iterator[SqliteUtilsDatabase]:
@@ -390,7 +393,7 @@ class Database(ThreadedEngine):
             raise StoreError("the store is not open")
         if threading.current_thread() is not self._thread:
             raise StoreError("store used outside its thread")
-        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("BEGIN" if self._reads_only else "BEGIN IMMEDIATE")
         try:
             yield wrapped
         except BaseException:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sqlite3
 import subprocess
 from pathlib import Path
 
@@ -96,3 +97,27 @@ def test_a_state_dir_this_user_cannot_read_is_one_clear_line(tmp_path: Path) -> 
             assert "permission denied" in done.stderr.lower(), (command, done.stderr)
     finally:
         state.chmod(0o700)
+
+
+def test_the_commands_that_only_look_read_beside_a_write_in_progress(tmp_path: Path) -> None:
+    """The daemon is writing (its write lock held): status and the listings read beside
+    it, as WAL lets them, and take no write lock of their own (they waited the whole
+    busy timeout and failed 'database is locked'; a long listing held the daemon's
+    writes off)."""
+    state = tmp_path / "state"
+    made = run_echo_bot("chat", "--state-dir", str(state), input="/help\n")
+    assert made.returncode == 0, made.stderr
+    writer = sqlite3.connect(state / "echo-bot.sqlite3", isolation_level=None)
+    try:
+        writer.execute("BEGIN IMMEDIATE")  # a daemon's transaction, in progress
+        for command in LOOKING[1:]:
+            if command == ("doctor",):
+                continue
+            done = run_echo_bot(*command, "--state-dir", str(state))
+            assert done.returncode == 0, (command, done.stderr)
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()
+    for command in (("audit", "--tail", "-1"), ("webhook", "deliveries", "--limit", "0")):
+        refused = run_echo_bot(*command, "--state-dir", str(state))  # -1 listed every row
+        assert refused.returncode == 2 and "is not 1 or more" in refused.stderr, command
