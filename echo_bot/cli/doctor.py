@@ -8,9 +8,10 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, cast
+from urllib.parse import urlsplit, urlunsplit
 
 from ..bus import DIAGNOSIS_FAIL, DIAGNOSIS_OK, DIAGNOSIS_WARN, Diagnoses, Diagnosis
-from ..config import DEFAULT_OPENAI_BASE_URL, LoadedConfig, channel_enabled, llm_enabled
+from ..config import LoadedConfig, channel_enabled, llm_enabled
 from ..errors import ConfigError, EchoBotError
 from ..sizes import format_size
 from ..store import (
@@ -178,19 +179,6 @@ def _check_media(workspace: Path, inbox_max: int) -> tuple[str, str]:
     return OK, text
 
 
-async def _reach(url: str, timeout: float = TIMEOUT) -> tuple[str, str]:
-    from aiohttp import ClientError, ClientSession, ClientTimeout
-
-    try:
-        async with (
-            ClientSession(timeout=ClientTimeout(total=timeout)) as session,
-            session.get(url, allow_redirects=False) as response,
-        ):
-            return OK, f"{url} answers (HTTP {response.status})"
-    except (ClientError, TimeoutError, OSError) as exc:
-        return FAIL, f"cannot reach {url}: {type(exc).__name__} {exc}".strip()
-
-
 async def _probe_peers(
     probes: list[tuple[str, Any]], diagnoses: list[Any]
 ) -> list[tuple[str, str, str]]:
@@ -347,11 +335,46 @@ def _peer_probes(
     }
     probes: list[tuple[str, Any]] = []
     if llm_enabled(loaded, environ):
-        base = config.openai.base_url.rstrip("/")
-        probes.append(
-            ("llm", _reach(base + "/models" if base != DEFAULT_OPENAI_BASE_URL else base))
-        )
+        openai = config.openai
+        probes.append(("llm", _llm(openai.base_url, environ.get(openai.api_key_env, ""),
+                                   openai.model, openai.api_key_env)))  # fmt: skip
     return running, probes
+
+
+async def _llm(base_url: str, key: str, model: str, key_env: str) -> tuple[str, str]:
+    """The model server's listing, asked as the daemon asks (with its key): the key
+    taken, and the configured model among those listed. (Any answer counted: a wrong
+    key's 401 said ok.)"""
+    from aiohttp import ClientError, ClientSession, ClientTimeout
+
+    parts = urlsplit(base_url)
+    name = str(parts.hostname or "")
+    host = f"[{name}]" if ":" in name else name
+    host = f"{host}:{parts.port}" if parts.port else host
+    path = parts.path.rstrip("/") + "/models"
+    shown = urlunsplit(parts._replace(netloc=host, path=path, query=""))  # no password
+    # A key is the Authorization; a password in the URL then is not sent besides it.
+    url = urlunsplit(parts._replace(netloc=host if key else parts.netloc, path=path))
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    try:
+        async with (
+            ClientSession(timeout=ClientTimeout(total=TIMEOUT)) as session,
+            session.get(url, headers=headers, allow_redirects=False) as response,
+        ):
+            status = response.status
+            listed = await response.json(content_type=None) if status == 200 else None
+    except (ClientError, TimeoutError, OSError, ValueError) as exc:
+        return FAIL, f"cannot reach {shown}: {type(exc).__name__} {exc}".strip()
+    if status in (401, 403):
+        return FAIL, f"{shown} refused the key (HTTP {status}): check ${key_env}"
+    if status != 200:
+        return WARN, f"{shown} answers HTTP {status}: is [openai] base_url right?"
+    rows = listed.get("data") if isinstance(listed, dict) else None
+    ids = [str(row.get("id")) for row in rows if isinstance(row, dict)] if isinstance(
+        rows, list) else []  # fmt: skip
+    if ids and model not in ids:
+        return WARN, f"{shown}: the key is taken, but {model} is not among its {len(ids)} models"
+    return OK, f"{shown}: the key is taken, {model} is there"
 
 
 def _report(checks: list[Check]) -> int:

@@ -18,6 +18,7 @@ from echo_bot.secrets import Masker
 from echo_bot.store import DB_FILENAME, Database, Store, Tx
 from echo_bot.store.schema import MIGRATIONS
 from tests.conftest import ROOT, echo_bot_env, run_echo_bot
+from tests.fakes.openai_api import FakeOpenAI
 from tests.fakes.telegram_api import FakeTelegramAPI
 
 TOKEN = "123456:DOCTOR-test-token"
@@ -285,3 +286,26 @@ def test_check_config_reads_the_service_env_file_as_the_install_steps_run_it(
     checked = run_echo_bot(*args, "--env-file", str(env_file))
     assert checked.returncode == 0, checked.stderr
     assert TOKEN not in checked.stdout + checked.stderr
+
+
+async def test_doctor_asks_the_model_server_with_the_key_and_names_a_refused_one(
+    tmp_path: Path,
+) -> None:
+    """The LLM check asks for the model listing as the daemon would (with its key): a
+    wrong key fails (any answer counted as ok), a model the server does not list warns,
+    and neither the key nor a password in base_url is printed."""
+    async with FakeOpenAI(api_key="sk-right", model="gpt-test", require_key=True) as llm:
+        where = llm.base_url.replace("http://", "http://admin:hunter2pass@")
+        config = tmp_path / "config.toml"
+        for model in ("gpt-test", "gpt-other"):
+            config.write_text(f'[openai]\nbase_url = "{where}"\nmodel = "{model}"\n')
+            args = ("--config", str(config), "--state-dir", str(tmp_path / "st"))
+            code, out = await doctor(*args, OPENAI_API_KEY="sk-right")
+            found = line(out, "llm")
+            if model == "gpt-test":
+                assert code == 0 and found.startswith("[  ok]") and "gpt-test is there" in found, out
+            else:
+                assert found.startswith("[warn]") and "gpt-other is not among" in found
+        code, out = await doctor(*args, OPENAI_API_KEY="sk-wrong")
+    assert code == 1 and "refused the key (HTTP 401)" in line(out, "llm"), out
+    assert "sk-wrong" not in out and "sk-right" not in out and "hunter2pass" not in out
