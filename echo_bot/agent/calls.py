@@ -365,6 +365,15 @@ class CallExecutor:
         its effect may have changed since it was settled (a file of the requester's
         inbox swapped for a link to the owner's). If no grant could waive what it asks
         for now, it does not run."""
+        now = self.registry.get(tool.name)  # what execute() will run
+        if now is not tool and (now is None or _identity(now, call) != _identity(tool, call)):
+            # Listed anew meanwhile (an MCP server): the name may be another remote tool's
+            # now, or rated otherwise, and neither was what was judged or approved.
+            return ToolResult.failure(
+                ErrorCode.TOOL_UNAVAILABLE,
+                f"{tool.name} was not run: its server listed its tools anew since the call"
+                " was checked, and it is not the same tool now; ask again.",
+            )
         if call.approval_id is not None:
             return None  # an approver consented to exactly this call
         verdict = self.live.current.policy.judge(tool, call.args, ctx, granted=lambda _: True)
@@ -375,6 +384,13 @@ class CallExecutor:
             f"{tool.name} was not run: what it would do changed since it was checked "
             f"({verdict.reason}); ask again.",
         )
+
+
+def _identity(tool: Tool, call: CallRow) -> tuple[object, ...]:
+    """What a call was judged on: the tool behind the name (an MCP tool's server and
+    remote name) and the risk it has for these arguments."""
+    return (getattr(tool, "server", None), getattr(tool, "remote_name", None),
+            tool.risk_for(call.args))  # fmt: skip
 
 
 async def run_fenced(
