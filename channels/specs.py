@@ -40,6 +40,7 @@ MATRIX = ChannelSpec(
     target="channels.matrix.channel:MatrixChannel",
     install="echo-bot[matrix]",
     colons_in_chat_ids=True,  # a room ID: !opaque:server
+    prefix="!",  # Element takes /help as its own, and asks about any other /word
     pair_hint="on Matrix: invite the bot to a direct chat, then send: pair {code}",
     example_id="@you:example.org",
     secrets_in_use=matrix.secrets_in_use,

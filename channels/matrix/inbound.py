@@ -101,7 +101,7 @@ class Inbound:
         self.host = host
         self.client = client
         self.tasks = tasks
-        self.edge = host.edge("matrix", pair_as=PAIR_AS)
+        self.edge = host.edge("matrix", prefix="!", pair_as=PAIR_AS)  # Element keeps /help
 
     def room_allowed(self, room_id: str) -> bool:
         return self.config.rooms is None or room_id in self.config.rooms

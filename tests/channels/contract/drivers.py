@@ -552,6 +552,7 @@ class MatrixDriver(Driver):
     invites the bot and a friend (allowed, not an approver)."""
 
     NAME = "matrix"
+    PREFIX = "!"  # Element takes /help as its own, and asks about any other /word
     LIMIT = 16_000
     ACK = (
         "the sync token the channel stored is past the event: a /sync from it (the bot's"
