@@ -105,3 +105,9 @@ def test_the_shell_shows_every_line_of_a_chats_view(state_dir: Path, on_both_eng
     assert lines[1] == "you: remember that the ship is the Pequod"
     assert lines[2] == "bot: (calls memory_save)"
     assert lines[3].startswith("tool result: Noted (") and lines[4].startswith("bot: Noted (")
+    for wrong, said_back in (("cli", "not of the form"), ("telegarm:1", "no channel 'telegarm'")):
+        refused = subprocess.run(
+            [sys.executable, "-m", "echo_bot", "history", wrong, "--state-dir", str(state_dir)],
+            capture_output=True, text=True, env=echo_bot_env(), timeout=60,
+        )  # fmt: skip  # it said "0 message(s)", as of a chat with nothing in it
+        assert refused.returncode == 2 and said_back in refused.stderr, refused.stderr

@@ -479,7 +479,17 @@ def history_command(
     """``history CHAT``: what the model reads of the chat now, every line of it."""
     from ..agent.runner import HISTORY_LIMIT
     from ..brains.model_view import history_text
-    from ..config import llm_enabled
+    from ..config import channel_names, llm_enabled
+
+    try:
+        channel = Address.parse(chat).channel
+    except ValueError as exc:  # "0 message(s)" would say the chat is empty
+        print(f"echo-bot: {exc} (e.g. telegram:123456789)", file=sys.stderr)
+        return 2
+    if channel not in channel_names():
+        print(f"echo-bot: {chat}: no channel {channel!r} ({', '.join(channel_names())})",
+              file=sys.stderr)  # fmt: skip
+        return 2
 
     thinks = llm_enabled(loaded, environ)
     brain = loaded.config.brain
