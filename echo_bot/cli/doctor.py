@@ -76,10 +76,24 @@ def _check_state_dir(state_dir: Path) -> tuple[str, str]:
     return OK, f"{state_dir} is writable"
 
 
+def _owned_by_others(state_dir: Path, store: Path) -> list[str]:
+    """The store's files (``-wal`` and ``-shm`` too) another user owns than the state
+    dir's: doctor run with sudo reads them, the service's user may not."""
+    owner = state_dir.stat().st_uid
+    files = [store, store.with_name(store.name + "-wal"), store.with_name(store.name + "-shm")]
+    return [f.name for f in files if f.exists() and f.stat().st_uid != owner]
+
+
 def _check_store(state_dir: Path) -> tuple[str, str]:
     path = state_dir / DB_FILENAME
     if not path.exists():
         return OK, "no store yet (created at first start)"
+    strangers = _owned_by_others(state_dir, path)
+    if strangers:  # a restore done with `sudo cp`: root's file, the service cannot open it
+        return FAIL, (
+            f"{', '.join(strangers)} not owned by the state dir's owner (uid"
+            f" {state_dir.stat().st_uid}), who runs the daemon: chown them to it"
+        )
     found = check_file(path)
     if found.error is not None:
         return FAIL, f"cannot read {path}: {found.error}"

@@ -5,7 +5,9 @@ writes. Findings come back as plain data; what to make of them is the caller's."
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,15 +41,32 @@ class QueuedOutbound:
     by_channel: dict[str, int] = field(default_factory=dict)
 
 
-def _connect(path: Path) -> sqlite3.Connection:
-    return sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=TIMEOUT)
+@contextlib.contextmanager
+def _connect(path: Path) -> Iterator[sqlite3.Connection]:
+    """A read-only connection. Reading a WAL store makes its ``-wal`` and ``-shm`` files
+    when no daemon has them open: made by doctor run with sudo they were root's, and the
+    service's user could no longer open its store. Those this look made are given to the
+    state dir's owner."""
+    siblings = [path.with_name(path.name + suffix) for suffix in ("-wal", "-shm")]
+    before = {sibling for sibling in siblings if sibling.exists()}
+    try:
+        with contextlib.closing(
+            sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=TIMEOUT)
+        ) as conn:
+            yield conn
+    finally:
+        owner = path.parent.stat()
+        for made in (s for s in siblings if s not in before and s.exists()):
+            if made.stat().st_uid != owner.st_uid and os.geteuid() == 0:
+                with contextlib.suppress(OSError):
+                    os.chown(made, owner.st_uid, owner.st_gid)
 
 
 def check_file(path: Path) -> FileCheck:
     """SQLite's quick_check of the store at ``path`` (which must exist), and its schema
     version."""
     try:
-        with contextlib.closing(_connect(path)) as conn:
+        with _connect(path) as conn:
             verdict = str(conn.execute("PRAGMA quick_check").fetchone()[0])
             has_meta = conn.execute(
                 "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'"
@@ -64,7 +83,7 @@ def check_file(path: Path) -> FileCheck:
 def queued_outbound(path: Path) -> QueuedOutbound:
     """The outbound messages waiting for delivery in the store at ``path``, per channel."""
     try:
-        with contextlib.closing(_connect(path)) as conn:
+        with _connect(path) as conn:
             return QueuedOutbound(by_channel=queued_by_channel(SqlDb(conn)))
     except sqlite3.Error as exc:
         return QueuedOutbound(error=str(exc))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sqlite3
 import subprocess
 import sys
@@ -303,9 +304,26 @@ async def test_doctor_asks_the_model_server_with_the_key_and_names_a_refused_one
             code, out = await doctor(*args, OPENAI_API_KEY="sk-right")
             found = line(out, "llm")
             if model == "gpt-test":
-                assert code == 0 and found.startswith("[  ok]") and "gpt-test is there" in found, out
+                assert found.startswith("[  ok]") and "gpt-test is there" in found, out
+                assert code == 0, out
             else:
                 assert found.startswith("[warn]") and "gpt-other is not among" in found
         code, out = await doctor(*args, OPENAI_API_KEY="sk-wrong")
     assert code == 1 and "refused the key (HTTP 401)" in line(out, "llm"), out
     assert "sk-wrong" not in out and "sk-right" not in out and "hunter2pass" not in out
+
+
+def test_doctor_fails_a_store_another_user_owns_than_the_daemons(tmp_path: Path) -> None:
+    """A restore done with `sudo cp`: the file is root's, the service's user cannot open
+    it, and doctor (run with sudo) read it fine and said ok."""
+    if os.geteuid() != 0:
+        pytest.skip("giving a file to another user takes root")
+    path = make_store(tmp_path / "st")
+    os.chown(tmp_path / "st", 65534, 65534)  # the service's user owns its state dir
+    code, out = asyncio.run(doctor("--state-dir", str(tmp_path / "st")))
+    assert code == 1 and "echo-bot.sqlite3 not owned by the state dir's owner" in out, out
+    os.chown(path, 65534, 65534)
+    code, out = asyncio.run(doctor("--state-dir", str(tmp_path / "st")))
+    assert "not owned" not in out, out
+    # Its own look leaves nothing of root's behind (the WAL files it made are theirs).
+    assert {f.stat().st_uid for f in (tmp_path / "st").glob("echo-bot.sqlite3*")} == {65534}
