@@ -444,8 +444,9 @@ def backup_to(source: Path, target: Path) -> int:
 
 def _copy_and_check(source: Path, copy: Path) -> tuple[int, list[str]]:
     """Pages copied, and what ``integrity_check`` found wrong with the copy (empty: ok)."""
-    src = sqlite3.connect(f"file:{source}?mode=ro", uri=True, timeout=30)
-    try:
+    from .inspect import read_only  # run with sudo, it leaves no file of root's
+
+    with read_only(source, timeout=30) as src:
         dst = sqlite3.connect(copy)
         try:
             # One step, from one snapshot: copied in steps, the backup starts over at
@@ -456,8 +457,6 @@ def _copy_and_check(source: Path, copy: Path) -> tuple[int, list[str]]:
             found = [str(row[0]) for row in dst.execute("PRAGMA integrity_check")]
         finally:
             dst.close()
-    finally:
-        src.close()
     return pages, [line for line in found if line != "ok"]
 
 

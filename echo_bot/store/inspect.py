@@ -42,7 +42,7 @@ class QueuedOutbound:
 
 
 @contextlib.contextmanager
-def _connect(path: Path) -> Iterator[sqlite3.Connection]:
+def read_only(path: Path, timeout: float = TIMEOUT) -> Iterator[sqlite3.Connection]:
     """A read-only connection. Reading a WAL store makes its ``-wal`` and ``-shm`` files
     when no daemon has them open: made by doctor run with sudo they were root's, and the
     service's user could no longer open its store. Those this look made are given to the
@@ -51,7 +51,7 @@ def _connect(path: Path) -> Iterator[sqlite3.Connection]:
     before = {sibling for sibling in siblings if sibling.exists()}
     try:
         with contextlib.closing(
-            sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=TIMEOUT)
+            sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=timeout)
         ) as conn:
             yield conn
     finally:
@@ -66,7 +66,7 @@ def check_file(path: Path) -> FileCheck:
     """SQLite's quick_check of the store at ``path`` (which must exist), and its schema
     version."""
     try:
-        with _connect(path) as conn:
+        with read_only(path) as conn:
             verdict = str(conn.execute("PRAGMA quick_check").fetchone()[0])
             has_meta = conn.execute(
                 "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'"
@@ -83,7 +83,7 @@ def check_file(path: Path) -> FileCheck:
 def queued_outbound(path: Path) -> QueuedOutbound:
     """The outbound messages waiting for delivery in the store at ``path``, per channel."""
     try:
-        with _connect(path) as conn:
+        with read_only(path) as conn:
             return QueuedOutbound(by_channel=queued_by_channel(SqlDb(conn)))
     except sqlite3.Error as exc:
         return QueuedOutbound(error=str(exc))

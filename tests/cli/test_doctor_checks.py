@@ -325,5 +325,12 @@ def test_doctor_fails_a_store_another_user_owns_than_the_daemons(tmp_path: Path)
     os.chown(path, 65534, 65534)
     code, out = asyncio.run(doctor("--state-dir", str(tmp_path / "st")))
     assert "not owned" not in out, out
-    # Its own look leaves nothing of root's behind (the WAL files it made are theirs).
+    # Its own look leaves nothing of root's behind (the WAL files it made are theirs),
+    # nor does a backup taken with sudo.
+    assert {f.stat().st_uid for f in (tmp_path / "st").glob("echo-bot.sqlite3*")} == {65534}
+    for made in (tmp_path / "st").glob("echo-bot.sqlite3-*"):
+        made.unlink()
+    backup = run_echo_bot("backup", str(tmp_path / "copy.sqlite3"), "--state-dir",
+                          str(tmp_path / "st"))  # fmt: skip
+    assert backup.returncode == 0, backup.stderr
     assert {f.stat().st_uid for f in (tmp_path / "st").glob("echo-bot.sqlite3*")} == {65534}
