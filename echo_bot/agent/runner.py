@@ -55,6 +55,10 @@ MAX_BEGUN_HERE = 1_000
 # A model asking for the very same call (name and arguments) this often in one turn is
 # looping; the turn ends with an honest message.
 MAX_IDENTICAL_CALLS = 2
+# Tool calls of one step that are kept and run; the model asks for the rest in its next
+# step if it still wants them (300 send_message calls in one answer went out at once,
+# and the step's rows pushed the turn's own question out of the next prompt).
+MAX_CALLS_PER_STEP = 16
 
 T = TypeVar("T")
 
@@ -480,6 +484,12 @@ class TurnRunner:
         """Record the brain's decision and store its step with its calls settled (all
         committed before any of them runs); None if the model is looping. ``made``: the
         turn's calls so far, when this process made the turn (then not read back)."""
+        if len(reply.tool_calls) > MAX_CALLS_PER_STEP:
+            log.warning(
+                "turn %s: the model asked for %d calls in one step; the first %d run",
+                turn.id, len(reply.tool_calls), MAX_CALLS_PER_STEP,
+            )  # fmt: skip
+            reply = replace(reply, tool_calls=reply.tool_calls[:MAX_CALLS_PER_STEP])
         self._audit_decision(tx, inbound, turn.step, reply)
         hashes = [args_hash(c.name, c.args) for c in reply.tool_calls]
         # Call ids come from the model, and some servers reuse them ("call_0" in every

@@ -12,12 +12,14 @@ from typing import Any, ClassVar
 
 import pytest
 
+from echo_bot.agent.runner import MAX_CALLS_PER_STEP
 from echo_bot.brains.base import BrainContext, BrainReply
 from echo_bot.conversation import ChatMessage, ToolCall
 from echo_bot.events import InboundStatus, MessageInbound, OutboundMessage, ToolCallInbound, new_id
 from echo_bot.tools.base import Risk, Tool, ToolContext, ToolGroup, ToolResult
 from tests.conftest import Bot, calls_of_turn, inbound_of, running_bot, store_engine
 from tests.fakes.channel import RecordingChannel
+from tests.fakes.openai_api import FakeOpenAI
 from tests.waiting import eventually
 
 # Each test runs on SQLite and on a real PostgreSQL server.
@@ -596,3 +598,29 @@ async def test_replies_go_out_once_while_the_outbox_is_read_all_the_time(state_d
         sent_notes = [m.text for m in bot.channel.sent if m.to == side]
         assert sent_notes == [f"note {n}" for n in range(80)]
         assert len(bot.channel.attempts) == len(bot.channel.sent)  # no send made twice
+
+
+async def test_a_step_asking_for_hundreds_of_calls_runs_sixteen_and_keeps_the_question(
+    state_dir: Path,
+) -> None:
+    """A model answer with 300 send_message calls (the real openai SDK, a scripted
+    server): 16 run, the next request still carries the person's question, and the
+    model can ask for more in its next step."""
+    config = (
+        '[brain]\nkind = "openai"\n[openai]\nbase_url = "{url}"\nmodel = "gpt-test"\n'
+        "max_retries = 0\nstream = false\n"
+    )
+    async with FakeOpenAI(model="gpt-test", api_key="sk-test") as llm:
+        llm.tool_calls([("send_message", {"text": f"spam {n}"}) for n in range(300)])
+        llm.reply("done")
+        async with running_bot(state_dir, config.format(url=llm.base_url),
+                               environ={"OPENAI_API_KEY": "sk-test"}) as bot:  # fmt: skip
+            inbound = await bot.channel.say("hello there")
+            reply = await bot.channel.reply_to(inbound)
+            spam = [m for m in bot.channel.sent if m.text.startswith("spam")]
+        second = llm.chat_requests()[1]["messages"]
+    assert reply.text == "done"
+    assert len(spam) == MAX_CALLS_PER_STEP
+    assert any(m["role"] == "user" and m.get("content") == "hello there" for m in second)
+    [asked] = [m for m in second if m.get("tool_calls")]
+    assert len(asked["tool_calls"]) == MAX_CALLS_PER_STEP
