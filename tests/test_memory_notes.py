@@ -106,8 +106,12 @@ async def test_rules_brain_remembers_a_phrase_and_memory_lists_and_forgets(
         assert "Noted (" in (await answered(bot.channel, said)).text
         asked = await bot.channel.say("do you remember the wifi?")
         assert "Noted" not in (await answered(bot.channel, asked)).text
+        for refused in ("please don't remember that my bank PIN is 4921",
+                        "you do not need to note that the door code is 1234"):  # fmt: skip
+            assert "Noted" not in (await answered(bot.channel, await bot.channel.say(refused))).text
         listed = await answered(bot.channel, await bot.channel.say("/memory"))
         assert "the wifi password is on the fridge" in listed.text
+        assert "4921" not in listed.text and "1234" not in listed.text
         note_id = listed.text.split("[", 1)[1].split("]", 1)[0]
         elsewhere = await bot.channel.say(f"/memory forget {note_id}", chat="other")
         assert "NOT_FOUND" in (await answered(bot.channel, elsewhere)).text  # not its chat

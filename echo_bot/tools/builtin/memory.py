@@ -12,6 +12,11 @@ from ..base import ErrorCode, Risk, Tool, ToolContext, ToolGroup, ToolResult
 
 # "remember that I take my coffee black", "please remember: the wifi is …"
 _REMEMBER = re.compile(r"\b(?:remember|note)(?:\s+that)?\s*:?\s+(?P<text>\S.*)$", re.I | re.S)
+# What comes just before "remember" and says not to: "don't", "do not", "never", "no
+# need to", "you needn't".
+_NEGATED = re.compile(
+    r"\b(?:don'?t|do\s+not|never|no\s+need\s+to|needn'?t|shouldn'?t|not)\s+(?:\w+\s+){0,2}$", re.I
+)
 
 
 class MemorySaveTool(Tool):
@@ -43,7 +48,9 @@ class MemorySaveTool(Tool):
 
     def extract_args(self, text: str) -> dict[str, Any] | None:
         match = _REMEMBER.search(text.strip())
-        return {"text": match.group("text").strip()[:NOTE_CHARS]} if match else None
+        if match is None or _NEGATED.search(text.strip()[: match.start()]):
+            return None  # "please don't remember that my PIN is 4921": not a note
+        return {"text": match.group("text").strip()[:NOTE_CHARS]}
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         try:
