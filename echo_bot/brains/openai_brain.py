@@ -99,7 +99,7 @@ class OpenAIBrain:
         try:
             if preview is None:
                 await reading.read(stream)
-                return reading.message(), reading.usage, False
+                return reading.message(complete=True), reading.usage, False
             consume = asyncio.ensure_future(reading.read(stream))
             stop = asyncio.ensure_future(preview.stopped())
             try:
@@ -109,7 +109,7 @@ class OpenAIBrain:
                     task.cancel()
                 await asyncio.gather(consume, stop, return_exceptions=True)
             if consume.done() and not consume.cancelled() and consume.exception() is None:
-                return reading.message(), reading.usage, False
+                return reading.message(complete=True), reading.usage, False
             if stop.done() and not stop.cancelled():
                 return reading.message(), reading.usage, True
             consume.result()  # its error
@@ -229,7 +229,20 @@ def _message_of(response: Any) -> tuple[Any, Any]:
     choices = getattr(response, "choices", None) or []
     if not choices or getattr(choices[0], "message", None) is None:
         raise LLMUnavailable("the model's answer had no choices")
-    return choices[0].message, getattr(response, "usage", None)
+    message = choices[0].message
+    read = SimpleNamespace(
+        content=getattr(message, "content", None),
+        tool_calls=getattr(message, "tool_calls", None),
+        finish_reason=getattr(choices[0], "finish_reason", None),
+    )
+    return read, getattr(response, "usage", None)
+
+
+# What a reply says of an answer the server ended before it was done.
+CUT_OFF = {
+    "length": "(cut off: the answer reached the model's length limit)",
+    "content_filter": "(the model provider's filter withheld the rest)",
+}
 
 
 def _reply(message: Any, stopped: bool, details: dict[str, object]) -> BrainReply:
@@ -249,6 +262,10 @@ def _reply(message: Any, stopped: bool, details: dict[str, object]) -> BrainRepl
             details=details,
         )
     text = (message.content or "").strip()
+    cut = CUT_OFF.get(str(getattr(message, "finish_reason", None) or ""))
+    if cut is not None:  # said, not passed off as the whole answer
+        details["finish_reason"] = message.finish_reason
+        text = f"{text}\n\n{cut}" if text else cut.replace("the rest", "this answer")
     if not text:
         raise LLMUnavailable("the model's answer was empty")
     return BrainReply(text=text, route_reason="llm: answered", details=details, markdown=True)
@@ -266,6 +283,7 @@ class _StreamedAnswer:
         self._slots: dict[object, int] = {}  # the server's index of a call -> ours
         self.usage: Any = None
         self.choices = 0
+        self.finish: str | None = None  # why the server ended the answer, once it says
         self._shown_at = 0.0
 
     async def read(self, stream: Any) -> None:
@@ -276,6 +294,7 @@ class _StreamedAnswer:
                 if getattr(choice, "index", 0) not in (0, None):
                     continue
                 self.choices += 1
+                self.finish = getattr(choice, "finish_reason", None) or self.finish
                 delta = getattr(choice, "delta", None)
                 if delta is None:
                     continue
@@ -321,9 +340,13 @@ class _StreamedAnswer:
         slot["arguments"] += getattr(function, "arguments", None) or ""
         self.size += len(name) + len(getattr(function, "arguments", None) or "")
 
-    def message(self) -> Any:
+    def message(self, *, complete: bool = False) -> Any:
+        """The answer as read; ``complete``: read to its end, which the server must have
+        said (a stream a proxy closed cleanly midway is not a whole answer)."""
         if not self.choices:
             raise LLMUnavailable("the streamed answer had no choices")
+        if complete and self.finish is None:
+            raise LLMUnavailable("the stream ended before the server said the answer was done")
         calls = [
             SimpleNamespace(
                 id=slot["id"] or None,
@@ -331,7 +354,9 @@ class _StreamedAnswer:
             )
             for slot in self.calls
         ]
-        return SimpleNamespace(content="".join(self.parts) or None, tool_calls=calls)
+        return SimpleNamespace(
+            content="".join(self.parts) or None, tool_calls=calls, finish_reason=self.finish
+        )
 
 
 async def _show_images(messages: list[dict[str, Any]], images: Sequence[Path]) -> None:

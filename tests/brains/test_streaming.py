@@ -18,7 +18,7 @@ from channels.telegram.previews import PREVIEW_MARK
 from echo_bot.events import Address, OutboundMessage, TextFormat
 from echo_bot.secrets import Masker
 from tests.agent.test_agent import GateTool
-from tests.channels.test_telegram import OWNER, reply_to, say, sends, telegram_bot
+from tests.channels.test_telegram import OWNER, reply_to, say, sends, telegram_bot, text_of
 from tests.conftest import echo_bot_env, run_echo_bot
 from tests.fakes.host import BareHost
 from tests.fakes.openai_api import FakeOpenAI, Raw
@@ -307,3 +307,26 @@ async def test_a_stop_while_tools_run_ends_the_turn_before_its_next_step(
             final = await reply_to(api, message_id, "(stopped)")
         assert final.params["text"] == "(stopped)"
         assert len(llm.chat_requests()) == 1  # no step after the stop
+
+
+async def test_an_answer_the_server_cut_short_is_never_passed_off_as_whole(
+    state_dir: Path,
+) -> None:
+    """A stream a proxy closed cleanly midway (no finish reason, no [DONE]) is no
+    answer: the offline brain answers and says so. An answer the model ended at its
+    length limit, or that the provider's filter stopped, says it was cut."""
+    chunk = {"id": "c1", "object": "chat.completion.chunk", "created": 0, "model": MODEL,
+             "choices": [{"index": 0, "delta": {"content": "Hello, the answer is"},
+                          "finish_reason": None}]}  # fmt: skip
+    cut = Raw(f"data: {json.dumps(chunk)}\n\n", headers={"Content-Type": "text/event-stream"})
+    async with FakeOpenAI(model=MODEL) as llm:
+        llm.enqueue(cut)
+        llm.reply("Hello, the answer is", finish_reason="length")
+        llm.reply("", finish_reason="content_filter")
+        async with telegram_bot(state_dir, llm_extra(llm)) as (_bot, api):
+            first = text_of(await reply_to(api, say(api, "hi there")))
+            second = text_of(await reply_to(api, say(api, "and the answer?")))
+            third = text_of(await reply_to(api, say(api, "and again?")))
+    assert "offline" in first.lower() and "Hello, the answer is" not in first, first
+    assert second.startswith("Hello, the answer is") and "cut off" in second, second
+    assert third == "(the model provider's filter withheld this answer)", third
