@@ -110,8 +110,8 @@ class OpenAIBrain:
                 await asyncio.gather(consume, stop, return_exceptions=True)
             if consume.done() and not consume.cancelled() and consume.exception() is None:
                 return reading.message(complete=True), reading.usage, False
-            if stop.done() and not stop.cancelled():
-                return reading.message(), reading.usage, True
+            if stop.done() and not stop.cancelled():  # a stop before a word is no failure
+                return reading.message(stopped=True), reading.usage, True
             consume.result()  # its error
             raise LLMUnavailable("the stream ended unexpectedly")
         finally:
@@ -340,10 +340,11 @@ class _StreamedAnswer:
         slot["arguments"] += getattr(function, "arguments", None) or ""
         self.size += len(name) + len(getattr(function, "arguments", None) or "")
 
-    def message(self, *, complete: bool = False) -> Any:
+    def message(self, *, complete: bool = False, stopped: bool = False) -> Any:
         """The answer as read; ``complete``: read to its end, which the server must have
-        said (a stream a proxy closed cleanly midway is not a whole answer)."""
-        if not self.choices:
+        said (a stream a proxy closed cleanly midway is not a whole answer); ``stopped``:
+        by the user, maybe before anything came (no failure of the server's)."""
+        if not self.choices and not stopped:
             raise LLMUnavailable("the streamed answer had no choices")
         if complete and self.finish is None:
             raise LLMUnavailable("the stream ended before the server said the answer was done")
