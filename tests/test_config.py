@@ -187,6 +187,12 @@ ROUTE_BASE = 'name = "gh"\nauth = "github"\nsecret_env = "GH_SECRET"\n'
             "(this one has no host)",
             id="telegram-webhook-url-no-host",
         ),
+        pytest.param(  # Telegram would post to "/", where nothing is served
+            "[telegram]\nmode = 'webhook'\nwebhook_url = 'https://bot.example.org'",
+            "telegram",
+            "needs a path, the one the daemon serves Telegram's posts at",
+            id="telegram-webhook-url-no-path",
+        ),
     ],
 )
 def test_parse_config_names_file_key_and_reason(text: str, key: str, reason: str) -> None:

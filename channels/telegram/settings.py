@@ -55,6 +55,13 @@ class TelegramConfig(ChatSection[int], FilesSection):
     def _webhook_needs_url(self) -> TelegramConfig:
         if self.mode == "webhook" and not self.webhook_url:
             raise ValueError("mode = 'webhook' needs webhook_url (the public HTTPS URL)")
+        if self.webhook_url and urlsplit(self.webhook_url).path in ("", "/"):
+            # The daemon serves the webhook at the URL's path; at "/" Telegram's posts
+            # would meet a 404 and every update would be dropped.
+            raise ValueError(
+                f"webhook_url {self.webhook_url} needs a path, the one the daemon serves"
+                " Telegram's posts at (e.g. https://bot.example.org/telegram)"
+            )
         return self
 
 
