@@ -12,6 +12,8 @@ again through ``Bot.me()``; the filter does none of that the same way.
 
 from __future__ import annotations
 
+import re
+
 from aiogram import Bot, Router
 from aiogram.exceptions import TelegramAPIError
 from aiogram.types import CallbackQuery, Message, Update
@@ -35,6 +37,10 @@ from .text import clean
 
 # Commands answered before the sender's access is checked.
 _OPEN_COMMANDS = ("/whoami", "/pair")
+
+
+# A command as Telegram reads one: /word, at most 32 letters, digits or _, maybe @bot.
+_COMMAND = re.compile(r"^/[A-Za-z0-9_]{1,32}(?:@(?P<bot>[A-Za-z0-9_]{1,64}))?(?:\s|$)")
 
 
 def command_of(text: str | None) -> str:
@@ -142,8 +148,10 @@ class Handlers:
 
     def _addressed_to_me(self, message: Message) -> bool:
         text = message.text or message.caption or ""
-        if text.startswith("/"):
-            return True
+        command = _COMMAND.match(text)
+        if command is not None:  # "/help", "/help@us"; not "/etc/hosts", "/start@another_bot"
+            target = command.group("bot")
+            return target is None or target.lower() == (self.me.username or "").lower()
         if self.me.username and f"@{self.me.username}".lower() in text.lower():
             return True
         replied = message.reply_to_message

@@ -1058,6 +1058,9 @@ async def test_in_groups_only_mentions_replies_and_commands_are_answered(
     async with telegram_bot(state_dir) as (bot, api):
         plain = say(api, "what time is it?", chat_type="group", chat_id=group)
         stranger = say(api, "hello bot?", user_id=STRANGER, chat_type="group", chat_id=group)
+        # Neither is a command to this bot: a path, another bot's command.
+        path = say(api, "/etc/hosts got overwritten again", chat_type="group", chat_id=group)
+        theirs = say(api, "/help@some_other_bot", chat_type="group", chat_id=group)
         command = say(api, "/help", chat_type="group", chat_id=group)
         help_reply = await reply_to(api, command, "/approvals", chat_id=group)
 
@@ -1074,6 +1077,7 @@ async def test_in_groups_only_mentions_replies_and_commands_are_answered(
         await barrier(api, chat_type="group", chat_id=group, reply_to_message=sent_id(help_reply))
 
         assert replies(api, plain, group) == [] and replies(api, stranger, group) == []
+        assert replies(api, path, group) == [] and replies(api, theirs, group) == []
         assert len(sends(api, group)) == 4
         stored = api.message(group, sent_id(help_reply))
         assert stored is not None
