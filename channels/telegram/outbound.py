@@ -140,34 +140,70 @@ class Outbound:
         message: OutboundMessage,
         markup: InlineKeyboardMarkup | None,
     ) -> Receipt:
-        """A document or photo (``send_file``), its text as the caption."""
+        """A document or photo (``send_file``), its text as the caption: what does not
+        fit one (1,024 UTF-16 units: emoji count twice) follows as messages, and a caption
+        whose formatting Telegram refuses goes plain, as a text does."""
         assert message.file is not None
         path = Path(message.file.path)
         if not await asyncio.to_thread(path.is_file):
             raise ChannelError(f"the file to send is gone ({message.file.name})", retryable=False)
-        caption = None
+        parts: list[Formatted] = []
         if message.text.strip():
             markdown = message.format == TextFormat.MARKDOWN
-            caption = message_parts(message.text, markdown, self.masker, limit=MAX_CAPTION)[0]
-        fields: dict[str, Any] = {
-            "chat_id": chat_id,
-            "message_thread_id": thread,
-            "caption": caption.text if caption else None,
-            "caption_entities": entities(caption) if caption and caption.spans else None,
-            "reply_markup": markup,
-        }
-        upload = FSInputFile(path, filename=message.file.name)
+            parts = message_parts(message.text, markdown, self.masker, limit=MAX_CAPTION)
+        sent = self._parts_sent.setdefault(message.id, [])  # the file's id, then the rest's
+        if not sent:
+            sent.append(await self._upload(chat_id, thread, message, parts[:1],
+                                           markup if len(parts) <= 1 else None))  # fmt: skip
+        for index in range(len(sent), len(parts)):
+            await self.pacer.wait(str(chat_id))
+            part, last = parts[index], index == len(parts) - 1
+
+            def request(entities_: bool, p: Formatted = part, last: bool = last) -> Any:
+                return self.bot.send_message(
+                    chat_id=chat_id, text=p.text, message_thread_id=thread,
+                    reply_markup=markup if last else None,
+                    entities=entities(p) if entities_ else None,
+                )  # fmt: skip
+
+            sent.append((await self._formatted_call(request, bool(part.spans))).message_id)
+        self._parts_sent.pop(message.id, None)
+        return Receipt(channel_message_id=str(sent[0]))
+
+    async def _upload(
+        self,
+        chat_id: int,
+        thread: int | None,
+        message: OutboundMessage,
+        caption: list[Formatted],
+        markup: InlineKeyboardMarkup | None,
+    ) -> int:
+        """The file with its caption (a photo refused as one goes as a document)."""
+        assert message.file is not None
+        first = caption[0] if caption else None
+        upload = FSInputFile(Path(message.file.path), filename=message.file.name)
+        kinds = ["photo", "document"] if message.file.kind == MediaKind.PHOTO else ["document"]
         await self.pacer.wait(str(chat_id))
-        if message.file.kind == MediaKind.PHOTO:
+        for kind in kinds:
+
+            def request(entities_: bool, kind: str = kind) -> Any:
+                fields: dict[str, Any] = {
+                    "chat_id": chat_id, "message_thread_id": thread, "reply_markup": markup,
+                    "caption": first.text if first else None,
+                    "caption_entities": entities(first) if first and entities_ else None,
+                }  # fmt: skip
+                if kind == "photo":
+                    return self.bot.send_photo(photo=upload, **fields)
+                return self.bot.send_document(document=upload, **fields)
+
             try:
-                result = await call(self.bot.send_photo(photo=upload, **fields))
-                return Receipt(channel_message_id=str(result.message_id))
+                result = await self._formatted_call(request, bool(first and first.spans))
+                return int(result.message_id)
             except ChannelError as exc:
-                if exc.retryable:
+                if exc.retryable or kind == kinds[-1]:
                     raise
                 log.info("telegram: the photo was refused (%s); sending it as a document", exc)
-        result = await call(self.bot.send_document(document=upload, **fields))
-        return Receipt(channel_message_id=str(result.message_id))
+        raise AssertionError("unreachable: the last kind raises")
 
     async def _edit(
         self, chat_id: int, message_id: int, text: str, markup: InlineKeyboardMarkup | None

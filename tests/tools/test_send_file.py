@@ -15,6 +15,7 @@ from tests.channels.test_telegram import (
     reply_to,
     say,
     telegram_bot,
+    text_of,
 )
 from tests.fakes.telegram_api import UploadedFile
 
@@ -103,3 +104,18 @@ async def test_a_photo_over_telegrams_limit_is_refused_before_sending(state_dir:
         asked = say(api, call({"path": "huge.jpg"}))
         await reply_to(api, asked, "over 10.0 MB")
         assert api.calls_of("sendPhoto") == []
+
+
+async def test_a_caption_over_telegrams_limit_follows_the_file_whole(state_dir: Path) -> None:
+    """1,000 emoji and a last word: within the tool's 1,024 characters, over Telegram's
+    1,024 UTF-16 units. The caption holds what fits, the rest follows as a message
+    (it was cut, and "THE END" reached nobody)."""
+    (workspace(state_dir) / "report.txt").write_bytes(b"numbers: 42\n")
+    caption = "😀" * 1000 + " THE END"
+    async with telegram_bot(state_dir) as (_bot, api):
+        asked = say(api, call({"path": "report.txt", "caption": caption}))
+        sent = await api.wait_for_call("sendDocument", lambda c: c.ok)
+        rest = await api.wait_for_call("sendMessage", lambda c: c.ok and "THE END" in text_of(c))
+        await reply_to(api, asked, "Sent report.txt")
+    shown = str(sent.params["caption"]) + text_of(rest)
+    assert shown.count("😀") == 1000 and "THE END" in shown
