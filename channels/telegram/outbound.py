@@ -66,6 +66,14 @@ class Outbound:
             raise ChannelError(
                 f"bad Telegram chat id {message.to.chat_id!r}", retryable=False
             ) from None
+        try:
+            return await self._send(chat_id, message)
+        except ChannelError as exc:
+            if exc.retry_after is not None:  # a flood wait: previews and typing wait too
+                self.pacer.hold(str(chat_id), exc.retry_after)
+            raise
+
+    async def _send(self, chat_id: int, message: OutboundMessage) -> Receipt:
         thread = int(message.to.thread_id) if message.to.thread_id else None
         markup = _markup(message)
         if message.edit_of is not None and message.edit_message_id:

@@ -100,6 +100,7 @@ class Previews:
             state.shown = text
         except TelegramRetryAfter as exc:
             self._paused_until = max(self._paused_until, time.monotonic() + exc.retry_after)
+            self.pacer.hold(str(chat_id), float(exc.retry_after))  # the reply waits too
             log.info("telegram: previews paused %s s (429)", exc.retry_after)
         except (TelegramNetworkError, TelegramServerError, OSError, TimeoutError):
             pass  # the next text tries again
