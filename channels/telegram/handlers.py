@@ -13,6 +13,7 @@ again through ``Bot.me()``; the filter does none of that the same way.
 from __future__ import annotations
 
 import re
+from collections import OrderedDict
 
 from aiogram import Bot, Router
 from aiogram.exceptions import TelegramAPIError
@@ -37,6 +38,7 @@ from .text import clean
 
 # Commands answered before the sender's access is checked.
 _OPEN_COMMANDS = ("/whoami", "/pair")
+ANSWERED_KEPT = 1_000  # update ids of notices answered without an inbox row, remembered
 
 
 # A command as Telegram reads one: /word, at most 32 letters, digits or _, maybe @bot.
@@ -73,6 +75,7 @@ class Handlers:
         self.me = me
         self.tasks = tasks
         self.access = host.access
+        self._answered: OrderedDict[int, None] = OrderedDict()  # updates answered, newest last
         self.bus = host.bus
         self.edge = host.edge("telegram", pair_as="as /pair CODE")
 
@@ -98,12 +101,28 @@ class Handlers:
         text = self._text(message)
         command = command_of(text)
         if command in _OPEN_COMMANDS:
+            if self._answered_before(event_update.update_id):
+                return
             await self._open_command(command, message, chat, text or "")
             return
         if command == "/start" and await self.access.is_allowed("telegram", str(user.id)):
-            await self._notice(chat, "Hello! Ask me anything, or send /help to see what I can do.")
+            if not self._answered_before(event_update.update_id):
+                await self._notice(
+                    chat, "Hello! Ask me anything, or send /help to see what I can do."
+                )
             return
         await self._take(message, event_update, chat, text)  # a stranger is answered there
+
+    def _answered_before(self, update_id: int) -> bool:
+        """Whether this update was answered already: what is answered without an inbox
+        row (/whoami, /pair, /start) is not answered again when Telegram delivers the
+        update again (a webhook retry; "Paired", then "You are already allowed")."""
+        if update_id in self._answered:
+            return True
+        self._answered[update_id] = None
+        while len(self._answered) > ANSWERED_KEPT:
+            self._answered.popitem(last=False)
+        return False
 
     def _text(self, message: Message) -> str | None:
         """The text (or caption) as the agent reads it: clean, and in a group without

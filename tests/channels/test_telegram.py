@@ -1009,9 +1009,16 @@ async def test_webhook_mode_registers_checks_the_secret_and_answers(state_dir: P
         unknown = {"update_id": 9000, "future_update_type": {"x": 1}}
         assert await api.deliver_webhook(url, unknown) == 200
         assert await api.deliver_webhook(url, raw) == 200  # Telegram retries a delivery
+        # What is answered without an inbox row is not answered again either.
+        api.push_message("/whoami")
+        whoami_raw = api.pushed_updates[-1]
+        for _ in range(2):
+            assert await api.deliver_webhook(url, whoami_raw) == 200
         await barrier_via_webhook(api, url)
         assert replies(api, forged_id) == []
         assert len(replies(api, message_id)) == 1
+        told = [c for c in sends(api, OWNER) if "Your Telegram user id" in text_of(c)]
+        assert len(told) == 1, told
 
 
 async def test_webhook_mode_refuses_a_stranger_before_reading_the_body(state_dir: Path) -> None:
