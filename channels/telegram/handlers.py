@@ -130,7 +130,8 @@ class Handlers:
         given = message.text if message.text is not None else message.caption
         text = clean(given) if given is not None else None
         if text is not None and message.chat.type != "private" and self.me.username:
-            text = text.replace(f"@{self.me.username}", "").strip()
+            mention = re.escape(f"@{self.me.username}")
+            text = re.sub(mention, "", text, flags=re.IGNORECASE).strip()  # as it matched
         return text
 
     async def _open_command(self, command: str, message: Message, chat: Address, text: str) -> None:

@@ -39,6 +39,7 @@ from .text import entities, message_parts, rendered
 T = TypeVar("T")
 
 MAX_CAPTION = 1024  # UTF-16 units of a photo's or document's caption
+PARTS_KEPT = 1_000  # messages whose parts sent before a failure are remembered
 
 
 class Outbound:
@@ -58,6 +59,16 @@ class Outbound:
         self.tasks = tasks
         self.masker = host.masker  # what the renderer made is masked again before it leaves
         self._parts_sent: dict[str, list[int]] = {}
+
+    def _sent_of(self, message_id: str) -> list[int]:
+        """The parts of ``message_id`` a failed try already sent (not sent again); at most
+        PARTS_KEPT messages remembered, the oldest forgotten (one failed for good never
+        comes again)."""
+        if message_id not in self._parts_sent:
+            while len(self._parts_sent) >= PARTS_KEPT:
+                del self._parts_sent[next(iter(self._parts_sent))]
+            self._parts_sent[message_id] = []
+        return self._parts_sent[message_id]
 
     async def send(self, message: OutboundMessage) -> Receipt:
         try:
@@ -81,7 +92,7 @@ class Outbound:
         if message.file is not None:
             return await self._send_file(chat_id, thread, message, markup)
         parts = await rendered(message.text, message.format == TextFormat.MARKDOWN, self.masker)
-        sent = self._parts_sent.setdefault(message.id, [])
+        sent = self._sent_of(message.id)
         preview = self.previews.message_of(message) if not sent else None
         if preview is not None:  # the reply takes the place of its preview message
             await self._into_preview(chat_id, preview, message, parts, markup, sent)
@@ -159,7 +170,7 @@ class Outbound:
         if message.text.strip():
             markdown = message.format == TextFormat.MARKDOWN
             parts = message_parts(message.text, markdown, self.masker, limit=MAX_CAPTION)
-        sent = self._parts_sent.setdefault(message.id, [])  # the file's id, then the rest's
+        sent = self._sent_of(message.id)  # the file's id, then the rest's
         if not sent:
             sent.append(await self._upload(chat_id, thread, message, parts[:1],
                                            markup if len(parts) <= 1 else None))  # fmt: skip
@@ -189,7 +200,8 @@ class Outbound:
         """The file with its caption (a photo refused as one goes as a document)."""
         assert message.file is not None
         first = caption[0] if caption else None
-        upload = FSInputFile(Path(message.file.path), filename=message.file.name)
+        name = self.masker.mask(message.file.name)  # a name is text the chat shows too
+        upload = FSInputFile(Path(message.file.path), filename=name)
         kinds = ["photo", "document"] if message.file.kind == MediaKind.PHOTO else ["document"]
         await self.pacer.wait(str(chat_id))
         for kind in kinds:
