@@ -118,6 +118,6 @@ def test_the_commands_that_only_look_read_beside_a_write_in_progress(tmp_path: P
     finally:
         writer.execute("ROLLBACK")
         writer.close()
-    for command in (("audit", "--tail", "-1"), ("webhook", "deliveries", "--limit", "0")):
-        refused = run_echo_bot(*command, "--state-dir", str(state))  # -1 listed every row
-        assert refused.returncode == 2 and "is not 1 or more" in refused.stderr, command
+    for count in (["audit", "--tail", "-1"], ["webhook", "deliveries", "--limit", "0"]):
+        refused = run_echo_bot(*count, "--state-dir", str(state))  # -1 listed every row
+        assert refused.returncode == 2 and "is not 1 or more" in refused.stderr, count
