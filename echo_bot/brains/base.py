@@ -17,7 +17,13 @@ __all__ = ["Brain", "BrainContext", "BrainReply", "LLMUnavailable", "Preview"]
 
 
 class LLMUnavailable(EchoBotError):
-    """The endpoint could not give a usable answer this time."""
+    """The endpoint could not give a usable answer this time. ``server_away``: false
+    when this request, not the server, was at fault (a 400 for a prompt too large, an
+    empty answer): the offline brain answers it, and other chats keep the model."""
+
+    def __init__(self, message: str, *, server_away: bool = True) -> None:
+        super().__init__(message)
+        self.server_away = server_away
 
 
 class Brain(Protocol):

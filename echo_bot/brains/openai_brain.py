@@ -201,7 +201,9 @@ class OpenAIBrain:
             message, usage = _message_of(response)
             return message, usage, False
         except self._errors as exc:
-            raise LLMUnavailable(_describe(exc)) from exc
+            # A request the server refused as malformed or too large is this request's.
+            away = getattr(exc, "status_code", None) not in REQUESTS_FAULT
+            raise LLMUnavailable(_describe(exc), server_away=away) from exc
         except ValueError as exc:  # a 200 whose body is not JSON (a proxy's error page)
             raise LLMUnavailable(f"unreadable answer ({type(exc).__name__})") from exc
         except OSError as exc:  # the connection broke mid-stream
@@ -238,6 +240,10 @@ def _message_of(response: Any) -> tuple[Any, Any]:
     return read, getattr(response, "usage", None)
 
 
+# HTTP statuses that say the request was at fault, not the server: 400 (a prompt over
+# the model's context, a parameter it refuses), 413, 422.
+REQUESTS_FAULT = frozenset({400, 413, 422})
+
 # What a reply says of an answer the server ended before it was done.
 CUT_OFF = {
     "length": "(cut off: the answer reached the model's length limit)",
@@ -267,7 +273,7 @@ def _reply(message: Any, stopped: bool, details: dict[str, object]) -> BrainRepl
         details["finish_reason"] = message.finish_reason
         text = f"{text}\n\n{cut}" if text else cut.replace("the rest", "this answer")
     if not text:
-        raise LLMUnavailable("the model's answer was empty")
+        raise LLMUnavailable("the model's answer was empty", server_away=False)
     return BrainReply(text=text, route_reason="llm: answered", details=details, markdown=True)
 
 

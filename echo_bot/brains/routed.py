@@ -75,9 +75,10 @@ class RoutedBrain:
         try:
             reply = await self.llm.step(conversation, tools, context)
         except LLMUnavailable as exc:
-            self.failures += 1
-            if self.failures >= self.fallback_after:
-                self.next_probe = now + self.probe_interval
+            if exc.server_away:  # else this request's fault: other chats keep the model
+                self.failures += 1
+                if self.failures >= self.fallback_after:
+                    self.next_probe = now + self.probe_interval
             if context.trace_id in self._failure_logged:
                 log.info("LLM unavailable again in this turn (%s)", exc)
             else:

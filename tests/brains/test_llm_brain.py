@@ -469,6 +469,21 @@ async def test_500s_fall_back_to_rules_stay_there_and_recover(state_dir: Path) -
         assert_all_shaped(llm)
 
 
+async def test_a_request_the_server_refuses_as_malformed_takes_the_model_from_nobody(
+    state_dir: Path,
+) -> None:
+    """Two 400s (a prompt over the model's context, in one chat) are that request's
+    fault: answered offline, each, but the next message still goes to the model (two
+    500s take it offline for every chat for probe_interval)."""
+    async with llm_bot(state_dir) as (llm, bot):
+        llm.error(400, times=2)
+        reply = await ask(bot, "what time is it?")
+        assert OFFLINE in reply.text
+        llm.reply("Back with you.")
+        assert (await ask(bot, "hello")).text == "Back with you."
+        assert "next probe" not in (await audit(bot, "brain.decision"))[-1].data["route_reason"]
+
+
 async def test_issue28_the_fallback_warning_shows_once_per_turn_in_the_chat(
     tmp_path: Path,
 ) -> None:
