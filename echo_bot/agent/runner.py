@@ -355,7 +355,8 @@ class TurnRunner:
             return None
         if self.commands.parse(inbound.text or "") is not None:
             return None  # a command may write itself (/new): after its turn's start
-        user = ChatMessage(role="user", content=inbound.text or "", turn_id=inbound.id)
+        text = self.masker.mask(inbound.text or "")  # as _recall does: no secret in history
+        user = ChatMessage(role="user", content=text, turn_id=inbound.id)
         messages = self.history.peek(inbound.session_key, [user])
         if messages is None:
             return None
@@ -426,10 +427,11 @@ class TurnRunner:
         direct call, an empty conversation (a fresh step)."""
         conversation = Recall([])
         if message is not None:
-            text = prepared.text if prepared is not None else message.text or ""
+            # No configured secret goes to history, nor to the model: one a person typed
+            # (a token pasted into the chat), nor one quoted by a file's note.
+            text = self.masker.mask(prepared.text if prepared is not None else message.text or "")
             files: tuple[FileNote, ...] = ()
-            if prepared is not None:  # notes quote errors: no secret goes to history
-                text = self.masker.mask(text)
+            if prepared is not None:
                 files = tuple(
                     replace(note, detail=self.masker.mask(note.detail)) for note in prepared.files
                 )

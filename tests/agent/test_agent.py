@@ -412,6 +412,8 @@ async def test_secret_values_are_masked_in_replies_and_audit(state_dir: Path) ->
         reply = await bot.channel.reply_to(inbound)
         assert "the token is *** (do not share)" in reply.text
         assert secret not in reply.text
+        pasted = await bot.channel.say(f"here is the bot token: {secret}")  # kept from history
+        await bot.channel.reply_to(pasted)
 
         rows = await bot.store.run(lambda tx: tx.audit.read(tail=10_000))
         assert any(r.kind == "tool.result" for r in rows)
