@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from echo_bot.brains.rules import NO_MATCH_HINT  # noqa: E402
+from echo_bot.brains.rules import no_match_hint  # noqa: E402
 from echo_bot.store import Tx  # noqa: E402
 from tests.conftest import running_bot  # noqa: E402
 from tests.matrix_people import Person, open_room  # noqa: E402
@@ -80,7 +80,7 @@ port = 0
 
             def answers() -> list[str]:
                 return [t for t in owner.received(room_id, bot_account.user_id)
-                        if t == NO_MATCH_HINT]  # fmt: skip
+                        if t == no_match_hint("!")]  # fmt: skip
 
             deadline = time.monotonic() + 60
             while not (

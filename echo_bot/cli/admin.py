@@ -484,7 +484,7 @@ def history_command(
     try:
         channel = Address.parse(chat).channel
     except ValueError as exc:  # "0 message(s)" would say the chat is empty
-        print(f"echo-bot: {exc} (e.g. telegram:123456789)", file=sys.stderr)
+        print(f"echo-bot: {exc}", file=sys.stderr)
         return 2
     if channel not in channel_names():
         print(f"echo-bot: {chat}: no channel {channel!r} ({', '.join(channel_names())})",

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from echo_bot.brains.rules import NO_MATCH_HINT
+from echo_bot.brains.rules import no_match_hint
 from echo_bot.store import make_database
 from tests.conftest import echo_bot_env, read_engine, run_echo_bot
 from tests.matrix_people import Person, open_room
@@ -67,8 +67,11 @@ async def bot_ready(owner: Person, room_id: str, bot: Registered) -> None:
     await eventually(joined_and_known, timeout=60, what="the bot joined, its device known")
 
 
+HINT = no_match_hint("!")  # the rules brain's answer, as Matrix types commands
+
+
 def replies(owner: Person, room_id: str, bot: Registered) -> list[str]:
-    return [t for t in owner.received(room_id, bot.user_id) if t == NO_MATCH_HINT]
+    return [t for t in owner.received(room_id, bot.user_id) if t == HINT]
 
 
 async def all_sent(url: str, state: Path) -> bool:
@@ -196,7 +199,7 @@ async def test_two_daemons_on_one_database_sync_one_at_a_time_and_take_over(
                 for daemon in daemons:
                     if daemon.proc is not None:
                         await daemon.stop()
-            assert owner.received(room_id, bot.user_id) == [NO_MATCH_HINT] * 4
+            assert owner.received(room_id, bot.user_id) == [HINT] * 4
 
 
 async def test_a_published_device_without_its_key_store_fails_the_start_as_doctor_says_it(

@@ -14,7 +14,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from echo_bot.brains.rules import NO_MATCH_HINT, no_match_hint
+from echo_bot.brains.rules import no_match_hint
 from tests.channels.contract.drivers import SLACK_DM, SLACK_OWNER
 from tests.channels.test_matrix_process import people
 from tests.conftest import echo_bot_env
@@ -72,7 +72,7 @@ port = {port}
 
 
 def answers(owner: Person, room_id: str, bot: str) -> int:
-    return sum(1 for t in owner.received(room_id, bot) if t == NO_MATCH_HINT)
+    return sum(1 for t in owner.received(room_id, bot) if t == no_match_hint("!"))
 
 
 async def bot_ready(owner: Person, room_id: str, bot: str) -> None:
