@@ -122,7 +122,7 @@ class ChatSends(Generic[Part]):
         """``post()`` of a message sent ahead of ``message``'s parts, once: not again
         when a later part failed and the send is tried again (after the network forgot
         ``key``'s idempotency, as Discord does a nonce within minutes)."""
-        posted = _kept(self._ahead, message.id, dict)
+        posted = kept(self._ahead, message.id, dict)
         if key not in posted:
             posted[key] = await post()
         return posted[key]
@@ -135,7 +135,7 @@ class ChatSends(Generic[Part]):
     async def reply(self, message: OutboundMessage) -> Receipt:
         """A reply or notice, its text in parts (see the module's docstring)."""
         parts = await self.parts(message)
-        sent = _kept(self._sent, message.id, list)
+        sent = kept(self._sent, message.id, list)
         preview = self.previews.message_of(message) if not sent else None
         if preview is not None:
             await self._into_preview(message, preview, parts[0], sent)
@@ -148,7 +148,7 @@ class ChatSends(Generic[Part]):
         """``upload(first part or None)`` once (the file's message id), then the rest of
         the text after it."""
         parts = await self.parts(message) if message.text.strip() else []
-        sent = _kept(self._sent, message.id, list)
+        sent = kept(self._sent, message.id, list)
         carried = int(self.file_carries_text and bool(parts))
         if not sent:  # not uploaded again when only the text after it failed
             sent.append(await upload(parts[0] if carried else None))
@@ -200,11 +200,13 @@ class ChatSends(Generic[Part]):
         return message_id
 
 
-def _kept(table: dict[str, Kept], key: str, new: Callable[[], Kept]) -> Kept:
+def kept(
+    table: dict[str, Kept], key: str, new: Callable[[], Kept], limit: int | None = None
+) -> Kept:
     """``table[key]``, made by ``new()`` when missing; the oldest entries go past
-    ``MAX_KEPT``."""
+    ``limit`` (MAX_KEPT: what a send that failed for good left is never asked for again)."""
     if key not in table:
-        while len(table) >= MAX_KEPT:
+        while len(table) >= (MAX_KEPT if limit is None else limit):
             del table[next(iter(table))]
         table[key] = new()
     return table[key]

@@ -498,14 +498,17 @@ def console_exposure(config: Config) -> str | None:
     )
 
 
+def url_host(host: str) -> str:
+    """``host`` as a URL writes it: an IPv6 address in brackets."""
+    return f"[{host}]" if ":" in host else host
+
+
 def console_base(config: Config) -> str:
     """The console's address as browsers reach it: ``[console] public_url``, else the
     HTTP server's own address (right only on the server itself)."""
     if config.console.public_url:
         return config.console.public_url
-    host = config.http.host
-    shown = f"[{host}]" if ":" in host else host
-    return f"http://{shown}:{config.http.port}"
+    return f"http://{url_host(config.http.host)}:{config.http.port}"
 
 
 class LoadedConfig(BaseModel):

@@ -26,6 +26,7 @@ from aiogram.types import (
 )
 
 from echo_bot.bus import ChannelHost
+from echo_bot.chat_sends import kept
 from echo_bot.errors import ChannelError
 from echo_bot.events import MediaKind, OutboundMessage, Receipt, TextFormat
 from echo_bot.pacing import Pacer
@@ -61,14 +62,8 @@ class Outbound:
         self._parts_sent: dict[str, list[int]] = {}
 
     def _sent_of(self, message_id: str) -> list[int]:
-        """The parts of ``message_id`` a failed try already sent (not sent again); at most
-        PARTS_KEPT messages remembered, the oldest forgotten (one failed for good never
-        comes again)."""
-        if message_id not in self._parts_sent:
-            while len(self._parts_sent) >= PARTS_KEPT:
-                del self._parts_sent[next(iter(self._parts_sent))]
-            self._parts_sent[message_id] = []
-        return self._parts_sent[message_id]
+        """The parts of ``message_id`` a failed try already sent (not sent again)."""
+        return kept(self._parts_sent, message_id, list, PARTS_KEPT)
 
     async def send(self, message: OutboundMessage) -> Receipt:
         try:

@@ -11,7 +11,7 @@ from typing import Any, cast
 from urllib.parse import urlsplit, urlunsplit
 
 from ..bus import DIAGNOSIS_FAIL, DIAGNOSIS_OK, DIAGNOSIS_WARN, Diagnoses, Diagnosis
-from ..config import LoadedConfig, channel_enabled, llm_enabled
+from ..config import LoadedConfig, channel_enabled, llm_enabled, url_host
 from ..errors import ConfigError, EchoBotError
 from ..sizes import format_size
 from ..store import (
@@ -362,8 +362,7 @@ async def _llm(base_url: str, key: str, model: str, key_env: str) -> tuple[str, 
     from aiohttp import ClientError, ClientSession, ClientTimeout
 
     parts = urlsplit(base_url)
-    name = str(parts.hostname or "")
-    host = f"[{name}]" if ":" in name else name
+    host = url_host(str(parts.hostname or ""))
     host = f"{host}:{parts.port}" if parts.port else host
     path = parts.path.rstrip("/") + "/models"
     shown = urlunsplit(parts._replace(netloc=host, path=path, query=""))  # no password

@@ -142,6 +142,7 @@ def send(
     """Sign ``data`` with the route's secret and POST it to the running daemon."""
     import asyncio
 
+    from ..config import url_host
     from .webhook_client import post_signed
 
     config = loaded.config
@@ -176,7 +177,7 @@ def send(
         if event is None:
             return 2
     host = config.http.host if config.http.host not in ("0.0.0.0", "::") else "127.0.0.1"
-    url = f"http://{f'[{host}]' if ':' in host else host}:{config.http.port}{route.url_path}"
+    url = f"http://{url_host(host)}:{config.http.port}{route.url_path}"
     try:
         status, answer = asyncio.run(post_signed(url, route.auth, secret, body, event))
     except OSError as exc:
