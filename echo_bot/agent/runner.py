@@ -47,6 +47,7 @@ from ..tools.base import ErrorCode, Tool, ToolResult
 from ..tools.registry import ToolRegistry
 from .calls import CallExecutor, StepProgress, args_hash, run_fenced
 from .history import HistoryCache
+from .summary_pages import summary_page
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,10 @@ MAX_IDENTICAL_CALLS = 2
 # step if it still wants them (300 send_message calls in one answer went out at once,
 # and the step's rows pushed the turn's own question out of the next prompt).
 MAX_CALLS_PER_STEP = 16
+# Summary requests one turn makes at most, each within [brain] context_chars (three
+# quarters of it the messages, the rest the summary so far): a long stretch never
+# summarised (a chat that had no model before) is caught up over the next turns.
+MAX_SUMMARY_PAGES = 3
 
 T = TypeVar("T")
 
@@ -80,6 +85,10 @@ class Recall:
     model: str | None = None
     summary: str | None = None  # of the messages before ``messages``
     seqs: tuple[int, ...] = ()  # each message's seq, for a brain that reads the chat
+    summary_upto: int = 0  # the seq of the newest message the summary covers
+    # The window is full and the summary does not reach it: messages stored before it
+    # (seq below this one) may be in neither (``summary_pages``).
+    older_before: int | None = None
 
 
 class _NotFresh(EchoBotError):
@@ -160,6 +169,9 @@ class TurnRunner:
             return Recall(self.history.load(tx, session_key))
         rows = self.history.load_rows(tx, session_key)
         summary = tx.summaries.of(session_key)
+        older_before = None
+        if len(rows) >= self.history.limit and (summary is None or summary.upto_seq < rows[0][0]):
+            older_before = rows[0][0]
         if summary is not None:  # what it covers is carried as the summary instead
             rows = summary.after(rows)
         return Recall(
@@ -167,6 +179,7 @@ class TurnRunner:
             prompt_lines(tx.memory.of(session_key)),
             tx.reminders.chat_model(session_key),
             summary.text if summary is not None else None, tuple(seq for seq, _m in rows),
+            summary.upto_seq if summary is not None else 0, older_before,
         )  # fmt: skip
 
     async def advance(
@@ -667,36 +680,57 @@ class TurnRunner:
     async def _summarised(
         self, inbound: MessageInbound, recall: Recall, context: BrainContext
     ) -> tuple[Recall, BrainContext]:
-        """``recall`` as the prompt carries it: when its history outgrows the budget, the
-        oldest part summarised by the model (with the summary before it) and kept as a
-        checkpoint, then carried instead of those messages. A crash before the checkpoint
-        makes it again at the next try; one made twice is kept once (it only moves
-        forward). The model away, or no model: the window as it was."""
+        """``recall`` as the prompt carries it: when its history outgrows the budget (or
+        the window, ``HISTORY_LIMIT`` messages), the oldest part summarised by the model
+        (with the summary before it), page by page from the summary's end, each page
+        kept as a checkpoint; the prompt then carries the summary instead of those
+        messages. A crash before a checkpoint makes that page again at the next try; one
+        made twice is kept once (a summary only moves forward). The model away, or no
+        model: the window as it was."""
         summarise = getattr(self.brain, "summarise", None)
         if summarise is None or len(recall.seqs) != len(recall.messages):
             return recall, context  # no model, or one that reads no chat (no seqs)
         cut = summary_cut(self.config, recall.messages, recall.notes, recall.summary)
+        if recall.older_before is not None:  # half the window goes too: seldom again
+            cut = max(cut, len(recall.messages) - HISTORY_LIMIT // 2)
         # Never this turn's own messages: the question being answered stays word for word.
         own = (i for i, m in enumerate(recall.messages) if m.turn_id == inbound.id)
         cut = min(cut, next(own, cut))
-        if not cut:
+        if not cut and recall.older_before is None:
             return recall, context
-        made = await summarise(recall.summary, recall.messages[:cut], context)
-        if made is None or not made.text:
+        window = list(zip(recall.seqs[:cut], recall.messages[:cut], strict=True))
+        summary, upto = recall.summary, recall.summary_upto
+        for _page in range(MAX_SUMMARY_PAGES):  # the rest at the next turns
+            page = await self.store.run(
+                partial(summary_page, session_key=inbound.session_key, after=upto,
+                        before=recall.older_before, window=window,
+                        chars=self.config.context_chars * 3 // 4)
+            )  # fmt: skip
+            if not page:
+                break
+            made = await summarise(summary, [message for _seq, message in page], context)
+            if made is None or not made.text:
+                break
+            summary, upto = made.text, page[-1][0]
+            keep = partial(self._keep_summary, inbound, context, upto, made)
+            await self._checkpoint(inbound, keep)
+        if upto == recall.summary_upto:
             return recall, context
-        upto = recall.seqs[cut - 1]
+        kept = [(seq, m) for seq, m in zip(recall.seqs, recall.messages, strict=True) if seq > upto]
+        summarised = replace(
+            recall, messages=[m for _s, m in kept], seqs=tuple(seq for seq, _m in kept),
+            summary=summary, summary_upto=upto,
+            older_before=recall.older_before if upto < (recall.older_before or 0) else None,
+        )  # fmt: skip
+        return summarised, replace(context, summary=summary)
 
-        def keep(tx: Tx) -> None:
-            tx.summaries.keep(inbound.session_key, upto, made.text)
-            self._audit_decision(tx, inbound, context.step, made)  # its tokens count
-
+    def _keep_summary(
+        self, inbound: MessageInbound, context: BrainContext, upto: int, made: BrainReply, tx: Tx
+    ) -> None:
         # Inside the brain's step: never with writes deferred to it (only a model
         # summarises, and a model's turns defer nothing: ``writes_later``).
-        await self._checkpoint(inbound, keep)
-        summarised = replace(
-            recall, messages=recall.messages[cut:], seqs=recall.seqs[cut:], summary=made.text
-        )
-        return summarised, replace(context, summary=made.text)
+        tx.summaries.keep(inbound.session_key, upto, str(made.text))
+        self._audit_decision(tx, inbound, context.step, made)  # its tokens count
 
     def _audit_decision(
         self, tx: Tx, inbound: InboundMessage, step: int, reply: BrainReply

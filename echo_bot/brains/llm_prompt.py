@@ -132,29 +132,33 @@ def to_openai(message: ChatMessage) -> dict[str, Any]:
 def _units(history: Sequence[ChatMessage]) -> list[list[ChatMessage]]:
     """Messages grouped so that a tool-call message and its results stay together.
 
-    A result is placed right after its call even when other messages came in between (a
-    chat goes on while a call waits for approval); a call without a result yet gets a
-    stand-in, since the API rejects unanswered tool calls. Results whose call is not in
-    the history any more (trimmed away long ago) are dropped.
+    A call whose results all came is placed where its last result came: a chat goes on
+    while a call waits for approval, and the turn it belongs to, taken up again, is the
+    newest thing the model reads (and the last a trimmed prompt would lose). A call
+    without a result yet stays where it was asked, with a stand-in, since the API
+    rejects unanswered tool calls. Results whose call is not in the history any more
+    (trimmed away long ago) are dropped.
     """
-    results: dict[str, ChatMessage] = {}
-    for message in history:
+    results: dict[str, tuple[int, ChatMessage]] = {}
+    for index, message in enumerate(history):
         if message.role == "tool" and message.tool_call_id:
-            results.setdefault(message.tool_call_id, message)
-    units: list[list[ChatMessage]] = []
-    for message in history:
+            results.setdefault(message.tool_call_id, (index, message))
+    placed: list[tuple[int, list[ChatMessage]]] = []
+    for index, message in enumerate(history):
         if message.role == "tool":
             continue
-        unit = [message]
-        for call in message.tool_calls if message.role == "assistant" else ():
-            unit.append(
-                results.get(call.id)
-                or ChatMessage(
-                    role="tool", content=NO_RESULT_YET, tool_call_id=call.id, name=call.name
-                )
-            )
-        units.append(unit)
-    return units
+        unit, at = [message], index
+        calls = message.tool_calls if message.role == "assistant" else []
+        for call in calls:
+            found = results.get(call.id)
+            unit.append(found[1] if found else ChatMessage(
+                role="tool", content=NO_RESULT_YET, tool_call_id=call.id, name=call.name
+            ))  # fmt: skip
+        if calls and all(call.id in results for call in calls):
+            at = max(results[call.id][0] for call in calls)
+        placed.append((at, unit))
+    placed.sort(key=lambda pair: pair[0])  # stable: the rest keep their order
+    return [unit for _at, unit in placed]
 
 
 def _size(unit: list[dict[str, Any]]) -> int:

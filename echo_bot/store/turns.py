@@ -249,6 +249,35 @@ class TurnRepo:
         ).fetchall()
         return [(row[0], _message(row)) for row in reversed(rows)]
 
+    def rows_between(
+        self, session_key: str, after: int, before: int | None, limit: int
+    ) -> list[tuple[int, ChatMessage]]:
+        """The session's history rows (since its last reset, as ``history_rows``) with
+        ``after < seq < before`` (``before`` None: no upper end), oldest first, at most
+        ``limit``: what a summary reads beyond the window a turn loads."""
+        since, reset_turn = self.reset_mark(session_key)
+        rows = self._db.execute(
+            "SELECT seq, role, content, tool_calls, tool_call_id, name, turn_id, files"
+            " FROM messages WHERE session_key = ? AND seq > ? AND seq < ? AND turn_id != ?"
+            " ORDER BY seq LIMIT ?",
+            [session_key, max(since, after), before if before is not None else 2**62,
+             reset_turn, limit],
+        ).fetchall()  # fmt: skip
+        return [(row[0], _message(row)) for row in rows]
+
+    def unfinished(self, turn_ids: builtins.set[str]) -> builtins.set[str]:
+        """Which of ``turn_ids`` are still running or waiting for an approval."""
+        if not turn_ids:
+            return set()
+        self.flush()
+        ids = sorted(turn_ids)
+        marks = ",".join("?" for _ in ids)
+        rows = self._db.execute(
+            f"SELECT id FROM turns WHERE id IN ({marks}) AND status IN (?, ?)",
+            [*ids, TurnStatus.RUNNING.value, TurnStatus.WAITING.value],
+        ).fetchall()
+        return {r[0] for r in rows}
+
     def newest_seq(self, session_key: str) -> int:
         """The seq of the session's newest row (reset markers included), 0 when none."""
         self.flush_messages()

@@ -187,8 +187,10 @@ def test_the_system_prompt_stays_even_when_it_alone_is_over_the_budget() -> None
     ]
 
 
-def test_a_result_that_arrived_after_later_messages_goes_right_after_its_call() -> None:
-    # The chat went on while c1 waited for approval; its result was stored later.
+def test_a_result_that_arrived_after_later_messages_comes_with_its_call_where_it_came() -> None:
+    # The chat went on while c1 waited for approval; its result was stored later. The
+    # call goes with it, last: the turn taken up again is the newest thing the model
+    # reads, and a trimmed prompt keeps it.
     history = [
         user("create it"),
         calls("c1", name="shell_exec"),
@@ -200,13 +202,17 @@ def test_a_result_that_arrived_after_later_messages_goes_right_after_its_call() 
     assert [m["role"] for m in messages] == [
         "system",
         "user",
-        "assistant",
-        "tool",
         "user",
         "assistant",
+        "assistant",
+        "tool",
     ]
-    assert messages[3]["tool_call_id"] == "c1" and "exit code 0" in messages[3]["content"]
+    assert messages[4]["tool_calls"][0]["id"] == "c1"
+    assert messages[5]["tool_call_id"] == "c1" and "exit code 0" in messages[5]["content"]
     shaped(messages)
+    budget = sum(len(json.dumps(m, ensure_ascii=False)) for m in [messages[0], *messages[4:]])
+    trimmed = build_messages(SYSTEM, history, budget + 5)
+    assert [m["role"] for m in trimmed] == ["system", "assistant", "tool"]
 
 
 def test_a_call_still_waiting_gets_a_stand_in_result() -> None:
