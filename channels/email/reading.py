@@ -113,28 +113,56 @@ def automatic(message: Message) -> str | None:
     return None
 
 
+def _results(value: str) -> list[list[str]] | None:
+    """An Authentication-Results value (RFC 8601) as it came, never decoded (an encoded
+    word is text): its parts at ``;`` and their words, read outside comments (nested,
+    dropped) and quoted strings (part of one word, whatever they hold). None when a
+    quote or a comment is left open."""
+    parts: list[list[str]] = [[]]
+    word: list[str] = []
+    depth, quoted, escaped = 0, False, False
+    for char in value + " ":
+        if escaped:
+            word += [char] if not depth else []
+            escaped = False
+        elif char == "\\" and (quoted or depth):
+            escaped = True
+        elif quoted:
+            quoted = char != '"'
+            word += [char] if quoted else []
+        elif depth or char == "(":
+            depth += (char == "(") - (char == ")")
+        elif char == '"':
+            quoted = True
+        elif char == ";" or char.isspace():
+            if word:
+                parts[-1].append("".join(word))
+                word.clear()
+            if char == ";":
+                parts.append([])
+        else:
+            word.append(char)
+        if depth and word:  # a comment ends the word before it
+            parts[-1].append("".join(word))
+            word.clear()
+    return None if quoted or depth else parts
+
+
 def authentic(message: Message, sender: str, header: str, serv_id: str) -> bool:
     """Whether the receiving server vouched for ``sender``: the topmost ``header``
     (the last added, by the server that received the mail: any below it came with
     the mail and could be forged) is ``serv_id``'s and says ``dmarc=pass`` for the
     sender's domain, or ``dkim=pass`` for it or a domain it belongs to (two labels at
-    least), and no ``dmarc`` failure for it. Quoted strings and comments are read as
-    values, never as results: an envelope sender may be quoted text anyone wrote."""
-    try:
-        values = message.get_all(header, [])
-    except Exception:
-        return False
-    if not values:
-        return False
-    text = re.sub(r'"(?:[^"\\]|\\.)*"', '""', str(values[0]))  # quoted strings emptied
-    text = re.sub(r"\([^()]*\)", " ", text)  # comments out
-    first, *results = [piece.strip() for piece in text.split(";")]
-    if not first or first.split()[0].lower() != serv_id.lower():
+    least), and no ``dmarc`` failure for it. Read as it came (``_results``): a value
+    the sender wrote (an envelope address, a HELO name) is one word, whatever its
+    quotes, comments or encoded words hold."""
+    value = next((v for k, v in message.raw_items() if k.lower() == header.lower()), None)
+    parts = _results(str(value)) if value is not None else None
+    if not parts or not parts[0] or parts[0][0].lower() != serv_id.lower():
         return False
     domain = sender.rpartition("@")[2]
     vouched = False
-    for result in results:
-        words = result.split()
+    for words in parts[1:]:
         if not words or "=" not in words[0]:
             continue
         method, _, outcome = words[0].lower().partition("=")

@@ -565,6 +565,20 @@ def test_attack_a_quoted_value_in_authentication_results_is_never_read_as_a_resu
     assert not vouched("mx.example.org; dkim=pass header.d=org")  # a top-level domain
     assert vouched('mx.example.org; spf=pass smtp.mailfrom="a;b"@x.org;'
                    " dmarc=pass header.from=example.org")  # fmt: skip
+    # An envelope sender is any local part: `=?utf-8?q?…?=` is one, which the header's
+    # decoding turned into `);dkim=pass header.d=example.org;(` (rspamd and Gmail copy
+    # it into a comment and into smtp.mailfrom). The header is read as it came.
+    word = "=?utf-8?q?=29=3Bdkim=3Dpass_header.d=3Dexample.org=3B=28?="
+    assert not vouched(f"mx.example.org; spf=pass (domain of {word}@evil.org designates"
+                       f" 192.0.2.1) smtp.mailfrom={word}@evil.org; dmarc=none")  # fmt: skip
+    assert not vouched(f'mx.example.org; spf=none smtp.mailfrom="{word}"')
+    assert not vouched("mx.example.org; spf=none smtp.helo= =?utf-8?q?x=3B_dkim=3Dpass"
+                       "_header.d=3Dexample.org?=")  # fmt: skip
+    # Comments nest: what is inside one is never a result.
+    assert not vouched("mx.example.org; spf=pass (of (x) ; dkim=pass header.d=example.org )"
+                       " smtp.mailfrom=x@evil.org")  # fmt: skip
+    assert not vouched("mx.example.org; spf=pass (open; dkim=pass header.d=example.org")
+    assert vouched("mx.example.org; dkim=pass (a (nested) note)header.d=example.org")
 
 
 def test_attack_a_mail_nested_too_deep_or_with_hostile_html_is_let_go_in_bounded_time() -> None:
