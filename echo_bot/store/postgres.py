@@ -388,20 +388,23 @@ class _Pending:
 class PgSession:
     """The store thread's connection, its transaction control for ``run_begun``."""
 
-    __slots__ = ("conn", "handle")
+    __slots__ = ("conn", "handle", "read_only")
     errors = psycopg.Error
 
     def unavailable(self, exc: BaseException) -> bool:
         """The connection broke or the server is going away, not a statement that will
-        fail again (a key too long for its index, a deadlock, a full disk)."""
-        return (
-            self.conn.broken
-            or self.conn.closed
-            or str(getattr(exc, "sqlstate", "") or "").startswith(_GONE)
-        )
+        fail again (a key too long for its index, a deadlock, a full disk). A server
+        that refuses writes (25006: a standby, or a primary demoted by a failover, that
+        a multi-host URL or a DNS name still points at) is away too, and its connection
+        is given up (``read_only``): the next batch connects again, to the new primary."""
+        state = str(getattr(exc, "sqlstate", "") or "")
+        if state == _READ_ONLY:
+            self.read_only = True
+        return self.conn.broken or self.conn.closed or state.startswith(_GONE) or self.read_only
 
     def __init__(self, conn: psycopg.Connection[Any]) -> None:
         self.conn, self.handle = conn, PgHandle(conn)
+        self.read_only = False
 
     def close(self) -> None:
         self.handle.close()
@@ -591,7 +594,7 @@ class PostgresDatabase(ThreadedEngine):
         if not self._opened:
             return None
         session = self._session
-        if session is None or session.conn.broken or session.conn.closed:
+        if session is None or session.conn.broken or session.conn.closed or session.read_only:
             # Lost (the server restarted, the network broke): connect again for this
             # batch; if that fails too, the batch fails and the next one tries again.
             if session is not None:
@@ -633,6 +636,7 @@ class PostgresDatabase(ThreadedEngine):
 # deadlock: the server rolled one back). Their jobs fail with StoreUnavailable, which
 # the dispatcher retries from the turn's checkpoint.
 _GONE = ("08", "57P01", "57P02", "57P03", "40001", "40P01")
+_READ_ONLY = "25006"  # read_only_sql_transaction: a write sent to a standby
 
 # SQLSTATEs of a refused connection that only a change of config mends.
 _REFUSED_FOR_GOOD = {

@@ -588,6 +588,34 @@ async def test_a_deadlock_between_two_daemons_is_store_unavailable_and_the_other
             await b.close()
 
 
+async def test_a_connection_to_a_server_that_refuses_writes_is_given_up_for_a_new_one() -> None:
+    """After a failover, a multi-host URL or a DNS name may still reach the old primary,
+    now a standby: every write is refused (25006) on a connection that is not broken.
+    That is the store away (the caller tries again, /healthz says so), and the next
+    batch connects again, where writes go through; before, the daemon kept the
+    connection and failed every write until it was restarted."""
+    from echo_bot.errors import StoreUnavailable
+    from echo_bot.store.postgres import PostgresDatabase
+
+    with fresh_database() as url:
+        db = PostgresDatabase(url)
+        await db.open()
+        try:
+            await db.run(lambda d: d.execute(SCRATCH))
+            # As a standby answers: this session's transactions are read-only.
+            await db.run(
+                lambda d: d.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
+            )
+            with pytest.raises(StoreUnavailable, match="read-only"):
+                await db.run(insert(1))
+            assert db.health()["status"] != "ok"
+            assert await db.run(insert(2)) == 2  # on a new connection
+            assert await db.run(lambda d: d.execute("SELECT id FROM scratch").fetchall()) == [(2,)]
+            assert db.health()["status"] == "ok"
+        finally:
+            await db.close()
+
+
 async def test_a_stored_reader_position_only_moves_forward(engine: Engine) -> None:
     """The Telegram poller's offset: a poller that lost its lease late may still write
     the one it had; it never moves the position back."""
