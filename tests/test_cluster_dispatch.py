@@ -4,6 +4,7 @@ order they arrived, whichever daemon committed them and whichever took the sessi
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any, cast
 
 from echo_bot.agent.dispatcher import Dispatcher
@@ -12,7 +13,8 @@ from echo_bot.approvals import ApprovalGate
 from echo_bot.cluster import Cluster
 from echo_bot.events import Address, InboundMessage, InboundStatus, MessageInbound, Sender, new_id
 from echo_bot.secrets import Masker
-from echo_bot.store import Store
+from echo_bot.store import Store, Tx
+from echo_bot.store.meta import InstanceRow
 from tests.postgres import fresh_database
 from tests.waiting import eventually
 
@@ -31,6 +33,17 @@ class RecordingRunner:
             raise NotHeldAfterAll(inbound_id)
         self.ran.append(inbound_id)
         await self.store.run(lambda tx: tx.inbox.set_status(inbound_id, InboundStatus.DONE))
+
+
+async def alive(store: Store, *names: str) -> None:
+    """``names`` seen now, as their heartbeats say: only a daemon seen alive takes a lease."""
+    rows = [InstanceRow(name, name, "host", "", 0, "0", time.time(), time.time()) for name in names]
+
+    def seen(tx: Tx) -> None:
+        for row in rows:
+            tx.meta.instance_seen(row)
+
+    await store.run(seen)
 
 
 def message(text: str) -> InboundMessage:
@@ -54,6 +67,7 @@ async def test_a_daemon_taking_a_session_runs_the_turns_that_arrived_before_firs
         await other.open()
         await mine.open()
         try:
+            await alive(mine, "mine-1")
             earlier, later = message("first"), message("second")
             await other.run(lambda tx: tx.inbox.add(earlier))
             await mine.run(lambda tx: tx.inbox.add(later))
@@ -94,6 +108,7 @@ async def test_an_idle_session_is_kept_a_moment_then_let_go() -> None:
         store = Store(PostgresDatabase(url), Masker(), instance="mine-1")
         await store.open()
         try:
+            await alive(store, "mine-1")
             runner = RecordingRunner(store)
             dispatcher = Dispatcher(
                 store=store,
@@ -138,12 +153,20 @@ async def test_a_take_says_whether_the_daemon_held_the_lease_without_a_break() -
             async def take(instance: str) -> tuple[bool, bool]:
                 return await store.run(lambda tx: tx.leases.take_noting("session:s", instance, 15))
 
+            assert await take("a") == (False, False)  # not seen alive: takes nothing
+            await alive(store, "a", "b")
             assert await take("a") == (True, False)  # new
             assert await take("a") == (True, True)  # held already
             await store.run(lambda tx: tx.leases.release("session:s", "a"))
             assert await take("a") == (True, False)  # let go between
-            # "a" unseen (no instance row): "b" may take it over, then "a" again.
+            # "a" unseen for longer than the lease: "b" may take it over, then "a" again.
+            stale = "UPDATE instances SET seen_at = seen_at - 20 WHERE name = 'a'"
+            await store.run(lambda tx: tx._db.execute(stale))
+            assert await take("a") == (False, False)  # its own row stale: not even back
             assert await take("b") == (True, False)
+            await alive(store, "a")
+            assert await take("a") == (False, False)  # "b" is alive and holds it
+            await store.run(lambda tx: tx._db.execute(stale.replace("'a'", "'b'")))
             assert await take("a") == (True, False)  # "b" held it between
             assert await take("a") == (True, True)
         finally:

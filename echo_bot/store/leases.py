@@ -24,7 +24,8 @@ class LeaseRepo:
 
     def take(self, name: str, instance: str, lease: float) -> bool:
         """Hold ``name`` for ``instance``; False while another instance seen within the last
-        ``lease`` seconds (by the database's clock) holds it."""
+        ``lease`` seconds (by the database's clock) holds it, or while ``instance`` itself
+        was not seen within them."""
         return self.take_noting(name, instance, lease)[0]
 
     def take_noting(self, name: str, instance: str, lease: float) -> tuple[bool, bool]:
@@ -43,16 +44,21 @@ class LeaseRepo:
             if dialect(self._db) == POSTGRES
             else "NULL"
         )
+        # Taken only by a daemon the others see alive: one whose own row went stale
+        # (its beats did not land) is free for them to take from, and must not take,
+        # or take back, what they may be taking at once.
         cursor = self._db.execute(
-            f"INSERT INTO leases (name, instance, taken_at) VALUES (?, ?, {clock})"
+            f"INSERT INTO leases (name, instance, taken_at) SELECT ?, ?, {clock}"
+            " WHERE EXISTS (SELECT 1 FROM instances s WHERE s.name = ?"
+            f"  AND s.seen_at >= {clock} - ?)"
             " ON CONFLICT (name) DO UPDATE SET instance = excluded.instance,"
             " taken_at = excluded.taken_at"
             " WHERE leases.instance = excluded.instance OR NOT EXISTS ("
             "  SELECT 1 FROM instances i WHERE i.name = leases.instance"
             f"  AND i.seen_at >= {clock} - ?)"
             f" RETURNING instance, {before}",
-            [name, instance, lease],
-        )
+            [name, instance, instance, lease, lease],
+        )  # fmt: skip
 
         def answer() -> tuple[bool, bool]:
             row = cursor.fetchone()
