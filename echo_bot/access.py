@@ -18,11 +18,16 @@ class StoreAccess:
     def reload(self, config: Config) -> list[str]:
         """Take the configured allowlists (at start and on reload)."""
         self._configured: dict[str, set[str]] = {}
+        self._approvers: dict[str, set[str]] = {}
         for spec in registry().specs.values():
             section = channel_section(config, spec.name)
             if section is not None:
                 self._configured[spec.name] = {str(u) for u in spec.allowed_users(section)}
+                self._approvers[spec.name] = {str(u) for u in spec.approvers(section)}
         return []
+
+    def may_approve(self, channel: str, user_id: str) -> bool:
+        return user_id in self._approvers.get(channel, set())
 
     async def is_allowed(self, channel: str, user_id: str) -> bool:
         if user_id in self._configured.get(channel, set()):

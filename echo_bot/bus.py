@@ -96,6 +96,10 @@ class AccessControl(Protocol):
 
     async def is_allowed(self, channel: str, user_id: str) -> bool: ...
 
+    def may_approve(self, channel: str, user_id: str) -> bool:
+        """Whether ``user_id`` is one of ``channel``'s approvers (the config's alone)."""
+        ...
+
     async def pair(self, channel: str, user_id: str, code: str) -> str:
         """ "paired", "already", "wrong" or "locked"."""
         ...

@@ -100,6 +100,7 @@ class Refusals:
 
 NOT_OFFERED = "⚠️ That answer is not one this request offers."
 ELSEWHERE = "⚠️ That request was asked in another chat: it is answered there only."
+NOT_APPROVER = "⚠️ You are not allowed to decide this request."
 
 
 class Edge:
@@ -225,6 +226,9 @@ class Edge:
         if kept is None and action is None:  # a reaction or a reply to another message
             return Decided("no_prompt")
         to, actions = kept or (None, [])  # a button on no prompt of ours: refused
+        if self._has_allowlist and not self._host.access.may_approve(self.channel, sender.id):
+            await self._not_approver(to or at, sender, message_id)
+            return Decided("refused", to or at)
         if (
             to is not None
             and at is not None
@@ -311,6 +315,18 @@ class Edge:
         )
         if to is not None:
             await self.notice(to, said)
+
+    async def _not_approver(self, to: Address | None, sender: Sender, message_id: str) -> None:
+        """A press (or a typed answer) by someone who approves nothing here: refused
+        before anything is committed, and told so at most once per REFUSAL_INTERVAL —
+        anyone who sees a prompt's buttons could press them a thousand times."""
+        if not self.refusals.due(f"decide\n{sender.id}"):
+            return
+        await self._host.audit(
+            f"{self.channel}.not_approver", user=sender.id, message=message_id, chat=str(to)
+        )
+        if to is not None:
+            await self.notice(to, NOT_APPROVER)
 
     async def _stranger(self, message: MessageInbound) -> None:
         code = pair_code(message.text or "")

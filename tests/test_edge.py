@@ -141,6 +141,29 @@ async def test_a_decision_counts_only_on_a_kept_prompt_that_offers_it(state_dir:
         assert [r.kind for r in rows].count("cli.forged_action") == 3
 
 
+async def test_attack_presses_by_someone_who_approves_nothing_commit_nothing_and_are_told_once(
+    state_dir: Path,
+) -> None:
+    """Anyone who sees a prompt in a group sees its buttons. Each press by someone who
+    is no approver here went to the gate: an inbox row, an audit row and a notice in
+    the chat, every time. Refused in the edge now, and told once per REFUSAL_INTERVAL."""
+    async with running_bot(state_dir) as bot:
+        edge = Edge("telegram", Host(bot))  # type: ignore[arg-type]  # u-9 approves nothing
+        await edge.keep_prompt("m-1", PROMPT)
+        presser = Sender(id="u-9")
+        for n in range(8):
+            pressed = await edge.decide("m-1", presser, f"x{n}", action=f"approve_once:{REQUEST}")
+            assert pressed.outcome == "refused" and pressed.chat == CHAT
+        typed = await edge.reply("m-1", presser, "x9", "approve", CHAT)
+        assert typed  # an answer, refused: not a message for the brain
+        await bot.channel.wait_for(lambda m: "not allowed to decide" in m.text)
+        inbox = await bot.store.run(lambda tx: tx.inbox.recent("cli", limit=10))
+        assert inbox == []
+        assert sum("not allowed to decide" in m.text for m in bot.channel.sent) == 1
+        rows = await bot.store.run(lambda tx: tx.audit.read(tail=20))
+        assert [r.kind for r in rows].count("telegram.not_approver") == 1
+
+
 async def test_an_answer_given_in_another_chat_than_its_prompts_is_refused(
     state_dir: Path,
 ) -> None:
