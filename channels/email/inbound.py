@@ -166,25 +166,32 @@ class Reader:
         mail = await self._read(header, whole=False)
         if mail is None or not await self._answerable(mail):
             return
+        # A stranger is told how to pair, seldom (the edge), and nothing else: what they
+        # write (a size, a thread, a reply to a prompt) never makes the bot write again.
+        known = await self._known(str(mail.sender))
         if size > self.config.max_message:
             text = (
                 f"Your mail of {format_size(size)} is over the"
                 f" {format_size(self.config.max_message)} this bot reads; it was not read."
             )
-            await self.edge.notice(self._address(mail), text, seldom=True)
+            if known:
+                await self.edge.notice(self._address(mail), text, seldom=True)
+            else:
+                await self.edge.refuse(self._address(mail), str(mail.sender))
             return
         raw = await self.mailbox.whole(uid)
         mail = await self._read(raw) if raw is not None else None
         if mail is None:
             return
         address = self._address(mail)
-        await self.threads.heard(address, mail)
         external_id = mail.message_id or f"{selected.validity}:{uid}"
         sender = Sender(id=str(mail.sender), name=mail.name)
-        if await self._decided(mail, address, sender, external_id):
-            return
-        if await self.edge.lone_answer(address, mail.text, HOW_TO_ANSWER):
-            return
+        if known:
+            await self.threads.heard(address, mail)
+            if await self._decided(mail, address, sender, external_id):
+                return
+            if await self.edge.lone_answer(address, mail.text, HOW_TO_ANSWER):
+                return
         files = [
             Attachment(
                 kind=MediaKind.PHOTO if f.mime_type.startswith("image/") else MediaKind.DOCUMENT,
@@ -202,6 +209,14 @@ class Reader:
                 metadata={DIRECT: True} if mail.direct(str(self.config.address)) else {},
             )
         )  # fmt: skip
+
+    async def _known(self, sender: str) -> bool:
+        """An allowed sender, or an approver."""
+        try:
+            access = self.host.access
+            return access.may_approve("email", sender) or await access.is_allowed("email", sender)
+        except StoreError as exc:
+            raise CommitFailed(str(exc)) from exc
 
     async def _read(self, raw: bytes, *, whole: bool = True) -> Mail | None:
         """``raw`` read off the event loop (a hostile mail may take the parser a while);

@@ -251,6 +251,27 @@ async def test_a_stranger_vouched_for_is_told_how_to_pair_and_an_unvouched_one_h
     assert len([raw for raw in chat.peer_servers.received if sent_by_bot in raw]) == 1
 
 
+async def test_attack_a_stranger_cannot_make_the_bot_write_to_them_again_and_again(
+    chat: Mail,
+) -> None:
+    """Replies "approve" to prompt-looking ids, each in a thread of its own, used to be
+    answered each with a notice (and a thread kept each): a stranger could make the bot
+    mail them as often as they liked. A stranger is told how to pair, once."""
+    stranger, _ = chat.peer_servers.add_user("stranger")
+    domain = chat.bot_address.rpartition("@")[2]
+    async with chat.running():
+        for n in range(4):
+            target = f"<{n:032x}.approval@{domain}>"
+            reply = chat.mail("approve", sender=stranger, Subject=f"Re: {n}",
+                              In_Reply_To=target, References=target)  # fmt: skip
+            await chat.acknowledged(await chat.send(reply))
+        await eventually(lambda: chat.mails(stranger), timeout=20, what="the refusal")
+        await asyncio.sleep(1.0)
+        assert await chat.audit("email.forged_action") == []
+    [told] = chat.mails(stranger)
+    assert "pair" in mail_text(told)
+
+
 async def test_html_only_mail_is_read_as_text_quoted_mail_left_out_a_subject_alone_read(
     chat: Mail,
 ) -> None:
