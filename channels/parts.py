@@ -73,7 +73,7 @@ def tls_context(ca_file: str | None) -> ssl.SSLContext:
     per file: not read again on the loop for each connection."""
     context = ssl.create_default_context()
     if ca_file:
-        context.load_verify_locations(ca_file)
+        context.load_verify_locations(Path(ca_file).expanduser())
     return context
 
 

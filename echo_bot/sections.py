@@ -14,8 +14,10 @@ Pure pydantic: imported to read a config file, without any network library.
 from __future__ import annotations
 
 import re
+import ssl
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 from typing import Annotated, Generic, TypeVar
 from urllib.parse import urlsplit
 
@@ -67,6 +69,29 @@ def http_url(value: str) -> str:
     if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
         raise ValueError("expected an http:// or https:// URL with a host")
     return value.rstrip("/")
+
+
+def without_login(url: str) -> str:
+    """``url`` as it may be shown: without the user and password it may carry."""
+    parts = urlsplit(url)
+    host = parts.netloc.rpartition("@")[2]
+    return parts._replace(netloc=host).geturl()
+
+
+def ca_file_problem(ca_file: str | None) -> str | None:
+    """What is wrong with a ``ca_file`` key (a CA to trust besides the system's): not a
+    file, or no certificate in it that loads; None when it loads. Said by check-config
+    and doctor, and before a start: not a TLS error at each connection."""
+    if not ca_file:
+        return None
+    path = Path(ca_file).expanduser()
+    if not path.is_file():
+        return f"ca_file: {ca_file} is not a file"
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(path)
+    except (ssl.SSLError, OSError, ValueError) as exc:
+        return f"ca_file: {ca_file} holds no PEM certificate that loads ({exc})"
+    return None
 
 
 UserId = TypeVar("UserId")

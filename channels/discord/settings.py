@@ -9,7 +9,15 @@ from typing import Annotated
 
 from pydantic import AfterValidator, StrictBool
 
-from echo_bot.sections import ChatSection, EnvName, FilesSection, http_url, shaped
+from echo_bot.sections import (
+    ChatSection,
+    EnvName,
+    FilesSection,
+    ca_file_problem,
+    http_url,
+    shaped,
+    without_login,
+)
 
 # A user, guild or channel ID as Discord's "Copy ID" gives it (Developer Mode on).
 Snowflake = Annotated[
@@ -61,13 +69,12 @@ def environment_problems(
     section: DiscordConfig, environ: Mapping[str, str], state_dir: Path | None
 ) -> list[str]:
     problems = [_token_problem(environ.get(section.token_env, ""), section.token_env)]
-    if section.ca_file and not Path(section.ca_file).expanduser().is_file():
-        problems.append(f"ca_file: {section.ca_file} is not a file")
+    problems.append(ca_file_problem(section.ca_file))
     return [p for p in problems if p]
 
 
 def summary(section: DiscordConfig) -> str:
     where = "any guild it is in" if section.guilds is None else f"{len(section.guilds)} guild(s)"
     content = ", Message Content intent" if section.message_content else ""
-    via = f", through {section.proxy}" if section.proxy else ""
+    via = f", through {without_login(section.proxy)}" if section.proxy else ""
     return f"on, the gateway (direct messages; mentions and replies in {where}){content}{via}"

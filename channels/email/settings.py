@@ -17,6 +17,7 @@ from echo_bot.sections import (
     Duration,
     EnvName,
     FilesSection,
+    ca_file_problem,
     http_url,
     shaped,
 )
@@ -114,12 +115,13 @@ def secrets_in_use(section: EmailConfig, environ: Mapping[str, str]) -> list[tup
 def environment_problems(
     section: EmailConfig, environ: Mapping[str, str], state_dir: Path | None
 ) -> list[str]:
-    if environ.get(section.password_env):
-        return []
-    return [
-        f"password_env: environment variable {section.password_env} is not set (the"
-        f" password of {section.login} on the IMAP and SMTP servers)"
-    ]
+    problems = [ca_file_problem(section.ca_file)]
+    if not environ.get(section.password_env):
+        problems.append(
+            f"password_env: environment variable {section.password_env} is not set (the"
+            f" password of {section.login} on the IMAP and SMTP servers)"
+        )
+    return [p for p in problems if p]
 
 
 def summary(section: EmailConfig) -> str:

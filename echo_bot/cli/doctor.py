@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from pathlib import Path
 from typing import Any, cast
 from urllib.parse import urlsplit, urlunsplit
@@ -224,8 +224,18 @@ def _diagnosed(loaded: LoadedConfig, environ: Mapping[str, str], state_dir: Path
             found.append(_missing_extra(name, str(exc)))
             continue
         if channel.capabilities.diagnoses:
-            found.append(cast("Diagnoses", channel).diagnose(section, environ, state_dir))
+            made = cast("Diagnoses", channel).diagnose(section, environ, state_dir)
+            found.append(_guarded(name, made))
     return found
+
+
+async def _guarded(name: str, checks: Awaitable[list[Diagnosis]]) -> list[Diagnosis]:
+    """A channel's checks; one that fails is a failed check of that channel, never the
+    end of doctor (its other checks are still said)."""
+    try:
+        return await checks
+    except Exception as exc:
+        return [Diagnosis(name, DIAGNOSIS_FAIL, f"its check failed: {type(exc).__name__}: {exc}")]
 
 
 async def _missing_extra(name: str, why: str) -> list[Diagnosis]:

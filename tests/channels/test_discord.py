@@ -499,6 +499,31 @@ def test_the_discord_section_is_checked_and_a_wrong_token_named() -> None:
     ]
 
 
+def test_a_ca_file_that_is_no_certificate_is_said_before_a_start_and_a_proxy_login_never_shown(
+    tmp_path: Path,
+) -> None:
+    """A ca_file that is not PEM made `doctor` die with an SSLError traceback, and
+    `run` try to connect again for ever; a proxy's password showed in check-config."""
+    from channels.discord.settings import environment_problems, summary
+    from channels.email.settings import environment_problems as email_problems
+    from echo_bot.config import channel_section, parse_config
+
+    garbage = tmp_path / "ca.pem"
+    garbage.write_text("not a certificate\n")
+    proxy = "http://me:s3cret@proxy.example:3128"
+    config = parse_config({"discord": {"enabled": True, "ca_file": str(garbage), "proxy": proxy}})
+    section = channel_section(config, "discord")
+    [problem] = environment_problems(section, {"DISCORD_BOT_TOKEN": "MTAx.Gx.abc"}, None)
+    assert problem.startswith(f"ca_file: {garbage} holds no PEM certificate that loads")
+    assert "s3cret" not in summary(section) and "proxy.example:3128" in summary(section)
+    mail = parse_config({"email": {"enabled": True, "address": "bot@example.org",
+                                   "imap_host": "imap.example.org", "smtp_host": "smtp.example.org",
+                                   "trust_from": True, "ca_file": str(garbage)}})  # fmt: skip
+    environ = {"ECHO_BOT_EMAIL_PASSWORD": "x"}
+    [problem] = email_problems(channel_section(mail, "email"), environ, None)
+    assert "holds no PEM certificate" in problem
+
+
 def test_markdown_to_discords_escapes_everything_but_its_own_markup() -> None:
     from channels.discord.formatting import TEXT, escape, shown
     from echo_bot.richtext import parts as richtext

@@ -80,3 +80,20 @@ def test_check_config_says_what_discord_needs(tmp_path: Path) -> None:
     done = check_config(path, DISCORD_BOT_TOKEN="MTAx.Gx.abc")
     assert done.returncode == 0, done.stderr
     assert "discord" in done.stdout and "the gateway" in done.stdout, done.stdout
+
+
+async def test_doctor_with_a_ca_file_that_is_no_certificate_says_so_and_goes_on(
+    tmp_path: Path, fake: FakeDiscord
+) -> None:
+    """Doctor died with an SSLError traceback on a ca_file that is not PEM: each of its
+    checks said nothing. It names the key, and a channel's check that fails is a failed
+    check of that channel, the others still said."""
+    garbage = tmp_path / "ca.pem"
+    garbage.write_text("not a certificate\n")
+    args = config(tmp_path, fake)
+    path = Path(args[1])
+    path.write_text(path.read_text().replace(str(fake.ca_file), str(garbage)))
+    code, out = await doctor(*args, DISCORD_BOT_TOKEN=fake.token)
+    assert code == 1 and "Traceback" not in out, out
+    assert "holds no PEM certificate" in out and line(out, "discord").startswith("[FAIL]")
+    assert "store" in out  # the core's checks are still said
