@@ -63,7 +63,7 @@ class Reader:
         self.codes = codes
         self.threads = threads
         where = f"{config.login}/{config.mailbox}"
-        self._position = f"email-uid:{where}"  # + ":<UIDVALIDITY>" (``_uid_key``)
+        self._position = f"email-uid:{where}"  # + ":<UIDVALIDITY>[:<mark>]" (``_uid_key``)
         self._at = ""  # the open mailbox's ``_uid_key``, set by ``resume``
         self._validity = f"email-uidvalidity:{where}"
         self._first_start = f"email-first-start:{where}"  # when reading began: a time
@@ -80,25 +80,30 @@ class Reader:
         none that came before the first start (it was left unread on purpose)."""
         self.selected = None
         selected = await self.mailbox.open()
-        kept = await self._kept_validity()
+        kept = await self._kept_mark()
         position = None
         if kept is not None:  # a store written before positions named their UIDVALIDITY: its one
             position = await self.host.recall(self._uid_key(kept)) or (
                 await self.host.recall(self._position)
             )
-        self._at = self._uid_key(selected.validity)
-        if kept is not None and position is not None and kept == selected.validity:
+        # A position past the mailbox's next UID: restored from a backup (its UIDVALIDITY
+        # back to one read before, or left as it was): read as renumbered.
+        same = kept is not None and int(kept.partition(":")[0]) == selected.validity
+        if same and kept is not None and position is not None and position[0] < selected.next_uid:
+            self._at = self._uid_key(kept)
             self.after = position[0]  # as the store has it: nothing to write
             self.selected = selected
             return
+        mark = str(selected.validity)
         if kept is None or position is None:
             self.after = selected.next_uid - 1
             log.info("email: reading %s from the next mail on", self.config.mailbox)
             await self.host.remember_note(self._first_start, repr(time.time()), replace=False)
         else:
             log.warning(
-                "email: %s was renumbered (UIDVALIDITY %s, was %s): taking the mail not"
-                " taken yet", self.config.mailbox, selected.validity, kept,
+                "email: %s was renumbered or restored (UIDVALIDITY %s, was %s; next UID %s):"
+                " taking the mail not taken yet",
+                self.config.mailbox, selected.validity, kept, selected.next_uid,
             )  # fmt: skip
             first = await self.host.recall_note(self._first_start)  # None: a store from before
             since = max(position[1] - RENUMBER_LOOKBACK, float(first[0]) if first else 0.0)
@@ -106,24 +111,30 @@ class Reader:
                 if not await self._taken(uid, selected):
                     raise CommitFailed("the store did not take a mail; read again")
             self.after = selected.next_uid - 1
-        # A note, not a position: a restore may bring the UIDVALIDITY down as well as up.
-        await self.host.remember_note(self._validity, str(selected.validity))
+            # A position of its own (it only moves forward): one kept when this
+            # UIDVALIDITY was read before may be past the UIDs it gives out again.
+            mark = f"{selected.validity}:{time.time_ns()}"
+        self._at = self._uid_key(mark)
         await self.host.remember(self._at, self.after)
+        # Then the mark, a note (a restore may bring the UIDVALIDITY down as well as up):
+        # a crash between the two reads the mailbox as renumbered again, losing nothing.
+        await self.host.remember_note(self._validity, mark)
         self.selected = selected
 
-    async def _kept_validity(self) -> int | None:
-        """The UIDVALIDITY the store last read the mailbox under (a store from before it
+    async def _kept_mark(self) -> str | None:
+        """The UIDVALIDITY the store last read the mailbox under, with the mark of that
+        reading after a colon when it began at a renumbering (a store from before it
         was a note kept it as a position)."""
         note = await self.host.recall_note(self._validity)
         if note is not None:
-            return int(note[0])
+            return note[0]
         legacy = await self.host.recall(self._validity)
-        return legacy[0] if legacy is not None else None
+        return str(legacy[0]) if legacy is not None else None
 
-    def _uid_key(self, validity: int) -> str:
-        """Where the last UID taken under ``validity`` is kept: a stored position only
-        moves forward, and a renumbered mailbox's UIDs start again from 1."""
-        return f"{self._position}:{validity}"
+    def _uid_key(self, mark: str) -> str:
+        """Where the last UID taken under ``mark`` (``_kept_mark``) is kept: a stored
+        position only moves forward, and a renumbered mailbox's UIDs start again from 1."""
+        return f"{self._position}:{mark}"
 
     async def once(self) -> None:
         """The new mail taken in order; then a wait for more (IDLE, or a pause)."""

@@ -433,6 +433,34 @@ async def test_a_mailbox_restored_from_an_older_backup_is_read_on_after_each_res
     assert texts == ["echo: one", "echo: two", "echo: three", "echo: new", "echo: restarted"]
 
 
+async def test_a_mailbox_restored_to_its_earlier_uidvalidity_with_fewer_mails_is_read_on(
+    chat: Mail,
+) -> None:
+    """Read up to UID 5 under UIDVALIDITY V1, renumbered (V2, one mail kept), then
+    given V1 again: UIDs 3 to 5 come again. The position kept for V1 (5) only moves
+    forward: after the next restart they were never read. A position past the
+    mailbox's next UID is now a renumbering."""
+    chat.extra = 'mailbox = "Bot"'
+    _mailbox(chat, "CREATE")
+    first = _validity(chat)
+    words = ("one", "two", "three", "four", "five")
+    async with chat.running():
+        for word in words:
+            await chat.acknowledged(await chat.send_to_box(f"say:{word}"))
+            await chat.wait_received(f"echo: {word}")
+    _mailbox(chat, "RENUMBER", keep=1)
+    async with chat.running():
+        await chat.acknowledged(await chat.send_to_box("say:renumbered"))
+        await chat.wait_received("echo: renumbered")
+    _mailbox(chat, f"LOWER:{first}")  # V1 again, its next UID 3
+    for word in ("back", "restarted", "again"):
+        async with chat.running():
+            await chat.acknowledged(await chat.send_to_box(f"say:{word}"))
+            await chat.wait_received(f"echo: {word}")
+    texts = [t.removeprefix("echo: ") for t in chat.received() if t.startswith("echo")]
+    assert texts == [*words, "renumbered", "back", "restarted", "again"]
+
+
 async def test_mail_left_unread_at_the_first_start_stays_unanswered_after_a_renumbering(
     chat: Mail, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -468,15 +496,26 @@ async def test_mail_left_unread_at_the_first_start_stays_unanswered_after_a_renu
     assert texts == ["echo: first", "echo: new", "echo: later", "echo: lowered", "echo: again"]
 
 
+def _validity(chat: Mail) -> int:
+    """The UIDVALIDITY of the bot's mailbox "Bot" now."""
+    conf = str(chat.peer_servers.root / "dovecot.conf")
+    status = subprocess.run(["doveadm", "-c", conf, "-f", "flow", "mailbox", "status", "-u",
+                             chat.bot_address, "uidvalidity", "Bot"],
+                            check=True, capture_output=True, text=True)  # fmt: skip
+    return int(status.stdout.split("=")[-1])
+
+
 def _mailbox(chat: Mail, what: str, keep: int | None = None) -> None:
     """The bot's mailbox "Bot" made (CREATE), restored from a backup of its mail, each
     with its flags and arrival (RENUMBER; ``keep``: the first ones only), or given a
     lower UIDVALIDITY, its mail kept (LOWER)."""
     servers = chat.peer_servers
-    if what == "LOWER":
-        conf = str(servers.root / "dovecot.conf")
+    conf = str(servers.root / "dovecot.conf")
+    if what.startswith("LOWER"):  # LOWER:<n>: to that UIDVALIDITY (a restore's)
+        validity = what.partition(":")[2] or "5"
         subprocess.run(["doveadm", "-c", conf, "mailbox", "update", "-u", chat.bot_address,
-                        "--uid-validity", "5", "Bot"], check=True, capture_output=True)  # fmt: skip
+                        "--uid-validity", validity, "Bot"],
+                       check=True, capture_output=True)  # fmt: skip
         return
     with imaplib.IMAP4("127.0.0.1", servers.imap_port, timeout=20) as imap:
         imap.login(chat.bot_address, servers.passwords[chat.bot_address])
