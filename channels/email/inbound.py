@@ -29,7 +29,7 @@ from echo_bot.prompt_answers import verb_of_reply
 from echo_bot.sizes import format_size
 
 from .codes import Codes, is_code
-from .mailbox import Mailbox, Selected
+from .mailbox import Mailbox, MailRefused, Selected
 from .outbound import PROMPT_ID
 from .reading import Mail, read
 from .settings import EmailConfig
@@ -37,6 +37,7 @@ from .threads import Threads
 
 log = logging.getLogger("echo_bot.channels.email")
 MAX_PAUSE = 60.0  # seconds between tries of a mail the store does not take, at most
+MAX_REFUSED = 5  # times in a row the server refuses to hand a mail over before it is let go
 # How far back before the last mail taken a renumbered mailbox is searched (seconds).
 RENUMBER_LOOKBACK = 2 * 86_400.0
 
@@ -70,6 +71,7 @@ class Reader:
         self.selected: Selected | None = None
         self.after = 0
         self._pause = 1.0  # before a mail the store did not take is read again
+        self._refused: dict[int, int] = {}  # the mail the server refused lately: how often
         self._auth = (config.auth_header, config.auth_serv_id or "")
 
     async def resume(self) -> None:
@@ -144,7 +146,7 @@ class Reader:
         self.link.connected()
         uids = await self.mailbox.after(self.after)
         for uid in uids:
-            if not await self._taken(uid, self.selected):
+            if not await self._taken_unless_refused(uid, self.selected):
                 # Not flagged: read again, less often while the store keeps failing
                 # (each try fetches the whole mail again).
                 await asyncio.sleep(self._pause)
@@ -155,6 +157,24 @@ class Reader:
             await self.host.remember(self._at, uid)
         if not uids:
             await self.mailbox.wait(self.selected.idle, self.config.poll_every.total_seconds())
+
+    async def _taken_unless_refused(self, uid: int, selected: Selected) -> bool:
+        """``_taken``; a mail the server refused to hand over MAX_REFUSED times in a row
+        (a damaged file on it) is let go, audited: it would hold up all the mail after it
+        for ever."""
+        try:
+            taken = await self._taken(uid, selected)
+        except MailRefused as exc:
+            refused = self._refused.get(uid, 0) + 1
+            self._refused = {uid: refused}
+            if refused < MAX_REFUSED:
+                raise
+            log.error("email: mail %s refused %d times (%s): let go", uid, refused, exc)
+            await self.host.audit("email.not_answered", sender="", message=str(uid),
+                                  reason=f"the server would not hand it over: {exc}")  # fmt: skip
+            return True
+        self._refused = {}
+        return taken
 
     async def _taken(self, uid: int, selected: Selected) -> bool:
         """``uid`` committed (or let go, for a reason), then flagged; False when the

@@ -35,6 +35,11 @@ class MailboxAway(PeerAway):
     """The IMAP server out of reach, or failing a command."""
 
 
+class MailRefused(MailboxAway):
+    """The server answered, but not with the mail asked for (NO, BAD, its data left
+    out): tried again, and a mail it keeps refusing is let go (``Reader``)."""
+
+
 @dataclass(frozen=True)
 class Selected:
     validity: int
@@ -96,12 +101,12 @@ class Mailbox:
     def is_open(self) -> bool:
         return self._client is not None and not self._lost.is_set()
 
-    def _dropped(self, why: str) -> MailboxAway:
+    def _dropped(self, why: str, kind: type[MailboxAway] = MailboxAway) -> MailboxAway:
         """The session is given up (a command cut off by its timeout would still wait in
         it, and every later one behind it; a server that answered BAD): the next round
         opens a new one."""
         self._lost.set()
-        return MailboxAway(why)
+        return kind(why)
 
     async def _call(self, verb: str, *args: str, ok: bool = False) -> aioimaplib.Response:
         """``verb`` sent (fetch, store, search by UID); a BAD answer, or with ``ok`` a
@@ -120,7 +125,7 @@ class Mailbox:
         except NETWORK as exc:
             raise self._dropped(f"IMAP {verb}: {exc!r}") from None
         if answer.result != "OK" and (ok or answer.result != "NO"):
-            raise self._dropped(f"IMAP {verb}: {answer.result} {answer.lines[-1:]!r}")
+            raise self._dropped(f"IMAP {verb}: {answer.result} {answer.lines[-1:]!r}", MailRefused)
         return answer
 
     async def _search(self, *criteria: str) -> list[int]:
@@ -172,7 +177,7 @@ class Mailbox:
             if re.search(rb"\bUID %d\b" % uid, items_line):
                 return items_line, literal
         if await self._search(f"UID {uid}") == [uid]:
-            raise self._dropped(f"IMAP: the server did not send mail {uid}")
+            raise self._dropped(f"IMAP: the server did not send mail {uid}", MailRefused)
         return None
 
     async def head(self, uid: int) -> tuple[int, bytes] | None:
@@ -182,7 +187,7 @@ class Mailbox:
             return None
         size = _SIZE.search(found[0])
         if size is None:
-            raise self._dropped(f"IMAP: no size for mail {uid}")
+            raise self._dropped(f"IMAP: no size for mail {uid}", MailRefused)
         return int(size.group(1)), found[1]
 
     async def whole(self, uid: int) -> bytes | None:

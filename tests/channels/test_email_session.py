@@ -116,3 +116,35 @@ async def test_a_server_without_uidnext_is_read_from_after_its_newest_mail(
         assert (selected.validity, selected.next_uid) == (7, 10)  # never 1: all old mail
     finally:
         await box.close()
+
+
+async def test_a_mail_the_server_keeps_refusing_is_let_go_after_five_tries_and_audited() -> None:
+    """A mail the server will not hand over (NO to its FETCH, or its data left out: a
+    damaged file on the server) held up all the mail after it for ever: each try
+    raised, the session was made anew, and the same mail was asked for again. After
+    MAX_REFUSED refusals in a row it is let go, and the reader goes on."""
+    from channels.email.inbound import MAX_REFUSED, Reader
+    from channels.email.mailbox import MailRefused, Selected
+
+    audited: list[dict[str, object]] = []
+
+    class Host:
+        async def audit(self, event: str, **data: object) -> None:
+            audited.append({"event": event, **data})
+
+    class Box:
+        async def head(self, uid: int) -> tuple[int, bytes] | None:
+            raise MailRefused(f"IMAP fetch: NO [SERVERBUG] mail {uid}")
+
+    reader = Reader.__new__(Reader)
+    reader.host, reader.mailbox, reader._refused = Host(), Box(), {}  # type: ignore[assignment]
+    selected = Selected(validity=7, next_uid=3, idle=False)
+    for _ in range(MAX_REFUSED - 1):
+        with pytest.raises(MailRefused):
+            await reader._taken_unless_refused(2, selected)
+    assert audited == []
+    assert await reader._taken_unless_refused(2, selected)  # let go: the next one is read
+    [row] = audited
+    assert row["event"] == "email.not_answered" and "would not hand it over" in str(row["reason"])
+    with pytest.raises(MailRefused):  # another mail starts its own count
+        await reader._taken_unless_refused(3, selected)
