@@ -124,6 +124,28 @@ async def test_one_chat_is_delivered_in_order(harness: Harness) -> None:
     assert len(channel.attempts) == 20  # each exactly once
 
 
+async def test_a_message_another_daemon_queued_is_due_at_once_whatever_the_clocks(
+    tmp_path: Path,
+) -> None:
+    """Daemons' clocks may be seconds apart. A message was queued with the clock of the
+    daemon that queued it as its first try's time: one delivering it whose clock ran a
+    minute behind sent it a minute late. A message queued is due at once."""
+    db = Database(tmp_path / "x.sqlite3")
+    await db.open()
+    store = Store(db, Masker())
+    channel = RecordingChannel("cli")
+    queued = OutboundMessage(to=channel.address("a"), text="queued by another daemon")
+    await store.run(adding(queued))  # before this daemon's worker runs: read back by it
+    worker = DeliveryWorker(store=store, clock=lambda: time.time() - 60)
+    worker.add_channel(channel)
+    await worker.start()
+    try:
+        assert [m.text for m in await wait_sent(channel, 1)] == ["queued by another daemon"]
+    finally:
+        await worker.stop()
+        await db.close()
+
+
 async def test_three_chats_all_arrive_each_in_order(harness: Harness) -> None:
     channel = RecordingChannel("cli")
     harness.worker.add_channel(channel)

@@ -56,11 +56,13 @@ class OutboxRepo:
         # Its seq, and whether anything queued for its chat is ahead of it, in one go,
         # read once committed (only the worker, told then, needs them).
         cursor = self._db.conn.execute(
+            # Due at once by any daemon's clock (0): the one delivering may run behind
+            # the one that queued it, and a reply would wait out the difference.
             "INSERT INTO outbox (id, channel, chat_key, payload, status, next_attempt_at,"
-            " created_at) VALUES (?, ?, ?, ?, 'queued', ?, ?) ON CONFLICT(id) DO NOTHING"
+            " created_at) VALUES (?, ?, ?, ?, 'queued', 0, ?) ON CONFLICT(id) DO NOTHING"
             " RETURNING seq, EXISTS (SELECT 1 FROM outbox o WHERE o.status = 'queued'"
             " AND o.channel = ? AND o.chat_key = ? AND o.seq < outbox.seq)",
-            [message.id, message.to.channel, chat_key, payload, now, now,
+            [message.id, message.to.channel, chat_key, payload, now,
              message.to.channel, chat_key],
         )  # fmt: skip
         event = OutboundCommitted(frozenset((chat_key,)))
