@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
@@ -148,3 +149,30 @@ async def test_a_mail_the_server_keeps_refusing_is_let_go_after_five_tries_and_a
     assert row["event"] == "email.not_answered" and "would not hand it over" in str(row["reason"])
     with pytest.raises(MailRefused):  # another mail starts its own count
         await reader._taken_unless_refused(3, selected)
+
+
+async def test_a_file_over_the_limit_once_encoded_is_refused_before_anything_is_sent(
+    tmp_path: Path,
+) -> None:
+    """A file is base64 in a mail (4 bytes for 3): one of 800 kB under a 1 MB
+    max_message was sent whole, then refused by the server for good. It is refused at
+    once, saying why; one that fits is attached."""
+    from email.message import EmailMessage
+
+    from channels.email.outbound import Outbound
+    from echo_bot.errors import ChannelError
+
+    config = EmailConfig(enabled=True, address="bot@example.org", imap_host="127.0.0.1",
+                         smtp_host="127.0.0.1", trust_from=True, max_message=1_000_000)  # fmt: skip
+    outbound = Outbound(config, host=None, edge=None, password="")  # type: ignore[arg-type]
+    big, small = tmp_path / "big.bin", tmp_path / "small.bin"
+    big.write_bytes(b"\1" * 800_000)
+    small.write_bytes(b"\1" * 500_000)
+    mail = EmailMessage()
+    mail.set_content("here it is")
+    with pytest.raises(ChannelError, match="once encoded") as refused:
+        await outbound._attach(mail, str(big), "big.bin", 800_000)
+    assert not refused.value.retryable
+    await outbound._attach(mail, str(small), "small.bin", 500_000)
+    [part] = list(mail.iter_attachments())
+    assert part.get_filename() == "small.bin" and len(bytes(mail)) < 1_000_000
