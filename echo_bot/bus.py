@@ -247,6 +247,11 @@ class ChannelEdge(Protocol):
         ``errors.CommitFailed`` when the store did not take it: acknowledge nothing."""
         ...
 
+    def approves(self, user_id: str) -> bool:
+        """Whether ``user_id`` is one of this channel's approvers (``decide`` refuses
+        anyone else before anything is stored)."""
+        ...
+
     async def commit(self, message: InboundMessage) -> Published:
         """``message`` committed as it is, with whether it is a repeat: what ``take``
         does after its checks (a webhook answers a repeat itself). Raises

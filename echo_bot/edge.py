@@ -226,7 +226,7 @@ class Edge:
         if kept is None and action is None:  # a reaction or a reply to another message
             return Decided("no_prompt")
         to, actions = kept or (None, [])  # a button on no prompt of ours: refused
-        if self._has_allowlist and not self._host.access.may_approve(self.channel, sender.id):
+        if not self.approves(sender.id):
             await self._not_approver(to or at, sender, message_id)
             return Decided("refused", to or at)
         if (
@@ -315,6 +315,11 @@ class Edge:
         )
         if to is not None:
             await self.notice(to, said)
+
+    def approves(self, user_id: str) -> bool:
+        """Whether ``user_id`` may decide anything here: one of the channel's approvers
+        (a channel without an allowlist: anyone; the gate decides the rest)."""
+        return not self._has_allowlist or self._host.access.may_approve(self.channel, user_id)
 
     async def _not_approver(self, to: Address | None, sender: Sender, message_id: str) -> None:
         """A press (or a typed answer) by someone who approves nothing here: refused

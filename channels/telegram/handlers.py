@@ -20,6 +20,7 @@ from aiogram.exceptions import TelegramAPIError
 from aiogram.types import CallbackQuery, Message, Update
 
 from echo_bot.bus import ChannelHost
+from echo_bot.edge import NOT_APPROVER
 from echo_bot.events import (
     Address,
     ApprovalDecision,
@@ -201,6 +202,9 @@ class Handlers:
             self.tasks.spawn(
                 self._answer(query.id, "This button is no longer attached to a message.")
             )
+            return
+        if not self.edge.approves(str(query.from_user.id)):  # nothing stored: a popup, theirs
+            self.tasks.spawn(self._answer(query.id, NOT_APPROVER))
             return
         verb, request_id, seconds = parsed
         chat = Address(channel="telegram", chat_id=str(message.chat.id))

@@ -551,6 +551,9 @@ async def test_a_non_approver_press_is_refused_and_changes_nothing(state_dir: Pa
         )
         assert "not allowed" in answer
         assert await approval_status(bot, data) == "pending"
+        # Refused before the store: no decision row, nothing for the gate to refuse.
+        rows = await bot.store.run(lambda tx: tx.audit.read(tail=200))
+        assert not [r for r in rows if r.kind == "approval.refused"]
         assert edits(api, sent_id(prompt)) == []
         assert ran(bot) is None
         assert replies(api, run) == []
