@@ -665,6 +665,7 @@ def _reason(exc: BaseException) -> str:
         text += (
             f" — the server's connection limit is reached; each echo-bot uses"
             f" {CONNECTIONS_PER_DAEMON}: raise max_connections (or the role's or database's"
-            " CONNECTION LIMIT), or put a pooler in front"
+            " CONNECTION LIMIT); a transaction pooler in front does not work yet"
+            " (docs/SCALING.md)"
         )
     return text
