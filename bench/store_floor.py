@@ -72,6 +72,9 @@ class Trace:
 
     statements: list[tuple[str, Any, bool]] = field(default_factory=list)
     turns: int = 0
+    # The traced daemon's instance name (several daemons on a store: its takes of a
+    # lease check that its own row is fresh; the row was written before the trace).
+    instance: str | None = None
     _last: str = ""
 
     def sqlite(self, expanded: str) -> None:
@@ -164,6 +167,13 @@ def postgres_floor(trace: Trace, url: str, *, pipelined: bool = False) -> Floor:
     with psycopg.connect(url, autocommit=True) as conn:
         cursor = conn.cursor()
         statements = [(_pg(sql), values, many) for sql, values, many in trace.whole()]
+        if trace.instance is not None:  # the daemon alive, as its row said (not timed)
+            cursor.execute(
+                "INSERT INTO instances (name, label, host, boot_id, pid, version, started_at,"
+                " seen_at) VALUES (%s, %s, '', '', 0, '', 0,"
+                " extract(epoch from clock_timestamp()))",
+                [trace.instance, trace.instance],
+            )
         began = time.perf_counter()
         if pipelined:
             with conn.pipeline() as pipeline:

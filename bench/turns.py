@@ -293,6 +293,8 @@ async def running_core(
             # On the connection that runs this job: the one the daemon's short
             # transactions use.
             await runtime.store.database.run(lambda db: set_trace(db.conn, statements, trace))
+            if trace is not None:
+                trace.instance = runtime.membership.name
 
         async def one_turn(number: int) -> bool:
             inbound = MessageInbound(
