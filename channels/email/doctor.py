@@ -17,6 +17,7 @@ from echo_bot.errors import ConfigError
 
 from .mailbox import Mailbox, MailboxAway
 from .outbound import smtp_options
+from .reading import parsed, topmost_results
 from .settings import EmailConfig
 
 STEP_TIMEOUT = 20.0
@@ -27,7 +28,7 @@ async def diagnose(
     section: EmailConfig, environ: Mapping[str, str], state_dir: Path
 ) -> list[Diagnosis]:
     password = environ.get(section.password_env, "")
-    found = [await _imap(section, password), await _smtp(section, password, send=False)]
+    found = [*await _imap(section, password), await _smtp(section, password, send=False)]
     if environ.get(TEST_SEND) == "1":
         found.append(await _smtp(section, password, send=True))
     elif found[-1].status == DIAGNOSIS_OK:
@@ -36,23 +37,45 @@ async def diagnose(
     return found
 
 
-async def _imap(section: EmailConfig, password: str) -> Diagnosis:
+async def _imap(section: EmailConfig, password: str) -> list[Diagnosis]:
     name, where = "email imap", f"{section.imap_host}:{section.imap_at}"
     box = Mailbox(section, password)
     try:
         async with asyncio.timeout(STEP_TIMEOUT):
             selected = await box.open()
+            newest = await box.head(selected.next_uid - 1) if selected.next_uid > 1 else None
     except ConfigError as exc:
-        return Diagnosis(name, DIAGNOSIS_FAIL, str(exc))
+        return [Diagnosis(name, DIAGNOSIS_FAIL, str(exc))]
     except (MailboxAway, TimeoutError) as exc:
-        return Diagnosis(name, DIAGNOSIS_FAIL, f"cannot reach {where}: {exc}")
+        return [Diagnosis(name, DIAGNOSIS_FAIL, f"cannot reach {where}: {exc}")]
     finally:
         await box.close()
     text = f"{section.login} logged in at {where}, {section.mailbox} opened"
+    senders = _senders(section, newest[1] if newest else None)
     if not selected.idle:
         every = f"{section.poll_every.total_seconds():g} s"
-        return Diagnosis(name, DIAGNOSIS_WARN, f"{text}; no IDLE: looked at every {every}")
-    return Diagnosis(name, DIAGNOSIS_OK, f"{text}; IDLE: new mail is seen at once")
+        return [Diagnosis(name, DIAGNOSIS_WARN, f"{text}; no IDLE: looked at every {every}"),
+                senders]  # fmt: skip
+    return [Diagnosis(name, DIAGNOSIS_OK, f"{text}; IDLE: new mail is seen at once"), senders]
+
+
+def _senders(section: EmailConfig, header: bytes | None) -> Diagnosis:
+    """Whether the newest mail's topmost ``auth_header`` is ``auth_serv_id``'s: if not,
+    every sender's mail is taken as not vouched for, and never answered."""
+    name, wanted = "email senders", f"{section.auth_header} from {section.auth_serv_id}"
+    if section.trust_from:
+        return Diagnosis(name, DIAGNOSIS_WARN, "trust_from: From: is taken as written")
+    if header is None:
+        return Diagnosis(name, DIAGNOSIS_OK, f"no mail yet to look for {wanted} in")
+    found = topmost_results(parsed(header), section.auth_header)
+    server = found[0][0] if found and found[0] else None
+    if server is not None and server.lower() == str(section.auth_serv_id).lower():
+        return Diagnosis(name, DIAGNOSIS_OK, f"the newest mail has {wanted}")
+    said = f"was written by {server!r}" if server else "is missing"
+    return Diagnosis(name, DIAGNOSIS_WARN,
+                     f"the newest mail's {section.auth_header} {said} (auth_serv_id is"
+                     f" {section.auth_serv_id!r}): mail checked this way is never answered; set"
+                     " auth_serv_id to the name your server writes first in it")  # fmt: skip
 
 
 async def _smtp(section: EmailConfig, password: str, *, send: bool) -> Diagnosis:

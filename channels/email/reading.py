@@ -148,6 +148,13 @@ def _results(value: str) -> list[list[str]] | None:
     return None if quoted or depth else parts
 
 
+def topmost_results(message: Message, header: str) -> list[list[str]] | None:
+    """The topmost ``header`` as ``_results`` reads it (its first word the authserv-id
+    of the server that wrote it); None when there is none or it does not read."""
+    value = next((v for k, v in message.raw_items() if k.lower() == header.lower()), None)
+    return _results(str(value)) if value is not None else None
+
+
 def authentic(message: Message, sender: str, header: str, serv_id: str) -> bool:
     """Whether the receiving server vouched for ``sender``: the topmost ``header``
     (the last added, by the server that received the mail: any below it came with
@@ -156,8 +163,7 @@ def authentic(message: Message, sender: str, header: str, serv_id: str) -> bool:
     least), and no ``dmarc`` failure for it. Read as it came (``_results``): a value
     the sender wrote (an envelope address, a HELO name) is one word, whatever its
     quotes, comments or encoded words hold."""
-    value = next((v for k, v in message.raw_items() if k.lower() == header.lower()), None)
-    parts = _results(str(value)) if value is not None else None
+    parts = topmost_results(message, header)
     if not parts or not parts[0] or parts[0][0].lower() != serv_id.lower():
         return False
     domain = sender.rpartition("@")[2]

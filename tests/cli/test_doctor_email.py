@@ -94,3 +94,26 @@ def test_check_config_says_how_senders_are_checked_and_what_is_missing(
                                                  "trust_from = true"))  # fmt: skip
     done = check_config(config, ECHO_BOT_EMAIL_PASSWORD="x")
     assert done.returncode == 0 and "anyone can write as your senders" in done.stdout
+
+
+async def test_doctor_says_when_the_newest_mail_is_checked_by_another_server_name(
+    tmp_path: Path, mail_servers: MailServers
+) -> None:
+    """A wrong auth_serv_id made every sender's mail 'not vouched for': never answered,
+    with only an info line in the log. Doctor reads the newest mail's topmost header."""
+    bot, password = mail_servers.add_user("bot")
+    config = email_config(tmp_path, mail_servers, bot)
+    args = ("--config", str(config), "--state-dir", str(tmp_path / "s"))
+    code, out = await doctor(*args, ECHO_BOT_EMAIL_PASSWORD=password)
+    assert "no mail yet" in line(out, "email senders"), out
+    stamped = (
+        f"Authentication-Results: {AUTH_SERV_ID}; dmarc=pass header.from=example.org\r\n"
+        f"From: you@example.org\r\nTo: {bot}\r\nSubject: hi\r\n\r\nhello\r\n"
+    ).encode()
+    await asyncio.to_thread(mail_servers.deliver, stamped, bot)
+    code, out = await doctor(*args, ECHO_BOT_EMAIL_PASSWORD=password)
+    assert code == 0 and line(out, "email senders").startswith("[  ok]"), out
+    config.write_text(config.read_text().replace(AUTH_SERV_ID, "mx.elsewhere.example"))
+    code, out = await doctor(*args, ECHO_BOT_EMAIL_PASSWORD=password)
+    senders = line(out, "email senders")
+    assert senders.startswith("[warn]") and repr(AUTH_SERV_ID) in senders, out
