@@ -5,6 +5,7 @@ Paired users are looked up in the store on every message, never cached, so
 
 from __future__ import annotations
 
+from .approvals.routing import ApproverDirectory
 from .config import Config, channel_section
 from .plugins import registry
 from .store import Store
@@ -18,16 +19,15 @@ class StoreAccess:
     def reload(self, config: Config) -> list[str]:
         """Take the configured allowlists (at start and on reload)."""
         self._configured: dict[str, set[str]] = {}
-        self._approvers: dict[str, set[str]] = {}
         for spec in registry().specs.values():
             section = channel_section(config, spec.name)
             if section is not None:
                 self._configured[spec.name] = {str(u) for u in spec.allowed_users(section)}
-                self._approvers[spec.name] = {str(u) for u in spec.approvers(section)}
+        self._approvers = ApproverDirectory(config)
         return []
 
     def may_approve(self, channel: str, user_id: str) -> bool:
-        return user_id in self._approvers.get(channel, set())
+        return self._approvers.approves_on(channel, user_id)
 
     async def is_allowed(self, channel: str, user_id: str) -> bool:
         if user_id in self._configured.get(channel, set()):

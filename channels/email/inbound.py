@@ -71,7 +71,7 @@ class Reader:
         self.selected: Selected | None = None
         self.after = 0
         self._pause = 1.0  # before a mail the store did not take is read again
-        self._refused: dict[int, int] = {}  # the mail the server refused lately: how often
+        self._refused = (0, 0)  # the mail the server refused last, and how often in a row
         self._auth = (config.auth_header, config.auth_serv_id or "")
 
     async def resume(self) -> None:
@@ -91,7 +91,8 @@ class Reader:
         # A position past the mailbox's next UID: restored from a backup (its UIDVALIDITY
         # back to one read before, or left as it was): read as renumbered.
         same = kept is not None and int(kept.partition(":")[0]) == selected.validity
-        if same and kept is not None and position is not None and position[0] < selected.next_uid:
+        if same and position is not None and position[0] < selected.next_uid:
+            assert kept is not None
             self._at = self._uid_key(kept)
             self.after = position[0]  # as the store has it: nothing to write
             self.selected = selected
@@ -165,15 +166,15 @@ class Reader:
         try:
             taken = await self._taken(uid, selected)
         except MailRefused as exc:
-            refused = self._refused.get(uid, 0) + 1
-            self._refused = {uid: refused}
+            refused = self._refused[1] + 1 if self._refused[0] == uid else 1
+            self._refused = (uid, refused)
             if refused < MAX_REFUSED:
                 raise
             log.error("email: mail %s refused %d times (%s): let go", uid, refused, exc)
             await self.host.audit("email.not_answered", sender="", message=str(uid),
                                   reason=f"the server would not hand it over: {exc}")  # fmt: skip
             return True
-        self._refused = {}
+        self._refused = (0, 0)
         return taken
 
     async def _taken(self, uid: int, selected: Selected) -> bool:

@@ -92,7 +92,11 @@ class ApproverDirectory:
         """``is_approver`` where no transaction is at hand (the config-only rule)."""
         if is_local(address.channel):  # the terminal is the owner's
             return True
-        return sender_id in self._approvers.get(address.channel, frozenset())
+        return self.approves_on(address.channel, sender_id)
+
+    def approves_on(self, channel: str, sender_id: str) -> bool:
+        """Whether ``sender_id`` is one of ``channel``'s configured approvers."""
+        return sender_id in self._approvers.get(channel, frozenset())
 
     def has_approvers(self, tx: Tx, address: Address) -> bool:
         return self.prompts_reach(address)

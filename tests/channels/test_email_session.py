@@ -138,7 +138,7 @@ async def test_a_mail_the_server_keeps_refusing_is_let_go_after_five_tries_and_a
             raise MailRefused(f"IMAP fetch: NO [SERVERBUG] mail {uid}")
 
     reader = Reader.__new__(Reader)
-    reader.host, reader.mailbox, reader._refused = Host(), Box(), {}  # type: ignore[assignment]
+    reader.host, reader.mailbox, reader._refused = Host(), Box(), (0, 0)  # type: ignore[assignment]
     selected = Selected(validity=7, next_uid=3, idle=False)
     for _ in range(MAX_REFUSED - 1):
         with pytest.raises(MailRefused):
