@@ -451,8 +451,15 @@ async def test_a_cloudflare_ban_while_running_holds_the_replies_until_it_lifts(
         await chat.say("say:banned")
         await eventually(lambda: chat.health() != "ok", timeout=15, what="the channel away")
         await chat.wait_received("echo: banned")
-        assert chat.bot is not None
-        sent = await chat.bot.store.run(lambda tx: tx.outbox.deliveries())
+        bot = chat.bot
+        assert bot is not None
+
+        async def marked_sent() -> bool:  # the fake has it before the daemon commits the mark
+            sent = await bot.store.run(lambda tx: tx.outbox.deliveries())
+            return [d.status for d in sent] == ["sent"]
+
+        await eventually(marked_sent, timeout=10, what="the delivery marked sent")
+        sent = await bot.store.run(lambda tx: tx.outbox.deliveries())
     assert chat.fake.cloudflare_bans == 0 and chat.received() == ["echo: banned"]
     assert [d.attempts for d in sent] == [1]  # the send that went: the bans not counted
 
