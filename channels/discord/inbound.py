@@ -13,7 +13,10 @@ CATCH_UP_AGE, CATCH_UP_CHANNELS (the most recent first) and, of each channel, it
 newest CATCH_UP_MESSAGES (a busy channel's position moves only at what the bot
 answers: its oldest thousand since could all predate a mention made while it was
 away). A channel whose read-back failed keeps its position (a message committed
-meanwhile does not move it past the gap) and is read back again after a pause.
+meanwhile does not move it past the gap) and is read back again after a pause; one
+Discord says is gone (404) is dropped. Chats with no position yet (the allowed users'
+DMs, the listed channels) are read back from CATCH_UP_AGE: a first message made while
+the bot was away would otherwise never be read.
 
 Commands: Discord's client takes ``/word`` for its own slash commands, so echo-bot's
 are typed with ``!`` (``!help``).
@@ -228,6 +231,8 @@ class Inbound:
                     self._behind.discard(channel)
                 else:
                     self._behind.add(channel)
+            if only is None:
+                await self._read_unplaced(oldest)
         finally:
             self._catching -= 1
             if not self._catching:
@@ -252,6 +257,34 @@ class Inbound:
         finally:
             self._retrying = False
 
+    async def _read_unplaced(self, oldest: int) -> None:
+        """The chats with no position where a first message may have come while the bot
+        was away: the allowed users' and approvers' DMs, and the listed ``channels``
+        (their threads not: each is a channel of its own). Read from CATCH_UP_AGE; one
+        that fails is read at the next new session."""
+        client = self.client
+        if client is None:
+            return
+        for person in dict.fromkeys([*self.config.allowed_users, *self.config.approver_ids]):
+            try:
+                dm = await client.create_dm(discord.Object(id=int(person)))
+            except Exception as exc:
+                log.warning("discord: the DM of %s could not be opened (%s)", person, exc)
+                continue
+            if str(dm.id) not in self.positions:
+                await self._read_back(dm.id, 0, oldest)
+        for listed in self.config.channels or []:
+            if listed in self.positions:
+                continue
+            try:  # its guild: a guild's channels are not known yet at a new session
+                found = await client.fetch_channel(int(listed))
+            except Exception as exc:
+                log.warning("discord: channel %s could not be read (%s)", listed, exc)
+                continue
+            guild = getattr(found, "guild", None)
+            if guild is not None:  # a channel listed is a guild's (a DM's id is no use there)
+                await self._read_back(found.id, guild.id, oldest)
+
     async def _read_back(self, channel: int, guild: int, after: int) -> bool:
         """One channel's newest CATCH_UP_MESSAGES after ``after``, queued oldest first;
         False, nothing queued, when reading failed (refused, away, rate limited past the
@@ -266,6 +299,11 @@ class Inbound:
                     limit=CATCH_UP_MESSAGES, after=discord.Object(id=after), oldest_first=False
                 )
             ]  # fmt: skip
+        except discord.NotFound:  # deleted, or never there: nothing will ever be read
+            log.warning("discord: %s is gone; not read back again", channel)
+            if self.positions.pop(str(channel), None) is not None:
+                self._changed = True
+            return True
         except Exception as exc:
             log.warning("discord: reading back %s failed (%s); tried again later", channel, exc)
             return False

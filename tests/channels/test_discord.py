@@ -303,6 +303,51 @@ async def test_a_read_back_that_failed_is_tried_again_and_its_gap_answered(chat:
     assert sorted(chat.received()) == ["echo: before", "echo: gap", "echo: live"]
 
 
+async def test_a_first_message_sent_while_the_bot_was_down_is_read_back(chat: Chat) -> None:
+    """Chats the bot never answered in have no position: an allowed user's first DM and
+    a first mention in a listed channel, made while it was down, are read back at the
+    start; what in that channel does not mention it is not answered."""
+    chat.keys = f'channels = ["{CHANNEL}"]'
+    await chat.fake.push_message("say:firstdm", author=FRIEND, channel_id=dm_of(FRIEND["id"]),
+                                 dispatch=False)  # fmt: skip
+    await chat.fake.push_message("chatter", author=OWNER, channel_id=CHANNEL, guild_id=GUILD,
+                                 dispatch=False)  # fmt: skip
+    await chat.fake.push_message(f"<@{BOT_ID}> say:firstmention", author=OWNER,
+                                 channel_id=CHANNEL, guild_id=GUILD, mentions=[BOT_USER],
+                                 dispatch=False)  # fmt: skip
+    async with chat.running():
+        await eventually(lambda: "echo: firstdm" in chat.replies(dm_of(FRIEND["id"])),
+                         timeout=20, what="the first DM read back")  # fmt: skip
+        await eventually(lambda: "echo: firstmention" in chat.replies(CHANNEL), timeout=20,
+                         what="the first mention read back")  # fmt: skip
+        await chat.say("say:live")
+        await chat.wait_received("echo: live")
+    assert chat.replies(CHANNEL) == ["echo: firstmention"]
+    assert chat.replies(dm_of(FRIEND["id"])) == ["echo: firstdm"]
+
+
+async def test_a_channel_deleted_while_the_bot_was_down_is_not_read_back_again(
+    chat: Chat,
+) -> None:
+    async with chat.running():
+        await chat.mention("say:before")
+        await eventually(lambda: "echo: before" in chat.replies(CHANNEL), timeout=15,
+                         what="the answer before")  # fmt: skip
+    chat.fake.fail_next("GET /channels/{id}/messages", 404)  # Unknown Channel: its only one
+    before = len(chat.fake.calls)
+    async with chat.running() as bot:
+        read = f"/channels/{CHANNEL}/messages"
+
+        async def forgotten() -> bool:
+            note = await bot.store.run(lambda tx: tx.meta.note("discord.positions"))
+            return note is not None and CHANNEL not in json.loads(note[0])
+
+        await eventually(forgotten, timeout=15, what="the channel's position dropped")
+        await asyncio.sleep(3.0)  # past the first pause before a failed read-back's next try
+        reads = [c.status for c in chat.fake.calls[before:] if c.path == read]
+    assert reads == [404]
+
+
 async def test_429s_are_waited_out_and_a_lost_answer_makes_no_second_message(
     chat: Chat,
 ) -> None:

@@ -481,6 +481,7 @@ class FakeDiscord:
             "PATCH /channels/{id}/messages/{id}": self._edit_message,
             "DELETE /channels/{id}/messages/{id}": self._delete_message,
             "GET /channels/{id}/messages": self._messages,
+            "GET /channels/{id}": self._channel,
             "GET /users/@me/guilds": self._my_guilds,
             "POST /interactions/{id}/{token}/callback": self._callback,
         }.get(route)
@@ -577,6 +578,15 @@ class FakeDiscord:
             return 200, list(reversed(newer[:limit]))
         before = int(request.query.get("before") or 1 << 63)
         return 200, list(reversed([m for m in kept if int(m["id"]) < before][-limit:]))
+
+    async def _channel(self, request: web.Request, path: str) -> tuple[int, Any]:
+        """A guild's channel or thread as Discord gives it (a DM's is not kept here)."""
+        channel_id = path.split("/")[2]
+        for guild in self.guilds:
+            for channel in [*guild["channels"], *guild["threads"]]:
+                if channel["id"] == channel_id:
+                    return 200, channel
+        return 404, {"message": "Unknown Channel", "code": 10003}
 
     async def _my_guilds(self, request: web.Request, path: str) -> tuple[int, Any]:
         return 200, [{"id": g["id"], "name": g["name"], "icon": None, "owner": False,
