@@ -323,6 +323,7 @@ async def test_edit_carries_the_channel_message_id_of_the_original(harness: Harn
     await harness.send(channel.address(), "first")
     original = await harness.send(channel.address(), "Approve?")
     await wait_sent(channel, 2)
+    await harness.wait_status(original.id, "sent")  # the receipt is committed after the send
     receipt = await harness.store.run(lambda tx: tx.outbox.receipt_of(original.id))
     assert receipt == "m2"
     edit = await harness.send(channel.address(), "✅ Approved", edit_of=original.id)

@@ -395,13 +395,19 @@ async def test_attack_a_server_flooding_its_listing_its_changes_and_its_stderr_i
     and 1,000 lines of stderr at once (120 a minute logged, the rest counted)."""
     caplog.set_level(logging.INFO, "echo_bot.mcp")
     env = {"EVIL_MANY": "700", "EVIL_NAME": "1", "EVIL_CHURN": "1", "EVIL_STDERR": "1000"}
+    kept = state_dir / "evil" / "listings"
+
+    def listings() -> int:
+        said = kept.read_text() if kept.exists() else ""
+        return int(said) if said.isdigit() else 0  # none yet, or read while written
+
     async with evil_bot(state_dir, evil_config(state_dir, env)) as bot:
-        await asyncio.sleep(4)
+        await eventually(lambda: listings() >= 2, timeout=20, what="a listing after a change")
+        await asyncio.sleep(2)  # a hot loop would list many times meanwhile
         status = hub_of(bot).servers["evil"].status
         assert status.state == "ready"
         assert any("more than 512 tools" in p for p in status.problems), status.problems
-        listings = int((state_dir / "evil" / "listings").read_text())
-        assert 2 <= listings <= 5, listings  # one at start, then one per 2 s
+        assert 2 <= listings() <= 5, listings()  # one at start, then one per 2 s
     messages = [r.getMessage() for r in caplog.records]
     assert not [m for m in messages if "\n" in m and "approved by owner" in m]
     assert any("a tool named 'x\\n2026" in m for m in messages)
