@@ -59,6 +59,8 @@ UNREAD = (
     " forward, or a reply when the bot reads only what mentions it). Write it as text."
 )
 
+BARE = "Yes? Write your message after the mention (@bot what time is it?)."
+
 
 class Inbound:
     def __init__(
@@ -126,7 +128,8 @@ class Inbound:
         attachments, notes = read_files(message.attachments, self.config)
         text = "\n".join(part for part in [self._text(message), *notes] if part) or None
         if text is None and not attachments:  # a sticker, a forward, a reply without the intent
-            await self.edge.notice(address_of(message.channel.id), UNREAD, seldom=True)
+            said = BARE if message.content.strip() else UNREAD  # or "@bot" alone
+            await self.edge.notice(address_of(message.channel.id), said, seldom=True)
             self._moved(str(message.channel.id), [message.id, guild, parent])
             return
         author = message.author

@@ -521,6 +521,20 @@ async def test_a_message_discord_sent_without_its_text_is_not_answered_blind(cha
     assert texts == ["say:after"], texts
 
 
+async def test_a_bare_mention_is_asked_for_its_message_not_told_it_was_unreadable(
+    chat: Chat,
+) -> None:
+    async with chat.running():
+        await chat.mention("")
+        await eventually(lambda: chat.replies(CHANNEL), timeout=15, what="an answer")
+        await chat.say("say:after")
+        await chat.wait_received("echo: after")
+        texts = await chat.inbound_texts()
+    [said] = chat.replies(CHANNEL)
+    assert "after the mention" in said and "could not read" not in said, said
+    assert texts == ["say:after"], texts
+
+
 def test_the_discord_section_is_checked_and_a_wrong_token_named() -> None:
     from channels.discord.settings import environment_problems
     from echo_bot.config import channel_section, parse_config
