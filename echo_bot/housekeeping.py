@@ -18,11 +18,15 @@ from .store import Store
 log = logging.getLogger(__name__)
 
 PRUNE_EVERY = 86400.0
+PRUNE_BATCH = 2_000  # rows of each large table one pruning transaction deletes
 
 
 class Housekeeping:
-    def __init__(self, store: Store, *, retention: float, inbox: Path | None = None) -> None:
+    def __init__(
+        self, store: Store, *, retention: float, inbox: Path | None = None, batch: int = PRUNE_BATCH
+    ) -> None:
         self._store = store
+        self._batch = batch
         self._retention = retention
         self._inbox = inbox
         self._task: asyncio.Task[None] | None = None
@@ -36,8 +40,21 @@ class Housekeeping:
             await asyncio.gather(self._task, return_exceptions=True)
 
     async def prune(self, before: float) -> dict[str, int]:
-        """Delete finished rows last touched before ``before``: a slow transaction."""
-        return await self._store.run(lambda tx: tx.meta.prune(before), slow=True)
+        """Delete finished rows last touched before ``before``, PRUNE_BATCH rows of each
+        large table a transaction. Between two, the store's other work goes on: months of
+        audit rows deleted in one (a first prune, a retention shortened) would hold
+        SQLite's writer, and on PostgreSQL the store's thread, heartbeats with it, for as
+        long as it takes."""
+        total: dict[str, int] = {}
+        while True:
+            counts = await self._store.run(
+                lambda tx: tx.meta.prune(before, batch=self._batch), slow=True
+            )
+            for table, count in counts.items():
+                total[table] = total.get(table, 0) + count
+            if max(counts.values(), default=0) < self._batch:
+                return total
+            await asyncio.sleep(0)
 
     async def prune_files(self, before: float, now: float | None = None) -> list[str]:
         """Remove the inbox's date folders of UTC days wholly before ``before`` (never the

@@ -164,36 +164,50 @@ class MetaRepo:
             for r in rows
         ]
 
-    def prune(self, before: float) -> dict[str, int]:
-        """Delete finished rows last touched before ``before``; counts per table."""
+    def prune(self, before: float, batch: int | None = None) -> dict[str, int]:
+        """Delete finished rows last touched before ``before``; counts per table. With
+        ``batch``, at most that many rows of each large table (the ones a day of use
+        grows): a short transaction, to be called again while one deletes ``batch``."""
         counts: dict[str, int] = {}
 
-        def delete(table: str, sql: str, args: list[object]) -> None:
-            counts[table] = self._db.execute(f"DELETE FROM {table} WHERE {sql}", args).rowcount
+        def delete(table: str, sql: str, args: list[object], key: str | None = None) -> None:
+            where = sql
+            if batch is not None and key is not None:
+                where = f"{key} IN (SELECT {key} FROM {table} WHERE {sql} LIMIT {int(batch)})"
+            counts[table] = self._db.execute(f"DELETE FROM {table} WHERE {where}", args).rowcount
 
         delete(
             "inbox",
             "status IN ('done', 'failed', 'denied', 'expired') AND updated_at < ?",
             [before],
+            "seq",
         )
         delete(
             "receipts",
             "delivered_at < ? AND outbound_id NOT IN (SELECT prompt_outbound_id FROM approvals"
             " WHERE status = 'pending' AND prompt_outbound_id IS NOT NULL)",
             [before],
+            "outbound_id",
         )
-        delete("outbox", "status IN ('sent', 'failed') AND finished_at < ?", [before])
-        delete("audit", "ts < ?", [before])
+        delete("outbox", "status IN ('sent', 'failed') AND finished_at < ?", [before], "seq")
+        delete("audit", "ts < ?", [before], "seq")
         delete("reminder_fires", "fired_at < ?", [before])
         # Done, missed or cancelled: an active one stays, however old.
         delete(
             "reminders", "status != 'active' AND COALESCE(last_fired_at, created_at) < ?", [before]
         )
         delete("approvals", "status != 'pending' AND created_at < ?", [before])
-        # A finished turn's steps and calls (their results are in its history too).
+        # A finished turn's steps and calls (their results are in its history too); the
+        # turn once none of its calls is left (a batch may stop among them).
         finished = "SELECT id FROM turns WHERE status IN ('done', 'failed') AND updated_at < ?"
-        delete("tool_calls", f"turn_id IN ({finished})", [before])
-        delete("turns", "status IN ('done', 'failed') AND updated_at < ?", [before])
+        delete("tool_calls", f"turn_id IN ({finished})", [before], "id")
+        delete(
+            "turns",
+            "status IN ('done', 'failed') AND updated_at < ?"
+            " AND NOT EXISTS (SELECT 1 FROM tool_calls c WHERE c.turn_id = turns.id)",
+            [before],
+            "id",
+        )
         delete("grants", "until < ?", [before])
         delete("pairing_codes", "expires_at < ?", [before])
         delete("pair_attempts", "ts < ?", [before])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import re
 import sqlite3
@@ -9,7 +10,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
+from echo_bot.housekeeping import Housekeeping
 from tests.conftest import ROOT, run_echo_bot, running_bot
 from tests.proc import EchoBotProcess
 
@@ -59,6 +62,39 @@ async def test_prune_removes_old_finished_work_and_keeps_pending_work(state_dir:
         await bot.channel.press(prompt.buttons[0][0].action)
         reply = await bot.channel.reply_to(waiting)
         assert "exit code 0" in reply.text
+
+
+async def test_a_prune_of_months_of_rows_lets_a_turn_through_meanwhile(
+    on_both_engines: str, state_dir: Path
+) -> None:
+    """A first prune, or a retention shortened, deletes months of audit rows: a batch a
+    transaction, so a message that comes meanwhile is answered before the prune ends
+    (in one transaction it waited for all of it, and so did the daemon's heartbeat)."""
+    old = time.time() - 90 * 86400
+    kept_a_year = '[storage]\nretention = "365d"\n'  # the daemon's own prune leaves them
+    async with running_bot(state_dir, kept_a_year) as bot:
+        # Rows enough that one transaction deleting them all outlasts a turn (SQLite
+        # deletes fast; PostgreSQL runs the store's jobs one after another anyway).
+        rows, batch = (4_000, 100) if on_both_engines == "postgres" else (100_000, 1_000)
+
+        def months(db: Any) -> None:
+            for _ in range(rows):
+                db.execute("INSERT INTO audit (ts, kind, data) VALUES (?, 'old', '{}')", [old])
+
+        await bot.db.run(months)
+        cut = time.time() - 30 * 86400
+        house = Housekeeping(bot.store, retention=0, batch=batch)
+        pruning = asyncio.create_task(house.prune(cut))
+        await asyncio.sleep(0)
+        reply = await bot.channel.reply_to(await bot.channel.say("what time is it?"))
+        answered_first = not pruning.done()
+        counts = await pruning
+        kept = await bot.db.run(
+            lambda db: db.execute("SELECT COUNT(*) FROM audit WHERE kind = 'old'").fetchone()[0]
+        )
+    assert reply.text.startswith("It is"), reply.text
+    assert answered_first
+    assert counts["audit"] == rows and kept == 0
 
 
 def test_retention_below_seven_days_is_a_config_error(tmp_path: Path) -> None:
