@@ -18,6 +18,10 @@ from ..conversation import ChatMessage
 DATA_OPEN = "<<<tool-output"
 DATA_CLOSE = "tool-output>>>"
 NO_RESULT_YET = "(no result yet: the call is waiting for approval or was interrupted)"
+# The names the API takes in a request, the history's calls too: another (a model's
+# "functions.x", a space, past 64 characters) would make every later request fail.
+SENDABLE_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+UNSENDABLE_NAME = "invalid_tool_name"  # stands in for one (its result says which it was)
 
 
 NEUTRAL_CLOSE = "tool-output >>>"
@@ -117,7 +121,9 @@ def to_openai(message: ChatMessage) -> dict[str, Any]:
                     "id": call.id,
                     "type": "function",
                     "function": {
-                        "name": call.name,
+                        "name": call.name
+                        if SENDABLE_NAME.fullmatch(call.name)
+                        else UNSENDABLE_NAME,
                         "arguments": call.raw_arguments
                         if call.raw_arguments is not None
                         else json.dumps(call.args, ensure_ascii=False),

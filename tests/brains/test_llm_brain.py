@@ -417,6 +417,24 @@ async def test_a_tool_call_without_a_name_can_be_corrected(state_dir: Path) -> N
         assert_all_shaped(llm)
 
 
+async def test_a_tool_name_the_api_refuses_is_never_sent_back_to_it(state_dir: Path) -> None:
+    """``functions.current_time`` (some models prefix it), a space, 100 characters: the
+    API refuses such a name in the history (400), so sent back as it came, every later
+    turn of the chat would fail. The model is told the tool was not found."""
+    odd = ["functions.current_time", "current time", "t" * 100]
+    async with llm_bot(state_dir) as (llm, bot):
+        llm.tool_calls([(name, {}, f"call_odd{n}") for n, name in enumerate(odd)])
+        llm.reply("Sorry about that.")
+        assert (await ask(bot, "time?")).text == "Sorry about that."
+        results = tool_messages(llm.chat_requests()[1])
+        assert [r["tool_call_id"] for r in results] == ["call_odd0", "call_odd1", "call_odd2"]
+        assert all("TOOL_NOT_FOUND" in r["content"] for r in results), results
+        assert "current_time" in results[0]["content"]  # the closest existing name
+        llm.reply("Fine now.")
+        assert (await ask(bot, "hello")).text == "Fine now."
+        assert_all_shaped(llm)
+
+
 # -- fallback to rules, and recovery --------------------------------------------------------
 class Clock:
     """Real time plus a jump a test can add (so probe_interval passes at once)."""

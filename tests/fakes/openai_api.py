@@ -676,8 +676,9 @@ def _check_tool_calls(where: str, calls: Any, seen_ids: set[str]) -> list[str]:
         function = call.get("function")
         if not isinstance(function, dict):
             _fail(at, f"function must be an object, got {function!r}")
-        if not isinstance(function.get("name"), str) or not function["name"]:
-            _fail(at, f"function.name must be a non-empty string, got {function.get('name')!r}")
+        name = function.get("name")
+        if not isinstance(name, str) or not _TOOL_NAME.match(name):  # as in ``tools``
+            _fail(at, f"function.name must match {_TOOL_NAME.pattern}, got {name!r}")
         if not isinstance(function.get("arguments"), str):
             _fail(
                 at,
