@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 from channels.parts import Tasks
 from echo_bot.errors import CommitFailed
@@ -19,4 +20,14 @@ class Me:
     username: str | None = None
 
 
-__all__ = ["CommitFailed", "Me", "Tasks", "log"]
+def unreadable(update_id: int, raw: dict[str, Any], exc: Exception) -> None:
+    """Say an update aiogram cannot read is skipped: read again, it fails again (and
+    Telegram holds the updates after it meanwhile), so it is never handled."""
+    kind = next((k for k in raw if k != "update_id"), "?")
+    log.warning(
+        "telegram: update %s (%s) could not be read, skipped: %s",
+        update_id, kind, str(exc).splitlines()[0],
+    )  # fmt: skip
+
+
+__all__ = ["CommitFailed", "Me", "Tasks", "log", "unreadable"]

@@ -29,7 +29,7 @@ from echo_bot.bus import ChannelHost, ChannelLink
 from echo_bot.errors import StoreError
 from echo_bot.link import STANDBY_CHECK
 
-from .common import CommitFailed, log
+from .common import CommitFailed, log, unreadable
 from .settings import TelegramConfig
 
 ALLOWED_UPDATES = ["message", "edited_message", "callback_query", "stopped_message_generation"]
@@ -153,11 +153,7 @@ class Poller:
             try:
                 updates.append(Update.model_validate(raw, context={"bot": self.bot}))
             except ValueError as exc:
-                kind = next((k for k in raw if k != "update_id"), "?")
-                log.warning(
-                    "telegram: update %s (%s) could not be read, skipped: %s",
-                    update_id, kind, str(exc).splitlines()[0],
-                )  # fmt: skip
+                unreadable(update_id, raw, exc)
                 updates.append(Update(update_id=update_id))
                 self._unreadable.add(update_id)
         return updates

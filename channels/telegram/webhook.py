@@ -12,11 +12,11 @@ from urllib.parse import urlsplit
 
 from aiogram import Bot, Dispatcher
 from aiogram.types import Update
-from pydantic import ValidationError
 
 from echo_bot.bus import ChannelHost
 from echo_bot.http_deliveries import DeliveryRoute, NotADelivery
 
+from .common import unreadable
 from .settings import TelegramConfig
 
 
@@ -40,9 +40,20 @@ class Webhook:
         return bool(self.secret) and hmac.compare_digest(given.encode(), self.secret.encode())
 
     async def take(self, body: bytes, headers: Mapping[str, str]) -> Any:
+        """An update, handled; one with its id that aiogram cannot read (from Telegram:
+        the secret was checked) is skipped, answered 200 so Telegram does not send it
+        again and again while it holds the ones after it."""
         try:
-            update = Update.model_validate(json.loads(body), context={"bot": self.bot})
-        except (ValueError, ValidationError):
+            raw = json.loads(body)
+        except ValueError:
             raise NotADelivery("not a Telegram update") from None
+        update_id = raw.get("update_id") if isinstance(raw, dict) else None
+        if not isinstance(update_id, int) or isinstance(update_id, bool):
+            raise NotADelivery("not a Telegram update")
+        try:
+            update = Update.model_validate(raw, context={"bot": self.bot})
+        except ValueError as exc:  # pydantic's ValidationError among them
+            unreadable(update_id, raw, exc)
+            return {"ok": True}
         await self.dp.feed_update(self.bot, update)
         return {"ok": True}
