@@ -34,6 +34,8 @@ MISSING_NAME = "missing_tool_name"  # stands in for a tool call without a functi
 MAX_IMAGE_BYTES = 10 * 1000**2  # a photo larger than this is described, not shown
 MAX_STREAM_CHARS = 1_000_000  # a streamed answer longer than this is given up on
 PREVIEW_EVERY = 0.1  # seconds between the texts a streamed answer hands its preview
+CHARS_PER_TOKEN = 4  # a rough count, for a server that says none
+IMAGE_CHARS = 4 * 1_000  # an image counted as about a thousand tokens
 
 log = logging.getLogger(__name__)
 
@@ -146,8 +148,7 @@ class OpenAIBrain:
         details: dict[str, object] = {
             "model": request["model"],
             "latency_ms": round((time.perf_counter() - started) * 1000, 1),
-            "prompt_tokens": getattr(usage, "prompt_tokens", None) or 0,
-            "completion_tokens": getattr(usage, "completion_tokens", None) or 0,
+            **_tokens(usage, request, message),
         }
         route = f"summary of {len(messages)} earlier message(s)"
         return BrainReply(text=summary or None, route_reason=route, details=details)
@@ -167,9 +168,7 @@ class OpenAIBrain:
             "model": request["model"],
             "latency_ms": round((time.perf_counter() - started) * 1000, 1),
         }
-        if usage is not None:
-            details["prompt_tokens"] = getattr(usage, "prompt_tokens", None) or 0
-            details["completion_tokens"] = getattr(usage, "completion_tokens", None) or 0
+        details.update(_tokens(usage, request, message))
         return _reply(message, stopped, details)
 
     async def _request(
@@ -225,6 +224,39 @@ def _whole_answer(data: Any) -> tuple[Any, Any]:
         raise LLMUnavailable(f"unreadable answer (JSON {type(data).__name__})")
     # Built as the SDK builds a non-streamed answer: leniently, odd fields kept.
     return _message_of(ChatCompletion.model_construct(**data))
+
+
+def _tokens(usage: Any, request: dict[str, Any], message: Any) -> dict[str, object]:
+    """The tokens the server counted; when it counted none (no ``usage``: a local server,
+    a proxy that drops it), a rough count from the characters, so that
+    ``daily_token_budget`` still holds (``tokens_estimated`` says which)."""
+    prompt = getattr(usage, "prompt_tokens", None) or 0
+    completion = getattr(usage, "completion_tokens", None) or 0
+    if isinstance(prompt, int) and isinstance(completion, int) and (prompt or completion):
+        return {"prompt_tokens": prompt, "completion_tokens": completion}
+    sent = sum(_chars(m.get("content")) for m in request["messages"])
+    sent += len(json.dumps(request.get("tools") or [], ensure_ascii=False))
+    said = len(str(getattr(message, "content", None) or ""))
+    for call in getattr(message, "tool_calls", None) or []:
+        said += len(str(getattr(getattr(call, "function", None), "arguments", "") or ""))
+    return {
+        "prompt_tokens": -(-sent // CHARS_PER_TOKEN),
+        "completion_tokens": -(-said // CHARS_PER_TOKEN),
+        "tokens_estimated": True,
+    }
+
+
+def _chars(content: Any) -> int:
+    """A message's characters as a token count would see them: an image as IMAGE_CHARS,
+    not the length of its base64."""
+    if isinstance(content, str):
+        return len(content)
+    parts = content if isinstance(content, list) else []
+    return sum(
+        len(str(p.get("text") or "")) if p.get("type") == "text" else IMAGE_CHARS
+        for p in parts
+        if isinstance(p, dict)
+    )
 
 
 def _message_of(response: Any) -> tuple[Any, Any]:

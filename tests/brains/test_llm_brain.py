@@ -868,6 +868,25 @@ async def test_the_daily_token_budget_switches_to_rules_and_tells_once(state_dir
         assert len(llm.chat_requests()) == 1
 
 
+async def test_a_server_that_counts_no_tokens_is_held_to_the_budget_by_an_estimate(
+    state_dir: Path,
+) -> None:
+    """No ``usage`` in its answers (a local server, a proxy that drops it): the tokens are
+    estimated from the characters, so ``daily_token_budget`` still applies."""
+    async with llm_bot(state_dir, openai="daily_token_budget = 50") as (llm, bot):
+        llm.sends_usage = False
+        llm.reply("First answer. " * 20)  # 280 characters: about 70 tokens
+        assert (await ask(bot, "hello")).text.startswith("First answer.")
+        reply = await ask(bot, "what time is it?")
+        assert "daily token budget" in reply.text and "It is " in reply.text
+        assert len(llm.chat_requests()) == 1
+        usage = await asyncio.to_thread(
+            run_echo_bot, "audit", "--usage", "--state-dir", str(state_dir)
+        )
+    local = next(line for line in usage.stdout.splitlines() if "cli:local" in line).split()
+    assert local[2] == MODEL and local[3] == "1" and int(local[5]) >= 70, usage.stdout
+
+
 # -- the secret ------------------------------------------------------------------------------------
 async def test_the_api_key_never_appears_in_replies_audit_or_logs(
     state_dir: Path, caplog: pytest.LogCaptureFixture

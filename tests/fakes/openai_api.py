@@ -204,6 +204,7 @@ class FakeOpenAI:
         self.port = port
         self.requests: list[Recorded] = []
         self.rejected: list[str] = []  # why validation turned requests down
+        self.sends_usage = True  # False: a server that counts no tokens (no ``usage``)
         self.unscripted = 0
         # /v1/audio/transcriptions: what it was sent (model, file name, bytes), and the
         # transcripts it answers with, in order.
@@ -541,7 +542,7 @@ class FakeOpenAI:
                 piece = {"index": index, "function": {"arguments": arguments[i : i + size]}}
                 events.append(event({"tool_calls": [piece]}))
         events.append(event({}, choice["finish_reason"]))
-        if (request.get("stream_options") or {}).get("include_usage"):
+        if (request.get("stream_options") or {}).get("include_usage") and self.sends_usage:
             events.append({**base, "choices": [], "usage": completion["usage"]})
         self.streams += 1
         try:
@@ -592,7 +593,7 @@ class FakeOpenAI:
         usage = {"prompt_tokens": prompt, "completion_tokens": estimate_tokens(produced)}
         usage.update(step.usage or {})
         usage.setdefault("total_tokens", usage["prompt_tokens"] + usage["completion_tokens"])
-        return {
+        completion = {
             "id": f"chatcmpl-fake{next(self._ids)}",
             "object": "chat.completion",
             "created": int(time.time()),
@@ -608,6 +609,9 @@ class FakeOpenAI:
             "usage": usage,
             "system_fingerprint": "fp_fake",
         }
+        if not self.sends_usage:
+            del completion["usage"]
+        return completion
 
 
 def _step_name(step: Step) -> str:
