@@ -325,7 +325,9 @@ def _check_configured(
     checks: list[Check] = asyncio.run(_probe_peers(probes, _diagnosed(loaded, environ, state_dir)))
     if config.mcp.servers:
         checks += _check_mcp(config.mcp, environ)
-    outbox = _check_outbox(state_dir, frozenset(running), database)
+    outbox = None  # on PostgreSQL unreached, none: the state dir's file is not the store
+    if database is not None or config.storage.engine != "postgres":
+        outbox = _check_outbox(state_dir, frozenset(running), database)
     if outbox is not None:
         checks.append(("outbox", *outbox))
     workspace = (config.tools.workspace or state_dir / "workspace").expanduser()

@@ -179,6 +179,20 @@ def test_doctor_reads_a_sound_store_read_only_and_counts_its_outbox(tmp_path: Pa
     assert path.read_bytes() == before
 
 
+def test_doctor_on_postgresql_with_its_url_unset_says_nothing_of_the_old_sqlite_outbox(
+    tmp_path: Path,
+) -> None:
+    """A move to PostgreSQL leaves the SQLite file behind: its outbox is not the store's."""
+    make_store(tmp_path / "st", queued=2)
+    config = tmp_path / "echo-bot.toml"
+    config.write_text('[storage]\nengine = "postgres"\n')
+    args = ("--config", str(config), "--state-dir", str(tmp_path / "st"))
+    code, out = asyncio.run(doctor(*args, ECHO_BOT_DATABASE_URL=""))
+    assert code == 1, out
+    assert "ECHO_BOT_DATABASE_URL is not set" in line_of(out, "store")
+    assert "] outbox " not in out, out
+
+
 def test_doctor_fails_on_a_store_a_newer_echo_bot_wrote_and_notes_one_behind(
     tmp_path: Path,
 ) -> None:
