@@ -234,7 +234,7 @@ def _tokens(usage: Any, request: dict[str, Any], message: Any) -> dict[str, obje
     completion = getattr(usage, "completion_tokens", None) or 0
     if isinstance(prompt, int) and isinstance(completion, int) and (prompt or completion):
         return {"prompt_tokens": prompt, "completion_tokens": completion}
-    sent = sum(_chars(m.get("content")) for m in request["messages"])
+    sent = sum(_chars(m.get("content")) for m in request.get("messages") or [])
     sent += len(json.dumps(request.get("tools") or [], ensure_ascii=False))
     said = len(str(getattr(message, "content", None) or ""))
     for call in getattr(message, "tool_calls", None) or []:
