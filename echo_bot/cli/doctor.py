@@ -20,6 +20,7 @@ from ..store import (
     check_database,
     check_file,
     describe_url,
+    is_empty_file,
     queued_outbound,
 )
 from ..store.schema import MIGRATIONS
@@ -100,6 +101,14 @@ def _check_store(state_dir: Path) -> tuple[str, str]:
     if not found.ok:
         return FAIL, f"{path} is damaged ({found.verdict}); restore a backup (systemd/README.md)"
     expected = len(MIGRATIONS)
+    if found.schema is None:  # an empty file, or another program's SQLite file
+        return WARN, (
+            f"{path} is empty (0 bytes): `echo-bot run` begins a new store there; if it"
+            " held your data, restore a backup (systemd/README.md)"
+            if is_empty_file(path)
+            else f"{path} holds no echo-bot store (SQLite without its tables): is this the"
+            " state dir you meant?"
+        )
     if found.schema is not None and found.schema > expected:
         return FAIL, (
             f"{path}: schema version {found.schema}, newer than this echo-bot ({expected});"
@@ -152,7 +161,7 @@ def _check_outbox(
         if database.error is not None or database.schema is None:
             return None
         found = database.queued
-    elif not path.exists():
+    elif not path.exists() or is_empty_file(path):
         return None
     else:
         found = queued_outbound(path)

@@ -20,7 +20,7 @@ from .committed import (
     OutboundCommitted,
     ReminderChanged,
 )
-from .db import DB_FILENAME, Database, backup_to
+from .db import DB_FILENAME, Database, backup_to, is_empty_file
 from .engine import ThreadedEngine as Engine
 from .inbox import InboxRow
 from .inspect import (
@@ -112,6 +112,7 @@ __all__ = [
     "check_file",
     "copy_sqlite_to_postgres",
     "describe_url",
+    "is_empty_file",
     "make_database",
     "once_the_store_is_back",
     "queued_outbound",

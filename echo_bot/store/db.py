@@ -106,6 +106,17 @@ class SqliteSession:
     clean = alive
 
 
+def is_empty_file(path: Path) -> bool:
+    """A store file of 0 bytes with nothing in its ``-wal`` either (a running daemon's
+    may hold all in it until a checkpoint): a copy made without its ``-wal``, a restore
+    that failed. Opened, SQLite would make it a database, hiding that it was empty."""
+    wal = path.with_name(path.name + "-wal")
+    try:
+        return path.stat().st_size == 0 and not (wal.exists() and wal.stat().st_size > 0)
+    except OSError:
+        return False
+
+
 class Database(ThreadedEngine):
     """The SQLite engine (see the module doc)."""
 
@@ -140,6 +151,12 @@ class Database(ThreadedEngine):
 
     # -- lifecycle -------------------------------------------------------------------
     async def open(self) -> None:
+        if is_empty_file(self.path):
+            log.warning(
+                "the store %s is empty (0 bytes): a new store begins in it; if it held"
+                " your data, stop echo-bot and restore a backup (systemd/README.md)",
+                self.path,
+            )
         loop = asyncio.get_running_loop()
         on_loop = self._durability != "full"
         await self._submit(lambda: self._open(loop_connection=on_loop), in_transaction=False)
@@ -149,6 +166,12 @@ class Database(ThreadedEngine):
         """For short-lived management commands that have no event loop."""
         if not create and not self.path.exists():
             raise NoSchema(f"no store at {self.path} yet; `echo-bot run` creates it")
+        if not create and is_empty_file(self.path):  # read, it would be written
+            raise NoSchema(
+                f"{self.path} is empty (0 bytes): no echo-bot store in it; `echo-bot run`"
+                " begins a new one there. If it held your data, restore a backup"
+                " (systemd/README.md)"
+            )
         self._submit_sync(
             lambda: self._open(loop_connection=False, create=create), in_transaction=False
         )

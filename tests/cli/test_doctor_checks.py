@@ -242,6 +242,24 @@ def test_doctor_fails_on_a_file_that_is_no_store(tmp_path: Path) -> None:
     assert out.splitlines()[-1] == "Fix: store."
 
 
+def test_an_empty_store_file_is_said_to_be_empty_and_left_as_it_is(tmp_path: Path) -> None:
+    """0 bytes (a copy made without its -wal file, a restore that failed): said, not
+    taken for "nothing yet", and not written by the commands that read it."""
+    state = tmp_path / "st"
+    state.mkdir()
+    path = state / DB_FILENAME
+    path.touch()
+    code, out = asyncio.run(doctor("--state-dir", str(state)))
+    assert code == 0, out
+    assert line_of(out, "store").startswith(f"[warn] store      {path} is empty (0 bytes)")
+    assert "restore a backup" in line_of(out, "store") and "] outbox " not in out
+    status = run_echo_bot("status", "--state-dir", str(state))
+    assert f"{path} is empty (0 bytes)" in status.stdout, status.stdout
+    listed = run_echo_bot("reminders", "list", "--state-dir", str(state))
+    assert listed.returncode == 0 and "is empty (0 bytes)" in listed.stderr
+    assert path.stat().st_size == 0
+
+
 def test_doctor_reports_how_much_the_inbox_holds_against_its_cap(tmp_path: Path) -> None:
     state = tmp_path / "st"
     config = tmp_path / "config.toml"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import re
 import sqlite3
 import subprocess
@@ -12,7 +13,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from echo_bot.housekeeping import Housekeeping
+from echo_bot.store import DB_FILENAME
 from tests.conftest import ROOT, run_echo_bot, running_bot
 from tests.proc import EchoBotProcess
 
@@ -95,6 +99,19 @@ async def test_a_prune_of_months_of_rows_lets_a_turn_through_meanwhile(
     assert reply.text.startswith("It is"), reply.text
     assert answered_first
     assert counts["audit"] == rows and kept == 0
+
+
+async def test_a_daemon_started_on_an_empty_store_file_says_so_and_works(
+    state_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    state_dir.mkdir(parents=True, exist_ok=True)
+    (state_dir / DB_FILENAME).touch()
+    caplog.set_level(logging.WARNING, "echo_bot.store.db")
+    async with running_bot(state_dir) as bot:
+        reply = await bot.channel.reply_to(await bot.channel.say("what time is it?"))
+    assert reply.text.startswith("It is"), reply.text
+    said = [r.getMessage() for r in caplog.records if "is empty (0 bytes)" in r.getMessage()]
+    assert len(said) == 1 and "restore a backup" in said[0], said
 
 
 def test_retention_below_seven_days_is_a_config_error(tmp_path: Path) -> None:
