@@ -9,6 +9,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from echo_bot.store import DB_FILENAME, Database, Store, Tx
 from echo_bot.store.schema import MIGRATIONS
 from tests.conftest import ROOT, echo_bot_env, run_echo_bot
 from tests.fakes.openai_api import FakeOpenAI
-from tests.fakes.telegram_api import FakeTelegramAPI
+from tests.fakes.telegram_api import FakeTelegramAPI, Webhook
 
 TOKEN = "123456:DOCTOR-test-token"
 
@@ -66,6 +67,37 @@ def telegram_config(tmp_path: Path, api: FakeTelegramAPI) -> Path:
 def telegram_line(output: str) -> str:
     (line,) = [line for line in output.splitlines() if "] telegram" in line]
     return line
+
+
+@pytest.mark.slow  # its echo-bot processes: 1.5 s of CPU or more (--cpu-durations)
+async def test_doctor_says_what_telegram_says_of_its_webhook_deliveries(tmp_path: Path) -> None:
+    """In webhook mode a bot Telegram cannot reach hears nothing, and says nothing: doctor
+    reads getWebhookInfo (no webhook, another URL, the last delivery's error)."""
+    url = "https://bot.example.org/telegram"
+    async with FakeTelegramAPI(token=TOKEN) as api:
+        config = tmp_path / "config.toml"
+        config.write_text(
+            f'[telegram]\nenabled = true\napi_base = "{api.base_url}"\nmode = "webhook"\n'
+            f'webhook_url = "{url}"\n'
+        )
+        env = {"TELEGRAM_BOT_TOKEN": TOKEN, "TELEGRAM_WEBHOOK_SECRET": "s" * 32}
+        args = ("--config", str(config), "--state-dir", str(tmp_path / "st"))
+
+        async def webhook_line() -> str:
+            _, out = await doctor(*args, **env)
+            (line,) = [line for line in out.splitlines() if "] telegram webhook" in line]
+            return line
+
+        assert "no webhook registered with Telegram" in await webhook_line()
+        api.webhook = Webhook(url="https://old.example.org/telegram")
+        assert "not to https://bot.example.org/telegram" in await webhook_line()
+        api.webhook = Webhook(url=url)
+        api.webhook_error = (int(time.time()) - 120, "SSL error: certificate verify failed")
+        failed = await webhook_line()
+        assert failed.startswith("[FAIL]") and "certificate verify failed" in failed, failed
+        assert "2 min ago" in failed and TOKEN not in failed
+        api.webhook_error = (int(time.time()) - 86_400, "Connection refused")  # yesterday's
+        assert (await webhook_line()).startswith("[  ok] telegram webhook")
 
 
 @pytest.mark.slow  # its echo-bot processes: 1.5 s of CPU or more (--cpu-durations)

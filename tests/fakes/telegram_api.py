@@ -376,6 +376,7 @@ class FakeTelegramAPI:
         self.callback_answers: dict[str, JSON] = {}
         self.commands: dict[tuple[str, str], list[JSON]] = {}  # (scope json, lang) -> cmds
         self.webhook: Webhook | None = None
+        self.webhook_error: tuple[int, str] | None = None  # getWebhookInfo's last error
         self.allowed_updates: list[str] | None = None
         self.rate_limited = 0
         self.drafts: list[JSON] = []  # sendMessageDraft calls that were accepted
@@ -1237,11 +1238,14 @@ class FakeTelegramAPI:
         return True
 
     async def _get_webhook_info(self, params: JSON) -> JSON:
-        return {
+        info: JSON = {
             "url": self.webhook.url if self.webhook else "",
             "has_custom_certificate": False,
             "pending_update_count": len(self._pending),
         }
+        if self.webhook_error is not None:  # (unix time, message) of its last failed try
+            info["last_error_date"], info["last_error_message"] = self.webhook_error
+        return info
 
     async def _set_my_commands(self, params: JSON) -> bool:
         commands = params.get("commands")
