@@ -77,6 +77,7 @@ class Inbound:
         self._overflowed = False  # the queue was full: dropped, read back once it drains
         self._behind: set[str] = set()  # channels whose read-back failed: positions wait
         self._retrying = False
+        self._dms: dict[str, int] = {}  # person → their DM channel's id, once opened
 
     async def load(self) -> None:
         """The positions kept by the last run (a note it may have left malformed)."""
@@ -264,18 +265,22 @@ class Inbound:
         """The chats with no position where a first message may have come while the bot
         was away: the allowed users' and approvers' DMs, and the listed ``channels``
         (their threads not: each is a channel of its own). Read from CATCH_UP_AGE; one
-        that fails is read at the next new session."""
+        whose reading fails gets that as its position and is read again as any other
+        (a message answered meanwhile does not move it past the gap)."""
         client = self.client
         if client is None:
             return
+        unplaced: list[tuple[int, int]] = []  # (channel, guild)
         for person in dict.fromkeys([*self.config.allowed_users, *self.config.approver_ids]):
-            try:
-                dm = await client.create_dm(discord.Object(id=int(person)))
-            except Exception as exc:
-                log.warning("discord: the DM of %s could not be opened (%s)", person, exc)
-                continue
-            if str(dm.id) not in self.positions:
-                await self._read_back(dm.id, 0, oldest)
+            dm = self._dms.get(person)  # opened once a run (READY forgets every DM)
+            if dm is None:
+                try:
+                    opened = await client.create_dm(discord.Object(int(person)))
+                except Exception as exc:
+                    log.warning("discord: the DM of %s could not be opened (%s)", person, exc)
+                    continue
+                dm = self._dms[person] = opened.id
+            unplaced.append((dm, 0))
         for listed in self.config.channels or []:
             if listed in self.positions:
                 continue
@@ -286,7 +291,13 @@ class Inbound:
                 continue
             guild = getattr(found, "guild", None)
             if guild is not None:  # a channel listed is a guild's (a DM's id is no use there)
-                await self._read_back(found.id, guild.id, oldest)
+                unplaced.append((found.id, guild.id))
+        for channel, guild in unplaced:
+            if str(channel) not in self.positions and not await self._read_back(
+                channel, guild, oldest
+            ):
+                self._moved(str(channel), [oldest, guild, 0])
+                self._behind.add(str(channel))
 
     async def _read_back(self, channel: int, guild: int, after: int) -> bool:
         """One channel's newest CATCH_UP_MESSAGES after ``after``, queued oldest first;

@@ -326,6 +326,19 @@ async def test_a_first_message_sent_while_the_bot_was_down_is_read_back(chat: Ch
     assert chat.replies(dm_of(FRIEND["id"])) == ["echo: firstdm"]
 
 
+async def test_a_first_dm_whose_read_back_failed_is_read_again_and_answered(chat: Chat) -> None:
+    """No position yet, and its read-back refused once: the DM is read again after a
+    pause, and a message answered meanwhile does not move it past the first one."""
+    await chat.fake.push_message("say:gap", author=OWNER, channel_id=chat.dm(), dispatch=False)
+    chat.fake.fail_next("GET /channels/{id}/messages", 403)  # the owner's DM is read first
+    async with chat.running():
+        await eventually(lambda: any(c.status == 403 for c in chat.fake.calls), timeout=15,
+                         what="the refused read-back")  # fmt: skip
+        await chat.say("say:live")
+        await chat.wait_received("echo: live", "echo: gap")
+    assert sorted(chat.received()) == ["echo: gap", "echo: live"]
+
+
 async def test_a_channel_deleted_while_the_bot_was_down_is_not_read_back_again(
     chat: Chat,
 ) -> None:
