@@ -35,6 +35,7 @@ MAX_IMAGE_BYTES = 10 * 1000**2  # a photo larger than this is described, not sho
 MAX_STREAM_CHARS = 1_000_000  # a streamed answer longer than this is given up on
 PREVIEW_EVERY = 0.1  # seconds between the texts a streamed answer hands its preview
 CHARS_PER_TOKEN = 4  # a rough count, for a server that says none
+USAGE_FIELDS = ("prompt_tokens", "completion_tokens")
 IMAGE_CHARS = 4 * 1_000  # an image counted as about a thousand tokens
 
 log = logging.getLogger(__name__)
@@ -227,23 +228,30 @@ def _whole_answer(data: Any) -> tuple[Any, Any]:
 
 
 def _tokens(usage: Any, request: dict[str, Any], message: Any) -> dict[str, object]:
-    """The tokens the server counted; when it counted none (no ``usage``: a local server,
-    a proxy that drops it), a rough count from the characters, so that
-    ``daily_token_budget`` still holds (``tokens_estimated`` says which)."""
-    prompt = getattr(usage, "prompt_tokens", None) or 0
-    completion = getattr(usage, "completion_tokens", None) or 0
-    if isinstance(prompt, int) and isinstance(completion, int) and (prompt or completion):
-        return {"prompt_tokens": prompt, "completion_tokens": completion}
-    sent = sum(_chars(m.get("content")) for m in request.get("messages") or [])
-    sent += len(json.dumps(request.get("tools") or [], ensure_ascii=False))
-    said = len(str(getattr(message, "content", None) or ""))
-    for call in getattr(message, "tool_calls", None) or []:
-        said += len(str(getattr(getattr(call, "function", None), "arguments", "") or ""))
-    return {
-        "prompt_tokens": -(-sent // CHARS_PER_TOKEN),
-        "completion_tokens": -(-said // CHARS_PER_TOKEN),
-        "tokens_estimated": True,
-    }
+    """The tokens the server counted; what it did not count (no ``usage``: a local
+    server, a proxy that drops it), a rough count from the characters, so that
+    ``daily_token_budget`` still holds (``tokens_estimated``: 1 says so)."""
+    prompt, completion = (getattr(usage, name, None) for name in USAGE_FIELDS)
+    prompt_counted = isinstance(prompt, int) and prompt > 0
+    counted: dict[str, object] = {}
+    if prompt_counted:
+        counted["prompt_tokens"] = prompt
+    else:
+        sent = len(json.dumps(request.get("tools") or [], ensure_ascii=False))
+        for m in request.get("messages") or []:
+            calls = m.get("tool_calls")  # the history's calls: their names and arguments
+            sent += _chars(m.get("content")) + (len(json.dumps(calls)) if calls else 0)
+        counted["prompt_tokens"] = -(-sent // CHARS_PER_TOKEN)
+    if isinstance(completion, int) and (completion > 0 or prompt_counted):  # 0: said nothing
+        counted["completion_tokens"] = completion
+    else:
+        said = len(str(getattr(message, "content", None) or ""))
+        for call in getattr(message, "tool_calls", None) or []:
+            said += len(str(getattr(getattr(call, "function", None), "arguments", "") or ""))
+        counted["completion_tokens"] = -(-said // CHARS_PER_TOKEN)
+    if counted["prompt_tokens"] != prompt or counted["completion_tokens"] != completion:
+        counted["tokens_estimated"] = 1  # an int: the audit keeps numbers as they are
+    return counted
 
 
 def _chars(content: Any) -> int:

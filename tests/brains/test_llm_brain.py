@@ -827,6 +827,7 @@ async def test_usage_is_audited_and_summed_per_day_and_session(state_dir: Path) 
             assert isinstance(details["latency_ms"], float | int) and details["latency_ms"] >= 0
         assert [r.data["details"]["prompt_tokens"] for r in decisions] == [100, 120, 7]
         assert [r.data["details"]["completion_tokens"] for r in decisions] == [10, 3, 2]
+        assert not [r for r in decisions if "tokens_estimated" in r.data["details"]]
 
         usage = await bot.store.run(lambda tx: tx.audit.usage_by_day())
         by_session = {u.session_key: u for u in usage}
@@ -880,6 +881,8 @@ async def test_a_server_that_counts_no_tokens_is_held_to_the_budget_by_an_estima
         reply = await ask(bot, "what time is it?")
         assert "daily token budget" in reply.text and "It is " in reply.text
         assert len(llm.chat_requests()) == 1
+        [counted] = [r for r in await audit(bot, "brain.decision") if r.data.get("details")]
+        assert counted.data["details"]["tokens_estimated"] == 1, counted.data
         usage = await asyncio.to_thread(
             run_echo_bot, "audit", "--usage", "--state-dir", str(state_dir)
         )
