@@ -9,11 +9,12 @@ import logging
 import time
 from collections.abc import Iterable
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 
 from .config import Config, triggers
 from .media.budget import prune_inbox
-from .store import Store
+from .store import Store, Tx
 
 log = logging.getLogger(__name__)
 
@@ -46,15 +47,16 @@ class Housekeeping:
         SQLite's writer, and on PostgreSQL the store's thread, heartbeats with it, for as
         long as it takes."""
         total: dict[str, int] = {}
-        while True:
-            counts = await self._store.run(
-                lambda tx: tx.meta.prune(before, batch=self._batch), slow=True
-            )
+        again: set[str] | None = None  # the first time, every table
+        while again is None or again:
+            counts = await self._store.run(partial(_prune, before, self._batch, again), slow=True)
             for table, count in counts.items():
                 total[table] = total.get(table, 0) + count
-            if max(counts.values(), default=0) < self._batch:
-                return total
+            again = {table for table, count in counts.items() if count >= self._batch}
+            if "tool_calls" in again:  # a turn goes once none of its calls is left
+                again.add("turns")
             await asyncio.sleep(0)
+        return total
 
     async def prune_files(self, before: float, now: float | None = None) -> list[str]:
         """Remove the inbox's date folders of UTC days wholly before ``before`` (never the
@@ -81,6 +83,10 @@ class Housekeeping:
             except Exception:
                 log.exception("pruning the inbox failed; trying again tomorrow")
             await asyncio.sleep(PRUNE_EVERY)
+
+
+def _prune(before: float, batch: int, only: set[str] | None, tx: Tx) -> dict[str, int]:
+    return tx.meta.prune(before, batch=batch, only=only)
 
 
 def warn_unreachable(config: Config, running: Iterable[str]) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -164,13 +164,18 @@ class MetaRepo:
             for r in rows
         ]
 
-    def prune(self, before: float, batch: int | None = None) -> dict[str, int]:
+    def prune(
+        self, before: float, batch: int | None = None, only: Collection[str] | None = None
+    ) -> dict[str, int]:
         """Delete finished rows last touched before ``before``; counts per table. With
         ``batch``, at most that many rows of each large table (the ones a day of use
-        grows): a short transaction, to be called again while one deletes ``batch``."""
+        grows): a short transaction, to be called again, for ``only`` the tables whose
+        count reached ``batch``, until none does."""
         counts: dict[str, int] = {}
 
         def delete(table: str, sql: str, args: list[object], key: str | None = None) -> None:
+            if only is not None and table not in only:
+                return
             where = sql
             if batch is not None and key is not None:
                 where = f"{key} IN (SELECT {key} FROM {table} WHERE {sql} LIMIT {int(batch)})"

@@ -79,7 +79,7 @@ async def test_a_prune_of_months_of_rows_lets_a_turn_through_meanwhile(
     async with running_bot(state_dir, kept_a_year) as bot:
         # Rows enough that one transaction deleting them all outlasts a turn (SQLite
         # deletes fast; PostgreSQL runs the store's jobs one after another anyway).
-        rows, batch = (4_000, 100) if on_both_engines == "postgres" else (100_000, 1_000)
+        rows, batch = (4_000, 10) if on_both_engines == "postgres" else (100_000, 500)
 
         def months(db: Any) -> None:
             for _ in range(rows):
