@@ -51,6 +51,7 @@ from ..store import (
     backup_to,
     copy_sqlite_to_postgres,
     describe_url,
+    is_empty_file,
     make_database,
 )
 from ..store.approvals import ApprovalRow
@@ -620,6 +621,9 @@ def backup_command(at: StoreAt, target: Path, *, force: bool = False) -> int:
     source = at.path
     if not source.exists():
         print(f"echo-bot: no store at {source}", file=sys.stderr)
+        return 1
+    if is_empty_file(source):  # a backup of it would replace a good one with nothing
+        print(f"echo-bot: {source} is empty (0 bytes): nothing to back up", file=sys.stderr)
         return 1
     if target.is_dir():
         target = backup_name(target)

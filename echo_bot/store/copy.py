@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import StoreError
-from .db import Database
+from .db import Database, is_empty_file
 from .postgres import PostgresDatabase
 
 # Tables whose seq is an identity column on PostgreSQL (SQLite's AUTOINCREMENT).
@@ -36,6 +36,8 @@ def copy_sqlite_to_postgres(source: Path, url: str) -> list[CopiedTable]:
     table's rows in the source and, after the copy, in the target."""
     if not source.exists():
         raise StoreError(f"no store at {source} (nothing to copy)")
+    if is_empty_file(source):  # opened, it would be made a new, empty store and copied
+        raise StoreError(f"{source} is empty (0 bytes): nothing to copy")
     # Both brought to this echo-bot's schema first (the same tables and columns).
     sqlite_db = Database(source)
     sqlite_db.open_sync()

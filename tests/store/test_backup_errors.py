@@ -66,6 +66,25 @@ def test_backup_into_a_directory_writes_a_timestamped_private_checked_file(
     )
 
 
+def test_an_empty_store_file_is_neither_backed_up_nor_copied_to_postgresql(
+    tmp_path: Path,
+) -> None:
+    """0 bytes: a backup of it would stand for a store that was never there, and the
+    copy would first make it a new, empty store; both refuse, in one line."""
+    state = tmp_path / "st"
+    state.mkdir()
+    (state / DB_FILENAME).touch()
+    backups = tmp_path / "backups"
+    backups.mkdir()
+    backup = run_echo_bot("backup", str(backups), "--state-dir", str(state))
+    assert backup.returncode == 1 and "is empty (0 bytes)" in backup.stderr, backup.stderr
+    assert left_in(backups) == []
+    env = echo_bot_env(ECHO_BOT_DATABASE_URL="postgresql://nobody@127.0.0.1:9/none")
+    copied = run_echo_bot("store", "copy", "--to", "postgres", "--state-dir", str(state), env=env)
+    assert copied.returncode == 2 and "is empty (0 bytes)" in copied.stderr, copied.stderr
+    assert (state / DB_FILENAME).stat().st_size == 0
+
+
 def test_backup_into_a_missing_directory_is_one_line_and_creates_nothing(tmp_path: Path) -> None:
     state = tmp_path / "st"
     make_store(state)
