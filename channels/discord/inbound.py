@@ -290,7 +290,8 @@ class Inbound:
                 log.warning("discord: channel %s could not be read (%s)", listed, exc)
                 continue
             guild = getattr(found, "guild", None)
-            if guild is not None:  # a channel listed is a guild's (a DM's id is no use there)
+            # A guild's channel that holds messages (not a DM's, a category, a forum).
+            if guild is not None and isinstance(found, discord.abc.Messageable):
                 unplaced.append((found.id, guild.id))
         for channel, guild in unplaced:
             if str(channel) not in self.positions and not await self._read_back(

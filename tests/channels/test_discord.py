@@ -43,7 +43,7 @@ from tests.waiting import eventually
 
 pytest.importorskip("discord")
 
-GUILD, CHANNEL, ELSEWHERE, THREAD = (f"13000000000000000{n:02d}" for n in range(1, 5))
+GUILD, CHANNEL, ELSEWHERE, THREAD, CATEGORY = (f"13000000000000000{n:02d}" for n in range(1, 6))
 OTHER_GUILD, OTHER_CHANNEL = "1400000000000000001", "1400000000000000002"
 OWNER = user(OWNER_ID, "owner")
 FRIEND = user(DISCORD_FRIEND_ID, "friend")
@@ -105,7 +105,8 @@ class Chat(DiscordDriver):
 async def chat(state_dir: Path) -> AsyncIterator[Chat]:
     made = Chat(state_dir)
     async with made.peer():
-        made.fake.add_guild(GUILD, [CHANNEL, ELSEWHERE], threads={THREAD: CHANNEL})
+        made.fake.add_guild(GUILD, [CHANNEL, ELSEWHERE], threads={THREAD: CHANNEL},
+                            categories=[CATEGORY])  # fmt: skip
         made.fake.add_guild(OTHER_GUILD, [OTHER_CHANNEL])
         yield made
 
@@ -303,11 +304,13 @@ async def test_a_read_back_that_failed_is_tried_again_and_its_gap_answered(chat:
     assert sorted(chat.received()) == ["echo: before", "echo: gap", "echo: live"]
 
 
-async def test_a_first_message_sent_while_the_bot_was_down_is_read_back(chat: Chat) -> None:
+async def test_a_first_message_sent_while_the_bot_was_down_is_read_back(
+    chat: Chat, caplog: pytest.LogCaptureFixture
+) -> None:
     """Chats the bot never answered in have no position: an allowed user's first DM and
     a first mention in a listed channel, made while it was down, are read back at the
     start; what in that channel does not mention it is not answered."""
-    chat.keys = f'channels = ["{CHANNEL}"]'
+    chat.keys = f'channels = ["{CHANNEL}", "{CATEGORY}"]'  # a category holds no messages
     await chat.fake.push_message("say:firstdm", author=FRIEND, channel_id=dm_of(FRIEND["id"]),
                                  dispatch=False)  # fmt: skip
     await chat.fake.push_message("chatter", author=OWNER, channel_id=CHANNEL, guild_id=GUILD,
@@ -324,6 +327,9 @@ async def test_a_first_message_sent_while_the_bot_was_down_is_read_back(chat: Ch
         await chat.wait_received("echo: live")
     assert chat.replies(CHANNEL) == ["echo: firstmention"]
     assert chat.replies(dm_of(FRIEND["id"])) == ["echo: firstdm"]
+    assert f"/channels/{CATEGORY}" in [c.path for c in chat.fake.calls]  # looked at, and
+    assert f"/channels/{CATEGORY}/messages" not in [c.path for c in chat.fake.calls]  # not read
+    assert not [r for r in caplog.records if CATEGORY in r.getMessage()]  # nor tried again
 
 
 async def test_a_first_dm_whose_read_back_failed_is_read_again_and_answered(chat: Chat) -> None:

@@ -359,9 +359,10 @@ class FakeDiscord:
                 "proxy_url": url, "content_type": content_type}  # fmt: skip
 
     def add_guild(self, guild_id: str, channels: list[str],
-                  threads: dict[str, str] | None = None) -> None:  # fmt: skip
+                  threads: dict[str, str] | None = None,
+                  categories: list[str] | None = None) -> None:  # fmt: skip
         """A guild the bot is in (sent as GUILD_CREATE after READY), its text channels,
-        and its threads (thread → parent channel)."""
+        its threads (thread → parent channel) and its categories (holding no messages)."""
         self.guilds.append({
             "id": guild_id, "name": f"guild {guild_id}", "unavailable": False,
             "owner_id": OWNER_ID, "emojis": [], "features": [],
@@ -374,7 +375,10 @@ class FakeDiscord:
             "presences": [], "stage_instances": [], "guild_scheduled_events": [],
             "channels": [{"id": c, "type": 0, "name": f"channel-{c}", "guild_id": guild_id,
                           "position": n, "permission_overwrites": [], "nsfw": False,
-                          "parent_id": None} for n, c in enumerate(channels)],
+                          "parent_id": None} for n, c in enumerate(channels)]
+                        + [{"id": c, "type": 4, "name": f"category-{c}", "guild_id": guild_id,
+                            "position": n, "permission_overwrites": [], "nsfw": False,
+                            "parent_id": None} for n, c in enumerate(categories or [])],
             "threads": [{"id": t, "type": 11, "name": f"thread-{t}", "guild_id": guild_id,
                          "parent_id": p, "owner_id": OWNER_ID, "message_count": 1,
                          "member_count": 1, "rate_limit_per_user": 0,
