@@ -43,6 +43,7 @@ CHANNEL_API = {
     "echo_bot.plugins",  # a channel's spec: what the core knows of it
     "echo_bot.pacing",  # how fast a channel sends: budgets per chat and account
     "echo_bot.probe",  # one bounded HTTP request, for a channel's doctor checks
+    "echo_bot.preview_ledger",  # preview messages up, noted: what a kill left is removed
     "echo_bot.prompt_answers",  # prompts on a network without buttons: how to answer
     "echo_bot.rate_limits",  # "too many requests": a short wait waited out, a long one paced
     "echo_bot.richtext",  # the outgoing-text pipeline every channel's text passes

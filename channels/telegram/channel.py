@@ -66,6 +66,7 @@ class TelegramChannel(ThroughParts):
         connects=True,
         typing=True,
     )
+    previews: Previews
 
     def __init__(
         self, section: TelegramConfig, options: Mapping[str, Any], host: ChannelHost
@@ -85,6 +86,7 @@ class TelegramChannel(ThroughParts):
         self.link = host.link("telegram")
         self.link.facts["mode"] = config.mode
         self._tasks = Tasks()
+        self._left_previews: list[tuple[str, str | None, str]] = []
         self.previews = Previews(host, self.bot, self.pacer, self._tasks)
         self.outbound = Outbound(host, self.bot, self.pacer, self.previews, self._tasks)
         self.downloads = Downloads(self.bot, config)
@@ -106,8 +108,9 @@ class TelegramChannel(ThroughParts):
 
     # -- lifecycle ------------------------------------------------------------------------
     async def start(self, bus: Bus) -> None:
-        """Nothing to open before the Bot API answers: the host's first contact is
-        ``connect``."""
+        """Nothing to open before the Bot API answers (the host's first contact is
+        ``connect``); the preview messages the last run left are read, to remove."""
+        self._left_previews = await self.previews.ledger.left_over()
 
     async def connect(self) -> None:
         """Who the bot is, its menu, then polling or the webhook. A refused token (or
@@ -145,6 +148,9 @@ class TelegramChannel(ThroughParts):
         else:
             await self.bot.delete_webhook(drop_pending_updates=False)
             self._tasks.spawn(self.poller.run())
+        left, self._left_previews = self._left_previews, []
+        if left:
+            self._tasks.spawn(self.previews.remove_left_over(left))
         log.info("telegram: connected as @%s", username)
         self.link.facts["bot"] = f"@{username}" if username else None
 

@@ -4,6 +4,7 @@ in groups. (The typing indicator before it is the host's: ``show_typing``.)"""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from dataclasses import dataclass
 
@@ -20,6 +21,7 @@ from aiogram.types import MessageGenerationStopped
 from echo_bot.bus import ChannelHost
 from echo_bot.events import Address, OutboundKind, OutboundMessage
 from echo_bot.pacing import Pacer
+from echo_bot.preview_ledger import PreviewLedger
 from echo_bot.richtext.model import Formatted
 
 from .common import Tasks, log
@@ -45,6 +47,7 @@ class _Preview:
     chat_id: int
     thread: int | None
     draft_id: int
+    key: str = ""  # the turn's inbound id
     message_id: int | None = None
     broken: bool = False  # Telegram refused it: no more previews for this reply
     shown: str = ""
@@ -69,6 +72,7 @@ class Previews:
         self.tasks = tasks
         self.stop_generation = host.stop_generation
         self.masker = host.masker  # what the renderer made is masked again before it leaves
+        self.ledger = PreviewLedger(host, "telegram", tasks)  # group preview messages up
         self._previews: dict[str, _Preview] = {}  # by key (the turn's inbound id)
         self._drafts: dict[int, tuple[str, int]] = {}  # draft id -> key, chat: stop buttons
         # Group preview messages of finished previews, until a reply takes their place.
@@ -137,7 +141,7 @@ class Previews:
                 return None
             draft_id = int(key[-7:], 16) if _is_hex(key[-7:]) else hash(key) % 2**28
             state = self._previews[key] = _Preview(
-                chat_id, int(to.thread_id) if to.thread_id else None, draft_id or 1
+                chat_id, int(to.thread_id) if to.thread_id else None, draft_id or 1, key
             )
             if len(self._drafts) >= DRAFTS_KEPT:
                 self._drafts.clear()
@@ -162,6 +166,8 @@ class Previews:
                 message_thread_id=state.thread,
             )  # fmt: skip
             state.message_id = sent.message_id
+            thread = str(state.thread) if state.thread else None
+            self.ledger.up(state.key, str(chat_id), thread, str(sent.message_id))
         else:
             await self.bot.edit_message_text(
                 text=part.text, chat_id=chat_id, message_id=state.message_id,
@@ -181,6 +187,7 @@ class Previews:
             self._left_previews[key] = (state, timer)
 
     def _drop_left_preview(self, key: str) -> None:
+        self.ledger.down(key)
         left = self._left_previews.pop(key, None)
         if left is not None and left[0].message_id is not None:
             self.tasks.spawn(self.delete(left[0].chat_id, left[0].message_id))
@@ -204,7 +211,16 @@ class Previews:
 
     def replaced(self, message: OutboundMessage) -> None:
         """The reply took (or gave up taking) the place of its preview message."""
-        self._left_previews.pop(str(message.metadata.get("inbound_id", "")), None)
+        key = str(message.metadata.get("inbound_id", ""))
+        self._left_previews.pop(key, None)
+        self.ledger.down(key)
+
+    async def remove_left_over(self, left: list[tuple[str, str | None, str]]) -> None:
+        """The group preview messages a daemon killed mid-stream left (``PreviewLedger``):
+        the turn, run again, answers in a message of its own."""
+        for chat, _thread, message_id in left:
+            with contextlib.suppress(ValueError):
+                await self.delete(int(chat), int(message_id))
 
     async def on_stop(self, stopped_message_generation: MessageGenerationStopped) -> None:
         event = stopped_message_generation

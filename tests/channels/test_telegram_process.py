@@ -17,6 +17,7 @@ from echo_bot.store import Tx
 from tests.conftest import ROOT, echo_bot_env, read_store
 from tests.fakes.openai_api import FakeOpenAI
 from tests.fakes.telegram_api import FakeTelegramAPI
+from tests.waiting import eventually
 
 # The tests that kill a real daemon and start it again are slow: several seconds of a
 # core each (`pytest -m "not slow"`, the inner loop, leaves them to the full run).
@@ -318,3 +319,57 @@ async def test_a_reply_cut_mid_stream_by_a_kill_is_delivered_once_after_restart(
     # The answer once, then only the later /help's reply.
     assert len(texts) == 2 and texts[0] == answer and "show this help" in texts[1], texts
     assert len(llm.chat_requests()) == 2  # the turn was asked again from its checkpoint
+
+
+@pytest.mark.slow  # its echo-bot processes: 1.5 s of CPU or more (--cpu-durations)
+async def test_a_group_preview_a_kill_left_mid_stream_is_removed_after_restart(
+    tmp_path: Path,
+) -> None:
+    """In a group the reply being written is a message edited as it grows: killed
+    mid-stream, the daemon left it ending in ✍️; the next start removes it, and the
+    turn, run again, answers once."""
+    state, config = tmp_path / "st", tmp_path / "config.toml"
+    group = -(10**12 + OWNER)
+    answer = " ".join(f"word{i}" for i in range(120))
+    async with FakeTelegramAPI(token=TOKEN) as api, FakeOpenAI() as llm:
+        write_config(config, api)
+        with config.open("a") as extra:
+            extra.write(
+                f'[openai]\nbase_url = "{llm.base_url}"\nmodel = "gpt-test"\nmax_retries = 0\n'
+                '[brain]\nkind = "openai"\n'
+            )
+        llm.reply(answer)
+        llm.reply(answer)
+        llm.stream_hold_after = 40  # a third written, shown in the group, then the kill
+        first = await start_daemon(config, state)
+        try:
+            api.push_message("@echo_test_bot tell me a long story", user_id=OWNER,
+                             chat_type="group")  # fmt: skip
+            preview = await api.wait_for_call("sendMessage", lambda c: c.ok, timeout=20)
+            preview_id = str(preview.response["result"]["message_id"])  # type: ignore[index]
+
+            def noted() -> bool:  # the store has it (written once Telegram gave its id)
+                note = read_store(state, lambda tx: tx.meta.note("telegram.previews"))
+                return note is not None and preview_id in note[0]
+
+            await eventually(lambda: asyncio.to_thread(noted), timeout=20, what="noted")
+        finally:
+            first.send_signal(signal.SIGKILL)
+            await first.wait()
+        assert preview.params["text"].endswith("✍️")
+        llm.stream_hold_after = None
+        llm.stream_release.set()
+        second = await start_daemon(config, state)
+        try:
+            await api.wait_for_call(
+                "deleteMessage", lambda c: c.ok and str(c.params.get("message_id")) == preview_id,
+                timeout=20,
+            )  # fmt: skip
+            await api.wait_for_call(
+                "sendMessage", lambda c: c.ok and c.params.get("text") == answer, timeout=20
+            )
+        finally:
+            second.send_signal(signal.SIGTERM)
+            assert await asyncio.wait_for(second.wait(), 20) == 0
+    assert api.message(group, int(preview_id)) is None
+    assert [c.params["text"] for c in api.calls_of("sendMessage") if c.ok][-1:] == [answer]
