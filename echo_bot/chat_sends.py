@@ -29,6 +29,7 @@ from .bus import Masking
 from .edited_previews import EditedPreviews
 from .errors import ChannelError
 from .events import Address, OutboundKind, OutboundMessage, Receipt, TextFormat
+from .preview_ledger import PreviewLedger
 from .richtext import parts as richtext
 
 log = logging.getLogger(__name__)
@@ -83,6 +84,7 @@ class ChatSends(Generic[Part]):
         interval: float,
         ready: Callable[[], bool] = lambda: True,
         file_carries_text: bool = False,
+        ledger: PreviewLedger | None = None,
     ) -> None:
         self.chat = chat
         self.masker = masker
@@ -91,10 +93,11 @@ class ChatSends(Generic[Part]):
         self.file_carries_text = file_carries_text
         self.previews = EditedPreviews(
             self._show, self._remove, tasks, interval=interval, mark=PREVIEW_MARK,
-            keep=PREVIEW_KEEP, ready=ready,
+            keep=PREVIEW_KEEP, ready=ready, ledger=ledger,
         )  # fmt: skip
         self._sent: dict[str, list[str]] = {}  # outbound id → the parts' message ids
         self._ahead: dict[str, dict[str, str]] = {}  # outbound id → key → message id
+        self._left_over: list[tuple[Address, str]] = []  # previews the last run left up
 
     async def send(
         self, message: OutboundMessage, *, edit: Callable[[str], Awaitable[Receipt]],
@@ -180,6 +183,18 @@ class ChatSends(Generic[Part]):
             log.info("the preview in %s was not edited (%s); sending anew", message.to, exc)
             await self._remove(message.to, preview)
         self.previews.replaced(message)
+
+    async def read_left_over(self) -> None:
+        """At the channel's start, before any preview: what the last run left up."""
+        ledger = self.previews.ledger
+        self._left_over = await ledger.left_over() if ledger is not None else []
+
+    async def remove_left_over(self) -> None:
+        """Once connected: the preview messages a daemon killed mid-stream left
+        (``PreviewLedger``) go; the turn, run again, answers in a message of its own."""
+        left, self._left_over = self._left_over, []
+        for to, message_id in left:
+            await self._remove(to, message_id)
 
     async def _remove(self, to: Address, message_id: str) -> None:
         try:

@@ -15,7 +15,8 @@ The reply comes through the outbox as every message does: ``ChatSends.reply`` as
 calls ``replaced``. A preview left by a turn that sent no reply (it waits for an
 approval, or failed) is removed after ``keep`` seconds, unless the turn's next step
 writes on in it. A crash mid-stream leaves the preview as it was (ending in the mark);
-the reply is then sent as a new message after the restart.
+the reply is then sent as a new message after the restart, and the preview, noted in
+the ``ledger``, is removed at the start (``ChatSends.remove_left_over``).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from dataclasses import dataclass, field
 from .background import Tasks
 from .errors import ChannelError
 from .events import Address, OutboundKind, OutboundMessage
+from .preview_ledger import PreviewLedger
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +67,10 @@ class EditedPreviews:
         mark: str,
         keep: float,
         ready: Callable[[], bool] = lambda: True,
+        ledger: PreviewLedger | None = None,
     ) -> None:
         self.show, self.remove, self.tasks = show, remove, tasks
+        self.ledger = ledger  # where the preview messages up are noted (a kill leaves them)
         self.interval, self.mark, self.keep = interval, mark, keep
         self.ready = ready  # False: nothing is shown (the channel cannot send yet)
         self._live: dict[str, _Preview] = {}  # by key (the turn's inbound id)
@@ -97,6 +101,8 @@ class EditedPreviews:
         state.shown += 1
         if state.message_id is None:
             state.message_id = message_id
+            if self.ledger is not None:
+                self.ledger.up(key, state.chat, message_id)
 
     def _state(self, to: Address, key: str) -> _Preview | None:
         """The preview of ``key``: the live one, the one its turn's last step left (the
@@ -127,6 +133,8 @@ class EditedPreviews:
         if self._left.get(key) is not state or state.message_id is None:
             return
         del self._left[key]
+        if self.ledger is not None:
+            self.ledger.down(key)
         try:
             await self.remove(state.chat, state.message_id)
         except Exception as exc:  # a preview is never worth a failure
@@ -146,4 +154,7 @@ class EditedPreviews:
 
     def replaced(self, message: OutboundMessage) -> None:
         """The reply took (or gave up taking) the place of its preview message."""
-        self._left.pop(str(message.metadata.get("inbound_id", "")), None)
+        key = str(message.metadata.get("inbound_id", ""))
+        self._left.pop(key, None)
+        if self.ledger is not None:
+            self.ledger.down(key)

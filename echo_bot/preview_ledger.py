@@ -14,6 +14,7 @@ import logging
 
 from .background import Tasks
 from .bus import ChannelHost
+from .events import Address
 
 log = logging.getLogger(__name__)
 
@@ -22,18 +23,18 @@ KEPT_MAX = 1_000  # previews remembered at once, at most (the oldest forgotten)
 
 class PreviewLedger:
     def __init__(self, host: ChannelHost, channel: str, tasks: Tasks) -> None:
-        self.host, self.tasks = host, tasks
+        self.host, self.tasks, self.channel = host, tasks, channel
         self.note = f"{channel}.previews"
         self.on = not host.shared
         self._up: dict[str, list[str]] = {}  # key → [chat, thread or "", message id]
         self._saving = False
         self._dirty = False
 
-    def up(self, key: str, chat: str, thread: str | None, message_id: str) -> None:
+    def up(self, key: str, to: Address, message_id: str) -> None:
         """A preview message was sent for ``key`` (the turn's inbound id)."""
         if not self.on:
             return
-        self._up[key] = [chat, thread or "", message_id]
+        self._up[key] = [to.chat_id, to.thread_id or "", message_id]
         while len(self._up) > KEPT_MAX:
             self._up.pop(next(iter(self._up)))
         self._save()
@@ -43,9 +44,9 @@ class PreviewLedger:
         if self.on and self._up.pop(key, None) is not None:
             self._save()
 
-    async def left_over(self) -> list[tuple[str, str | None, str]]:
-        """What the last run left up, (chat, thread, message id) each, forgotten as it
-        is read: one that cannot be removed now is not tried again."""
+    async def left_over(self) -> list[tuple[Address, str]]:
+        """What the last run left up, (where, message id) each, forgotten as it is read:
+        one that cannot be removed now is not tried again."""
         if not self.on:
             return []
         try:
@@ -59,7 +60,10 @@ class PreviewLedger:
             return []
         left = kept.values() if isinstance(kept, dict) else []
         return [
-            (str(v[0]), str(v[1]) or None, str(v[2]))
+            (
+                Address(channel=self.channel, chat_id=str(v[0]), thread_id=str(v[1]) or None),
+                str(v[2]),
+            )
             for v in left
             if isinstance(v, list) and len(v) == 3
         ]

@@ -72,6 +72,7 @@ class DiscordChannel(ThroughParts):
         self.previews = self.outbound.previews
         self.inbound = Inbound(self.config, self.host, self.edge, self._tasks)
         await self.inbound.load()
+        await self.outbound.sends.read_left_over()
 
     async def connect(self) -> None:
         """Log in (the token checked over REST), then keep the gateway connected in the
@@ -89,6 +90,7 @@ class DiscordChannel(ThroughParts):
         client.receiver = self.inbound
         self._tasks.spawn(self.inbound.run())
         self._tasks.spawn(self._gateway(client))
+        self._tasks.spawn(self.outbound.sends.remove_left_over())
         log.info(
             "discord: signed in as %s (%s)", client.user, client.user.id if client.user else "?"
         )

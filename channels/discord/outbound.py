@@ -29,6 +29,7 @@ from echo_bot.chat_sends import ChatSends
 from echo_bot.errors import ChannelError
 from echo_bot.events import Address, OutboundMessage, Receipt, TextFormat
 from echo_bot.pacing import Pacer
+from echo_bot.preview_ledger import PreviewLedger
 from echo_bot.richtext import parts as richtext
 
 from .client import called
@@ -84,7 +85,8 @@ class Outbound:
         self.masker = host.masker
         self.pacer = Pacer(RATE)
         self.sends = ChatSends(self, self.masker, tasks, interval=EDIT_INTERVAL,
-                               file_carries_text=True)  # fmt: skip
+                               file_carries_text=True,
+                               ledger=PreviewLedger(host, "discord", tasks))  # fmt: skip
         self.previews = self.sends.previews
 
     async def send(self, message: OutboundMessage) -> Receipt:

@@ -34,6 +34,7 @@ class MatrixChannel(ThroughParts):
         edits=True, previews=True, media=True, reactions=True, rate_limited=True, diagnoses=True,
         reloads=True, connects=True, typing=True,
     )  # fmt: skip
+    outbound: Outbound
 
     def __init__(
         self, section: MatrixConfig, options: Mapping[str, Any], host: ChannelHost
@@ -57,8 +58,9 @@ class MatrixChannel(ThroughParts):
         self.downloads = Downloads(self.client, section, host)
 
     async def start(self, bus: Bus) -> None:
-        """Nothing to open before the homeserver answers: the host's first contact is
-        ``connect``."""
+        """Nothing to open before the homeserver answers (the host's first contact is
+        ``connect``); the previews the last run left are read, to remove."""
+        await self.outbound.sends.read_left_over()
 
     async def connect(self) -> None:
         """Sign in, then sync. A refused token or password is the user's to fix; a
@@ -70,6 +72,7 @@ class MatrixChannel(ThroughParts):
             raise PeerAway(f"cannot reach {self.config.homeserver}: {exc}") from None
         log.info("matrix: signed in as %s (device %s)", self.client.user_id, self.client.device_id)
         self._tasks.spawn(self.syncer.run())
+        self._tasks.spawn(self.outbound.sends.remove_left_over())
 
     async def show_typing(self, to: Address, on: bool) -> float | None:
         """Each notification lasts TYPING_LASTS; renewed before it ends."""

@@ -33,6 +33,7 @@ from echo_bot.chat_sends import ChatSends
 from echo_bot.errors import ChannelError
 from echo_bot.events import Address, OutboundMessage, Receipt
 from echo_bot.pacing import Pacer
+from echo_bot.preview_ledger import PreviewLedger
 from echo_bot.prompt_answers import prompt_text
 from echo_bot.rate_limits import RateLimited, within_limits
 from echo_bot.richtext import parts as richtext
@@ -80,7 +81,8 @@ class Outbound:
         self.pacer = matrix_pacer()
         self._locks: dict[str, asyncio.Lock] = {}  # per room: one send at a time
         self.sends = ChatSends(self, self.masker, tasks, interval=EDIT_INTERVAL,
-                               ready=synced.is_set)  # fmt: skip
+                               ready=synced.is_set,
+                               ledger=PreviewLedger(host, "matrix", tasks))  # fmt: skip
         self.previews = self.sends.previews
 
     async def send(self, message: OutboundMessage) -> Receipt:

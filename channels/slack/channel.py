@@ -33,6 +33,7 @@ class SlackChannel(ThroughParts):
         buttons=True, edits=True, previews=True, media=True, threads=True, rate_limited=True,
         diagnoses=True, connects=True,
     )  # fmt: skip
+    outbound: Outbound
 
     def __init__(self, section: SlackConfig, options: Mapping[str, Any], host: ChannelHost) -> None:
         self.config = section
@@ -55,6 +56,7 @@ class SlackChannel(ThroughParts):
         """What needs no answer from Slack: the Web API's session, the Events API's
         route (the server's routes are fixed once it starts)."""
         await self.web.open()
+        await self.outbound.sends.read_left_over()  # the previews the last run left
         if self.config.mode == "http":
             # Deliveries before the first auth.test are answered 503: Slack sends again.
             secret = self.host.environ.get(self.config.signing_secret_env, "")
@@ -80,6 +82,7 @@ class SlackChannel(ThroughParts):
         except BaseException:
             await self._drop_socket()
             raise
+        self._tasks.spawn(self.outbound.sends.remove_left_over())
         log.info("slack: signed in as %s (%s)", bot_user, self.config.mode)
 
     async def _drop_socket(self) -> None:

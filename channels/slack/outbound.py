@@ -19,6 +19,7 @@ from echo_bot.bus import ChannelEdge, ChannelHost
 from echo_bot.chat_sends import ChatSends
 from echo_bot.errors import ChannelError
 from echo_bot.events import Address, OutboundMessage, Receipt
+from echo_bot.preview_ledger import PreviewLedger
 from echo_bot.richtext import parts as richtext
 
 from .blocks import blocks_of
@@ -37,7 +38,8 @@ class Outbound:
         self.edge = edge
         self.masker = host.masker
         self.sends = ChatSends(self, self.masker, tasks, interval=EDIT_INTERVAL,
-                               file_carries_text=True)  # fmt: skip
+                               file_carries_text=True,
+                               ledger=PreviewLedger(host, "slack", tasks))  # fmt: skip
         self.previews = self.sends.previews
 
     async def send(self, message: OutboundMessage) -> Receipt:

@@ -86,7 +86,7 @@ class TelegramChannel(ThroughParts):
         self.link = host.link("telegram")
         self.link.facts["mode"] = config.mode
         self._tasks = Tasks()
-        self._left_previews: list[tuple[str, str | None, str]] = []
+        self._left_previews: list[tuple[Address, str]] = []
         self.previews = Previews(host, self.bot, self.pacer, self._tasks)
         self.outbound = Outbound(host, self.bot, self.pacer, self.previews, self._tasks)
         self.downloads = Downloads(self.bot, config)

@@ -167,7 +167,8 @@ class Previews:
             )  # fmt: skip
             state.message_id = sent.message_id
             thread = str(state.thread) if state.thread else None
-            self.ledger.up(state.key, str(chat_id), thread, str(sent.message_id))
+            where = Address(channel="telegram", chat_id=str(chat_id), thread_id=thread)
+            self.ledger.up(state.key, where, str(sent.message_id))
         else:
             await self.bot.edit_message_text(
                 text=part.text, chat_id=chat_id, message_id=state.message_id,
@@ -215,12 +216,12 @@ class Previews:
         self._left_previews.pop(key, None)
         self.ledger.down(key)
 
-    async def remove_left_over(self, left: list[tuple[str, str | None, str]]) -> None:
+    async def remove_left_over(self, left: list[tuple[Address, str]]) -> None:
         """The group preview messages a daemon killed mid-stream left (``PreviewLedger``):
         the turn, run again, answers in a message of its own."""
-        for chat, _thread, message_id in left:
+        for where, message_id in left:
             with contextlib.suppress(ValueError):
-                await self.delete(int(chat), int(message_id))
+                await self.delete(int(where.chat_id), int(message_id))
 
     async def on_stop(self, stopped_message_generation: MessageGenerationStopped) -> None:
         event = stopped_message_generation

@@ -678,6 +678,38 @@ async def test_a_streamed_reply_grows_in_one_message_that_becomes_the_reply(
             assert not any(c.status == 429 for c in chat.fake.calls)
 
 
+async def test_a_preview_a_stop_left_mid_stream_is_removed_at_the_next_start(
+    state_dir: Path,
+) -> None:
+    """Stopped while a reply was written (the model held past its timeout: the turn ends
+    offline), the daemon left its preview ending in the mark; the next start removes it,
+    and the reply comes in a message of its own."""
+    from echo_bot.chat_sends import PREVIEW_MARK
+    from tests.fakes.openai_api import FakeOpenAI
+
+    answer = " ".join(f"word{i}" for i in range(120))
+    async with FakeOpenAI(model="gpt-test") as llm:
+        chat = Chat(state_dir)
+        chat.brain = None  # the config's: the openai SDK against the fake server
+        chat.extra = (
+            f'[openai]\nbase_url = "{llm.base_url}"\nmodel = "gpt-test"\ntimeout = "5s"\n'
+            'max_retries = 0\n[brain]\nkind = "openai"\n'
+        )
+        llm.reply(answer)
+        llm.stream_hold_after = 40
+        async with chat.peer():
+            async with chat.running():
+                await chat.say("tell me a long story")
+                await llm.wait_until(lambda: llm.stream_holding == 1, timeout=30)
+                preview = await eventually(lambda: chat.sent()[0] if chat.sent() else None,
+                                           timeout=15, what="the preview message")  # fmt: skip
+                assert preview.content.endswith(PREVIEW_MARK)
+            async with chat.running():
+                await eventually(lambda: preview.deleted, timeout=20, what="the preview gone")
+                await eventually(chat.sent, timeout=20, what="the reply")
+        assert not [s for s in chat.sent() if s.content.endswith(PREVIEW_MARK)], chat.sent()
+
+
 async def test_long_code_goes_as_a_file_masked_and_short_code_stays_in_the_text(
     chat: Chat,
 ) -> None:
