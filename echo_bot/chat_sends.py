@@ -182,7 +182,9 @@ class ChatSends(Generic[Part]):
                 raise
             log.info("the preview in %s was not edited (%s); sending anew", message.to, exc)
             await self._remove(message.to, preview)
-        self.previews.replaced(message)
+            self.previews.replaced(message)
+            return
+        await self.previews.took_place(message)
 
     async def read_left_over(self) -> None:
         """At the channel's start, before any preview: what the last run left up."""

@@ -152,6 +152,12 @@ class EditedPreviews:
             state.removal = None
         return state.message_id
 
+    async def took_place(self, message: OutboundMessage) -> None:
+        """The reply is in its preview message now: never removed as left over."""
+        self._left.pop(str(message.metadata.get("inbound_id", "")), None)
+        if self.ledger is not None:
+            await self.ledger.down_now(str(message.metadata.get("inbound_id", "")))
+
     def replaced(self, message: OutboundMessage) -> None:
         """The reply took (or gave up taking) the place of its preview message."""
         key = str(message.metadata.get("inbound_id", ""))

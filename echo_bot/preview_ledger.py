@@ -44,6 +44,16 @@ class PreviewLedger:
         if self.on and self._up.pop(key, None) is not None:
             self._save()
 
+    async def down_now(self, key: str) -> None:
+        """``down``, written before it returns: a reply that took its preview's place is
+        never taken for a preview left over (the next start would remove the reply)."""
+        if not self.on or self._up.pop(key, None) is None:
+            return
+        try:
+            await self.host.remember_note(self.note, json.dumps(self._up))
+        except Exception as exc:
+            log.warning("the reply in place of preview %s was not noted: %s", key, exc)
+
     async def left_over(self) -> list[tuple[Address, str]]:
         """What the last run left up, (where, message id) each, forgotten as it is read:
         one that cannot be removed now is not tried again."""

@@ -139,13 +139,14 @@ class Outbound:
                 bool(first.spans),
             )  # fmt: skip
             sent.append(preview)
-            self.previews.replaced(message)
         except ChannelError as exc:
             if exc.retryable:
                 raise
             self.previews.replaced(message)
             self.tasks.spawn(self.previews.delete(chat_id, preview))
             log.info("telegram: the preview message was not edited (%s); sending anew", exc)
+            return
+        await self.previews.took_place(message)
 
     async def _send_file(
         self,

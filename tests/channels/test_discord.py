@@ -662,20 +662,25 @@ async def test_a_streamed_reply_grows_in_one_message_that_becomes_the_reply(
         )
         llm.reply(answer)
         llm.stream_hold_after = 40
-        async with chat.peer(), chat.running():
-            await chat.say("tell me a long story")
-            await llm.wait_until(lambda: llm.stream_holding == 1, timeout=30)
-            preview = await eventually(lambda: chat.sent()[0] if chat.sent() else None,
-                                       timeout=15, what="the preview message")  # fmt: skip
-            assert preview.content.endswith(PREVIEW_MARK)
-            written = preview.content.removesuffix(PREVIEW_MARK)
-            assert written and answer.startswith(written) and written != answer
-            llm.stream_release.set()
-            await eventually(lambda: preview.content == answer, timeout=20,
-                             what="the reply in place")  # fmt: skip
-            assert [s.id for s in chat.sent()] == [preview.id]  # one message: the reply
-            assert all(answer.startswith(e.removesuffix(PREVIEW_MARK)) for e in preview.edits)
-            assert not any(c.status == 429 for c in chat.fake.calls)
+        async with chat.peer():
+            async with chat.running():
+                await chat.say("tell me a long story")
+                await llm.wait_until(lambda: llm.stream_holding == 1, timeout=30)
+                preview = await eventually(lambda: chat.sent()[0] if chat.sent() else None,
+                                           timeout=15, what="the preview message")  # fmt: skip
+                assert preview.content.endswith(PREVIEW_MARK)
+                written = preview.content.removesuffix(PREVIEW_MARK)
+                assert written and answer.startswith(written) and written != answer
+                llm.stream_release.set()
+                await eventually(lambda: preview.content == answer, timeout=20,
+                                 what="the reply in place")  # fmt: skip
+                assert [s.id for s in chat.sent()] == [preview.id]  # one message: the reply
+                edits = preview.edits
+                assert all(answer.startswith(e.removesuffix(PREVIEW_MARK)) for e in edits)
+                assert not any(c.status == 429 for c in chat.fake.calls)
+            async with chat.running():  # the reply is no preview left over: kept
+                await asyncio.sleep(2.0)
+            assert not preview.deleted
 
 
 async def test_a_preview_a_stop_left_mid_stream_is_removed_at_the_next_start(
