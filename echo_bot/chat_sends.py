@@ -174,6 +174,7 @@ class ChatSends(Generic[Part]):
     ) -> None:
         """The reply's first part as an edit of the preview it replaces; refused for
         good, the preview is removed and the part sent anew."""
+        await self.previews.unnote(message)
         try:
             await self.chat.edit(message.to, preview, first, f"{message.id}.edit")
             sent.append(preview)
@@ -182,9 +183,7 @@ class ChatSends(Generic[Part]):
                 raise
             log.info("the preview in %s was not edited (%s); sending anew", message.to, exc)
             await self._remove(message.to, preview)
-            self.previews.replaced(message)
-            return
-        await self.previews.took_place(message)
+        self.previews.replaced(message)
 
     async def read_left_over(self) -> None:
         """At the channel's start, before any preview: what the last run left up."""

@@ -152,9 +152,9 @@ class EditedPreviews:
             state.removal = None
         return state.message_id
 
-    async def took_place(self, message: OutboundMessage) -> None:
-        """The reply is in its preview message now: never removed as left over."""
-        self._left.pop(str(message.metadata.get("inbound_id", "")), None)
+    async def unnote(self, message: OutboundMessage) -> None:
+        """Before the reply goes into its preview message: no more noted as a preview
+        (``PreviewLedger.down_now``; raises ``ChannelError`` while the store is away)."""
         if self.ledger is not None:
             await self.ledger.down_now(str(message.metadata.get("inbound_id", "")))
 

@@ -14,6 +14,7 @@ import logging
 
 from .background import Tasks
 from .bus import ChannelHost
+from .errors import ChannelError
 from .events import Address
 
 log = logging.getLogger(__name__)
@@ -45,14 +46,18 @@ class PreviewLedger:
             self._save()
 
     async def down_now(self, key: str) -> None:
-        """``down``, written before it returns: a reply that took its preview's place is
-        never taken for a preview left over (the next start would remove the reply)."""
-        if not self.on or self._up.pop(key, None) is None:
+        """``down``, written before it returns, and before its reply goes into the
+        preview's message: a reply is never noted as a preview left over (the next
+        start would remove it); at worst a preview is left. Raises ``ChannelError``
+        (retryable: the reply waits) when the store does not take it."""
+        if not self.on or key not in self._up:
             return
+        kept = {k: v for k, v in self._up.items() if k != key}
         try:
-            await self.host.remember_note(self.note, json.dumps(self._up))
+            await self.host.remember_note(self.note, json.dumps(kept))
         except Exception as exc:
-            log.warning("the reply in place of preview %s was not noted: %s", key, exc)
+            raise ChannelError(f"the preview {key} could not be forgotten: {exc}") from None
+        self._up.pop(key, None)
 
     async def left_over(self) -> list[tuple[Address, str]]:
         """What the last run left up, (where, message id) each, forgotten as it is read:

@@ -129,6 +129,7 @@ class Outbound:
         if Telegram refuses the edit, the preview message goes and the part is sent anew."""
         await self.pacer.wait(str(chat_id))
         first = parts[0]
+        await self.previews.unnote(message)
         try:
             await self._formatted_call(
                 lambda entities_: self.bot.edit_message_text(
@@ -139,14 +140,13 @@ class Outbound:
                 bool(first.spans),
             )  # fmt: skip
             sent.append(preview)
+            self.previews.replaced(message)
         except ChannelError as exc:
             if exc.retryable:
                 raise
             self.previews.replaced(message)
             self.tasks.spawn(self.previews.delete(chat_id, preview))
             log.info("telegram: the preview message was not edited (%s); sending anew", exc)
-            return
-        await self.previews.took_place(message)
 
     async def _send_file(
         self,

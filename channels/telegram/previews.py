@@ -210,11 +210,10 @@ class Previews:
         left[1].cancel()  # no deletion now: the reply edits it (kept until that worked)
         return left[0].message_id
 
-    async def took_place(self, message: OutboundMessage) -> None:
-        """The reply is in its preview message now: never deleted as left over."""
-        key = str(message.metadata.get("inbound_id", ""))
-        self._left_previews.pop(key, None)
-        await self.ledger.down_now(key)
+    async def unnote(self, message: OutboundMessage) -> None:
+        """Before the reply goes into its preview message: no more noted as a preview
+        (``PreviewLedger.down_now``; raises ``ChannelError`` while the store is away)."""
+        await self.ledger.down_now(str(message.metadata.get("inbound_id", "")))
 
     def replaced(self, message: OutboundMessage) -> None:
         """The reply took (or gave up taking) the place of its preview message."""
