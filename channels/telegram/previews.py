@@ -226,6 +226,7 @@ class Previews:
         the turn, run again, answers in a message of its own."""
         for where, message_id in left:
             with contextlib.suppress(ValueError):
+                await self.pacer.wait(where.chat_id)  # within the chat's budget, as a send
                 await self.delete(int(where.chat_id), int(message_id))
 
     async def on_stop(self, stopped_message_generation: MessageGenerationStopped) -> None:
