@@ -644,6 +644,29 @@ def test_markdown_to_discords_escapes_everything_but_its_own_markup() -> None:
     assert quoted == "> said:\n> \n> ```\n> x = 1\n> ```\n\nafter"
 
 
+def streaming_chat(state_dir: Path, llm: Any) -> Chat:
+    """A chat whose brain is the config's: the openai SDK against the fake server."""
+    chat = Chat(state_dir)
+    chat.brain = None
+    chat.extra = (
+        f'[openai]\nbase_url = "{llm.base_url}"\nmodel = "gpt-test"\ntimeout = "5s"\n'
+        'max_retries = 0\n[brain]\nkind = "openai"\n'
+    )
+    return chat
+
+
+async def held_preview(chat: Chat, llm: Any) -> Any:
+    """Asked for a long story, the model held a third written: its preview message."""
+    from echo_bot.chat_sends import PREVIEW_MARK
+
+    await chat.say("tell me a long story")
+    await llm.wait_until(lambda: llm.stream_holding == 1, timeout=30)
+    preview = await eventually(lambda: chat.sent()[0] if chat.sent() else None, timeout=15,
+                               what="the preview message")  # fmt: skip
+    assert preview.content.endswith(PREVIEW_MARK)
+    return preview
+
+
 async def test_a_streamed_reply_grows_in_one_message_that_becomes_the_reply(
     state_dir: Path,
 ) -> None:
@@ -654,21 +677,12 @@ async def test_a_streamed_reply_grows_in_one_message_that_becomes_the_reply(
 
     answer = " ".join(f"word{i}" for i in range(120))
     async with FakeOpenAI(model="gpt-test") as llm:
-        chat = Chat(state_dir)
-        chat.brain = None  # the config's: the openai SDK against the fake server
-        chat.extra = (
-            f'[openai]\nbase_url = "{llm.base_url}"\nmodel = "gpt-test"\ntimeout = "5s"\n'
-            'max_retries = 0\n[brain]\nkind = "openai"\n'
-        )
+        chat = streaming_chat(state_dir, llm)
         llm.reply(answer)
         llm.stream_hold_after = 40
         async with chat.peer():
             async with chat.running():
-                await chat.say("tell me a long story")
-                await llm.wait_until(lambda: llm.stream_holding == 1, timeout=30)
-                preview = await eventually(lambda: chat.sent()[0] if chat.sent() else None,
-                                           timeout=15, what="the preview message")  # fmt: skip
-                assert preview.content.endswith(PREVIEW_MARK)
+                preview = await held_preview(chat, llm)
                 written = preview.content.removesuffix(PREVIEW_MARK)
                 assert written and answer.startswith(written) and written != answer
                 llm.stream_release.set()
@@ -694,21 +708,12 @@ async def test_a_preview_a_stop_left_mid_stream_is_removed_at_the_next_start(
 
     answer = " ".join(f"word{i}" for i in range(120))
     async with FakeOpenAI(model="gpt-test") as llm:
-        chat = Chat(state_dir)
-        chat.brain = None  # the config's: the openai SDK against the fake server
-        chat.extra = (
-            f'[openai]\nbase_url = "{llm.base_url}"\nmodel = "gpt-test"\ntimeout = "5s"\n'
-            'max_retries = 0\n[brain]\nkind = "openai"\n'
-        )
+        chat = streaming_chat(state_dir, llm)
         llm.reply(answer)
         llm.stream_hold_after = 40
         async with chat.peer():
             async with chat.running():
-                await chat.say("tell me a long story")
-                await llm.wait_until(lambda: llm.stream_holding == 1, timeout=30)
-                preview = await eventually(lambda: chat.sent()[0] if chat.sent() else None,
-                                           timeout=15, what="the preview message")  # fmt: skip
-                assert preview.content.endswith(PREVIEW_MARK)
+                preview = await held_preview(chat, llm)
             async with chat.running():
                 await eventually(lambda: preview.deleted, timeout=20, what="the preview gone")
                 await eventually(chat.sent, timeout=20, what="the reply")

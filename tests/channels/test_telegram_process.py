@@ -28,7 +28,15 @@ OWNER = 42
 COUNT = '/tool shell_exec {"argv": ["sh", "-c", "echo ran >> count.txt"]}'
 
 
-def write_config(path: Path, api: FakeTelegramAPI) -> None:
+def write_config(path: Path, api: FakeTelegramAPI, llm: FakeOpenAI | None = None) -> None:
+    """The daemon's config: Telegram at the fake; with ``llm``, its brain the openai SDK
+    against the fake OpenAI server."""
+    brain = (
+        f'[openai]\nbase_url = "{llm.base_url}"\nmodel = "gpt-test"\nmax_retries = 0\n'
+        '[brain]\nkind = "openai"\n'
+        if llm is not None
+        else ""
+    )
     path.write_text(
         f"""
 [telegram]
@@ -41,7 +49,7 @@ port = 0
 profile = "coding"
 [tools.shell]
 enabled = true
-"""
+{brain}"""
     )
 
 
@@ -287,12 +295,7 @@ async def test_a_reply_cut_mid_stream_by_a_kill_is_delivered_once_after_restart(
     state, config = tmp_path / "st", tmp_path / "config.toml"
     answer = " ".join(f"word{i}" for i in range(120))
     async with FakeTelegramAPI(token=TOKEN) as api, FakeOpenAI() as llm:
-        write_config(config, api)
-        with config.open("a") as extra:
-            extra.write(
-                f'[openai]\nbase_url = "{llm.base_url}"\nmodel = "gpt-test"\nmax_retries = 0\n'
-                '[brain]\nkind = "openai"\n'
-            )
+        write_config(config, api, llm)
         llm.reply(answer)
         llm.reply(answer)
         llm.stream_hold_after = 40  # a third written, shown as a draft, then the kill
@@ -332,12 +335,7 @@ async def test_a_group_preview_a_kill_left_mid_stream_is_removed_after_restart(
     group = -(10**12 + OWNER)
     answer = " ".join(f"word{i}" for i in range(120))
     async with FakeTelegramAPI(token=TOKEN) as api, FakeOpenAI() as llm:
-        write_config(config, api)
-        with config.open("a") as extra:
-            extra.write(
-                f'[openai]\nbase_url = "{llm.base_url}"\nmodel = "gpt-test"\nmax_retries = 0\n'
-                '[brain]\nkind = "openai"\n'
-            )
+        write_config(config, api, llm)
         llm.reply(answer)
         llm.reply(answer)
         llm.stream_hold_after = 40  # a third written, shown in the group, then the kill
