@@ -52,12 +52,12 @@ class PreviewLedger:
         (retryable: the reply waits) when the store does not take it."""
         if not self.on or key not in self._up:
             return
-        kept = {k: v for k, v in self._up.items() if k != key}
+        entry = self._up.pop(key)  # gone at once: a background write meanwhile leaves it out
         try:
-            await self.host.remember_note(self.note, json.dumps(kept))
+            await self.host.remember_note(self.note, json.dumps(self._up))
         except Exception as exc:
+            self._up.setdefault(key, entry)  # still noted: at worst a preview is left
             raise ChannelError(f"the preview {key} could not be forgotten: {exc}") from None
-        self._up.pop(key, None)
 
     async def left_over(self) -> list[tuple[Address, str]]:
         """What the last run left up, (where, message id) each, forgotten as it is read:
