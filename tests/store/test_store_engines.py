@@ -28,7 +28,13 @@ from echo_bot.store import DB_FILENAME, ChatTimezoneChanged, Database, Store, Tx
 from echo_bot.store.engine import ThreadedEngine
 from echo_bot.tools.base import Risk, Tool, ToolContext, ToolGroup, ToolResult
 from tests.conftest import ON_POSTGRES, echo_bot_env, run_echo_bot, running_bot
-from tests.postgres import admin_url, fresh_database, reachable_admin_url, with_database
+from tests.postgres import (
+    admin_url,
+    drop_database,
+    fresh_database,
+    reachable_admin_url,
+    with_database,
+)
 from tests.waiting import eventually
 
 Job = Callable[[Any], Any]
@@ -431,7 +437,7 @@ async def test_a_turn_pauses_while_its_database_is_away_and_finishes_once_it_is_
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s",
                 [role],
             )
-            admin.execute(f'DROP DATABASE IF EXISTS "{parts.path[1:]}" WITH (FORCE)')
+            drop_database(admin_url(), parts.path[1:])  # again while autovacuum is on it
             admin.execute(f"DROP ROLE IF EXISTS {role}")
 
 
