@@ -78,6 +78,7 @@ class Inbound:
         self._behind: set[str] = set()  # channels whose read-back failed: positions wait
         self._retrying = False
         self._dms: dict[str, int] = {}  # person → their DM channel's id, once opened
+        self._listed: dict[str, tuple[int, int] | None] = {}  # listed → (id, guild), or None
 
     async def load(self) -> None:
         """The positions kept by the last run (a note it may have left malformed)."""
@@ -284,15 +285,20 @@ class Inbound:
         for listed in self.config.channels or []:
             if listed in self.positions:
                 continue
-            try:  # its guild: a guild's channels are not known yet at a new session
-                found = await client.fetch_channel(int(listed))
-            except Exception as exc:
-                log.warning("discord: channel %s could not be read (%s)", listed, exc)
-                continue
-            guild = getattr(found, "guild", None)
-            # A guild's channel that holds messages (not a DM's, a category, a forum).
-            if guild is not None and isinstance(found, discord.abc.Messageable):
-                unplaced.append((found.id, guild.id))
+            if listed not in self._listed:  # looked up once a run, as a DM is opened
+                try:  # its guild: a guild's channels are not known yet at a new session
+                    found = await client.fetch_channel(int(listed))
+                except Exception as exc:
+                    log.warning("discord: channel %s could not be read (%s)", listed, exc)
+                    continue
+                guild = getattr(found, "guild", None)
+                # A guild's channel that holds messages (not a DM's, a category, a forum).
+                messageable = isinstance(found, discord.abc.Messageable)
+                self._listed[listed] = (
+                    (found.id, guild.id) if guild is not None and messageable else None
+                )
+            if (where := self._listed[listed]) is not None:
+                unplaced.append(where)
         for channel, guild in unplaced:
             if str(channel) not in self.positions and not await self._read_back(
                 channel, guild, oldest
